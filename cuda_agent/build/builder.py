@@ -1,0 +1,160 @@
+"""Builder: rendered candidates in, cubins out, through a content-addressed cache and a pool of
+compile processes. Batched like MetaSchedule's `Builder.build(list[BuilderInput])`."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any, Callable
+
+from .compiler import compile_source, resources_total, summarize_log, toolchain_id
+
+CACHE_ENV = "CUDA_AGENT_CACHE"
+
+
+def default_cache_dir() -> Path:
+    root = os.environ.get(CACHE_ENV) or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "cuda-agent")
+    return Path(root) / "build"
+
+
+@dataclass(frozen=True)
+class BuildInput:
+    source: str
+    arch: str
+    options: tuple[str, ...] = ()
+
+
+@dataclass
+class BuildResult:
+    key: str
+    cubin_path: str | None
+    error_kind: str | None = None
+    error_msg: str | None = None
+    seconds: float = 0.0
+    cached: bool = False
+    resources: dict[str, Any] = field(default_factory=dict)  # worst case over kernels
+    per_kernel: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.cubin_path is not None
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def _build_one(args: tuple[str, str, tuple[str, ...], str, str, str]) -> dict[str, Any]:
+    """Worker: compile one source and store it in the cache (runs in a compile process)."""
+    source, arch, options, backend, key, cache_dir = args
+    out = compile_source(source, arch, backend, options)
+    meta = {"error_kind": out.error_kind,
+            "error_msg": summarize_log(out.log) if out.error_kind else None,
+            "seconds": out.seconds, "per_kernel": out.resources}
+    base = Path(cache_dir) / key[:2] / key
+    if out.cubin is not None:
+        _atomic_write(base.with_suffix(".cubin"), out.cubin)
+    # failures are cached too: a source that does not compile never will with this toolchain
+    _atomic_write(base.with_suffix(".json"), json.dumps(meta).encode())
+    return meta
+
+
+class Builder:
+    """Compiles batches of candidates; compile errors come back as results, never raised."""
+
+    def __init__(self, backend: str = "nvrtc", workers: int | None = None,
+                 cache_dir: str | Path | None = None) -> None:
+        self.backend = backend
+        self.toolchain = toolchain_id(backend)
+        self.cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
+        self.workers = workers or max(1, (os.cpu_count() or 2))
+        self._pool: ProcessPoolExecutor | None = None
+        self.stats = {"compiled": 0, "cached": 0, "failed": 0, "compile_s": 0.0}
+
+    def key(self, inp: BuildInput) -> str:
+        blob = json.dumps([inp.source, inp.arch, list(inp.options), self.backend,
+                           self.toolchain], sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    def _cached(self, key: str) -> BuildResult | None:
+        base = self.cache_dir / key[:2] / key
+        meta_path = base.with_suffix(".json")
+        if not meta_path.exists():
+            return None
+        try:
+            meta = json.loads(meta_path.read_text())
+        except (OSError, json.JSONDecodeError):
+            return None
+        cubin = base.with_suffix(".cubin")
+        if meta.get("error_kind") is None and not cubin.exists():
+            return None
+        return BuildResult(key, str(cubin) if cubin.exists() else None, meta.get("error_kind"),
+                           meta.get("error_msg"), meta.get("seconds", 0.0), True,
+                           resources_total(meta.get("per_kernel", {})),
+                           meta.get("per_kernel", {}))
+
+    def _pool_get(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=get_context("spawn"),
+                                             max_tasks_per_child=500)
+        return self._pool
+
+    def build(self, inputs: list[BuildInput],
+              progress: Callable[[int], None] | None = None) -> list[BuildResult]:
+        """Build a batch; identical sources compile once. Order of results = order of inputs."""
+        keys = [self.key(i) for i in inputs]
+        results: dict[str, BuildResult] = {}
+        todo: dict[str, BuildInput] = {}
+        for k, inp in zip(keys, inputs):
+            if k in results or k in todo:
+                continue
+            hit = self._cached(k)
+            if hit is not None:
+                results[k] = hit
+                self.stats["cached"] += 1
+            else:
+                todo[k] = inp
+        if progress:
+            progress(len(inputs) - len(todo))
+        if todo:
+            jobs = [(i.source, i.arch, i.options, self.backend, k, str(self.cache_dir))
+                    for k, i in todo.items()]
+            if len(jobs) == 1 or self.workers == 1:
+                metas = map(_build_one, jobs)
+            else:
+                metas = self._pool_get().map(_build_one, jobs, chunksize=1)
+            for (k, _), meta in zip(todo.items(), metas):
+                cubin = self.cache_dir / k[:2] / (k + ".cubin")
+                res = BuildResult(k, str(cubin) if meta["error_kind"] is None else None,
+                                  meta["error_kind"], meta["error_msg"], meta["seconds"], False,
+                                  resources_total(meta["per_kernel"]), meta["per_kernel"])
+                results[k] = res
+                self.stats["compiled"] += 1
+                self.stats["compile_s"] += meta["seconds"]
+                if not res.ok:
+                    self.stats["failed"] += 1
+                if progress:
+                    progress(1)
+        return [results[k] for k in keys]
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+            self._pool = None
+
+    def __enter__(self) -> "Builder":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,28 @@
+"""Errors a user can cause, each turned into a one-line message and a non-zero exit by the CLI.
+
+Failures of candidate kernels are *not* exceptions: they are data (see `run/records.py`).
+"""
+
+from __future__ import annotations
+
+
+class CudaAgentError(Exception):
+    """Base of every error that the CLI reports as one line and exit code 2."""
+
+    exit_code = 2
+
+
+class ProblemError(CudaAgentError):
+    """The problem file is malformed: no Model, get_inputs raising, non-tensor outputs..."""
+
+
+class UnsupportedError(CudaAgentError):
+    """The problem is well formed but uses an op, dtype or pattern the templates do not cover."""
+
+
+class DeviceError(CudaAgentError):
+    """The requested device cannot be used (no GPU, no recorded sweep, ...)."""
+
+
+class SettingsError(CudaAgentError):
+    """A command-line flag or setting is out of range."""

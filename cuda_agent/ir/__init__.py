@@ -1,0 +1,1 @@
+"""Capture and the op IR."""

@@ -1,0 +1,499 @@
+"""Capture: trace a problem's reference with torch.export and lower it to the op IR.
+
+Tracing runs on the meta device, so a problem that moves gigabytes on the GPU is captured
+without allocating them. Composite ops (softmax, layer norm, vector norms, ...) are expanded into
+elementwise ops and single-kind reductions here, so templates see one small vocabulary. Any op
+outside it raises `UnsupportedError` naming the op: there is no silent fallback to torch.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import warnings
+from typing import Any, Callable
+
+import torch
+
+from ..errors import ProblemError, UnsupportedError
+from .graph import FLOAT_DTYPES, INDEX_DTYPE, Graph, GraphInput, broadcast_shapes
+from .ops import BINARY, COMPARISONS, UNARY
+
+DTYPE_NAMES = {torch.float32: "float32", torch.int64: INDEX_DTYPE, torch.bool: "bool",
+               torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float64: "float64",
+               torch.int32: "int32"}
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return DTYPE_NAMES.get(dtype, str(dtype).replace("torch.", ""))
+
+
+class _Lowering:
+    """Turns one exported FX graph into a `Graph`; one method per family of aten ops."""
+
+    def __init__(self) -> None:
+        self.g = Graph()
+        self.env: dict[str, Any] = {}
+
+    # -- helpers ------------------------------------------------------------------------------
+    def val(self, arg: Any) -> int:
+        """IR node id for an FX argument: a node already lowered, or a Python scalar."""
+        if isinstance(arg, torch.fx.Node):
+            value = self.env[arg.name]
+            if isinstance(value, tuple):
+                raise UnsupportedError(f"unsupported: tuple value {arg.name} used as a tensor")
+            return value
+        if isinstance(arg, bool):
+            return self.g.const(1.0 if arg else 0.0)
+        if isinstance(arg, (int, float)):
+            return self.g.const(float(arg))
+        raise UnsupportedError(f"unsupported argument {arg!r} of type {type(arg).__name__}")
+
+    def shape(self, nid: int) -> tuple[int, ...]:
+        return self.g[nid].shape
+
+    def unary(self, op: str, x: int, **attrs: Any) -> int:
+        n = self.g[x]
+        dtype = "bool" if op == "logical_not" else ("float32" if op == "to_float" else n.dtype)
+        if dtype == INDEX_DTYPE and op not in ("identity",):
+            x, dtype = self.unary("to_float", x), "float32"
+        return self.g.add(op, (x,), n.shape, dtype, **attrs)
+
+    def binary(self, op: str, a: int, b: int) -> int:
+        sa, sb = self.shape(a), self.shape(b)
+        try:
+            shape = broadcast_shapes(sa, sb)
+        except ValueError:
+            raise UnsupportedError(f"shapes {sa} and {sb} do not broadcast for {op}") from None
+        da, db = self.g[a].dtype, self.g[b].dtype
+        if op in ("logical_and", "logical_or"):
+            return self.g.add(op, (a, b), shape, "bool")
+        # Mixed int64/float arithmetic promotes to float32, as torch does.
+        if da == INDEX_DTYPE and db != INDEX_DTYPE:
+            a = self.unary("to_float", a)
+        if db == INDEX_DTYPE and da != INDEX_DTYPE:
+            b = self.unary("to_float", b)
+        if da == db == INDEX_DTYPE and op not in COMPARISONS:
+            raise UnsupportedError(f"unsupported: integer arithmetic ({op}) on index tensors")
+        dtype = "bool" if op in COMPARISONS else "float32"
+        return self.g.add(op, (a, b), shape, dtype)
+
+    def norm_dims(self, x: int, dims: Any) -> tuple[int, ...]:
+        rank = len(self.shape(x))
+        if dims is None or dims == [] or dims == ():
+            return tuple(range(rank))
+        if isinstance(dims, int):
+            dims = [dims]
+        out = sorted({d % rank if rank else 0 for d in dims})
+        return tuple(out)
+
+    def reduce(self, kind: str, x: int, dims: Any, keepdim: bool) -> int:
+        shape = self.shape(x)
+        d = self.norm_dims(x, dims)
+        if self.g[x].dtype == "bool":
+            x = self.unary("to_float", x)
+        if keepdim:
+            out = tuple(1 if k in d else s for k, s in enumerate(shape))
+        else:
+            out = tuple(s for k, s in enumerate(shape) if k not in d)
+        dtype = INDEX_DTYPE if kind in ("argmax", "argmin") else "float32"
+        if not shape:  # reducing a 0-d tensor is the identity
+            return x
+        return self.g.add("reduce", (x,), out, dtype, kind=kind, dims=d, keepdim=bool(keepdim))
+
+    def count(self, x: int, dims: tuple[int, ...]) -> int:
+        return math.prod(self.shape(x)[k] for k in dims) if dims else 1
+
+    def mean(self, x: int, dims: Any, keepdim: bool) -> int:
+        d = self.norm_dims(x, dims)
+        s = self.reduce("sum", x, d, keepdim)
+        return self.binary("mul", s, self.g.const(1.0 / self.count(x, d)))
+
+    def var(self, x: int, dims: Any, correction: float, keepdim: bool) -> int:
+        d = self.norm_dims(x, dims)
+        mu = self.mean(x, d, True)
+        dev = self.binary("sub", x, mu)
+        ss = self.reduce("sum", self.binary("mul", dev, dev), d, keepdim)
+        n = self.count(x, d) - correction
+        return self.binary("mul", ss, self.g.const(1.0 / n if n > 0 else float("nan")))
+
+    def view(self, x: int, shape: tuple[int, ...]) -> int:
+        shape = tuple(int(s) for s in shape)
+        if math.prod(shape) != self.g[x].numel:
+            raise UnsupportedError(f"unsupported view of {self.shape(x)} as {shape}")
+        if shape == self.shape(x):
+            return x
+        return self.g.add("view", (x,), shape, self.g[x].dtype)
+
+    # -- ops ----------------------------------------------------------------------------------
+    def lower_call(self, node: torch.fx.Node) -> Any:
+        target = node.target
+        if target is operator.getitem:
+            seq, idx = node.args
+            return self.env[seq.name][idx]
+        name = getattr(getattr(target, "overloadpacket", None), "__name__", None) or str(target)
+        args, kwargs = list(node.args), dict(node.kwargs)
+        handler = _HANDLERS.get(name)
+        if handler is None:
+            raise UnsupportedError(
+                f"unsupported op {name} (aten.{name}); supported: elementwise math and "
+                "activations, sum/mean/prod/max/min/argmax/argmin/var/std, softmax, "
+                "log_softmax, layer_norm, rms_norm, vector norms")
+        return handler(self, node, args, kwargs)
+
+
+def _arg(args: list, kwargs: dict, i: int, name: str, default: Any = None) -> Any:
+    if len(args) > i:
+        return args[i]
+    return kwargs.get(name, default)
+
+
+def _unary_handler(op: str, **fixed: Any) -> Callable:
+    def handle(lw: _Lowering, node, args, kwargs):
+        return lw.unary(op, lw.val(args[0]), **fixed)
+    return handle
+
+
+def _binary_handler(op: str) -> Callable:
+    def handle(lw: _Lowering, node, args, kwargs):
+        a, b = lw.val(args[0]), lw.val(args[1])
+        alpha = kwargs.get("alpha", args[2] if len(args) > 2 else 1)
+        if op in ("add", "sub") and alpha != 1:
+            b = lw.binary("mul", b, lw.g.const(alpha))
+        return lw.binary(op, a, b)
+    return handle
+
+
+def _reduce_handler(kind: str, dim_pos: int = 1, keep_pos: int = 2) -> Callable:
+    def handle(lw: _Lowering, node, args, kwargs):
+        x = lw.val(args[0])
+        dims = _arg(args, kwargs, dim_pos, "dim")
+        keep = bool(_arg(args, kwargs, keep_pos, "keepdim", False))
+        return lw.reduce(kind, x, dims, keep)
+    return handle
+
+
+def _max_dim(kind: str, index_kind: str) -> Callable:
+    def handle(lw: _Lowering, node, args, kwargs):
+        x = lw.val(args[0])
+        if len(args) < 2 and "dim" not in kwargs:  # max.default: full reduction to a scalar
+            return lw.reduce(kind, x, None, False)
+        dim, keep = _arg(args, kwargs, 1, "dim"), bool(_arg(args, kwargs, 2, "keepdim", False))
+        return (lw.reduce(kind, x, dim, keep), lw.reduce(index_kind, x, dim, keep))
+    return handle
+
+
+def _softmax(log: bool) -> Callable:
+    def handle(lw: _Lowering, node, args, kwargs):
+        x, dim = lw.val(args[0]), args[1]
+        m = lw.reduce("max", x, dim, True)
+        shifted = lw.binary("sub", x, m)
+        e = lw.unary("exp", shifted)
+        s = lw.reduce("sum", e, dim, True)
+        if log:
+            return lw.binary("sub", shifted, lw.unary("log", s))
+        return lw.binary("div", e, s)
+    return handle
+
+
+def _layer_norm(lw: _Lowering, node, args, kwargs):
+    x = lw.val(args[0])
+    norm_shape = _arg(args, kwargs, 1, "normalized_shape")
+    weight, bias = _arg(args, kwargs, 2, "weight"), _arg(args, kwargs, 3, "bias")
+    eps = float(_arg(args, kwargs, 4, "eps", 1e-5))
+    rank = len(lw.shape(x))
+    dims = tuple(range(rank - len(norm_shape), rank))
+    mu = lw.mean(x, dims, True)
+    dev = lw.binary("sub", x, mu)
+    var = lw.mean(lw.binary("mul", dev, dev), dims, True)
+    y = lw.binary("mul", dev, lw.unary("rsqrt", lw.binary("add", var, lw.g.const(eps))))
+    if weight is not None:
+        y = lw.binary("mul", y, lw.val(weight))
+    if bias is not None:
+        y = lw.binary("add", y, lw.val(bias))
+    return (y, None, None) if "native" in str(node.target) else y
+
+
+def _rms_norm(lw: _Lowering, node, args, kwargs):
+    x = lw.val(args[0])
+    norm_shape = _arg(args, kwargs, 1, "normalized_shape")
+    weight = _arg(args, kwargs, 2, "weight")
+    eps = _arg(args, kwargs, 3, "eps")
+    eps = float(torch.finfo(torch.float32).eps if eps is None else eps)
+    rank = len(lw.shape(x))
+    dims = tuple(range(rank - len(norm_shape), rank))
+    ms = lw.mean(lw.binary("mul", x, x), dims, True)
+    y = lw.binary("mul", x, lw.unary("rsqrt", lw.binary("add", ms, lw.g.const(eps))))
+    if weight is not None:
+        y = lw.binary("mul", y, lw.val(weight))
+    return y
+
+
+def _vector_norm(lw: _Lowering, x: int, p: Any, dims: Any, keep: bool) -> int:
+    p = 2.0 if p is None or p == "fro" else float(p)
+    if p == 2.0:
+        return lw.unary("sqrt", lw.reduce("sum", lw.binary("mul", x, x), dims, keep))
+    if p == 1.0:
+        return lw.reduce("sum", lw.unary("abs", x), dims, keep)
+    if p == float("inf"):
+        return lw.reduce("max", lw.unary("abs", x), dims, keep)
+    if p == float("-inf"):
+        return lw.reduce("min", lw.unary("abs", x), dims, keep)
+    if p <= 0:
+        raise UnsupportedError(f"unsupported: vector norm of order {p}")
+    s = lw.reduce("sum", lw.unary("pow_scalar", lw.unary("abs", x), exponent=p), dims, keep)
+    return lw.unary("pow_scalar", s, exponent=1.0 / p)
+
+
+def _linalg_vector_norm(lw: _Lowering, node, args, kwargs):
+    return _vector_norm(lw, lw.val(args[0]), _arg(args, kwargs, 1, "ord", 2),
+                        _arg(args, kwargs, 2, "dim"), bool(_arg(args, kwargs, 3, "keepdim", False)))
+
+
+def _norm(lw: _Lowering, node, args, kwargs):
+    return _vector_norm(lw, lw.val(args[0]), _arg(args, kwargs, 1, "p", 2),
+                        _arg(args, kwargs, 2, "dim"), bool(_arg(args, kwargs, 3, "keepdim", False)))
+
+
+def _var_std(std: bool) -> Callable:
+    def handle(lw: _Lowering, node, args, kwargs):
+        x = lw.val(args[0])
+        dims = _arg(args, kwargs, 1, "dim")
+        correction = kwargs.get("correction", 1)
+        if "unbiased" in kwargs:
+            correction = 1 if kwargs["unbiased"] else 0
+        correction = 1 if correction is None else float(correction)
+        v = lw.var(x, dims, correction, bool(kwargs.get("keepdim", False)))
+        return lw.unary("sqrt", v) if std else v
+    return handle
+
+
+def _logsumexp(lw: _Lowering, node, args, kwargs):
+    x, dims = lw.val(args[0]), _arg(args, kwargs, 1, "dim")
+    keep = bool(_arg(args, kwargs, 2, "keepdim", False))
+    m = lw.reduce("max", x, dims, True)
+    s = lw.reduce("sum", lw.unary("exp", lw.binary("sub", x, m)), dims, True)
+    out = lw.binary("add", m, lw.unary("log", s))
+    if not keep:
+        out = lw.view(out, lw.g[lw.reduce("sum", x, dims, False)].shape)
+    return out
+
+
+def _clamp(lw: _Lowering, node, args, kwargs):
+    x = lw.val(args[0])
+    lo, hi = _arg(args, kwargs, 1, "min"), _arg(args, kwargs, 2, "max")
+    if isinstance(lo, torch.fx.Node) or isinstance(hi, torch.fx.Node):
+        if lo is not None:
+            x = lw.binary("maximum", x, lw.val(lo))
+        if hi is not None:
+            x = lw.binary("minimum", x, lw.val(hi))
+        return x
+    return lw.unary("clamp", x, min=None if lo is None else float(lo),
+                    max=None if hi is None else float(hi))
+
+
+def _elu_handler(lw: _Lowering, node, args, kwargs):
+    return lw.unary("elu", lw.val(args[0]), alpha=float(_arg(args, kwargs, 1, "alpha", 1.0)),
+                    scale=float(_arg(args, kwargs, 2, "scale", 1.0)),
+                    input_scale=float(_arg(args, kwargs, 3, "input_scale", 1.0)))
+
+
+def _where(lw: _Lowering, node, args, kwargs):
+    c, a, b = (lw.val(v) for v in args[:3])
+    try:
+        shape = broadcast_shapes(lw.shape(c), lw.shape(a), lw.shape(b))
+    except ValueError:
+        raise UnsupportedError("where(): operands do not broadcast") from None
+    return lw.g.add("where", (c, a, b), shape, "float32")
+
+
+def _to_copy(lw: _Lowering, node, args, kwargs):
+    x = lw.val(args[0])
+    dtype = kwargs.get("dtype")
+    if dtype is None or dtype == torch.float32:
+        return x if lw.g[x].dtype == "float32" else lw.unary("to_float", x)
+    raise UnsupportedError(f"unsupported dtype conversion to {dtype_name(dtype)}")
+
+
+def _identity(lw: _Lowering, node, args, kwargs):
+    return lw.val(args[0])
+
+
+def _reshape(lw: _Lowering, node, args, kwargs):
+    x = lw.val(args[0])
+    return lw.view(x, tuple(node.meta["val"].shape))
+
+
+def _expand(lw: _Lowering, node, args, kwargs):
+    x = lw.val(args[0])
+    shape = tuple(node.meta["val"].shape)
+    return x if shape == lw.shape(x) else lw.g.add("identity", (x,), shape, lw.g[x].dtype)
+
+
+def _rsub(lw: _Lowering, node, args, kwargs):
+    a, b = lw.val(args[0]), lw.val(args[1])
+    alpha = kwargs.get("alpha", 1)
+    if alpha != 1:
+        a = lw.binary("mul", a, lw.g.const(alpha))
+    return lw.binary("sub", b, a)
+
+
+def _div(lw: _Lowering, node, args, kwargs):
+    mode = kwargs.get("rounding_mode")
+    q = lw.binary("div", lw.val(args[0]), lw.val(args[1]))
+    if mode is None:
+        return q
+    if mode == "floor":
+        return lw.unary("floor", q)
+    raise UnsupportedError(f"unsupported: div with rounding_mode={mode!r}")
+
+
+def _pow(lw: _Lowering, node, args, kwargs):
+    base, exp = args[0], args[1]
+    if not isinstance(exp, torch.fx.Node):
+        return lw.unary("pow_scalar", lw.val(base), exponent=float(exp))
+    return lw.binary("pow", lw.val(base), lw.val(exp))
+
+
+_HANDLERS: dict[str, Callable] = {
+    # elementwise, one argument
+    **{name: _unary_handler(name) for name in (
+        "relu", "silu", "sigmoid", "tanh", "hardsigmoid", "hardswish", "mish", "abs", "neg",
+        "exp", "log", "log2", "log1p", "expm1", "sqrt", "rsqrt", "reciprocal", "sin", "cos",
+        "erf", "sign", "floor", "ceil", "round", "logical_not")},
+    "gelu": lambda lw, n, a, k: lw.unary(
+        "gelu_tanh" if k.get("approximate", a[1] if len(a) > 1 else "none") == "tanh" else "gelu",
+        lw.val(a[0])),
+    "softplus": lambda lw, n, a, k: lw.unary(
+        "softplus", lw.val(a[0]), beta=float(_arg(a, k, 1, "beta", 1.0)),
+        threshold=float(_arg(a, k, 2, "threshold", 20.0))),
+    "elu": _elu_handler,
+    "selu": _unary_handler("elu", alpha=1.6732632423543772, scale=1.0507009873554805),
+    "celu": lambda lw, n, a, k: lw.unary(
+        "elu", lw.val(a[0]), alpha=float(_arg(a, k, 1, "alpha", 1.0)),
+        input_scale=1.0 / float(_arg(a, k, 1, "alpha", 1.0))),
+    "hardtanh": lambda lw, n, a, k: lw.unary(
+        "hardtanh", lw.val(a[0]), min_val=float(_arg(a, k, 1, "min_val", -1.0)),
+        max_val=float(_arg(a, k, 2, "max_val", 1.0))),
+    "relu6": _unary_handler("hardtanh", min_val=0.0, max_val=6.0),
+    "leaky_relu": lambda lw, n, a, k: lw.unary(
+        "leaky_relu", lw.val(a[0]), negative_slope=float(_arg(a, k, 1, "negative_slope", 0.01))),
+    "square": lambda lw, n, a, k: lw.unary("pow_scalar", lw.val(a[0]), exponent=2.0),
+    "pow": _pow,
+    "clamp": _clamp, "clip": _clamp,
+    "clamp_min": lambda lw, n, a, k: _clamp(lw, n, [a[0], a[1], None], {}),
+    "clamp_max": lambda lw, n, a, k: _clamp(lw, n, [a[0], None, a[1]], {}),
+    # elementwise, two or three arguments
+    **{name: _binary_handler(name) for name in BINARY if name not in ("pow",)},
+    "mul": _binary_handler("mul"),
+    "div": _div, "true_divide": _div,
+    "rsub": _rsub,
+    "where": _where,
+    # reductions
+    "sum": _reduce_handler("sum"),
+    "prod": _reduce_handler("prod"),
+    "amax": _reduce_handler("max"),
+    "amin": _reduce_handler("min"),
+    "argmax": _reduce_handler("argmax"),
+    "argmin": _reduce_handler("argmin"),
+    "max": _max_dim("max", "argmax"),
+    "min": _max_dim("min", "argmin"),
+    "mean": lambda lw, n, a, k: lw.mean(lw.val(a[0]), _arg(a, k, 1, "dim"),
+                                        bool(_arg(a, k, 2, "keepdim", False))),
+    "var": _var_std(False),
+    "std": _var_std(True),
+    "logsumexp": _logsumexp,
+    "linalg_vector_norm": _linalg_vector_norm,
+    "norm": _norm,
+    # composites
+    "softmax": _softmax(False), "_softmax": _softmax(False),
+    "log_softmax": _softmax(True), "_log_softmax": _softmax(True),
+    "layer_norm": _layer_norm, "native_layer_norm": _layer_norm,
+    "rms_norm": _rms_norm,
+    # layout no-ops and views
+    "clone": _identity, "contiguous": _identity, "alias": _identity, "detach": _identity,
+    "lift_fresh_copy": _identity, "dropout": _identity,
+    "_to_copy": _to_copy, "to": _to_copy,
+    "view": _reshape, "reshape": _reshape, "_unsafe_view": _reshape, "unsqueeze": _reshape,
+    "squeeze": _reshape, "flatten": _reshape,
+    "expand": _expand,
+}
+_HANDLERS["identity"] = _identity
+UNARY.setdefault("identity", (lambda x, a, f: f"({x})", False))
+
+
+def capture(model_cls: type, init_inputs: list, make_inputs: Callable[[], list]) -> Graph:
+    """Trace `model_cls(*init_inputs)` on example inputs made by `make_inputs`, on meta tensors."""
+    with torch.device("meta"):
+        try:
+            model = model_cls(*init_inputs)
+        except Exception as exc:  # noqa: BLE001 - user code
+            raise ProblemError(f"Model(*get_init_inputs()) raised {type(exc).__name__}: {exc}")
+        try:
+            inputs = make_inputs()
+        except Exception as exc:  # noqa: BLE001 - user code
+            raise ProblemError(f"get_inputs() raised {type(exc).__name__}: {exc}")
+    inputs = list(inputs)
+    for k, t in enumerate(inputs):
+        if not isinstance(t, torch.Tensor):
+            raise UnsupportedError(f"unsupported: forward() argument {k} is a "
+                                   f"{type(t).__name__}; only tensor arguments are supported")
+        if dtype_name(t.dtype) not in FLOAT_DTYPES:
+            raise UnsupportedError(f"unsupported dtype {dtype_name(t.dtype)} for input {k}; "
+                                   f"supported: {', '.join(FLOAT_DTYPES)}")
+    model.eval()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            exported = torch.export.export(model, tuple(inputs), strict=False)
+    except (UnsupportedError, ProblemError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - tracing failures are the user's to see
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ProblemError(f"could not trace Model.forward with torch.export: {msg}")
+    return lower(exported)
+
+
+def lower(exported: "torch.export.ExportedProgram") -> Graph:
+    """Lower an ExportedProgram to the IR."""
+    from torch.export.graph_signature import InputKind
+
+    lw = _Lowering()
+    specs = {s.arg.name: s for s in exported.graph_signature.input_specs}
+    user_index = 0
+    for node in exported.graph.nodes:
+        if node.op == "placeholder":
+            spec = specs[node.name]
+            meta = node.meta["val"]
+            dtype = dtype_name(meta.dtype)
+            if spec.kind == InputKind.USER_INPUT:
+                gin = GraphInput(node.name, "input", tuple(meta.shape), dtype, arg_index=user_index)
+                user_index += 1
+            elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER):
+                role = "parameter" if spec.kind == InputKind.PARAMETER else "buffer"
+                gin = GraphInput(node.name, role, tuple(meta.shape), dtype, target=spec.target)
+            else:
+                raise UnsupportedError(f"unsupported input kind {spec.kind.name} ({node.name})")
+            if dtype not in FLOAT_DTYPES:
+                raise UnsupportedError(f"unsupported dtype {dtype} for {gin.role} {node.name}; "
+                                       f"supported: {', '.join(FLOAT_DTYPES)}")
+            lw.env[node.name] = lw.g.add_input(gin)
+        elif node.op == "call_function":
+            lw.env[node.name] = lw.lower_call(node)
+        elif node.op == "output":
+            outs = node.args[0]
+            outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+            if len(outs) != 1:
+                raise UnsupportedError(f"unsupported: forward() returns {len(outs)} values; "
+                                       "one output tensor is supported")
+            if not isinstance(outs[0], torch.fx.Node):
+                raise ProblemError("forward() must return a tensor")
+            lw.g.output = lw.val(outs[0])
+        elif node.op == "get_attr":
+            raise UnsupportedError(f"unsupported: constant tensor attribute {node.target}")
+    out = lw.g[lw.g.output]
+    if out.op in ("input", "const"):
+        raise UnsupportedError("unsupported: forward() returns an input or a constant unchanged")
+    if out.dtype not in ("float32", INDEX_DTYPE):
+        raise UnsupportedError(f"unsupported output dtype {out.dtype}")
+    return lw.g

@@ -1,0 +1,150 @@
+"""The op IR: a small, normalized dataflow graph with static shapes and dtypes.
+
+Capture (`capture.py`) lowers a traced PyTorch program into this graph; composite ops such as
+softmax or layer norm are expanded into elementwise ops and single-kind reductions, so the
+templates only need to know a handful of node kinds:
+
+* ``input``   a tensor argument of forward() or a parameter/buffer of the module;
+* ``const``   a scalar constant;
+* elementwise ops (names in `ops.UNARY` / `ops.BINARY`), broadcasting like torch;
+* ``reduce``  one of sum/prod/max/min/argmax/argmin over a set of dims, keepdim or not;
+* ``view``    a reshape that keeps the element order (squeeze/unsqueeze/flatten of a result).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+REDUCE_KINDS = ("sum", "prod", "max", "min", "argmax", "argmin")
+FLOAT_DTYPES = ("float32",)
+INDEX_DTYPE = "int64"
+
+
+@dataclass(frozen=True)
+class Node:
+    """One value of the graph. `args` are ids of earlier nodes; `attrs` hold op parameters."""
+
+    id: int
+    op: str
+    args: tuple[int, ...]
+    shape: tuple[int, ...]
+    dtype: str
+    attrs: tuple[tuple[str, Any], ...] = ()
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        for key, value in self.attrs:
+            if key == name:
+                return value
+        return default
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+
+@dataclass(frozen=True)
+class GraphInput:
+    """A tensor the kernel reads: a forward() argument or a module parameter/buffer."""
+
+    name: str
+    role: str  # "input" | "parameter" | "buffer"
+    shape: tuple[int, ...]
+    dtype: str
+    arg_index: int | None = None  # position in forward() for role == "input"
+    target: str | None = None  # state_dict name for parameters and buffers
+
+
+@dataclass
+class Graph:
+    """Nodes in topological order; `inputs[k]` is the node with op ``input`` and attr index=k."""
+
+    nodes: list[Node] = field(default_factory=list)
+    inputs: list[GraphInput] = field(default_factory=list)
+    output: int = -1
+
+    # -- construction -------------------------------------------------------------------------
+    def add(self, op: str, args: tuple[int, ...], shape: tuple[int, ...], dtype: str,
+            **attrs: Any) -> int:
+        node = Node(len(self.nodes), op, tuple(args), tuple(int(s) for s in shape), dtype,
+                    tuple(sorted(attrs.items())))
+        self.nodes.append(node)
+        return node.id
+
+    def add_input(self, gin: GraphInput) -> int:
+        self.inputs.append(gin)
+        return self.add("input", (), gin.shape, gin.dtype, index=len(self.inputs) - 1)
+
+    def const(self, value: float) -> int:
+        return self.add("const", (), (), "float32", value=float(value))
+
+    # -- queries ------------------------------------------------------------------------------
+    def __getitem__(self, node_id: int) -> Node:
+        return self.nodes[node_id]
+
+    def users(self) -> dict[int, list[int]]:
+        users: dict[int, list[int]] = {n.id: [] for n in self.nodes}
+        for n in self.nodes:
+            for a in n.args:
+                users[a].append(n.id)
+        return users
+
+    def live(self) -> list[Node]:
+        """Nodes the output depends on, in topological order."""
+        keep = {self.output}
+        for n in reversed(self.nodes):
+            if n.id in keep:
+                keep.update(n.args)
+        return [n for n in self.nodes if n.id in keep]
+
+    def reduces(self) -> list[Node]:
+        return [n for n in self.live() if n.op == "reduce"]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "inputs": [gin.__dict__ for gin in self.inputs],
+            "nodes": [
+                {"id": n.id, "op": n.op, "args": list(n.args), "shape": list(n.shape),
+                 "dtype": n.dtype, "attrs": {k: _jsonable(v) for k, v in n.attrs}}
+                for n in self.nodes
+            ],
+            "output": self.output,
+        }
+
+    def fingerprint(self) -> str:
+        """Stable hash of the computation (shapes included): part of every content key."""
+        blob = json.dumps(self.to_json(), sort_keys=True, default=str).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    def describe(self) -> str:
+        lines = []
+        for n in self.live():
+            extra = ", ".join(f"{k}={v}" for k, v in n.attrs)
+            lines.append(f"%{n.id} = {n.op}({', '.join('%' + str(a) for a in n.args)}"
+                         f"{', ' if extra and n.args else ''}{extra}) : {n.dtype}{list(n.shape)}")
+        return "\n".join(lines)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
+    """torch broadcasting of shapes (right-aligned); raises ValueError when incompatible."""
+    rank = max((len(s) for s in shapes), default=0)
+    out = [1] * rank
+    for s in shapes:
+        for k, size in enumerate(s):
+            j = rank - len(s) + k
+            if size != 1:
+                if out[j] not in (1, size):
+                    raise ValueError(f"shapes {shapes} do not broadcast")
+                out[j] = size
+    return tuple(out)

@@ -1,0 +1,1 @@
+"""The search space: templates, their slots, constraints and masks."""

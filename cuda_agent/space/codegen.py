@@ -1,0 +1,209 @@
+"""Code generation shared by the templates: the prelude, operand indexing, expression bodies.
+
+Templates decide how threads map to data and how partial results combine; this module turns the
+plan's arithmetic into C. Shapes are compile-time constants, so the index arithmetic below is
+divisions and remainders by constants, which the compiler strength-reduces.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..ir import ops
+from ..ir.graph import INDEX_DTYPE
+from ..ir.plan import KernelPlan
+
+PRELUDE = r"""
+// ---- cuda-agent prelude (NVRTC has no math headers: no INFINITY/NAN macros) ----
+#define CA_INF __int_as_float(0x7f800000)
+#define CA_NAN __int_as_float(0x7fffffff)
+typedef long long ca_i64;
+__device__ __forceinline__ float ca_max(float a, float b) { return (a > b || a != a) ? a : b; }
+__device__ __forceinline__ float ca_min(float a, float b) { return (a < b || a != a) ? a : b; }
+// Load hints: 0 = plain, 1 = read-only cache (ld.global.nc), 2 = streaming (evict first).
+template <int H> __device__ __forceinline__ float ca_ld(const float* p) {
+  if (H == 1) return __ldg(p); else if (H == 2) return __ldcs(p); else return *p; }
+template <int H> __device__ __forceinline__ float2 ca_ld2(const float* p) {
+  const float2* q = reinterpret_cast<const float2*>(p);
+  if (H == 1) return __ldg(q); else if (H == 2) return __ldcs(q); else return *q; }
+template <int H> __device__ __forceinline__ float4 ca_ld4(const float* p) {
+  const float4* q = reinterpret_cast<const float4*>(p);
+  if (H == 1) return __ldg(q); else if (H == 2) return __ldcs(q); else return *q; }
+template <int H> __device__ __forceinline__ void ca_st(float* p, float v) {
+  if (H == 1) __stcs(p, v); else *p = v; }
+template <int H> __device__ __forceinline__ void ca_st2(float* p, float2 v) {
+  if (H == 1) __stcs(reinterpret_cast<float2*>(p), v); else *reinterpret_cast<float2*>(p) = v; }
+template <int H> __device__ __forceinline__ void ca_st4(float* p, float4 v) {
+  if (H == 1) __stcs(reinterpret_cast<float4*>(p), v); else *reinterpret_cast<float4*>(p) = v; }
+"""
+
+HINTS = {"default": 0, "ldg": 1, "stream": 2}
+STORE_HINTS = {"default": 0, "stream": 1}
+
+
+def vec_get(name: str, vec: int, lane: int) -> str:
+    """Component `lane` of a float/float2/float4 register."""
+    if vec == 1:
+        return name
+    return f"{name}.{'xyzw'[lane]}"
+
+
+def vec_type(vec: int) -> str:
+    return {1: "float", 2: "float2", 4: "float4"}[vec]
+
+
+def vec_load(ptr: str, vec: int, hint: int) -> str:
+    return {1: f"ca_ld<{hint}>({ptr})", 2: f"ca_ld2<{hint}>({ptr})",
+            4: f"ca_ld4<{hint}>({ptr})"}[vec]
+
+
+def vec_store(ptr: str, values: list[str], hint: int) -> str:
+    vec = len(values)
+    if vec == 1:
+        return f"ca_st<{hint}>({ptr}, {values[0]});"
+    ctor = "make_float2" if vec == 2 else "make_float4"
+    return f"ca_st{vec}<{hint}>({ptr}, {ctor}({', '.join(values)}));"
+
+
+# -- operand indexing ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Group:
+    """A flat loop index over a run of F dims: `var` runs over prod(F[dims])."""
+
+    var: str
+    dims: tuple[int, ...]
+
+
+def operand_node(plan: KernelPlan, k: int) -> int:
+    """The node through which graph input `k` is read (its reshape, where it is reshaped)."""
+    g = plan.graph
+    for n in g.live():
+        if n.op == "view" and g[n.args[0]].op == "input" and g[n.args[0]].attr("index") == k \
+                and plan.fmaps.get(g[n.args[0]].id) is None:
+            return n.id
+    for n in g.live():
+        if n.op == "input" and n.attr("index") == k:
+            return n.id
+    raise KeyError(k)
+
+
+def _merged_dims(plan: KernelPlan, nid: int) -> list[tuple[list[int], int]]:
+    """The operand's non-broadcast dims as runs of adjacent F dims that are also adjacent in
+    its memory, each with the element stride of the run's innermost dim."""
+    node = plan.graph[nid]
+    shape, fmap = node.shape, plan.fmaps[nid]
+    strides = [math.prod(shape[j + 1:]) for j in range(len(shape))]
+    runs: list[tuple[list[int], int]] = []
+    prev = -1
+    for j, f in enumerate(fmap):
+        if f is None:
+            continue
+        if runs and runs[-1][0][-1] == f - 1 and strides[prev] == strides[j] * shape[j]:
+            runs[-1] = (runs[-1][0] + [f], strides[j])
+        else:
+            runs.append(([f], strides[j]))
+        prev = j
+    return runs
+
+
+def offset_expr(plan: KernelPlan, nid: int, groups: list[Group]) -> str:
+    """C expression for the element offset of operand node `nid` at the loop indices `groups`."""
+    F = plan.full_shape
+    terms: list[str] = []
+    for fdims, stride in _merged_dims(plan, nid):
+        for grp in groups:
+            inside = [d for d in fdims if d in grp.dims]
+            if not inside:
+                continue
+            after = math.prod(F[d] for d in grp.dims if d > inside[-1])
+            span = math.prod(F[d] for d in inside)
+            total = math.prod(F[d] for d in grp.dims)
+            expr = grp.var
+            if after > 1:
+                expr = f"({expr} / {after})"
+            if span * after < total:
+                expr = f"({expr} % {span})"
+            # the merged run's stride belongs to its innermost dim; scale by what follows it
+            inner_after = math.prod(F[d] for d in fdims if d > inside[-1])
+            scale = stride * inner_after
+            terms.append(expr if scale == 1 else f"{expr} * {scale}")
+    return " + ".join(terms) if terms else "0"
+
+
+def is_unit_stride(plan: KernelPlan, nid: int, grp: Group, vec: int) -> bool:
+    """True if consecutive values of `grp.var` (in aligned chunks of `vec`) read consecutive
+    elements of the operand: then vector loads are valid."""
+    runs = _merged_dims(plan, nid)
+    inner = grp.dims[-1]
+    for fdims, stride in runs:
+        if inner in fdims:
+            covered = [d for d in fdims if d in grp.dims]
+            span = math.prod(plan.full_shape[d] for d in covered)
+            return stride == 1 and fdims[-1] == inner and span % vec == 0
+    return False
+
+
+def is_splat(plan: KernelPlan, nid: int, grp: Group, vec: int) -> bool:
+    """True if the operand is constant over every aligned chunk of `vec` values of `grp.var`."""
+    fmap = {f for f in plan.fmaps[nid] if f is not None}
+    block = 1
+    for d in reversed(grp.dims):
+        if d in fmap:
+            break
+        block *= plan.full_shape[d]
+    return block % vec == 0
+
+
+def varies_along(plan: KernelPlan, nid: int, dims: tuple[int, ...]) -> bool:
+    return any(f in dims for f in plan.fmaps[nid] if f is not None)
+
+
+# -- expression bodies -------------------------------------------------------------------------
+
+def emit_values(plan: KernelPlan, roots: list[int], bound: dict[int, str], fast: bool,
+                suffix: str = "") -> tuple[list[str], dict[int, str]]:
+    """Statements computing `roots` from the `bound` leaves (node id -> C expression).
+
+    Returns the statements and the name of every computed node. Reductions and inputs must be
+    bound by the caller; everything elementwise is computed here, in topological order.
+    """
+    g = plan.graph
+    need: set[int] = set()
+    stack = list(roots)
+    while stack:
+        k = stack.pop()
+        if k in need or k in bound:
+            continue
+        need.add(k)
+        stack.extend(g[k].args)
+    names = dict(bound)
+    stmts: list[str] = []
+    for n in g.nodes:
+        if n.id not in need:
+            continue
+        if n.op == "const":
+            names[n.id] = ops.float_literal(n.attr("value"))
+            continue
+        if n.op in ("view",):
+            names[n.id] = names[n.args[0]]
+            continue
+        if n.op in ("input", "reduce"):
+            raise KeyError(f"node %{n.id} ({n.op}) must be bound")
+        expr = ops.render(n.op, [names[a] for a in n.args], dict(n.attrs), fast)
+        name = f"v{n.id}{suffix}"
+        ctype = ops.C_TYPES[n.dtype]
+        stmts.append(f"const {ctype} {name} = {expr};")
+        names[n.id] = name
+    return stmts, names
+
+
+def out_ctype(plan: KernelPlan) -> str:
+    return "long long" if plan.out_dtype == INDEX_DTYPE else "float"
+
+
+def kernel_params(plan: KernelPlan) -> str:
+    """Every kernel of a candidate takes the same arguments: inputs, output, workspace."""
+    ins = [f"const float* __restrict__ in{k}" for k in plan.operands]
+    return ", ".join(ins + [f"{out_ctype(plan)}* __restrict__ out", "void* __restrict__ ws"])

@@ -1,0 +1,146 @@
+"""Slots, configurations, targets and rendered candidates: the vocabulary of the search space.
+
+A slot belongs to exactly one agent (config, memory, compute, reduction); its name carries the
+owner as a prefix (``memory.vec``). A configuration assigns every slot of the space; slots that
+the chosen template does not have hold ``"-"`` and are masked for the agents.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+AGENTS = ("config", "memory", "compute", "reduction")
+ABSENT = "-"
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One decision a template exposes. `choices` are in a meaningful order (small to large)."""
+
+    name: str
+    choices: tuple
+    doc: str = ""
+
+    @property
+    def agent(self) -> str:
+        return self.name.split(".", 1)[0]
+
+    def __post_init__(self) -> None:
+        if self.agent not in AGENTS:
+            raise ValueError(f"slot {self.name}: owner must be one of {AGENTS}")
+
+
+@dataclass(frozen=True)
+class Config:
+    """An assignment of every slot: hashable, ordered by slot name, JSON-friendly."""
+
+    items: tuple[tuple[str, Any], ...]
+
+    @staticmethod
+    def of(values: dict[str, Any]) -> "Config":
+        return Config(tuple(sorted(values.items())))
+
+    def __getitem__(self, name: str) -> Any:
+        for key, value in self.items:
+            if key == name:
+                return value
+        raise KeyError(name)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            return default
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.items)
+
+    def key(self) -> str:
+        return json.dumps(self.as_dict(), sort_keys=True)
+
+    def present(self) -> dict[str, Any]:
+        """The slots the chosen template really has (absent ones dropped)."""
+        return {k: v for k, v in self.items if v != ABSENT}
+
+    def short(self) -> str:
+        return " ".join(f"{k.split('.', 1)[1]}={v}" for k, v in self.items if v != ABSENT)
+
+
+@dataclass(frozen=True)
+class Target:
+    """The GPU a candidate is built and laid out for. Defaults describe the H200 of DESIGN.md."""
+
+    name: str = "NVIDIA H200"
+    arch: str = "sm_90"
+    sm_count: int = 132
+    max_threads_per_sm: int = 2048
+    max_blocks_per_sm: int = 32
+    regs_per_sm: int = 65536
+    smem_per_sm: int = 233472
+    max_smem_per_block: int = 232448  # 227 KB with the opt-in attribute
+    default_smem_per_block: int = 49152
+    l2_bytes: int = 60 * 1024 * 1024
+    dram_bw: float = 4.3e12  # bytes/s, device-to-device copy (read + write), measured
+    fp32_flops: float = 50.5e12
+    clock_hz: float = 1.98e9
+
+    def key(self) -> str:
+        return f"{self.arch}/{self.sm_count}sm"
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One kernel launch of a candidate. Every kernel takes (inputs..., out, workspace)."""
+
+    kernel: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    smem: int = 0
+
+    @property
+    def threads(self) -> int:
+        return self.block[0] * self.block[1] * self.block[2]
+
+    @property
+    def blocks(self) -> int:
+        return self.grid[0] * self.grid[1] * self.grid[2]
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """A candidate ready to compile and run: CUDA C source plus how to launch it."""
+
+    source: str
+    launches: tuple[Launch, ...]
+    workspace_bytes: int = 0
+    zero_workspace: bool = False
+    # analytic facts the simulator and the agents' observations use
+    facts: tuple[tuple[str, Any], ...] = field(default=())
+
+    @property
+    def kernel_names(self) -> tuple[str, ...]:
+        seen: list[str] = []
+        for launch in self.launches:
+            if launch.kernel not in seen:
+                seen.append(launch.kernel)
+        return tuple(seen)
+
+    def fact(self, name: str, default: Any = None) -> Any:
+        return dict(self.facts).get(name, default)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"launches": [l.__dict__ for l in self.launches],
+                "workspace_bytes": self.workspace_bytes, "zero_workspace": self.zero_workspace,
+                "facts": dict(self.facts)}
+
+
+def content_key(*parts: Iterable[Any] | str) -> str:
+    """SHA-256 over everything that changes a binary or its measurement (STYLE lesson 4)."""
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(json.dumps(part, sort_keys=True, default=str).encode())
+        h.update(b"\x00")
+    return h.hexdigest()

@@ -1,0 +1,159 @@
+"""The search space of one problem: every valid configuration of every template that applies.
+
+Spaces are small enough (hundreds to tens of thousands of configurations) to enumerate once, so
+validity masks for the agents are exact: a slot value is allowed under a partial assignment iff
+some valid configuration extends it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Iterable
+
+from ..errors import UnsupportedError
+from ..ir.plan import KernelPlan
+from .slots import ABSENT, Config, Rendered, Slot, Target, content_key
+from .templates import TEMPLATES, Template
+
+SCOPE_SLOT = "reduction.scope"
+
+
+@dataclass
+class Space:
+    plan: KernelPlan
+    target: Target
+    templates: list[Template] = field(default_factory=list)
+
+    @staticmethod
+    def for_plan(plan: KernelPlan, target: Target) -> "Space":
+        templates = [t for t in TEMPLATES if t.applies(plan)]
+        if not templates:
+            raise UnsupportedError(f"unsupported: no template covers this {plan.family} problem")
+        return Space(plan, target, templates)
+
+    # -- slots --------------------------------------------------------------------------------
+    @cached_property
+    def slots(self) -> list[Slot]:
+        seen: dict[str, Slot] = {}
+        if len(self.templates) > 1:
+            seen[SCOPE_SLOT] = Slot(SCOPE_SLOT, tuple(t.name for t in self.templates),
+                                    "which template: how work is split over threads and blocks")
+        for t in self.templates:
+            for s in t.slots(self.plan, self.target):
+                if s.name in seen and s.name != SCOPE_SLOT:
+                    merged = tuple(dict.fromkeys(seen[s.name].choices + s.choices))
+                    seen[s.name] = Slot(s.name, merged, s.doc)
+                else:
+                    seen[s.name] = s
+        return sorted(seen.values(), key=lambda s: s.name)
+
+    def slot(self, name: str) -> Slot:
+        for s in self.slots:
+            if s.name == name:
+                return s
+        raise KeyError(name)
+
+    def template_of(self, cfg: Config | dict[str, Any]) -> Template:
+        if len(self.templates) == 1:
+            return self.templates[0]
+        name = cfg[SCOPE_SLOT]
+        for t in self.templates:
+            if t.name == name:
+                return t
+        raise KeyError(name)
+
+    # -- enumeration --------------------------------------------------------------------------
+    def _template_configs(self, t: Template) -> Iterable[Config]:
+        own = t.slots(self.plan, self.target)
+        names = [s.name for s in own]
+        rest = {s.name: ABSENT for s in self.slots if s.name not in names}
+        if len(self.templates) > 1:
+            rest[SCOPE_SLOT] = t.name
+        seen: set[Config] = set()
+        for values in itertools.product(*(s.choices for s in own)):
+            cfg = t.canonical(self.plan, dict(zip(names, values)))
+            if t.check(self.plan, cfg, self.target) is not None:
+                continue
+            full = Config.of({**rest, **cfg})
+            if full not in seen:
+                seen.add(full)
+                yield full
+
+    @cached_property
+    def configs(self) -> list[Config]:
+        """Every valid configuration, in a deterministic order."""
+        out: list[Config] = []
+        for t in self.templates:
+            out.extend(self._template_configs(t))
+        if not out:
+            raise UnsupportedError("unsupported: no valid configuration for this problem")
+        return out
+
+    @cached_property
+    def index(self) -> dict[Config, int]:
+        return {c: i for i, c in enumerate(self.configs)}
+
+    def __len__(self) -> int:
+        return len(self.configs)
+
+    def check(self, cfg: Config) -> str | None:
+        """Why `cfg` is not in the space (None when it is)."""
+        if cfg in self.index:
+            return None
+        try:
+            t = self.template_of(cfg)
+        except KeyError as exc:
+            return f"unknown template {exc}"
+        d = cfg.as_dict()
+        own = {s.name for s in t.slots(self.plan, self.target)}
+        for s in t.slots(self.plan, self.target):
+            if d.get(s.name) not in s.choices:
+                return f"{s.name}={d.get(s.name)!r} not among {s.choices}"
+        reason = t.check(self.plan, {k: v for k, v in d.items() if k in own}, self.target)
+        return reason or "not canonical (a slot without effect differs from its canonical value)"
+
+    def mask(self, slot: str, partial: dict[str, Any]) -> list[bool]:
+        """Which values of `slot` some valid configuration extending `partial` takes."""
+        choices = self.slot(slot).choices
+        ok = [False] * len(choices)
+        pos = {v: i for i, v in enumerate(choices)}
+        for cfg in self.configs:
+            d = cfg.as_dict()
+            if all(d.get(k) == v for k, v in partial.items()):
+                v = d[slot]
+                if v in pos:
+                    ok[pos[v]] = True
+        return ok
+
+    def sample(self, n: int, rng: random.Random, exclude: set[Config] | None = None
+               ) -> list[Config]:
+        pool = [c for c in self.configs if not exclude or c not in exclude]
+        return rng.sample(pool, min(n, len(pool)))
+
+    def default(self) -> Config:
+        """The untuned baseline: the first template's default, canonicalized."""
+        t = self.templates[0]
+        cfg = t.canonical(self.plan, t.default(self.plan, self.target))
+        rest = {s.name: ABSENT for s in self.slots}
+        if len(self.templates) > 1:
+            rest[SCOPE_SLOT] = t.name
+        return Config.of({**rest, **cfg})
+
+    # -- rendering ----------------------------------------------------------------------------
+    def render(self, cfg: Config) -> Rendered:
+        t = self.template_of(cfg)
+        own = {s.name for s in t.slots(self.plan, self.target)}
+        return t.render(self.plan, {k: v for k, v in cfg.items if k in own}, self.target)
+
+    def key(self, cfg: Config, toolchain: str) -> str:
+        """Content key of a candidate: template version, slots, computation, target, compiler."""
+        t = self.template_of(cfg)
+        return content_key(t.name, t.version, cfg.as_dict(), self.plan.graph.fingerprint(),
+                           self.target.key(), toolchain)
+
+    @property
+    def version(self) -> str:
+        return "+".join(f"{t.name}{t.version}" for t in self.templates)

@@ -1,0 +1,305 @@
+"""Reductions over the innermost dims (softmax, norms, row reductions): a group of T threads
+owns a row of R contiguous elements.
+
+Slots decide the group size and rows per block (config), vector width and where the row lives
+between passes: registers, shared memory, or re-read from global memory/L2 (memory), unrolling,
+intrinsics and single-pass online softmax (compute), and how the group combines partial results:
+warp shuffles or a shared-memory tree (reduction).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ...ir.plan import KernelPlan
+from .. import codegen as cg
+from ..slots import Launch, Rendered, Slot, Target
+from .base import Code, Reducer, Template, block_combine, pow2_choices, smem_for_combine
+from .rowcommon import (Pass, make_passes, online_merge, online_softmax_pair, online_update,
+                        operand_roles, pass_roots, row_values_after)
+
+MAX_CACHED_REGS = 64  # floats per thread kept in registers across passes
+
+
+def _has_fast_ops(plan: KernelPlan) -> bool:
+    return plan.cached("fast_ops", lambda: plan.uses_transcendental() or any(
+        n.op == "div" for n in plan.graph.live()))
+
+
+class RowTemplate(Template):
+    name = "row"
+    version = "1"
+
+    def applies(self, plan: KernelPlan) -> bool:
+        return plan.kind == "reduce" and plan.I == 1
+
+    def slots(self, plan: KernelPlan, target: Target) -> list[Slot]:
+        return [
+            Slot("config.block", (32, 64, 128, 256, 512, 1024), "threads per block"),
+            Slot("config.tpr", pow2_choices(1, 1024), "threads cooperating on one row"),
+            Slot("config.grid", ("exact", "persistent"), "a block per row group, or one wave"),
+            Slot("memory.vec", (1, 2, 4), "elements per load/store along the row"),
+            Slot("memory.cache", ("regs", "smem", "reload"),
+                 "where a row is kept between passes"),
+            Slot("memory.load", ("default", "ldg", "stream"), "load cache hint"),
+            Slot("compute.unroll", (1, 2, 4), "unroll of the loop over a row's chunks"),
+            Slot("compute.fastmath", (0, 1), "hardware approximations of exp/log/div"),
+            Slot("compute.algo", ("passes", "online"),
+                 "softmax: separate max and sum passes, or one online pass"),
+            Slot("reduction.combine", ("shfl", "smem_tree"),
+                 "combine within a row group: warp shuffles or shared-memory tree"),
+        ]
+
+    # -- validity ------------------------------------------------------------------------------
+    def _nch(self, plan: KernelPlan, cfg: dict[str, Any]) -> int:
+        return -(-plan.R // (cfg["config.tpr"] * cfg["memory.vec"]))
+
+    def canonical(self, plan: KernelPlan, cfg: dict[str, Any]) -> dict[str, Any]:
+        cfg = dict(cfg)
+        passes = make_passes(plan, cfg["compute.algo"] == "online")
+        if len(passes) < 2 or not operand_roles(plan, passes).cached:
+            cfg["memory.cache"] = "reload"
+        if not online_softmax_pair(plan):
+            cfg["compute.algo"] = "passes"
+        if not _has_fast_ops(plan):
+            cfg["compute.fastmath"] = 0
+        if cfg["config.tpr"] == 1:
+            cfg["reduction.combine"] = "shfl"
+        if cfg["memory.cache"] == "regs" or self._nch(plan, cfg) == 1:
+            cfg["compute.unroll"] = 1
+        G = max(1, cfg["config.block"] // cfg["config.tpr"])
+        rows_blocks = -(-plan.O // G)
+        if rows_blocks <= target_blocks(cfg["config.block"]):
+            cfg["config.grid"] = "exact"
+        return cfg
+
+    def check(self, plan: KernelPlan, cfg: dict[str, Any], target: Target) -> str | None:
+        T, B, vec = cfg["config.tpr"], cfg["config.block"], cfg["memory.vec"]
+        if T > B:
+            return "threads per row exceed the block"
+        R = plan.R
+        if T > 1 and T * vec > 2 * _pow2_ceil(R):
+            return "more threads per row than elements"
+        if vec > 1:
+            if R % vec:
+                return f"vector width {vec} does not divide the row length {R}"
+            if not plan.cached(("row_vec_ok", vec), lambda: _vectorizable(plan, vec)):
+                return "an operand cannot be read in vectors along the row"
+        if cfg["compute.algo"] == "online" and cfg["reduction.combine"] != "shfl":
+            return "online softmax combines with shuffles only"
+        passes = make_passes(plan, cfg["compute.algo"] == "online")
+        cached = operand_roles(plan, passes).cached
+        nch = self._nch(plan, cfg)
+        if cfg["memory.cache"] == "regs" and nch * vec * len(cached) > MAX_CACHED_REGS:
+            return "row does not fit in registers"
+        if cfg["memory.cache"] == "smem" and self._dyn_smem(plan, cfg, cached) + 8192 > \
+                target.max_smem_per_block:
+            return "row group does not fit in shared memory"
+        return None
+
+    def _dyn_smem(self, plan: KernelPlan, cfg: dict[str, Any], cached: list[int]) -> int:
+        G = cfg["config.block"] // cfg["config.tpr"]
+        return G * len(cached) * plan.R * 4 if cfg["memory.cache"] == "smem" else 0
+
+    def default(self, plan: KernelPlan, target: Target) -> dict[str, Any]:
+        # a block of 256 per row, scalar loads, re-reading the row each pass: the textbook kernel
+        return {"config.block": 256, "config.tpr": min(256, _pow2_ceil(plan.R)),
+                "config.grid": "exact", "memory.vec": 1, "memory.cache": "reload",
+                "memory.load": "default", "compute.unroll": 1, "compute.fastmath": 0,
+                "compute.algo": "passes", "reduction.combine": "smem_tree"}
+
+    # -- code ----------------------------------------------------------------------------------
+    def render(self, plan: KernelPlan, cfg: dict[str, Any], target: Target) -> Rendered:
+        T, B, vec = cfg["config.tpr"], cfg["config.block"], cfg["memory.vec"]
+        G = B // T
+        O, R = plan.O, plan.R
+        hint = cg.HINTS[cfg["memory.load"]]
+        fast = bool(cfg["compute.fastmath"])
+        cache = cfg["memory.cache"]
+        nch = self._nch(plan, cfg)
+        passes = make_passes(plan, cfg["compute.algo"] == "online")
+        roles = operand_roles(plan, passes)
+        first_use = {nid: min(i for i, s in enumerate(roles.per_pass) if nid in s)
+                     for nid in roles.cached}
+        op_index = {nid: k for k, nid in roles.full + roles.row}
+        ogrp = cg.Group("o", tuple(range(plan.reduce_dims[0])))
+        all_red = [r for p in passes for r in p.reducers]
+        n_red, need_i = smem_for_combine(all_red, T, G, cfg["reduction.combine"])
+        if any(p.online for p in passes) and T > 32:
+            n_red = max(n_red, G * (T // 32))
+        exact_blocks = -(-O // G)
+        grid = exact_blocks if cfg["config.grid"] == "exact" else min(
+            exact_blocks, target_blocks(B, target.sm_count, target.max_threads_per_sm))
+        dyn = self._dyn_smem(plan, cfg, roles.cached)
+
+        c = Code()
+        c(cg.PRELUDE)
+        c.open(f'extern "C" __global__ void __launch_bounds__({B}) ca_row({cg.kernel_params(plan)})')
+        c(f"const int lane = threadIdx.x % {T};", f"const int grp = threadIdx.x / {T};")
+        if n_red:
+            c(f"__shared__ float ca_red[{n_red}];")
+            if need_i:
+                c(f"__shared__ int ca_red_i[{n_red}];")
+            if any(p.online for p in passes):
+                c(f"__shared__ float ca_red2[{n_red}];")
+        if dyn:
+            c("extern __shared__ float4 ca_dyn4[];",
+              "float* ca_dyn = reinterpret_cast<float*>(ca_dyn4);")
+        c.open(f"for (long long ob = (long long)blockIdx.x * {G}; ob < {O}LL; "
+               f"ob += (long long)gridDim.x * {G})")
+        c("const long long o_ = ob + grp;", f"const bool active = o_ < {O}LL;",
+          f"const long long o = active ? o_ : {O - 1}LL;")
+        row_bound: dict[int, str] = {}
+        for k, nid in roles.row:
+            off = cg.offset_expr(plan, nid, [ogrp])
+            c(f"const float w{k} = ca_ld<{hint}>(in{k} + ({off}));")
+            row_bound[nid] = f"w{k}"
+        if cache == "regs":
+            for nid in roles.cached:
+                c(f"{cg.vec_type(vec)} cr{op_index[nid]}[{nch}];")
+        done: set[int] = set()
+        for pi, p in enumerate(passes):
+            c(f"// pass {pi + 1}: " + ("output" if p.writes_output else
+                                       "reduce " + ", ".join(f"%{r.nid}:{r.kind}" for r in p.reducers)))
+            if p.online:
+                c("float om = -CA_INF, os = 0.f;")
+            else:
+                for r in p.reducers:
+                    c(*r.declare())
+            if cache == "regs" or nch <= 8:
+                c("#pragma unroll")
+            else:
+                c(f"#pragma unroll {cfg['compute.unroll']}")
+            c.open(f"for (int j = 0; j < {nch}; ++j)")
+            c(f"const int c = (j * {T} + lane) * {vec};")
+            c.open(f"if (c < {R})")
+            lanes: dict[int, list[str]] = {}
+            for nid in sorted(roles.per_pass[pi]):
+                k = op_index[nid]
+                name = f"x{k}"
+                cached_here = nid in roles.cached and cache != "reload"
+                from_cache = cached_here and first_use[nid] < pi
+                grp = cg.Group("c", plan.reduce_dims)
+                if from_cache and cache == "regs":
+                    c(f"const {cg.vec_type(vec)} {name} = cr{k}[j];")
+                    lanes[nid] = [cg.vec_get(name, vec, l) for l in range(vec)]
+                    continue
+                q = roles.cached.index(nid) if nid in roles.cached else -1
+                sbase = f"ca_dyn + ((grp * {len(roles.cached)} + {q}) * {R} + c)"
+                if from_cache and cache == "smem":
+                    c(f"const {cg.vec_type(vec)} {name} = "
+                      f"*reinterpret_cast<const {cg.vec_type(vec)}*>({sbase});")
+                    lanes[nid] = [cg.vec_get(name, vec, l) for l in range(vec)]
+                    continue
+                if vec > 1 and cg.is_unit_stride(plan, nid, grp, vec):
+                    off = cg.offset_expr(plan, nid, [ogrp, grp])
+                    c(f"const {cg.vec_type(vec)} {name} = "
+                      f"{cg.vec_load(f'in{k} + ({off})', vec, hint)};")
+                    lanes[nid] = [cg.vec_get(name, vec, l) for l in range(vec)]
+                elif vec == 1 or cg.is_splat(plan, nid, grp, vec):
+                    off = cg.offset_expr(plan, nid, [ogrp, grp])
+                    if vec == 1:
+                        c(f"const float {name} = ca_ld<{hint}>(in{k} + ({off}));")
+                    else:
+                        c(f"const float {name}s = ca_ld<{hint}>(in{k} + ({off}));")
+                        c(f"const {cg.vec_type(vec)} {name} = make_float{vec}(" +
+                          ", ".join([f"{name}s"] * vec) + ");")
+                    lanes[nid] = [cg.vec_get(name, vec, l) for l in range(vec)]
+                else:  # gathers never pass check() for vec > 1; kept for completeness
+                    raise AssertionError("unreachable: vector gathers are masked")
+                if cached_here and cache == "regs":
+                    c(f"cr{k}[j] = {name};")
+                elif cached_here and cache == "smem":
+                    c(f"*reinterpret_cast<{cg.vec_type(vec)}*>({sbase}) = {name};")
+            roots = pass_roots(plan, p)
+            out_lane_vals = []
+            for l in range(vec):
+                bound = dict(row_bound)
+                bound.update({nid: vals[l] for nid, vals in lanes.items()})
+                stmts, names = cg.emit_values(plan, roots, bound, fast, suffix=f"_{l}")
+                c(*stmts)
+                if p.writes_output:
+                    out_lane_vals.append(names[plan.output])
+                elif p.online:
+                    c(online_update("om", "os", names[roots[0]], fast))
+                else:
+                    for r in p.reducers:
+                        c(r.update(names[plan.graph[r.nid].args[0]], f"c + {l}"))
+            if p.writes_output:
+                c.open("if (active)")
+                c(cg.vec_store(f"out + o * {R} + c", out_lane_vals, 0))
+                c.close()
+            c.close()  # if c < R
+            c.close()  # for j
+            if p.online:
+                _online_combine(c, T, G, fast)
+                m, s = p.online
+                c(f"const float s{m} = om;", f"const float s{s} = os;")
+                row_bound[m], row_bound[s] = f"s{m}", f"s{s}"
+                done.update(p.online)
+            elif p.reducers:
+                block_combine(c, p.reducers, T, G, cfg["reduction.combine"])
+                for r in p.reducers:
+                    ctype = "long long" if r.is_arg else "float"
+                    c(f"const {ctype} s{r.nid} = {r.result()};")
+                    row_bound[r.nid] = f"s{r.nid}"
+                    done.add(r.nid)
+            new_rows = [n for n in row_values_after(plan, done) if n not in row_bound]
+            if new_rows:
+                stmts, names = cg.emit_values(plan, new_rows, dict(row_bound), fast, suffix="r")
+                c(*stmts)
+                for n in new_rows:
+                    row_bound[n] = names[n]
+        if plan.output_is_row:
+            c.open("if (active && lane == 0)")
+            c(f"out[o] = {row_bound[plan.output]};")
+            c.close()
+        c.close()  # row loop
+        c.close()  # kernel
+        facts = (("family", "row"), ("threads", B), ("blocks", grid), ("vec", vec), ("tpr", T),
+                 ("passes", len(passes)), ("cache", cache), ("dyn_smem", dyn),
+                 ("cached_operands", len(roles.cached)), ("fast", int(fast)),
+                 ("combine", cfg["reduction.combine"]), ("rows", O), ("row_len", R))
+        return Rendered(c.text(), (Launch("ca_row", (grid, 1, 1), (B, 1, 1), dyn),), facts=facts)
+
+
+def _online_combine(c: Code, T: int, G: int, fast: bool) -> None:
+    if T == 1:
+        return
+    off = min(T, 32) // 2
+    while off >= 1:
+        c(f"{{ const float qm_ = __shfl_xor_sync(0xffffffffu, om, {off}, {min(T, 32)}); "
+          f"const float qs_ = __shfl_xor_sync(0xffffffffu, os, {off}, {min(T, 32)}); "
+          + online_merge("om", "os", "qm_", "qs_", fast) + " }")
+        off //= 2
+    if T > 32:
+        W = T // 32
+        c("__syncthreads();")
+        c(f"if ((lane & 31) == 0) {{ ca_red[grp * {W} + (lane >> 5)] = om; "
+          f"ca_red2[grp * {W} + (lane >> 5)] = os; }}")
+        c("__syncthreads();")
+        c("om = -CA_INF; os = 0.f;")
+        c(f"for (int w_ = 0; w_ < {W}; ++w_) {{ const float qm_ = ca_red[grp * {W} + w_]; "
+          f"const float qs_ = ca_red2[grp * {W} + w_]; " + online_merge("om", "os", "qm_", "qs_", fast)
+          + " }")
+        c("__syncthreads();")
+
+
+def _vectorizable(plan: KernelPlan, vec: int) -> bool:
+    grp = cg.Group("c", plan.reduce_dims)
+    for k in plan.operands:
+        nid = cg.operand_node(plan, k)
+        if cg.varies_along(plan, nid, plan.reduce_dims) and not (
+                cg.is_unit_stride(plan, nid, grp, vec) or cg.is_splat(plan, nid, grp, vec)):
+            return False
+    return True
+
+
+def _pow2_ceil(n: int) -> int:
+    return 1 << max(0, math.ceil(math.log2(max(1, n))))
+
+
+def target_blocks(block: int, sm_count: int = 132, max_threads: int = 2048) -> int:
+    """Blocks in one full wave, assuming thread-limited occupancy."""
+    return sm_count * max(1, min(32, max_threads // block))

@@ -1,0 +1,139 @@
+"""Pieces shared by the reduction templates: passes over a row, operand roles, online softmax."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...ir.plan import KernelPlan
+from .. import codegen as cg
+from .base import Reducer
+
+
+@dataclass
+class Pass:
+    """One sweep over a row: the reductions it computes, or the output it writes."""
+
+    reducers: list[Reducer]
+    writes_output: bool = False
+    online: tuple[int, int] | None = None  # (max node, sum node) computed together
+
+
+def online_softmax_pair(plan: KernelPlan) -> tuple[int, int, int] | None:
+    """(max node, sum node, body A) when level 1 is max(A) and level 2 is sum(exp(A - max))."""
+    return plan.cached("online", lambda: _online_softmax_pair(plan))
+
+
+def _online_softmax_pair(plan: KernelPlan) -> tuple[int, int, int] | None:
+    if len(plan.levels) < 2 or len(plan.levels[0]) != 1 or len(plan.levels[1]) != 1:
+        return None
+    g = plan.graph
+    m, s = g[plan.levels[0][0]], g[plan.levels[1][0]]
+    if m.attr("kind") != "max" or s.attr("kind") != "sum":
+        return None
+    e = g[s.args[0]]
+    if e.op != "exp":
+        return None
+    d = g[e.args[0]]
+    if d.op != "sub" or d.args[0] != m.args[0] or d.args[1] != m.id:
+        return None
+    return m.id, s.id, m.args[0]
+
+
+def make_passes(plan: KernelPlan, online: bool) -> list[Pass]:
+    return plan.cached(("passes", online), lambda: _make_passes(plan, online))
+
+
+def _make_passes(plan: KernelPlan, online: bool) -> list[Pass]:
+    g = plan.graph
+    passes = [Pass([Reducer(n, g[n].attr("kind")) for n in lv]) for lv in plan.levels]
+    pair = online_softmax_pair(plan) if online else None
+    if pair:
+        m, s, _ = pair
+        passes = [Pass([Reducer(m, "max"), Reducer(s, "sum")], online=(m, s))] + passes[2:]
+    if not plan.output_is_row:
+        passes.append(Pass([], writes_output=True))
+    return passes
+
+
+def pass_roots(plan: KernelPlan, p: Pass) -> list[int]:
+    if p.writes_output:
+        return [plan.output]
+    if p.online:
+        return [plan.graph[p.online[0]].args[0]]
+    return [plan.graph[r.nid].args[0] for r in p.reducers]
+
+
+def needed(plan: KernelPlan, roots: list[int], stop: set[int]) -> set[int]:
+    """Nodes reachable from `roots` without passing through `stop` nodes."""
+    seen: set[int] = set()
+    stack = list(roots)
+    while stack:
+        k = stack.pop()
+        if k in seen:
+            continue
+        seen.add(k)
+        if k in stop:
+            continue
+        stack.extend(plan.graph[k].args)
+    return seen
+
+
+@dataclass
+class Roles:
+    """How each operand is read by a reduction kernel."""
+
+    full: list[tuple[int, int]]  # (input index, node) varying along the reduced dims
+    row: list[tuple[int, int]]  # (input index, node) constant along them: read once per row
+    per_pass: list[set[int]]  # full operand nodes each pass reads
+    cached: list[int]  # full operand nodes read by two or more passes
+
+
+def operand_roles(plan: KernelPlan, passes: list[Pass]) -> Roles:
+    key = ("roles", tuple((tuple(r.nid for r in p.reducers), p.writes_output, p.online)
+                          for p in passes))
+    return plan.cached(key, lambda: _operand_roles(plan, passes))
+
+
+def _operand_roles(plan: KernelPlan, passes: list[Pass]) -> Roles:
+    reduce_ids = {n for lv in plan.levels for n in lv}
+    full, row = [], []
+    for k in plan.operands:
+        nid = cg.operand_node(plan, k)
+        (full if cg.varies_along(plan, nid, plan.reduce_dims) else row).append((k, nid))
+    full_ids = {nid for _, nid in full}
+    per_pass = []
+    for p in passes:
+        reach = needed(plan, pass_roots(plan, p), reduce_ids)
+        per_pass.append({n for n in reach if n in full_ids})
+    counts: dict[int, int] = {}
+    for s in per_pass:
+        for n in s:
+            counts[n] = counts.get(n, 0) + 1
+    cached = [nid for _, nid in full if counts.get(nid, 0) >= 2]
+    return Roles(full, row, per_pass, cached)
+
+
+def row_values_after(plan: KernelPlan, done: set[int]) -> list[int]:
+    """Row-class elementwise nodes computable from reductions in `done` (computed once per row)."""
+    out = []
+    for n in plan.graph.live():
+        if plan.classes.get(n.id) != "row" or n.op in ("reduce", "input", "const", "view"):
+            continue
+        anc = needed(plan, [n.id], set())
+        reds = {a for a in anc if plan.graph[a].op == "reduce"}
+        if reds and reds <= done:
+            out.append(n.id)
+    return out
+
+
+def online_update(m: str, s: str, value: str, fast: bool) -> str:
+    ex = "__expf" if fast else "expf"
+    return (f"{{ const float a_ = {value}; if (a_ > {m}) {{ {s} = {s} * {ex}({m} - a_) + 1.f; "
+            f"{m} = a_; }} else {{ {s} += {ex}(a_ - {m}); }} }}")
+
+
+def online_merge(m: str, s: str, om: str, os_: str, fast: bool) -> str:
+    ex = "__expf" if fast else "expf"
+    return (f"{{ const float nm_ = ca_max({m}, {om}); "
+            f"{s} = ({m} == -CA_INF ? 0.f : {s} * {ex}({m} - nm_)) + "
+            f"({om} == -CA_INF ? 0.f : {os_} * {ex}({om} - nm_)); {m} = nm_; }}")
