@@ -90,6 +90,16 @@ class _Lowering:
     def reduce(self, kind: str, x: int, dims: Any, keepdim: bool) -> int:
         shape = self.shape(x)
         d = self.norm_dims(x, dims)
+        # Reducing a dim of size 1 changes nothing but the shape: keep only the real ones.
+        real = tuple(k for k in d if shape[k] != 1)
+        if real != d and shape:
+            final = tuple(s for k, s in enumerate(shape) if keepdim or k not in d)
+            if not real:
+                if kind in ("argmax", "argmin"):
+                    raise UnsupportedError(f"unsupported: {kind} over dims of size 1")
+                return self.view(x, final) if final != shape else x
+            inner = self.reduce(kind, x, real, True)
+            return self.view(inner, final)
         if self.g[x].dtype == "bool":
             x = self.unary("to_float", x)
         if keepdim:

@@ -1,0 +1,22 @@
+"""Frobenius normalization of a whole (16384, 16384) tensor: x / ||x||_F."""
+import torch
+import torch.nn as nn
+
+batch_size = 16384
+dim = 16384
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return x / torch.norm(x, p='fro')
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return []

@@ -1,0 +1,23 @@
+"""Softmax over the last dim with short rows: (262144, 1024)."""
+import torch
+import torch.nn as nn
+
+batch_size = 262144
+dim = 1024
+
+
+class Model(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x):
+        return torch.softmax(x, dim=self.dim)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return [-1]

@@ -1,0 +1,226 @@
+"""Devices behind one interface: `cuda` (the real GPU), `sim` (analytic model), `replay`
+(recorded sweeps). A device evaluates built candidates and reports `Measurement`s; it never
+decides what to try (STYLE: a runner never decides).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import DeviceError
+from ..ir.plan import KernelPlan
+from ..problem import Problem
+from ..space.slots import Config, Rendered, Target
+from .records import Measurement
+from .timing import TimingSettings
+from .verify import VerifySettings
+
+
+@dataclass
+class Candidate:
+    """What a device needs to evaluate one configuration."""
+
+    key: str
+    config: Config
+    rendered: Rendered
+    cubin_path: str | None
+    resources: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Baselines:
+    eager_ms: float | None = None
+    compile_ms: float | None = None
+    eager_spread_ms: float | None = None
+    compile_spread_ms: float | None = None
+    notes: dict[str, str] = field(default_factory=dict)
+
+
+class Device(ABC):
+    kind: str = "abstract"
+    simulated: bool = False
+
+    @abstractmethod
+    def target(self) -> Target: ...
+
+    @abstractmethod
+    def gpu_name(self) -> str: ...
+
+    @abstractmethod
+    def setup(self, problem: Problem, plan: KernelPlan) -> None: ...
+
+    @abstractmethod
+    def evaluate(self, cand: Candidate, best_ms: float | None = None) -> Measurement: ...
+
+    def baselines(self, which: tuple[str, ...] = ("eager", "compile")) -> Baselines:
+        return Baselines(notes={w: f"not measured on the {self.kind} device" for w in which})
+
+    def copy_bandwidth(self) -> float | None:
+        return None
+
+    def facts(self) -> dict[str, Any]:
+        return {"gpu": self.gpu_name(), "device": self.kind}
+
+    def close(self) -> None:
+        pass
+
+
+class CudaDevice(Device):
+    """Runs candidates in a worker process on one GPU; a hang or crash costs only the worker."""
+
+    kind = "cuda"
+
+    def __init__(self, index: int = 0, timing: TimingSettings | None = None,
+                 verify_settings: VerifySettings | None = None, eval_timeout_s: float = 60.0,
+                 setup_timeout_s: float = 600.0) -> None:
+        self.index = index
+        self.timing = timing or TimingSettings()
+        self.verify_settings = verify_settings or VerifySettings()
+        self.eval_timeout_s = eval_timeout_s
+        self.setup_timeout_s = setup_timeout_s
+        self._ctx = mp.get_context("spawn")
+        self._proc: Any = None
+        self._conn: Any = None
+        self._problem_path: str | None = None
+        self._facts: dict[str, Any] = {}
+        self.restarts = 0
+        self._start()
+        reply = self._call({"op": "facts"}, self.setup_timeout_s)
+        if not reply.get("ok"):
+            raise DeviceError(f"the GPU worker could not start: {reply.get('error_msg')}")
+        self._facts = reply
+
+    # -- worker management -----------------------------------------------------------------------
+    def _start(self) -> None:
+        from .worker import worker_main
+
+        parent, child = self._ctx.Pipe()
+        self._proc = self._ctx.Process(target=worker_main, daemon=True,
+                                       args=(child, self.index, self.timing,
+                                             self.verify_settings))
+        self._proc.start()
+        child.close()
+        self._conn = parent
+
+    def _kill(self) -> None:
+        if self._proc is not None and self._proc.is_alive():
+            self._proc.kill()
+        if self._proc is not None:
+            self._proc.join(timeout=10)
+        self._proc = None
+
+    def _restart(self) -> None:
+        self._kill()
+        self.restarts += 1
+        self._start()
+        if self._problem_path:
+            reply = self._call({"op": "setup", "path": self._problem_path}, self.setup_timeout_s)
+            if not reply.get("ok"):
+                raise DeviceError(f"the GPU worker failed to set up again: "
+                                  f"{reply.get('error_msg')}")
+
+    def _call(self, msg: dict[str, Any], timeout: float) -> dict[str, Any]:
+        """Send a request; a timeout or a dead worker becomes a reply with an error kind."""
+        try:
+            self._conn.send(msg)
+            if not self._conn.poll(timeout):
+                self._kill()
+                return {"ok": False, "error_kind": "timeout", "dead": True,
+                        "error_msg": f"no answer within {timeout:.0f} s; worker killed"}
+            return self._conn.recv()
+        except (EOFError, BrokenPipeError, ConnectionResetError, OSError):
+            code = self._proc.exitcode if self._proc is not None else None
+            self._kill()
+            return {"ok": False, "error_kind": "crash", "dead": True,
+                    "error_msg": f"worker process died (exit code {code})"}
+
+    # -- Device interface --------------------------------------------------------------------------
+    def target(self) -> Target:
+        f = self._facts
+        return Target(name=f.get("gpu", "cuda"), arch=f"sm_{f.get('capability', '9.0')}"
+                      .replace(".", ""), sm_count=int(f.get("sm_count", 132)),
+                      l2_bytes=int(f.get("l2_bytes", 60 << 20)) or (60 << 20))
+
+    def gpu_name(self) -> str:
+        return str(self._facts.get("gpu", "cuda"))
+
+    def facts(self) -> dict[str, Any]:
+        return {**self._facts, "device": "cuda"}
+
+    def setup(self, problem: Problem, plan: KernelPlan) -> None:
+        self._problem_path = str(problem.path)
+        reply = self._call({"op": "setup", "path": self._problem_path}, self.setup_timeout_s)
+        if reply.get("dead"):
+            self._start()
+            reply = self._call({"op": "setup", "path": self._problem_path}, self.setup_timeout_s)
+        if not reply.get("ok"):
+            raise DeviceError(f"GPU setup failed for {problem.name}: {reply.get('error_msg')}")
+        self._facts.update({k: v for k, v in reply.items() if k != "ok"})
+
+    def copy_bandwidth(self) -> float | None:
+        return self._facts.get("copy_bw")
+
+    def evaluate(self, cand: Candidate, best_ms: float | None = None) -> Measurement:
+        if cand.cubin_path is None:
+            raise ValueError("evaluate() needs a built candidate")
+        t0 = time.perf_counter()
+        msg = {"op": "eval", "cubin": cand.cubin_path, "best_ms": best_ms,
+               "launches": [l.__dict__ for l in cand.rendered.launches],
+               "workspace_bytes": cand.rendered.workspace_bytes,
+               "zero_workspace": cand.rendered.zero_workspace}
+        reply = self._call(msg, self.eval_timeout_s)
+        wall = time.perf_counter() - t0
+        if reply.get("dead") or reply.get("sticky"):
+            self._restart()
+        counters = dict(reply.get("counters", {}))
+        counters.update({f"compile_{k}": v for k, v in cand.resources.items()})
+        if not reply.get("ok"):
+            m = Measurement.failure(cand.key, "cuda", reply.get("error_kind") or "cuda",
+                                    reply.get("error_msg") or "", wall_s=wall,
+                                    counters=counters)
+            m.max_rel_err = reply.get("max_rel_err")
+            m.verified = reply.get("verified", False if reply.get("error_kind") in (
+                "wrong", "unwritten", "nan", "mutated_input", "degenerate") else None)
+            return m
+        return Measurement(cand.key, "cuda", True, reply["time_ms"], reply.get("spread_ms"),
+                           reply.get("samples", 0), True, False, counters=counters,
+                           max_rel_err=reply.get("max_rel_err"), wall_s=wall)
+
+    def baselines(self, which: tuple[str, ...] = ("eager", "compile")) -> Baselines:
+        out = Baselines()
+        for w in which:
+            reply = self._call({"op": "baseline", "which": w}, self.setup_timeout_s)
+            if reply.get("dead"):
+                self._restart()
+            if reply.get("ok"):
+                if w == "eager":
+                    out.eager_ms, out.eager_spread_ms = reply["time_ms"], reply.get("spread_ms")
+                elif w == "compile":
+                    out.compile_ms = reply["time_ms"]
+                    out.compile_spread_ms = reply.get("spread_ms")
+                out.notes[w] = f"setup {reply.get('setup_s', 0):.1f} s"
+            else:
+                out.notes[w] = f"failed: {reply.get('error_msg')}"
+        return out
+
+    def close(self) -> None:
+        if self._proc is not None and self._proc.is_alive():
+            try:
+                self._conn.send({"op": "quit"})
+                self._conn.poll(5)
+            except (OSError, EOFError, BrokenPipeError):
+                pass
+        self._kill()
+
+
+def cuda_available() -> bool:
+    """True when a CUDA GPU can be used (checked without initialising CUDA in this process)."""
+    try:
+        import torch
+        return bool(torch.cuda.is_available())
+    except Exception:  # noqa: BLE001
+        return False

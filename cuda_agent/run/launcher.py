@@ -1,0 +1,128 @@
+"""Launch generated kernels on torch tensors through the CUDA driver API (cuda-bindings).
+
+Self-contained on purpose: `emit.py` copies this file's source into every `model_new.py`, so the
+emitted module runs without cuda-agent installed. Keep it free of cuda_agent imports.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Sequence
+
+import torch
+
+# Errors after which the CUDA context is unusable: the process must be replaced.
+STICKY = {700: "illegal_address", 714: "illegal_address", 715: "illegal_address",
+          716: "misaligned", 719: "illegal_address", 702: "timeout"}
+RESOURCE = {701: "resources", 1: "resources"}
+
+
+class KernelLaunchError(RuntimeError):
+    def __init__(self, code: int, where: str) -> None:
+        self.code = code
+        self.kind = STICKY.get(code) or RESOURCE.get(code) or "launch"
+        self.sticky = code in STICKY
+        super().__init__(f"{where}: CUDA error {code} ({self.kind})")
+
+
+def _driver():
+    from cuda.bindings import driver
+    return driver
+
+
+def _check(result, where: str):
+    err = result[0] if isinstance(result, tuple) else result
+    code = int(err)
+    if code != 0:
+        raise KernelLaunchError(code, where)
+    if isinstance(result, tuple):
+        return result[1] if len(result) == 2 else result[1:]
+    return None
+
+
+def compile_for_device(source: str, device: torch.device) -> bytes:
+    """Compile `source` with NVRTC for the GPU at hand (used when no matching cubin ships)."""
+    from cuda.bindings import nvrtc
+
+    major, minor = torch.cuda.get_device_capability(device)
+    opts = [f"--gpu-architecture=sm_{major}{minor}".encode(), b"-std=c++17"]
+    err, prog = nvrtc.nvrtcCreateProgram(source.encode(), b"kernel.cu", 0, [], [])
+    (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+    if int(err) != 0:
+        _, size = nvrtc.nvrtcGetProgramLogSize(prog)
+        log = b" " * size
+        nvrtc.nvrtcGetProgramLog(prog, log)
+        raise RuntimeError("NVRTC failed: " + log.decode(errors="replace")[:2000])
+    _, size = nvrtc.nvrtcGetCUBINSize(prog)
+    cubin = b" " * size
+    nvrtc.nvrtcGetCUBIN(prog, cubin)
+    nvrtc.nvrtcDestroyProgram(prog)
+    return cubin
+
+
+class LoadedKernels:
+    """A cubin loaded into the current context plus the launch sequence of one candidate.
+
+    `launches` is a list of dicts {kernel, grid, block, smem}; every kernel takes
+    (inputs..., out, workspace) as raw device pointers.
+    """
+
+    def __init__(self, image: bytes, launches: Sequence[dict], workspace_bytes: int = 0,
+                 zero_workspace: bool = False, device: torch.device | None = None) -> None:
+        driver = _driver()
+        self.device = device or torch.device("cuda", torch.cuda.current_device())
+        torch.cuda.init()
+        with torch.cuda.device(self.device):
+            torch.empty(1, device=self.device)  # makes the primary context current
+            self.module = _check(driver.cuModuleLoadData(image), "cuModuleLoadData")
+            self.functions = {}
+            for launch in launches:
+                name = launch["kernel"]
+                if name not in self.functions:
+                    fn = _check(driver.cuModuleGetFunction(self.module, name.encode()),
+                                f"cuModuleGetFunction({name})")
+                    self.functions[name] = fn
+                if launch.get("smem", 0) > 48 * 1024:
+                    _check(driver.cuFuncSetAttribute(
+                        self.functions[name],
+                        driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                        int(launch["smem"])), f"cuFuncSetAttribute({name})")
+        self.launches = [dict(l) for l in launches]
+        self.workspace_bytes = int(workspace_bytes)
+        self.zero_workspace = bool(zero_workspace)
+        self.workspace = torch.zeros(max(self.workspace_bytes, 16), dtype=torch.uint8,
+                                     device=self.device)
+
+    def __call__(self, inputs: Sequence[torch.Tensor], out: torch.Tensor) -> None:
+        driver = _driver()
+        stream = torch.cuda.current_stream(self.device).cuda_stream
+        if self.zero_workspace:
+            self.workspace.zero_()
+        ptrs = [t.data_ptr() for t in inputs] + [out.data_ptr(), self.workspace.data_ptr()]
+        holders = [ctypes.c_void_p(p) for p in ptrs]
+        params = (ctypes.c_void_p * len(holders))(*[ctypes.addressof(h) for h in holders])
+        for launch in self.launches:
+            gx, gy, gz = launch["grid"]
+            bx, by, bz = launch["block"]
+            _check(driver.cuLaunchKernel(self.functions[launch["kernel"]], gx, gy, gz, bx, by, bz,
+                                         int(launch.get("smem", 0)), stream,
+                                         ctypes.addressof(params), 0),
+                   f"launch {launch['kernel']}")
+
+    def close(self) -> None:
+        if getattr(self, "module", None) is not None:
+            try:
+                _driver().cuModuleUnload(self.module)
+            except Exception:  # noqa: BLE001 - best effort at teardown
+                pass
+            self.module = None
+
+    def __del__(self) -> None:
+        self.close()
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for the device; a kernel fault surfaces here as a KernelLaunchError."""
+    driver = _driver()
+    stream = torch.cuda.current_stream(device).cuda_stream
+    _check(driver.cuStreamSynchronize(stream), "cuStreamSynchronize")

@@ -1,0 +1,139 @@
+"""Recorded sweeps: the file format written by `cuda-agent sweep`, and the replay device that
+serves them, so strategies and learning can be compared on real GPU data on any CPU (as Kernel
+Tuner's simulation mode does).
+
+A sweep file is gzipped JSON under ``benchmarks/data/<gpu-slug>/<problem>.json.gz``:
+``{"format": 1, "problem", "source_hash", "fingerprint", "space_version", "gpu", "toolchain",
+"target": {...}, "copy_bw", "baselines": {...}, "date", "commit", "sampled": bool,
+"space_size", "records": [{"config": {...}, "ok", "time_ms", "spread_ms", "error_kind",
+"verified", "counters"}]}``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from ..errors import DeviceError
+from ..ir.plan import KernelPlan
+from ..problem import Problem
+from ..space.slots import Config, Target
+from .devices import Baselines, Candidate, Device
+from .records import Measurement
+
+FORMAT = 1
+DATA_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "data"
+
+
+def gpu_slug(gpu: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", gpu.lower()).strip("-") or "gpu"
+
+
+def sweep_path(problem_name: str, gpu: str, root: Path | None = None) -> Path:
+    return (root or DATA_DIR) / gpu_slug(gpu) / f"{problem_name}.json.gz"
+
+
+def write_sweep(path: Path, data: dict[str, Any]) -> None:
+    """Write atomically: a half-written sweep must never be read as a whole one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json.gz")
+    with os.fdopen(fd, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as f:
+        f.write(json.dumps({"format": FORMAT, **data}, sort_keys=True).encode())
+    os.replace(tmp, path)
+
+
+def read_sweep(path: Path) -> dict[str, Any]:
+    try:
+        with gzip.open(path, "rb") as f:
+            data = json.loads(f.read())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise DeviceError(f"{path}: not a readable sweep file ({exc})") from None
+    if data.get("format") != FORMAT:
+        raise DeviceError(f"{path}: sweep format {data.get('format')} (expected {FORMAT})")
+    return data
+
+
+def find_sweep(problem: Problem, root: Path | None = None, gpu: str | None = None) -> Path:
+    """The recorded sweep for `problem` (by name), on `gpu` or the only GPU recorded."""
+    base = root or DATA_DIR
+    candidates = sorted(base.glob(f"*/{problem.name}.json.gz")) if base.exists() else []
+    if gpu:
+        candidates = [c for c in candidates if c.parent.name == gpu_slug(gpu)]
+    if not candidates:
+        raise DeviceError(f"no recorded sweep for {problem.name} under {base} "
+                          "(record one on a GPU with `cuda-agent sweep`)")
+    return candidates[0]
+
+
+class ReplayDevice(Device):
+    """Serves measurements recorded on a real GPU; a configuration not recorded is a failure of
+    kind ``not_recorded`` (it costs a measurement like any other)."""
+
+    kind = "replay"
+
+    def __init__(self, root: Path | None = None, gpu: str | None = None,
+                 path: Path | None = None) -> None:
+        self.root, self.gpu, self.path = root, gpu, path
+        self.data: dict[str, Any] = {}
+        self.table: dict[str, dict[str, Any]] = {}
+
+    def setup(self, problem: Problem, plan: KernelPlan) -> None:
+        path = self.path or find_sweep(problem, self.root, self.gpu)
+        self.data = read_sweep(path)
+        if self.data.get("fingerprint") != problem.graph().fingerprint():
+            raise DeviceError(f"{path}: recorded for a different computation or shape than "
+                              f"{problem.path}")
+        self.table = {Config.of(r["config"]).key(): r for r in self.data["records"]}
+
+    def target(self) -> Target:
+        t = self.data.get("target")
+        return Target(**t) if t else Target()
+
+    def gpu_name(self) -> str:
+        return str(self.data.get("gpu", "unknown GPU")) + " (replayed)"
+
+    def toolchain(self) -> str:
+        return str(self.data.get("toolchain", "unknown"))
+
+    def facts(self) -> dict[str, Any]:
+        return {"gpu": self.gpu_name(), "device": "replay", "recorded_on": self.data.get("gpu"),
+                "recorded_date": self.data.get("date"), "copy_bw": self.data.get("copy_bw")}
+
+    def copy_bandwidth(self) -> float | None:
+        return self.data.get("copy_bw")
+
+    def best_recorded_ms(self) -> float | None:
+        times = [r["time_ms"] for r in self.table.values() if r.get("ok") and r.get("time_ms")]
+        return min(times) if times else None
+
+    def evaluate(self, cand: Candidate, best_ms: float | None = None) -> Measurement:
+        rec = self.table.get(cand.config.key())
+        if rec is None:
+            return Measurement.failure(cand.key, "replay", "not_recorded",
+                                       "configuration not in the recorded sweep")
+        if not rec.get("ok"):
+            m = Measurement.failure(cand.key, "replay", rec.get("error_kind") or "cuda",
+                                    rec.get("error_msg") or "recorded failure")
+            m.verified = rec.get("verified")
+            return m
+        return Measurement(cand.key, "replay", True, rec["time_ms"], rec.get("spread_ms"),
+                           rec.get("samples", 0), rec.get("verified"), False,
+                           counters=dict(rec.get("counters") or {}))
+
+    def baselines(self, which: tuple[str, ...] = ("eager", "compile")) -> Baselines:
+        b = self.data.get("baselines") or {}
+        return Baselines(eager_ms=b.get("eager_ms"), compile_ms=b.get("compile_ms"),
+                         notes={w: "replayed from the sweep's GPU run" for w in which})
+
+
+def measurement_record(config: Config, m: Measurement) -> dict[str, Any]:
+    d = asdict(m)
+    keep = ("ok", "time_ms", "spread_ms", "samples", "verified", "error_kind", "error_msg",
+            "counters", "max_rel_err")
+    return {"config": config.as_dict(), **{k: d[k] for k in keep}}

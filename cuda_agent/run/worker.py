@@ -1,0 +1,237 @@
+"""The GPU worker process: the unit of isolation (STYLE lesson 3).
+
+One worker per GPU holds the problem's model, reference and inputs on the device, and evaluates
+candidates one at a time: verify, then time. A kernel fault that poisons the CUDA context makes
+the worker answer and exit; a hang is killed from outside by the supervisor (`cuda_device.py`).
+Messages are plain dicts over a multiprocessing pipe.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import time
+import traceback
+from typing import Any
+
+import torch
+
+from ..ir.plan import make_plan
+from ..problem import load_problem
+from . import launcher
+from .timing import L2Flusher, TimingSettings, physical_floor_ms, time_runs
+from .verify import CandidateError, VerifySettings, make_case, verify
+
+
+class ProblemState:
+    """Everything about one problem that lives on the GPU between candidates."""
+
+    def __init__(self, path: str, device: torch.device, timing: TimingSettings,
+                 verify_settings: VerifySettings) -> None:
+        self.device = device
+        self.timing = timing
+        self.verify_settings = verify_settings
+        self.problem = load_problem(path)
+        self.graph = self.problem.graph()
+        self.plan = make_plan(self.graph)
+        self.model = self.problem.make_model(device)
+        self.ref_model = copy.deepcopy(self.model).double()
+        example_args = self.problem.make_inputs(device)
+        params = dict(self.model.named_parameters())
+        params.update(dict(self.model.named_buffers()))
+        # graph inputs, in graph order: forward args by position, parameters by state_dict name
+        self.examples: list[torch.Tensor] = []
+        for gin in self.graph.inputs:
+            t = example_args[gin.arg_index] if gin.role == "input" else params[gin.target]
+            self.examples.append(t.detach().to(device).contiguous())
+        out_dtype = {"float32": torch.float32, "int64": torch.int64}[self.plan.out_dtype]
+        self.out_shape, self.out_dtype = tuple(self.plan.out_shape), out_dtype
+        # rotated input sets for timing: fresh draws, so no run finds its data in cache
+        self.sets = [make_case(self.examples, t, 1234).tensors for t in range(timing.rotate)]
+        self.set_outs = [torch.empty(self.out_shape, dtype=out_dtype, device=device)
+                         for _ in range(timing.rotate)]
+        props = torch.cuda.get_device_properties(device)
+        self.l2_bytes = int(getattr(props, "L2_cache_size", 60 * 1024 * 1024))
+        self.flusher = L2Flusher(device, self.l2_bytes)
+        self.copy_bw = measure_copy_bandwidth(device, timing, self.flusher)
+        self.bytes = self.plan.bytes_moved()
+        self.flops = self.plan.flops()
+
+    # -- reference -----------------------------------------------------------------------------
+    def reference(self, tensors: list[torch.Tensor]) -> torch.Tensor:
+        args, state = self._split(tensors, torch.float64)
+        with torch.no_grad():
+            out = torch.func.functional_call(self.ref_model, state, tuple(args))
+        return out
+
+    def _split(self, tensors: list[torch.Tensor], dtype: torch.dtype | None
+               ) -> tuple[list[torch.Tensor], dict[str, torch.Tensor]]:
+        n_args = sum(1 for g in self.graph.inputs if g.role == "input")
+        args: list[Any] = [None] * n_args
+        state: dict[str, torch.Tensor] = {}
+        for gin, t in zip(self.graph.inputs, tensors):
+            t = t.to(dtype) if dtype is not None else t
+            if gin.role == "input":
+                args[gin.arg_index] = t
+            else:
+                state[gin.target] = t
+        return args, state
+
+    def kernel_inputs(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+        return [tensors[k] for k in self.plan.operands]
+
+    # -- candidates ----------------------------------------------------------------------------
+    def evaluate(self, msg: dict[str, Any]) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        with open(msg["cubin"], "rb") as f:
+            image = f.read()
+        try:
+            kernels = launcher.LoadedKernels(image, msg["launches"], msg.get("workspace_bytes", 0),
+                                             msg.get("zero_workspace", False), self.device)
+        except launcher.KernelLaunchError as exc:
+            return {"ok": False, "error_kind": exc.kind, "error_msg": str(exc),
+                    "sticky": exc.sticky}
+
+        def run(tensors: list[torch.Tensor], out: torch.Tensor) -> None:
+            try:
+                kernels(self.kernel_inputs(tensors), out)
+                launcher.synchronize(self.device)
+            except launcher.KernelLaunchError as exc:
+                raise CandidateError(exc.kind, str(exc), exc.sticky) from None
+
+        try:
+            result = verify(run, self.reference, self.examples, self.out_shape, self.out_dtype,
+                            self.verify_settings)
+        except CandidateError as exc:  # raised outside the per-trial guard (should not happen)
+            return {"ok": False, "error_kind": exc.kind, "error_msg": str(exc),
+                    "sticky": exc.sticky}
+        if not result.ok:
+            sticky = result.kind in ("illegal_address", "misaligned", "timeout")
+            kernels.close() if not sticky else None
+            return {"ok": False, "error_kind": result.kind, "error_msg": result.msg,
+                    "max_rel_err": result.max_rel_err, "sticky": sticky,
+                    "wall_s": time.perf_counter() - t0}
+        inputs_by_set = [self.kernel_inputs(s) for s in self.sets]
+
+        def timed(k: int) -> None:
+            kernels(inputs_by_set[k], self.set_outs[k])
+
+        try:
+            timing = time_runs(timed, len(self.sets), self.timing, self.flusher,
+                               msg.get("best_ms"))
+            launcher.synchronize(self.device)
+        except launcher.KernelLaunchError as exc:
+            return {"ok": False, "error_kind": exc.kind, "error_msg": str(exc),
+                    "sticky": exc.sticky}
+        finally:
+            pass
+        kernels.close()
+        floor = physical_floor_ms(self.bytes, self.flops, self.copy_bw, self.l2_bytes)
+        if timing.median_ms < floor:
+            return {"ok": False, "error_kind": "timing_floor",
+                    "error_msg": f"{timing.median_ms:.4f} ms is below the physical floor "
+                                 f"{floor:.4f} ms", "verified": True,
+                    "wall_s": time.perf_counter() - t0}
+        return {"ok": True, "verified": True, "time_ms": timing.median_ms,
+                "spread_ms": timing.spread_ms, "samples": timing.samples,
+                "early_stopped": timing.early_stopped, "max_rel_err": result.max_rel_err,
+                "wall_s": time.perf_counter() - t0,
+                "counters": {"achieved_bw_fraction": self.bytes / (timing.median_ms * 1e-3)
+                             / self.copy_bw}}
+
+    # -- baselines -----------------------------------------------------------------------------
+    def baseline(self, which: str) -> dict[str, Any]:
+        """Time torch eager or torch.compile on the same inputs, with the same protocol."""
+        t0 = time.perf_counter()
+        model = self.model
+        if which.startswith("compile"):
+            mode = None if which == "compile" else which.split(":", 1)[1]
+            model = torch.compile(self.model, mode=mode)
+        arg_sets = []
+        for s in self.sets:
+            args, state = self._split(s, None)
+            arg_sets.append(args)
+        # parameters stay the model's own: baselines compute the same function on the same data
+        with torch.no_grad():
+            try:
+                model(*arg_sets[0])
+                torch.cuda.synchronize()
+            except Exception as exc:  # noqa: BLE001 - a failing baseline is reported, not fatal
+                return {"ok": False, "error_msg": f"{type(exc).__name__}: {exc}"[:300]}
+            compile_s = time.perf_counter() - t0
+            timing = time_runs(lambda k: model(*arg_sets[k]), len(arg_sets), self.timing,
+                               self.flusher)
+        return {"ok": True, "time_ms": timing.median_ms, "spread_ms": timing.spread_ms,
+                "samples": timing.samples, "setup_s": compile_s}
+
+
+def measure_copy_bandwidth(device: torch.device, timing: TimingSettings,
+                           flusher: L2Flusher, nbytes: int = 2 << 30) -> float:
+    """Device-to-device copy bandwidth in bytes/s (read + write counted), same protocol."""
+    n = nbytes // 4
+    src = torch.empty(n, dtype=torch.float32, device=device).fill_(1.0)
+    dst = torch.empty_like(src)
+    t = time_runs(lambda k: dst.copy_(src), 1, TimingSettings(warmup=2, reps=10), flusher)
+    del src, dst
+    torch.cuda.empty_cache()
+    return 2 * n * 4 / (t.median_ms * 1e-3)
+
+
+def gpu_facts(device: torch.device) -> dict[str, Any]:
+    props = torch.cuda.get_device_properties(device)
+    facts = {"gpu": props.name, "sm_count": props.multi_processor_count,
+             "capability": f"{props.major}.{props.minor}",
+             "l2_bytes": int(getattr(props, "L2_cache_size", 0)),
+             "memory_bytes": int(props.total_memory), "torch": torch.__version__,
+             "cuda": torch.version.cuda}
+    try:
+        facts["sm_clock_mhz"] = torch.cuda.clock_rate(device)
+    except Exception:  # noqa: BLE001 - pynvml may be missing; the clock is informative only
+        facts["sm_clock_mhz"] = None
+    return facts
+
+
+def worker_main(conn: Any, device_index: int, timing: TimingSettings,
+                verify_settings: VerifySettings) -> None:
+    """Serve requests until told to quit; exit after a sticky CUDA error."""
+    os.environ.setdefault("CUDA_MODULE_LOADING", "LAZY")
+    device = torch.device("cuda", device_index)
+    torch.cuda.set_device(device)
+    state: ProblemState | None = None
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            return
+        op = msg.get("op")
+        try:
+            if op == "quit":
+                conn.send({"ok": True})
+                return
+            if op == "facts":
+                conn.send({"ok": True, **gpu_facts(device)})
+            elif op == "setup":
+                state = None
+                torch.cuda.empty_cache()
+                state = ProblemState(msg["path"], device, timing, verify_settings)
+                conn.send({"ok": True, "copy_bw": state.copy_bw, **gpu_facts(device)})
+            elif op == "eval":
+                assert state is not None, "setup first"
+                reply = state.evaluate(msg)
+                conn.send(reply)
+                if reply.get("sticky"):
+                    return  # the context is poisoned: the supervisor starts a fresh worker
+            elif op == "baseline":
+                assert state is not None, "setup first"
+                conn.send(state.baseline(msg["which"]))
+            else:
+                conn.send({"ok": False, "error_kind": "cuda", "error_msg": f"unknown op {op}"})
+        except Exception as exc:  # noqa: BLE001 - report and carry on (or die if sticky)
+            text = f"{type(exc).__name__}: {exc}"
+            sticky = "illegal memory access" in text or "misaligned" in text or \
+                "unspecified launch failure" in text
+            kind = "illegal_address" if sticky else "cuda"
+            conn.send({"ok": False, "error_kind": kind, "error_msg": text[:500],
+                       "trace": traceback.format_exc()[-2000:], "sticky": sticky})
+            if sticky:
+                return

@@ -1,0 +1,49 @@
+"""The ask/tell interface and the strategy registry (STYLE lesson 5: plugins in a registry)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, Callable
+
+from ..errors import SettingsError
+from ..run.records import Measurement
+from ..space.slots import Config
+from ..space.space import Space
+
+STRATEGIES: dict[str, type["Strategy"]] = {}
+
+
+def register(name: str) -> Callable[[type["Strategy"]], type["Strategy"]]:
+    def deco(cls: type["Strategy"]) -> type["Strategy"]:
+        cls.name = name
+        STRATEGIES[name] = cls
+        return cls
+    return deco
+
+
+class Strategy(ABC):
+    """Proposes configurations (`ask`) and learns from their measurements (`tell`).
+
+    A strategy never compiles or runs anything. `ask` may return fewer configurations than
+    asked for, and an empty list once it has nothing left to propose.
+    """
+
+    name = "strategy"
+
+    def __init__(self, space: Space, seed: int = 0, **options: Any) -> None:
+        self.space = space
+        self.seed = seed
+        self.options = options
+        self.proposed: set[Config] = set()
+
+    @abstractmethod
+    def ask(self, n: int) -> list[Config]: ...
+
+    def tell(self, results: list[tuple[Config, Measurement]]) -> None:
+        """Default: nothing to learn."""
+
+
+def make_strategy(name: str, space: Space, seed: int = 0, **options: Any) -> Strategy:
+    if name not in STRATEGIES:
+        raise SettingsError(f"unknown strategy {name!r}; choose from {', '.join(sorted(STRATEGIES))}")
+    return STRATEGIES[name](space, seed=seed, **options)

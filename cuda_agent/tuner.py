@@ -1,0 +1,277 @@
+"""The loop: problem -> plan -> space -> strategy.ask -> build -> device -> store -> strategy.tell.
+
+UI-free: progress goes through a callback, so the CLI draws rich progress bars and tests run
+silently. Candidates that fail are recorded and the loop goes on; only a user error (bad problem
+file, unknown strategy, missing device) stops it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from .build.builder import Builder, BuildInput
+from .errors import DeviceError, SettingsError
+from .ir.plan import KernelPlan, make_plan
+from .problem import Problem, load_problem
+from .run.devices import Baselines, Candidate, CudaDevice, Device, cuda_available
+from .run.records import Measurement
+from .run.replay import ReplayDevice
+from .run.sim import SimDevice
+from .search import make_strategy
+from .space.slots import Config
+from .space.space import Space
+from .store import Store
+
+DEVICES = ("cuda", "sim", "replay")
+
+
+@dataclass
+class TuneSettings:
+    """Everything a tuning run takes besides the problem."""
+
+    device: str | None = None
+    """cuda, sim or replay; None picks cuda when a GPU is present, else sim"""
+    strategy: str = "random"
+    """search strategy name (see `cuda_agent.search.STRATEGIES`)"""
+    budget: int = 64
+    """configurations to evaluate (failures count: each costs a measurement)"""
+    batch: int = 16
+    """configurations asked for and built together"""
+    seed: int = 0
+    store: str | None = None
+    """SQLite file; None keeps records in memory only"""
+    compiler: str = "nvrtc"
+    workers: int | None = None
+    """compile processes (default: one per CPU core)"""
+    baselines: bool = True
+    """time torch eager and torch.compile in the same run (cuda and replay only)"""
+    include_default: bool = True
+    """always measure the template's untuned default configuration first"""
+    replay_root: str | None = None
+    strategy_options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Trial:
+    """One evaluated configuration, in evaluation order."""
+
+    index: int
+    config: Config
+    template: str
+    measurement: Measurement
+    resources: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class TuneResult:
+    problem: Problem
+    plan: KernelPlan
+    space: Space
+    device: Device
+    settings: TuneSettings
+    trials: list[Trial]
+    baselines: Baselines
+    default: Trial | None
+    best: Trial | None
+    toolchain: str
+    wall_s: float
+    facts: dict[str, Any]
+    build_stats: dict[str, Any]
+
+    @property
+    def simulated(self) -> bool:
+        return self.device.simulated
+
+    def evals_to_fraction(self, fraction: float = 0.95, best_ms: float | None = None) -> int | None:
+        """Measurements until the best-so-far is within `fraction` of `best_ms` (default: this
+        run's best), counting from 1."""
+        target = best_ms if best_ms is not None else (
+            self.best.measurement.time_ms if self.best else None)
+        if not target:
+            return None
+        running = math.inf
+        for k, t in enumerate(self.trials, 1):
+            m = t.measurement
+            if m.ok and m.time_ms is not None:
+                running = min(running, m.time_ms)
+            if running <= target / fraction:
+                return k
+        return None
+
+
+def open_device(name: str | None, settings: TuneSettings, notify: Callable[[str], None]) -> Device:
+    if name is None:
+        if cuda_available():
+            name = "cuda"
+        else:
+            name = "sim"
+            notify("No CUDA GPU found: running on the simulated device (an analytic H200 model). "
+                   "Times are simulated, correctness is not checked.")
+    if name not in DEVICES:
+        raise SettingsError(f"unknown device {name!r}; choose from {', '.join(DEVICES)}")
+    if name == "cuda":
+        if not cuda_available():
+            raise DeviceError("--device cuda: no CUDA GPU is available on this machine")
+        return CudaDevice()
+    if name == "sim":
+        return SimDevice()
+    return ReplayDevice(Path(settings.replay_root) if settings.replay_root else None)
+
+
+class Tuner:
+    """One problem, one device, one strategy."""
+
+    def __init__(self, problem: Problem, settings: TuneSettings, device: Device | None = None,
+                 builder: Builder | None = None, store: Store | None = None,
+                 notify: Callable[[str], None] = lambda s: None) -> None:
+        if settings.budget < 1:
+            raise SettingsError("--budget must be at least 1")
+        if settings.batch < 1:
+            raise SettingsError("--batch must be at least 1")
+        self.problem = problem
+        self.settings = settings
+        self.notify = notify
+        self.plan = make_plan(problem.graph())
+        self.device = device or open_device(settings.device, settings, notify)
+        self._own_device = device is None
+        self.device.setup(problem, self.plan)
+        self.space = Space.for_plan(self.plan, self.device.target())
+        self.builder = builder or (None if isinstance(self.device, ReplayDevice) else
+                                   Builder(settings.compiler, settings.workers))
+        self._own_builder = builder is None
+        self.toolchain = (self.device.toolchain() if isinstance(self.device, ReplayDevice)
+                          else self.builder.toolchain)
+        self.store = store or Store(settings.store or ":memory:")
+        self._own_store = store is None
+        self.problem_id = self.store.problem_id(problem.name, problem.source_hash,
+                                                problem.graph().fingerprint(), self.plan.family)
+        self.strategy = make_strategy(settings.strategy, self.space, seed=settings.seed,
+                                      **settings.strategy_options)
+
+    # -- one batch --------------------------------------------------------------------------------
+    def _build(self, configs: list[Config]) -> list[Candidate]:
+        rendered = [self.space.render(c) for c in configs]
+        keys = [self.space.key(c, self.toolchain) for c in configs]
+        if self.builder is None:
+            return [Candidate(k, c, r, None) for k, c, r in zip(keys, configs, rendered)]
+        target = self.device.target()
+        builds = self.builder.build([BuildInput(r.source, target.arch) for r in rendered])
+        out = []
+        for k, c, r, b in zip(keys, configs, rendered, builds):
+            cand = Candidate(k, c, r, b.cubin_path, b.resources)
+            cand.build_error = (b.error_kind, b.error_msg) if not b.ok else None  # type: ignore
+            out.append(cand)
+        return out
+
+    def _evaluate(self, cand: Candidate, best_ms: float | None) -> Measurement:
+        gpu = self.device.gpu_name()
+        if self.device.kind != "replay":
+            hit = self.store.lookup(cand.key, self.device.kind, gpu, self.toolchain)
+            if hit is not None:
+                return hit
+        err = getattr(cand, "build_error", None)
+        if err:
+            return Measurement.failure(cand.key, self.device.kind, err[0] or "compile",
+                                       err[1] or "", simulated=self.device.simulated)
+        if self.device.kind == "replay" or cand.cubin_path:
+            return self.device.evaluate(cand, best_ms)
+        return Measurement.failure(cand.key, self.device.kind, "compile", "no binary")
+
+    # -- the loop ---------------------------------------------------------------------------------
+    def run(self, progress: Callable[[Trial, "Trial | None"], None] | None = None) -> TuneResult:
+        t0 = time.perf_counter()
+        s = self.settings
+        trials: list[Trial] = []
+        best: Trial | None = None
+        default_trial: Trial | None = None
+        seen: set[Config] = set()
+        pending: list[Config] = [self.space.default()] if s.include_default else []
+        pool = ThreadPoolExecutor(1)
+        adaptive = getattr(self.strategy, "adaptive", False)
+        next_build: Future | None = None
+
+        def ask(n: int) -> list[Config]:
+            out: list[Config] = []
+            while len(out) < n:
+                more = [c for c in (pending[:] or self.strategy.ask(n - len(out)))
+                        if c not in seen and c not in out]
+                pending.clear()
+                if not more:
+                    break
+                out.extend(more)
+            return out[:n]
+
+        remaining = s.budget
+        batch = ask(min(s.batch, remaining))
+        while batch and remaining > 0:
+            cands = next_build.result() if next_build is not None else self._build(batch)
+            seen.update(batch)
+            remaining -= len(batch)
+            following = [] if adaptive or remaining <= 0 else ask(min(s.batch, remaining))
+            next_build = pool.submit(self._build, following) if following else None
+            results = []
+            for cand in cands:
+                best_ms = best.measurement.time_ms if best else None
+                m = self._evaluate(cand, best_ms)
+                m.simulated = self.device.simulated
+                trial = Trial(len(trials) + 1, cand.config, self.space.template_of(cand.config).name,
+                              m, cand.resources)
+                trials.append(trial)
+                self.store.record(self.problem_id, cand.key, trial.template,
+                                  cand.config.as_dict(), m, self.device.gpu_name(), self.toolchain,
+                                  s.strategy, cand.resources)
+                if default_trial is None and s.include_default and len(trials) == 1:
+                    default_trial = trial
+                if m.ok and m.time_ms is not None and (
+                        best is None or m.time_ms < best.measurement.time_ms):
+                    best = trial
+                results.append((cand.config, m))
+                if progress:
+                    progress(trial, best)
+            self.strategy.tell(results)
+            if adaptive and remaining > 0:
+                following = ask(min(s.batch, remaining))
+                next_build = pool.submit(self._build, following) if following else None
+            batch = following
+        pool.shutdown()
+        baselines = Baselines()
+        if s.baselines:
+            baselines = self.device.baselines()
+        facts = self.device.facts()
+        return TuneResult(self.problem, self.plan, self.space, self.device, s, trials, baselines,
+                          default_trial, best, self.toolchain, time.perf_counter() - t0, facts,
+                          dict(self.builder.stats) if self.builder else {})
+
+    def close(self) -> None:
+        if self._own_builder and self.builder is not None:
+            self.builder.close()
+        if self._own_device:
+            self.device.close()
+        if self._own_store:
+            self.store.close()
+
+
+def tune(problem: str | Path | Problem, out: str | Path | None = None,
+         progress: Callable[[Trial, Trial | None], None] | None = None,
+         notify: Callable[[str], None] = lambda s: None, **options: Any) -> TuneResult:
+    """Python API: tune one problem file; with `out`, write model_new.py, kernel.cu, report.json.
+
+    Options are `TuneSettings` fields, e.g. ``tune("softmax.py", device="sim", budget=32)``.
+    """
+    settings = TuneSettings(**options)
+    prob = problem if isinstance(problem, Problem) else load_problem(problem)
+    tuner = Tuner(prob, settings, notify=notify)
+    try:
+        result = tuner.run(progress)
+        if out is not None:
+            from .emit import emit
+
+            emit(result, Path(out))
+        return result
+    finally:
+        tuner.close()

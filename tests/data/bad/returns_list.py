@@ -1,0 +1,16 @@
+"""Malformed: forward() returns a Python list of tensors."""
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return [torch.relu(x), torch.sigmoid(x)]
+
+
+def get_inputs():
+    return [torch.randn(8, 16)]
+
+
+def get_init_inputs():
+    return []
