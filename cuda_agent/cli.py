@@ -11,7 +11,6 @@ import os
 import platform
 import shutil
 import sys
-import time
 from pathlib import Path
 from typing import Optional
 
@@ -53,26 +52,17 @@ def _progress() -> Progress:
                     transient=False)
 
 
-def run_tune(problem_path: Path, settings_kw: dict, out: Optional[Path], quiet: bool = False):
-    """Shared by `tune` and `sweep`: one problem, with a progress bar."""
+def run_tune(problem_path: Path, settings_kw: dict, out: Optional[Path]):
+    """`tune` on one problem, with a progress bar."""
     from .problem import load_problem
     from .tuner import TuneSettings, Tuner
 
     problem = load_problem(problem_path)
     settings = TuneSettings(**settings_kw)
     tuner = Tuner(problem, settings, notify=lambda s: console.print(f"[yellow]{s}[/]"))
-    sim = tuner.device.simulated
-    budget = min(settings.budget, len(tuner.space))
     try:
         with _progress() as bar:
-            task = bar.add_task(f"{problem.name} [{tuner.device.kind}]", total=budget,
-                                status="")
-
-            def on_trial(trial, best):
-                status = "best " + (_fmt_ms(best.measurement.time_ms, sim) if best else "-")
-                bar.update(task, advance=1, status=status)
-
-            result = tuner.run(on_trial)
+            result = tuner.run(_bar_callback(bar, tuner, settings.budget))
         if out is not None:
             from .emit import emit
 
@@ -82,28 +72,54 @@ def run_tune(problem_path: Path, settings_kw: dict, out: Optional[Path], quiet: 
         tuner.close()
 
 
-def summary_table(results: list, title: str) -> Table:
-    table = Table(title=title, show_lines=False)
-    for col in ("problem", "family", "device", "best", "default", "eager", "compile",
-                "vs eager", "vs compile", "of copy bw", "evals", "failed"):
-        table.add_column(col, justify="right" if col not in ("problem", "family", "device")
-                         else "left")
-    for r in results:
-        from .emit import report_dict
+def _bar_callback(bar: Progress, tuner, budget: int):  # noqa: ANN001, ANN202
+    sim = tuner.device.simulated
+    task = bar.add_task(f"{tuner.problem.name} [{tuner.device.kind}]",
+                        total=min(budget, len(tuner.space)), status="")
 
-        d = report_dict(r)
-        sim = r.simulated
-        fails = sum(d["failures"].values())
-        table.add_row(
-            d["problem"], d["family"], r.device.kind + (" (simulated)" if sim else ""),
-            _fmt_ms(d["best_ms"], sim),
-            _fmt_ms(r.default.measurement.time_ms if r.default else None, sim),
-            _fmt_ms(d["eager_ms"]), _fmt_ms(d["compile_ms"]),
-            f"{d['speedup_vs_eager']:.2f}x" if d["speedup_vs_eager"] else "-",
-            f"{d['speedup_vs_compile']:.2f}x" if d["speedup_vs_compile"] else "-",
-            (f"{100 * d['fraction_of_copy_bw']:.0f}%" + (" (sim)" if sim else ""))
-            if d["fraction_of_copy_bw"] else "-",
-            str(d["evals"]), str(fails))
+    def on_trial(trial, best):  # noqa: ANN001, ANN202
+        status = "best " + (_fmt_ms(best.measurement.time_ms, sim) if best else "-")
+        bar.update(task, advance=1, status=status)
+    return on_trial
+
+
+def _row(r) -> dict:  # noqa: ANN001 - a TuneResult
+    from .emit import report_dict
+
+    d = report_dict(r)
+    sim = r.simulated
+    return {
+        "problem": d["problem"], "family": d["family"],
+        "device": r.device.gpu_name() + ("" if sim else f" ({r.device.kind})"),
+        "best": _fmt_ms(d["best_ms"], sim),
+        "default config": _fmt_ms(r.default.measurement.time_ms if r.default else None, sim),
+        "torch eager": _fmt_ms(d["eager_ms"]), "torch.compile": _fmt_ms(d["compile_ms"]),
+        "vs eager": f"{d['speedup_vs_eager']:.2f}x" if d["speedup_vs_eager"] else "-",
+        "vs compile": f"{d['speedup_vs_compile']:.2f}x" if d["speedup_vs_compile"] else "-",
+        "of copy bw": (f"{100 * d['fraction_of_copy_bw']:.0f}%" + (" (sim)" if sim else ""))
+        if d["fraction_of_copy_bw"] else "-",
+        "evals": str(d["evals"]),
+        "failed": ", ".join(f"{k} {v}" for k, v in d["failures"].items()) or "0",
+    }
+
+
+def summary_table(results: list, title: str) -> Table:
+    """One result: a field/value table; several: one compact row each."""
+    rows = [_row(r) for r in results]
+    if len(rows) == 1:
+        table = Table(title=title, show_header=False)
+        table.add_column("field", style="bold")
+        table.add_column("value")
+        for k, v in rows[0].items():
+            table.add_row(k, v)
+        return table
+    cols = ("problem", "best", "torch eager", "torch.compile", "vs compile", "of copy bw",
+            "evals", "failed")
+    table = Table(title=title)
+    for c in cols:
+        table.add_column(c, justify="left" if c in ("problem", "failed") else "right")
+    for row in rows:
+        table.add_row(*(row[c] for c in cols))
     return table
 
 
@@ -120,13 +136,17 @@ def tune(
     seed: int = typer.Option(0),
     store: Optional[str] = typer.Option(None, help="SQLite store (default ~/.cache/cuda-agent)"),
     baselines: bool = typer.Option(True, help="time torch eager and torch.compile too"),
+    replay_root: Optional[Path] = typer.Option(None, help="directory of recorded sweeps for "
+                                               "--device replay (default benchmarks/data)"),
 ) -> None:
     """Find a fast, verified kernel for PROBLEM and write model_new.py, kernel.cu, report.json."""
     try:
         out = out or Path("runs") / problem.stem
         result = run_tune(problem, dict(device=device, strategy=strategy, budget=budget,
                                         batch=batch, seed=seed, store=store or default_store(),
-                                        baselines=baselines), out)
+                                        baselines=baselines,
+                                        replay_root=str(replay_root) if replay_root else None),
+                          out)
     except CudaAgentError as exc:
         fail(str(exc))
         return
@@ -149,43 +169,45 @@ def sweep(
     store: Optional[str] = typer.Option(None),
 ) -> None:
     """Measure a whole space (or a stated sample) and record it for the replay device."""
-    from .emit import git_commit
-    from .run.replay import measurement_record, sweep_path, write_sweep
+    from .sweep import sweep_problem
+    from .tuner import TuneSettings, open_device
 
     files: list[Path] = []
     for p in problems:
+        if not p.exists():
+            fail(f"{p}: no such file or directory")
         files.extend(sorted(p.glob("*.py")) if p.is_dir() else [p])
+    if device == "replay":
+        fail("sweep needs a measuring device (cuda or sim), not replay")
+    try:
+        shared = open_device(device, TuneSettings(device=device),
+                             lambda s: console.print(f"[yellow]{s}[/]"))
+    except CudaAgentError as exc:
+        fail(str(exc))
+        return
     results = []
-    for f in files:
-        try:
-            kw = dict(device=device, strategy="random" if sample else "exhaustive",
-                      budget=sample or 10**9, seed=seed, store=store or default_store(),
-                      include_default=True, batch=32)
-            r = run_tune(f, kw, None)
-        except CudaAgentError as exc:
-            err_console.print(f"[red]skipped {f}: {exc}[/]")
-            continue
-        if r.device.kind == "replay":
-            fail("sweep needs a measuring device (cuda or sim)")
-        gpu = r.device.gpu_name()
-        data = {"problem": r.problem.name, "source_hash": r.problem.source_hash,
-                "fingerprint": r.problem.graph().fingerprint(), "space_version": r.space.version,
-                "gpu": gpu, "device": r.device.kind, "simulated": r.simulated,
-                "toolchain": r.toolchain, "target": r.device.target().__dict__,
-                "copy_bw": r.device.copy_bandwidth(),
-                "baselines": {"eager_ms": r.baselines.eager_ms,
-                              "compile_ms": r.baselines.compile_ms},
-                "date": time.strftime("%Y-%m-%d"), "commit": git_commit(),
-                "sampled": bool(sample), "space_size": len(r.space),
-                "records": [measurement_record(t.config, t.measurement) for t in r.trials]}
-        path = sweep_path(r.problem.name, gpu, out_root)
-        write_sweep(path, data)
-        console.print(f"recorded {len(r.trials)} of {len(r.space)} configurations -> {path}")
-        results.append(r)
-    if results:
-        console.print(summary_table(results, "cuda-agent sweep"))
+    try:
+        with _progress() as bar:
+            for f in files:
+                try:
+                    holder = {}
+                    r, path = sweep_problem(
+                        f, out_root, device=device, sample=sample, seed=seed,
+                        store=store or default_store(), shared_device=shared,
+                        on_start=lambda t: holder.update(
+                            cb=_bar_callback(bar, t, sample or len(t.space))),
+                        progress=lambda t, b: holder["cb"](t, b))
+                except CudaAgentError as exc:
+                    err_console.print(f"[red]skipped {f}: {exc}[/]")
+                    continue
+                bar.console.print(f"recorded {len(r.trials)} of {len(r.space)} configurations "
+                                  f"-> {path}")
+                results.append(r)
+    finally:
+        shared.close()
     if not results:
         fail("nothing was swept")
+    console.print(summary_table(results, "cuda-agent sweep"))
 
 
 @app.command()

@@ -90,6 +90,8 @@ class ReplayDevice(Device):
             raise DeviceError(f"{path}: recorded for a different computation or shape than "
                               f"{problem.path}")
         self.table = {Config.of(r["config"]).key(): r for r in self.data["records"]}
+        # a sweep recorded on the simulator replays as simulated figures, labelled as such
+        self.simulated = bool(self.data.get("simulated"))
 
     def target(self) -> Target:
         t = self.data.get("target")
@@ -123,7 +125,7 @@ class ReplayDevice(Device):
             m.verified = rec.get("verified")
             return m
         return Measurement(cand.key, "replay", True, rec["time_ms"], rec.get("spread_ms"),
-                           rec.get("samples", 0), rec.get("verified"), False,
+                           rec.get("samples", 0), rec.get("verified"), self.simulated,
                            counters=dict(rec.get("counters") or {}))
 
     def baselines(self, which: tuple[str, ...] = ("eager", "compile")) -> Baselines:

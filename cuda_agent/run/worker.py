@@ -20,7 +20,7 @@ from ..ir.plan import make_plan
 from ..problem import load_problem
 from . import launcher
 from .timing import L2Flusher, TimingSettings, physical_floor_ms, time_runs
-from .verify import CandidateError, VerifySettings, make_case, verify
+from .verify import CandidateError, CasePool, VerifySettings, check, make_case
 
 
 class ProblemState:
@@ -56,6 +56,9 @@ class ProblemState:
         self.copy_bw = measure_copy_bandwidth(device, timing, self.flusher)
         self.bytes = self.plan.bytes_moved()
         self.flops = self.plan.flops()
+        self.pool = CasePool(self.reference, self.examples, self.out_shape, self.out_dtype,
+                             verify_settings)
+        self.evaluated = 0
 
     # -- reference -----------------------------------------------------------------------------
     def reference(self, tensors: list[torch.Tensor]) -> torch.Tensor:
@@ -99,15 +102,12 @@ class ProblemState:
             except launcher.KernelLaunchError as exc:
                 raise CandidateError(exc.kind, str(exc), exc.sticky) from None
 
-        try:
-            result = verify(run, self.reference, self.examples, self.out_shape, self.out_dtype,
-                            self.verify_settings)
-        except CandidateError as exc:  # raised outside the per-trial guard (should not happen)
-            return {"ok": False, "error_kind": exc.kind, "error_msg": str(exc),
-                    "sticky": exc.sticky}
+        result = check(run, self.pool, self.pool.trials_for(self.evaluated))
+        self.evaluated += 1
         if not result.ok:
             sticky = result.kind in ("illegal_address", "misaligned", "timeout")
-            kernels.close() if not sticky else None
+            if not sticky:
+                kernels.close()
             return {"ok": False, "error_kind": result.kind, "error_msg": result.msg,
                     "max_rel_err": result.max_rel_err, "sticky": sticky,
                     "wall_s": time.perf_counter() - t0}
@@ -123,8 +123,6 @@ class ProblemState:
         except launcher.KernelLaunchError as exc:
             return {"ok": False, "error_kind": exc.kind, "error_msg": str(exc),
                     "sticky": exc.sticky}
-        finally:
-            pass
         kernels.close()
         floor = physical_floor_ms(self.bytes, self.flops, self.copy_bw, self.l2_bytes)
         if timing.median_ms < floor:

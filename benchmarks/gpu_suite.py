@@ -1,0 +1,137 @@
+"""The GPU run, in one call of the device tool: GPU tests, sweeps of the example suite, and
+compile/evaluation throughput. Everything lands under $OUT (results.tgz holds the sweep files
+and logs), to be committed under benchmarks/data/ and benchmarks/results/.
+
+    python3 benchmarks/gpu_suite.py --parts tests,sweeps,throughput --sample 150 --deadline 540
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def run_tests(out: Path) -> None:
+    log("GPU tests")
+    with open(out / "logs" / "gpu_tests.log", "w") as f:
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-s",
+                               "tests/gpu", "-p", "no:cacheprovider"], cwd=ROOT, stdout=f,
+                              stderr=subprocess.STDOUT, timeout=400)
+    tail = (out / "logs" / "gpu_tests.log").read_text().splitlines()[-15:]
+    log(f"GPU tests exit {proc.returncode}\n" + "\n".join(tail))
+
+
+def run_sweeps(out: Path, problems: list[Path], sample: int, deadline: float) -> None:
+    from cuda_agent.run.devices import CudaDevice
+    from cuda_agent.sweep import sweep_problem
+
+    device = CudaDevice()
+    try:
+        for p in problems:
+            if time.time() > deadline:
+                log(f"deadline reached: {p.name} and later problems not swept")
+                break
+            t0 = time.time()
+            try:
+                r, path = sweep_problem(p, out / "data", sample=sample, shared_device=device,
+                                        store=str(out / "store.sqlite"))
+            except Exception as exc:  # noqa: BLE001 - one problem failing must not stop the rest
+                log(f"{p.name}: FAILED {type(exc).__name__}: {exc}")
+                continue
+            ok = [t.measurement for t in r.trials if t.measurement.ok]
+            best = min((m.time_ms for m in ok), default=None)
+            fails: dict[str, int] = {}
+            for t in r.trials:
+                if not t.measurement.ok:
+                    fails[t.measurement.error_kind] = fails.get(t.measurement.error_kind, 0) + 1
+            bw = r.device.copy_bandwidth()
+            frac = (r.plan.bytes_moved() / (best * 1e-3) / bw) if best and bw else None
+            log(f"{p.name}: {len(r.trials)} configs in {time.time() - t0:.0f}s, best "
+                f"{best and round(best, 4)} ms ({frac and round(100 * frac)}% of copy bw), "
+                f"eager {r.baselines.eager_ms and round(r.baselines.eager_ms, 4)}, compile "
+                f"{r.baselines.compile_ms and round(r.baselines.compile_ms, 4)}, failures {fails}")
+    finally:
+        device.close()
+
+
+def run_throughput(out: Path, problems: list[Path], budget: int) -> None:
+    """Candidates per second with a cold and a warm compile cache (fresh store both times, so
+    every candidate is really measured)."""
+    from cuda_agent.tuner import tune
+
+    rows = []
+    for p in problems:
+        cache = out / f"cache-{p.stem}"
+        for label in ("cold compile cache", "warm compile cache"):
+            os.environ["CUDA_AGENT_CACHE"] = str(cache)
+            t0 = time.time()
+            r = tune(p, device="cuda", strategy="random", budget=budget, batch=64,
+                     baselines=False, store=":memory:", seed=1)
+            wall = time.time() - t0
+            row = {"problem": p.stem, "cache": label, "evals": len(r.trials),
+                   "loop_s": r.wall_s, "total_s": wall,
+                   "evals_per_s": len(r.trials) / r.wall_s, "build": r.build_stats,
+                   "cpus": os.cpu_count()}
+            rows.append(row)
+            log(f"throughput {p.stem} ({label}): {row['evals_per_s']:.1f} candidates/s "
+                f"({len(r.trials)} in {r.wall_s:.1f} s; compiled {r.build_stats.get('compiled')},"
+                f" cached {r.build_stats.get('cached')})")
+    (out / "logs" / "throughput.json").write_text(json.dumps(rows, indent=2))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--parts", default="tests,sweeps,throughput")
+    ap.add_argument("--problems", default="benchmarks/problems",
+                    help="directory, or comma-separated files")
+    ap.add_argument("--skip", type=int, default=0, help="skip the first N problems")
+    ap.add_argument("--take", type=int, default=1000, help="sweep at most N problems")
+    ap.add_argument("--sample", type=int, default=150)
+    ap.add_argument("--deadline", type=float, default=540, help="seconds from start")
+    ap.add_argument("--throughput-budget", type=int, default=256)
+    args = ap.parse_args()
+    start = time.time()
+    # work outside $OUT (only 8 files come back from it); one tarball goes there at the end
+    final = Path(os.environ.get("OUT", "/tmp/out"))
+    out = Path("/tmp/gpu-suite")
+    (out / "logs").mkdir(parents=True, exist_ok=True)
+    (out / "data").mkdir(parents=True, exist_ok=True)
+    parts = args.parts.split(",")
+    src = ROOT / args.problems
+    problems = sorted(src.glob("*.py")) if src.is_dir() else \
+        [ROOT / p for p in args.problems.split(",")]
+    problems = problems[args.skip:args.skip + args.take]
+    try:
+        if "tests" in parts:
+            run_tests(out)
+        if "throughput" in parts:
+            run_throughput(out, [ROOT / "tests/data/good/softmax_small.py",
+                                 ROOT / "benchmarks/problems/norm_layernorm_odd.py"],
+                           args.throughput_budget)
+        if "sweeps" in parts:
+            run_sweeps(out, problems, args.sample, start + args.deadline)
+    finally:
+        final.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(final / "results.tgz", "w:gz") as tar:
+            tar.add(out / "data", arcname="data")
+            tar.add(out / "logs", arcname="logs")
+            if (out / "store.sqlite").exists():
+                tar.add(out / "store.sqlite", arcname="store.sqlite")
+        log(f"done in {time.time() - start:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

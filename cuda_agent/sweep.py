@@ -1,0 +1,56 @@
+"""Sweep: measure a whole space, or a stated random sample of it, and record it for replay."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from .emit import git_commit
+from .errors import SettingsError
+from .run.replay import measurement_record, sweep_path, write_sweep
+from .tuner import Trial, TuneResult, Tuner, TuneSettings
+from .problem import load_problem
+from .run.devices import Device
+
+
+def sweep_data(r: TuneResult, sampled: bool) -> dict[str, Any]:
+    """The sweep file's content for a finished run (see run/replay.py for the format)."""
+    return {"problem": r.problem.name, "source_hash": r.problem.source_hash,
+            "fingerprint": r.problem.graph().fingerprint(), "space_version": r.space.version,
+            "gpu": r.device.gpu_name(), "device": r.device.kind, "simulated": r.simulated,
+            "toolchain": r.toolchain, "target": r.device.target().__dict__,
+            "copy_bw": r.device.copy_bandwidth(), "facts": r.facts,
+            "baselines": {"eager_ms": r.baselines.eager_ms, "compile_ms": r.baselines.compile_ms,
+                          "notes": r.baselines.notes},
+            "date": time.strftime("%Y-%m-%d"), "commit": git_commit(), "sampled": sampled,
+            "space_size": len(r.space), "wall_s": r.wall_s, "build_stats": r.build_stats,
+            "records": [measurement_record(t.config, t.measurement) for t in r.trials]}
+
+
+def sweep_problem(path: str | Path, out_root: Path, device: str | None = None,
+                  sample: int | None = None, seed: int = 0, store: str | None = None,
+                  progress: Callable[[Trial, Trial | None], None] | None = None,
+                  notify: Callable[[str], None] = lambda s: None,
+                  on_start: Callable[[Tuner], None] | None = None,
+                  shared_device: Device | None = None) -> tuple[TuneResult, Path]:
+    """Measure `sample` random configurations (all, when None) of one problem; write the file.
+
+    `shared_device` lets a multi-problem sweep keep one GPU worker instead of one per problem.
+    """
+    if sample is not None and sample < 1:
+        raise SettingsError("--sample must be at least 1")
+    settings = TuneSettings(device=device, strategy="random" if sample else "exhaustive",
+                            budget=sample or 10**9, seed=seed, store=store, batch=32)
+    tuner = Tuner(load_problem(path), settings, device=shared_device, notify=notify)
+    try:
+        if tuner.device.kind == "replay":
+            raise SettingsError("sweep needs a measuring device (cuda or sim), not replay")
+        if on_start:
+            on_start(tuner)
+        result = tuner.run(progress)
+    finally:
+        tuner.close()
+    out = sweep_path(result.problem.name, result.device.gpu_name(), out_root)
+    write_sweep(out, sweep_data(result, bool(sample)))
+    return result, out
