@@ -1,0 +1,307 @@
+"""The simulated device's analytic model (CPU only). Every figure here is simulated.
+
+Problems are tiny KernelBench-style files written into tmp_path; the properties are the ones a real
+H200 shows and that the search relies on: vector width and occupancy matter, the best streaming
+kernel sits just under copy bandwidth, time scales with bytes, launches dominate tiny problems,
+re-reading rows that L2 cannot hold costs, and impossible launches fail as `resources`.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import textwrap
+
+import pytest
+
+from cuda_agent.ir.plan import make_plan
+from cuda_agent.problem import load_problem
+from cuda_agent.run.sim_model import COUNTER_KEYS, SimConstants, SimResult, simulate
+from cuda_agent.space.slots import Config, Launch, Rendered, Target
+from cuda_agent.space.space import Space
+
+TARGET = Target()
+GIB = 1 << 30
+
+
+def _problem(tmp_path, name: str, body: str, shape: tuple[int, ...]):
+    path = tmp_path / f"{name}.py"
+    path.write_text(textwrap.dedent(f"""
+        import torch
+        import torch.nn as nn
+
+        class Model(nn.Module):
+            def forward(self, x):
+                return {body}
+
+        def get_inputs():
+            return [torch.randn{shape}]
+
+        def get_init_inputs():
+            return []
+        """))
+    plan = make_plan(load_problem(path).graph())
+    return plan, Space.for_plan(plan, TARGET)
+
+
+def _sim(plan, space, cfg: Config, resources: dict | None = None, **kw) -> SimResult:
+    return simulate(plan, space.render(cfg), resources or {}, TARGET, **kw)
+
+
+def _with(space: Space, cfg: Config, **changes) -> Config:
+    d = cfg.as_dict()
+    for k, v in changes.items():
+        d[k.replace("__", ".")] = v
+    out = Config.of(d)
+    assert space.check(out) is None, space.check(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def tmp_mod(tmp_path_factory):
+    return tmp_path_factory.mktemp("sim_problems")
+
+
+@pytest.fixture(scope="module")
+def relu_8k(tmp_mod):
+    return _problem(tmp_mod, "relu_8k", "torch.relu(x)", (8192, 8192))
+
+
+@pytest.fixture(scope="module")
+def softmax_1g(tmp_mod):
+    # 512 MiB in, 512 MiB out: a 1 GiB softmax over rows of 8192
+    return _problem(tmp_mod, "softmax_1g", "torch.softmax(x, dim=1)", (16384, 8192))
+
+
+# -- properties ------------------------------------------------------------------------------------
+
+def test_vec4_beats_vec1_on_a_large_relu(relu_8k):
+    plan, space = relu_8k
+    base = space.default()
+    for block in (128, 256, 512):
+        for items in (1, 2):
+            c1 = _with(space, base, config__block=block, config__items=items, memory__vec=1)
+            c4 = _with(space, base, config__block=block, config__items=items, memory__vec=4)
+            t1, t4 = _sim(plan, space, c1), _sim(plan, space, c4)
+            assert t4.time_ms < t1.time_ms, (block, items, t1.time_ms, t4.time_ms)
+            assert t4.counters["dram_throughput"] > t1.counters["dram_throughput"]
+            assert t4.counters["sectors_per_request"] == 4 * t1.counters["sectors_per_request"]
+
+
+def test_best_1gib_elementwise_sits_just_under_copy_bandwidth(tmp_mod):
+    plan, space = _problem(tmp_mod, "relu_1g", "torch.relu(x)", (16384, 8192))
+    assert plan.bytes_moved() == GIB
+    floor_ms = plan.bytes_moved() / TARGET.dram_bw * 1e3
+    times = [_sim(plan, space, c).time_ms for c in space.configs]
+    assert all(t > floor_ms for t in times), "never faster than bytes / copy bandwidth"
+    best = min(times)
+    frac = floor_ms / best  # achieved bandwidth as a fraction of copy bandwidth (simulated)
+    print(f"\n[simulated] 1 GiB relu: best {best:.4f} ms = {frac:.1%} of copy bandwidth; "
+          f"worst/best {max(times) / best:.2f}x over {len(times)} configs")
+    assert 0.75 <= frac <= 1.0
+
+
+def test_time_is_linear_in_size_for_large_problems(tmp_mod):
+    times = []
+    for rows in (4096, 8192, 16384, 32768):
+        plan, space = _problem(tmp_mod, f"relu_lin_{rows}", "torch.relu(x)", (rows, 8192))
+        cfg = _with(space, space.default(), memory__vec=4)
+        times.append(_sim(plan, space, cfg).time_ms)
+    ratios = [b / a for a, b in zip(times, times[1:], strict=False)]
+    assert all(1.85 <= r <= 2.1 for r in ratios), ratios
+
+
+def test_launch_overhead_dominates_a_tiny_problem(tmp_mod):
+    plan, space = _problem(tmp_mod, "relu_tiny", "torch.relu(x)", (32, 32))
+    launch_ms = SimConstants().launch_overhead_us * 1e-3
+    times = {cfg: _sim(plan, space, cfg).time_ms for cfg in space.configs}
+    # even a thread walking its items one dependent DRAM round trip at a time stays near it
+    assert all(launch_ms < t < 3 * launch_ms for t in times.values())
+    for t in (min(times.values()), times[space.default()]):
+        assert launch_ms / t > 0.75, t
+    plan4, space4 = _problem(tmp_mod, "relu_tiny4", "torch.relu(x)", (64, 64))
+    t1 = _sim(plan, space, space.default()).time_ms
+    t4 = _sim(plan4, space4, space4.default()).time_ms
+    assert t4 < 1.2 * t1, "4x the bytes of a tiny problem costs next to nothing"
+
+
+def test_reload_is_slower_than_registers_when_rows_outgrow_l2(tmp_mod):
+    # rows of 128 KiB: the rows of all resident blocks together far exceed L2
+    plan, space = _problem(tmp_mod, "softmax_32k", "torch.softmax(x, dim=1)", (4096, 32768))
+    regs = [c for c in space.configs if c["memory.cache"] == "regs"]
+    assert regs
+    compared = 0
+    for c in regs:
+        for unroll in (1, 2, 4):
+            reload = Config.of({**c.as_dict(), "memory.cache": "reload",
+                                "compute.unroll": unroll})
+            if space.check(reload) is not None:
+                continue
+            r_regs, r_reload = _sim(plan, space, c), _sim(plan, space, reload)
+            assert r_reload.time_ms > r_regs.time_ms, (c.short(), unroll)
+            compared += 1
+    assert compared > 100
+    # a specific pair with many rows in flight: the re-reads come from DRAM
+    cfg = _with(space, space.default(), config__block=512, config__tpr=512, memory__vec=4,
+                memory__cache="regs")
+    t_regs = _sim(plan, space, cfg).time_ms
+    t_reload = _sim(plan, space, _with(space, cfg, memory__cache="reload")).time_ms
+    assert t_reload > 1.5 * t_regs, (t_regs, t_reload)
+
+
+def test_registers_that_kill_occupancy_slow_a_memory_bound_kernel(relu_8k):
+    plan, space = relu_8k
+    for vec in (1, 4):
+        cfg = _with(space, space.default(), memory__vec=vec)  # 256 threads per block
+        lean = _sim(plan, space, cfg, {"registers": 32, "spill_stores": 0, "spill_loads": 0})
+        fat = _sim(plan, space, cfg, {"registers": 255, "spill_stores": 0, "spill_loads": 0})
+        assert lean.error_kind is None and fat.error_kind is None
+        assert fat.counters["theoretical_occupancy"] == pytest.approx(0.125)
+        assert lean.counters["theoretical_occupancy"] == pytest.approx(1.0)
+        assert fat.time_ms > 1.5 * lean.time_ms, (vec, lean.time_ms, fat.time_ms)
+
+
+def test_spills_cost_time(relu_8k):
+    plan, space = relu_8k
+    cfg = _with(space, space.default(), memory__vec=4)
+    clean = _sim(plan, space, cfg, {"registers": 64})
+    spilled = _sim(plan, space, cfg, {"registers": 64, "spill_stores": 256, "spill_loads": 256})
+    assert spilled.counters["spills"] == 512
+    assert spilled.time_ms > clean.time_ms
+
+
+def test_impossible_launches_fail_as_resources(relu_8k):
+    plan, space = relu_8k
+    good = space.render(space.default())
+
+    def with_launch(launch: Launch) -> Rendered:
+        return Rendered(good.source, (launch,), facts=good.facts)
+
+    too_many_threads = with_launch(Launch("ca_map", (64, 1, 1), (2048, 1, 1)))
+    too_much_smem = with_launch(Launch("ca_map", (64, 1, 1), (256, 1, 1), 240 * 1024))
+    for rendered, resources in [(too_many_threads, {}), (too_much_smem, {}),
+                                (good, {"registers": 255, "smem_static": 0})]:
+        if rendered is good:  # 255 registers x 1024 threads cannot fit a 64K register file
+            rendered = with_launch(Launch("ca_map", (64, 1, 1), (1024, 1, 1)))
+        res = simulate(plan, rendered, resources, TARGET)
+        assert res.error_kind == "resources", res
+        assert res.error_msg
+        assert math.isinf(res.time_ms)
+        assert set(res.counters) == set(COUNTER_KEYS)
+    # static plus dynamic shared memory over the per-block limit
+    res = simulate(plan, with_launch(Launch("ca_map", (64, 1, 1), (256, 1, 1), 200 * 1024)),
+                   {"smem_static": 40 * 1024}, TARGET)
+    assert res.error_kind == "resources"
+
+
+def test_softmax_spread_over_200_configs(softmax_1g):
+    plan, space = softmax_1g
+    assert plan.bytes_moved() == GIB
+    sample = space.sample(200, random.Random(0))
+    results = [_sim(plan, space, c) for c in sample]
+    assert all(r.error_kind is None for r in results)
+    times = [r.time_ms for r in results]
+    best, worst = min(times), max(times)
+    default = _sim(plan, space, space.default()).time_ms
+    floor_ms = plan.bytes_moved() / TARGET.dram_bw * 1e3
+    times.sort()
+    print(f"\n[simulated] 1 GiB softmax, 200 sampled configs: best {best:.4f} ms "
+          f"({floor_ms / best:.1%} of copy bandwidth), median {times[100] / best:.2f}x, "
+          f"worst {worst / best:.1f}x; default config {default / best:.2f}x")
+    assert worst / best > 3, "configurations must differ by several x, as on real GPUs"
+    assert best > floor_ms
+
+
+def test_short_rows_pay_for_barriers(tmp_mod):
+    plan, space = _problem(tmp_mod, "softmax_short", "torch.softmax(x, dim=1)", (262144, 256))
+    cfg = _with(space, space.default(), config__block=256, config__tpr=256, memory__vec=1,
+                memory__cache="regs")
+    shfl = _sim(plan, space, _with(space, cfg, reduction__combine="shfl"))
+    tree = _sim(plan, space, _with(space, cfg, reduction__combine="smem_tree"))
+    assert tree.time_ms > shfl.time_ms
+    assert tree.counters["sync_stalls"] > shfl.counters["sync_stalls"] > 0
+
+
+def test_smem_row_cache_bank_conflicts(tmp_mod):
+    plan, space = _problem(tmp_mod, "softmax_mid", "torch.softmax(x, dim=1)", (8192, 1024))
+    base = _with(space, space.default(), memory__cache="smem", memory__vec=1)
+    narrow = _sim(plan, space, _with(space, base, config__tpr=8, config__block=256))
+    wide = _sim(plan, space, _with(space, base, config__tpr=256, config__block=256))
+    assert narrow.counters["bank_conflicts"] > 0  # 4 rows per warp start in the same bank
+    assert wide.counters["bank_conflicts"] == 0
+
+
+def test_fast_math_helps_transcendental_chains(tmp_mod):
+    body = "torch.sin(torch.exp(x)) * torch.cos(torch.exp(-x)) / (torch.sin(x) + 2)"
+    plan, space = _problem(tmp_mod, "trig", body, (4096, 4096))
+    cfg = _with(space, space.default(), memory__vec=4)
+    precise = _sim(plan, space, _with(space, cfg, compute__fastmath=0))
+    fast = _sim(plan, space, _with(space, cfg, compute__fastmath=1))
+    assert fast.time_ms < precise.time_ms
+    assert fast.counters["issue_utilization"] < precise.counters["issue_utilization"]
+
+
+# -- interface ---------------------------------------------------------------------------------
+
+def test_counters_and_constants(relu_8k):
+    plan, space = relu_8k
+    res = _sim(plan, space, space.default())
+    assert res.error_kind is None and res.time_ms > 0
+    assert set(res.counters) == set(COUNTER_KEYS)
+    assert 0 < res.counters["achieved_occupancy"] <= res.counters["theoretical_occupancy"] <= 1
+    assert 0 < res.counters["dram_throughput"] < 1
+    assert res.counters["registers"] == 32  # the assumption when the compiler did not report
+
+    c = SimConstants()
+    assert SimConstants.from_dict(c.to_dict()) == c
+    assert SimConstants.from_dict({}) == c
+    with pytest.raises(ValueError):
+        SimConstants.from_dict({"no_such_constant": 1.0})
+    slower = SimConstants.from_dict({"launch_overhead_us": 50.0})
+    t_dict = _sim(plan, space, space.default(), constants={"launch_overhead_us": 50.0}).time_ms
+    t_obj = _sim(plan, space, space.default(), constants=slower).time_ms
+    assert t_dict == t_obj == pytest.approx(res.time_ms + 0.046)
+
+
+def test_unknown_family_degrades_to_launches_and_plan(relu_8k):
+    plan, space = relu_8k
+    one = Rendered("", (Launch("k", (65536, 1, 1), (256, 1, 1)),),
+                   facts=(("family", "mystery"), ("vec", 4)))
+    two = Rendered("", (Launch("k1", (65536, 1, 1), (256, 1, 1)),
+                        Launch("k2", (1, 1, 1), (32, 1, 1))),
+                   workspace_bytes=4096, facts=(("family", "mystery"), ("vec", 4)))
+    r1, r2 = simulate(plan, one, {}, TARGET), simulate(plan, two, {}, TARGET)
+    assert r1.error_kind is None and r2.error_kind is None
+    floor_ms = plan.bytes_moved() / TARGET.dram_bw * 1e3
+    assert floor_ms < r1.time_ms < 2 * floor_ms
+    assert r2.time_ms > r1.time_ms  # a second launch costs at least its overhead
+
+
+def test_col_template_if_present(tmp_mod):
+    col = pytest.importorskip("cuda_agent.space.templates.col")
+    plan = _problem(tmp_mod, "colsum", "x.sum(dim=1)", (16, 512, 1024))[0]
+    space = Space(plan, TARGET, [col.ColTemplate()])
+    results = [_sim(plan, space, c) for c in space.sample(300, random.Random(1))]
+    floor_ms = plan.bytes_moved() / TARGET.dram_bw * 1e3
+    for r in results:
+        assert r.error_kind is None, r.error_msg
+        assert math.isfinite(r.time_ms) and r.time_ms > floor_ms
+        assert set(r.counters) == set(COUNTER_KEYS)
+
+
+def test_split_rows_if_present(tmp_mod):
+    """One block cannot stream a whole tensor: splitting the row over the GPU must win."""
+    plan, space = _problem(tmp_mod, "sum_all", "x.sum()", (8192, 8192))
+    names = {t.name for t in space.templates}
+    if not {"split", "row"} <= names:
+        pytest.skip("the split template is not in the library")
+    best: dict[str, float] = {}
+    floor_ms = plan.bytes_moved() / TARGET.dram_bw * 1e3
+    for cfg in space.configs:
+        res = _sim(plan, space, cfg)
+        assert res.error_kind is None, res.error_msg
+        assert res.time_ms > floor_ms
+        name = space.template_of(cfg).name
+        best[name] = min(best.get(name, math.inf), res.time_ms)
+    assert best["split"] * 10 < best["row"], best
+    assert floor_ms / best["split"] > 0.75
