@@ -270,10 +270,13 @@ def _var_std(std: bool) -> Callable:
         x = lw.val(args[0])
         dims = _arg(args, kwargs, 1, "dim")
         correction = kwargs.get("correction", 1)
-        if "unbiased" in kwargs:
-            correction = 1 if kwargs["unbiased"] else 0
+        # aten.var.dim(x, dim, unbiased, keepdim) passes these positionally
+        unbiased = kwargs.get("unbiased", args[2] if len(args) > 2 else None)
+        if unbiased is not None:
+            correction = 1 if unbiased else 0
         correction = 1 if correction is None else float(correction)
-        v = lw.var(x, dims, correction, bool(kwargs.get("keepdim", False)))
+        keepdim = kwargs.get("keepdim", args[3] if len(args) > 3 else False)
+        v = lw.var(x, dims, correction, bool(keepdim))
         return lw.unary("sqrt", v) if std else v
     return handle
 

@@ -11,6 +11,8 @@ import torch
 
 from cuda_agent.tuner import tune
 
+pytestmark = pytest.mark.gpu
+
 ROOT = Path(__file__).parents[2]
 PROBLEMS = sorted((ROOT / "benchmarks" / "problems").glob("*_odd.py")) + \
     sorted((ROOT / "tests" / "data" / "good").glob("*.py"))

@@ -15,6 +15,8 @@ from cuda_agent.space.codegen import PRELUDE
 from cuda_agent.space.slots import Config, Launch, Rendered
 from cuda_agent.run.timing import TimingSettings
 
+pytestmark = pytest.mark.gpu
+
 RELU = Path(__file__).parents[1] / "data" / "good" / "relu_small.py"  # (37, 129)
 N = 37 * 129
 SIG = 'extern "C" __global__ void k(const float* __restrict__ in0, float* __restrict__ out, void* ws)'
