@@ -24,17 +24,33 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def run_tests(out: Path) -> None:
-    log("GPU tests")
-    with open(out / "logs" / "gpu_tests.log", "w") as f:
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-s",
-                               "tests/gpu", "-p", "no:cacheprovider"], cwd=ROOT, stdout=f,
-                              stderr=subprocess.STDOUT, timeout=400)
-    tail = (out / "logs" / "gpu_tests.log").read_text().splitlines()[-15:]
-    log(f"GPU tests exit {proc.returncode}\n" + "\n".join(tail))
+def run_tests(out: Path, which: str, timeout: float) -> None:
+    log(f"GPU tests: {which}")
+    name = Path(which).stem
+    with open(out / "logs" / f"{name}.log", "w") as f:
+        try:
+            proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-s",
+                                   which, "-p", "no:cacheprovider"], cwd=ROOT, stdout=f,
+                                  stderr=subprocess.STDOUT, timeout=timeout)
+            code = proc.returncode
+        except subprocess.TimeoutExpired:
+            code = "timeout"
+    tail = (out / "logs" / f"{name}.log").read_text().splitlines()[-12:]
+    log(f"GPU tests {which} exit {code}\n" + "\n".join(tail))
 
 
-def run_sweeps(out: Path, problems: list[Path], sample: int, deadline: float) -> None:
+def pack(out: Path, final: Path) -> None:
+    """Write the tarball now: if the call is cut short, what was measured still comes back."""
+    final.mkdir(parents=True, exist_ok=True)
+    tmp = final / "results.tgz.tmp"
+    with tarfile.open(tmp, "w:gz") as tar:
+        tar.add(out / "data", arcname="data")
+        tar.add(out / "logs", arcname="logs")
+    os.replace(tmp, final / "results.tgz")
+
+
+def run_sweeps(out: Path, final: Path, problems: list[Path], sample: int, deadline: float,
+               per_problem_s: float) -> None:
     from cuda_agent.run.devices import CudaDevice
     from cuda_agent.sweep import sweep_problem
 
@@ -47,7 +63,8 @@ def run_sweeps(out: Path, problems: list[Path], sample: int, deadline: float) ->
             t0 = time.time()
             try:
                 r, path = sweep_problem(p, out / "data", sample=sample, shared_device=device,
-                                        store=str(out / "store.sqlite"))
+                                        store=str(out / "store.sqlite"),
+                                        time_limit_s=per_problem_s)
             except Exception as exc:  # noqa: BLE001 - one problem failing must not stop the rest
                 log(f"{p.name}: FAILED {type(exc).__name__}: {exc}")
                 continue
@@ -63,6 +80,7 @@ def run_sweeps(out: Path, problems: list[Path], sample: int, deadline: float) ->
                 f"{best and round(best, 4)} ms ({frac and round(100 * frac)}% of copy bw), "
                 f"eager {r.baselines.eager_ms and round(r.baselines.eager_ms, 4)}, compile "
                 f"{r.baselines.compile_ms and round(r.baselines.compile_ms, 4)}, failures {fails}")
+            pack(out, final)
     finally:
         device.close()
 
@@ -101,10 +119,13 @@ def main() -> None:
     ap.add_argument("--take", type=int, default=1000, help="sweep at most N problems")
     ap.add_argument("--sample", type=int, default=150)
     ap.add_argument("--deadline", type=float, default=540, help="seconds from start")
-    ap.add_argument("--throughput-budget", type=int, default=256)
+    ap.add_argument("--throughput-budget", type=int, default=200)
+    ap.add_argument("--per-problem", type=float, default=12.0,
+                    help="seconds of candidate measurement per problem in sweeps")
     args = ap.parse_args()
     start = time.time()
-    # work outside $OUT (only 8 files come back from it); one tarball goes there at the end
+    deadline = start + args.deadline
+    # work outside $OUT (only 8 files come back from it); one tarball goes there
     final = Path(os.environ.get("OUT", "/tmp/out"))
     out = Path("/tmp/gpu-suite")
     (out / "logs").mkdir(parents=True, exist_ok=True)
@@ -115,21 +136,24 @@ def main() -> None:
         [ROOT / p for p in args.problems.split(",")]
     problems = problems[args.skip:args.skip + args.take]
     try:
-        if "tests" in parts:
-            run_tests(out)
-        if "throughput" in parts:
-            run_throughput(out, [ROOT / "tests/data/good/softmax_small.py",
-                                 ROOT / "benchmarks/problems/norm_layernorm_odd.py"],
-                           args.throughput_budget)
-        if "sweeps" in parts:
-            run_sweeps(out, problems, args.sample, start + args.deadline)
+        for part in parts:
+            left = deadline - time.time()
+            if left < 30:
+                log(f"deadline: part {part} not run")
+                continue
+            if part == "sweeps":
+                run_sweeps(out, final, problems, args.sample, deadline - 20, args.per_problem)
+            elif part == "faults":
+                run_tests(out, "tests/gpu/test_faults.py", min(left - 10, 150))
+            elif part == "families":
+                run_tests(out, "tests/gpu/test_families.py", left - 10)
+            elif part == "throughput" and left > 70:
+                run_throughput(out, [ROOT / "tests/data/good/softmax_small.py",
+                                     ROOT / "benchmarks/problems/norm_layernorm_odd.py"],
+                               args.throughput_budget)
+            pack(out, final)
     finally:
-        final.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(final / "results.tgz", "w:gz") as tar:
-            tar.add(out / "data", arcname="data")
-            tar.add(out / "logs", arcname="logs")
-            if (out / "store.sqlite").exists():
-                tar.add(out / "store.sqlite", arcname="store.sqlite")
+        pack(out, final)
         log(f"done in {time.time() - start:.0f} s")
 
 

@@ -33,7 +33,8 @@ def sweep_problem(path: str | Path, out_root: Path, device: str | None = None,
                   progress: Callable[[Trial, Trial | None], None] | None = None,
                   notify: Callable[[str], None] = lambda s: None,
                   on_start: Callable[[Tuner], None] | None = None,
-                  shared_device: Device | None = None) -> tuple[TuneResult, Path]:
+                  shared_device: Device | None = None,
+                  time_limit_s: float | None = None) -> tuple[TuneResult, Path]:
     """Measure `sample` random configurations (all, when None) of one problem; write the file.
 
     `shared_device` lets a multi-problem sweep keep one GPU worker instead of one per problem.
@@ -41,7 +42,8 @@ def sweep_problem(path: str | Path, out_root: Path, device: str | None = None,
     if sample is not None and sample < 1:
         raise SettingsError("--sample must be at least 1")
     settings = TuneSettings(device=device, strategy="random" if sample else "exhaustive",
-                            budget=sample or 10**9, seed=seed, store=store, batch=32)
+                            budget=sample or 10**9, seed=seed, store=store, batch=32,
+                            time_limit_s=time_limit_s)
     tuner = Tuner(load_problem(path), settings, device=shared_device, notify=notify)
     try:
         if tuner.device.kind == "replay":

@@ -53,6 +53,8 @@ class TuneSettings:
     include_default: bool = True
     """always measure the template's untuned default configuration first"""
     replay_root: str | None = None
+    time_limit_s: float | None = None
+    """stop measuring new candidates after this many seconds (the budget still caps)"""
     strategy_options: dict[str, Any] = field(default_factory=dict)
 
 
@@ -215,6 +217,8 @@ class Tuner:
             following = [] if adaptive or remaining <= 0 else ask(min(s.batch, remaining))
             next_build = pool.submit(self._build, following) if following else None
             results = []
+            if s.time_limit_s is not None and time.perf_counter() - t0 > s.time_limit_s:
+                break
             for cand in cands:
                 best_ms = best.measurement.time_ms if best else None
                 m = self._evaluate(cand, best_ms)

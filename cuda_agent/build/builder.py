@@ -106,8 +106,9 @@ class Builder:
 
     def _pool_get(self) -> ProcessPoolExecutor:
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=get_context("spawn"),
-                                             max_tasks_per_child=500)
+            # no max_tasks_per_child: on Python 3.11 retired workers are replaced only on
+            # submit(), so a long map() could wait forever (CPython gh-115634)
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=get_context("spawn"))
         return self._pool
 
     def build(self, inputs: list[BuildInput],

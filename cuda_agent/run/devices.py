@@ -75,7 +75,7 @@ class CudaDevice(Device):
     kind = "cuda"
 
     def __init__(self, index: int = 0, timing: TimingSettings | None = None,
-                 verify_settings: VerifySettings | None = None, eval_timeout_s: float = 60.0,
+                 verify_settings: VerifySettings | None = None, eval_timeout_s: float = 30.0,
                  setup_timeout_s: float = 600.0) -> None:
         self.index = index
         self.timing = timing or TimingSettings()

@@ -13,6 +13,7 @@ ERROR_KINDS = {
     "illegal_address": "the kernel accessed memory it does not own",
     "misaligned": "the kernel made a misaligned access",
     "timeout": "the kernel did not finish in time (hang or hopelessly slow)",
+    "slow": "abandoned before verification: one run took many times the best time so far",
     "crash": "the worker process died",
     "unwritten": "the kernel left output elements unwritten (NaN poison survived)",
     "wrong": "the output differs from the reference",

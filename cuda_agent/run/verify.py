@@ -62,7 +62,7 @@ class CandidateError(Exception):
 
 # -- inputs --------------------------------------------------------------------------------------
 
-DISTRIBUTIONS = ("normal", "heavy", "uniform_offset", "lognormal_signed", "normal")
+DISTRIBUTIONS = ("normal", "heavy", "uniform_offset", "lognormal_signed", "quantized")
 
 
 def draw_like(example: torch.Tensor, trial: int, gen: torch.Generator) -> torch.Tensor:
@@ -78,6 +78,9 @@ def draw_like(example: torch.Tensor, trial: int, gen: torch.Generator) -> torch.
         x = z / torch.sqrt(chi / 3.0 + 1e-12)
     elif kind == "uniform_offset":
         x = torch.rand(shape, generator=gen, device=device, dtype=torch.float64) * 6.0 - 2.0
+    elif kind == "quantized":  # few distinct values: exact ties (argmax must pick the first)
+        x = torch.round(torch.randn(shape, generator=gen, device=device, dtype=torch.float64) * 4)
+        x = x / 4.0
     else:  # magnitudes over several decades, random signs
         mag = torch.exp(torch.randn(shape, generator=gen, device=device, dtype=torch.float64))
         sign = torch.randint(0, 2, shape, generator=gen, device=device).to(torch.float64) * 2 - 1
@@ -105,16 +108,21 @@ def make_case(examples: Sequence[torch.Tensor], trial: int, seed: int) -> Case:
     return Case([draw_like(e, trial, gen) for e in examples])
 
 
-def perturbed(case: Case, seed: int) -> Case:
-    """Copy of `case` with one element of its largest input moved far from where it was."""
+def perturbed(case: Case, seed: int, attempt: int = 0) -> Case:
+    """Copy of `case` with one element of its largest input moved far away: up on even
+    attempts, down on odd ones (where the input's sign domain allows), at another position each
+    attempt. The caller keeps the first variant whose reference differs from the base's."""
     tensors = [t.clone() for t in case.tensors]
     big = max(range(len(tensors)), key=lambda k: tensors[k].numel())
     t = tensors[big].view(-1)
-    gen = torch.Generator().manual_seed(seed + 99991)
+    gen = torch.Generator().manual_seed(seed * 31 + attempt + 99991)
     pos = int(torch.randint(0, t.numel(), (1,), generator=gen))
     old = float(t[pos])
-    t[pos] = (abs(old) * 4.0 + 3.0) if old >= 0 or float(case.tensors[big].min()) >= 0 else \
-        (-abs(old) * 4.0 - 3.0)
+    signed = float(case.tensors[big].min()) < 0
+    if attempt % 2 == 1 and signed:
+        t[pos] = -abs(old) * 4.0 - 3.0
+    else:
+        t[pos] = abs(old) * 4.0 + 3.0
     return Case(tensors)
 
 
@@ -217,11 +225,17 @@ class CasePool:
             case = make_case(examples, t, s.seed)
             self.cases.append(Trial(case.tensors, self._ref(reference, case.tensors),
                                     f"trial {t} ({DISTRIBUTIONS[t % len(DISTRIBUTIONS)]} inputs)"))
+        # a perturbed twin of every case, whose reference really differs from the case's
         self.perturbed: list[Trial] = []
-        for t in range(min(2, n)):
-            case = perturbed(Case(self.cases[t].inputs), s.seed + t)
-            self.perturbed.append(Trial(case.tensors, self._ref(reference, case.tensors),
-                                        f"perturbed-input trial (from trial {t})"))
+        for t, base in enumerate(self.cases):
+            twin = None
+            for attempt in range(6):
+                case = perturbed(Case(base.inputs), s.seed + t, attempt)
+                ref = self._ref(reference, case.tensors)
+                twin = Trial(case.tensors, ref, f"perturbed-input trial (from trial {t})")
+                if not _same(ref, base.ref):
+                    break
+            self.perturbed.append(twin)
         self.weak = self._weak_checks()
 
     def _ref(self, reference: Callable, tensors: list[torch.Tensor]) -> torch.Tensor:
@@ -233,18 +247,24 @@ class CasePool:
     def _weak_checks(self) -> list[str]:
         rtol, ef = self.rtol, self.settings.elem_factor
         passed = {"zeros": True, "constant": True, "identity": True}
+        # the constant is fixed before seeing the other trials: a kernel cannot know each
+        # trial's answer, so a single-element output is not trivially "constant"
+        first = self.cases[0].ref
+        if self.out_dtype.is_floating_point:
+            finite = torch.isfinite(first)
+            const = float(first[finite].double().mean()) if bool(finite.any()) else 0.0
+        else:
+            const = int(first.reshape(-1)[0])
         for trial in self.cases + self.perturbed:
             ref = trial.ref
             if self.out_dtype.is_floating_point:
                 passed["zeros"] &= _passes(torch.zeros_like(ref), ref, rtol, ef)
-                finite = torch.isfinite(ref)
-                mean = float(ref[finite].double().mean()) if bool(finite.any()) else 0.0
-                passed["constant"] &= _passes(torch.full_like(ref, mean), ref, rtol, ef)
+                passed["constant"] &= _passes(torch.full_like(ref, const), ref, rtol, ef)
                 same = [x for x in trial.inputs if tuple(x.shape) == tuple(ref.shape)]
                 passed["identity"] &= bool(same) and _passes(same[0].to(ref.dtype), ref, rtol, ef)
             else:
                 passed["zeros"] &= bool((ref == 0).all())
-                passed["constant"] &= bool((ref == ref.reshape(-1)[0]).all())
+                passed["constant"] &= bool((ref == const).all())
                 passed["identity"] = False
         return [k for k, v in passed.items() if v]
 
@@ -253,7 +273,8 @@ class CasePool:
         k = self.settings.trials
         n = len(self.cases)
         chosen = [self.cases[(index + j) % n] for j in range(min(k, n))]
-        return chosen + [self.perturbed[index % len(self.perturbed)]]
+        # the perturbed twin of a case this candidate also runs: replaying that answer fails
+        return chosen + [self.perturbed[index % n]]
 
 
 def check(run: Callable[[list[torch.Tensor], torch.Tensor], None], pool: CasePool,
@@ -270,18 +291,28 @@ def check(run: Callable[[list[torch.Tensor], torch.Tensor], None], pool: CasePoo
         try:
             run(trial.inputs, out)
         except CandidateError as exc:
+            _restore(trial.inputs, snapshot)
             return VerifyResult(False, exc.kind, str(exc), worst)
         for k, (x, x0) in enumerate(zip(trial.inputs, snapshot)):
             if not torch.equal(_bits(x), _bits(x0)):
-                # restore the pool's case so later candidates see the original inputs
-                for y, y0 in zip(trial.inputs, snapshot):
-                    y.copy_(y0)
+                _restore(trial.inputs, snapshot)
                 return VerifyResult(False, "mutated_input", f"input {k} was modified", worst)
         kind, msg, rel = compare(out, trial.ref, pool.rtol, pool.settings.elem_factor)
         worst = max(worst, rel)
         if kind:
             return VerifyResult(False, kind, f"{trial.label}: {msg}", worst)
     return VerifyResult(True, None, "", worst)
+
+
+def _restore(inputs: list[torch.Tensor], snapshot: list[torch.Tensor]) -> None:
+    """Put the pool's case back, so a misbehaving candidate cannot poison later checks."""
+    for y, y0 in zip(inputs, snapshot):
+        y.copy_(y0)
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return bool(torch.equal(a, b)) if not a.dtype.is_floating_point else bool(
+        torch.equal(torch.nan_to_num(a), torch.nan_to_num(b)))
 
 
 def _bits(x: torch.Tensor) -> torch.Tensor:

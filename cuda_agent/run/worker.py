@@ -53,7 +53,7 @@ class ProblemState:
         props = torch.cuda.get_device_properties(device)
         self.l2_bytes = int(getattr(props, "L2_cache_size", 60 * 1024 * 1024))
         self.flusher = L2Flusher(device, self.l2_bytes)
-        self.copy_bw = measure_copy_bandwidth(device, timing, self.flusher)
+        self.copy_bw = copy_bandwidth(device, self.flusher)
         self.bytes = self.plan.bytes_moved()
         self.flops = self.plan.flops()
         self.pool = CasePool(self.reference, self.examples, self.out_shape, self.out_dtype,
@@ -94,6 +94,21 @@ class ProblemState:
         except launcher.KernelLaunchError as exc:
             return {"ok": False, "error_kind": exc.kind, "error_msg": str(exc),
                     "sticky": exc.sticky}
+
+        # One timed run first: it warms up, surfaces faults early, and lets a hopeless
+        # candidate be abandoned before the (costly) verification.
+        try:
+            probe_ms = self._probe(kernels)
+        except launcher.KernelLaunchError as exc:
+            return {"ok": False, "error_kind": exc.kind, "error_msg": str(exc),
+                    "sticky": exc.sticky}
+        best = msg.get("best_ms")
+        if probe_ms > 1000.0 or (best and probe_ms > max(20.0 * best, 5.0)):
+            kernels.close()
+            return {"ok": False, "error_kind": "slow",
+                    "error_msg": f"one run took {probe_ms:.2f} ms (best so far "
+                                 f"{best and round(best, 4)} ms)", "time_ms": probe_ms,
+                    "wall_s": time.perf_counter() - t0}
 
         def run(tensors: list[torch.Tensor], out: torch.Tensor) -> None:
             try:
@@ -137,6 +152,14 @@ class ProblemState:
                 "counters": {"achieved_bw_fraction": self.bytes / (timing.median_ms * 1e-3)
                              / self.copy_bw}}
 
+    def _probe(self, kernels: launcher.LoadedKernels) -> float:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        kernels(self.kernel_inputs(self.sets[0]), self.set_outs[0])
+        end.record()
+        launcher.synchronize(self.device)
+        return start.elapsed_time(end)
+
     # -- baselines -----------------------------------------------------------------------------
     def baseline(self, which: str) -> dict[str, Any]:
         """Time torch eager or torch.compile on the same inputs, with the same protocol."""
@@ -163,13 +186,25 @@ class ProblemState:
                 "samples": timing.samples, "setup_s": compile_s}
 
 
-def measure_copy_bandwidth(device: torch.device, timing: TimingSettings,
-                           flusher: L2Flusher, nbytes: int = 2 << 30) -> float:
+_COPY_BW: dict[str, float] = {}
+
+
+def copy_bandwidth(device: torch.device, flusher: L2Flusher) -> float:
+    """Copy bandwidth, measured once per worker: the best of three measurements, after a long
+    warm-up, so that an idle GPU's clock ramp does not lower the physical floor."""
+    key = str(device)
+    if key not in _COPY_BW:
+        _COPY_BW[key] = max(measure_copy_bandwidth(device, flusher) for _ in range(3))
+    return _COPY_BW[key]
+
+
+def measure_copy_bandwidth(device: torch.device, flusher: L2Flusher,
+                           nbytes: int = 2 << 30) -> float:
     """Device-to-device copy bandwidth in bytes/s (read + write counted), same protocol."""
     n = nbytes // 4
     src = torch.empty(n, dtype=torch.float32, device=device).fill_(1.0)
     dst = torch.empty_like(src)
-    t = time_runs(lambda k: dst.copy_(src), 1, TimingSettings(warmup=2, reps=10), flusher)
+    t = time_runs(lambda k: dst.copy_(src), 1, TimingSettings(warmup=10, reps=10), flusher)
     del src, dst
     torch.cuda.empty_cache()
     return 2 * n * 4 / (t.median_ms * 1e-3)

@@ -32,7 +32,10 @@ class Space:
         templates = [t for t in TEMPLATES if t.applies(plan)]
         if not templates:
             raise UnsupportedError(f"unsupported: no template covers this {plan.family} problem")
-        return Space(plan, target, templates)
+        # a template whose every configuration is invalid here is not offered at all
+        probe = Space(plan, target, templates)
+        usable = [t for t in templates if next(iter(probe._template_configs(t)), None)]
+        return Space(plan, target, usable or templates)
 
     # -- slots --------------------------------------------------------------------------------
     @cached_property
@@ -134,13 +137,17 @@ class Space:
         return rng.sample(pool, min(n, len(pool)))
 
     def default(self) -> Config:
-        """The untuned baseline: the first template's default, canonicalized."""
-        t = self.templates[0]
-        cfg = t.canonical(self.plan, t.default(self.plan, self.target))
-        rest = {s.name: ABSENT for s in self.slots}
-        if len(self.templates) > 1:
-            rest[SCOPE_SLOT] = t.name
-        return Config.of({**rest, **cfg})
+        """The untuned baseline: the first template's default that is valid here, else the
+        first valid configuration."""
+        for t in self.templates:
+            cfg = t.canonical(self.plan, t.default(self.plan, self.target))
+            rest = {s.name: ABSENT for s in self.slots}
+            if len(self.templates) > 1:
+                rest[SCOPE_SLOT] = t.name
+            full = Config.of({**rest, **cfg})
+            if full in self.index:
+                return full
+        return self.configs[0]
 
     # -- rendering ----------------------------------------------------------------------------
     def render(self, cfg: Config) -> Rendered:

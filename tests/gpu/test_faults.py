@@ -28,7 +28,8 @@ BODIES = {
                            "out[i + (1LL << 38)] = in0[i];",
     "illegal_address": "int i = blockIdx.x * blockDim.x + threadIdx.x; "
                        "const float* p = (const float*)0x10; out[i % 7] = p[i];",
-    "infinite_loop": "volatile int spin = 1; while (spin) { }",
+    # spins on a value read from memory each iteration, so the compiler cannot remove it
+    "infinite_loop": "volatile const float* p = in0; while (p[0] == p[0]) { }",
     "wrong_result": f"int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < {N}) "
                     "out[i] = 2.f * in0[i];",
     "nan": f"int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < {N}) "

@@ -102,6 +102,11 @@ def _vectorizable(plan: KernelPlan, vec: int) -> bool:
     return plan.cached(("col_vec_ok", vec), check)
 
 
+# Launches of fewer blocks than half the SMs leave the GPU idle; on large problems such
+# configurations are hopeless (minutes of measuring for nothing), so they are not in the space.
+UNDERFILL_MIN_ELEMS = 1 << 20
+
+
 class ColTemplate(Template):
     name = "col"
     version = "1"
@@ -207,6 +212,9 @@ class ColTemplate(Template):
                 return "a split grid is exact"
         if cfg["reduction.cross"] == "atomic" and not _all_sum(plan):
             return "atomic cross-block combine only for sums"
+        if plan.numel >= UNDERFILL_MIN_ELEMS and \
+                self._tiles(plan, cfg) * S < target.sm_count // 2:
+            return "too few blocks to fill the GPU"
         return None
 
     def _dyn_smem(self, plan: KernelPlan, cfg: dict[str, Any], cached: list[int]) -> int:

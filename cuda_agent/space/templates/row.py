@@ -20,6 +20,9 @@ from .rowcommon import (Pass, make_passes, online_merge, online_softmax_pair, on
                         operand_roles, pass_roots, row_values_after)
 
 MAX_CACHED_REGS = 64  # floats per thread kept in registers across passes
+# Launches of fewer blocks than half the SMs leave the GPU idle; on large problems such
+# configurations are hopeless (minutes of measuring for nothing), so they are not in the space.
+UNDERFILL_MIN_ELEMS = 1 << 20
 
 
 def _has_fast_ops(plan: KernelPlan) -> bool:
@@ -78,6 +81,8 @@ class RowTemplate(Template):
         T, B, vec = cfg["config.tpr"], cfg["config.block"], cfg["memory.vec"]
         if T > B:
             return "threads per row exceed the block"
+        if plan.numel >= UNDERFILL_MIN_ELEMS and -(-plan.O // (B // T)) < target.sm_count // 2:
+            return "too few blocks to fill the GPU (the split template covers few long rows)"
         R = plan.R
         if T > 1 and T * vec > 2 * _pow2_ceil(R):
             return "more threads per row than elements"
