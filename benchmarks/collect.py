@@ -137,10 +137,15 @@ def main() -> None:
     ap.add_argument("--data", type=Path, required=True)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--throughput", type=Path)
-    ap.add_argument("--gpu-tests", type=Path)
+    ap.add_argument("--gpu-tests", type=Path, nargs="*", default=[])
     ap.add_argument("--markdown", type=Path, default=ROOT / "BENCHMARKS.md")
+    ap.add_argument("--commit", help="commit that ran, where the sweeps say 'unknown' (the GPU "
+                    "machine gets the working tree without .git)")
     args = ap.parse_args()
     rows = [row_for(p) for p in sorted(args.data.glob("*.json.gz"))]
+    for r in rows:
+        if args.commit and r["commit"] in (None, "unknown"):
+            r["commit"] = args.commit
     if not rows:
         raise SystemExit(f"no sweeps under {args.data}")
     big = [r["fraction_of_copy_bw"] for r in rows if r["bytes"] >= 1e9 and r["fraction_of_copy_bw"]]
@@ -163,9 +168,11 @@ def main() -> None:
         results["throughput"] = throughput
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
-    tail = None
-    if args.gpu_tests and args.gpu_tests.exists():
-        tail = "\n".join(args.gpu_tests.read_text().splitlines()[-12:])
+    tails = []
+    for log in args.gpu_tests:
+        lines = [l for l in log.read_text().splitlines() if "CUDA warning" not in l]
+        tails.append(f"$ pytest -m gpu tests/gpu/{log.stem}.py\n" + "\n".join(lines[-6:]))
+    tail = "\n\n".join(tails) or None
     args.markdown.write_text(markdown(results, throughput, tail))
     print(f"wrote {args.out} and {args.markdown}")
 

@@ -98,6 +98,10 @@ def _strip_future(src: str) -> str:
 
 
 def git_commit(path: Path | None = None) -> str:
+    """The commit of the code that runs: git where there is a checkout, else the
+    CUDA_AGENT_COMMIT variable (the GPU machine receives the tree without .git)."""
+    if os.environ.get("CUDA_AGENT_COMMIT"):
+        return os.environ["CUDA_AGENT_COMMIT"]
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                               text=True, timeout=10,
