@@ -26,3 +26,10 @@ class DeviceError(CudaAgentError):
 
 class SettingsError(CudaAgentError):
     """A command-line flag or setting is out of range."""
+
+
+def first_line(exc: BaseException) -> str:
+    """`Type: first line of the message`: user exceptions can span many lines, errors may not."""
+    text = str(exc).strip()
+    line = text.splitlines()[0] if text else ""
+    return f"{type(exc).__name__}: {line}" if line else type(exc).__name__

@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import torch
 
-from .errors import ProblemError
+from .errors import ProblemError, first_line
 from .ir.graph import Graph
 
 
@@ -76,7 +76,7 @@ def _import_file(path: Path) -> ModuleType:
     except SyntaxError as exc:
         raise ProblemError(f"{path}: syntax error at line {exc.lineno}: {exc.msg}") from None
     except Exception as exc:  # noqa: BLE001 - user code
-        raise ProblemError(f"{path}: importing the file raised {type(exc).__name__}: {exc}")
+        raise ProblemError(f"{path}: importing the file raised {first_line(exc)}")
     return module
 
 
@@ -117,11 +117,11 @@ def check_problem(problem: Problem) -> None:
         try:
             init = problem.init_inputs()
         except Exception as exc:  # noqa: BLE001
-            raise ProblemError(f"{where}: get_init_inputs() raised {type(exc).__name__}: {exc}")
+            raise ProblemError(f"{where}: get_init_inputs() raised {first_line(exc)}")
         try:
             inputs = problem.get_inputs()
         except Exception as exc:  # noqa: BLE001
-            raise ProblemError(f"{where}: get_inputs() raised {type(exc).__name__}: {exc}")
+            raise ProblemError(f"{where}: get_inputs() raised {first_line(exc)}")
         if not isinstance(inputs, (list, tuple)):
             raise ProblemError(f"{where}: get_inputs() returned {type(inputs).__name__}, "
                                "expected a list")
@@ -130,14 +130,12 @@ def check_problem(problem: Problem) -> None:
         try:
             model = problem.model_cls(*init)
         except Exception as exc:  # noqa: BLE001
-            raise ProblemError(f"{where}: Model(*get_init_inputs()) raised "
-                               f"{type(exc).__name__}: {exc}")
+            raise ProblemError(f"{where}: Model(*get_init_inputs()) raised {first_line(exc)}")
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 out: Any = model(*inputs)
         except Exception as exc:  # noqa: BLE001
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            raise ProblemError(f"{where}: Model.forward raised {type(exc).__name__}: {first}")
+            raise ProblemError(f"{where}: Model.forward raised {first_line(exc)}")
     if not isinstance(out, torch.Tensor):
         raise ProblemError(f"{where}: forward() returned {type(out).__name__}, expected a tensor")

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..errors import ProblemError, UnsupportedError
+from ..errors import ProblemError, UnsupportedError, first_line
 from .graph import FLOAT_DTYPES, INDEX_DTYPE, Graph, GraphInput, broadcast_shapes
 from .ops import BINARY, COMPARISONS, UNARY
 
@@ -93,7 +93,8 @@ class _Lowering:
         # Reducing a dim of size 1 changes nothing but the shape: keep only the real ones.
         real = tuple(k for k in d if shape[k] != 1)
         if real != d and shape:
-            final = tuple(s for k, s in enumerate(shape) if keepdim or k not in d)
+            final = tuple(1 if k in d else s for k, s in enumerate(shape)) if keepdim else \
+                tuple(s for k, s in enumerate(shape) if k not in d)
             if not real:
                 if kind in ("argmax", "argmin"):
                     raise UnsupportedError(f"unsupported: {kind} over dims of size 1")
@@ -322,7 +323,9 @@ def _where(lw: _Lowering, node, args, kwargs):
 
 def _to_copy(lw: _Lowering, node, args, kwargs):
     x = lw.val(args[0])
-    dtype = kwargs.get("dtype")
+    # aten.to.dtype(x, dtype, ...) passes it positionally, _to_copy by keyword
+    dtype = kwargs.get("dtype", args[1] if len(args) > 1 and isinstance(args[1], torch.dtype)
+                       else None)
     if dtype is None or dtype == torch.float32:
         return x if lw.g[x].dtype == "float32" else lw.unary("to_float", x)
     raise UnsupportedError(f"unsupported dtype conversion to {dtype_name(dtype)}")
@@ -427,6 +430,8 @@ _HANDLERS: dict[str, Callable] = {
     "clone": _identity, "contiguous": _identity, "alias": _identity, "detach": _identity,
     "lift_fresh_copy": _identity, "dropout": _identity,
     "_to_copy": _to_copy, "to": _to_copy,
+    # torch.export asserts metadata before dtype conversions; nothing to compute
+    "_assert_tensor_metadata": lambda lw, n, a, k: None,
     "view": _reshape, "reshape": _reshape, "_unsafe_view": _reshape, "unsqueeze": _reshape,
     "squeeze": _reshape, "flatten": _reshape,
     "expand": _expand,
@@ -441,11 +446,11 @@ def capture(model_cls: type, init_inputs: list, make_inputs: Callable[[], list])
         try:
             model = model_cls(*init_inputs)
         except Exception as exc:  # noqa: BLE001 - user code
-            raise ProblemError(f"Model(*get_init_inputs()) raised {type(exc).__name__}: {exc}")
+            raise ProblemError(f"Model(*get_init_inputs()) raised {first_line(exc)}")
         try:
             inputs = make_inputs()
         except Exception as exc:  # noqa: BLE001 - user code
-            raise ProblemError(f"get_inputs() raised {type(exc).__name__}: {exc}")
+            raise ProblemError(f"get_inputs() raised {first_line(exc)}")
     inputs = list(inputs)
     for k, t in enumerate(inputs):
         if not isinstance(t, torch.Tensor):

@@ -243,8 +243,11 @@ def make_plan(graph: Graph) -> KernelPlan:
                                    f"{full_shape} (it is broadcast in some dims)")
     else:
         want = tuple(k for k in range(rank) if k not in reduce_dims and full_shape[k] != 1)
-        if tuple(f for f in out_fm if f is not None) != want:
-            raise UnsupportedError("unsupported: output layout of the reduction")
+        out_shape_k = graph[kernel_out].shape
+        if tuple(f for f in out_fm if f is not None) != want or any(
+                f is None and size != 1 for f, size in zip(out_fm, out_shape_k)):
+            raise UnsupportedError("unsupported: output layout of the reduction (a reduced "
+                                   "value broadcast back to a larger output)")
 
     used = sorted({n.attr("index") for n in live if n.op == "input"})
     plan.operands = used

@@ -65,8 +65,11 @@ class CandidateError(Exception):
 DISTRIBUTIONS = ("normal", "heavy", "uniform_offset", "lognormal_signed", "quantized")
 
 
-def draw_like(example: torch.Tensor, trial: int, gen: torch.Generator) -> torch.Tensor:
-    """A fresh tensor shaped like `example`, from distribution number `trial`, in its sign domain."""
+def draw_like(example: torch.Tensor, trial: int, gen: torch.Generator,
+              signed: bool = False) -> torch.Tensor:
+    """A fresh tensor shaped like `example`, from distribution number `trial`, in its sign domain
+    (`signed` ignores the domain: parameters initialised to ones must still get negative draws,
+    or a kernel using |w| for w would pass)."""
     shape, device = example.shape, example.device
     kind = DISTRIBUTIONS[trial % len(DISTRIBUTIONS)]
     if kind == "normal":
@@ -85,7 +88,7 @@ def draw_like(example: torch.Tensor, trial: int, gen: torch.Generator) -> torch.
         mag = torch.exp(torch.randn(shape, generator=gen, device=device, dtype=torch.float64))
         sign = torch.randint(0, 2, shape, generator=gen, device=device).to(torch.float64) * 2 - 1
         x = mag * sign
-    if example.numel():
+    if example.numel() and not signed:
         lo = float(example.min())
         if lo > 0:  # strictly positive domain (log, division, sqrt...)
             x = x.abs() + 1e-2
@@ -101,28 +104,31 @@ class Case:
     tensors: list[torch.Tensor]
 
 
-def make_case(examples: Sequence[torch.Tensor], trial: int, seed: int) -> Case:
+def make_case(examples: Sequence[torch.Tensor], trial: int, seed: int,
+              signed: Sequence[bool] | None = None) -> Case:
     device = examples[0].device if examples else torch.device("cpu")
     gen = torch.Generator(device=device)
     gen.manual_seed(seed * 7919 + trial * 104729 + 17)
-    return Case([draw_like(e, trial, gen) for e in examples])
+    signed = signed or [False] * len(examples)
+    return Case([draw_like(e, trial, gen, sg) for e, sg in zip(examples, signed)])
 
 
 def perturbed(case: Case, seed: int, attempt: int = 0) -> Case:
-    """Copy of `case` with one element of its largest input moved far away: up on even
-    attempts, down on odd ones (where the input's sign domain allows), at another position each
-    attempt. The caller keeps the first variant whose reference differs from the base's."""
+    """Copy of `case` with one element of its largest input moved beyond the tensor's extremes:
+    above its maximum on even attempts, below its minimum on odd ones (where the sign domain
+    allows), at another position each attempt. Outside the range, the element changes maxima,
+    minima, their indices and normalizers alike; the caller keeps the first variant whose
+    reference differs from the base's by more than the tolerance."""
     tensors = [t.clone() for t in case.tensors]
     big = max(range(len(tensors)), key=lambda k: tensors[k].numel())
     t = tensors[big].view(-1)
     gen = torch.Generator().manual_seed(seed * 31 + attempt + 99991)
     pos = int(torch.randint(0, t.numel(), (1,), generator=gen))
-    old = float(t[pos])
-    signed = float(case.tensors[big].min()) < 0
-    if attempt % 2 == 1 and signed:
-        t[pos] = -abs(old) * 4.0 - 3.0
+    hi, lo = float(t.max()), float(t.min())
+    if attempt % 2 == 1 and lo < 0:
+        t[pos] = lo - 4.0 * abs(lo) - 3.0
     else:
-        t[pos] = abs(old) * 4.0 + 3.0
+        t[pos] = hi + 4.0 * abs(hi) + 3.0
     return Case(tensors)
 
 
@@ -214,7 +220,8 @@ class CasePool:
 
     def __init__(self, reference: Callable[[list[torch.Tensor]], torch.Tensor],
                  examples: Sequence[torch.Tensor], out_shape: Sequence[int],
-                 out_dtype: torch.dtype, settings: VerifySettings | None = None) -> None:
+                 out_dtype: torch.dtype, settings: VerifySettings | None = None,
+                 signed: Sequence[bool] | None = None) -> None:
         self.settings = s = settings or VerifySettings()
         self.out_shape, self.out_dtype = tuple(out_shape), out_dtype
         self.device = examples[0].device
@@ -222,7 +229,7 @@ class CasePool:
         n = max(s.trials, s.pool)
         self.cases: list[Trial] = []
         for t in range(n):
-            case = make_case(examples, t, s.seed)
+            case = make_case(examples, t, s.seed, signed)
             self.cases.append(Trial(case.tensors, self._ref(reference, case.tensors),
                                     f"trial {t} ({DISTRIBUTIONS[t % len(DISTRIBUTIONS)]} inputs)"))
         # a perturbed twin of every case, whose reference really differs from the case's
@@ -233,7 +240,8 @@ class CasePool:
                 case = perturbed(Case(base.inputs), s.seed + t, attempt)
                 ref = self._ref(reference, case.tensors)
                 twin = Trial(case.tensors, ref, f"perturbed-input trial (from trial {t})")
-                if not _same(ref, base.ref):
+                # a replay of the base's answer must fail on the twin
+                if compare(base.ref, ref, self.rtol, s.elem_factor)[0] is not None:
                     break
             self.perturbed.append(twin)
         self.weak = self._weak_checks()
@@ -272,9 +280,15 @@ class CasePool:
         """The selection for candidate number `index`: distinct cases, then a perturbed one."""
         k = self.settings.trials
         n = len(self.cases)
-        chosen = [self.cases[(index + j) % n] for j in range(min(k, n))]
+        order = [(index + j) % n for j in range(n)]
+        if not self.out_dtype.is_floating_point:
+            # index outputs always meet exact ties (torch returns the first index)
+            tie = DISTRIBUTIONS.index("quantized")
+            if tie < n:
+                order = [tie] + [i for i in order if i != tie]
+        chosen = [self.cases[i] for i in order[:min(k, n)]]
         # the perturbed twin of a case this candidate also runs: replaying that answer fails
-        return chosen + [self.perturbed[index % n]]
+        return chosen + [self.perturbed[order[0]]]
 
 
 def check(run: Callable[[list[torch.Tensor], torch.Tensor], None], pool: CasePool,
@@ -322,11 +336,12 @@ def _bits(x: torch.Tensor) -> torch.Tensor:
 def verify(run: Callable[[list[torch.Tensor], torch.Tensor], None],
            reference: Callable[[list[torch.Tensor]], torch.Tensor],
            examples: Sequence[torch.Tensor], out_shape: Sequence[int], out_dtype: torch.dtype,
-           settings: VerifySettings | None = None) -> VerifyResult:
+           settings: VerifySettings | None = None,
+           signed: Sequence[bool] | None = None) -> VerifyResult:
     """One-shot check of candidate `run(inputs, out)` against `reference(inputs)` (float64).
 
     `examples` are tensors shaped like the graph inputs (forward args then parameters, in the
     order `run` takes them); they set shapes, device and sign domain, not values.
     """
-    pool = CasePool(reference, examples, out_shape, out_dtype, settings)
+    pool = CasePool(reference, examples, out_shape, out_dtype, settings, signed)
     return check(run, pool, pool.trials_for(0))

@@ -56,8 +56,10 @@ class ProblemState:
         self.copy_bw = copy_bandwidth(device, self.flusher)
         self.bytes = self.plan.bytes_moved()
         self.flops = self.plan.flops()
+        # parameters and buffers are drawn signed whatever their initial values
+        signed = [gin.role != "input" for gin in self.graph.inputs]
         self.pool = CasePool(self.reference, self.examples, self.out_shape, self.out_dtype,
-                             verify_settings)
+                             verify_settings, signed)
         self.evaluated = 0
 
     # -- reference -----------------------------------------------------------------------------

@@ -1,0 +1,119 @@
+"""Rewards: rank within the batch (noise and scale cancel between operators), a small auxiliary
+term from each agent's own metrics, and a fixed penalty per failure kind.
+
+The auxiliary term can be gamed (full shared memory looks "busy"; occupancy alone rewards
+launching many idle threads), so it is small, bounded to [-1, 1] before weighting, paid only
+for candidates that succeeded, and each agent's term is built so that its obvious exploit costs
+it: memory's DRAM-throughput credit is reduced by bank conflicts, compute's issue credit by
+spills.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+FAILURE_PENALTY = {
+    "compile": -1.0, "resources": -0.5, "launch": -0.75, "illegal_address": -1.5,
+    "misaligned": -1.5, "timeout": -1.5, "crash": -1.5, "slow": -1.0, "unwritten": -1.0,
+    "wrong": -1.0, "nan": -1.0, "mutated_input": -1.5, "degenerate": -0.5,
+    "timing_floor": -1.0, "not_recorded": -0.25, "cuda": -1.0,
+}
+
+
+@dataclass
+class RewardSettings:
+    """How candidates are scored against each other."""
+
+    top: float = 0.25
+    """share of a batch's successful candidates rewarded +1"""
+    bottom: float = 0.25
+    """share rewarded -1 (the middle gets a linear ramp between)"""
+    aux_weight: float = 0.05
+    """weight of each agent's own-metric term"""
+    improvement_bonus: float = 0.5
+    """extra reward for beating the best time found so far on this operator"""
+    penalties: dict[str, float] = field(default_factory=lambda: dict(FAILURE_PENALTY))
+
+
+def rank_rewards(times: list[float | None], settings: RewardSettings) -> list[float | None]:
+    """+1 for the top share, -1 for the bottom share, linear in between; None for failures."""
+    ok = sorted((t, k) for k, t in enumerate(times) if t is not None and math.isfinite(t))
+    out: list[float | None] = [None] * len(times)
+    n = len(ok)
+    if n == 1:
+        out[ok[0][1]] = 0.0
+        return out
+    for rank, (t, k) in enumerate(ok):
+        p = rank / (n - 1)  # 0 = fastest
+        if p <= settings.top:
+            r = 1.0
+        elif p >= 1.0 - settings.bottom:
+            r = -1.0
+        else:
+            mid = (p - settings.top) / max(1e-9, 1.0 - settings.top - settings.bottom)
+            r = 1.0 - 2.0 * mid
+        out[k] = r
+    # equal times share the same reward (ties are noise, not information)
+    by_time: dict[float, list[int]] = {}
+    for t, k in ok:
+        by_time.setdefault(t, []).append(k)
+    for ks in by_time.values():
+        if len(ks) > 1:
+            avg = sum(out[k] for k in ks) / len(ks)  # type: ignore[misc]
+            for k in ks:
+                out[k] = avg
+    return out
+
+
+def aux_term(agent: str, counters: dict[str, Any] | None) -> float:
+    """The agent's own-metric credit in [-1, 1]; 0 when the metrics are missing."""
+    c = counters or {}
+
+    def get(*names: str) -> float | None:
+        for n in names:
+            v = c.get(n)
+            if isinstance(v, (int, float)) and math.isfinite(float(v)):
+                return float(v)
+        return None
+
+    if agent == "config":
+        occ = get("achieved_occupancy")
+        return 0.0 if occ is None else max(-1.0, min(1.0, 2.0 * occ - 1.0))
+    if agent == "memory":
+        bw = get("dram_throughput", "achieved_bw_fraction")
+        if bw is None:
+            return 0.0
+        conflicts = get("bank_conflicts") or 0.0
+        return max(-1.0, min(1.0, 2.0 * bw - 1.0 - 0.5 * min(conflicts, 2.0)))
+    if agent == "compute":
+        issue = get("issue_utilization")
+        spills = get("spills", "compile_spill_stores") or 0.0
+        base = 0.0 if issue is None else 2.0 * issue - 1.0
+        return max(-1.0, min(1.0, base - (1.0 if spills > 0 else 0.0)))
+    if agent == "reduction":
+        sync = get("sync_stalls")
+        atomic = get("atomic_contention")
+        if sync is None and atomic is None:
+            return 0.0
+        return max(-1.0, min(1.0, -(sync or 0.0) - (atomic or 0.0)))
+    return 0.0
+
+
+def rewards(times: list[float | None], kinds: list[str | None],
+            counters: list[dict[str, Any] | None], groups: list[str],
+            best_before: float | None, settings: RewardSettings) -> list[dict[str, float]]:
+    """Per candidate, per agent group: team rank reward + own auxiliary term, or the penalty."""
+    ranks = rank_rewards(times, settings)
+    out = []
+    for k, (t, kind, c) in enumerate(zip(times, kinds, counters)):
+        if ranks[k] is None:
+            pen = settings.penalties.get(kind or "cuda", -1.0)
+            out.append({g: pen for g in groups})
+            continue
+        team = ranks[k]
+        if best_before is None or (t is not None and t < best_before):
+            team += settings.improvement_bonus if best_before is not None else 0.0
+        out.append({g: team + settings.aux_weight * aux_term(g, c) for g in groups})
+    return out

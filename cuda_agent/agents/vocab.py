@@ -1,0 +1,109 @@
+"""The agents' fixed action vocabulary, and fast validity masks over a space.
+
+Policies are trained across operators whose spaces have different templates and slots, so every
+head has a fixed list of values: the union over all templates, plus ``"-"`` for a slot the
+chosen template does not have. `SpaceIndex` turns a `Space` into an integer matrix (one row per
+valid configuration) so the mask of a slot under a partial assignment is one vectorized filter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..space.slots import ABSENT, AGENTS, Config
+from ..space.space import SCOPE_SLOT, Space
+
+# Every slot any template has, with every value it can take. Order within a slot is meaningful
+# (small to large), which the observation encoding uses.
+VOCAB: dict[str, tuple[Any, ...]] = {
+    "reduction.scope": ("map", "row", "col", "split"),
+    "config.block": (32, 64, 128, 256, 512, 1024),
+    "config.items": (1, 2, 4, 8),
+    "config.grid": ("exact", "persistent"),
+    "config.tpr": (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024),
+    "config.bx": (8, 16, 32, 64, 128, 256),
+    "config.by": (1, 2, 4, 8, 16, 32, 64, 128),
+    "config.waves": (1, 2, 4, 8),
+    "memory.vec": (1, 2, 4),
+    "memory.load": ("default", "ldg", "stream"),
+    "memory.store": ("default", "stream"),
+    "memory.cache": ("regs", "smem", "reload"),
+    "compute.unroll": ("full", "none", 1, 2, 4),
+    "compute.fastmath": (0, 1),
+    "compute.index": ("i32", "i64"),
+    "compute.algo": ("passes", "online"),
+    "reduction.combine": ("shfl", "smem_tree", "serial"),
+    "reduction.split": (1, 2, 4, 8, 16, 32),
+    "reduction.cross": ("two_pass", "last_block", "atomic"),
+}
+# Decision order: the template first (it decides which other slots exist), then by agent.
+SLOT_ORDER: tuple[str, ...] = (SCOPE_SLOT,) + tuple(
+    s for a in AGENTS for s in VOCAB if s.startswith(a + ".") and s != SCOPE_SLOT)
+
+
+def values(slot: str) -> tuple[Any, ...]:
+    """The head's values: the vocabulary plus the absent marker."""
+    return VOCAB[slot] + (ABSENT,)
+
+
+def owner(slot: str) -> str:
+    return slot.split(".", 1)[0]
+
+
+def agent_slots(agent: str) -> list[str]:
+    return [s for s in SLOT_ORDER if owner(s) == agent]
+
+
+@dataclass
+class SpaceIndex:
+    """A space as an integer matrix: row = valid configuration, column = slot (SLOT_ORDER)."""
+
+    space: Space
+    matrix: np.ndarray
+    configs: list[Config]
+
+    @staticmethod
+    def of(space: Space) -> "SpaceIndex":
+        rows = []
+        for cfg in space.configs:
+            d = cfg.as_dict()
+            if len(space.templates) == 1:
+                d[SCOPE_SLOT] = space.templates[0].name
+            row = []
+            for slot in SLOT_ORDER:
+                v = d.get(slot, ABSENT)
+                vals = values(slot)
+                if v not in vals:
+                    raise KeyError(f"value {v!r} of {slot} is not in the agents' vocabulary")
+                row.append(vals.index(v))
+            rows.append(row)
+        return SpaceIndex(space, np.asarray(rows, dtype=np.int16), list(space.configs))
+
+    def mask(self, rows: np.ndarray, slot: str) -> np.ndarray:
+        """Values of `slot` some configuration among `rows` takes (bool per head value)."""
+        j = SLOT_ORDER.index(slot)
+        m = np.zeros(len(values(slot)), dtype=bool)
+        m[np.unique(self.matrix[rows, j])] = True
+        return m
+
+    def select(self, rows: np.ndarray, slot: str, value_index: int) -> np.ndarray:
+        j = SLOT_ORDER.index(slot)
+        return rows[self.matrix[rows, j] == value_index]
+
+    def config_of(self, indices: dict[str, int]) -> Config:
+        """The configuration whose slot values are `indices` (must be a row of the matrix)."""
+        rows = np.arange(len(self.configs))
+        for slot, k in indices.items():
+            rows = self.select(rows, slot, k)
+        if len(rows) != 1:
+            raise KeyError(f"{len(rows)} configurations match {indices}")
+        return self.configs[int(rows[0])]
+
+    def indices_of(self, cfg: Config) -> dict[str, int]:
+        d = cfg.as_dict()
+        if len(self.space.templates) == 1:
+            d[SCOPE_SLOT] = self.space.templates[0].name
+        return {s: values(s).index(d.get(s, ABSENT)) for s in SLOT_ORDER}

@@ -1,0 +1,220 @@
+"""The Builder and the compiler wrappers: errors as data, a content-addressed cache, batching."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import nvcc_available
+from cuda_agent.build.builder import Builder, BuildInput
+from cuda_agent.build.compiler import (compile_source, parse_ptxas, resources_total,
+                                       summarize_log, toolchain_id)
+
+GOOD = r'''
+extern "C" __global__ void k_add(const float* a, float* out, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = a[i] + 1.f;
+}
+'''
+
+GOOD2 = GOOD.replace("+ 1.f", "* 2.f")
+
+BROKEN = r'''
+extern "C" __global__ void k_bad(const float* a, float* out) {
+  out[threadIdx.x] = a[threadIdx.x] + undeclared_thing;
+}
+'''
+
+SYNTAX = 'extern "C" __global__ void k(float* o) { o[0] = 1.f '
+
+
+@pytest.fixture
+def builder(tmp_path):
+    with Builder("nvrtc", workers=1, cache_dir=tmp_path / "cache") as b:
+        yield b
+
+
+def test_good_source_compiles_to_a_cubin(builder):
+    [res] = builder.build([BuildInput(GOOD, "sm_90")])
+    assert res.ok and res.error_kind is None and not res.cached
+    data = Path(res.cubin_path).read_bytes()
+    assert data[:4] == b"\x7fELF"
+    assert "k_add" in res.per_kernel and res.per_kernel["k_add"]["registers"] > 0
+    assert res.resources["registers"] == res.per_kernel["k_add"]["registers"]
+    assert builder.stats["compiled"] == 1 and builder.stats["failed"] == 0
+
+
+@pytest.mark.parametrize("src,word", [(BROKEN, "undeclared_thing"), (SYNTAX, "error")])
+def test_compile_error_is_a_result_not_an_exception(builder, src, word):
+    [res] = builder.build([BuildInput(src, "sm_90")])
+    assert not res.ok and res.cubin_path is None
+    assert res.error_kind == "compile"
+    assert res.error_msg and word in res.error_msg and len(res.error_msg) <= 400
+    assert builder.stats["failed"] == 1
+
+
+def test_mixed_batch_keeps_order(tmp_path):
+    with Builder("nvrtc", workers=2, cache_dir=tmp_path) as b:
+        res = b.build([BuildInput(GOOD, "sm_90"), BuildInput(BROKEN, "sm_90"),
+                       BuildInput(GOOD2, "sm_90")])
+    assert [r.ok for r in res] == [True, False, True]
+    assert res[0].cubin_path != res[2].cubin_path
+    assert b.stats["compiled"] == 3 and b.stats["failed"] == 1
+
+
+def test_identical_sources_compile_once(builder):
+    res = builder.build([BuildInput(GOOD, "sm_90")] * 3)
+    assert builder.stats["compiled"] == 1
+    assert len({r.cubin_path for r in res}) == 1 and all(r.ok for r in res)
+
+
+def test_second_build_is_a_cache_hit(tmp_path):
+    cache = tmp_path / "cache"
+    with Builder("nvrtc", workers=1, cache_dir=cache) as b1:
+        [first] = b1.build([BuildInput(GOOD, "sm_90")])
+    with Builder("nvrtc", workers=1, cache_dir=cache) as b2:
+        [again] = b2.build([BuildInput(GOOD, "sm_90")])
+        assert b2.stats == {"compiled": 0, "cached": 1, "failed": 0, "compile_s": 0.0}
+    assert again.cached and again.ok and again.cubin_path == first.cubin_path
+    assert again.key == first.key and again.per_kernel == first.per_kernel
+
+
+def test_failures_are_cached_too(tmp_path):
+    cache = tmp_path / "cache"
+    with Builder("nvrtc", workers=1, cache_dir=cache) as b1:
+        [first] = b1.build([BuildInput(BROKEN, "sm_90")])
+    with Builder("nvrtc", workers=1, cache_dir=cache) as b2:
+        [again] = b2.build([BuildInput(BROKEN, "sm_90")])
+        assert b2.stats["cached"] == 1 and b2.stats["compiled"] == 0
+    assert again.cached and again.error_kind == "compile" and again.error_msg == first.error_msg
+
+
+def test_corrupt_cache_entry_is_rebuilt(tmp_path):
+    cache = tmp_path / "cache"
+    with Builder("nvrtc", workers=1, cache_dir=cache) as b:
+        [res] = b.build([BuildInput(GOOD, "sm_90")])
+        meta = Path(res.cubin_path).with_suffix(".json")
+        meta.write_text("{not json")
+        [again] = b.build([BuildInput(GOOD, "sm_90")])
+        assert not again.cached and again.ok
+        json.loads(meta.read_text())  # rewritten whole
+
+
+def test_missing_cubin_is_rebuilt(tmp_path):
+    with Builder("nvrtc", workers=1, cache_dir=tmp_path) as b:
+        [res] = b.build([BuildInput(GOOD, "sm_90")])
+        Path(res.cubin_path).unlink()
+        [again] = b.build([BuildInput(GOOD, "sm_90")])
+        assert again.ok and not again.cached and Path(again.cubin_path).exists()
+
+
+def test_keys_differ_by_source_arch_and_options(builder):
+    base = BuildInput(GOOD, "sm_90")
+    k = builder.key(base)
+    assert k == builder.key(BuildInput(GOOD, "sm_90"))
+    assert k != builder.key(BuildInput(GOOD2, "sm_90"))
+    assert k != builder.key(BuildInput(GOOD, "sm_80"))
+    assert k != builder.key(BuildInput(GOOD, "sm_90", ("-DX=1",)))
+    res = builder.build([base, BuildInput(GOOD, "sm_80")])
+    assert all(r.ok for r in res) and res[0].cubin_path != res[1].cubin_path
+    assert Path(res[0].cubin_path).read_bytes() != Path(res[1].cubin_path).read_bytes()
+
+
+def test_key_depends_on_backend(tmp_path):
+    a = Builder("nvrtc", workers=1, cache_dir=tmp_path)
+    b = Builder("nvcc", workers=1, cache_dir=tmp_path)
+    assert a.key(BuildInput(GOOD, "sm_90")) != b.key(BuildInput(GOOD, "sm_90"))
+    assert a.toolchain.startswith("nvrtc-") and b.toolchain.startswith("nvcc-")
+
+
+def test_progress_callback_counts_every_input(builder):
+    seen = []
+    builder.build([BuildInput(GOOD, "sm_90"), BuildInput(BROKEN, "sm_90")], seen.append)
+    assert sum(seen) == 2
+
+
+def test_toolchain_id_has_nvrtc_version():
+    tc = toolchain_id("nvrtc")
+    assert tc.startswith("nvrtc-") and tc != "nvrtc-None"
+
+
+def test_compile_source_directly():
+    out = compile_source(GOOD, "sm_90")
+    assert out.cubin and out.error_kind is None and out.seconds > 0
+    bad = compile_source(BROKEN, "sm_90")
+    assert bad.cubin is None and bad.error_kind == "compile" and "undeclared_thing" in bad.log
+
+
+def test_unknown_backend_is_an_error():
+    with pytest.raises(ValueError, match="backend"):
+        compile_source(GOOD, "sm_90", "clang")
+
+
+@pytest.mark.skipif(not nvcc_available(), reason="nvcc is not on PATH")
+def test_nvcc_backend(tmp_path):
+    with Builder("nvcc", workers=1, cache_dir=tmp_path) as b:
+        good, bad = b.build([BuildInput(GOOD, "sm_90"), BuildInput(BROKEN, "sm_90")])
+    assert good.ok and good.per_kernel["k_add"]["registers"] > 0
+    assert bad.error_kind == "compile" and "undeclared_thing" in bad.error_msg
+
+
+PTXAS_LOG = """ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function 'ca_row' for 'sm_90'
+ptxas info    : Function properties for ca_row
+    16 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads
+ptxas info    : Used 40 registers, used 1 barriers, 1024 bytes smem, 380 bytes cmem[0]
+ptxas info    : Compiling entry function 'ca_fold' for 'sm_90'
+ptxas info    : Function properties for ca_fold
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 12 registers, 368 bytes cmem[0]
+"""
+
+
+def test_parse_ptxas_and_totals():
+    res = parse_ptxas(PTXAS_LOG)
+    assert res["ca_row"] == {"registers": 40, "spill_stores": 8, "spill_loads": 12,
+                             "stack": 16, "smem_static": 1024}
+    assert res["ca_fold"]["registers"] == 12 and res["ca_fold"]["smem_static"] == 0
+    assert resources_total(res) == {"registers": 40, "spill_stores": 8, "spill_loads": 12,
+                                    "stack": 16, "smem_static": 1024}
+    assert resources_total({}) == {}
+
+
+def test_summarize_log_keeps_error_lines():
+    log = "note: something\nfoo.cu(3): error: identifier \"x\" is undefined\nwarning: w\n"
+    assert summarize_log(log) == 'foo.cu(3): error: identifier "x" is undefined'
+    assert summarize_log("plain failure\n") == "plain failure"
+    assert len(summarize_log("error " * 500)) == 400
+
+
+HANG_SCRIPT = r'''
+import sys
+from cuda_agent.build.builder import Builder, BuildInput
+
+if __name__ == "__main__":
+    n, cache = int(sys.argv[1]), sys.argv[2]
+    with Builder("nvrtc", workers=2, cache_dir=cache) as b:
+        res = b.build([BuildInput(f"#error e{i}\n", "sm_90") for i in range(n)])
+    assert [r.error_kind for r in res] == ["compile"] * n
+    print("built", len(res), b.stats["compiled"], flush=True)
+'''
+
+
+def test_one_large_batch_does_not_hang(tmp_path):
+    """Regression: 1100 sources (> 2 workers x 500 tasks) in one build() call finish; with
+    max_tasks_per_child=500 the pool hung on Python 3.11 (CPython gh-115634). Each source
+    fails fast (#error), so this takes seconds."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "big_batch.py"
+    script.write_text(HANG_SCRIPT)
+    try:
+        r = subprocess.run([sys.executable, str(script), "1100", str(tmp_path / "c")],
+                           capture_output=True, text=True, timeout=40)
+    except subprocess.TimeoutExpired:
+        pytest.fail("Builder.build() of 1100 sources did not finish in 40 s (hung)")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "built 1100 1100" in r.stdout

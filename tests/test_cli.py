@@ -1,0 +1,307 @@
+"""The `cuda-agent` command end to end (subprocesses), and the Python `tune()` API on sim/replay.
+
+User errors exit 2 with one line on stderr and write nothing; a sim run writes model_new.py,
+kernel.cu and report.json labelled simulated; a sweep recorded on sim replays through
+`--device replay --replay-root`.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import BAD, GOOD, write_problem
+from cuda_agent.problem import load_problem
+from cuda_agent.run.replay import read_sweep
+
+CLI = shutil.which("cuda-agent") or str(Path(sys.executable).with_name("cuda-agent"))
+
+
+def cli_env() -> dict:
+    env = dict(os.environ)  # carries the session's private CUDA_AGENT_CACHE / CUDA_AGENT_HOME
+    env.setdefault("PYTHONWARNINGS", "ignore")
+    return env
+
+
+def spawn(args: list[str], cwd: Path) -> subprocess.Popen:
+    cwd.mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen([CLI, *map(str, args)], cwd=cwd, env=cli_env(), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def run(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    p = spawn(args, cwd)
+    out, err = p.communicate(timeout=timeout)
+    return subprocess.CompletedProcess(p.args, p.returncode, out, err)
+
+
+def tree(path: Path) -> list[str]:
+    return sorted(str(p.relative_to(path)) for p in path.rglob("*")) if path.exists() else []
+
+
+# -- user errors: exit 2, one line, nothing written ------------------------------------------------
+
+ERROR_CASES = {f"bad-{p.stem}": (["tune", p], None) for p in sorted(BAD.glob("*.py"))}
+ERROR_CASES.update({
+    "bogus-strategy": (["tune", GOOD / "relu_small.py", "--strategy", "bogus"], "bogus"),
+    "zero-budget": (["tune", GOOD / "relu_small.py", "--budget", "0"], "budget"),
+    "missing-file": (["tune", "does_not_exist.py"], "no such file"),
+    "unknown-device": (["tune", GOOD / "relu_small.py", "--device", "tpu"], "tpu"),
+    "replay-without-sweep": (["tune", "PROBLEM", "--device", "replay", "--replay-root",
+                              "EMPTY"], "no recorded sweep"),
+})
+BAD_WORDS = {"forward_raises": "forward", "fp16_input": "float16",
+             "get_inputs_raises": "get_inputs", "model_not_module": "nn.Module",
+             "no_get_inputs": "get_inputs", "no_model": "Model", "returns_float": "float",
+             "returns_list": "list", "syntax_error": "syntax", "two_outputs": "tuple",
+             "unsupported_op": "cumsum"}
+
+
+@pytest.fixture(scope="module")
+def error_runs(tmp_path_factory):
+    """All error invocations at once (each CLI start costs seconds of imports)."""
+    root = tmp_path_factory.mktemp("cli-errors")
+    procs = {}
+    for name, (args, _) in ERROR_CASES.items():
+        work = root / name
+        (work / "store").mkdir(parents=True)
+        problem = write_problem(work / "problems", "lonely_relu", "torch.relu(x)",
+                                "torch.randn(4, 8)")
+        empty = work / "empty_sweeps"
+        empty.mkdir()
+        args = [str(problem) if a == "PROBLEM" else str(empty) if a == "EMPTY" else a
+                for a in args]
+        if "--device" not in args:
+            args += ["--device", "sim"]
+        if "--budget" not in args:
+            args += ["--budget", "4"]
+        args += ["--out", work / "out" / "o", "--store", work / "store" / "s.db"]
+        procs[name] = (work, spawn(args, work / "cwd"))
+    results = {}
+    for name, (work, p) in procs.items():
+        out, err = p.communicate(timeout=600)
+        results[name] = (work, p.returncode, out, err)
+    return results
+
+
+@pytest.mark.parametrize("name", sorted(ERROR_CASES))
+def test_user_error_exits_2_with_one_line(error_runs, name):
+    work, rc, out, err = error_runs[name]
+    assert rc == 2, (rc, out, err)
+    lines = [l for l in err.strip().splitlines() if l.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("error:"), lines[0]
+    assert "Traceback" not in err + out
+    want = ERROR_CASES[name][1] or BAD_WORDS.get(name.removeprefix("bad-"))
+    assert want and want in lines[0], (want, lines[0])
+    assert tree(work / "out") == [], "an error run wrote files"
+    assert tree(work / "cwd") == [], "an error run wrote into the working directory"
+
+
+# -- sim end to end ----------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def sim_softmax(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cli-sim")
+    r = run(["tune", GOOD / "softmax_small.py", "--device", "sim", "--budget", "8",
+             "--out", root / "o", "--store", root / "s.db"], root)
+    return root, r
+
+
+def test_sim_tune_exits_0(sim_softmax):
+    root, r = sim_softmax
+    assert r.returncode == 0, r.stderr
+    assert sorted(tree(root / "o")) == ["kernel.cu", "model_new.py", "report.json"]
+    assert "simulated" in r.stdout
+
+
+def test_sim_model_new_is_labelled_and_parses(sim_softmax):
+    root, _ = sim_softmax
+    src = (root / "o" / "model_new.py").read_text()
+    mod = ast.parse(src)
+    doc = ast.get_docstring(mod)
+    assert doc and "simulated" in doc and "NOT VERIFIED" in doc
+    classes = {n.name: n for n in mod.body if isinstance(n, ast.ClassDef)}
+    assert "ModelNew" in classes and "Model" in classes
+    assert [b.id for b in classes["ModelNew"].bases] == ["Model"]
+    consts = {t.id: n.value for n in mod.body if isinstance(n, ast.Assign)
+              for t in n.targets if isinstance(t, ast.Name)}
+    kernel = ast.literal_eval(consts["KERNEL_SOURCE"])
+    assert kernel == (root / "o" / "kernel.cu").read_text()
+    assert ast.literal_eval(consts["OUT_SHAPE"]) == (33, 257)
+    assert ast.literal_eval(consts["OPERANDS"]) == [("input", 0)]
+    assert "__global__" in kernel
+
+
+def test_sim_report(sim_softmax):
+    root, _ = sim_softmax
+    rep = json.loads((root / "o" / "report.json").read_text())
+    assert rep["simulated"] is True and rep["device"] == "sim"
+    assert rep["evals"] == 8 and rep["budget"] == 8
+    assert rep["best"] is not None and rep["best"]["verified"] is None
+    assert rep["best"]["simulated"] is True
+    cands = rep["candidates"]
+    assert [c["index"] for c in cands] == list(range(1, 9))
+    assert len({json.dumps(c["config"], sort_keys=True) for c in cands}) == 8
+    assert all(c["simulated"] and c["verified"] is None for c in cands)
+    ok_times = [c["time_ms"] for c in cands if c["ok"]]
+    assert rep["best"]["time_ms"] == min(ok_times) == rep["best_ms"]
+    assert rep["family"] == "softmax" and rep["shape"] == [33, 257]
+    assert rep["default"]["index"] == 1
+    assert rep["space_size"] >= 100
+
+
+def test_sim_run_used_the_private_store(sim_softmax):
+    root, _ = sim_softmax
+    assert (root / "s.db").exists()
+
+
+# -- sweep and replay --------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cli-sweep")
+    r = run(["sweep", GOOD / "sum_small.py", "--device", "sim", "--sample", "12",
+             "--out-root", root / "sweeps", "--store", root / "s.db"], root)
+    return root, r
+
+
+def test_sweep_writes_a_sweep_file(swept):
+    root, r = swept
+    assert r.returncode == 0, r.stderr
+    files = list((root / "sweeps").glob("*/sum_small.json.gz"))
+    assert len(files) == 1, tree(root)
+    data = read_sweep(files[0])
+    prob = load_problem(GOOD / "sum_small.py")
+    assert data["problem"] == "sum_small" and data["fingerprint"] == prob.graph().fingerprint()
+    assert data["simulated"] is True and data["sampled"] is True
+    assert len(data["records"]) == 12
+    assert len({json.dumps(x["config"], sort_keys=True) for x in data["records"]}) == 12
+    assert all(x["ok"] and x["time_ms"] > 0 for x in data["records"])
+
+
+def test_replay_through_the_cli(swept):
+    root, _ = swept
+    r = run(["tune", GOOD / "sum_small.py", "--device", "replay", "--replay-root",
+             root / "sweeps", "--budget", "12", "--out", root / "replayed",
+             "--store", root / "r.db"], root)
+    assert r.returncode == 0, r.stderr
+    rep = json.loads((root / "replayed" / "report.json").read_text())
+    assert rep["device"] == "replay" and rep["evals"] == 12
+    data = read_sweep(next((root / "sweeps").glob("*/sum_small.json.gz")))
+    recorded = {json.dumps(x["config"], sort_keys=True): x["time_ms"] for x in data["records"]}
+    for c in rep["candidates"]:
+        key = json.dumps(c["config"], sort_keys=True)
+        if c["ok"]:
+            assert c["time_ms"] == recorded[key]
+        else:
+            assert c["error_kind"] == "not_recorded" and key not in recorded
+    ok = [c["time_ms"] for c in rep["candidates"] if c["ok"]]
+    assert ok and rep["best_ms"] == min(ok)
+    assert rep["simulated"] is True  # replaying a simulated sweep stays labelled simulated
+
+
+def test_replay_python_api_marks_unrecorded_configs(swept, tmp_path):
+    from cuda_agent.tuner import tune
+
+    root, _ = swept
+    res = tune(GOOD / "sum_small.py", device="replay", replay_root=str(root / "sweeps"),
+               budget=20, store=str(tmp_path / "r.db"), strategy="exhaustive")
+    kinds = [t.measurement.error_kind for t in res.trials]
+    assert len(res.trials) == 20
+    data = read_sweep(next((root / "sweeps").glob("*/sum_small.json.gz")))
+    recorded = {json.dumps(x["config"], sort_keys=True) for x in data["records"]}
+    for t, k in zip(res.trials, kinds):
+        in_sweep = json.dumps(t.config.as_dict(), sort_keys=True) in recorded
+        assert (k is None) == in_sweep and (k in (None, "not_recorded"))
+
+
+def test_replay_rejects_a_sweep_of_another_shape(swept, tmp_path):
+    """A sweep file whose fingerprint differs (same name, other shape) is refused."""
+    from cuda_agent.errors import DeviceError
+    from cuda_agent.tuner import tune
+
+    root, _ = swept
+    other = write_problem(tmp_path / "p", "sum_small", "torch.sum(x, dim=1)",
+                          "torch.randn(16, 301)")
+    with pytest.raises(DeviceError, match="different"):
+        tune(other, device="replay", replay_root=str(root / "sweeps"), budget=2,
+             store=str(tmp_path / "r.db"))
+
+
+# -- doctor ------------------------------------------------------------------------------------------
+
+def test_doctor(tmp_path):
+    r = run(["doctor"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "NVRTC" in r.stdout and "torch" in r.stdout
+    assert tree(tmp_path) == []
+
+
+# -- the Python API on sim ---------------------------------------------------------------------------
+
+def test_tune_api_sim_is_deterministic(tmp_path):
+    from cuda_agent.tuner import tune
+
+    a = tune(GOOD / "relu_small.py", device="sim", budget=6, batch=3,
+             store=str(tmp_path / "a.db"))
+    b = tune(GOOD / "relu_small.py", device="sim", budget=6, batch=3,
+             store=str(tmp_path / "b.db"))
+    assert [t.config for t in a.trials] == [t.config for t in b.trials]
+    assert [t.measurement.time_ms for t in a.trials] == [t.measurement.time_ms for t in b.trials]
+    assert a.simulated and all(t.measurement.verified is None for t in a.trials)
+
+
+def test_tune_api_reuses_the_store(tmp_path):
+    from cuda_agent.tuner import tune
+
+    store = str(tmp_path / "s.db")
+    first = tune(GOOD / "sum_small.py", device="sim", budget=4, store=store)
+    again = tune(GOOD / "sum_small.py", device="sim", budget=4, store=store)
+    assert [t.config for t in first.trials] == [t.config for t in again.trials]
+    assert all(t.measurement.reused for t in again.trials)
+    assert not any(t.measurement.reused for t in first.trials)
+
+
+def test_tune_api_writes_outputs(tmp_path):
+    from cuda_agent.tuner import tune
+
+    res = tune(GOOD / "relu_small.py", out=tmp_path / "o", device="sim", budget=3,
+               store=str(tmp_path / "s.db"))
+    assert tree(tmp_path / "o") == ["kernel.cu", "model_new.py", "report.json"]
+    assert len(json.loads((tmp_path / "o" / "report.json").read_text())["candidates"]) == 3
+    assert res.best is not None
+    # the temporary directory emit() writes into is gone
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".cuda-agent-")]
+
+
+def test_model_new_imports_without_a_gpu(tmp_path):
+    """The emitted module loads on a CPU machine, keeps Model's parameters, and refuses CPU
+    tensors with a clear TypeError instead of crashing in the driver."""
+    import importlib.util
+
+    import torch
+
+    from cuda_agent.tuner import tune
+
+    path = write_problem(tmp_path / "p", "ln_params", "self.ln(x)", "torch.randn(16, 96)",
+                         init_sig=", n", init_body="self.ln = nn.LayerNorm(n)",
+                         init_inputs="96")
+    tune(path, out=tmp_path / "o", device="sim", budget=3, store=str(tmp_path / "s.db"))
+    spec = importlib.util.spec_from_file_location("model_new_ln", tmp_path / "o" / "model_new.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert issubclass(mod.ModelNew, mod.Model)
+    assert sorted(mod.OPERANDS, key=str) == sorted(
+        [("input", 0), ("parameter", "ln.weight"), ("parameter", "ln.bias")], key=str)
+    m = mod.ModelNew(*mod.get_init_inputs())
+    assert set(m.state_dict()) == {"ln.weight", "ln.bias"}
+    with pytest.raises(TypeError, match="CUDA"):
+        m(torch.randn(16, 96))

@@ -1,0 +1,272 @@
+"""Search strategies (ask/tell) and the tuning loop that drives them."""
+
+from __future__ import annotations
+
+import random
+import zlib
+from functools import lru_cache
+
+import pytest
+
+from conftest import GOOD
+from cuda_agent.errors import SettingsError
+from cuda_agent.ir.plan import make_plan
+from cuda_agent.problem import load_problem
+from cuda_agent.run.devices import Candidate, Device
+from cuda_agent.run.records import Measurement
+from cuda_agent.search import STRATEGIES, Strategy, make_strategy, register
+from cuda_agent.space.slots import Target
+from cuda_agent.space.space import Space
+from cuda_agent.tuner import TuneSettings, Tuner
+
+
+@lru_cache(maxsize=None)
+def space(name: str = "relu_small") -> Space:
+    return Space.for_plan(make_plan(load_problem(GOOD / f"{name}.py").graph()), Target())
+
+
+def drain(strategy: Strategy, step: int) -> list:
+    out = []
+    while True:
+        got = strategy.ask(step)
+        assert len(got) <= step
+        if not got:
+            return out
+        out.extend(got)
+
+
+def test_registry_has_the_baselines():
+    assert {"random", "exhaustive"} <= set(STRATEGIES)
+
+
+@pytest.mark.parametrize("step", [1, 7, 64])
+def test_random_never_repeats_and_covers_the_space(step):
+    sp = space()
+    s = make_strategy("random", sp, seed=3)
+    seen = drain(s, step)
+    assert len(seen) == len(set(seen)) == len(sp)
+    assert set(seen) == set(sp.configs)
+    assert s.ask(5) == []
+    assert s.proposed == set(sp.configs)
+
+
+def test_random_depends_on_seed_only():
+    sp = space()
+    a = make_strategy("random", sp, seed=1).ask(30)
+    b = make_strategy("random", sp, seed=1).ask(30)
+    c = make_strategy("random", sp, seed=2).ask(30)
+    assert a == b and a != c
+    assert a != sp.configs[:30]  # actually shuffled
+
+
+def test_exhaustive_follows_space_order():
+    sp = space()
+    s = make_strategy("exhaustive", sp)
+    assert s.ask(10) == sp.configs[:10]
+    assert s.ask(5) == sp.configs[10:15]
+    rest = drain(s, 333)
+    assert rest == sp.configs[15:]
+    assert s.ask(1) == []
+
+
+def test_unknown_strategy_is_a_settings_error():
+    with pytest.raises(SettingsError, match="bogus"):
+        make_strategy("bogus", space())
+
+
+def test_unknown_strategy_rejected_by_the_tuner():
+    prob = load_problem(GOOD / "relu_small.py")
+    with pytest.raises(SettingsError, match="choose from"):
+        Tuner(prob, TuneSettings(device="sim", strategy="nope"))
+
+
+@pytest.mark.parametrize("kw,word", [({"budget": 0}, "budget"), ({"batch": 0}, "batch"),
+                                     ({"device": "tpu"}, "device")])
+def test_bad_settings_rejected(kw, word):
+    prob = load_problem(GOOD / "relu_small.py")
+    with pytest.raises(SettingsError, match=word):
+        Tuner(prob, TuneSettings(**{"device": "sim", **kw}))
+
+
+def test_space_sample_excludes():
+    sp = space()
+    rng = random.Random(0)
+    first = sp.sample(100, rng)
+    assert len(set(first)) == 100
+    more = sp.sample(len(sp), rng, exclude=set(first))
+    assert len(more) == len(sp) - 100 and not set(more) & set(first)
+
+
+# -- the loop, on a fake device (no compiler, no GPU) ---------------------------------------------
+
+class FakeBuilder:
+    """Builds nothing: each candidate gets a fake binary path, one in `broken` fails."""
+
+    toolchain = "fake-1"
+
+    def __init__(self, broken=frozenset()):
+        self.broken = broken
+        self.stats = {"compiled": 0}
+        self.sources = []
+
+    def build(self, inputs):
+        from cuda_agent.build.builder import BuildResult
+        out = []
+        for i in inputs:
+            self.stats["compiled"] += 1
+            self.sources.append(i.source)
+            bad = any(b in i.source for b in self.broken)
+            out.append(BuildResult("k", None if bad else "/nonexistent.cubin",
+                                   "compile" if bad else None, "boom" if bad else None))
+        return out
+
+    def close(self):
+        pass
+
+
+class FakeDevice(Device):
+    """Deterministic times from the configuration; counts evaluations."""
+
+    kind = "sim"
+    simulated = True
+
+    def __init__(self):
+        self.evaluated = []
+
+    def target(self):
+        return Target()
+
+    def gpu_name(self):
+        return "fake"
+
+    def setup(self, problem, plan):
+        self.plan = plan
+
+    def evaluate(self, cand: Candidate, best_ms=None) -> Measurement:
+        self.evaluated.append(cand.config)
+        t = 1.0 + (zlib.crc32(cand.config.key().encode()) % 1000) / 100.0
+        return Measurement(cand.key, "sim", True, t, 0.0, 1, None, True)
+
+
+@pytest.mark.parametrize("strategy", ["random", "exhaustive"])
+def test_tuner_respects_budget_and_never_repeats(strategy):
+    prob = load_problem(GOOD / "relu_small.py")
+    dev = FakeDevice()
+    t = Tuner(prob, TuneSettings(device="sim", strategy=strategy, budget=37, batch=8),
+              device=dev, builder=FakeBuilder())
+    try:
+        res = t.run()
+    finally:
+        t.close()
+    assert len(res.trials) == 37 == len(dev.evaluated)
+    assert len(set(dev.evaluated)) == 37
+    assert res.trials[0].config == t.space.default() and res.default is res.trials[0]
+    assert [tr.index for tr in res.trials] == list(range(1, 38))
+    best = min(res.trials, key=lambda tr: tr.measurement.time_ms)
+    assert res.best.measurement.time_ms == best.measurement.time_ms
+    if strategy == "exhaustive":
+        # the default comes first, then the space in order (skipping the default)
+        rest = [c for c in t.space.configs if c != t.space.default()]
+        assert [tr.config for tr in res.trials[1:]] == rest[:36]
+
+
+def test_tuner_budget_larger_than_space_stops_at_the_space():
+    prob = load_problem(GOOD / "relu_small.py")
+    dev = FakeDevice()
+    t = Tuner(prob, TuneSettings(device="sim", strategy="exhaustive", budget=10**6, batch=512),
+              device=dev, builder=FakeBuilder())
+    try:
+        res = t.run()
+    finally:
+        t.close()
+    assert len(res.trials) == len(t.space) == len(set(dev.evaluated))
+
+
+def test_compile_failures_are_recorded_not_raised():
+    prob = load_problem(GOOD / "relu_small.py")
+    dev = FakeDevice()
+    builder = FakeBuilder(broken={"__launch_bounds__(64)"})  # every block=64 candidate fails
+    t = Tuner(prob, TuneSettings(device="sim", strategy="exhaustive", budget=300, batch=50),
+              device=dev, builder=builder)
+    try:
+        res = t.run()
+    finally:
+        t.close()
+    failed = [tr for tr in res.trials if not tr.measurement.ok]
+    assert failed and all(tr.measurement.error_kind == "compile" for tr in failed)
+    assert all(tr.config["config.block"] == 64 for tr in failed)
+    assert len(res.trials) == 300
+    assert len(dev.evaluated) == 300 - len(failed)  # failed builds never reach the device
+    assert res.best is not None and res.best.measurement.ok
+
+
+def test_custom_strategy_plugs_in():
+    @register("first_two_test")
+    class FirstTwo(Strategy):
+        def ask(self, n):
+            out = [c for c in self.space.configs[:2] if c not in self.proposed][:n]
+            self.proposed.update(out)
+            return out
+
+    try:
+        prob = load_problem(GOOD / "relu_small.py")
+        dev = FakeDevice()
+        t = Tuner(prob, TuneSettings(device="sim", strategy="first_two_test", budget=10,
+                                     include_default=False), device=dev, builder=FakeBuilder())
+        try:
+            res = t.run()
+        finally:
+            t.close()
+        assert [tr.config for tr in res.trials] == t.space.configs[:2]
+    finally:
+        STRATEGIES.pop("first_two_test", None)
+
+
+def test_tell_receives_every_measurement():
+    told = []
+
+    @register("recording_test")
+    class Recording(Strategy):
+        adaptive = True
+
+        def __init__(self, space, seed=0, **kw):
+            super().__init__(space, seed, **kw)
+            self.pos = 0
+
+        def ask(self, n):
+            out = self.space.configs[self.pos:self.pos + n]
+            self.pos += len(out)
+            return out
+
+        def tell(self, results):
+            told.extend(results)
+
+    try:
+        prob = load_problem(GOOD / "relu_small.py")
+        t = Tuner(prob, TuneSettings(device="sim", strategy="recording_test", budget=20,
+                                     batch=6), device=FakeDevice(), builder=FakeBuilder())
+        try:
+            res = t.run()
+        finally:
+            t.close()
+        assert len(told) == 20
+        assert [c for c, _ in told] == [tr.config for tr in res.trials]
+        assert all(isinstance(m, Measurement) for _, m in told)
+    finally:
+        STRATEGIES.pop("recording_test", None)
+
+
+def test_evals_to_fraction_counts_to_the_first_near_best():
+    prob = load_problem(GOOD / "relu_small.py")
+    t = Tuner(prob, TuneSettings(device="sim", strategy="random", budget=25, batch=5),
+              device=FakeDevice(), builder=FakeBuilder())
+    try:
+        res = t.run()
+    finally:
+        t.close()
+    times = [tr.measurement.time_ms for tr in res.trials]
+    best = min(times)
+    want = next(k for k in range(1, 26) if min(times[:k]) <= best / 0.95)
+    assert res.evals_to_fraction(0.95) == want
+    assert res.evals_to_fraction(1.0) == times.index(best) + 1
+    assert res.evals_to_fraction(0.95, best_ms=best / 100) is None  # never reached
