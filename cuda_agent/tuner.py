@@ -143,6 +143,9 @@ class Tuner:
         self._own_device = device is None
         self.device.setup(problem, self.plan)
         self.space = Space.for_plan(self.plan, self.device.target())
+        if isinstance(self.device, ReplayDevice):
+            # like Kernel Tuner's simulation mode: search only what the sweep recorded
+            self.space = self.space.restricted(self.device.recorded_configs())
         self.builder = builder or (None if isinstance(self.device, ReplayDevice) else
                                    Builder(settings.compiler, settings.workers))
         self._own_builder = builder is None
@@ -184,6 +187,27 @@ class Tuner:
             return self.device.evaluate(cand, best_ms)
         return Measurement.failure(cand.key, self.device.kind, "compile", "no binary")
 
+    def _measure_one(self, cand: Candidate, best_ms: float | None, index: int) -> Trial:
+        m = self._evaluate(cand, best_ms)
+        m.simulated = self.device.simulated
+        trial = Trial(index, cand.config, self.space.template_of(cand.config).name, m,
+                      cand.resources)
+        # which agent chose what: a failure can be traced to the agents' choices
+        agents: dict[str, dict[str, Any]] = {}
+        for slot, value in cand.config.present().items():
+            agents.setdefault(slot.split(".", 1)[0], {})[slot] = value
+        self.store.record(self.problem_id, cand.key, trial.template, cand.config.as_dict(), m,
+                          self.device.gpu_name(), self.toolchain, self.settings.strategy,
+                          cand.resources, agents)
+        return trial
+
+    def measure(self, configs: list[Config], best_ms: float | None = None) -> list[Trial]:
+        """Build and measure configurations outside the ask/tell loop (training uses this)."""
+        out = []
+        for cand in self._build(configs):
+            out.append(self._measure_one(cand, best_ms, 0))
+        return out
+
     # -- the loop ---------------------------------------------------------------------------------
     def run(self, progress: Callable[[Trial, "Trial | None"], None] | None = None) -> TuneResult:
         t0 = time.perf_counter()
@@ -220,15 +244,10 @@ class Tuner:
             if s.time_limit_s is not None and time.perf_counter() - t0 > s.time_limit_s:
                 break
             for cand in cands:
-                best_ms = best.measurement.time_ms if best else None
-                m = self._evaluate(cand, best_ms)
-                m.simulated = self.device.simulated
-                trial = Trial(len(trials) + 1, cand.config, self.space.template_of(cand.config).name,
-                              m, cand.resources)
+                trial = self._measure_one(cand, best.measurement.time_ms if best else None,
+                                          len(trials) + 1)
                 trials.append(trial)
-                self.store.record(self.problem_id, cand.key, trial.template,
-                                  cand.config.as_dict(), m, self.device.gpu_name(), self.toolchain,
-                                  s.strategy, cand.resources)
+                m = trial.measurement
                 if default_trial is None and s.include_default and len(trials) == 1:
                     default_trial = trial
                 if m.ok and m.time_ms is not None and (
@@ -238,6 +257,8 @@ class Tuner:
                 if progress:
                     progress(trial, best)
             self.strategy.tell(results)
+            if getattr(self.strategy, "done", False):
+                break  # the strategy says the search has plateaued
             if adaptive and remaining > 0:
                 following = ask(min(s.batch, remaining))
                 next_build = pool.submit(self._build, following) if following else None

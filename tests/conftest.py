@@ -1,26 +1,10 @@
-"""Shared fixtures for the CPU test suite.
-
-* Every test session gets a private compile cache and cuda-agent home (CUDA_AGENT_CACHE,
-  CUDA_AGENT_HOME), so tests never read or write ~/.cache/cuda-agent.
-* `write_problem` writes a tiny KernelBench-format problem into a directory.
-* `Fn` wraps a function as an nn.Module, for capturing small programs directly.
-"""
+"""Shared fixtures for the CPU test suite: every session gets a private compile cache and
+cuda-agent home (CUDA_AGENT_CACHE, CUDA_AGENT_HOME), so tests never touch ~/.cache/cuda-agent.
+Helpers live in `helpers.py`."""
 
 from __future__ import annotations
 
-import shutil
-import textwrap
-from pathlib import Path
-from typing import Callable
-
 import pytest
-import torch
-import torch.nn as nn
-
-TESTS = Path(__file__).resolve().parent
-DATA = TESTS / "data"
-GOOD = DATA / "good"
-BAD = DATA / "bad"
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -33,73 +17,3 @@ def _private_cuda_agent_dirs(tmp_path_factory):
     mp.undo()
 
 
-class Fn(nn.Module):
-    """A module whose forward() is `f`: lets tests capture one-line programs."""
-
-    def __init__(self, f: Callable) -> None:
-        super().__init__()
-        self.f = f
-
-    def forward(self, *args):
-        return self.f(*args)
-
-
-PROBLEM_TEMPLATE = '''"""Test problem {name}."""
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
-
-
-class Model(nn.Module):
-    def __init__(self{init_sig}):
-        super().__init__()
-{init_body}
-
-    def forward(self, {args}):
-        return {expr}
-
-
-def get_inputs():
-    return [{inputs}]
-
-
-def get_init_inputs():
-    return [{init_inputs}]
-'''
-
-
-def problem_source(expr: str, inputs: str, args: str = "x", init_body: str = "",
-                   init_sig: str = "", init_inputs: str = "", name: str = "p") -> str:
-    body = textwrap.indent(textwrap.dedent(init_body).strip("\n"), " " * 8) if init_body \
-        else " " * 8 + "pass"
-    return PROBLEM_TEMPLATE.format(name=name, init_sig=init_sig, init_body=body, args=args,
-                                   expr=expr, inputs=inputs, init_inputs=init_inputs)
-
-
-def write_problem(directory: Path, name: str, expr: str, inputs: str, **kw) -> Path:
-    """Write a problem file `<directory>/<name>.py` computing `expr` and return its path."""
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"{name}.py"
-    path.write_text(problem_source(expr, inputs, name=name, **kw))
-    return path
-
-
-@pytest.fixture
-def make_problem(tmp_path) -> Callable[..., Path]:
-    def make(name: str, expr: str, inputs: str, **kw) -> Path:
-        return write_problem(tmp_path / "problems", name, expr, inputs, **kw)
-    return make
-
-
-def nvcc_available() -> bool:
-    return shutil.which("nvcc") is not None
-
-
-def nvrtc_available() -> bool:
-    from cuda_agent.build.compiler import nvrtc_version
-    return nvrtc_version() is not None
-
-
-@pytest.fixture(autouse=True)
-def _seed_torch():
-    torch.manual_seed(1234)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import nvcc_available
+from helpers import nvcc_available
 from cuda_agent.build.builder import Builder, BuildInput
 from cuda_agent.build.compiler import (compile_source, parse_ptxas, resources_total,
                                        summarize_log, toolchain_id)

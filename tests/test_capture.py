@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from conftest import Fn
+from helpers import Fn
 from cuda_agent.errors import ProblemError, UnsupportedError
 from cuda_agent.ir.capture import capture
 from cuda_agent.ir.graph import Graph

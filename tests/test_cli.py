@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BAD, GOOD, write_problem
+from helpers import BAD, GOOD, write_problem
 from cuda_agent.problem import load_problem
 from cuda_agent.run.replay import read_sweep
 

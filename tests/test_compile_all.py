@@ -21,7 +21,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from conftest import Fn, nvcc_available
+from helpers import Fn, nvcc_available
 from cuda_agent.build.builder import Builder, BuildInput, BuildResult
 from cuda_agent.ir.capture import capture
 from cuda_agent.ir.plan import make_plan

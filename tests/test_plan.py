@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from conftest import GOOD, Fn
+from helpers import GOOD, Fn
 from cuda_agent.errors import UnsupportedError
 from cuda_agent.ir.capture import capture
 from cuda_agent.ir.plan import KernelPlan, make_plan

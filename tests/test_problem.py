@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import BAD, GOOD
+from helpers import BAD, GOOD
 from cuda_agent.errors import CudaAgentError, ProblemError, UnsupportedError
 from cuda_agent.ir.plan import make_plan
 from cuda_agent.problem import load_problem
@@ -155,7 +155,7 @@ def test_path_errors(tmp_path, kind):
 
 
 def test_same_stem_in_two_directories_are_distinct(tmp_path):
-    from conftest import write_problem
+    from helpers import write_problem
     a = write_problem(tmp_path / "a", "p", "torch.relu(x)", "torch.randn(4, 8)")
     b = write_problem(tmp_path / "b", "p", "torch.sigmoid(x)", "torch.randn(4, 8)")
     pa, pb = load_problem(a), load_problem(b)

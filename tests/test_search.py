@@ -8,7 +8,7 @@ from functools import lru_cache
 
 import pytest
 
-from conftest import GOOD
+from helpers import GOOD
 from cuda_agent.errors import SettingsError
 from cuda_agent.ir.plan import make_plan
 from cuda_agent.problem import load_problem

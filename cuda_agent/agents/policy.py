@@ -23,6 +23,9 @@ from .vocab import SLOT_ORDER, SpaceIndex, owner, values
 SLOT_SIZES = [len(values(s)) for s in SLOT_ORDER]
 SLOT_OFFSETS = np.concatenate([[0], np.cumsum(SLOT_SIZES)]).astype(int)
 CTX_DIM = int(SLOT_OFFSETS[-1])
+# A masked logit: finite, so that 0 * log p stays 0 and gradients stay finite (with -inf,
+# the entropy's 0 * -inf is NaN and poisons the update even behind a mask).
+MASKED = -1e9
 
 
 def agent_groups(mode: str) -> dict[str, list[str]]:
@@ -90,7 +93,7 @@ class MultiAgentPolicy(nn.Module):
             g = self.group_of[slot]
             m = index.mask(rows, slot)
             lo = self.nets[g].logits(h[g], ctx, slot) / temperature.get(g, 1.0)
-            lo = lo.masked_fill(torch.as_tensor(~m), float("-inf"))
+            lo = lo.masked_fill(torch.as_tensor(~m), MASKED)
             lp = torch.log_softmax(lo, dim=-1)
             if greedy:
                 a = int(torch.argmax(lp))
@@ -117,7 +120,7 @@ class MultiAgentPolicy(nn.Module):
             g = self.group_of[slot]
             m = masks[:, SLOT_OFFSETS[j]:SLOT_OFFSETS[j + 1]]
             lo = self.nets[g].logits(h[g], ctx, slot) / temperature[g].unsqueeze(-1)
-            lo = lo.masked_fill(~m, float("-inf"))
+            lo = lo.masked_fill(~m, MASKED)
             lp = torch.log_softmax(lo, dim=-1)
             a = actions[:, j]
             logp[g] = logp[g] + lp.gather(1, a.unsqueeze(1)).squeeze(1)

@@ -153,11 +153,11 @@ def update(policy: MultiAgentPolicy, optimizer: torch.optim.Optimizer,
             optimizer.step()
             with torch.no_grad():
                 kl = sum(float((old[g][mb] - logp[g]).mean()) for g in groups) / len(groups)
-            stats["policy_loss"].append(float(pl))
-            stats["value_loss"].append(float(vl))
+            stats["policy_loss"].append(float(pl.detach()))
+            stats["value_loss"].append(float(vl.detach()))
             stats["approx_kl"].append(kl)
             for g in groups:
-                ent_sum[g] += float(ent[g].mean())
+                ent_sum[g] += float(ent[g].detach().mean())
             ent_n += 1
     out: dict[str, Any] = {k: float(np.mean(v)) for k, v in stats.items()}
     out["entropy"] = {g: ent_sum[g] / max(1, ent_n) for g in groups}

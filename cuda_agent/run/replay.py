@@ -110,6 +110,9 @@ class ReplayDevice(Device):
     def copy_bandwidth(self) -> float | None:
         return self.data.get("copy_bw")
 
+    def recorded_configs(self) -> list[Config]:
+        return [Config.of(r["config"]) for r in self.data["records"]]
+
     def best_recorded_ms(self) -> float | None:
         times = [r["time_ms"] for r in self.table.values() if r.get("ok") and r.get("time_ms")]
         return min(times) if times else None

@@ -44,6 +44,8 @@ class Strategy(ABC):
 
 
 def make_strategy(name: str, space: Space, seed: int = 0, **options: Any) -> Strategy:
+    if name == "marl" and name not in STRATEGIES:
+        from ..agents import strategy as _agents  # noqa: F401  (registers "marl")
     if name not in STRATEGIES:
         raise SettingsError(f"unknown strategy {name!r}; choose from {', '.join(sorted(STRATEGIES))}")
     return STRATEGIES[name](space, seed=seed, **options)

@@ -95,6 +95,15 @@ class Space:
             raise UnsupportedError("unsupported: no valid configuration for this problem")
         return out
 
+    def restricted(self, keep: list[Config] | set[Config]) -> "Space":
+        """The same space limited to `keep` (e.g. the configurations a sweep recorded)."""
+        keep = set(keep)
+        sub = Space(self.plan, self.target, self.templates)
+        sub.__dict__["configs"] = [c for c in self.configs if c in keep]
+        if not sub.configs:
+            raise UnsupportedError("no configuration of the space was recorded")
+        return sub
+
     @cached_property
     def index(self) -> dict[Config, int]:
         return {c: i for i, c in enumerate(self.configs)}

@@ -1,0 +1,94 @@
+"""An episode: the agents refining one operator over several steps.
+
+Each step the agents propose a batch of joint actions (configurations) from their current
+observations; the batch is measured; rewards are computed within the batch and the search state
+(best so far, its metrics) moves on. Used both by training samplers and by `tune --strategy marl`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..run.records import Measurement
+from ..space.slots import Config
+from ..space.space import Space
+from .observe import SearchState, global_state, observe, problem_features
+from .policy import Decision, MultiAgentPolicy
+from .ppo import Buffer, PPOSettings, Transition, update
+from .reward import RewardSettings, rewards
+from .vocab import SLOT_ORDER, SpaceIndex
+
+
+class Episode:
+    def __init__(self, policy: MultiAgentPolicy, space: Space, budget: int,
+                 rng: np.random.Generator, reward: RewardSettings, episode_id: int,
+                 version: int = 0, index: SpaceIndex | None = None) -> None:
+        self.policy = policy
+        self.space = space
+        self.index = index or SpaceIndex.of(space)
+        self.rng = rng
+        self.reward = reward
+        self.episode_id = episode_id
+        self.version = version
+        self.state = SearchState(problem_features(space.plan, space, space.target), budget)
+        self.pending: dict[Config, tuple[Decision, dict[str, np.ndarray], np.ndarray,
+                                         dict[str, float]]] = {}
+        self.buffer = Buffer()
+        self.curve: list[tuple[int, float | None]] = []  # (measurements, best ms)
+        self.rewards: list[float] = []
+
+    @property
+    def groups(self) -> list[str]:
+        return list(self.policy.groups)
+
+    def propose(self, n: int, exclude: set[Config] | None = None,
+                temperature: dict[str, float] | None = None) -> list[Config]:
+        """Up to `n` distinct configurations not in `exclude`, sampled from the policy."""
+        exclude = exclude or set()
+        obs = {g: observe(self.policy.obs_agent(g), self.state, self.index) for g in self.groups}
+        gstate = global_state(self.state, self.index)
+        with torch.no_grad():
+            values = {g: float(v) for g, v in self.policy.values(torch.as_tensor(gstate)).items()}
+        out: list[Config] = []
+        tries = 0
+        limit = min(n, len(self.index.configs) - len(exclude))
+        while len(out) < limit and tries < 20 * max(1, n):
+            tries += 1
+            d = self.policy.act(obs, self.index, self.rng, temperature)
+            cfg = self.index.config_of({s: int(a) for s, a in zip(SLOT_ORDER, d.actions)})
+            if cfg in exclude or cfg in out:
+                continue
+            out.append(cfg)
+            self.pending[cfg] = (d, obs, gstate, values)
+        self.state.step += 1
+        return out
+
+    def observe(self, results: list[tuple[Config, Measurement]]) -> bool:
+        """Score a measured batch; returns True when it improved on the best so far."""
+        times = [m.time_ms if m.ok else None for _, m in results]
+        kinds = [m.error_kind for _, m in results]
+        counters = [m.counters for _, m in results]
+        per = rewards(times, kinds, counters, self.groups, self.state.best_ms, self.reward)
+        improved = False
+        for (cfg, m), r in zip(results, per):
+            improved |= self.state.update(cfg, m.ok, m.time_ms, m.counters)
+            self.curve.append((self.state.spent, self.state.best_ms))
+            entry = self.pending.pop(cfg, None)
+            if entry is None:  # measured but not proposed by the policy (the default config)
+                continue
+            d, obs, gstate, values = entry
+            self.rewards.append(float(np.mean(list(r.values()))))
+            self.buffer.add(Transition(self.episode_id, self.state.step, obs, gstate, d.actions,
+                                       d.masks, d.logp, d.temperature, values, r, self.version,
+                                       m.key))
+        if not improved:
+            self.state.since_improvement += 1
+        return improved
+
+    def learn(self, optimizer: torch.optim.Optimizer, settings: PPOSettings,
+              generator: torch.Generator) -> dict[str, Any]:
+        """Online fine-tuning on this episode's experience so far."""
+        return update(self.policy, optimizer, self.buffer.transitions, settings, generator)

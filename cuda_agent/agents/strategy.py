@@ -1,0 +1,66 @@
+"""The agents as a search strategy: `tune --strategy marl [--policy CKPT]`.
+
+Warm-started from a trained checkpoint (or fresh), they propose batches of configurations,
+learn online from each batch's measurements (PPO on this operator's experience: fine-tuning),
+and declare the search done once it has plateaued.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..run.records import Measurement
+from ..search.base import Strategy, register
+from ..space.slots import Config
+from ..space.space import Space
+from . import checkpoint
+from .episode import Episode
+from .policy import MultiAgentPolicy
+from .ppo import PPOSettings
+from .reward import RewardSettings
+
+
+@register("marl")
+class AgentsStrategy(Strategy):
+    """Multi-agent PPO behind ask/tell (`agents="single"`: the single-agent ablation)."""
+
+    adaptive = True
+
+    def __init__(self, space: Space, seed: int = 0, policy: str | Path | MultiAgentPolicy |
+                 None = None, agents: str = "multi", online: bool = True, patience: int = 3,
+                 budget: int = 64, reward: RewardSettings | None = None,
+                 ppo: PPOSettings | None = None, **options: Any) -> None:
+        super().__init__(space, seed, **options)
+        torch.manual_seed(seed)
+        if isinstance(policy, MultiAgentPolicy):
+            self.policy = policy
+        elif policy:
+            self.policy = checkpoint.policy_from(checkpoint.load(policy))
+        else:
+            self.policy = MultiAgentPolicy(agents)
+        self.online = online
+        self.patience = patience
+        self.ppo = ppo or PPOSettings(epochs=2)
+        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=self.ppo.lr * 0.3)
+        self.episode = Episode(self.policy, space, budget, np.random.default_rng(seed),
+                               reward or RewardSettings(), episode_id=0)
+        self.generator = torch.Generator().manual_seed(seed)
+        self.done = False
+        self.stalled_batches = 0
+
+    def ask(self, n: int) -> list[Config]:
+        out = self.episode.propose(n, exclude=self.proposed)
+        self.proposed.update(out)
+        return out
+
+    def tell(self, results: list[tuple[Config, Measurement]]) -> None:
+        improved = self.episode.observe(results)
+        self.stalled_batches = 0 if improved else self.stalled_batches + 1
+        if self.online:
+            self.episode.learn(self.optimizer, self.ppo, self.generator)
+        if self.stalled_batches >= self.patience:
+            self.done = True
