@@ -141,7 +141,7 @@ class Tuner:
         self.plan = make_plan(problem.graph())
         self.device = device or open_device(settings.device, settings, notify)
         self._own_device = device is None
-        self.device.setup(problem, self.plan)
+        self.device.ensure(problem, self.plan)
         self.space = Space.for_plan(self.plan, self.device.target())
         if isinstance(self.device, ReplayDevice):
             # like Kernel Tuner's simulation mode: search only what the sweep recorded
@@ -174,6 +174,7 @@ class Tuner:
         return out
 
     def _evaluate(self, cand: Candidate, best_ms: float | None) -> Measurement:
+        self.device.ensure(self.problem, self.plan)  # a shared device may have moved on
         gpu = self.device.gpu_name()
         if self.device.kind != "replay":
             hit = self.store.lookup(cand.key, self.device.kind, gpu, self.toolchain)

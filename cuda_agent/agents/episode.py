@@ -53,15 +53,16 @@ class Episode:
         with torch.no_grad():
             values = {g: float(v) for g, v in self.policy.values(torch.as_tensor(gstate)).items()}
         out: list[Config] = []
-        tries = 0
-        limit = min(n, len(self.index.configs) - len(exclude))
-        while len(out) < limit and tries < 20 * max(1, n):
-            tries += 1
-            d = self.policy.act(obs, self.index, self.rng, temperature)
+        taken = set(exclude)
+        for _ in range(n):
+            # masks exclude what was measured or proposed already: every sample is new
+            rows = self.index.rows_excluding(taken)
+            if len(rows) == 0:
+                break
+            d = self.policy.act(obs, self.index, self.rng, temperature, rows=rows)
             cfg = self.index.config_of({s: int(a) for s, a in zip(SLOT_ORDER, d.actions)})
-            if cfg in exclude or cfg in out:
-                continue
             out.append(cfg)
+            taken.add(cfg)
             self.pending[cfg] = (d, obs, gstate, values)
         self.state.step += 1
         return out

@@ -81,11 +81,14 @@ class MultiAgentPolicy(nn.Module):
 
     @torch.no_grad()
     def act(self, obs: dict[str, np.ndarray], index: SpaceIndex, rng: np.random.Generator,
-            temperature: dict[str, float] | None = None, greedy: bool = False) -> Decision:
+            temperature: dict[str, float] | None = None, greedy: bool = False,
+            rows: np.ndarray | None = None) -> Decision:
+        """Sample one joint action among the configurations `rows` (default: all); masks keep
+        every decision inside them, so the result is always one of those configurations."""
         temperature = temperature or {}
         h = {g: self.nets[g].trunk(torch.as_tensor(obs[g])) for g in self.groups}
         ctx = torch.zeros(CTX_DIM)
-        rows = np.arange(len(index.configs))
+        rows = np.arange(len(index.configs)) if rows is None else rows
         actions = np.zeros(len(SLOT_ORDER), dtype=np.int64)
         masks = np.zeros(CTX_DIM, dtype=bool)
         logp = {g: 0.0 for g in self.groups}

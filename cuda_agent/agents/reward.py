@@ -26,6 +26,9 @@ FAILURE_PENALTY = {
 class RewardSettings:
     """How candidates are scored against each other."""
 
+    mode: str = "rank"
+    """rank: within-batch rank (scale-free); time: minus the raw time in ms (the ablation
+    that shows why ranking matters: operators of different sizes get incomparable rewards)"""
     top: float = 0.25
     """share of a batch's successful candidates rewarded +1"""
     bottom: float = 0.25
@@ -106,6 +109,9 @@ def rewards(times: list[float | None], kinds: list[str | None],
             best_before: float | None, settings: RewardSettings) -> list[dict[str, float]]:
     """Per candidate, per agent group: team rank reward + own auxiliary term, or the penalty."""
     ranks = rank_rewards(times, settings)
+    if settings.mode == "time":
+        ranks = [None if r is None else -min(float(t), 100.0)  # type: ignore[arg-type]
+                 for r, t in zip(ranks, times)]
     out = []
     for k, (t, kind, c) in enumerate(zip(times, kinds, counters)):
         if ranks[k] is None:

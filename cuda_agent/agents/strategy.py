@@ -58,6 +58,7 @@ class AgentsStrategy(Strategy):
         return out
 
     def tell(self, results: list[tuple[Config, Measurement]]) -> None:
+        self.proposed.update(c for c, _ in results)  # the tuner may measure others (default)
         improved = self.episode.observe(results)
         self.stalled_batches = 0 if improved else self.stalled_batches + 1
         if self.online:

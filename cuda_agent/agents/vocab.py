@@ -64,6 +64,7 @@ class SpaceIndex:
     space: Space
     matrix: np.ndarray
     configs: list[Config]
+    _pos: dict | None = None
 
     @staticmethod
     def of(space: Space) -> "SpaceIndex":
@@ -81,6 +82,17 @@ class SpaceIndex:
                 row.append(vals.index(v))
             rows.append(row)
         return SpaceIndex(space, np.asarray(rows, dtype=np.int16), list(space.configs))
+
+    def rows_excluding(self, exclude: set[Config] | None) -> np.ndarray:
+        """Rows of the configurations not in `exclude` (e.g. those already measured)."""
+        if not exclude:
+            return np.arange(len(self.configs))
+        if getattr(self, "_pos", None) is None:
+            self._pos = {c: i for i, c in enumerate(self.configs)}
+        drop = [self._pos[c] for c in exclude if c in self._pos]
+        keep = np.ones(len(self.configs), dtype=bool)
+        keep[drop] = False
+        return np.nonzero(keep)[0]
 
     def mask(self, rows: np.ndarray, slot: str) -> np.ndarray:
         """Values of `slot` some configuration among `rows` takes (bool per head value)."""

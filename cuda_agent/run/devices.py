@@ -53,6 +53,14 @@ class Device(ABC):
     @abstractmethod
     def setup(self, problem: Problem, plan: KernelPlan) -> None: ...
 
+    def ensure(self, problem: Problem, plan: KernelPlan) -> None:
+        """Set up for `problem` unless already set up for it: one device can serve several
+        problems in turn (training moves between operators)."""
+        key = (problem.source_hash, problem.graph().fingerprint())
+        if getattr(self, "_current", None) != key:
+            self.setup(problem, plan)
+            self._current = key
+
     @abstractmethod
     def evaluate(self, cand: Candidate, best_ms: float | None = None) -> Measurement: ...
 

@@ -19,6 +19,7 @@ from .slots import ABSENT, Config, Rendered, Slot, Target, content_key
 from .templates import TEMPLATES, Template
 
 SCOPE_SLOT = "reduction.scope"
+_ENUMERATED: dict[tuple, list[Config]] = {}
 
 
 @dataclass
@@ -87,13 +88,20 @@ class Space:
 
     @cached_property
     def configs(self) -> list[Config]:
-        """Every valid configuration, in a deterministic order."""
-        out: list[Config] = []
-        for t in self.templates:
-            out.extend(self._template_configs(t))
-        if not out:
-            raise UnsupportedError("unsupported: no valid configuration for this problem")
-        return out
+        """Every valid configuration, in a deterministic order (enumerated once per process
+        for a given computation, target and template set)."""
+        key = (self.plan.graph.fingerprint(), self.target,
+               tuple((t.name, t.version) for t in self.templates))
+        if key not in _ENUMERATED:
+            out: list[Config] = []
+            for t in self.templates:
+                out.extend(self._template_configs(t))
+            if not out:
+                raise UnsupportedError("unsupported: no valid configuration for this problem")
+            if len(_ENUMERATED) > 64:
+                _ENUMERATED.clear()
+            _ENUMERATED[key] = out
+        return list(_ENUMERATED[key])
 
     def restricted(self, keep: list[Config] | set[Config]) -> "Space":
         """The same space limited to `keep` (e.g. the configurations a sweep recorded)."""

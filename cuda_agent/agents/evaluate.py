@@ -1,0 +1,80 @@
+"""Held-out evaluation: measurements to reach 95 % of the best known kernel, per strategy.
+
+On `replay`, the best known is the best the recorded sweep holds, and every strategy searches
+the same recorded configurations, so the comparison is on real GPU measurements with no GPU.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..problem import load_problem
+from ..run.devices import Device
+from ..store import Store
+from ..tuner import Tuner, TuneSettings
+from . import checkpoint
+from .policy import MultiAgentPolicy
+
+
+@dataclass
+class Contender:
+    """A strategy to compare: `random`, or the agents with a policy (trained or fresh)."""
+
+    name: str
+    strategy: str = "random"
+    checkpoint: str | None = None
+    agents: str = "multi"
+    online: bool = True
+
+
+@dataclass
+class EvalResult:
+    rows: list[dict[str, Any]] = field(default_factory=list)  # one per (problem, contender)
+
+    def median(self, contender: str) -> float | None:
+        vals = [r["median_evals_to_95"] for r in self.rows if r["contender"] == contender
+                and r["median_evals_to_95"] is not None]
+        return statistics.median(vals) if vals else None
+
+
+def evals_to_95(problem_path: Path, contender: Contender, device: Device, best_ms: float,
+                budget: int, seed: int) -> int | None:
+    opts: dict[str, Any] = {}
+    if contender.strategy == "marl":
+        policy = (checkpoint.policy_from(checkpoint.load(contender.checkpoint))
+                  if contender.checkpoint else MultiAgentPolicy(contender.agents))
+        opts = {"policy": policy, "online": contender.online, "budget": budget,
+                "patience": 10**6}
+    settings = TuneSettings(device=device.kind, strategy=contender.strategy, budget=budget,
+                            batch=4, seed=seed, baselines=False, strategy_options=opts)
+    tuner = Tuner(load_problem(problem_path), settings, device=device, store=Store(":memory:"))
+    try:
+        return tuner.run().evals_to_fraction(0.95, best_ms)
+    finally:
+        tuner.close()
+
+
+def compare(problems: list[Path], contenders: list[Contender], device: Device,
+            seeds: int = 5, budget: int = 100) -> EvalResult:
+    """For each held-out problem and contender: evals to 95 % of the recorded best, per seed."""
+    out = EvalResult()
+    for path in problems:
+        tuner = Tuner(load_problem(path), TuneSettings(device=device.kind, baselines=False),
+                      device=device, store=Store(":memory:"))
+        best = device.best_recorded_ms() if hasattr(device, "best_recorded_ms") else None
+        size = len(tuner.space)
+        tuner.close()
+        if best is None:
+            continue
+        for c in contenders:
+            runs = [evals_to_95(path, c, device, best, min(budget, size), s)
+                    for s in range(seeds)]
+            # a run that never got there counts as the whole budget plus one (censored)
+            counted = [r if r is not None else min(budget, size) + 1 for r in runs]
+            out.rows.append({"problem": path.stem, "contender": c.name, "runs": runs,
+                             "median_evals_to_95": statistics.median(counted),
+                             "space": size, "best_ms": best})
+    return out

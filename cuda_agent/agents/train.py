@@ -1,0 +1,321 @@
+"""Training: the agents refine every operator of a suite, episode after episode, and learn by
+multi-agent PPO.
+
+Sampling and learning are decoupled: samplers keep producing episodes with the policy version
+published last, while the learner updates on the episodes already collected; every transition
+carries the version that sampled it and those older than `max_staleness` versions are dropped.
+A sampler job is a plain function of (policy weights, operator, seeds), so a Ray fleet can run
+the same jobs on other machines (`fleet.py`). Checkpoints are written atomically after every
+iteration and a run resumes from one exactly where it stopped.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from ..errors import SettingsError
+from ..problem import load_problem
+from ..run.devices import Device
+from ..space.slots import AGENTS
+from ..store import Store
+from ..tuner import Tuner, TuneSettings, open_device
+from . import checkpoint
+from .episode import Episode
+from .fleet import LocalFleet
+from .policy import MultiAgentPolicy
+from .ppo import PPOSettings, update
+from .reward import RewardSettings
+from .vocab import SpaceIndex
+
+
+@dataclass
+class TrainSettings:
+    """Everything a training run takes."""
+
+    suite: str = "benchmarks/problems"
+    """directory of problem files (or a comma-separated list of files)"""
+    holdout: tuple[str, ...] = ()
+    """problem names kept out of training (for held-out evaluation)"""
+    device: str | None = None
+    """cuda, sim or replay (default: cuda when a GPU is present, else sim)"""
+    replay_root: str | None = None
+    agents: str = "multi"
+    """multi: the four agents; single: one agent owning every slot (the ablation)"""
+    iterations: int = 20
+    episodes: int = 4
+    """episodes per iteration, each on an operator drawn from the suite"""
+    steps: int = 4
+    """steps per episode"""
+    batch: int = 8
+    """joint actions measured per step"""
+    hidden: int = 64
+    seed: int = 0
+    explore: str = "targeted"
+    """targeted: one agent at a time gets a raised temperature (on a schedule and when an
+    episode stalls); none: every agent samples at temperature 1"""
+    explore_temperature: float = 2.0
+    stall_steps: int = 2
+    """steps without improvement after which the next agent's temperature is raised"""
+    max_staleness: int = 1
+    """drop experience sampled by a policy more than this many versions old"""
+    samplers: int = 1
+    """episodes sampled concurrently (threads; one per GPU on the cuda device)"""
+    out: str = "runs/train"
+    """checkpoint, curves and plots go here"""
+    resume: bool = False
+    store: str | None = None
+    reward: RewardSettings = field(default_factory=RewardSettings)
+    ppo: PPOSettings = field(default_factory=PPOSettings)
+
+
+@dataclass
+class Operator:
+    """One problem of the suite, ready for episodes."""
+
+    name: str
+    tuner: Tuner
+    index: SpaceIndex
+    best_known: float | None = None  # best time seen in training, to normalise curves
+
+
+def suite_files(suite: str) -> list[Path]:
+    p = Path(suite)
+    files = sorted(p.glob("*.py")) if p.is_dir() else [Path(x) for x in suite.split(",") if x]
+    if not files:
+        raise SettingsError(f"--suite {suite}: no problem files")
+    return files
+
+
+def temperatures(settings: TrainSettings, groups: list[str], episode_seed: int,
+                 stalled: int) -> dict[str, float]:
+    """Targeted exploration: raise exactly one agent's temperature, chosen by the schedule
+    (rotating over episodes) and moved on to the next agent each time the episode stalls."""
+    if settings.explore == "none" or len(groups) == 1 and settings.explore != "targeted":
+        return {g: 1.0 for g in groups}
+    k = (episode_seed + stalled // max(1, settings.stall_steps)) % len(groups)
+    return {g: settings.explore_temperature if i == k else 1.0 for i, g in enumerate(groups)}
+
+
+def run_episode(policy_state: dict[str, Any], policy_meta: dict[str, Any], op: Operator,
+                settings: TrainSettings, episode_id: int, version: int, seed: int
+                ) -> dict[str, Any]:
+    """One sampler job: a fresh copy of the published policy refines one operator."""
+    policy = MultiAgentPolicy(policy_meta["mode"], policy_meta["hidden"])
+    policy.load_state_dict(policy_state)
+    rng = np.random.default_rng(seed)
+    ep = Episode(policy, op.tuner.space, settings.steps * settings.batch, rng, settings.reward,
+                 episode_id, version, op.index)
+    seen: set = set()
+    groups = list(policy.groups)
+    for _ in range(settings.steps):
+        temp = temperatures(settings, groups, seed, ep.state.since_improvement)
+        configs = ep.propose(settings.batch, seen, temp)
+        if not configs:
+            break
+        seen.update(configs)
+        trials = op.tuner.measure(configs, ep.state.best_ms)
+        ep.observe([(t.config, t.measurement) for t in trials])
+    return {"operator": op.name, "transitions": ep.buffer.transitions, "curve": ep.curve,
+            "rewards": ep.rewards, "version": version, "best_ms": ep.state.best_ms}
+
+
+class Trainer:
+    def __init__(self, settings: TrainSettings, device: Device | None = None,
+                 notify: Callable[[str], None] = lambda s: None) -> None:
+        self.s = settings
+        self.notify = notify
+        self.out = Path(settings.out)
+        torch.manual_seed(settings.seed)
+        random.seed(settings.seed)
+        self.rng = np.random.default_rng(settings.seed)
+        self.device = device or open_device(settings.device,
+                                            TuneSettings(device=settings.device,
+                                                         replay_root=settings.replay_root),
+                                            notify)
+        self._own_device = device is None
+        self.store = Store(settings.store or ":memory:")
+        files = [f for f in suite_files(settings.suite) if f.stem not in set(settings.holdout)]
+        if not files:
+            raise SettingsError("every problem of the suite is held out")
+        self.operators: list[Operator] = []
+        for f in files:
+            tuner = Tuner(load_problem(f), TuneSettings(device=settings.device, seed=settings.seed,
+                                                        replay_root=settings.replay_root,
+                                                        baselines=False),
+                          device=self.device, store=self.store, notify=notify)
+            self.operators.append(Operator(f.stem, tuner, SpaceIndex.of(tuner.space)))
+        self.policy = MultiAgentPolicy(settings.agents, settings.hidden)
+        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=settings.ppo.lr)
+        self.generator = torch.Generator().manual_seed(settings.seed)
+        self.version = 0
+        self.iteration = 0
+        self.curves: list[dict[str, Any]] = []
+        self.measurements = 0
+        self.sampler_state: dict[str, Any] = {}
+        self.pending_jobs: list[tuple[int, int, int, int]] = []
+        ckpt = self.out / "policy.pt"
+        if settings.resume and ckpt.exists():
+            self._resume(ckpt)
+
+    # -- checkpoints ------------------------------------------------------------------------------
+    def _meta(self) -> dict[str, Any]:
+        s = asdict(self.s)
+        return {"iteration": self.iteration, "version": self.version,
+                "measurements": self.measurements, "curves": self.curves, "settings": s,
+                "trained_on": [op.name for op in self.operators],
+                "gpu": self.device.gpu_name(), "device": self.device.kind,
+                "simulated": self.device.simulated, "best_known":
+                {op.name: op.best_known for op in self.operators},
+                "generator": self.generator.get_state().tolist(),
+                # the episodes in flight, so that a resumed run samples exactly them again
+                "sampler_state": self.sampler_state, "pending_jobs": self.pending_jobs}
+
+    def save(self) -> Path:
+        path = self.out / "policy.pt"
+        checkpoint.save(path, self.policy, self._meta(), self.optimizer, self.rng)
+        return path
+
+    def _resume(self, path: Path) -> None:
+        blob = checkpoint.load(path)
+        meta = blob["meta"]
+        if meta["settings"]["agents"] != self.s.agents:
+            raise SettingsError(f"{path}: trained with --agents {meta['settings']['agents']}")
+        self.policy.load_state_dict(blob["policy"])
+        self.optimizer.load_state_dict(blob["optimizer"])
+        self.rng.bit_generator.state = blob["numpy_rng"]
+        torch.set_rng_state(blob["torch_rng"])
+        random.setstate(blob["python_rng"])
+        self.generator.set_state(torch.tensor(meta["generator"], dtype=torch.uint8))
+        self.iteration, self.version = meta["iteration"], meta["version"]
+        self.measurements, self.curves = meta["measurements"], meta["curves"]
+        for op in self.operators:
+            op.best_known = meta["best_known"].get(op.name)
+        self.sampler_state = meta["sampler_state"]
+        self.pending_jobs = [tuple(j) for j in meta["pending_jobs"]]
+        self.notify(f"resumed from {path} at iteration {self.iteration}")
+
+    # -- the loop ---------------------------------------------------------------------------------
+    def _plan_jobs(self, it: int) -> list[tuple[int, int, int, int]]:
+        """(operator, episode id, policy version, seed) of iteration `it`'s episodes."""
+        jobs = []
+        for e in range(self.s.episodes):
+            k = int(self.rng.integers(len(self.operators)))
+            jobs.append((k, it * self.s.episodes + e, self.version,
+                         self.s.seed * 1_000_003 + it * 1009 + e))
+        return jobs
+
+    def _submit(self, fleet: LocalFleet) -> list:
+        meta = self.policy.describe()
+        return fleet.submit(run_episode, [
+            (self.sampler_state, meta, self.operators[k], self.s, eid, version, seed)
+            for k, eid, version, seed in self.pending_jobs])
+
+    def train(self, progress: Callable[[dict[str, Any]], None] | None = None
+              ) -> list[dict[str, Any]]:
+        fleet = LocalFleet(self.s.samplers if self.device.kind != "cuda" else 1)
+        pending: list = []
+        try:
+            if self.iteration < self.s.iterations:
+                if not self.pending_jobs:  # a fresh run; a resumed one re-runs its saved jobs
+                    self.sampler_state = copy.deepcopy(self.policy.state_dict())
+                    self.pending_jobs = self._plan_jobs(self.iteration)
+                pending = self._submit(fleet)
+            while self.iteration < self.s.iterations:
+                t0 = time.perf_counter()
+                episodes = fleet.gather(pending)
+                self.iteration += 1
+                # the next episodes are sampled with the policy published so far while this
+                # update runs: sampling and learning are decoupled, staleness is one version
+                # planned even after the last iteration: the checkpoint then holds them, and a
+                # run resumed with more iterations continues exactly as an uninterrupted one
+                self.sampler_state = copy.deepcopy(self.policy.state_dict())
+                self.pending_jobs = self._plan_jobs(self.iteration)
+                pending = self._submit(fleet) if self.iteration < self.s.iterations else []
+                fresh = [t for ep in episodes for t in ep["transitions"]
+                         if t.version >= self.version - self.s.max_staleness]
+                stale = sum(len(ep["transitions"]) for ep in episodes) - len(fresh)
+                stats = update(self.policy, self.optimizer, fresh, self.s.ppo, self.generator)
+                self.version += 1
+                self.curves.append(self._curve_row(episodes, stats, stale,
+                                                   time.perf_counter() - t0))
+                self.save()
+                if progress:
+                    progress(self.curves[-1])
+        finally:
+            if pending:
+                fleet.gather(pending)
+            fleet.close()
+        return self.curves
+
+    def _curve_row(self, episodes: list[dict[str, Any]], stats: dict[str, Any], stale: int,
+                   seconds: float) -> dict[str, Any]:
+        by_name = {op.name: op for op in self.operators}
+        ratios = []
+        for ep in episodes:
+            op = by_name[ep["operator"]]
+            self.measurements += len(ep["curve"])
+            if ep["best_ms"] and (op.best_known is None or ep["best_ms"] < op.best_known):
+                op.best_known = ep["best_ms"]
+        for ep in episodes:
+            op = by_name[ep["operator"]]
+            if ep["best_ms"] and op.best_known:
+                ratios.append(op.best_known / ep["best_ms"])  # 1.0 = as good as ever found
+        rewards = [r for ep in episodes for r in ep["rewards"]]
+        return {"iteration": self.iteration, "version": self.version,
+                "measurements": self.measurements,
+                "mean_reward": float(np.mean(rewards)) if rewards else None,
+                "episode_best_vs_known": float(np.mean(ratios)) if ratios else None,
+                "entropy": stats.get("entropy", {}), "policy_loss": stats.get("policy_loss"),
+                "value_loss": stats.get("value_loss"), "approx_kl": stats.get("approx_kl"),
+                "samples": stats.get("samples", 0), "stale_dropped": stale,
+                "seconds": seconds}
+
+    def close(self) -> None:
+        for op in self.operators:
+            op.tuner.close()
+        if self._own_device:
+            self.device.close()
+        self.store.close()
+
+
+def write_curves(curves: list[dict[str, Any]], out: Path, title: str) -> Path:
+    """curves.json and a PNG: best-vs-known and reward against measurements, entropy per agent."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "curves.json").write_text(json.dumps(curves, indent=2) + "\n")
+    x = [c["measurements"] for c in curves]
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    axes[0].plot(x, [c["episode_best_vs_known"] for c in curves], marker=".")
+    axes[0].set(xlabel="measurements", ylabel="episode best / best known (1 = best)",
+                title="best so far")
+    axes[1].plot(x, [c["mean_reward"] for c in curves], marker=".")
+    axes[1].set(xlabel="measurements", ylabel="mean reward", title="reward")
+    groups = sorted({g for c in curves for g in (c.get("entropy") or {})})
+    for g in groups:
+        axes[2].plot(x, [(c.get("entropy") or {}).get(g, math.nan) for c in curves], label=g)
+    axes[2].set(xlabel="measurements", ylabel="entropy (nats)", title="per-agent entropy")
+    if groups:
+        axes[2].legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    path = out / "curves.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+__all__ = ["TrainSettings", "Trainer", "write_curves", "AGENTS"]
