@@ -4,7 +4,13 @@ Helpers live in `helpers.py`."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Callable
+
 import pytest
+import torch
+
+from helpers import write_problem
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -17,3 +23,13 @@ def _private_cuda_agent_dirs(tmp_path_factory):
     mp.undo()
 
 
+@pytest.fixture
+def make_problem(tmp_path) -> Callable[..., Path]:
+    def make(name: str, expr: str, inputs: str, **kw) -> Path:
+        return write_problem(tmp_path / "problems", name, expr, inputs, **kw)
+    return make
+
+
+@pytest.fixture(autouse=True)
+def _seed_torch():
+    torch.manual_seed(1234)

@@ -75,13 +75,6 @@ def write_problem(directory: Path, name: str, expr: str, inputs: str, **kw) -> P
     return path
 
 
-@pytest.fixture
-def make_problem(tmp_path) -> Callable[..., Path]:
-    def make(name: str, expr: str, inputs: str, **kw) -> Path:
-        return write_problem(tmp_path / "problems", name, expr, inputs, **kw)
-    return make
-
-
 def nvcc_available() -> bool:
     return shutil.which("nvcc") is not None
 
@@ -89,8 +82,3 @@ def nvcc_available() -> bool:
 def nvrtc_available() -> bool:
     from cuda_agent.build.compiler import nvrtc_version
     return nvrtc_version() is not None
-
-
-@pytest.fixture(autouse=True)
-def _seed_torch():
-    torch.manual_seed(1234)

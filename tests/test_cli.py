@@ -208,19 +208,22 @@ def test_replay_through_the_cli(swept):
     assert rep["simulated"] is True  # replaying a simulated sweep stays labelled simulated
 
 
-def test_replay_python_api_marks_unrecorded_configs(swept, tmp_path):
+def test_replay_searches_only_recorded_configs(swept, tmp_path):
+    """Like Kernel Tuner's simulation mode, replay restricts the space to what the sweep
+    recorded: every trial is a recorded configuration, served with its recorded time."""
     from cuda_agent.tuner import tune
 
     root, _ = swept
     res = tune(GOOD / "sum_small.py", device="replay", replay_root=str(root / "sweeps"),
                budget=20, store=str(tmp_path / "r.db"), strategy="exhaustive")
-    kinds = [t.measurement.error_kind for t in res.trials]
-    assert len(res.trials) == 20
     data = read_sweep(next((root / "sweeps").glob("*/sum_small.json.gz")))
-    recorded = {json.dumps(x["config"], sort_keys=True) for x in data["records"]}
-    for t, k in zip(res.trials, kinds):
-        in_sweep = json.dumps(t.config.as_dict(), sort_keys=True) in recorded
-        assert (k is None) == in_sweep and (k in (None, "not_recorded"))
+    recorded = {json.dumps(x["config"], sort_keys=True): x for x in data["records"]}
+    assert len(res.trials) == min(20, len(recorded))
+    for t in res.trials:
+        rec = recorded[json.dumps(t.config.as_dict(), sort_keys=True)]
+        assert t.measurement.error_kind != "not_recorded"
+        if rec["ok"]:
+            assert t.measurement.time_ms == rec["time_ms"]
 
 
 def test_replay_rejects_a_sweep_of_another_shape(swept, tmp_path):
