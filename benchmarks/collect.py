@@ -173,7 +173,13 @@ def main() -> None:
         lines = [l for l in log.read_text().splitlines() if "CUDA warning" not in l]
         tails.append(f"$ pytest -m gpu tests/gpu/{log.stem}.py\n" + "\n".join(lines[-6:]))
     tail = "\n\n".join(tails) or None
-    args.markdown.write_text(markdown(results, throughput, tail))
+    text = markdown(results, throughput, tail)
+    # keep sections other tools own (benchmarks/agents_replay.py writes between its markers)
+    old = args.markdown.read_text() if args.markdown.exists() else ""
+    begin, end = "<!-- agents-replay:begin -->", "<!-- agents-replay:end -->"
+    if begin in old and end in old:
+        text = text.rstrip() + "\n\n" + old[old.index(begin):old.index(end) + len(end)] + "\n"
+    args.markdown.write_text(text)
     print(f"wrote {args.out} and {args.markdown}")
 
 

@@ -129,7 +129,8 @@ def tune(
                                    "get_init_inputs)"),
     device: Optional[str] = typer.Option(None, help="cuda | sim | replay (default: cuda when a "
                                          "GPU is present, else sim)"),
-    strategy: str = typer.Option("random", help="search strategy: random | exhaustive"),
+    strategy: str = typer.Option("random", help="search strategy: random | exhaustive | marl "
+                                 "(the learning agents; implied by --policy)"),
     budget: int = typer.Option(64, help="configurations to measure"),
     out: Optional[Path] = typer.Option(None, help="output directory (default runs/<problem>)"),
     batch: int = typer.Option(16, help="configurations built and measured together"),
@@ -138,14 +139,27 @@ def tune(
     baselines: bool = typer.Option(True, help="time torch eager and torch.compile too"),
     replay_root: Optional[Path] = typer.Option(None, help="directory of recorded sweeps for "
                                                "--device replay (default benchmarks/data)"),
+    policy: Optional[Path] = typer.Option(None, help="trained agents checkpoint (cuda-agent "
+                                          "train): warm start, fine-tuned online on this "
+                                          "operator, stops when the search plateaus"),
+    agents: str = typer.Option("multi", help="with --strategy marl and no --policy: multi "
+                               "(four agents) or single (one agent, the ablation)"),
+    patience: int = typer.Option(3, help="with the agents: batches without improvement "
+                                 "before stopping"),
 ) -> None:
     """Find a fast, verified kernel for PROBLEM and write model_new.py, kernel.cu, report.json."""
     try:
         out = out or Path("runs") / problem.stem
+        options: dict = {}
+        if policy is not None or strategy == "marl":
+            strategy = "marl"
+            options = {"policy": str(policy) if policy else None, "agents": agents,
+                       "budget": budget, "patience": patience}
         result = run_tune(problem, dict(device=device, strategy=strategy, budget=budget,
                                         batch=batch, seed=seed, store=store or default_store(),
                                         baselines=baselines,
-                                        replay_root=str(replay_root) if replay_root else None),
+                                        replay_root=str(replay_root) if replay_root else None,
+                                        strategy_options=options),
                           out)
     except CudaAgentError as exc:
         fail(str(exc))
@@ -208,6 +222,89 @@ def sweep(
     if not results:
         fail("nothing was swept")
     console.print(summary_table(results, "cuda-agent sweep"))
+
+
+@app.command()
+def train(
+    suite: Path = typer.Option(Path("benchmarks/problems"), help="directory of problem files"),
+    device: Optional[str] = typer.Option(None, help="cuda | sim | replay (default: cuda when "
+                                         "a GPU is present, else sim)"),
+    replay_root: Optional[Path] = typer.Option(None, help="recorded sweeps for --device replay"),
+    agents: str = typer.Option("multi", help="multi (four agents) | single (the ablation)"),
+    iterations: int = typer.Option(20, help="PPO updates"),
+    episodes: int = typer.Option(4, help="episodes per update"),
+    steps: int = typer.Option(4, help="steps per episode"),
+    batch: int = typer.Option(8, help="configurations measured per step"),
+    holdout: str = typer.Option("", help="comma-separated problem names to keep out"),
+    aux_weight: float = typer.Option(0.05, help="weight of each agent's own-metric reward"),
+    explore: str = typer.Option("targeted", help="targeted | none"),
+    out: Path = typer.Option(Path("runs/train"), help="checkpoint, curves.json, curves.png"),
+    resume: bool = typer.Option(False, help="continue from OUT/policy.pt"),
+    seed: int = typer.Option(0),
+    samplers: int = typer.Option(1, help="episodes sampled concurrently (sim/replay)"),
+) -> None:
+    """Train the agents across a suite of operators (multi-agent PPO)."""
+    from .agents.reward import RewardSettings
+    from .agents.train import TrainSettings, Trainer, write_curves
+
+    if explore not in ("targeted", "none"):
+        fail("--explore must be targeted or none")
+    for name, value in (("iterations", iterations), ("episodes", episodes), ("steps", steps),
+                        ("batch", batch), ("samplers", samplers)):
+        if value < 1:
+            fail(f"--{name} must be at least 1")
+    settings = TrainSettings(
+        suite=str(suite), device=device, replay_root=str(replay_root) if replay_root else None,
+        agents=agents, iterations=iterations, episodes=episodes, steps=steps, batch=batch,
+        holdout=tuple(h for h in holdout.split(",") if h), explore=explore, out=str(out),
+        resume=resume, seed=seed, samplers=samplers,
+        reward=RewardSettings(aux_weight=aux_weight))
+    try:
+        trainer = Trainer(settings, notify=lambda m: console.print(f"[yellow]{m}[/]"))
+    except (CudaAgentError, ValueError) as exc:
+        fail(str(exc))
+        return
+    sim = " (simulated)" if trainer.device.simulated else ""
+    try:
+        with _progress() as bar:
+            task = bar.add_task(f"train [{trainer.device.kind}{sim}]", total=iterations,
+                                completed=trainer.iteration, status="")
+
+            def on_iter(row: dict) -> None:
+                ent = " ".join(f"{g[:4]} {v:.2f}" for g, v in row["entropy"].items())
+                bar.update(task, completed=row["iteration"],
+                           status=f"reward {row['mean_reward'] or 0:+.3f} entropy {ent}")
+            curves = trainer.train(on_iter)
+    finally:
+        trainer.close()
+    png = write_curves(curves, out, f"cuda-agent train ({agents} agents, "
+                                    f"{trainer.device.gpu_name()})")
+    console.print(f"wrote {out}/policy.pt, curves.json, {png.name}{sim}")
+
+
+@app.command()
+def failures(
+    store: Optional[str] = typer.Option(None, help="SQLite store (default ~/.cache/cuda-agent)"),
+    top: int = typer.Option(20, help="rows to show"),
+) -> None:
+    """Failures grouped by template, error kind and slot value: a template bug shows at once."""
+    from .store import Store
+
+    path = store or default_store()
+    if path != ":memory:" and not Path(path).exists():
+        fail(f"{path}: no store yet (run cuda-agent tune first)")
+    with Store(path) as st:
+        groups = st.failure_groups()
+    if not groups:
+        console.print("no failures recorded")
+        return
+    table = Table(title=f"failures in {path}")
+    for col in ("template", "kind", "agent", "slot = value", "failed", "of", "share"):
+        table.add_column(col, justify="right" if col in ("failed", "of", "share") else "left")
+    for g in groups[:top]:
+        table.add_row(g["template"], g["error_kind"], g["agent"], f"{g['slot']} = {g['value']}",
+                      str(g["count"]), str(g["total"]), f"{100 * g['share']:.0f}%")
+    console.print(table)
 
 
 @app.command()
