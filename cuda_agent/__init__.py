@@ -1,3 +1,19 @@
-"""cuda-agent: writes fast CUDA kernels for PyTorch reference programs by measuring them."""
+"""cuda-agent: writes fast CUDA kernels for PyTorch reference programs by measuring them.
+
+    import cuda_agent
+    result = cuda_agent.tune("softmax.py", out="runs/softmax", budget=64)
+"""
+
+from typing import Any
 
 __version__ = "0.1.0"
+
+
+def tune(problem: Any, out: Any = None, **options: Any) -> Any:
+    """Tune one problem file (see `cuda_agent.tuner.tune` and `TuneSettings` for options)."""
+    from .tuner import tune as _tune  # imported lazily: `import cuda_agent` stays light
+
+    return _tune(problem, out=out, **options)
+
+
+__all__ = ["tune", "__version__"]

@@ -156,6 +156,20 @@ def is_splat(plan: KernelPlan, nid: int, grp: Group, vec: int) -> bool:
     return block % vec == 0
 
 
+def vector_reads_ok(plan: KernelPlan, dims: tuple[int, ...], vec: int) -> bool:
+    """Every operand that varies along the reduced dims reads `vec` consecutive steps of the
+    loop over `dims` with one load, or is constant over them (computed once per plan)."""
+    def check() -> bool:
+        grp = Group("v", dims)
+        for k in plan.operands:
+            nid = operand_node(plan, k)
+            if varies_along(plan, nid, plan.reduce_dims) and not (
+                    is_unit_stride(plan, nid, grp, vec) or is_splat(plan, nid, grp, vec)):
+                return False
+        return True
+    return plan.cached(("vector_reads_ok", dims, vec), check)
+
+
 def varies_along(plan: KernelPlan, nid: int, dims: tuple[int, ...]) -> bool:
     return any(f in dims for f in plan.fmaps[nid] if f is not None)
 

@@ -213,6 +213,11 @@ def absent(slots: list[Slot], have: set[str]) -> dict[str, Any]:
     return {s.name: ABSENT for s in slots if s.name not in have}
 
 
+def pow2_ceil(n: int) -> int:
+    """The smallest power of two >= n (1 for n <= 1)."""
+    return 1 << max(0, (max(1, n) - 1).bit_length())
+
+
 def pow2_choices(lo: int, hi: int) -> tuple[int, ...]:
     out, v = [], lo
     while v <= hi:

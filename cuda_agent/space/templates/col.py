@@ -14,14 +14,13 @@ accumulating them with atomics.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
 from ...ir.plan import KernelPlan
 from .. import codegen as cg
 from ..slots import Launch, Rendered, Slot, Target
-from .base import Code, Reducer, Template
+from .base import Code, Reducer, Template, pow2_ceil
 from .rowcommon import (make_passes, online_merge, online_softmax_pair, online_update,
                         operand_roles, pass_roots, row_values_after)
 
@@ -45,10 +44,6 @@ class _LaneReducer(Reducer):
     @property
     def idx(self) -> str:
         return f"aci{self.nid}_{self.lane}"
-
-
-def _pow2_ceil(n: int) -> int:
-    return 1 << max(0, math.ceil(math.log2(max(1, n))))
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -85,21 +80,6 @@ def _all_sum(plan: KernelPlan) -> bool:
 def _has_arg(plan: KernelPlan) -> bool:
     return plan.cached("col_has_arg", lambda: any(
         plan.graph[n].attr("kind") in ("argmax", "argmin") for lv in plan.levels for n in lv))
-
-
-def _vectorizable(plan: KernelPlan, vec: int) -> bool:
-    """Every operand that varies along the reduced dims reads VEC columns with one load (or is
-    constant over them). Operands constant along the reduced dims are read per column."""
-    def check() -> bool:
-        _, _, idims = _dims(plan)
-        grp = cg.Group("i0", idims)
-        for k in plan.operands:
-            nid = cg.operand_node(plan, k)
-            if cg.varies_along(plan, nid, plan.reduce_dims) and not (
-                    cg.is_unit_stride(plan, nid, grp, vec) or cg.is_splat(plan, nid, grp, vec)):
-                return False
-        return True
-    return plan.cached(("col_vec_ok", vec), check)
 
 
 # Launches of fewer blocks than half the SMs leave the GPU idle; on large problems such
@@ -179,14 +159,14 @@ class ColTemplate(Template):
         B = BX * BY
         if B < 32 or B > 1024:
             return "threads per block outside [32, 1024]"
-        if BX * vec > max(32, _pow2_ceil(plan.I)):
+        if BX * vec > max(32, pow2_ceil(plan.I)):
             return "block is much wider than the columns"
         if BY > plan.R:
             return "more y threads than reduced elements"
         if vec > 1:
             if plan.I % vec:
                 return f"vector width {vec} does not divide the column count {plan.I}"
-            if not _vectorizable(plan, vec):
+            if not cg.vector_reads_ok(plan, _dims(plan)[2], vec):
                 return "an operand cannot be read in vectors along the columns"
         if plan.R >= 2**31 - 1:
             return "reduced run too long for int indices"

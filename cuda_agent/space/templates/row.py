@@ -9,14 +9,14 @@ warp shuffles or a shared-memory tree (reduction).
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from ...ir.plan import KernelPlan
 from .. import codegen as cg
 from ..slots import Launch, Rendered, Slot, Target
-from .base import Code, Reducer, Template, block_combine, pow2_choices, smem_for_combine
-from .rowcommon import (Pass, make_passes, online_merge, online_softmax_pair, online_update,
+from .base import (Code, Template, block_combine, pow2_ceil, pow2_choices,
+                   smem_for_combine)
+from .rowcommon import (make_passes, online_merge, online_softmax_pair, online_update,
                         operand_roles, pass_roots, row_values_after)
 
 MAX_CACHED_REGS = 64  # floats per thread kept in registers across passes
@@ -84,12 +84,12 @@ class RowTemplate(Template):
         if plan.numel >= UNDERFILL_MIN_ELEMS and -(-plan.O // (B // T)) < target.sm_count // 2:
             return "too few blocks to fill the GPU (the split template covers few long rows)"
         R = plan.R
-        if T > 1 and T * vec > 2 * _pow2_ceil(R):
+        if T > 1 and T * vec > 2 * pow2_ceil(R):
             return "more threads per row than elements"
         if vec > 1:
             if R % vec:
                 return f"vector width {vec} does not divide the row length {R}"
-            if not plan.cached(("row_vec_ok", vec), lambda: _vectorizable(plan, vec)):
+            if not cg.vector_reads_ok(plan, plan.reduce_dims, vec):
                 return "an operand cannot be read in vectors along the row"
         if cfg["compute.algo"] == "online" and cfg["reduction.combine"] != "shfl":
             return "online softmax combines with shuffles only"
@@ -109,7 +109,7 @@ class RowTemplate(Template):
 
     def default(self, plan: KernelPlan, target: Target) -> dict[str, Any]:
         # a block of 256 per row, scalar loads, re-reading the row each pass: the textbook kernel
-        return {"config.block": 256, "config.tpr": min(256, _pow2_ceil(plan.R)),
+        return {"config.block": 256, "config.tpr": min(256, pow2_ceil(plan.R)),
                 "config.grid": "exact", "memory.vec": 1, "memory.cache": "reload",
                 "memory.load": "default", "compute.unroll": 1, "compute.fastmath": 0,
                 "compute.algo": "passes", "reduction.combine": "smem_tree"}
@@ -289,20 +289,6 @@ def _online_combine(c: Code, T: int, G: int, fast: bool) -> None:
           f"const float qs_ = ca_red2[grp * {W} + w_]; " + online_merge("om", "os", "qm_", "qs_", fast)
           + " }")
         c("__syncthreads();")
-
-
-def _vectorizable(plan: KernelPlan, vec: int) -> bool:
-    grp = cg.Group("c", plan.reduce_dims)
-    for k in plan.operands:
-        nid = cg.operand_node(plan, k)
-        if cg.varies_along(plan, nid, plan.reduce_dims) and not (
-                cg.is_unit_stride(plan, nid, grp, vec) or cg.is_splat(plan, nid, grp, vec)):
-            return False
-    return True
-
-
-def _pow2_ceil(n: int) -> int:
-    return 1 << max(0, math.ceil(math.log2(max(1, n))))
 
 
 def target_blocks(block: int, sm_count: int = 132, max_threads: int = 2048) -> int:

@@ -18,13 +18,12 @@ by a small kernel with a thread per row).
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from ...ir.plan import KernelPlan
 from .. import codegen as cg
 from ..slots import Launch, Rendered, Slot, Target
-from .base import Code, Reducer, Template, block_combine, smem_for_combine
+from .base import Code, Reducer, Template, block_combine, pow2_ceil, smem_for_combine
 from .rowcommon import Pass, make_passes, operand_roles, pass_roots, row_values_after
 
 MAX_ROWS = 4096
@@ -49,10 +48,6 @@ __device__ __forceinline__ float ca_dec_min(unsigned u) {
 """
 
 
-def _pow2_ceil(n: int) -> int:
-    return 1 << max(0, math.ceil(math.log2(max(1, n))))
-
-
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -65,18 +60,6 @@ def _has_fast_ops(plan: KernelPlan) -> bool:
 def _kinds(plan: KernelPlan) -> set[str]:
     return plan.cached("split_kinds", lambda: {
         plan.graph[n].attr("kind") for lv in plan.levels for n in lv})
-
-
-def _vectorizable(plan: KernelPlan, vec: int) -> bool:
-    def check() -> bool:
-        grp = cg.Group("c", plan.reduce_dims)
-        for k in plan.operands:
-            nid = cg.operand_node(plan, k)
-            if cg.varies_along(plan, nid, plan.reduce_dims) and not (
-                    cg.is_unit_stride(plan, nid, grp, vec) or cg.is_splat(plan, nid, grp, vec)):
-                return False
-        return True
-    return plan.cached(("split_vec_ok", vec), check)
 
 
 def splits(plan: KernelPlan, block: int, vec: int, waves: int, sm_count: int) -> tuple[int, int]:
@@ -146,7 +129,7 @@ class SplitTemplate(Template):
         if vec > 1:
             if plan.R % vec:
                 return f"vector width {vec} does not divide the row length {plan.R}"
-            if not _vectorizable(plan, vec):
+            if not cg.vector_reads_ok(plan, plan.reduce_dims, vec):
                 return "an operand cannot be read in vectors along the row"
         if cfg["reduction.cross"] == "atomic" and not _kinds(plan) <= {"sum", "max", "min"}:
             return "atomics combine only sum, max and min"
@@ -394,7 +377,7 @@ class _Renderer:
         return Launch(name, (S, O, 1), (B, 1, 1), 0)
 
     def fold_kernel(self, c: Code, li: int, p: Pass) -> Launch:
-        T = max(32, min(256, _pow2_ceil(self.S)))
+        T = max(32, min(256, pow2_ceil(self.S)))
         name = f"ca_split_f{li + 1}"
         self.head(c, name, T)
         self.combine_buffers(c, p.reducers, T)
