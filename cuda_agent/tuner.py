@@ -53,6 +53,8 @@ class TuneSettings:
     include_default: bool = True
     """always measure the template's untuned default configuration first"""
     replay_root: str | None = None
+    profile_every: int = 0
+    """on cuda, profile every n-th verified candidate with Nsight Compute (0: never)"""
     time_limit_s: float | None = None
     """stop measuring new candidates after this many seconds (the budget still caps)"""
     strategy_options: dict[str, Any] = field(default_factory=dict)
@@ -119,7 +121,7 @@ def open_device(name: str | None, settings: TuneSettings, notify: Callable[[str]
     if name == "cuda":
         if not cuda_available():
             raise DeviceError("--device cuda: no CUDA GPU is available on this machine")
-        return CudaDevice()
+        return CudaDevice(profile_every=settings.profile_every)
     if name == "sim":
         return SimDevice()
     return ReplayDevice(Path(settings.replay_root) if settings.replay_root else None)

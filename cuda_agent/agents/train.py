@@ -68,6 +68,8 @@ class TrainSettings:
     """steps without improvement after which the next agent's temperature is raised"""
     max_staleness: int = 1
     """drop experience sampled by a policy more than this many versions old"""
+    profile_every: int = 4
+    """on cuda: the agents' local metrics come from Nsight Compute for every n-th candidate"""
     samplers: int = 1
     """episodes sampled concurrently (threads; one per GPU on the cuda device)"""
     out: str = "runs/train"
@@ -140,7 +142,8 @@ class Trainer:
         self.rng = np.random.default_rng(settings.seed)
         self.device = device or open_device(settings.device,
                                             TuneSettings(device=settings.device,
-                                                         replay_root=settings.replay_root),
+                                                         replay_root=settings.replay_root,
+                                                         profile_every=settings.profile_every),
                                             notify)
         self._own_device = device is None
         self.store = Store(settings.store or ":memory:")

@@ -84,7 +84,7 @@ class CudaDevice(Device):
 
     def __init__(self, index: int = 0, timing: TimingSettings | None = None,
                  verify_settings: VerifySettings | None = None, eval_timeout_s: float = 30.0,
-                 setup_timeout_s: float = 600.0) -> None:
+                 setup_timeout_s: float = 600.0, profile_every: int = 0) -> None:
         self.index = index
         self.timing = timing or TimingSettings()
         self.verify_settings = verify_settings or VerifySettings()
@@ -96,6 +96,8 @@ class CudaDevice(Device):
         self._problem_path: str | None = None
         self._facts: dict[str, Any] = {}
         self.restarts = 0
+        self.profile_every = profile_every  # profile every n-th verified candidate with ncu
+        self._verified = 0
         self._start()
         reply = self._call({"op": "facts"}, self.setup_timeout_s)
         if not reply.get("ok"):
@@ -194,6 +196,17 @@ class CudaDevice(Device):
             m.verified = reply.get("verified", False if reply.get("error_kind") in (
                 "wrong", "unwritten", "nan", "mutated_input", "degenerate") else None)
             return m
+        self._verified += 1
+        if self.profile_every and self._verified % self.profile_every == 0:
+            # after timing, in its own process: profiling never overlaps timing
+            from .counters import profile
+
+            prof = profile(self._problem_path or "", cand.cubin_path,
+                           [l.__dict__ for l in cand.rendered.launches],
+                           cand.rendered.workspace_bytes, cand.rendered.zero_workspace)
+            counters.update(prof["counters"])
+            if prof["error"]:
+                counters["profile_error"] = prof["error"]
         return Measurement(cand.key, "cuda", True, reply["time_ms"], reply.get("spread_ms"),
                            reply.get("samples", 0), True, False, counters=counters,
                            max_rel_err=reply.get("max_rel_err"), wall_s=wall)
