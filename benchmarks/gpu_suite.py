@@ -2,7 +2,11 @@
 compile/evaluation throughput. Everything lands under $OUT (results.tgz holds the sweep files
 and logs), to be committed under benchmarks/data/ and benchmarks/results/.
 
-    python3 benchmarks/gpu_suite.py --parts tests,sweeps,throughput --sample 150 --deadline 540
+    python3 benchmarks/gpu_suite.py --parts sweeps,faults,throughput,families --sample 100
+    python3 benchmarks/gpu_suite.py --parts counters,agents      # issue 3 (next GPU session)
+
+Parts: sweeps, faults, families, counters, throughput, agents. Pass CUDA_AGENT_COMMIT=<hash>
+in the command: the GPU machine receives the tree without .git.
 """
 
 from __future__ import annotations
@@ -110,6 +114,59 @@ def run_throughput(out: Path, problems: list[Path], budget: int) -> None:
     (out / "logs" / "throughput.json").write_text(json.dumps(rows, indent=2))
 
 
+AGENT_TRAIN = ("elementwise_bias_gelu", "elementwise_log_sqrt", "reduce_sum_lastdim",
+               "reduce_mean_middim", "softmax_short_rows", "softmax_long_rows", "norm_layernorm",
+               "norm_rms", "reduce_argmax_middim_odd", "norm_rms_tinyrows_odd")
+AGENT_HELDOUT = ("elementwise_swiglu", "reduce_argmin_middim", "softmax_log_softmax", "norm_l2")
+
+
+def run_agents(out: Path, deadline: float, iterations: int, budget: int) -> None:
+    """Issue 3 on the GPU: train on 10 operators, then compare on 4 it never saw (trained,
+    untrained, random, single-agent) at equal budgets; best known = the recorded sweep's best."""
+    from cuda_agent.agents.evaluate import Contender, evals_to_95
+    from cuda_agent.agents.train import TrainSettings, Trainer, write_curves
+    from cuda_agent.run.devices import CudaDevice
+    from cuda_agent.run.replay import read_sweep
+
+    device = CudaDevice(profile_every=4)
+    rows: list[dict] = []
+    try:
+        files = ",".join(str(ROOT / "benchmarks/problems" / f"{n}.py") for n in AGENT_TRAIN)
+        ckpts = {}
+        for agents in ("multi", "single"):
+            s = TrainSettings(suite=files, device="cuda", agents=agents, iterations=iterations,
+                              episodes=4, steps=3, batch=8, out=str(out / f"train-{agents}"))
+            tr = Trainer(s, device=device)
+            try:
+                curves = tr.train(lambda r: log(f"train {agents} it {r['iteration']}: "
+                                                f"{r['measurements']} measurements, reward "
+                                                f"{r['mean_reward']}"))
+            finally:
+                tr.close()
+            write_curves(curves, out / "logs" / f"train-{agents}", f"train on the H200 ({agents})")
+            ckpts[agents] = str(out / f"train-{agents}" / "policy.pt")
+            if time.time() > deadline:
+                break
+        contenders = [Contender("trained", "marl", ckpts.get("multi")),
+                      Contender("untrained", "marl"), Contender("random", "random")]
+        if "single" in ckpts:
+            contenders.append(Contender("single", "marl", ckpts["single"], agents="single"))
+        for name in AGENT_HELDOUT:
+            best = min(r["time_ms"] for r in read_sweep(
+                ROOT / f"benchmarks/data/nvidia-h200/{name}.json.gz")["records"] if r.get("ok"))
+            for c in contenders:
+                if time.time() > deadline:
+                    break
+                n = evals_to_95(ROOT / "benchmarks/problems" / f"{name}.py", c, device, best,
+                                budget, 0)
+                rows.append({"problem": name, "contender": c.name, "evals_to_95": n,
+                             "recorded_best_ms": best})
+                log(f"agents {name} {c.name}: {n} measurements to 95% of the recorded best")
+                (out / "logs" / "agents.json").write_text(json.dumps(rows, indent=2))
+    finally:
+        device.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--parts", default="tests,sweeps,throughput")
@@ -120,6 +177,8 @@ def main() -> None:
     ap.add_argument("--sample", type=int, default=150)
     ap.add_argument("--deadline", type=float, default=540, help="seconds from start")
     ap.add_argument("--throughput-budget", type=int, default=200)
+    ap.add_argument("--agent-iterations", type=int, default=12)
+    ap.add_argument("--agent-budget", type=int, default=32)
     ap.add_argument("--per-problem", type=float, default=12.0,
                     help="seconds of candidate measurement per problem in sweeps")
     args = ap.parse_args()
@@ -147,6 +206,10 @@ def main() -> None:
                 run_tests(out, "tests/gpu/test_faults.py", min(left - 10, 150))
             elif part == "families":
                 run_tests(out, "tests/gpu/test_families.py", left - 10)
+            elif part == "counters":
+                run_tests(out, "tests/gpu/test_gpu_counters.py", min(left - 10, 120))
+            elif part == "agents":
+                run_agents(out, deadline - 20, args.agent_iterations, args.agent_budget)
             elif part == "throughput" and left > 70:
                 run_throughput(out, [ROOT / "tests/data/good/softmax_small.py",
                                      ROOT / "benchmarks/problems/norm_layernorm_odd.py"],

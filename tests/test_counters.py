@@ -1,4 +1,4 @@
-"""Nsight Compute output parsing (the profiling itself runs in tests/gpu/test_counters.py)."""
+"""Nsight Compute output parsing (the profiling itself runs in tests/gpu/test_gpu_counters.py)."""
 
 from cuda_agent.run.counters import METRICS, derive, parse_csv
 
