@@ -5,8 +5,8 @@ A sampled share of verified candidates is profiled in a separate process (`ncu` 
 profiling never overlaps timing. `ncu` gets `--clock-control none`: the GPU's clocks are left as
 they are. Metrics the run did not produce stay missing (absent keys), never zero.
 
-Status: the CSV parsing is tested on the CPU; the end-to-end path runs in `tests/gpu/
-test_counters.py` on the GPU machine and has not yet been run there (see the closing notes).
+Status: the CSV parsing is tested on the CPU; the end-to-end path runs in
+`tests/gpu/test_gpu_counters.py` on the GPU machine and has not been run there yet.
 """
 
 from __future__ import annotations
