@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -174,11 +175,11 @@ def main() -> None:
         tails.append(f"$ pytest -m gpu tests/gpu/{log.stem}.py\n" + "\n".join(lines[-6:]))
     tail = "\n\n".join(tails) or None
     text = markdown(results, throughput, tail)
-    # keep sections other tools own (benchmarks/agents_replay.py writes between its markers)
+    # keep the sections other scripts own (agents_replay.py, sim_correlation.py), each between
+    # its <!-- name:begin --> and <!-- name:end --> markers
     old = args.markdown.read_text() if args.markdown.exists() else ""
-    begin, end = "<!-- agents-replay:begin -->", "<!-- agents-replay:end -->"
-    if begin in old and end in old:
-        text = text.rstrip() + "\n\n" + old[old.index(begin):old.index(end) + len(end)] + "\n"
+    for m in re.finditer(r"<!-- ([\w-]+):begin -->.*?<!-- \1:end -->", old, flags=re.S):
+        text = text.rstrip() + "\n\n" + m.group(0) + "\n"
     args.markdown.write_text(text)
     print(f"wrote {args.out} and {args.markdown}")
 
