@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 # Every kind a failed candidate can be recorded with, and what it means.
@@ -44,9 +44,6 @@ class Measurement:
     max_rel_err: float | None = None
     wall_s: float = 0.0  # seconds spent evaluating (verify + time)
     reused: bool = False  # served from the store instead of measured again
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
     @staticmethod
     def failure(key: str, device: str, kind: str, msg: str, **extra: Any) -> "Measurement":

@@ -131,10 +131,6 @@ class Rendered:
     def fact(self, name: str, default: Any = None) -> Any:
         return dict(self.facts).get(name, default)
 
-    def to_json(self) -> dict[str, Any]:
-        return {"launches": [l.__dict__ for l in self.launches],
-                "workspace_bytes": self.workspace_bytes, "zero_workspace": self.zero_workspace,
-                "facts": dict(self.facts)}
 
 
 def content_key(*parts: Iterable[Any] | str) -> str:
