@@ -221,7 +221,7 @@ class Tuner:
         seen: set[Config] = set()
         pending: list[Config] = [self.space.default()] if s.include_default else []
         pool = ThreadPoolExecutor(1)
-        adaptive = getattr(self.strategy, "adaptive", False)
+        adaptive = self.strategy.adaptive
         next_build: Future | None = None
 
         def ask(n: int) -> list[Config]:
@@ -260,7 +260,7 @@ class Tuner:
                 if progress:
                     progress(trial, best)
             self.strategy.tell(results)
-            if getattr(self.strategy, "done", False):
+            if self.strategy.done:
                 break  # the strategy says the search has plateaued
             if adaptive and remaining > 0:
                 following = ask(min(s.batch, remaining))

@@ -29,6 +29,10 @@ class Strategy(ABC):
     """
 
     name = "strategy"
+    adaptive = False
+    """True when `ask` depends on what `tell` reported (then batches are not built ahead)"""
+    done = False
+    """set by a strategy that has nothing more worth proposing (a plateau)"""
 
     def __init__(self, space: Space, seed: int = 0, **options: Any) -> None:
         self.space = space
