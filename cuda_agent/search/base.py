@@ -53,3 +53,21 @@ def make_strategy(name: str, space: Space, seed: int = 0, **options: Any) -> Str
     if name not in STRATEGIES:
         raise SettingsError(f"unknown strategy {name!r}; choose from {', '.join(sorted(STRATEGIES))}")
     return STRATEGIES[name](space, seed=seed, **options)
+
+
+def nearest(space: Space, wish: dict[str, Any], exclude: set[Config], rng: Any
+            ) -> Config | None:
+    """The configuration outside `exclude` sharing the most slot values with `wish` (ties
+    broken at random): how strategies that propose freely are mapped onto the space."""
+    best, best_score, ties = None, -1, 0
+    for cfg in space.configs:
+        if cfg in exclude:
+            continue
+        score = sum(cfg.get(k) == v for k, v in wish.items())
+        if score > best_score:
+            best, best_score, ties = cfg, score, 1
+        elif score == best_score:
+            ties += 1
+            if rng.random() < 1.0 / ties:  # uniform among equals (reservoir sampling)
+                best = cfg
+    return best

@@ -1,0 +1,60 @@
+"""Optuna's TPE sampler behind ask/tell (`pip install cuda-agent[tuners]`).
+
+Each slot is a categorical parameter. TPE proposes combinations freely; a proposal is mapped to
+the nearest unmeasured valid configuration, which is what gets measured, and TPE is told the
+measured configuration and its time (the free proposal itself is closed as pruned). So TPE
+learns only from real measurements and never wastes one on an invalid combination.
+"""
+
+from __future__ import annotations
+
+import random
+
+from ..errors import SettingsError
+from ..run.records import Measurement
+from ..space.slots import Config
+from .base import Strategy, nearest, register
+
+
+@register("optuna")
+class OptunaTPE(Strategy):
+    adaptive = True
+
+    def __init__(self, space, seed: int = 0, **options) -> None:  # noqa: ANN001
+        super().__init__(space, seed, **options)
+        try:
+            import optuna
+        except ImportError:
+            raise SettingsError("strategy optuna needs Optuna: pip install cuda-agent[tuners]") \
+                from None
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self.optuna = optuna
+        self.study = optuna.create_study(direction="minimize",
+                                         sampler=optuna.samplers.TPESampler(seed=seed))
+        self.dists = {s.name: optuna.distributions.CategoricalDistribution(
+            [repr(v) for v in s.choices]) for s in space.slots}
+        self.values = {s.name: {repr(v): v for v in s.choices} for s in space.slots}
+        self.rng = random.Random(seed)
+
+    def ask(self, n: int) -> list[Config]:
+        out: list[Config] = []
+        for _ in range(n):
+            trial = self.study.ask(self.dists)
+            self.study.tell(trial, state=self.optuna.trial.TrialState.PRUNED)
+            wish = {k: self.values[k][v] for k, v in trial.params.items()}
+            cfg = nearest(self.space, wish, self.proposed | set(out), self.rng)
+            if cfg is None:
+                break
+            out.append(cfg)
+        self.proposed.update(out)
+        return out
+
+    def tell(self, results: list[tuple[Config, Measurement]]) -> None:
+        for cfg, m in results:
+            self.proposed.add(cfg)
+            params = {k: repr(v) for k, v in cfg.items}
+            ok = m.ok and m.time_ms is not None
+            self.study.add_trial(self.optuna.trial.create_trial(
+                params=params, distributions=self.dists, value=m.time_ms if ok else None,
+                state=self.optuna.trial.TrialState.COMPLETE if ok else
+                self.optuna.trial.TrialState.FAIL))
