@@ -20,21 +20,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from cuda_agent import metrics  # noqa: E402
 from cuda_agent.ir.plan import make_plan  # noqa: E402
 from cuda_agent.problem import load_problem  # noqa: E402
 from cuda_agent.run.replay import read_sweep  # noqa: E402
 
 MEMORY_BOUND = ("elementwise", "reduction", "softmax", "norm")
-
-
-def evals_to(records: list[dict], target: float, fraction: float = 0.95) -> int | None:
-    best = math.inf
-    for k, r in enumerate(records, 1):
-        if r.get("ok") and r.get("time_ms"):
-            best = min(best, r["time_ms"])
-        if best <= target / fraction:
-            return k
-    return None
 
 
 def row_for(path: Path) -> dict:
@@ -61,7 +52,8 @@ def row_for(path: Path) -> dict:
         "default_ms": default["time_ms"] if default and default.get("ok") else None,
         "bytes": bytes_moved, "flops": plan.flops(),
         "strategy": "random-sample" if data.get("sampled") else "exhaustive",
-        "evals": len(recs), "evals_to_95": evals_to(recs, best) if best else None,
+        "evals": len(recs), "evals_to_95": metrics.evals_to_fraction(
+            [r["time_ms"] if r.get("ok") else None for r in recs], best) if best else None,
         "space_size": data.get("space_size"),
         "fraction_of_copy_bw": (bytes_moved / (best * 1e-3) / copy_bw) if best and copy_bw
         else None,

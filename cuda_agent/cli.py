@@ -308,6 +308,58 @@ def failures(
 
 
 @app.command()
+def bench(
+    suite: Path = typer.Option(Path("benchmarks/problems"), help="problems (directory or file)"),
+    device: str = typer.Option("replay", help="replay: recorded GPU sweeps (the GPU path is "
+                               "benchmarks/gpu_suite.py)"),
+    replay_root: Optional[Path] = typer.Option(None, help="recorded sweeps (default "
+                                               "benchmarks/data)"),
+    budget: int = typer.Option(100, help="measurements per strategy, problem and seed"),
+    seeds: int = typer.Option(5),
+    strategies: str = typer.Option(",".join(("random", "genetic", "optuna", "marl",
+                                             "kt:genetic_algorithm", "kt:bayes_opt",
+                                             "kt:simulated_annealing", "kt:random_sample")),
+                                   help="comma-separated"),
+    policy: Optional[Path] = typer.Option(None, help="trained agents checkpoint (for marl)"),
+    out: Path = typer.Option(Path("runs/bench"), help="bench.json, bench.md, plots, "
+                             "report.html"),
+) -> None:
+    """Compare cuda-agent with random search, a genetic algorithm, Optuna and Kernel Tuner."""
+    from .bench import BenchSettings, run_bench
+    from .report.bench_report import write_report
+
+    if device != "replay":
+        fail("bench runs on --device replay here; GPU comparisons run through "
+             "benchmarks/gpu_suite.py")
+    settings = BenchSettings(suite=str(suite), replay_root=str(replay_root) if replay_root
+                             else None, strategies=tuple(s for s in strategies.split(",") if s),
+                             budget=budget, seeds=seeds, policy=str(policy) if policy else None,
+                             out=str(out))
+    try:
+        with _progress() as bar:
+            task = bar.add_task("bench [replay]", total=None, status="")
+            result = run_bench(settings, lambda p, s, k: bar.update(
+                task, advance=1, status=f"{p} {s} seed {k}"))
+    except CudaAgentError as exc:
+        fail(str(exc))
+        return
+    files = write_report(result, out)
+    console.print(files["markdown"].read_text().split("###")[1].split("\n", 1)[1])
+    console.print(f"wrote {', '.join(str(p) for p in files.values())}")
+
+
+@app.command()
+def report(run: Path = typer.Argument(..., help="a bench output directory")) -> None:
+    """Rebuild a bench run's tables, plots and HTML page from its bench.json."""
+    from .report.bench_report import rebuild
+
+    if not (run / "bench.json").exists():
+        fail(f"{run}: no bench.json (run cuda-agent bench first)")
+    files = rebuild(run)
+    console.print(f"wrote {files['html']}")
+
+
+@app.command()
 def doctor() -> None:
     """Show what cuda-agent finds on this machine (GPU, compilers, packages) and what is missing."""
     from .build.compiler import nvcc_version, nvrtc_version

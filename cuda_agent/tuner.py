@@ -7,13 +7,13 @@ file, unknown strategy, missing device) stops it.
 
 from __future__ import annotations
 
-import math
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from . import metrics
 from .build.builder import Builder, BuildInput
 from .errors import DeviceError, SettingsError
 from .ir.plan import KernelPlan, make_plan
@@ -98,14 +98,9 @@ class TuneResult:
             self.best.measurement.time_ms if self.best else None)
         if not target:
             return None
-        running = math.inf
-        for k, t in enumerate(self.trials, 1):
-            m = t.measurement
-            if m.ok and m.time_ms is not None:
-                running = min(running, m.time_ms)
-            if running <= target / fraction:
-                return k
-        return None
+        return metrics.evals_to_fraction(
+            [t.measurement.time_ms if t.measurement.ok else None for t in self.trials],
+            target, fraction)
 
 
 def open_device(name: str | None, settings: TuneSettings, notify: Callable[[str], None]) -> Device:

@@ -31,9 +31,15 @@ class OptunaTPE(Strategy):
         self.optuna = optuna
         self.study = optuna.create_study(direction="minimize",
                                          sampler=optuna.samplers.TPESampler(seed=seed))
-        self.dists = {s.name: optuna.distributions.CategoricalDistribution(
-            [repr(v) for v in s.choices]) for s in space.slots}
-        self.values = {s.name: {repr(v): v for v in s.choices} for s in space.slots}
+        # each slot's values as they occur in the space ("-" included where a template lacks
+        # the slot), so that every measured configuration is expressible to TPE
+        occurring: dict[str, dict[str, object]] = {s.name: {} for s in space.slots}
+        for cfg in space.configs:
+            for k, v in cfg.items:
+                occurring[k].setdefault(repr(v), v)
+        self.dists = {k: optuna.distributions.CategoricalDistribution(list(vals))
+                      for k, vals in occurring.items()}
+        self.values = occurring
         self.rng = random.Random(seed)
 
     def ask(self, n: int) -> list[Config]:

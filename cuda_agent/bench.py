@@ -1,0 +1,190 @@
+"""`cuda-agent bench`: cuda-agent against the alternatives, same problems, same spaces, same budget.
+
+On `replay` every strategy searches the configurations a GPU sweep recorded, and is served
+their recorded times: ours (random, genetic, the agents), Optuna's TPE, and Kernel Tuner's own
+strategies through its real API in simulation mode. For each problem and seed we keep the order
+in which a strategy measured configurations; every metric is computed from those orders
+(`metrics.py`), and the baselines (torch eager, torch.compile) are the ones timed in the sweep's
+own GPU run.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from . import metrics
+from .errors import SettingsError
+from .problem import load_problem
+from .run.devices import Device
+from .run.replay import ReplayDevice, find_sweep, read_sweep
+from .store import Store
+from .tuner import Tuner, TuneSettings
+
+OURS = ("random", "genetic", "optuna", "marl")
+KERNEL_TUNER = tuple(f"kt:{s}" for s in ("genetic_algorithm", "bayes_opt",
+                                           "simulated_annealing", "random_sample"))
+DEFAULT_STRATEGIES = OURS + KERNEL_TUNER
+
+
+@dataclass
+class BenchSettings:
+    """What `bench` compares, and how much it may spend."""
+
+    suite: str = "benchmarks/problems"
+    replay_root: str | None = None
+    strategies: tuple[str, ...] = DEFAULT_STRATEGIES
+    budget: int = 100
+    """measurements per strategy, problem and seed"""
+    seeds: int = 5
+    policy: str | None = None
+    """agents checkpoint for `marl`; problems it was trained on are reported apart"""
+    out: str = "runs/bench"
+
+
+@dataclass
+class Run:
+    problem: str
+    strategy: str
+    seed: int
+    times: list[float | None]  # in measurement order; None for a failed candidate
+    seconds: float
+
+
+@dataclass
+class BenchResult:
+    settings: BenchSettings
+    runs: list[Run] = field(default_factory=list)
+    problems: dict[str, dict[str, Any]] = field(default_factory=dict)  # sweep facts
+    trained_on: list[str] = field(default_factory=list)
+    date: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"settings": asdict(self.settings), "runs": [asdict(r) for r in self.runs],
+                "problems": self.problems, "trained_on": self.trained_on, "date": self.date}
+
+    @staticmethod
+    def from_json(d: dict[str, Any]) -> "BenchResult":
+        s = d["settings"]
+        s["strategies"] = tuple(s["strategies"])
+        return BenchResult(BenchSettings(**s), [Run(**r) for r in d["runs"]], d["problems"],
+                           d.get("trained_on", []), d.get("date", ""))
+
+
+def _order_ask_tell(path: Path, strategy: str, device: Device, budget: int, seed: int,
+                    policy: str | None) -> list[float | None]:
+    opts: dict[str, Any] = {}
+    if strategy == "marl":
+        opts = {"policy": policy, "budget": budget, "patience": 10**6}
+    settings = TuneSettings(device=device.kind, strategy=strategy, budget=budget, batch=4,
+                            seed=seed, baselines=False, include_default=False,
+                            strategy_options=opts)
+    tuner = Tuner(load_problem(path), settings, device=device, store=Store(":memory:"))
+    try:
+        res = tuner.run()
+    finally:
+        tuner.close()
+    return [t.measurement.time_ms if t.measurement.ok else None for t in res.trials]
+
+
+def _order_kernel_tuner(records: list[dict[str, Any]], strategy: str, budget: int,
+                        seed: int) -> list[float | None]:
+    from .search import kernel_tuner_sim
+
+    order = kernel_tuner_sim.run(records, strategy.split(":", 1)[1], budget, seed)
+    return [r["time_ms"] if r.get("ok") else None for _, r in order]
+
+
+def run_bench(settings: BenchSettings,
+              progress: Callable[[str, str, int], None] | None = None) -> BenchResult:
+    unknown = [s for s in settings.strategies if s not in DEFAULT_STRATEGIES]
+    if unknown:
+        raise SettingsError(f"unknown strategies {unknown}; choose from "
+                            f"{', '.join(DEFAULT_STRATEGIES)}")
+    if settings.budget < 1 or settings.seeds < 1:
+        raise SettingsError("--budget and --seeds must be at least 1")
+    root = Path(settings.replay_root) if settings.replay_root else None
+    device = ReplayDevice(root)
+    result = BenchResult(settings, date=time.strftime("%Y-%m-%d"))
+    if settings.policy:
+        from .agents import checkpoint
+
+        result.trained_on = list(checkpoint.load(settings.policy)["meta"]["trained_on"])
+    suite = Path(settings.suite)
+    files = sorted(suite.glob("*.py")) if suite.is_dir() else [suite]
+    for path in files:
+        problem = load_problem(path)
+        try:
+            sweep = read_sweep(find_sweep(problem, root))
+        except Exception:  # noqa: BLE001 - a problem without a recorded sweep is skipped
+            continue
+        ok = [r["time_ms"] for r in sweep["records"] if r.get("ok") and r.get("time_ms")]
+        if not ok:
+            continue
+        from .ir.plan import make_plan
+
+        plan = make_plan(problem.graph())
+        result.problems[problem.name] = {
+            "family": plan.family, "best_ms": min(ok), "recorded": len(sweep["records"]),
+            "eager_ms": (sweep.get("baselines") or {}).get("eager_ms"),
+            "compile_ms": (sweep.get("baselines") or {}).get("compile_ms"),
+            "bytes": plan.bytes_moved(), "copy_bw": sweep.get("copy_bw"),
+            "gpu": sweep.get("gpu"), "simulated": bool(sweep.get("simulated"))}
+        for strategy in settings.strategies:
+            if strategy == "marl" and not settings.policy:
+                continue  # the agents without a trained policy are not cuda-agent's offer
+            for seed in range(settings.seeds):
+                t0 = time.perf_counter()
+                if strategy.startswith("kt:"):
+                    times = _order_kernel_tuner(sweep["records"], strategy, settings.budget, seed)
+                else:
+                    times = _order_ask_tell(path, strategy, device, settings.budget, seed,
+                                            settings.policy)
+                result.runs.append(Run(problem.name, strategy, seed, times,
+                                       time.perf_counter() - t0))
+                if progress:
+                    progress(problem.name, strategy, seed)
+    if not result.problems:
+        raise SettingsError(f"no recorded sweeps for the problems of {settings.suite}")
+    return result
+
+
+def summarize(result: BenchResult) -> dict[str, Any]:
+    """Per strategy: median measurements to 95 %, fast_p against eager and torch.compile,
+    geometric-mean speedups, fraction of the copy-bandwidth roofline."""
+    out: dict[str, Any] = {}
+    strategies = list(dict.fromkeys(r.strategy for r in result.runs))
+    for s in strategies:
+        runs = [r for r in result.runs if r.strategy == s and not (
+            s == "marl" and r.problem in result.trained_on)]
+        per_problem: dict[str, list[Run]] = {}
+        for r in runs:
+            per_problem.setdefault(r.problem, []).append(r)
+        e95, best_ms = {}, {}
+        for p, rs in per_problem.items():
+            facts = result.problems[p]
+            e95[p] = statistics.median(
+                metrics.evals_to_fraction(r.times, facts["best_ms"], 0.95,
+                                          censor=result.settings.budget + 1) for r in rs)
+            best_ms[p] = statistics.median(metrics.best_time(r.times) or float("inf")
+                                           for r in rs)
+        probs = list(per_problem)
+        eager = [result.problems[p]["eager_ms"] for p in probs]
+        comp = [result.problems[p]["compile_ms"] for p in probs]
+        found = [best_ms[p] for p in probs]
+        out[s] = {
+            "problems": len(probs),
+            "median_evals_to_95": statistics.median(e95.values()) if e95 else None,
+            "evals_to_95": e95,
+            "fast_p_vs_eager": {str(p): metrics.fast_p(found, eager, p) for p in metrics.P},
+            "fast_p_vs_compile": {str(p): metrics.fast_p(found, comp, p) for p in metrics.P},
+            "geomean_speedup_vs_eager": metrics.geomean_speedup(found, eager),
+            "geomean_speedup_vs_compile": metrics.geomean_speedup(found, comp),
+            "median_fraction_of_copy_bw": metrics.median_roofline(
+                found, [result.problems[p]["bytes"] for p in probs],
+                [result.problems[p]["copy_bw"] for p in probs]),
+        }
+    return out

@@ -1,0 +1,165 @@
+"""Tables, plots and a self-contained HTML page for a `bench` run (rebuilt by `cuda-agent report`).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from ..bench import BenchResult, summarize
+from ..metrics import P
+
+
+def _fmt(v: Any, digits: int = 2, suffix: str = "") -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.{digits}f}{suffix}"
+    return f"{v}{suffix}"
+
+
+def tables(result: BenchResult, summary: dict[str, Any]) -> list[tuple[str, list[str],
+                                                                       list[list[str]]]]:
+    """(title, header, rows) for every table of the report."""
+    strategies = list(summary)
+    main = []
+    for s in strategies:
+        m = summary[s]
+        main.append([s, str(m["problems"]), _fmt(m["median_evals_to_95"], 1),
+                     _fmt(m["geomean_speedup_vs_eager"], 2, "x"),
+                     _fmt(m["geomean_speedup_vs_compile"], 2, "x"),
+                     *[_fmt(m["fast_p_vs_compile"][str(p)], 2) for p in P],
+                     _fmt(m["median_fraction_of_copy_bw"] and
+                          100 * m["median_fraction_of_copy_bw"], 0, "%")])
+    header = ["strategy", "problems", "median measurements to 95%", "geomean vs eager",
+              "geomean vs compile", *[f"fast_{p:g} vs compile" for p in P], "of copy bw"]
+    problems = sorted(result.problems)
+    per = [[p, result.problems[p]["family"],
+            *[_fmt(summary[s]["evals_to_95"].get(p), 1) for s in strategies]]
+           for p in problems]
+    return [("Strategies at equal budgets", header, main),
+            ("Measurements to 95 % of the best recorded, per problem (median over seeds)",
+             ["problem", "family", *strategies], per)]
+
+
+def convergence_plot(result: BenchResult, path: Path) -> Path:
+    """Best so far (as a fraction of the best recorded) against measurements, per strategy."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    budget = result.settings.budget
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for s in dict.fromkeys(r.strategy for r in result.runs):
+        curves = []
+        for r in result.runs:
+            if r.strategy != s or (s == "marl" and r.problem in result.trained_on):
+                continue
+            best = result.problems[r.problem]["best_ms"]
+            run, curve = math.inf, []
+            for k in range(budget):
+                t = r.times[k] if k < len(r.times) else None
+                if t is not None:
+                    run = min(run, t)
+                curve.append(best / run if math.isfinite(run) else 0.0)
+            curves.append(curve)
+        if curves:
+            mean = [sum(c[k] for c in curves) / len(curves) for k in range(budget)]
+            ax.plot(range(1, budget + 1), mean, label=s)
+    ax.set(xlabel="measurements", ylabel="best so far / best recorded (mean over problems)",
+           title="convergence", ylim=(0, 1.02))
+    ax.axhline(0.95, color="gray", lw=0.8, ls="--")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def speedup_plot(result: BenchResult, summary: dict[str, Any], path: Path,
+                 strategy: str) -> Path:
+    """Speedup over torch.compile per family, for one strategy's best kernels."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fams: dict[str, list[float]] = {}
+    for p, facts in result.problems.items():
+        runs = [r for r in result.runs if r.strategy == strategy and r.problem == p]
+        found = [min((t for t in r.times if t is not None), default=math.inf) for r in runs]
+        if found and facts.get("compile_ms") and math.isfinite(min(found)):
+            fams.setdefault(facts["family"], []).append(facts["compile_ms"] / min(found))
+    fig, ax = plt.subplots(figsize=(7, 4))
+    names = sorted(fams)
+    geo = [math.exp(sum(math.log(v) for v in fams[f]) / len(fams[f])) for f in names]
+    ax.bar(names, geo)
+    ax.axhline(1.0, color="gray", lw=0.8)
+    ax.set(ylabel="speedup over torch.compile (geomean)", title=f"{strategy}: speedup per family")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _md_table(title: str, header: list[str], rows: list[list[str]]) -> str:
+    lines = [f"### {title}", "", "| " + " | ".join(header) + " |",
+             "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _provenance(result: BenchResult) -> str:
+    gpus = sorted({str(f.get("gpu")) for f in result.problems.values()})
+    sim = any(f.get("simulated") for f in result.problems.values())
+    return (f"Replay of sweeps recorded on {', '.join(gpus)}"
+            + (" (SIMULATED sweeps: model estimates, not measurements)" if sim else "")
+            + f"; {len(result.problems)} problems, budget {result.settings.budget} "
+            f"measurements, {result.settings.seeds} seeds, run {result.date}."
+            + (f" The agents' policy was trained on {len(result.trained_on)} of these "
+               "problems; their rows count only the others." if result.trained_on else ""))
+
+
+def write_report(result: BenchResult, out: Path) -> dict[str, Path]:
+    """bench.json, bench.md, two PNG plots and a self-contained report.html."""
+    out.mkdir(parents=True, exist_ok=True)
+    summary = summarize(result)
+    (out / "bench.json").write_text(json.dumps({**result.to_json(), "summary": summary},
+                                               indent=2, default=str) + "\n")
+    conv = convergence_plot(result, out / "convergence.png")
+    best = min(summary, key=lambda s: summary[s]["median_evals_to_95"] or math.inf)
+    spd = speedup_plot(result, summary, out / "speedup_by_family.png", best)
+    tabs = tables(result, summary)
+    md = f"# cuda-agent bench\n\n{_provenance(result)}\n\n" + "\n".join(
+        _md_table(*t) for t in tabs) + "\n![convergence](convergence.png)\n" \
+        "![speedup by family](speedup_by_family.png)\n"
+    (out / "bench.md").write_text(md)
+    img = {p.name: base64.b64encode(p.read_bytes()).decode() for p in (conv, spd)}
+    parts = [f"<h1>cuda-agent bench</h1><p>{html.escape(_provenance(result))}</p>"]
+    for title, header, rows in tabs:
+        parts.append(f"<h2>{html.escape(title)}</h2><table><tr>" +
+                     "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>" +
+                     "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>"
+                             for r in rows) + "</table>")
+    for name, data in img.items():
+        parts.append(f'<h2>{html.escape(name[:-4].replace("_", " "))}</h2>'
+                     f'<img src="data:image/png;base64,{data}" alt="{name}">')
+    style = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto}table{border-collapse:"
+             "collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 7px;text-align:"
+             "right}th{background:#f3f3f3}img{max-width:100%}")
+    (out / "report.html").write_text(f"<!doctype html><html><head><meta charset='utf-8'>"
+                                     f"<title>cuda-agent bench</title><style>{style}</style>"
+                                     f"</head><body>{''.join(parts)}</body></html>\n")
+    return {"json": out / "bench.json", "markdown": out / "bench.md", "html": out / "report.html",
+            "convergence": conv, "speedup": spd}
+
+
+def rebuild(run_dir: Path) -> dict[str, Path]:
+    """`cuda-agent report RUN`: the same files again from bench.json."""
+    data = json.loads((run_dir / "bench.json").read_text())
+    return write_report(BenchResult.from_json(data), run_dir)

@@ -1,0 +1,90 @@
+"""The comparison metrics (hand-computed cases) and `bench` end to end on recorded H200 sweeps,
+every strategy included (Optuna and Kernel Tuner through their real APIs)."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from cuda_agent import metrics
+
+ROOT = Path(__file__).resolve().parents[1]
+H200 = ROOT / "benchmarks" / "data" / "nvidia-h200"
+
+
+def test_fast_p_by_hand():
+    times = [1.0, 2.0, None, 4.0]
+    base = [2.0, 2.0, 1.0, None]
+    assert metrics.fast_p(times, base, 0.0) == 0.75  # correct ones
+    assert metrics.fast_p(times, base, 1.0) == 0.25  # only the first is faster (2x)
+    assert metrics.fast_p(times, base, 1.5) == 0.25
+    assert metrics.fast_p(times, base, 2.0) == 0.0  # exactly 2x is not faster than 2x
+    assert metrics.fast_p([], [], 1.0) == 0.0
+
+
+def test_geomean_speedup_by_hand():
+    assert metrics.geomean_speedup([1.0, 4.0], [2.0, 2.0]) == pytest.approx(math.sqrt(2 * 0.5))
+    assert metrics.geomean_speedup([1.0, None], [4.0, 1.0]) == pytest.approx(4.0)
+    assert metrics.geomean_speedup([None], [1.0]) is None
+
+
+def test_evals_to_fraction_by_hand():
+    times = [10.0, None, 6.0, 5.2, 5.0]
+    assert metrics.evals_to_fraction(times, 5.0, 0.95) == 4  # 5.2 <= 5 / 0.95 = 5.263
+    assert metrics.evals_to_fraction(times, 5.0, 1.0) == 5
+    assert metrics.evals_to_fraction(times, 1.0, 0.95, censor=6) == 6
+    assert metrics.evals_to_fraction([], 1.0) is None
+
+
+def test_median_roofline_by_hand():
+    # 1e9 bytes in 1 ms = 1e12 B/s over 2e12 B/s copy bandwidth = 0.5
+    assert metrics.median_roofline([1.0, None], [10**9, 10**9], [2e12, 2e12]) == 0.5
+
+
+@pytest.mark.skipif(not H200.exists(), reason="no recorded H200 sweeps")
+def test_bench_on_replay_end_to_end(tmp_path):
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    for name in ("norm_l2", "reduce_argmin_middim", "elementwise_swiglu"):
+        (suite / f"{name}.py").write_text((ROOT / "benchmarks/problems" / f"{name}.py").read_text())
+    # a tiny agents policy, trained on one of them, so that marl is in the comparison too
+    from cuda_agent.agents.train import TrainSettings, Trainer
+
+    tr = Trainer(TrainSettings(suite=str(suite / "norm_l2.py"), device="replay",
+                               replay_root=str(H200.parent), iterations=1, episodes=1, steps=1,
+                               batch=4, hidden=16, out=str(tmp_path / "p")))
+    try:
+        tr.train()
+    finally:
+        tr.close()
+    out = tmp_path / "bench"
+    r = subprocess.run(["cuda-agent", "bench", "--suite", str(suite), "--budget", "12",
+                        "--seeds", "1", "--replay-root", str(H200.parent), "--policy",
+                        str(tmp_path / "p" / "policy.pt"), "--out", str(out)],
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-2000:]
+    for f in ("bench.json", "bench.md", "report.html", "convergence.png", "speedup_by_family.png"):
+        assert (out / f).exists() and (out / f).stat().st_size > 0, f
+    data = json.loads((out / "bench.json").read_text())
+    summary = data["summary"]
+    assert set(summary) == {"random", "genetic", "optuna", "marl", "kt:genetic_algorithm",
+                            "kt:bayes_opt", "kt:simulated_annealing", "kt:random_sample"}
+    assert summary["marl"]["problems"] == 2  # the problem it trained on is reported apart
+    for run in data["runs"]:
+        assert 0 < len(run["times"]) <= 12
+    html = (out / "report.html").read_text()
+    assert "<table>" in html and "data:image/png;base64," in html
+    # `report` rebuilds the same page from bench.json
+    (out / "report.html").unlink()
+    r = subprocess.run(["cuda-agent", "report", str(out)], capture_output=True, text=True)
+    assert r.returncode == 0 and (out / "report.html").exists()
+
+
+def test_bench_refuses_a_non_replay_device(tmp_path):
+    r = subprocess.run(["cuda-agent", "bench", "--device", "sim", "--out", str(tmp_path / "o")],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "replay" in r.stderr and not (tmp_path / "o").exists()
