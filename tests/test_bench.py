@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,8 @@ from cuda_agent import metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 H200 = ROOT / "benchmarks" / "data" / "nvidia-h200"
+# the venv's entry point, also when the venv is not activated (CI calls .venv/bin/python)
+CLI = shutil.which("cuda-agent") or str(Path(sys.executable).with_name("cuda-agent"))
 
 
 def test_fast_p_by_hand():
@@ -62,7 +66,7 @@ def test_bench_on_replay_end_to_end(tmp_path):
     finally:
         tr.close()
     out = tmp_path / "bench"
-    r = subprocess.run(["cuda-agent", "bench", "--suite", str(suite), "--budget", "12",
+    r = subprocess.run([CLI, "bench", "--suite", str(suite), "--budget", "12",
                         "--seeds", "1", "--replay-root", str(H200.parent), "--policy",
                         str(tmp_path / "p" / "policy.pt"), "--out", str(out)],
                        capture_output=True, text=True, timeout=900)
@@ -80,11 +84,11 @@ def test_bench_on_replay_end_to_end(tmp_path):
     assert "<table>" in html and "data:image/png;base64," in html
     # `report` rebuilds the same page from bench.json
     (out / "report.html").unlink()
-    r = subprocess.run(["cuda-agent", "report", str(out)], capture_output=True, text=True)
+    r = subprocess.run([CLI, "report", str(out)], capture_output=True, text=True)
     assert r.returncode == 0 and (out / "report.html").exists()
 
 
 def test_bench_refuses_a_non_replay_device(tmp_path):
-    r = subprocess.run(["cuda-agent", "bench", "--device", "sim", "--out", str(tmp_path / "o")],
+    r = subprocess.run([CLI, "bench", "--device", "sim", "--out", str(tmp_path / "o")],
                        capture_output=True, text=True)
     assert r.returncode == 2 and "replay" in r.stderr and not (tmp_path / "o").exists()
