@@ -90,7 +90,7 @@ def _row(r) -> dict:  # noqa: ANN001 - a TuneResult
     sim = r.simulated
     return {
         "problem": d["problem"], "family": d["family"],
-        "device": r.device.gpu_name() + ("" if sim else f" ({r.device.kind})"),
+        "device": r.device.gpu_name() + (" (cuda)" if r.device.kind == "cuda" else ""),
         "best": _fmt_ms(d["best_ms"], sim),
         "default config": _fmt_ms(r.default.measurement.time_ms if r.default else None, sim),
         "torch eager": _fmt_ms(d["eager_ms"]), "torch.compile": _fmt_ms(d["compile_ms"]),
