@@ -216,6 +216,7 @@ def test_good_problems_plan(name, family):
 
 
 EXPECTED_FAMILY = {"elementwise": "elementwise", "norm": "norm", "reduce": "reduction",
+                   "loss": "reduction",  # losses are reductions in the kernel's structure
                    "softmax": "softmax"}
 
 

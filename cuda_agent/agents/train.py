@@ -23,7 +23,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from ..errors import SettingsError
+from ..errors import DeviceError, SettingsError
 from ..problem import load_problem
 from ..run.devices import Device
 from ..space.slots import AGENTS
@@ -152,11 +152,18 @@ class Trainer:
             raise SettingsError("every problem of the suite is held out")
         self.operators: list[Operator] = []
         for f in files:
-            tuner = Tuner(load_problem(f), TuneSettings(device=settings.device, seed=settings.seed,
-                                                        replay_root=settings.replay_root,
-                                                        baselines=False),
-                          device=self.device, store=self.store, notify=notify)
+            try:
+                tuner = Tuner(load_problem(f), TuneSettings(
+                    device=settings.device, seed=settings.seed, replay_root=settings.replay_root,
+                    baselines=False), device=self.device, store=self.store, notify=notify)
+            except DeviceError as exc:
+                if self.device.kind != "replay":
+                    raise
+                notify(f"skipped {f.stem}: {exc}")  # no recorded sweep to learn from
+                continue
             self.operators.append(Operator(f.stem, tuner, SpaceIndex.of(tuner.space)))
+        if not self.operators:
+            raise SettingsError("no problem of the suite can be trained on with this device")
         self.policy = MultiAgentPolicy(settings.agents, settings.hidden)
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=settings.ppo.lr)
         self.generator = torch.Generator().manual_seed(settings.seed)

@@ -78,6 +78,13 @@ class _Lowering:
         dtype = "bool" if op in COMPARISONS else "float32"
         return self.g.add(op, (a, b), shape, dtype)
 
+    def where(self, c: int, a: int, b: int) -> int:
+        try:
+            shape = broadcast_shapes(self.shape(c), self.shape(a), self.shape(b))
+        except ValueError:
+            raise UnsupportedError("where(): operands do not broadcast") from None
+        return self.g.add("where", (c, a, b), shape, "float32")
+
     def norm_dims(self, x: int, dims: Any) -> tuple[int, ...]:
         rank = len(self.shape(x))
         if dims is None or dims == [] or dims == ():
@@ -313,12 +320,7 @@ def _elu_handler(lw: _Lowering, node, args, kwargs):
 
 
 def _where(lw: _Lowering, node, args, kwargs):
-    c, a, b = (lw.val(v) for v in args[:3])
-    try:
-        shape = broadcast_shapes(lw.shape(c), lw.shape(a), lw.shape(b))
-    except ValueError:
-        raise UnsupportedError("where(): operands do not broadcast") from None
-    return lw.g.add("where", (c, a, b), shape, "float32")
+    return lw.where(*(lw.val(v) for v in args[:3]))
 
 
 def _to_copy(lw: _Lowering, node, args, kwargs):
@@ -369,6 +371,132 @@ def _pow(lw: _Lowering, node, args, kwargs):
     if not isinstance(exp, torch.fx.Node):
         return lw.unary("pow_scalar", lw.val(base), exponent=float(exp))
     return lw.binary("pow", lw.val(base), lw.val(exp))
+
+
+# -- losses ------------------------------------------------------------------------------------
+# torch's reduction enum: 0 none, 1 mean, 2 sum
+
+def _loss_reduce(lw: _Lowering, x: int, reduction: Any) -> int:
+    reduction = {"none": 0, "mean": 1, "sum": 2}.get(reduction, reduction)
+    if reduction == 0:
+        return x
+    if reduction == 2:
+        return lw.reduce("sum", x, None, False)
+    return lw.mean(x, None, False)
+
+
+def _pointwise_loss(build: Callable[[_Lowering, int, int, list, dict], int],
+                    reduction_pos: int = 2) -> Callable:
+    def handle(lw: _Lowering, node, args, kwargs):
+        a, b = lw.val(args[0]), lw.val(args[1])
+        return _loss_reduce(lw, build(lw, a, b, args, kwargs),
+                            _arg(args, kwargs, reduction_pos, "reduction", 1))
+    return handle
+
+
+def _sq(lw: _Lowering, x: int) -> int:
+    return lw.binary("mul", x, x)
+
+
+def _smooth_l1(lw: _Lowering, a: int, b: int, args: list, kwargs: dict) -> int:
+    beta = float(_arg(args, kwargs, 3, "beta", 1.0))
+    d = lw.unary("abs", lw.binary("sub", a, b))
+    if beta == 0.0:
+        return d
+    quad = lw.binary("mul", _sq(lw, d), lw.g.const(0.5 / beta))
+    lin = lw.binary("sub", d, lw.g.const(0.5 * beta))
+    return lw.where(lw.binary("lt", d, lw.g.const(beta)), quad, lin)
+
+
+def _huber(lw: _Lowering, a: int, b: int, args: list, kwargs: dict) -> int:
+    delta = float(_arg(args, kwargs, 3, "delta", 1.0))
+    d = lw.unary("abs", lw.binary("sub", a, b))
+    quad = lw.binary("mul", _sq(lw, d), lw.g.const(0.5))
+    lin = lw.binary("mul", lw.binary("sub", d, lw.g.const(0.5 * delta)), lw.g.const(delta))
+    return lw.where(lw.binary("lt", d, lw.g.const(delta)), quad, lin)
+
+
+def _kl_div(lw: _Lowering, x: int, t: int, args: list, kwargs: dict) -> int:
+    if bool(_arg(args, kwargs, 3, "log_target", False)):
+        return lw.binary("mul", lw.unary("exp", t), lw.binary("sub", t, x))
+    # xlogy(t, t) - t * x, with 0 * log 0 = 0
+    tlogt = lw.where(lw.binary("gt", t, lw.g.const(0.0)),
+                              lw.binary("mul", t, lw.unary("log", t)), lw.g.const(0.0))
+    return lw.binary("sub", tlogt, lw.binary("mul", t, x))
+
+
+def _hinge_embedding(lw: _Lowering, x: int, t: int, args: list, kwargs: dict) -> int:
+    margin = float(_arg(args, kwargs, 2, "margin", 1.0))
+    zero = lw.g.const(0.0)
+    hinge = lw.unary("clamp", lw.binary("sub", lw.g.const(margin), x), min=0.0, max=None)
+    out_margin = lw.where(lw.binary("ne", t, lw.g.const(1.0)), hinge, zero)
+    out_self = lw.where(lw.binary("ne", t, lw.g.const(-1.0)), x, zero)
+    return lw.binary("add", out_margin, out_self)
+
+
+def _soft_margin(lw: _Lowering, x: int, t: int, args: list, kwargs: dict) -> int:
+    return lw.unary("log1p", lw.unary("exp", lw.unary("neg", lw.binary("mul", t, x))))
+
+
+def _bce(lw: _Lowering, x: int, t: int, args: list, kwargs: dict) -> int:
+    if _arg(args, kwargs, 2, "weight") is not None:
+        raise UnsupportedError("unsupported: binary_cross_entropy with a weight")
+    # torch clamps each log at -100
+    log_x = lw.unary("clamp", lw.unary("log", x), min=-100.0, max=None)
+    log_1mx = lw.unary("clamp", lw.unary("log", lw.binary("sub", lw.g.const(1.0), x)),
+                       min=-100.0, max=None)
+    pos = lw.binary("mul", t, log_x)
+    neg = lw.binary("mul", lw.binary("sub", lw.g.const(1.0), t), log_1mx)
+    return lw.unary("neg", lw.binary("add", pos, neg))
+
+
+def _bce_handler(lw: _Lowering, node, args, kwargs):
+    x, t = lw.val(args[0]), lw.val(args[1])
+    return _loss_reduce(lw, _bce(lw, x, t, args, kwargs), _arg(args, kwargs, 3, "reduction", 1))
+
+
+def _hinge_handler(lw: _Lowering, node, args, kwargs):
+    x, t = lw.val(args[0]), lw.val(args[1])
+    return _loss_reduce(lw, _hinge_embedding(lw, x, t, args, kwargs),
+                        _arg(args, kwargs, 3, "reduction", 1))
+
+
+def _cosine_similarity(lw: _Lowering, node, args, kwargs):
+    a, b = lw.val(args[0]), lw.val(args[1])
+    dim = _arg(args, kwargs, 2, "dim", 1)
+    eps = float(_arg(args, kwargs, 3, "eps", 1e-8))
+    dot = lw.reduce("sum", lw.binary("mul", a, b), dim, False)
+    na = lw.reduce("sum", _sq(lw, a), dim, False)
+    nb = lw.reduce("sum", _sq(lw, b), dim, False)
+    denom = lw.unary("sqrt", lw.unary("clamp", lw.binary("mul", na, nb), min=eps * eps, max=None))
+    return lw.binary("div", dot, denom)
+
+
+def _triplet_margin(lw: _Lowering, node, args, kwargs):
+    a, pos, neg = (lw.val(v) for v in args[:3])
+    margin = float(_arg(args, kwargs, 3, "margin", 1.0))
+    p = float(_arg(args, kwargs, 4, "p", 2.0))
+    eps = float(_arg(args, kwargs, 5, "eps", 1e-6))
+    if bool(_arg(args, kwargs, 6, "swap", False)):
+        raise UnsupportedError("unsupported: triplet_margin_loss with swap=True")
+    last = len(lw.shape(a)) - 1
+    d_ap = _vector_norm(lw, lw.binary("add", lw.binary("sub", a, pos), lw.g.const(eps)), p,
+                        last, False)
+    d_an = _vector_norm(lw, lw.binary("add", lw.binary("sub", a, neg), lw.g.const(eps)), p,
+                        last, False)
+    loss = lw.unary("clamp", lw.binary("add", lw.binary("sub", d_ap, d_an), lw.g.const(margin)),
+                    min=0.0, max=None)
+    return _loss_reduce(lw, loss, _arg(args, kwargs, 7, "reduction", 1))
+
+
+def _broadcast_tensors(lw: _Lowering, node, args, kwargs):
+    vals = [lw.val(v) for v in args[0]]
+    try:
+        shape = broadcast_shapes(*(lw.shape(v) for v in vals))
+    except ValueError:
+        raise UnsupportedError("broadcast_tensors(): shapes do not broadcast") from None
+    return tuple(v if lw.shape(v) == shape else lw.g.add("identity", (v,), shape, lw.g[v].dtype)
+                 for v in vals)
 
 
 _HANDLERS: dict[str, Callable] = {
@@ -426,6 +554,18 @@ _HANDLERS: dict[str, Callable] = {
     "log_softmax": _softmax(True), "_log_softmax": _softmax(True),
     "layer_norm": _layer_norm, "native_layer_norm": _layer_norm,
     "rms_norm": _rms_norm,
+    # losses
+    "mse_loss": _pointwise_loss(lambda lw, a, b, ar, kw: _sq(lw, lw.binary("sub", a, b))),
+    "l1_loss": _pointwise_loss(lambda lw, a, b, ar, kw: lw.unary("abs", lw.binary("sub", a, b))),
+    "smooth_l1_loss": _pointwise_loss(_smooth_l1),
+    "huber_loss": _pointwise_loss(_huber),
+    "kl_div": _pointwise_loss(_kl_div),
+    "soft_margin_loss": _pointwise_loss(_soft_margin),
+    "hinge_embedding_loss": _hinge_handler,
+    "binary_cross_entropy": _bce_handler,
+    "cosine_similarity": _cosine_similarity,
+    "triplet_margin_loss": _triplet_margin,
+    "broadcast_tensors": _broadcast_tensors,
     # layout no-ops and views
     "clone": _identity, "contiguous": _identity, "alias": _identity, "detach": _identity,
     "lift_fresh_copy": _identity, "dropout": _identity,
