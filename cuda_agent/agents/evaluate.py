@@ -28,6 +28,7 @@ class Contender:
     checkpoint: str | None = None
     agents: str = "multi"
     online: bool = True
+    temperature: float = 1.0
 
 
 @dataclass
@@ -47,7 +48,7 @@ def evals_to_95(problem_path: Path, contender: Contender, device: Device, best_m
         policy = (checkpoint.policy_from(checkpoint.load(contender.checkpoint))
                   if contender.checkpoint else MultiAgentPolicy(contender.agents))
         opts = {"policy": policy, "online": contender.online, "budget": budget,
-                "patience": 10**6}
+                "patience": 10**6, "temperature": contender.temperature}
     settings = TuneSettings(device=device.kind, strategy=contender.strategy, budget=budget,
                             batch=4, seed=seed, baselines=False, strategy_options=opts)
     tuner = Tuner(load_problem(problem_path), settings, device=device, store=Store(":memory:"))

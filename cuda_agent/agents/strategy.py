@@ -33,7 +33,8 @@ class AgentsStrategy(Strategy):
     def __init__(self, space: Space, seed: int = 0, policy: str | Path | MultiAgentPolicy |
                  None = None, agents: str = "multi", online: bool = True, patience: int = 3,
                  budget: int = 64, reward: RewardSettings | None = None,
-                 ppo: PPOSettings | None = None, **options: Any) -> None:
+                 ppo: PPOSettings | None = None, temperature: float = 1.0,
+                 **options: Any) -> None:
         super().__init__(space, seed, **options)
         torch.manual_seed(seed)
         if isinstance(policy, MultiAgentPolicy):
@@ -51,9 +52,11 @@ class AgentsStrategy(Strategy):
         self.generator = torch.Generator().manual_seed(seed)
         self.done = False
         self.stalled_batches = 0
+        # below 1, a trained policy exploits what it learned more sharply
+        self.temperature = {g: temperature for g in self.policy.groups}
 
     def ask(self, n: int) -> list[Config]:
-        out = self.episode.propose(n, exclude=self.proposed)
+        out = self.episode.propose(n, exclude=self.proposed, temperature=self.temperature)
         self.proposed.update(out)
         return out
 
