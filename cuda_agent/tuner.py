@@ -142,7 +142,7 @@ class Tuner:
         self.space = Space.for_plan(self.plan, self.device.target())
         if isinstance(self.device, ReplayDevice):
             # like Kernel Tuner's simulation mode: search only what the sweep recorded
-            self.space = self.space.restricted(self.device.recorded_configs())
+            self.space = self.space.restricted(self.device.recorded_configs(self.space))
         self.builder = builder or (None if isinstance(self.device, ReplayDevice) else
                                    Builder(settings.compiler, settings.workers))
         self._own_builder = builder is None

@@ -83,6 +83,8 @@ class ReplayDevice(Device):
         self.data: dict[str, Any] = {}
         self.table: dict[str, dict[str, Any]] = {}
         self._cache: dict[Path, dict[str, Any]] = {}
+        self._tables: dict[tuple, dict[str, dict[str, Any]]] = {}
+        self._key: tuple = ()
 
     def setup(self, problem: Problem, plan: KernelPlan) -> None:
         path = self.path or find_sweep(problem, self.root, self.gpu)
@@ -92,7 +94,11 @@ class ReplayDevice(Device):
         if self.data.get("fingerprint") != problem.graph().fingerprint():
             raise DeviceError(f"{path}: recorded for a different computation or shape than "
                               f"{problem.path}")
-        self.table = {Config.of(r["config"]).key(): r for r in self.data["records"]}
+        self._key = (problem.source_hash, problem.graph().fingerprint())
+        # a table already read through the space (upgraded keys) is reused when the device
+        # comes back to this problem
+        self.table = self._tables.get(self._key) or {
+            Config.of(r["config"]).key(): r for r in self.data["records"]}
         # a sweep recorded on the simulator replays as simulated figures, labelled as such
         self.simulated = bool(self.data.get("simulated"))
 
@@ -113,8 +119,20 @@ class ReplayDevice(Device):
     def copy_bandwidth(self) -> float | None:
         return self.data.get("copy_bw")
 
-    def recorded_configs(self) -> list[Config]:
-        return [Config.of(r["config"]) for r in self.data["records"]]
+    def recorded_configs(self, space: Any = None) -> list[Config]:
+        """The recorded configurations, read as configurations of `space` (older template
+        versions upgraded: see `Space.upgrade`); the lookup table follows the same keys."""
+        if space is None:
+            return [Config.of(r["config"]) for r in self.data["records"]]
+        table, out = {}, []
+        for r in self.data["records"]:
+            cfg = space.upgrade(r["config"])
+            if cfg is not None and cfg.key() not in table:
+                table[cfg.key()] = r
+                out.append(cfg)
+        self.table = table
+        self._tables[self._key] = table
+        return out
 
     def best_recorded_ms(self) -> float | None:
         times = [r["time_ms"] for r in self.table.values() if r.get("ok") and r.get("time_ms")]

@@ -103,6 +103,29 @@ class Space:
             _ENUMERATED[key] = out
         return list(_ENUMERATED[key])
 
+    def upgrade(self, recorded: dict[str, Any]) -> Config | None:
+        """A configuration recorded by an older version of the templates, as a configuration
+        of this space: slots added since take their legacy value. None when it has no
+        counterpart here (a slot value that no longer exists, a template that was removed)."""
+        d = dict(recorded)
+        if len(self.templates) == 1:
+            t = self.templates[0]
+        else:
+            t = next((t for t in self.templates if t.name == d.get(SCOPE_SLOT)), None)
+            if t is None:
+                return None
+        own = {s.name for s in t.slots(self.plan, self.target)}
+        for slot in self.slots:
+            if slot.name not in d:
+                if slot.name in own:
+                    if slot.name not in t.legacy:
+                        return None
+                    d[slot.name] = t.legacy[slot.name]
+                else:
+                    d[slot.name] = ABSENT
+        cfg = Config.of({k: v for k, v in d.items() if k in {s.name for s in self.slots}})
+        return cfg if cfg in self.index else None
+
     def restricted(self, keep: list[Config] | set[Config]) -> "Space":
         """The same space limited to `keep` (e.g. the configurations a sweep recorded)."""
         keep = set(keep)

@@ -16,6 +16,9 @@ class Template(ABC):
 
     name: str = "template"
     version: str = "1"
+    # Slots added after version 1, with the value that reproduces the older kernel: recorded
+    # sweeps of an older version are read as configurations of this one (versioned spaces).
+    legacy: dict[str, Any] = {}
 
     @abstractmethod
     def applies(self, plan: KernelPlan) -> bool: ...

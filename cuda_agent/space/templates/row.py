@@ -32,7 +32,8 @@ def _has_fast_ops(plan: KernelPlan) -> bool:
 
 class RowTemplate(Template):
     name = "row"
-    version = "1"
+    version = "2"
+    legacy = {"memory.store": "default"}  # version 1 stored with plain stores
 
     def applies(self, plan: KernelPlan) -> bool:
         return plan.kind == "reduce" and plan.I == 1
@@ -46,6 +47,8 @@ class RowTemplate(Template):
             Slot("memory.cache", ("regs", "smem", "reload"),
                  "where a row is kept between passes"),
             Slot("memory.load", ("default", "ldg", "stream"), "load cache hint"),
+            Slot("memory.store", ("default", "stream"),
+                 "store cache hint for full outputs (streaming: evict first)"),
             Slot("compute.unroll", (1, 2, 4), "unroll of the loop over a row's chunks"),
             Slot("compute.fastmath", (0, 1), "hardware approximations of exp/log/div"),
             Slot("compute.algo", ("passes", "online"),
@@ -69,6 +72,8 @@ class RowTemplate(Template):
             cfg["compute.fastmath"] = 0
         if cfg["config.tpr"] == 1:
             cfg["reduction.combine"] = "shfl"
+        if plan.output_is_row:
+            cfg["memory.store"] = "default"  # one value per row: no stream to hint
         if cfg["memory.cache"] == "regs" or self._nch(plan, cfg) == 1:
             cfg["compute.unroll"] = 1
         G = max(1, cfg["config.block"] // cfg["config.tpr"])
@@ -111,7 +116,8 @@ class RowTemplate(Template):
         # a block of 256 per row, scalar loads, re-reading the row each pass: the textbook kernel
         return {"config.block": 256, "config.tpr": min(256, pow2_ceil(plan.R)),
                 "config.grid": "exact", "memory.vec": 1, "memory.cache": "reload",
-                "memory.load": "default", "compute.unroll": 1, "compute.fastmath": 0,
+                "memory.load": "default", "memory.store": "default", "compute.unroll": 1,
+                "compute.fastmath": 0,
                 "compute.algo": "passes", "reduction.combine": "smem_tree"}
 
     # -- code ----------------------------------------------------------------------------------
@@ -233,7 +239,8 @@ class RowTemplate(Template):
                         c(r.update(names[plan.graph[r.nid].args[0]], f"c + {l}"))
             if p.writes_output:
                 c.open("if (active)")
-                c(cg.vec_store(f"out + o * {R} + c", out_lane_vals, 0))
+                c(cg.vec_store(f"out + o * {R} + c", out_lane_vals,
+                               cg.STORE_HINTS[cfg["memory.store"]]))
                 c.close()
             c.close()  # if c < R
             c.close()  # for j

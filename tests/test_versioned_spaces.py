@@ -1,0 +1,47 @@
+"""Versioned spaces: sweeps recorded by an older template version stay readable after a
+template gains a slot (the new slot takes its legacy value)."""
+
+from pathlib import Path
+
+import pytest
+
+from cuda_agent.ir.plan import make_plan
+from cuda_agent.problem import load_problem
+from cuda_agent.run.replay import read_sweep
+from cuda_agent.space.slots import Target
+from cuda_agent.space.space import Space
+from cuda_agent.store import Store
+from cuda_agent.tuner import Tuner, TuneSettings
+
+ROOT = Path(__file__).resolve().parents[1]
+H200 = ROOT / "benchmarks" / "data" / "nvidia-h200"
+
+
+def space_of(name: str) -> Space:
+    return Space.for_plan(make_plan(load_problem(ROOT / "benchmarks/problems" / f"{name}.py")
+                                    .graph()), Target())
+
+
+def test_an_old_config_gains_the_new_slot_at_its_legacy_value():
+    sp = space_of("softmax_short_rows")
+    new = next(c for c in sp.configs if c["memory.store"] == "default")
+    old = {k: v for k, v in new.as_dict().items() if k != "memory.store"}  # as v1 recorded it
+    assert sp.upgrade(old) == new
+    gone = dict(old, **{"config.block": 4096})  # a value the space does not have
+    assert sp.upgrade(gone) is None
+
+
+@pytest.mark.skipif(not H200.exists(), reason="no recorded H200 sweeps")
+def test_replay_reads_version_1_sweeps_of_the_row_template():
+    sweep = read_sweep(H200 / "softmax_short_rows.json.gz")
+    assert sweep["space_version"] == "row1"  # recorded before memory.store existed
+    t = Tuner(load_problem(ROOT / "benchmarks/problems/softmax_short_rows.py"),
+              TuneSettings(device="replay", replay_root=str(H200.parent), baselines=False,
+                           budget=5, batch=5), store=Store(":memory:"))
+    try:
+        assert len(t.space) == len(sweep["records"])
+        r = t.run()
+        assert all(tr.measurement.error_kind != "not_recorded" for tr in r.trials)
+        assert all(tr.config["memory.store"] == "default" for tr in r.trials)
+    finally:
+        t.close()
