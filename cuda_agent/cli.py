@@ -204,13 +204,10 @@ def sweep(
         with _progress() as bar:
             for f in files:
                 try:
-                    holder = {}
                     r, path = sweep_problem(
                         f, out_root, device=device, sample=sample, seed=seed,
                         store=store or default_store(), shared_device=shared,
-                        on_start=lambda t: holder.update(
-                            cb=_bar_callback(bar, t, sample or len(t.space))),
-                        progress=lambda t, b: holder["cb"](t, b))
+                        progress_for=lambda t: _bar_callback(bar, t, sample or len(t.space)))
                 except CudaAgentError as exc:
                     err_console.print(f"[red]skipped {f}: {exc}[/]")
                     continue

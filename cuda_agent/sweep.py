@@ -30,14 +30,15 @@ def sweep_data(r: TuneResult, sampled: bool) -> dict[str, Any]:
 
 def sweep_problem(path: str | Path, out_root: Path, device: str | None = None,
                   sample: int | None = None, seed: int = 0, store: str | None = None,
-                  progress: Callable[[Trial, Trial | None], None] | None = None,
                   notify: Callable[[str], None] = lambda s: None,
-                  on_start: Callable[[Tuner], None] | None = None,
+                  progress_for: Callable[[Tuner], Callable[[Trial, Trial | None], None]]
+                  | None = None,
                   shared_device: Device | None = None,
                   time_limit_s: float | None = None) -> tuple[TuneResult, Path]:
     """Measure `sample` random configurations (all, when None) of one problem; write the file.
 
-    `shared_device` lets a multi-problem sweep keep one GPU worker instead of one per problem.
+    `shared_device` lets a multi-problem sweep keep one GPU worker instead of one per problem;
+    `progress_for(tuner)` makes the per-trial progress callback.
     """
     if sample is not None and sample < 1:
         raise SettingsError("--sample must be at least 1")
@@ -48,9 +49,8 @@ def sweep_problem(path: str | Path, out_root: Path, device: str | None = None,
     try:
         if tuner.device.kind == "replay":
             raise SettingsError("sweep needs a measuring device (cuda or sim), not replay")
-        if on_start:
-            on_start(tuner)
-        result = tuner.run(progress)
+        # the progress callback is made once the space (and so the total) is known
+        result = tuner.run(progress_for(tuner) if progress_for else None)
     finally:
         tuner.close()
     out = sweep_path(result.problem.name, result.device.gpu_name(), out_root)

@@ -163,12 +163,9 @@ class Tuner:
             return [Candidate(k, c, r, None) for k, c, r in zip(keys, configs, rendered)]
         target = self.device.target()
         builds = self.builder.build([BuildInput(r.source, target.arch) for r in rendered])
-        out = []
-        for k, c, r, b in zip(keys, configs, rendered, builds):
-            cand = Candidate(k, c, r, b.cubin_path, b.resources)
-            cand.build_error = (b.error_kind, b.error_msg) if not b.ok else None  # type: ignore
-            out.append(cand)
-        return out
+        return [Candidate(k, c, r, b.cubin_path, b.resources,
+                          None if b.ok else (b.error_kind, b.error_msg))
+                for k, c, r, b in zip(keys, configs, rendered, builds)]
 
     def _evaluate(self, cand: Candidate, best_ms: float | None) -> Measurement:
         self.device.ensure(self.problem, self.plan)  # a shared device may have moved on
@@ -177,7 +174,7 @@ class Tuner:
             hit = self.store.lookup(cand.key, self.device.kind, gpu, self.toolchain)
             if hit is not None:
                 return hit
-        err = getattr(cand, "build_error", None)
+        err = cand.build_error
         if err:
             return Measurement.failure(cand.key, self.device.kind, err[0] or "compile",
                                        err[1] or "", simulated=self.device.simulated)

@@ -102,7 +102,7 @@ def temperatures(settings: TrainSettings, groups: list[str], episode_seed: int,
                  stalled: int) -> dict[str, float]:
     """Targeted exploration: raise exactly one agent's temperature, chosen by the schedule
     (rotating over episodes) and moved on to the next agent each time the episode stalls."""
-    if settings.explore == "none" or len(groups) == 1 and settings.explore != "targeted":
+    if settings.explore == "none":
         return {g: 1.0 for g in groups}
     k = (episode_seed + stalled // max(1, settings.stall_steps)) % len(groups)
     return {g: settings.explore_temperature if i == k else 1.0 for i, g in enumerate(groups)}

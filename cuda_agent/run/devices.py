@@ -29,6 +29,7 @@ class Candidate:
     rendered: Rendered
     cubin_path: str | None
     resources: dict[str, Any] = field(default_factory=dict)
+    build_error: tuple[str | None, str | None] | None = None  # (kind, message) when not built
 
 
 @dataclass
