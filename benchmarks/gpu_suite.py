@@ -28,13 +28,14 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def run_tests(out: Path, which: str, timeout: float) -> None:
-    log(f"GPU tests: {which}")
+def run_tests(out: Path, which: str, timeout: float, select: str | None = None) -> None:
+    log(f"GPU tests: {which}" + (f" -k {select}" if select else ""))
     name = Path(which).stem
     with open(out / "logs" / f"{name}.log", "w") as f:
         try:
             proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-s",
-                                   which, "-p", "no:cacheprovider"], cwd=ROOT, stdout=f,
+                                   which, "-p", "no:cacheprovider"] +
+                                  (["-k", select] if select else []), cwd=ROOT, stdout=f,
                                   stderr=subprocess.STDOUT, timeout=timeout)
             code = proc.returncode
         except subprocess.TimeoutExpired:
@@ -172,6 +173,8 @@ def main() -> None:
     ap.add_argument("--parts", default="tests,sweeps,throughput")
     ap.add_argument("--problems", default="benchmarks/problems",
                     help="directory, or comma-separated files")
+    ap.add_argument("--prefixes", default=None,
+                    help="comma-separated name prefixes: only these problems, in this order")
     ap.add_argument("--skip", type=int, default=0, help="skip the first N problems")
     ap.add_argument("--take", type=int, default=1000, help="sweep at most N problems")
     ap.add_argument("--sample", type=int, default=150)
@@ -179,6 +182,7 @@ def main() -> None:
     ap.add_argument("--throughput-budget", type=int, default=200)
     ap.add_argument("--agent-iterations", type=int, default=12)
     ap.add_argument("--agent-budget", type=int, default=32)
+    ap.add_argument("--tests-k", default=None, help="pytest -k selection for the GPU tests")
     ap.add_argument("--per-problem", type=float, default=12.0,
                     help="seconds of candidate measurement per problem in sweeps")
     args = ap.parse_args()
@@ -193,6 +197,9 @@ def main() -> None:
     src = ROOT / args.problems
     problems = sorted(src.glob("*.py")) if src.is_dir() else \
         [ROOT / p for p in args.problems.split(",")]
+    if args.prefixes:
+        problems = [p for pre in args.prefixes.split(",") for p in problems
+                    if p.stem.startswith(pre)]
     problems = problems[args.skip:args.skip + args.take]
     try:
         for part in parts:
@@ -203,9 +210,9 @@ def main() -> None:
             if part == "sweeps":
                 run_sweeps(out, final, problems, args.sample, deadline - 20, args.per_problem)
             elif part == "faults":
-                run_tests(out, "tests/gpu/test_faults.py", min(left - 10, 150))
+                run_tests(out, "tests/gpu/test_faults.py", min(left - 10, 150), args.tests_k)
             elif part == "families":
-                run_tests(out, "tests/gpu/test_families.py", left - 10)
+                run_tests(out, "tests/gpu/test_families.py", left - 10, args.tests_k)
             elif part == "counters":
                 run_tests(out, "tests/gpu/test_gpu_counters.py", min(left - 10, 120))
             elif part == "agents":

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from cuda_agent.agents import checkpoint
-from cuda_agent.agents.observe import LOCAL_DIM, OBS_DIM, SearchState, local_features, observe
+from cuda_agent.agents.observe import (GLOBAL_DIM, LOCAL_DIM, OBS_DIM, SearchState,
+                                        local_features, observe)
 from cuda_agent.agents.policy import SLOT_OFFSETS, MultiAgentPolicy, agent_groups
 from cuda_agent.agents.ppo import Buffer, PPOSettings, Transition, advantages, clipped_surrogate, gae
 from cuda_agent.agents.reward import RewardSettings, aux_term, rank_rewards, rewards
@@ -186,7 +187,8 @@ def test_missing_counters_are_flagged_not_zero():
     assert f[1] == 0.5 and f[LOCAL_DIM // 2 + 1] == 0.0  # present
     assert f[0] == 0.0 and f[LOCAL_DIM // 2] == 1.0  # sectors_per_request missing
     space = space_of(GOOD / "sum_small.py")
-    state = SearchState(np.zeros(23, dtype=np.float32), budget=10)
+    # the problem's features: the global part less the 3 search-progress values
+    state = SearchState(np.zeros(GLOBAL_DIM - 3, dtype=np.float32), budget=10)
     assert observe("config", state, SpaceIndex.of(space)).shape == (OBS_DIM,)
 
 

@@ -61,7 +61,7 @@ BAD_WORDS = {"forward_raises": "forward", "fp16_input": "float16",
              "get_inputs_raises": "get_inputs", "model_not_module": "nn.Module",
              "no_get_inputs": "get_inputs", "no_model": "Model", "returns_float": "float",
              "returns_list": "list", "syntax_error": "syntax", "two_outputs": "tuple",
-             "unsupported_op": "cumsum"}
+             "unsupported_op": "roll"}
 
 
 @pytest.fixture(scope="module")

@@ -23,8 +23,8 @@ from ..space.slots import Config, Target
 from ..space.space import Space
 from .vocab import SLOT_ORDER, SpaceIndex, values
 
-FAMILIES = ("elementwise", "reduction", "softmax", "norm")
-TEMPLATES = ("map", "row", "col", "split")
+FAMILIES = ("elementwise", "reduction", "softmax", "norm", "gemm", "pool", "scan")
+TEMPLATES = ("map", "row", "col", "split", "pool", "scan")
 
 # agent -> (metric name, scale) read from a measurement's counters; alternatives in order
 LOCAL_METRICS: dict[str, tuple[tuple[tuple[str, ...], float], ...]] = {
@@ -39,7 +39,7 @@ LOCAL_METRICS: dict[str, tuple[tuple[tuple[str, ...], float], ...]] = {
     "reduction": ((("sync_stalls",), 1.0), (("atomic_contention",), 1.0)),
 }
 LOCAL_DIM = 2 * max(len(v) for v in LOCAL_METRICS.values())  # values + missing flags, padded
-GLOBAL_DIM = 4 + 4 + 4 + 3 + 1 + 3 + 4 + 3
+GLOBAL_DIM = len(FAMILIES) + 4 + 4 + 3 + 1 + 3 + len(TEMPLATES) + 3
 CONFIG_DIM = len(SLOT_ORDER)
 OBS_DIM = GLOBAL_DIM + LOCAL_DIM + CONFIG_DIM
 

@@ -17,7 +17,10 @@ import torch
 
 from ..errors import ProblemError, UnsupportedError, first_line
 from .graph import FLOAT_DTYPES, INDEX_DTYPE, Graph, GraphInput, broadcast_shapes
+from .normstat import HANDLERS as _NORMSTAT_HANDLERS
 from .ops import BINARY, COMPARISONS, UNARY
+from .pool_capture import POOL_HANDLERS
+from .scan_capture import SCAN_HANDLERS, check_leftovers
 
 DTYPE_NAMES = {torch.float32: "float32", torch.int64: INDEX_DTYPE, torch.bool: "bool",
                torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float64: "float64",
@@ -54,6 +57,8 @@ class _Lowering:
 
     def unary(self, op: str, x: int, **attrs: Any) -> int:
         n = self.g[x]
+        if n.op == "view" and n.attr("sink"):  # keep the reshape last (see `sink_view`)
+            return self.sink_view(self.unary(op, n.args[0], **attrs), n.shape)
         dtype = "bool" if op == "logical_not" else ("float32" if op == "to_float" else n.dtype)
         if dtype == INDEX_DTYPE and op not in ("identity",):
             x, dtype = self.unary("to_float", x), "float32"
@@ -61,6 +66,15 @@ class _Lowering:
 
     def binary(self, op: str, a: int, b: int) -> int:
         sa, sb = self.shape(a), self.shape(b)
+        for this, other in ((a, b), (b, a)):
+            n = self.g[this]
+            if n.op == "view" and n.attr("sink") and all(s == 1 for s in self.shape(other)) \
+                    and len(self.shape(other)) <= len(n.shape):
+                # a scalar operand: compute in the source's shape, keep the reshape last
+                src = n.args[0]
+                scalar = self.view(other, ()) if self.shape(other) else other
+                pair = (src, scalar) if this == a else (scalar, src)
+                return self.sink_view(self.binary(op, *pair), n.shape)
         try:
             shape = broadcast_shapes(sa, sb)
         except ValueError:
@@ -135,6 +149,16 @@ class _Lowering:
         n = self.count(x, d) - correction
         return self.binary("mul", ss, self.g.const(1.0 / n if n > 0 else float("nan")))
 
+    def sink_view(self, x: int, shape: tuple[int, ...]) -> int:
+        """A reshape of a kernel's result that elementwise ops with scalar operands are computed
+        under (moved after them): group norm computes in its (N, G, C/G, S) shape, and a
+        reshape in the middle of a computation cannot be planned, a final one can."""
+        if shape == self.shape(x):
+            return x
+        if math.prod(shape) != self.g[x].numel:
+            raise UnsupportedError(f"unsupported view of {self.shape(x)} as {shape}")
+        return self.g.add("view", (x,), shape, self.g[x].dtype, sink=True)
+
     def view(self, x: int, shape: tuple[int, ...]) -> int:
         shape = tuple(int(s) for s in shape)
         if math.prod(shape) != self.g[x].numel:
@@ -156,7 +180,8 @@ class _Lowering:
             raise UnsupportedError(
                 f"unsupported op {name} (aten.{name}); supported: elementwise math and "
                 "activations, sum/mean/prod/max/min/argmax/argmin/var/std, softmax, "
-                "log_softmax, layer_norm, rms_norm, vector norms")
+                "log_softmax, layer_norm, rms_norm, instance/group/batch norm, vector norms, "
+                "losses, matrix products, cumsum/cumprod")
         return handler(self, node, args, kwargs)
 
 
@@ -489,6 +514,114 @@ def _triplet_margin(lw: _Lowering, node, args, kwargs):
     return _loss_reduce(lw, loss, _arg(args, kwargs, 7, "reduction", 1))
 
 
+# -- matrix products ---------------------------------------------------------------------------
+
+def _permute_node(lw: _Lowering, x: int, perm: tuple[int, ...]) -> int:
+    shape = lw.shape(x)
+    perm = tuple(p % len(shape) for p in perm) if shape else ()
+    if perm == tuple(range(len(shape))):
+        return x
+    new_shape = tuple(shape[p] for p in perm)
+    # moving only size-1 dims keeps the element order: a reshape, which every plan reads
+    if [p for p in perm if shape[p] != 1] == sorted(p for p in perm if shape[p] != 1):
+        return lw.view(x, new_shape)
+    return lw.g.add("permute", (x,), new_shape, lw.g[x].dtype, perm=perm)
+
+
+def _transpose(lw: _Lowering, node, args, kwargs):
+    x = lw.val(args[0])
+    rank = len(lw.shape(x))
+    if rank < 2:
+        return x
+    d0 = _arg(args, kwargs, 1, "dim0", 0) % rank
+    d1 = _arg(args, kwargs, 2, "dim1", 1) % rank
+    perm = list(range(rank))
+    perm[d0], perm[d1] = perm[d1], perm[d0]
+    return _permute_node(lw, x, tuple(perm))
+
+
+def _t(lw: _Lowering, node, args, kwargs):
+    x = lw.val(args[0])
+    rank = len(lw.shape(x))
+    return x if rank < 2 else _permute_node(lw, x, tuple(range(rank - 2)) + (rank - 1, rank - 2))
+
+
+def _matmul(lw: _Lowering, a: int, b: int) -> int:
+    """torch.matmul semantics. Products with a vector side (M or N of 1) are bandwidth-bound
+    row or column reductions and are lowered as such; diagonal matrices are scalings."""
+    g = lw.g
+    if g[a].op == "diag":  # diag(v) @ B scales the rows of B
+        v = g[a].args[0]
+        return lw.binary("mul", lw.view(v, (lw.shape(v)[0], 1)), b)
+    if g[b].op == "diag":  # A @ diag(v) scales the columns of A
+        return lw.binary("mul", a, g[b].args[0])
+    sa, sb = lw.shape(a), lw.shape(b)
+    if not sa or not sb:
+        raise UnsupportedError("matmul of a 0-d tensor")
+    if len(sa) == 1:
+        a = lw.view(a, (1, sa[0]))
+    if len(sb) == 1:
+        b = lw.view(b, (sb[0], 1))
+    M, K = lw.shape(a)[-2:]
+    K2, N = lw.shape(b)[-2:]
+    if K != K2:
+        raise ProblemError(f"matmul of {sa} and {sb}: inner sizes differ")
+    try:
+        batch = broadcast_shapes(lw.shape(a)[:-2], lw.shape(b)[:-2])
+    except ValueError:
+        raise ProblemError(f"matmul of {sa} and {sb}: batch dims do not broadcast") from None
+    if N == 1:
+        bt = lw.view(b, lw.shape(b)[:-2] + (1, K))
+        out = lw.reduce("sum", lw.binary("mul", a, bt), -1, True)
+    elif M == 1:
+        at = lw.view(a, lw.shape(a)[:-2] + (K, 1))
+        out = lw.reduce("sum", lw.binary("mul", at, b), -2, True)
+    else:
+        out = g.add("matmul", (a, b), batch + (M, N), "float32")
+    final = batch + ((M,) if len(sa) > 1 else ()) + ((N,) if len(sb) > 1 else ())
+    return lw.view(out, final)
+
+
+def _linear(lw: _Lowering, node, args, kwargs):
+    x, w = lw.val(args[0]), lw.val(args[1])
+    bias = _arg(args, kwargs, 2, "bias")
+    y = _matmul(lw, x, _permute_node(lw, w, (1, 0)) if len(lw.shape(w)) == 2 else w)
+    return y if bias is None else lw.binary("add", y, lw.val(bias))
+
+
+def _addmm(lw: _Lowering, node, args, kwargs):
+    c, a, b = (lw.val(v) for v in args[:3])
+    beta, alpha = kwargs.get("beta", 1), kwargs.get("alpha", 1)
+    prod = _matmul(lw, a, b)
+    if alpha != 1:
+        prod = lw.binary("mul", prod, lw.g.const(alpha))
+    if beta == 0:
+        return prod
+    if beta != 1:
+        c = lw.binary("mul", c, lw.g.const(beta))
+    return lw.binary("add", c, prod)
+
+
+def _tri(upper: bool) -> Callable:
+    def handle(lw: _Lowering, node, args, kwargs):
+        x = lw.val(args[0])
+        shape = lw.shape(x)
+        if len(shape) < 2:
+            raise ProblemError(f"{'triu' if upper else 'tril'} of a tensor of rank < 2")
+        diagonal = int(_arg(args, kwargs, 1, "diagonal", 0))
+        mask = lw.g.add("tri_mask", (), shape[-2:], "bool", upper=upper, diagonal=diagonal)
+        return lw.where(mask, x, lw.g.const(0.0))
+    return handle
+
+
+def _diag(lw: _Lowering, node, args, kwargs):
+    v = lw.val(args[0])
+    if len(lw.shape(v)) != 1 or _arg(args, kwargs, 1, "diagonal", 0) != 0:
+        raise UnsupportedError("unsupported: diag other than a diagonal matrix from a vector")
+    n = lw.shape(v)[0]
+    return lw.g.add("diag", (v,), (n, n), "float32")
+
+
 def _broadcast_tensors(lw: _Lowering, node, args, kwargs):
     vals = [lw.val(v) for v in args[0]]
     try:
@@ -566,6 +699,17 @@ _HANDLERS: dict[str, Callable] = {
     "cosine_similarity": _cosine_similarity,
     "triplet_margin_loss": _triplet_margin,
     "broadcast_tensors": _broadcast_tensors,
+    # matrix products and the layouts they read
+    "mm": lambda lw, n, a, k: _matmul(lw, lw.val(a[0]), lw.val(a[1])),
+    "bmm": lambda lw, n, a, k: _matmul(lw, lw.val(a[0]), lw.val(a[1])),
+    "matmul": lambda lw, n, a, k: _matmul(lw, lw.val(a[0]), lw.val(a[1])),
+    "linear": _linear,
+    "addmm": _addmm, "baddbmm": _addmm,
+    "t": _t, "numpy_T": _t, "mT": _t,
+    "transpose": _transpose, "swapaxes": _transpose,
+    "permute": lambda lw, n, a, k: _permute_node(lw, lw.val(a[0]), tuple(_arg(a, k, 1, "dims"))),
+    "triu": _tri(True), "tril": _tri(False),
+    "diag": _diag,
     # layout no-ops and views
     "clone": _identity, "contiguous": _identity, "alias": _identity, "detach": _identity,
     "lift_fresh_copy": _identity, "dropout": _identity,
@@ -577,6 +721,9 @@ _HANDLERS: dict[str, Callable] = {
     "expand": _expand,
 }
 _HANDLERS["identity"] = _identity
+_HANDLERS.update(_NORMSTAT_HANDLERS)  # instance, group and batch norm (normstat.py)
+_HANDLERS.update(POOL_HANDLERS)  # max/avg pooling, 1-3 D (pool_capture.py)
+_HANDLERS.update(SCAN_HANDLERS)  # cumsum/cumprod, reverse and exclusive (scan_capture.py)
 UNARY.setdefault("identity", (lambda x, a, f: f"({x})", False))
 
 
@@ -624,6 +771,9 @@ def lower(exported: "torch.export.ExportedProgram") -> Graph:
             spec = specs[node.name]
             meta = node.meta["val"]
             dtype = dtype_name(meta.dtype)
+            if spec.kind == InputKind.BUFFER and not node.users and \
+                    dtype not in FLOAT_DTYPES:
+                continue  # e.g. BatchNorm's num_batches_tracked: unused by forward()
             if spec.kind == InputKind.USER_INPUT:
                 gin = GraphInput(node.name, "input", tuple(meta.shape), dtype, arg_index=user_index)
                 user_index += 1
@@ -649,6 +799,7 @@ def lower(exported: "torch.export.ExportedProgram") -> Graph:
             lw.g.output = lw.val(outs[0])
         elif node.op == "get_attr":
             raise UnsupportedError(f"unsupported: constant tensor attribute {node.target}")
+    check_leftovers(lw.g)
     out = lw.g[lw.g.output]
     if out.op in ("input", "const"):
         raise UnsupportedError("unsupported: forward() returns an input or a constant unchanged")

@@ -16,12 +16,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..errors import UnsupportedError
 from .graph import INDEX_DTYPE, Graph, Node
 from .ops import is_elementwise, uses_transcendental
 
 FMap = tuple  # tuple[int | None, ...]
+# Plan kind of a reduction over a leading and a trailing run of dims around a kept middle run
+# (batch statistics: (N, S) around C). O/R/I read as (kept, reduced, 1); only templates written
+# for it (templates/chan.py) apply, the others want one contiguous run ("reduce").
+CHAN_REDUCE = "chanreduce"
 
 
 @dataclass
@@ -29,7 +34,7 @@ class KernelPlan:
     """What the templates need to know about one problem's computation."""
 
     graph: Graph
-    kind: str  # "map" | "reduce"
+    kind: str  # "map" | "reduce", or a structured kind such as "gemm" (see `structured`)
     full_shape: tuple[int, ...]
     reduce_dims: tuple[int, ...]
     output: int  # node computed by the kernel (before `out_shape`'s reshape)
@@ -41,6 +46,11 @@ class KernelPlan:
     operands: list[int] = field(default_factory=list)  # graph input indices read, kernel order
     operand_shapes: dict[int, tuple[int, ...]] = field(default_factory=dict)  # as the kernel sees
     memo: dict = field(default_factory=dict, repr=False)  # derived facts, computed once
+    # structured plans: the anchor node (matmul, pooling window, scan...) the epilogue reads,
+    # and what its template needs to know about it (e.g. a `GemmInfo`)
+    anchor: int | None = None
+    info: Any = None
+    anchor_flops: int = 0  # arithmetic of the anchor itself (2*M*N*K for a matmul)
 
     def cached(self, key: object, fn):  # noqa: ANN001 - tiny memo helper for templates
         if key not in self.memo:
@@ -50,7 +60,9 @@ class KernelPlan:
     # -- the (O, R, I) view -------------------------------------------------------------------
     @property
     def O(self) -> int:  # noqa: N802 - the standard names of this view
-        return math.prod(self.full_shape[: self.reduce_dims[0]]) if self.reduce_dims else 1
+        # the kept dims before the last reduced one (a chanreduce keeps a middle run)
+        return math.prod(s for d, s in enumerate(self.full_shape[: self.reduce_dims[-1]])
+                         if d not in self.reduce_dims) if self.reduce_dims else 1
 
     @property
     def R(self) -> int:  # noqa: N802
@@ -73,6 +85,8 @@ class KernelPlan:
         """Coarse op family, used for reports and for the space's templates."""
         if self.kind == "map":
             return "elementwise"
+        if self.kind not in ("reduce", CHAN_REDUCE):
+            return self.kind
         kinds = {self.graph[n].attr("kind") for lv in self.levels for n in lv}
         if self.output_is_row:
             return "reduction"
@@ -86,8 +100,13 @@ class KernelPlan:
     def full_nodes(self) -> list[Node]:
         return [n for n in self.graph.live() if self.classes.get(n.id) == "full"]
 
+    def live_nodes(self) -> list[Node]:
+        """The nodes this kernel computes from its operands (a structured plan's anchor is a
+        leaf: what feeds it is the template's business, not the epilogue's)."""
+        return [n for n in self.graph.live() if n.id in self.fmaps]
+
     def uses_transcendental(self) -> bool:
-        return any(uses_transcendental(n.op) for n in self.graph.live())
+        return any(uses_transcendental(n.op) for n in self.live_nodes())
 
     def is_index_output(self) -> bool:
         return self.out_dtype == INDEX_DTYPE
@@ -102,8 +121,8 @@ class KernelPlan:
 
     def flops(self) -> int:
         """Arithmetic per the IR (one per elementwise op and per reduction step), a floor."""
-        count = 0
-        for n in self.graph.live():
+        count = self.anchor_flops
+        for n in self.live_nodes():
             if is_elementwise(n.op) or n.op == "reduce":
                 count += self.numel if self.classes.get(n.id) == "full" or n.op == "reduce" \
                     else self.O * self.I
@@ -145,6 +164,11 @@ def _view_fmap(src_shape: tuple[int, ...], src_fmap: FMap, shape: tuple[int, ...
 
 def make_plan(graph: Graph) -> KernelPlan:
     """Classify the graph into one kernel pattern, or raise `UnsupportedError` saying why."""
+    from .structured import planner_for  # structured planners build on this module
+
+    special = planner_for(graph)
+    if special is not None:
+        return special(graph)
     out_node = graph[graph.output]
     out_shape = out_node.shape
     kernel_out = graph.output
@@ -169,9 +193,12 @@ def make_plan(graph: Graph) -> KernelPlan:
                 "partitioning is not supported yet")
         full_shape = body_shapes.pop()
         reduce_dims = dims.pop()
-        if list(reduce_dims) != list(range(reduce_dims[0], reduce_dims[-1] + 1)):
-            raise UnsupportedError(f"unsupported: reduction over non-adjacent dims {reduce_dims}")
         kind = "reduce"
+        if list(reduce_dims) != list(range(reduce_dims[0], reduce_dims[-1] + 1)):
+            if not _around_kept_run(reduce_dims, len(full_shape)):
+                raise UnsupportedError(
+                    f"unsupported: reduction over non-adjacent dims {reduce_dims}")
+            kind = CHAN_REDUCE  # batch norm's (N, S) around the channels C
     else:
         full_shape = graph[kernel_out].shape
         reduce_dims = ()
@@ -206,10 +233,18 @@ def make_plan(graph: Graph) -> KernelPlan:
             src = graph[n.args[0]]
             src_fm = plan.fmaps[src.id]
             fm = None if src_fm is None else _view_fmap(src.shape, src_fm, n.shape)
+            if src.op == "input" and _read_through_view(graph, live, src, n, fm, full_shape):
+                # a reshaped input is just another view of its memory, and where it runs in F
+                # is decided by its reshaped shape: a (C,) weight viewed as (C, 1, 1) runs along
+                # dim 1 even when C equals the last dim's size (its own right-aligned guess)
+                fm = _right_aligned(n.shape, rank)
+                plan.operand_shapes[src.attr("index")] = n.shape
+                plan.fmaps[src.id] = None  # read only through this view (`operand_node`)
+                plan.classes.pop(src.id, None)
             if fm is None:
-                if src.op == "input":  # a reshaped input is just another view of its memory
-                    fm = _right_aligned(n.shape, rank)
-                    plan.operand_shapes[src.attr("index")] = n.shape
+                if src.op == "input":
+                    raise UnsupportedError(f"unsupported: reshaped input {n.shape} does not "
+                                           f"broadcast to {full_shape}")
                 else:
                     raise UnsupportedError(f"unsupported: reshape {src.shape} -> {n.shape} "
                                            "in the middle of the computation")
@@ -238,7 +273,9 @@ def make_plan(graph: Graph) -> KernelPlan:
         plan.levels = [[r for r in level_of if level_of[r] == lv] for lv in range(1, depth + 1)]
     out_fm = plan.fmaps[kernel_out]
     if kind == "map" or plan.classes[kernel_out] == "full":
-        if out_fm != tuple(range(rank)):
+        # a size-1 dim of F is broadcast in every value (fmap None): it moves no element
+        if any(f != k and not (f is None and full_shape[k] == 1) for k, f in enumerate(out_fm)) \
+                or len(out_fm) != rank:
             raise UnsupportedError("unsupported: the output does not cover the iteration space "
                                    f"{full_shape} (it is broadcast in some dims)")
     else:
@@ -258,6 +295,31 @@ def make_plan(graph: Graph) -> KernelPlan:
     return plan
 
 
+def _around_kept_run(dims: tuple[int, ...], rank: int) -> bool:
+    """True if the reduced dims are a leading run and a trailing run around one kept run:
+    (0, 2, 3) of (N, C, H, W), batch norm's statistics over everything but the channels."""
+    kept = [d for d in range(rank) if d not in dims]
+    return bool(kept) and kept[0] > 0 and kept[-1] < rank - 1 and \
+        kept == list(range(kept[0], kept[-1] + 1))
+
+
+def _read_through_view(graph: Graph, live: list[Node], src: Node, view: Node, fm: FMap | None,
+                       full_shape: tuple[int, ...]) -> bool:
+    """Whether input `src` should be read through `view` at the view's right-aligned place in F
+    (rather than at the place its own broadcast guess carries through a size-1 reshape)."""
+    rank = len(full_shape)
+    ra = _right_aligned(view.shape, rank)
+    if len(view.shape) > rank or any(f is not None and full_shape[f] != s
+                                     for f, s in zip(ra, view.shape)):
+        return False
+    # an input is read through one node (`codegen.operand_node`): the view, or itself
+    others = [n for n in live if src.id in n.args and n.id != view.id]
+    if fm is None and others:
+        raise UnsupportedError(f"unsupported: input {src.shape} read both as is and reshaped "
+                               f"to {view.shape}")
+    return fm is None or (fm != ra and not others)
+
+
 def _ancestors(graph: Graph, nid: int) -> set[int]:
     seen, stack = set(), [nid]
     while stack:
@@ -267,3 +329,71 @@ def _ancestors(graph: Graph, nid: int) -> set[int]:
         seen.add(k)
         stack.extend(graph[k].args)
     return seen
+
+
+def make_anchored_plan(graph: Graph, anchor: int, kind: str, anchor_inputs: list[int],
+                       info: Any = None, anchor_flops: int = 0,
+                       prologue: bool = False) -> KernelPlan:
+    """Plan of a graph built around one structured op (`anchor`: a matmul, a pooling window, a
+    scan): its template computes the anchor over the iteration space F = the anchor's shape,
+    and everything downstream of it is an elementwise epilogue over F (bias, activation,
+    scaling, residual), fused into the same kernel. `anchor_inputs` are the graph input indices
+    the anchor reads (through whatever views); the template reads them itself. With
+    `prologue`, the anchor's argument expressions (x * mask before a scan) are planned too, as
+    elementwise nodes over F that the template computes (`emit_values`) before the anchor.
+    """
+    out_node = graph[graph.output]
+    kernel_out = graph.output
+    while graph[kernel_out].op == "view":
+        kernel_out = graph[kernel_out].args[0]
+    # what the epilogue computes: the output's ancestors, stopping at the anchor
+    keep, stack = set(), [kernel_out]
+    while stack:
+        k = stack.pop()
+        if k in keep:
+            continue
+        keep.add(k)
+        if k != anchor:
+            stack.extend(graph[k].args)
+    if anchor not in keep:
+        raise UnsupportedError(f"unsupported: the output does not depend on the {kind}")
+    pro = set().union(*(_ancestors(graph, a) for a in graph[anchor].args)) if prologue else set()
+    full_shape = graph[anchor].shape
+    rank = len(full_shape)
+    plan = KernelPlan(graph, kind, full_shape, (), kernel_out, out_node.shape, out_node.dtype,
+                      anchor=anchor, info=info, anchor_flops=anchor_flops)
+    for n in (n for n in graph.nodes if n.id in keep or n.id in pro):
+        if n.id == anchor:
+            fm: FMap | None = tuple(range(rank))
+        elif n.op == "input":
+            fm = _right_aligned(n.shape, rank)
+            if len(n.shape) > rank or any(
+                    f is not None and full_shape[f] != s for f, s in zip(fm, n.shape)):
+                raise UnsupportedError(f"unsupported: input of shape {n.shape} does not "
+                                       f"broadcast to the {kind} output {full_shape}")
+        elif n.op == "const":
+            fm = ()
+        elif n.op == "tri_mask":  # a function of the last two indices, bound by the template
+            fm = _right_aligned(n.shape, rank)
+        elif n.op == "view":
+            src = graph[n.args[0]]
+            fm = _view_fmap(src.shape, plan.fmaps[src.id], n.shape)
+            if fm is None:
+                raise UnsupportedError(f"unsupported: reshape {src.shape} -> {n.shape} after "
+                                       f"the {kind}")
+        elif is_elementwise(n.op):
+            fm = _merge(n, [(graph[a].shape, plan.fmaps[a]) for a in n.args])
+        else:
+            what = "a reduction" if n.op == "reduce" else f"op {n.op}"
+            raise UnsupportedError(f"unsupported: {what} after the {kind} (fusing it needs "
+                                   "multi-kernel partitioning, not supported yet)")
+        plan.fmaps[n.id] = fm
+        plan.classes[n.id] = "const" if n.op == "const" else "full"
+    if plan.fmaps[kernel_out] != tuple(range(rank)) or graph[kernel_out].shape != full_shape:
+        raise UnsupportedError(f"unsupported: the output does not cover the {kind} output "
+                               f"{full_shape} (it is broadcast or reshaped)")
+    epilogue_inputs = {graph[k].attr("index") for k in keep | pro if graph[k].op == "input"}
+    plan.operands = sorted(epilogue_inputs | set(anchor_inputs))
+    for k in plan.operands:
+        plan.operand_shapes[k] = graph.inputs[k].shape
+    return plan

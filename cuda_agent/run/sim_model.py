@@ -256,6 +256,13 @@ def simulate(plan: KernelPlan, rendered: Rendered, resources: dict | None, targe
             return _failure("launch", f"{L.kernel}: empty grid or block {L.grid} x {L.block}")
         if L.grid[0] > 2**31 - 1 or L.grid[1] > 65535 or L.grid[2] > 65535:
             return _failure("launch", f"{L.kernel}: grid {L.grid} exceeds the grid limits")
+    if rendered.fact("family") == "gemm":  # arithmetic-bound: its own model
+        from .sim_gemm import simulate_gemm
+
+        ms, counters, err = simulate_gemm(rendered, resources, target)
+        if err:
+            return _failure("resources", err)
+        return SimResult(ms, {**{k: 0.0 for k in COUNTER_KEYS}, **counters})
     works = _describe(plan, rendered, resources, target, c)
 
     per_launch = []

@@ -16,6 +16,9 @@ pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).parents[2]
 PROBLEMS = sorted((ROOT / "benchmarks" / "problems").glob("*_odd.py")) + \
     sorted((ROOT / "tests" / "data" / "good").glob("*.py"))
+# scans are new (not yet run on a GPU): every form, not only the odd sizes
+PROBLEMS += [p for p in sorted((ROOT / "benchmarks" / "problems").glob("scan_*.py"))
+             if p not in PROBLEMS]
 
 
 @pytest.mark.parametrize("path", PROBLEMS, ids=lambda p: p.stem)

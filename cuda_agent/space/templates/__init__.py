@@ -1,11 +1,17 @@
 """The template library. Adding a template: write it, add it to `TEMPLATES`."""
 
 from .base import Template
+from .chan import ChanTemplate
 from .col import ColTemplate
+from .gemm import GemmTemplate
 from .map import MapTemplate
+from .pool import PoolTemplate
 from .row import RowTemplate
+from .scan import ScanTemplate
 from .split import SplitTemplate
 
-TEMPLATES: list[Template] = [MapTemplate(), RowTemplate(), ColTemplate(), SplitTemplate()]
+TEMPLATES: list[Template] = [MapTemplate(), RowTemplate(), ColTemplate(), SplitTemplate(),
+                             GemmTemplate(), PoolTemplate(),
+                             ChanTemplate(), ScanTemplate()]
 
 __all__ = ["TEMPLATES", "Template"]

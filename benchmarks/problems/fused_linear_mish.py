@@ -1,0 +1,21 @@
+"""Linear layer then Mish: x * tanh(softplus(x))."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4096, 4096)
+
+    def forward(self, x):
+        return F.mish(self.fc(x))
+
+
+def get_inputs():
+    return [torch.randn(4096, 4096)]
+
+
+def get_init_inputs():
+    return []

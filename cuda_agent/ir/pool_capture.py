@@ -1,0 +1,109 @@
+"""Capture of pooling: aten max_pool{1,2,3}d(_with_indices) and avg_pool{1,2,3}d -> one ``pool``.
+
+torch.export keeps pooling as one aten op per variant; each becomes one IR node ``pool`` whose
+attrs carry everything the template needs (kind, spatial rank, kernel, stride, padding,
+dilation, ceil_mode, count_include_pad, divisor_override) and whose shape is torch's output
+shape (taken from the traced value, so ceil_mode's edge rules are torch's own). The indices
+output of ``*_with_indices`` becomes a ``pool`` node with ``indices=True``, which the planner
+rejects by name if anything uses it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from ..errors import UnsupportedError
+from .graph import INDEX_DTYPE
+
+
+def _arg(args: list, kwargs: dict, i: int, name: str, default: Any = None) -> Any:
+    if len(args) > i:
+        return args[i]
+    return kwargs.get(name, default)
+
+
+def _tuple(value: Any, rank: int, what: str, default: tuple[int, ...] | None = None
+           ) -> tuple[int, ...]:
+    """torch's int-or-list pooling parameters as a tuple of `rank` ints (a single value is
+    repeated; an empty list means `default`, as torch's empty stride means the kernel size)."""
+    if value is None or (isinstance(value, (list, tuple)) and len(value) == 0):
+        if default is None:
+            raise UnsupportedError(f"unsupported: pooling without a {what}")
+        return default
+    if isinstance(value, int):
+        return (int(value),) * rank
+    vals = tuple(int(v) for v in value)
+    if len(vals) == 1:
+        return vals * rank
+    if len(vals) != rank:
+        raise UnsupportedError(f"unsupported: pooling {what} {list(vals)} for {rank}-D pooling")
+    return vals
+
+
+def _output_shape(node: torch.fx.Node) -> tuple[int, ...]:
+    val = node.meta["val"]
+    if isinstance(val, (tuple, list)):
+        val = val[0]
+    return tuple(int(s) for s in val.shape)
+
+
+def _pool_node(lw: Any, node: torch.fx.Node, x: int, kind: str, rank: int,
+               kernel: tuple[int, ...], stride: tuple[int, ...], padding: tuple[int, ...],
+               dilation: tuple[int, ...], ceil_mode: bool, count_include_pad: bool,
+               divisor_override: int | None, indices: bool = False) -> int:
+    in_shape = lw.shape(x)
+    if len(in_shape) not in (rank + 1, rank + 2):
+        raise UnsupportedError(f"unsupported: {rank}-D pooling of a tensor of shape {in_shape}")
+    if lw.g[x].dtype != "float32":
+        raise UnsupportedError(f"unsupported: pooling of a {lw.g[x].dtype} tensor")
+    shape = _output_shape(node)
+    return lw.g.add("pool", (x,), shape, INDEX_DTYPE if indices else "float32",
+                    kind=kind, rank=rank, kernel=kernel, stride=stride, padding=padding,
+                    dilation=dilation, ceil_mode=bool(ceil_mode),
+                    count_include_pad=bool(count_include_pad),
+                    divisor_override=None if divisor_override is None else int(divisor_override),
+                    indices=indices)
+
+
+def _max_pool(rank: int, with_indices: bool) -> Callable:
+    # max_pool{r}d(self, kernel_size, stride=[], padding=0, dilation=1, ceil_mode=False)
+    def handle(lw: Any, node: torch.fx.Node, args: list, kwargs: dict) -> Any:
+        x = lw.val(args[0])
+        kernel = _tuple(_arg(args, kwargs, 1, "kernel_size"), rank, "kernel size")
+        stride = _tuple(_arg(args, kwargs, 2, "stride"), rank, "stride", kernel)
+        padding = _tuple(_arg(args, kwargs, 3, "padding", 0), rank, "padding")
+        dilation = _tuple(_arg(args, kwargs, 4, "dilation", 1), rank, "dilation")
+        ceil = bool(_arg(args, kwargs, 5, "ceil_mode", False))
+        params = (x, "max", rank, kernel, stride, padding, dilation, ceil, True, None)
+        out = _pool_node(lw, node, *params)
+        if not with_indices:
+            return out
+        return out, _pool_node(lw, node, *params, indices=True)
+    return handle
+
+
+def _avg_pool(rank: int) -> Callable:
+    # avg_pool{r}d(self, kernel_size, stride=[], padding=0, ceil_mode=False,
+    #              count_include_pad=True, divisor_override=None)  (1d has no divisor_override)
+    def handle(lw: Any, node: torch.fx.Node, args: list, kwargs: dict) -> Any:
+        x = lw.val(args[0])
+        kernel = _tuple(_arg(args, kwargs, 1, "kernel_size"), rank, "kernel size")
+        stride = _tuple(_arg(args, kwargs, 2, "stride"), rank, "stride", kernel)
+        padding = _tuple(_arg(args, kwargs, 3, "padding", 0), rank, "padding")
+        ceil = bool(_arg(args, kwargs, 4, "ceil_mode", False))
+        include = bool(_arg(args, kwargs, 5, "count_include_pad", True))
+        divisor = _arg(args, kwargs, 6, "divisor_override", None)
+        if divisor is not None and int(divisor) == 0:
+            raise UnsupportedError("unsupported: avg pooling with divisor_override=0")
+        return _pool_node(lw, node, x, "avg", rank, kernel, stride, padding, (1,) * rank, ceil,
+                          include, divisor)
+    return handle
+
+
+POOL_HANDLERS: dict[str, Callable] = {
+    **{f"max_pool{r}d": _max_pool(r, False) for r in (1, 2, 3)},
+    **{f"max_pool{r}d_with_indices": _max_pool(r, True) for r in (1, 2, 3)},
+    **{f"avg_pool{r}d": _avg_pool(r) for r in (1, 2, 3)},
+}

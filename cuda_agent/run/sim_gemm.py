@@ -1,0 +1,115 @@
+"""The simulator's model of the tiled GEMM template (family ``gemm``): simulated figures only.
+
+A matrix product is bound by arithmetic, not bandwidth, so it gets its own small model instead
+of the streaming one in `sim_model`. The time of the main kernel is the slowest of
+
+* FMA issue: the padded tiles' multiply-adds over the fp32 rate, divided by the inner loop's
+  issue efficiency (TM x TN FMAs per (TM + TN) / 4 vector shared-memory loads and loop overhead);
+* shared-memory bandwidth: the distinct bytes a warp reads per K step (lanes on one row of the
+  thread grid read the same A values, a broadcast), plus bank conflicts of transposed stores;
+* L2 traffic: every block re-reads its A and B panels; grouped rasters and L2 reuse cut it;
+* DRAM: the operands once and the output once,
+
+scaled by the wave quantization of tiles over SMs and by latency exposure (one buffer and few
+resident warps leave global-load latency uncovered). Split-K adds partial sums through memory
+and a second launch. The constants are uncalibrated estimates; the model's rank correlation with
+the GPU is measured like the others' (`benchmarks/sim_correlation.py`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..space.slots import Rendered, Target
+
+FMA_LANES_PER_SM = 128
+SMEM_BYTES_PER_CLK = 128
+L2_BW = 10e12  # bytes/s, an H100/H200-class estimate
+GLOBAL_LATENCY_CLK = 700
+LAUNCH_US = 4.0
+
+
+def simulate_gemm(rendered: Rendered, resources: dict | None, target: Target
+                  ) -> tuple[float, dict[str, float], str | None]:
+    """(modelled ms, counters, failure message or None) of one GEMM candidate."""
+    f = dict(rendered.facts)
+    bm, bn, bk, tm, tn = (int(f[k]) for k in ("bm", "bn", "bk", "tm", "tn"))
+    M, N, K, batch = (int(f[k]) for k in ("M", "N", "K", "batch"))
+    split, stages = int(f["split"]), int(f["stages"])
+    threads = int(f["threads"])
+    smem = int(f["smem"])
+    regs = _registers(resources, tm, tn, bm, bn, bk, threads)
+    if regs * threads > target.regs_per_sm or smem > target.max_smem_per_block:
+        return math.inf, {}, "block does not fit on an SM"
+    blocks_sm = min(target.max_blocks_per_sm,
+                    target.max_threads_per_sm // threads,
+                    target.regs_per_sm // max(1, _alloc(regs) * threads),
+                    target.smem_per_sm // max(1, smem + 1024))
+    if blocks_sm < 1:
+        return math.inf, {}, "block does not fit on an SM"
+    clk = target.clock_hz
+    tiles = -(-M // bm) * -(-N // bn) * batch
+    if f.get("skips_zero_tiles"):
+        tiles = max(1, int(tiles * 0.53))
+    blocks = tiles * split
+    slots = target.sm_count * blocks_sm
+    waves = blocks / slots
+    quant = math.ceil(waves) / waves if waves > 0 else 1.0
+    k_per = -(-K // split)
+    k_pad = -(-k_per // bk) * bk
+    fma = blocks * bm * bn * k_pad
+    warps_sm = blocks_sm * threads / 32
+    # inner loop: TM*TN FMAs per (TM+TN)/4 LDS.128 and ~2 instructions of loop/address work
+    issue_eff = tm * tn / (tm * tn + (tm + tn) / 4 + 2)
+    fma_s = fma / (FMA_LANES_PER_SM * target.sm_count * clk) / issue_eff
+    # shared memory: distinct bytes per warp per K step
+    lanes_n = 8 if f.get("warp") == "4x8" else min(32, bn // tn)
+    lanes_m = max(1, 32 // lanes_n)
+    warp_bytes = 4 * (lanes_m * tm + lanes_n * tn)
+    if f.get("frag") != "split" and (tn == 8 or tm == 8):
+        warp_bytes *= 1.5  # 32-byte strides between lanes: two-way conflicts on LDS.128
+    warp_steps = fma / (32 * tm * tn)
+    smem_s = warp_steps * warp_bytes / (SMEM_BYTES_PER_CLK * target.sm_count * clk)
+    transposed = (f.get("a_along") == "k") + (f.get("b_along") == "k")
+    if transposed and not int(f.get("pad", 0)):
+        smem_s *= 1.0 + 0.35 * transposed
+    # global traffic: each block reads its panels; vector loads issue 4x fewer requests
+    panel = blocks * k_pad * (bm + bn) * 4.0
+    reuse = 0.6 if int(f.get("raster", 1)) > 1 else 1.0
+    vec_pen = 1.0 + 0.25 * ((int(f.get("vec_a", 1)) == 1) + (int(f.get("vec_b", 1)) == 1))
+    l2_s = panel * reuse * vec_pen / L2_BW
+    out_bytes = batch * M * N * 4.0
+    dram_s = (batch * (M * K + K * N) * 4.0 + out_bytes * (1 + 2 * (split > 1))) / target.dram_bw
+    # latency: with one buffer each K step waits for its loads unless other warps cover it
+    steps = k_pad // bk
+    cover = min(1.0, warps_sm / (16.0 if stages == 1 else 6.0))
+    latency_s = math.ceil(waves) * steps * GLOBAL_LATENCY_CLK / clk * (1.0 - cover)
+    main_s = max(fma_s, smem_s, l2_s, dram_s) * quant + latency_s
+    total_s = main_s + LAUNCH_US * 1e-6
+    if split > 1:
+        total_s += (split + 2) * out_bytes / target.dram_bw + LAUNCH_US * 1e-6
+    occ = warps_sm / (target.max_threads_per_sm / 32)
+    counters = {"achieved_occupancy": occ * min(1.0, waves), "theoretical_occupancy": occ,
+                "waves": waves, "sectors_per_request": 4.0 if vec_pen == 1.0 else 2.0,
+                "dram_throughput": dram_s / main_s if main_s else 0.0,
+                "bank_conflicts": 1.0 if transposed and not int(f.get("pad", 0)) else 0.0,
+                "registers": float(regs), "spills": 0.0,
+                "issue_utilization": min(1.0, fma_s / main_s) if main_s else 0.0,
+                "sync_stalls": (latency_s / total_s) if total_s else 0.0,
+                "atomic_contention": 0.0}
+    return total_s * 1e3, counters, None
+
+
+def _alloc(regs: int) -> int:
+    return -(-regs // 8) * 8
+
+
+def _registers(resources: dict | None, tm: int, tn: int, bm: int, bn: int, bk: int,
+               threads: int) -> int:
+    for kernel, res in (resources or {}).items():
+        if kernel == "ca_gemm" and res.get("registers"):
+            return int(res["registers"])
+    est = tm * tn + tm + tn + (bm + bn) * bk // threads + 24
+    return min(255, est)
+

@@ -1,0 +1,212 @@
+"""Reductions over a leading and a trailing run of dims around kept middle dims (a "chanreduce"
+plan): batch norm's statistics over (N, S) for each channel C of x of shape (N, C, S).
+
+F is viewed as (A, C, B): A the leading reduced dims, C the kept ones, B the trailing reduced
+ones. A block owns one channel c at a time (a grid-stride loop over channels when the grid is
+persistent) and its T threads walk the channel's A*B elements as one flat index, VEC
+consecutive b at a time (vector loads and stores along the contiguous B), so that every warp
+reads contiguous runs of B. Each reduction level is one pass over the channel (mean, then the
+mean-shifted variance), re-reading it from global memory: while the blocks in flight hold less
+than L2, the later passes hit L2. Partial results are combined with warp shuffles or a
+shared-memory tree.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ...ir.plan import CHAN_REDUCE, KernelPlan
+from .. import codegen as cg
+from ..slots import Launch, Rendered, Slot, Target
+from .base import Code, Template, block_combine, pow2_ceil, smem_for_combine
+from .rowcommon import make_passes, operand_roles, pass_roots, row_values_after
+
+
+def _runs(plan: KernelPlan) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """(leading reduced dims, kept dims, trailing reduced dims) of F."""
+    rank, red = len(plan.full_shape), set(plan.reduce_dims)
+    kept = tuple(d for d in range(rank) if d not in red)
+    return tuple(range(kept[0])), kept, tuple(range(kept[-1] + 1, rank))
+
+
+def _sizes(plan: KernelPlan) -> tuple[int, int, int]:
+    lead, kept, trail = _runs(plan)
+    F = plan.full_shape
+    return (math.prod(F[d] for d in lead), math.prod(F[d] for d in kept),
+            math.prod(F[d] for d in trail))
+
+
+def _has_fast_ops(plan: KernelPlan) -> bool:
+    return plan.cached("fast_ops", lambda: plan.uses_transcendental() or any(
+        n.op == "div" for n in plan.graph.live()))
+
+
+def _vector_ok(plan: KernelPlan, vec: int) -> bool:
+    """Every operand varying along the reduced dims reads VEC consecutive b with one load, or
+    is constant over them."""
+    def check() -> bool:
+        _, _, trail = _runs(plan)
+        grp = cg.Group("v", trail)
+        for k in plan.operands:
+            nid = cg.operand_node(plan, k)
+            if cg.varies_along(plan, nid, plan.reduce_dims) and not (
+                    cg.is_unit_stride(plan, nid, grp, vec) or cg.is_splat(plan, nid, grp, vec)):
+                return False
+        return True
+    return plan.cached(("chan_vector_ok", vec), check)
+
+
+def _wave(threads: int, target: Target) -> int:
+    return target.sm_count * max(1, min(target.max_blocks_per_sm,
+                                        target.max_threads_per_sm // threads))
+
+
+class ChanTemplate(Template):
+    name = "chan"
+
+    def applies(self, plan: KernelPlan) -> bool:
+        # arg-reductions have no meaning over non-adjacent dims (torch's take one dim)
+        return plan.kind == CHAN_REDUCE and not any(
+            plan.graph[n].attr("kind") in ("argmax", "argmin") for lv in plan.levels for n in lv)
+
+    def slots(self, plan: KernelPlan, target: Target) -> list[Slot]:
+        return [
+            Slot("config.block", (32, 64, 128, 256, 512, 1024), "threads per channel"),
+            Slot("config.grid", ("exact", "persistent"),
+                 "a block per channel, or one wave looping over channels"),
+            Slot("memory.vec", (1, 2, 4), "elements per load/store along the trailing dims"),
+            Slot("memory.load", ("default", "ldg", "stream"), "load cache hint"),
+            Slot("memory.store", ("default", "stream"),
+                 "store cache hint for full outputs (streaming: evict first)"),
+            Slot("compute.unroll", (1, 2, 4), "unroll of the loop over a channel's elements"),
+            Slot("compute.fastmath", (0, 1), "hardware approximations of exp/log/div"),
+            Slot("reduction.combine", ("shfl", "smem_tree"),
+                 "combine within a block: warp shuffles or shared-memory tree"),
+        ]
+
+    # -- validity ------------------------------------------------------------------------------
+    def canonical(self, plan: KernelPlan, cfg: dict[str, Any]) -> dict[str, Any]:
+        cfg = dict(cfg)
+        A, C, B = _sizes(plan)
+        if not _has_fast_ops(plan):
+            cfg["compute.fastmath"] = 0
+        if plan.output_is_row:
+            cfg["memory.store"] = "default"  # one value per channel: no stream to hint
+        if -(-A * B // (cfg["config.block"] * cfg["memory.vec"])) <= 1:
+            cfg["compute.unroll"] = 1  # one trip per thread: nothing to unroll
+        if C <= _wave(cfg["config.block"], Target()):
+            cfg["config.grid"] = "exact"
+        return cfg
+
+    def check(self, plan: KernelPlan, cfg: dict[str, Any], target: Target) -> str | None:
+        A, C, B = _sizes(plan)
+        T, vec = cfg["config.block"], cfg["memory.vec"]
+        if T > 32 and T > 2 * pow2_ceil(-(-A * B // vec)):
+            return "more threads per channel than vectors in it"
+        if vec > 1:
+            if B % vec:
+                return f"vector width {vec} does not divide the trailing extent {B}"
+            if not _vector_ok(plan, vec):
+                return "an operand cannot be read in vectors along the trailing dims"
+        return None
+
+    def default(self, plan: KernelPlan, target: Target) -> dict[str, Any]:
+        # a block of 256 per channel, scalar loads, a shared-memory tree: the textbook kernel
+        return {"config.block": 256, "config.grid": "exact", "memory.vec": 1,
+                "memory.load": "default", "memory.store": "default", "compute.unroll": 1,
+                "compute.fastmath": 0, "reduction.combine": "smem_tree"}
+
+    # -- code ----------------------------------------------------------------------------------
+    def render(self, plan: KernelPlan, cfg: dict[str, Any], target: Target) -> Rendered:
+        T, vec = cfg["config.block"], cfg["memory.vec"]
+        A, C, B = _sizes(plan)
+        lead, kept, trail = _runs(plan)
+        NV = A * B // vec if B % vec == 0 else -1
+        assert NV >= 0, "check() rejects vector widths not dividing B"
+        hint = cg.HINTS[cfg["memory.load"]]
+        fast = bool(cfg["compute.fastmath"])
+        # 32-bit index arithmetic where every offset fits (divisions by constants are cheaper)
+        idx_t = "int" if plan.numel < 2 ** 31 else "long long"
+        passes = make_passes(plan, False)
+        roles = operand_roles(plan, passes)
+        op_index = {nid: k for k, nid in roles.full + roles.row}
+        all_red = [r for p in passes for r in p.reducers]
+        n_red, _ = smem_for_combine(all_red, T, 1, cfg["reduction.combine"])
+        grid = C if cfg["config.grid"] == "exact" else min(C, _wave(T, target))
+        groups = [cg.Group("a", lead), cg.Group("o", kept), cg.Group("b", trail)]
+
+        c = Code()
+        c(cg.PRELUDE)
+        c.open(f'extern "C" __global__ void __launch_bounds__({T}) '
+               f"ca_chan({cg.kernel_params(plan)})")
+        c(f"typedef {idx_t} idx_t;", "const int lane = threadIdx.x;", "const int grp = 0;")
+        if n_red:
+            c(f"__shared__ float ca_red[{n_red}];")
+        c.open(f"for (idx_t o = blockIdx.x; o < {C}; o += gridDim.x)")
+        row_bound: dict[int, str] = {}
+        for k, nid in roles.row:  # per-channel operands (weights): read once per channel
+            off = cg.offset_expr(plan, nid, [groups[1]])
+            c(f"const float w{k} = ca_ld<{hint}>(in{k} + ({off}));")
+            row_bound[nid] = f"w{k}"
+        done: set[int] = set()
+        for pi, p in enumerate(passes):
+            c(f"// pass {pi + 1}: " + ("output" if p.writes_output else
+                                       "reduce " + ", ".join(f"%{r.nid}:{r.kind}"
+                                                             for r in p.reducers)))
+            for r in p.reducers:
+                c(*r.declare())
+            c(f"#pragma unroll {cfg['compute.unroll']}")
+            c.open(f"for (idx_t j = lane; j < {NV}; j += {T})")
+            c(f"const idx_t e = j * {vec};", f"const idx_t a = e / {B};",
+              f"const idx_t b = e % {B};")
+            lanes: dict[int, list[str]] = {}
+            for nid in sorted(roles.per_pass[pi]):
+                k = op_index[nid]
+                off = cg.offset_expr(plan, nid, groups)
+                if vec > 1 and cg.is_unit_stride(plan, nid, groups[2], vec):
+                    c(f"const {cg.vec_type(vec)} x{k} = "
+                      f"{cg.vec_load(f'in{k} + ({off})', vec, hint)};")
+                    lanes[nid] = [cg.vec_get(f"x{k}", vec, l) for l in range(vec)]
+                else:  # scalar, or constant over the vector (check() masks gathers)
+                    c(f"const float x{k} = ca_ld<{hint}>(in{k} + ({off}));")
+                    lanes[nid] = [f"x{k}"] * vec
+            out_vals = []
+            for l in range(vec):
+                bound = dict(row_bound)
+                bound.update({nid: vals[l] for nid, vals in lanes.items()})
+                stmts, names = cg.emit_values(plan, pass_roots(plan, p), bound, fast,
+                                              suffix=f"_{l}")
+                c(*stmts)
+                if p.writes_output:
+                    out_vals.append(names[plan.output])
+                for r in p.reducers:
+                    c(r.update(names[plan.graph[r.nid].args[0]]))
+            if p.writes_output:
+                c(cg.vec_store(f"out + (a * {C * B} + o * {B} + b)", out_vals,
+                               cg.STORE_HINTS[cfg["memory.store"]]))
+            c.close()  # for j
+            if p.reducers:
+                block_combine(c, p.reducers, T, 1, cfg["reduction.combine"])
+                for r in p.reducers:
+                    c(f"const float s{r.nid} = {r.result()};")
+                    row_bound[r.nid] = f"s{r.nid}"
+                    done.add(r.nid)
+            new_rows = [n for n in row_values_after(plan, done) if n not in row_bound]
+            if new_rows:
+                stmts, names = cg.emit_values(plan, new_rows, dict(row_bound), fast, suffix="r")
+                c(*stmts)
+                for n in new_rows:
+                    row_bound[n] = names[n]
+        if plan.output_is_row:
+            c.open("if (lane == 0)")
+            c(f"out[o] = {row_bound[plan.output]};")
+            c.close()
+        c.close()  # channel loop
+        c.close()  # kernel
+        reads = sum(1 for s in roles.per_pass if s)
+        facts = (("family", "chan"), ("threads", T), ("blocks", grid), ("vec", vec),
+                 ("passes", len(passes)), ("reads_per_elem", float(max(1, reads))),
+                 ("fast", int(fast)), ("combine", cfg["reduction.combine"]), ("tpr", T),
+                 ("rows", C), ("row_len", A * B))
+        return Rendered(c.text(), (Launch("ca_chan", (grid, 1, 1), (T, 1, 1)),), facts=facts)

@@ -1,0 +1,503 @@
+"""Matrix products in strict fp32: a tiled SIMT GEMM with the epilogue fused.
+
+Each block computes a BM x BN tile of C, stepping through K in slices of BK that are staged in
+shared memory (A stored k-major, so a thread reads its TM rows of a slice with vector loads);
+each thread accumulates a TM x TN sub-tile in registers as outer products. The slots:
+
+* config: the block tile (BM, BN), which with the thread tile fixes the threads per block; the
+  block raster (groups of row tiles walked together so that neighbouring blocks share A and B
+  tiles in L2);
+* memory: the K slice, vector width of the global loads of A and B (16 bytes along whichever of
+  their dims is contiguous, so transposed operands are read in place), single or double
+  buffering (the next slice is loaded into registers while the current one is multiplied),
+  padding of the transposed shared-memory stores (bank conflicts), and the thread-tile layout
+  (contiguous, or split in two halves BM/2 apart, which spreads a warp's shared-memory reads
+  over all banks);
+* compute: the thread tile (TM, TN) and the index width;
+* reduction: split-K. Several blocks share one output tile, each summing part of K into a
+  workspace; a second kernel adds the parts in a fixed order and applies the epilogue. It pays
+  when M x N has too few tiles to fill the GPU.
+
+Accumulation is fp32 FMA throughout (no TF32), so results match torch's strict fp32 matmul to
+the verifier's tolerance. Outputs that a triangular mask fixes to zero (torch.triu/tril of the
+product) are written without computing their tiles; inputs are never assumed triangular.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...ir.gemm import GemmInfo
+from ...ir.plan import KernelPlan
+from .. import codegen as cg
+from ..slots import Launch, Rendered, Slot, Target
+from .base import Code, Template
+
+MAX_THREADS = 512
+MIN_THREADS = 64
+
+
+def _info(plan: KernelPlan) -> GemmInfo:
+    return plan.info
+
+
+def _along(strides: tuple[int, int, int], first: str, second: str) -> str:
+    """The dim an operand's global loads run along: its unit-stride one (k when neither is)."""
+    _, s_first, s_second = strides
+    if s_second == 1:
+        return second
+    if s_first == 1:
+        return first
+    return "k"
+
+
+def _a_along(g: GemmInfo) -> str:
+    return _along(g.a_strides, "m", "k")
+
+
+def _b_along(g: GemmInfo) -> str:
+    return _along(g.b_strides, "k", "n")
+
+
+def _vec_ok(g: GemmInfo, operand: str, vec: int) -> bool:
+    """16-byte loads need a unit-stride dim whose size and every other stride are multiples
+    of the vector (each vector then lies wholly inside or outside the matrix, aligned)."""
+    if vec == 1:
+        return True
+    if operand == "a":
+        along, strides, size = _a_along(g), g.a_strides, {"m": g.M, "k": g.K}
+        unit = strides[1] if along == "m" else strides[2]
+    else:
+        along, strides, size = _b_along(g), g.b_strides, {"k": g.K, "n": g.N}
+        unit = strides[1] if along == "k" else strides[2]
+    return unit == 1 and size[along] % vec == 0 and all(s % vec == 0 for s in strides if s != 1)
+
+
+def _max_offset(g: GemmInfo, plan: KernelPlan) -> int:
+    a = g.batch * g.a_strides[0] + g.M * g.a_strides[1] + g.K * g.a_strides[2]
+    b = g.batch * g.b_strides[0] + g.K * g.b_strides[1] + g.N * g.b_strides[2]
+    return max(a, b, plan.numel)
+
+
+class GemmTemplate(Template):
+    name = "gemm"
+    version = "1"
+
+    def applies(self, plan: KernelPlan) -> bool:
+        return plan.kind == "gemm"
+
+    def slots(self, plan: KernelPlan, target: Target) -> list[Slot]:
+        return [
+            Slot("config.bm", (32, 64, 128, 256), "rows of C per block"),
+            Slot("config.bn", (32, 64, 128, 256), "columns of C per block"),
+            Slot("config.raster", (1, 8), "row tiles walked together (L2 reuse of B tiles)"),
+            Slot("config.warp", ("row", "4x8"), "lanes of a warp over the block tile: along "
+                                                "one row of thread tiles, or 4 x 8 of them "
+                                                "(fewer distinct shared-memory reads)"),
+            Slot("memory.bk", (8, 16, 32), "K slice staged in shared memory per step"),
+            Slot("memory.vec_a", (1, 4), "elements per global load of A"),
+            Slot("memory.vec_b", (1, 4), "elements per global load of B"),
+            Slot("memory.stages", (1, 2), "shared-memory buffers (2: load the next slice "
+                                          "while multiplying this one)"),
+            Slot("memory.pad", (0, 4), "padding of transposed shared-memory rows"),
+            Slot("memory.frag", ("contig", "split"), "thread-tile layout in the block tile"),
+            Slot("compute.tm", (4, 8), "rows of C per thread"),
+            Slot("compute.tn", (4, 8), "columns of C per thread"),
+            Slot("compute.index", ("i32", "i64"), "index arithmetic width"),
+            Slot("reduction.split", (1, 2, 4, 8), "blocks sharing one tile's K (split-K)"),
+        ]
+
+    def canonical(self, plan: KernelPlan, cfg: dict[str, Any]) -> dict[str, Any]:
+        g = _info(plan)
+        cfg = dict(cfg)
+        if cfg["compute.tm"] != 8 and cfg["compute.tn"] != 8:
+            cfg["memory.frag"] = "contig"
+        if _a_along(g) != "k" and _b_along(g) != "k":
+            cfg["memory.pad"] = 0  # nothing is stored transposed
+        if (cfg["config.bn"] // cfg["compute.tn"]) % 8 or (cfg["config.bm"] //
+                                                          cfg["compute.tm"]) % 4:
+            cfg["config.warp"] = "row"
+        elif cfg["config.bn"] // cfg["compute.tn"] == 8:
+            cfg["config.warp"] = "4x8"  # one row of thread tiles is 8 lanes: the same layout
+        tiles_m = -(-g.M // cfg["config.bm"])
+        tiles_n = -(-g.N // cfg["config.bn"])
+        if tiles_m <= 1 or tiles_n <= 1:
+            cfg["config.raster"] = 1
+        return cfg
+
+    def check(self, plan: KernelPlan, cfg: dict[str, Any], target: Target) -> str | None:
+        g = _info(plan)
+        bm, bn, bk = cfg["config.bm"], cfg["config.bn"], cfg["memory.bk"]
+        tm, tn, split = cfg["compute.tm"], cfg["compute.tn"], cfg["reduction.split"]
+        threads = (bm // tm) * (bn // tn)
+        if not MIN_THREADS <= threads <= MAX_THREADS:
+            return f"{threads} threads per block"
+        if bm > max(32, 2 * g.M) or bn > max(32, 2 * g.N):
+            return "block tile far larger than the matrix"
+        for operand, vec, rows in (("a", cfg["memory.vec_a"], bm), ("b", cfg["memory.vec_b"], bn)):
+            if not _vec_ok(g, operand, vec):
+                return f"vector loads of {operand.upper()} are not aligned here"
+            if (rows * bk // vec) % threads:
+                return f"the {operand.upper()} tile does not split evenly over the threads"
+        prefetch = (bm + bn) * bk // threads
+        if tm * tn + prefetch > 128:
+            return "accumulators and prefetch registers exceed the register budget"
+        if _smem_bytes(cfg) > target.max_smem_per_block:
+            return "shared memory per block exceeds the limit"
+        k_tiles = -(-g.K // bk)
+        if split > 1 and (k_tiles < 2 * split or g.batch * split > 65535):
+            return "split-K with fewer than two K slices per split"
+        if split > 1 and g.batch * split * g.M * g.N * 4 > 2**33:
+            return "split-K workspace over 8 GB"
+        if cfg["compute.index"] == "i32" and _max_offset(g, plan) * split >= 2**31 - 2**20:
+            return "i32 indexing overflows for this size"
+        if g.batch > 65535:
+            return "batch exceeds the grid"
+        return None
+
+    def default(self, plan: KernelPlan, target: Target) -> dict[str, Any]:
+        return {"config.bm": 64, "config.bn": 64, "config.raster": 1, "config.warp": "row",
+                "memory.bk": 8,
+                "memory.vec_a": 1, "memory.vec_b": 1, "memory.stages": 1, "memory.pad": 0,
+                "memory.frag": "contig", "compute.tm": 4, "compute.tn": 4,
+                "compute.index": "i64", "reduction.split": 1}
+
+    def render(self, plan: KernelPlan, cfg: dict[str, Any], target: Target) -> Rendered:
+        return _GemmWriter(plan, cfg).render()
+
+
+def _lds(cfg: dict[str, Any]) -> tuple[int, int]:
+    """Leading dims of the shared A (k-major, BM wide) and B (BN wide) slices."""
+    return cfg["config.bm"] + cfg["memory.pad"], cfg["config.bn"] + cfg["memory.pad"]
+
+
+def _smem_bytes(cfg: dict[str, Any]) -> int:
+    lda, ldb = _lds(cfg)
+    return 4 * cfg["memory.stages"] * cfg["memory.bk"] * (lda + ldb)
+
+
+class _GemmWriter:
+    """Renders one configuration (the slot values as attributes, then one method per part)."""
+
+    def __init__(self, plan: KernelPlan, cfg: dict[str, Any]) -> None:
+        self.plan, self.g = plan, _info(plan)
+        self.BM, self.BN, self.BK = cfg["config.bm"], cfg["config.bn"], cfg["memory.bk"]
+        self.TM, self.TN = cfg["compute.tm"], cfg["compute.tn"]
+        self.AV, self.BV = cfg["memory.vec_a"], cfg["memory.vec_b"]
+        self.ST, self.raster = cfg["memory.stages"], cfg["config.raster"]
+        self.warp = cfg["config.warp"]
+        self.split_frag = cfg["memory.frag"] == "split"
+        self.SPLIT = cfg["reduction.split"]
+        self.idx_t = "int" if cfg["compute.index"] == "i32" else "long long"
+        self.LDA, self.LDB = _lds(cfg)
+        self.NT = (self.BM // self.TM) * (self.BN // self.TN)
+        self.smem = _smem_bytes(cfg)
+        g = self.g
+        self.tiles_m, self.tiles_n = -(-g.M // self.BM), -(-g.N // self.BN)
+        k_tiles = -(-g.K // self.BK)
+        self.KC = -(-k_tiles // self.SPLIT) * self.BK  # K per split, whole slices
+
+    # -- layout of the thread tile ------------------------------------------------------------
+    def row(self, i: int) -> str:
+        if self.split_frag and self.TM == 8:
+            return f"ty * 4 + {i}" if i < 4 else f"{self.BM // 2} + ty * 4 + {i - 4}"
+        return f"ty * {self.TM} + {i}"
+
+    def col(self, j: int) -> str:
+        if self.split_frag and self.TN == 8:
+            return f"tx * 4 + {j}" if j < 4 else f"{self.BN // 2} + tx * 4 + {j - 4}"
+        return f"tx * {self.TN} + {j}"
+
+    # -- global -> registers -> shared ---------------------------------------------------------
+    def tile_loads(self, c: Code, k0: str) -> None:
+        """Load the K slice starting at `k0` into the prefetch registers ra_/rb_."""
+        g = self.g
+        for name, along, vec, rows, strides, lim_rows in (
+                ("a", _a_along(g), self.AV, self.BM, g.a_strides, "M"),
+                ("b", _b_along(g), self.BV, self.BN, g.b_strides, "N")):
+            for j, (r, kk) in enumerate(self._vectors(name, along, vec, rows)):
+                grow = f"{'m0' if name == 'a' else 'n0'} + {r}"
+                gk = f"{k0} + {kk}"
+                if name == "a":
+                    off = f"(idx_t)({grow}) * {strides[1]} + (idx_t)({gk}) * {strides[2]}"
+                else:
+                    off = f"(idx_t)({gk}) * {strides[1]} + (idx_t)({grow}) * {strides[2]}"
+                guard = f"({grow}) < {getattr(g, lim_rows)} && ({gk}) < kend"
+                reg = f"r{name}_{j}"
+                if vec == 4:
+                    c(f"{reg} = ({guard}) ? __ldg(reinterpret_cast<const float4*>("
+                      f"{name.upper()}g + {off})) : make_float4(0.f, 0.f, 0.f, 0.f);")
+                else:
+                    c(f"{reg} = ({guard}) ? __ldg({name.upper()}g + {off}) : 0.f;")
+
+    def _vectors(self, name: str, along: str, vec: int, rows: int) -> list[tuple[str, str]]:
+        """(row-in-tile, k-in-slice) C expressions of each vector this thread loads."""
+        out = []
+        total = rows * self.BK // vec
+        row_dim = "m" if name == "a" else "n"
+        for j in range(total // self.NT):
+            idx = f"(tid + {j * self.NT})"
+            if along == row_dim:  # vectors run along the tile's rows
+                per = rows // vec
+                out.append((f"({idx} % {per}) * {vec}", f"({idx} / {per})"))
+            else:  # vectors run along k
+                per = self.BK // vec
+                out.append((f"({idx} / {per})", f"({idx} % {per}) * {vec}"))
+        return out
+
+    def tile_stores(self, c: Code, buf: str) -> None:
+        g = self.g
+        for name, along, vec, rows, ld in (("a", _a_along(g), self.AV, self.BM, self.LDA),
+                                           ("b", _b_along(g), self.BV, self.BN, self.LDB)):
+            base = f"({name.upper()}s + ({buf}) * {self.BK * ld})"
+            row_dim = "m" if name == "a" else "n"
+            for j, (r, kk) in enumerate(self._vectors(name, along, vec, rows)):
+                reg = f"r{name}_{j}"
+                if along == row_dim and vec == 4:
+                    c(f"*reinterpret_cast<float4*>({base} + ({kk}) * {ld} + {r}) = {reg};")
+                elif vec == 4:
+                    for q, comp in enumerate("xyzw"):
+                        c(f"{base}[(({kk}) + {q}) * {ld} + {r}] = {reg}.{comp};")
+                else:
+                    c(f"{base}[({kk}) * {ld} + {r}] = {reg};")
+
+    def declare_prefetch(self, c: Code) -> None:
+        g = self.g
+        for name, along, vec, rows in (("a", _a_along(g), self.AV, self.BM),
+                                       ("b", _b_along(g), self.BV, self.BN)):
+            n = len(self._vectors(name, along, vec, rows))
+            ctype = "float4" if vec == 4 else "float"
+            c(f"{ctype} " + ", ".join(f"r{name}_{j}" for j in range(n)) + ";")
+
+    # -- the multiply ---------------------------------------------------------------------------
+    def fragment(self, c: Code, name: str, buf: str) -> None:
+        """Read this thread's TM values of A (TN of B) at slice row kk into registers."""
+        count, ld, base_idx = (self.TM, self.LDA, "ty") if name == "a" else \
+            (self.TN, self.LDB, "tx")
+        half = (self.BM if name == "a" else self.BN) // 2
+        ptr = f"{name.upper()}s + ({buf}) * {self.BK * ld} + kk * {ld}"
+        regs = f"f{name}"
+        c(f"float {regs}[{count}];")
+        if self.split_frag and count == 8:
+            starts = [f"{base_idx} * 4", f"{half} + {base_idx} * 4"]
+        else:
+            starts = [f"{base_idx} * {count} + {4 * q}" for q in range(count // 4)]
+        for q, start in enumerate(starts):
+            c(f"{{ const float4 t_ = *reinterpret_cast<const float4*>({ptr} + {start}); "
+              f"{regs}[{4 * q}] = t_.x; {regs}[{4 * q + 1}] = t_.y; {regs}[{4 * q + 2}] = t_.z; "
+              f"{regs}[{4 * q + 3}] = t_.w; }}")
+
+    def multiply(self, c: Code, buf: str) -> None:
+        c("#pragma unroll")
+        c.open(f"for (int kk = 0; kk < {self.BK}; ++kk)")
+        self.fragment(c, "a", buf)
+        self.fragment(c, "b", buf)
+        c("#pragma unroll")
+        c.open(f"for (int i = 0; i < {self.TM}; ++i)")
+        c("#pragma unroll")
+        c.open(f"for (int j = 0; j < {self.TN}; ++j)")
+        c("acc[i][j] = fmaf(fa[i], fb[j], acc[i][j]);")
+        c.close().close().close()
+
+    # -- epilogue -------------------------------------------------------------------------------
+    def epilogue_value(self, c: Code, value: str, fl: str, row: str, col: str, tag: str
+                       ) -> str:
+        """C name of the output value at flat index `fl` (row `row`, column `col` of C)."""
+        plan, g = self.plan, self.g
+        grp = cg.Group(fl, tuple(range(len(plan.full_shape))))
+        bound: dict[int, str] = {plan.anchor: value}
+        for n in plan.live_nodes():
+            if n.op == "input":
+                off = cg.offset_expr(plan, n.id, [grp])
+                bound[n.id] = f"__ldg(in{n.attr('index')} + ({off}))"
+            elif n.op == "tri_mask":
+                r = row if g.rows_per_matrix == g.M else f"(({row}) % {g.rows_per_matrix})"
+                d = int(n.attr("diagonal"))
+                cmp = ">=" if n.attr("upper") else "<="
+                bound[n.id] = f"((idx_t)({col}) - (idx_t)({r}) {cmp} {d})"
+        stmts, names = cg.emit_values(plan, [plan.output], bound, False, suffix=tag)
+        c(*stmts)
+        return names[plan.output]
+
+    def store_tile(self, c: Code, partial: bool) -> None:
+        """Write the accumulators: to the output through the epilogue, or raw to the split-K
+        workspace."""
+        g = self.g
+        vec_ok = g.N % 4 == 0
+        groups = [list(range(q, q + 4)) for q in range(0, self.TN, 4)]
+        c("#pragma unroll")
+        c.open(f"for (int i = 0; i < {self.TM}; ++i)")
+        rows = [self.row(i) for i in range(self.TM)]
+        if self.split_frag and self.TM == 8:
+            c(f"const int gm = m0 + (i < 4 ? ty * 4 + i : {self.BM // 2} + ty * 4 + i - 4);")
+        else:
+            c(f"const int gm = m0 + ty * {self.TM} + i;")
+        del rows
+        c.open(f"if (gm < {g.M})")
+        c(f"const idx_t rowbase = ((idx_t)bat * {g.M} + gm) * {g.N};")
+        for grp in groups:
+            gn0 = f"n0 + {self.col(grp[0])}"
+            c.open("")
+            c(f"const int gn = {gn0};")
+            if partial:
+                dst = "(part + rowbase + gn)"
+                vals = [f"acc[i][{j}]" for j in grp]
+            else:
+                dst = "(out + rowbase + gn)"
+                vals = []
+            if vec_ok:
+                c.open(f"if (gn < {g.N})")
+                if not partial:
+                    for q, j in enumerate(grp):
+                        vals.append(self.epilogue_value(c, f"acc[i][{j}]", f"(rowbase + gn + {q})",
+                                                        "gm", f"(gn + {q})", f"_{q}"))
+                c(cg.vec_store(dst, vals, 0))
+                c.close()
+            else:
+                for q, j in enumerate(grp):
+                    c.open(f"if (gn + {q} < {g.N})")
+                    if partial:
+                        c(f"{dst}[{q}] = acc[i][{j}];")
+                    else:
+                        v = self.epilogue_value(c, f"acc[i][{j}]", f"(rowbase + gn + {q})", "gm",
+                                                f"(gn + {q})", f"_{q}")
+                        c(f"out[rowbase + gn + {q}] = {v};")
+                    c.close()
+            c.close()
+        c.close().close()
+
+    def zero_tile_test(self) -> str | None:
+        """Condition under which this block's whole tile is fixed to zero by a triangle mask."""
+        g = self.g
+        if g.zero_outside is None or (g.rows_per_matrix != g.M and
+                                      g.rows_per_matrix % self.BM):
+            return None
+        side, d = g.zero_outside
+        r0 = "m0" if g.rows_per_matrix == g.M else f"(m0 % {g.rows_per_matrix})"
+        if side == "upper":  # kept where col - row >= d
+            return f"(n0 + {self.BN - 1}) - {r0} < {d}"
+        return f"n0 - ({r0} + {self.BM - 1}) > {d}"
+
+    # -- kernels --------------------------------------------------------------------------------
+    def main_kernel(self, c: Code) -> Launch:
+        g = self.g
+        c.open(f'extern "C" __global__ void __launch_bounds__({self.NT}) '
+               f"ca_gemm({cg.kernel_params(self.plan)})")
+        c(f"typedef {self.idx_t} idx_t;",
+          "extern __shared__ __align__(16) float ca_smem[];",
+          "float* As = ca_smem;",
+          f"float* Bs = ca_smem + {self.ST * self.BK * self.LDA};",
+          f"const float* __restrict__ Ag = in{g.a} + (idx_t)blockIdx.y * {g.a_strides[0]};",
+          f"const float* __restrict__ Bg = in{g.b} + (idx_t)blockIdx.y * {g.b_strides[0]};",
+          "const int bat = blockIdx.y;",
+          "const int tid = threadIdx.x;")
+        wn = self.BN // self.TN  # thread tiles along n
+        if self.warp == "4x8":
+            c(f"const int warp_ = tid >> 5, lane_ = tid & 31;",
+              f"const int tx = (warp_ % {wn // 8}) * 8 + (lane_ & 7);",
+              f"const int ty = (warp_ / {wn // 8}) * 4 + (lane_ >> 3);")
+        else:
+            c(f"const int tx = tid % {wn}, ty = tid / {wn};")
+        if self.raster > 1:
+            width = self.raster * self.tiles_n
+            c(f"const int pid = blockIdx.x, grp_ = pid / {width};",
+              f"const int first_ = grp_ * {self.raster};",
+              f"const int gsz_ = min({self.tiles_m} - first_, {self.raster});",
+              f"const int m0 = (first_ + (pid % {width}) % gsz_) * {self.BM};",
+              f"const int n0 = ((pid % {width}) / gsz_) * {self.BN};")
+        else:
+            c(f"const int m0 = (blockIdx.x / {self.tiles_n}) * {self.BM};",
+              f"const int n0 = (blockIdx.x % {self.tiles_n}) * {self.BN};")
+        zero = self.zero_tile_test()
+        if zero:
+            c.open(f"if ({zero})")
+            if self.SPLIT == 1:
+                c("// the mask fixes this whole tile to zero: write it, skip the product")
+                c(f"for (int e = tid; e < {self.BM * self.BN}; e += {self.NT}) {{",
+                  f"  const int gm = m0 + e / {self.BN}, gn = n0 + e % {self.BN};",
+                  f"  if (gm < {g.M} && gn < {g.N}) out[((idx_t)bat * {g.M} + gm) * {g.N} + gn]"
+                  " = 0.f;",
+                  "}")
+            c("return;")
+            c.close()
+        if self.SPLIT > 1:
+            c(f"const int kbeg = blockIdx.z * {self.KC};",
+              f"const int kend = min({g.K}, kbeg + {self.KC});")
+        else:
+            c("const int kbeg = 0;", f"const int kend = {g.K};")
+        c(f"float acc[{self.TM}][{self.TN}];",
+          "#pragma unroll",
+          f"for (int i = 0; i < {self.TM}; ++i)",
+          "#pragma unroll",
+          f"  for (int j = 0; j < {self.TN}; ++j) acc[i][j] = 0.f;")
+        self.declare_prefetch(c)
+        c(f"const int ntiles = (kend - kbeg + {self.BK - 1}) / {self.BK};")
+        self.tile_loads(c, "kbeg")
+        self.tile_stores(c, "0")
+        c("__syncthreads();")
+        c.open("for (int t = 0; t < ntiles; ++t)")
+        if self.ST == 2:
+            c("const int cur = t & 1;")
+            c.open("if (t + 1 < ntiles)")
+            self.tile_loads(c, f"kbeg + (t + 1) * {self.BK}")
+            c.close()
+            self.multiply(c, "cur")
+            c.open("if (t + 1 < ntiles)")
+            self.tile_stores(c, "cur ^ 1")
+            c.close()
+            c("__syncthreads();")
+        else:
+            self.multiply(c, "0")
+            c("__syncthreads();")
+            c.open("if (t + 1 < ntiles)")
+            self.tile_loads(c, f"kbeg + (t + 1) * {self.BK}")
+            self.tile_stores(c, "0")
+            c.close()
+            c("__syncthreads();")
+        c.close()
+        if self.SPLIT > 1:
+            c(f"float* part = reinterpret_cast<float*>(ws) + "
+              f"(idx_t)blockIdx.z * {g.batch * g.M * g.N};")
+        self.store_tile(c, partial=self.SPLIT > 1)
+        c.close()
+        return Launch("ca_gemm", (self.tiles_m * self.tiles_n, g.batch, self.SPLIT),
+                      (self.NT, 1, 1), self.smem)
+
+    def sum_kernel(self, c: Code) -> Launch:
+        """Split-K: add the parts in a fixed order (deterministic), then the epilogue."""
+        g = self.g
+        total = g.batch * g.M * g.N
+        threads = 256
+        c.open(f'extern "C" __global__ void __launch_bounds__({threads}) '
+               f"ca_gemm_sum({cg.kernel_params(self.plan)})")
+        c(f"typedef {self.idx_t} idx_t;",
+          f"const idx_t f = (idx_t)blockIdx.x * {threads} + threadIdx.x;",
+          f"if (f >= {total}) return;",
+          "const float* part = reinterpret_cast<const float*>(ws);",
+          "float s = part[f];")
+        for k in range(1, self.SPLIT):
+            c(f"s += part[{k * total} + f];")
+        c(f"const idx_t gm = (f / {g.N}) % {g.M};", f"const idx_t gn = f % {g.N};")
+        v = self.epilogue_value(c, "s", "f", "gm", "gn", "_s")
+        c(f"out[f] = {v};")
+        c.close()
+        return Launch("ca_gemm_sum", (-(-total // threads), 1, 1), (threads, 1, 1))
+
+    def render(self) -> Rendered:
+        c = Code()
+        c(cg.PRELUDE)
+        launches = [self.main_kernel(c)]
+        ws = 0
+        if self.SPLIT > 1:
+            launches.append(self.sum_kernel(c))
+            ws = self.SPLIT * self.g.batch * self.g.M * self.g.N * 4
+        g = self.g
+        facts = (("family", "gemm"), ("threads", self.NT), ("blocks", launches[0].blocks),
+                 ("bm", self.BM), ("bn", self.BN), ("bk", self.BK), ("tm", self.TM),
+                 ("tn", self.TN), ("stages", self.ST), ("vec_a", self.AV), ("vec_b", self.BV),
+                 ("split", self.SPLIT), ("frag", "split" if self.split_frag else "contig"),
+                 ("pad", self.LDA - self.BM), ("raster", self.raster), ("warp", self.warp), ("M", g.M), ("N", g.N),
+                 ("K", g.K), ("batch", g.batch), ("smem", self.smem),
+                 ("a_along", _a_along(g)), ("b_along", _b_along(g)),
+                 ("skips_zero_tiles", int(self.zero_tile_test() is not None)))
+        return Rendered(c.text(), tuple(launches), workspace_bytes=ws, facts=facts)

@@ -1,0 +1,129 @@
+"""Run a rendered candidate on the CPU: a tiny CUDA emulator for tests without a GPU.
+
+The kernel source is compiled as C++20 with a shim that maps CUDA's vocabulary onto the host:
+one std::thread per CUDA thread of a block (blocks run one after another), `__syncthreads` a
+block-wide std::barrier, warp shuffles an exchange through a per-warp slot array between two
+warp barriers, `__shared__` a function-static (shared by the block's threads). It is slow and
+only fit for small shapes, but it executes the generated code itself, so indexing, guards,
+barriers and scan order are checked against torch on a machine without a GPU.
+
+Limits: every thread of a warp must reach each shuffle (true of the templates' warp-uniform
+code); no atomics, no `__threadfence`-dependent protocols.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+SHIM = r"""
+#include <barrier>
+#include <cmath>
+#include <cstring>
+#include <thread>
+#include <vector>
+#include <algorithm>
+using std::min; using std::max;
+struct dim3_ { unsigned x, y, z; };
+static thread_local dim3_ threadIdx, blockIdx;
+static dim3_ gridDim, blockDim;
+struct float2 { float x, y; };
+struct float4 { float x, y, z, w; };
+static inline float2 make_float2(float a, float b) { return {a, b}; }
+static inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
+template <class T> static inline T __ldg(const T* p) { return *p; }
+template <class T> static inline T __ldcs(const T* p) { return *p; }
+template <class T> static inline T __ldcg(const T* p) { return *p; }
+template <class T> static inline void __stcs(T* p, T v) { *p = v; }
+static inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
+static inline float __fdividef(float a, float b) { return a / b; }
+static std::barrier<>* ca_block_barrier;
+static std::vector<std::barrier<>*> ca_warp_barriers;
+static float ca_slots[1024];
+static inline void __syncthreads() { ca_block_barrier->arrive_and_wait(); }
+static inline float ca_exchange(float v, int src_lane, bool keep_own) {
+  const int t = threadIdx.x, w = t / 32, base = w * 32;
+  ca_slots[t] = v;
+  ca_warp_barriers[w]->arrive_and_wait();
+  const float r = keep_own ? v : ca_slots[base + src_lane];
+  ca_warp_barriers[w]->arrive_and_wait();
+  return r;
+}
+static inline float __shfl_up_sync(unsigned, float v, int d) {
+  const int lane = threadIdx.x % 32; return ca_exchange(v, lane - d, lane < d); }
+static inline float __shfl_sync(unsigned, float v, int src) { return ca_exchange(v, src, false); }
+static inline float __shfl_xor_sync(unsigned, float v, int m, int w = 32) {
+  const int lane = threadIdx.x % 32; return ca_exchange(v, lane ^ m, false); }
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __restrict__
+#define __shared__ static
+#define __launch_bounds__(...)
+#define __align__(n)
+static thread_local float* ca_dyn_smem;  // the block's dynamic shared memory
+"""
+
+
+def _launcher(params: int, launches: list[tuple[str, tuple, tuple, int]]) -> str:
+    decl = ", ".join(f"float* p{k}" for k in range(params)) + ", void* ws"
+    call = ", ".join(f"p{k}" for k in range(params)) + ", ws"
+    body = []
+    for name, grid, block, smem in launches:
+        threads = block[0]
+        assert block[1] == block[2] == 1
+        body.append(f"""
+  gridDim = {{{grid[0]}u, {grid[1]}u, {grid[2]}u}}; blockDim = {{{threads}u, 1u, 1u}};
+  for (unsigned bz = 0; bz < {grid[2]}u; ++bz)
+  for (unsigned by = 0; by < {grid[1]}u; ++by) for (unsigned bx = 0; bx < {grid[0]}u; ++bx) {{
+    std::vector<float> dyn({max(1, smem // 4)});
+    float* dyn_ptr = dyn.data();
+    std::barrier<> bar({threads});
+    ca_block_barrier = &bar;
+    std::vector<std::barrier<>*> warps;
+    for (int w = 0; w < ({threads} + 31) / 32; ++w)
+      warps.push_back(new std::barrier<>(std::min(32, {threads} - w * 32)));
+    ca_warp_barriers = warps;
+    std::vector<std::thread> pool;
+    for (unsigned t = 0; t < {threads}u; ++t)
+      pool.emplace_back([=] {{ threadIdx = {{t, 0, 0}}; blockIdx = {{bx, by, bz}};
+                              ca_dyn_smem = dyn_ptr; {name}({call}); }});
+    for (auto& th : pool) th.join();
+    for (auto* b : warps) delete b;
+  }}""")
+    return f'extern "C" void ca_run({decl}) {{' + "".join(body) + "\n}\n"
+
+
+def available() -> bool:
+    return shutil.which("g++") is not None
+
+
+def run(rendered, inputs: list[np.ndarray], out_shape: tuple[int, ...]) -> np.ndarray:
+    """Execute `rendered` (a `Rendered`) on float32 `inputs` (kernel operand order)."""
+    source = rendered.source.replace("extern __shared__ __align__(16) float ca_smem[];",
+                                     "float* ca_smem = ca_dyn_smem;")
+    src = SHIM + source.replace('extern "C"', "") + _launcher(
+        len(inputs) + 1, [(L.kernel, L.grid, L.block, L.smem) for L in rendered.launches])
+    key = hashlib.sha256(src.encode()).hexdigest()[:16]
+    work = Path(tempfile.gettempdir()) / "ca_emulator"
+    work.mkdir(exist_ok=True)
+    lib = work / f"k{key}.so"
+    if not lib.exists():
+        cpp = work / f"k{key}.cpp"
+        cpp.write_text(src)
+        subprocess.run(["g++", "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-w", "-fpermissive",
+                        "-o", str(lib), str(cpp)], check=True, capture_output=True, text=True)
+    fn = ctypes.CDLL(str(lib)).ca_run
+    arrays = [np.ascontiguousarray(x, dtype=np.float32) for x in inputs]
+    out = np.full(out_shape, np.nan, dtype=np.float32)
+    ws = np.zeros(max(1, rendered.workspace_bytes // 4), dtype=np.float32)
+    ptrs = [a.ctypes.data_as(ctypes.c_void_p) for a in arrays + [out, ws]]
+    fn.argtypes = [ctypes.c_void_p] * len(ptrs)
+    fn(*ptrs)
+    return out

@@ -1,0 +1,179 @@
+"""Matrix products: capture of every form, the strided-operand planner, the template's
+constraints, the generated code executed on the CPU emulator, and a tune on `sim`."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+
+import cpu_exec
+from helpers import Fn
+from cuda_agent.errors import UnsupportedError
+from cuda_agent.ir.capture import capture
+from cuda_agent.ir.gemm import _kept_in_triangle
+from cuda_agent.ir.plan import make_plan
+from cuda_agent.space.slots import Target
+from cuda_agent.space.space import Space
+
+
+def plan_of(f, *shapes):
+    g = capture(Fn, [f], lambda: [torch.randn(*s) for s in shapes])
+    return make_plan(g)
+
+
+class Linear(nn.Module):
+    def __init__(self, k: int, n: int, bias: bool = True) -> None:
+        super().__init__()
+        self.fc = nn.Linear(k, n, bias=bias)
+
+    def forward(self, x):
+        return torch.relu(self.fc(x))
+
+
+# -- capture and planning --------------------------------------------------------------------------
+
+def test_mm_is_one_gemm_with_row_major_strides():
+    p = plan_of(lambda a, b: a @ b, (5, 7), (7, 3))
+    g = p.info
+    assert p.family == "gemm" and (g.M, g.N, g.K, g.batch) == (5, 3, 7, 1)
+    assert g.a_strides == (0, 7, 1) and g.b_strides == (0, 3, 1)
+    assert p.flops() == 2 * 5 * 3 * 7
+
+
+def test_transposes_are_read_in_place():
+    p = plan_of(lambda a, b: a.T @ b.transpose(0, 1), (7, 5), (3, 7))
+    g = p.info
+    assert (g.M, g.N, g.K) == (5, 3, 7)
+    assert g.a_strides[1:] == (1, 5) and g.b_strides[1:] == (1, 7)
+
+
+def test_linear_reads_the_weight_transposed_and_fuses_bias_and_relu():
+    g = capture(Linear, [6, 4], lambda: [torch.randn(2, 3, 6)])
+    p = make_plan(g)
+    info = p.info
+    # the (2, 3) batch of rows over one weight is a single GEMM of 6 rows
+    assert (info.M, info.N, info.K, info.batch, info.rows_per_matrix) == (6, 4, 6, 1, 3)
+    assert info.b_strides == (0, 1, 6)
+    ops = {n.op for n in p.live_nodes()}
+    assert {"matmul", "add", "relu"} <= ops
+    assert len(p.operands) == 3  # x, weight, bias
+
+
+def test_bmm_keeps_the_batch_and_broadcast_b_has_stride_zero():
+    p = plan_of(lambda a, b: torch.bmm(a, b), (4, 5, 6), (4, 6, 3))
+    assert p.info.batch == 4 and p.info.a_strides[0] == 30 and p.info.b_strides[0] == 18
+    p = plan_of(lambda a, b: torch.matmul(a.transpose(1, 2), b), (4, 6, 5), (6, 3))
+    assert p.info.batch == 4 and p.info.b_strides[0] == 0 and p.info.a_strides[1:] == (1, 5)
+
+
+def test_vector_sides_become_reductions_and_diag_a_scaling():
+    assert plan_of(lambda a, x: a @ x, (64, 48), (48,)).family == "reduction"
+    assert plan_of(lambda a, x: a @ x, (64, 48), (48, 1)).family == "reduction"
+    assert plan_of(lambda x, a: x @ a, (1, 48), (48, 64)).family == "reduction"
+    assert plan_of(lambda v, b: torch.diag(v) @ b, (16,), (16, 8)).family == "elementwise"
+
+
+def test_addmm_scales_and_triangular_masks_are_recognised():
+    p = plan_of(lambda c, a, b: torch.addmm(c, a, b, beta=0.5, alpha=2.0), (3,), (4, 5), (5, 3))
+    assert p.family == "gemm" and len(p.operands) == 3
+    p = plan_of(lambda a, b: torch.triu(a @ b, diagonal=1), (8, 8), (8, 8))
+    assert p.info.zero_outside == ("upper", 1)
+    # the arithmetic floor counts only the kept triangle
+    assert p.flops() < 2 * 8 * 8 * 8 * 0.6
+    p = plan_of(lambda a, b: torch.tril(a @ b) * 2, (8, 8), (8, 8))
+    assert p.info.zero_outside is None  # something after the mask: tiles are computed
+
+
+def test_kept_in_triangle_counts():
+    assert _kept_in_triangle(4, 4, "upper", 0) == 10
+    assert _kept_in_triangle(4, 4, "lower", 0) == 10
+    assert _kept_in_triangle(4, 4, "upper", 1) == 6
+    assert _kept_in_triangle(3, 5, "upper", 0) == 12
+    assert _kept_in_triangle(3, 5, "lower", -5) == 0
+
+
+@pytest.mark.parametrize("f,shapes,words", [
+    (lambda a, b: torch.relu(a) @ b, [(4, 5), (5, 3)], ["relu", "operand"]),
+    (lambda a, b: (a @ b).sum(dim=1), [(4, 5), (5, 3)], ["reduction", "multi-kernel"]),
+    (lambda a, b, c: (a @ b) @ c, [(4, 5), (5, 3), (3, 2)], ["multi-kernel"]),
+])
+def test_unsupported_gemm_patterns_say_why(f, shapes, words):
+    with pytest.raises(UnsupportedError) as info:
+        plan_of(f, *shapes)
+    msg = str(info.value)
+    assert all(w in msg for w in words) and "\n" not in msg
+
+
+# -- the space ---------------------------------------------------------------------------------------
+
+def test_odd_k_forbids_vector_loads_along_k_and_default_is_valid():
+    sp = Space.for_plan(plan_of(lambda a, b: a @ b, (37, 67), (67, 45)), Target())
+    assert all(c["memory.vec_a"] == 1 for c in sp.configs)  # A runs along K = 67
+    assert any(c["memory.vec_b"] == 4 for c in sp.configs) is False  # N = 45 as well
+    assert sp.default() in sp.index and len(sp) > 500
+
+
+def test_aligned_sizes_open_the_whole_space():
+    sp = Space.for_plan(plan_of(lambda a, b: a @ b, (256, 256), (256, 256)), Target())
+    assert any(c["memory.vec_a"] == 4 and c["memory.vec_b"] == 4 for c in sp.configs)
+    assert {c["reduction.split"] for c in sp.configs} >= {1, 2}
+    for c in random.Random(0).sample(sp.configs, 50):
+        r = sp.render(c)
+        assert r.launches[0].threads <= 512 and r.launches[0].smem <= Target().max_smem_per_block
+
+
+# -- generated code, executed -------------------------------------------------------------------------
+
+EXEC_CASES = {
+    "odd_linear_bias_relu": (lambda x, w, b: torch.relu(x @ w.T + b), [(19, 13), (11, 13), (11,)]),
+    "aligned_vectors": (lambda a, b: a @ b * 0.5, [(64, 32), (32, 64)]),
+    "batched_transposed_a": (lambda a, b: torch.bmm(a.transpose(1, 2), b), [(2, 24, 20),
+                                                                            (2, 24, 36)]),
+    "triu_skips_tiles": (lambda a, b: torch.triu(a @ b), [(80, 16), (16, 80)]),
+    "split_k_residual": (lambda a, b, c: a @ b + c, [(8, 256), (256, 12), (8, 12)]),
+}
+
+
+@pytest.mark.skipif(not cpu_exec.available(), reason="needs g++ for the CPU emulator")
+@pytest.mark.parametrize("name", sorted(EXEC_CASES))
+def test_generated_gemm_matches_torch(name):
+    f, shapes = EXEC_CASES[name]
+    plan = plan_of(f, *shapes)
+    sp = Space.for_plan(plan, Target())
+    gen = torch.Generator().manual_seed(3)
+    xs = [torch.randn(*s, generator=gen) for s in shapes]
+    want = f(*[x.double() for x in xs]).numpy()
+    rng = random.Random(name)
+    small = [c for c in sp.configs if c["config.bm"] * c["config.bn"] <= 64 * 64]
+    picked = [sp.default()] + rng.sample(small, 2)
+    for pred in (lambda c: c["reduction.split"] > 1, lambda c: c["memory.stages"] == 2 and
+                 c["memory.frag"] == "split", lambda c: c["config.warp"] == "4x8",
+                 lambda c: c["memory.vec_a"] == 4 or c["memory.vec_b"] == 4):
+        some = [c for c in small if pred(c)]
+        picked += rng.sample(some, 1) if some else []
+    for cfg in picked:
+        got = cpu_exec.run(sp.render(cfg), [xs[k].numpy() for k in plan.operands],
+                           tuple(plan.out_shape))
+        err = np.abs(got - want).max() / (np.abs(want).max() + 1e-30)
+        assert err < 1e-5, (cfg.short(), err)
+
+
+# -- end to end -----------------------------------------------------------------------------------------
+
+def test_tune_on_sim_picks_a_gemm_kernel(tmp_path):
+    from cuda_agent.tuner import tune
+
+    path = tmp_path / "p.py"
+    path.write_text(
+        "import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
+        "    def forward(self, a, b):\n        return torch.relu(a @ b)\n\n\n"
+        "def get_inputs():\n    return [torch.randn(512, 256), torch.randn(256, 384)]\n\n\n"
+        "def get_init_inputs():\n    return []\n")
+    r = tune(path, out=tmp_path / "o", device="sim", budget=12, batch=12,
+             store=str(tmp_path / "s.sqlite"))
+    assert r.best is not None and r.best.template == "gemm"
+    assert (tmp_path / "o" / "kernel.cu").read_text().count("ca_gemm") >= 1

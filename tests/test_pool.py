@@ -1,0 +1,244 @@
+"""Pooling: capture of every aten variant, the planner, the template's space, and the generated
+kernels' results, checked against torch by running them on the CPU (`cpu_exec`)."""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import subprocess
+import random
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import cuda_agent
+import cpu_exec
+from helpers import Fn
+from cuda_agent.agents.vocab import SpaceIndex
+from cuda_agent.errors import UnsupportedError
+from cuda_agent.ir.capture import capture
+from cuda_agent.ir.plan import make_plan
+from cuda_agent.problem import load_problem
+from cuda_agent.space import codegen as cg
+from cuda_agent.space.slots import Rendered, Target
+from cuda_agent.space.space import Space
+
+ROOT = Path(__file__).resolve().parents[1]
+POOL_PROBLEMS = sorted((ROOT / "benchmarks" / "problems").glob("pool_*.py"))
+TARGET = Target()
+
+
+def graph_of(f, *shapes):
+    return capture(Fn, [f], lambda: [torch.randn(*s) for s in shapes])
+
+
+def pool_node(g):
+    return next(n for n in g.live() if n.op == "pool")
+
+
+def space_of(f, *shapes) -> Space:
+    return Space.for_plan(make_plan(graph_of(f, *shapes)), TARGET)
+
+
+# -- capture -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("f,shape,kind,rank,out", [
+    (nn.MaxPool1d(3, 2, 1), (2, 4, 17), "max", 1, (2, 4, 9)),
+    (nn.MaxPool1d(3), (4, 17), "max", 1, (4, 5)),  # unbatched (C, L)
+    (nn.MaxPool2d(2), (2, 4, 16, 16), "max", 2, (2, 4, 8, 8)),
+    (nn.MaxPool3d(3, 2, 1), (2, 4, 9, 9, 9), "max", 3, (2, 4, 5, 5, 5)),
+    (nn.AvgPool1d(3, 2, 1), (2, 4, 17), "avg", 1, (2, 4, 9)),
+    (nn.AvgPool2d(3, 2, 1, ceil_mode=True), (2, 4, 16, 16), "avg", 2, (2, 4, 9, 9)),
+    (nn.AvgPool3d(3, 2, 1), (4, 9, 9, 9), "avg", 3, (4, 5, 5, 5)),  # unbatched (C, D, H, W)
+    (lambda x: F.max_pool2d(x, 2, return_indices=True)[0], (2, 4, 16, 16), "max", 2,
+     (2, 4, 8, 8)),
+    (lambda x: F.max_pool3d(x, 2, return_indices=True)[0], (2, 4, 8, 8, 8), "max", 3,
+     (2, 4, 4, 4, 4)),
+])
+def test_capture_lowers_every_variant_to_one_pool_node(f, shape, kind, rank, out):
+    g = graph_of(f, shape)
+    node = pool_node(g)
+    assert node.attr("kind") == kind and node.attr("rank") == rank and node.shape == out
+    assert not node.attr("indices")
+    assert [n.op for n in g.live()] == ["input", "pool"]
+
+
+def test_capture_keeps_every_parameter():
+    g = graph_of(lambda x: F.max_pool2d(x, (3, 2), (2, 1), (1, 0), (1, 2), ceil_mode=True),
+                 (1, 2, 11, 12))
+    n = pool_node(g)
+    assert (n.attr("kernel"), n.attr("stride"), n.attr("padding"), n.attr("dilation"),
+            n.attr("ceil_mode")) == ((3, 2), (2, 1), (1, 0), (1, 2), True)
+    g = graph_of(lambda x: F.avg_pool2d(x, 3, None, 1, False, False, 5), (1, 2, 11, 12))
+    n = pool_node(g)
+    assert n.attr("stride") == (3, 3)  # torch: no stride means the kernel size
+    assert (n.attr("count_include_pad"), n.attr("divisor_override")) == (False, 5)
+
+
+# -- planning -------------------------------------------------------------------------------------
+
+def test_plan_describes_the_pool_and_fuses_the_epilogue():
+    g = graph_of(lambda x, b: torch.relu(F.avg_pool2d(x, 2) + b) * 2.0, (2, 3, 8, 10), (3, 1, 1))
+    p = make_plan(g)
+    assert p.kind == "pool" and p.family == "pool" and p.full_shape == (2, 3, 4, 5)
+    assert p.operands == [0, 1]
+    info = p.info
+    assert (info.input, info.planes, info.in_spatial, info.out_spatial) == (0, 6, (8, 10), (4, 5))
+    assert p.flops() >= 2 * 3 * 4 * 5 * 4
+
+
+@pytest.mark.parametrize("f,shapes,words", [
+    (lambda x: F.max_pool2d(torch.relu(x), 2), [(2, 3, 8, 8)], "computed value"),
+    (lambda x: F.max_pool2d(x, 2, return_indices=True)[1].float(), [(2, 3, 8, 8)], "indices"),
+    (lambda x: F.avg_pool2d(x, 2).sum(dim=-1), [(2, 3, 8, 8)], "reduction after the pool"),
+    (lambda x: F.avg_pool2d(x, 2) + F.max_pool2d(x, 2), [(2, 3, 8, 8)], "structured ops"),
+])
+def test_unsupported_pooling_is_named(f, shapes, words):
+    with pytest.raises(UnsupportedError, match=words):
+        make_plan(graph_of(f, *shapes))
+
+
+@pytest.mark.parametrize("path", POOL_PROBLEMS, ids=lambda p: p.stem)
+def test_pool_problems_plan_and_fit_the_vocabulary(path):
+    p = make_plan(load_problem(path).graph())
+    assert p.family == "pool"
+    # realistic sizes: the suite's pooling problems move 0.5-2 GB (odd ones are smaller)
+    if not path.stem.endswith("_odd"):
+        assert 0.5e9 <= p.bytes_moved() <= 2e9, p.bytes_moved()
+    sp = Space.for_plan(p, TARGET)
+    assert 100 <= len(sp) <= 100_000
+    assert sp.check(sp.default()) is None
+    SpaceIndex.of(sp)
+
+
+def test_suite_covers_the_pooling_variants():
+    infos = [make_plan(load_problem(p).graph()).info for p in POOL_PROBLEMS]
+    assert {(i.kind, i.rank) for i in infos} == {(k, r) for k in ("max", "avg") for r in (1, 2, 3)}
+    assert any(i.kind == "max" and max(i.dilation) > 1 and max(i.padding) > 0 for i in infos)
+    assert any(i.ceil_mode for i in infos)
+    assert any(i.divisor_override for i in infos) and any(not i.count_include_pad for i in infos)
+
+
+# -- the space ---------------------------------------------------------------------------------
+
+def test_space_rejects_what_cannot_work():
+    sp = space_of(lambda x: F.max_pool2d(x, 2), (2, 3, 16, 16))  # stride = kernel: no overlap
+    cfgs = [c.as_dict() for c in sp.configs]
+    assert all(c["memory.cache"] == "reload" or c["config.items"] > 1 for c in cfgs)
+    assert any(c["memory.cache"] == "regs" for c in cfgs)  # 2x2/2: span = items * kernel
+    sp = space_of(lambda x: F.max_pool1d(x, 2, 3), (2, 3, 64))  # gaps between windows
+    assert not any(c["memory.cache"] == "regs" for c in sp.configs)
+    sp = space_of(lambda x: F.avg_pool1d(x, 3, 1, 1), (2, 3, 3))  # a row of 3 outputs
+    assert max(c["config.items"] for c in sp.configs) == 2
+
+
+def test_i32_indexing_is_rejected_where_it_overflows():
+    sp = space_of(lambda x: F.max_pool2d(x, 2), (64, 64, 1024, 1024))  # 2**32 elements
+    assert all(c["compute.index"] == "i64" for c in sp.configs)
+
+
+# -- results on the CPU --------------------------------------------------------------------------
+
+CASES = {
+    "avg2d_ceil_include_pad": (lambda x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True),
+                               [(2, 3, 16, 17)]),
+    "avg2d_ceil_exclude_pad": (lambda x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True,
+                                                      count_include_pad=False), [(2, 3, 17, 18)]),
+    "avg3d_divisor": (lambda x: F.avg_pool3d(x, (3, 3, 2), (2, 2, 1), 1, ceil_mode=True,
+                                             divisor_override=5), [(1, 2, 7, 9, 11)]),
+    "avg1d_overlap": (lambda x: F.avg_pool1d(x, 5, 1, 2), [(2, 3, 37)]),
+    "max2d_dilated": (lambda x: F.max_pool2d(x, 3, 1, 1, dilation=3), [(2, 3, 15, 19)]),
+    "max2d_ceil_odd": (lambda x: F.max_pool2d(x, (3, 2), (2, 1), (1, 0), (1, 2), ceil_mode=True),
+                       [(3, 5, 13, 11)]),
+    "max1d_unbatched": (lambda x: F.max_pool1d(x, 4, 3, 2, ceil_mode=True), [(3, 29)]),
+    "max3d": (lambda x: F.max_pool3d(x, 3, 2, 1), [(2, 2, 7, 9, 10)]),
+    "epilogue": (lambda x, b: torch.relu(F.avg_pool2d(x, 2) + b) * 2.0,
+                 [(2, 3, 9, 11), (3, 1, 1)]),
+}
+
+
+SAMPLE = 10  # configurations per case besides the default
+
+
+def run_batch(jobs: list[tuple[Rendered, list[torch.Tensor], tuple[int, ...]]], work: Path
+              ) -> list[torch.Tensor]:
+    """Run many candidates on the CPU with `cpu_exec`'s shim, built as one library (one
+    compiler run instead of one per candidate: the kernels are renamed apart)."""
+    parts = [cpu_exec.SHIM, cg.PRELUDE]
+    for k, (r, ins, _) in enumerate(jobs):
+        (launch,) = r.launches
+        src = r.source.replace(cg.PRELUDE, "").replace('extern "C"', "")
+        parts.append(src.replace(f" {launch.kernel}(", f" {launch.kernel}_{k}("))
+        parts.append(cpu_exec._launcher(len(ins) + 1, [(f"{launch.kernel}_{k}", launch.grid,
+                                                        launch.block)])
+                     .replace("void ca_run(", f"void ca_run_{k}("))
+    cpp, lib = work / "batch.cpp", work / "batch.so"
+    cpp.write_text("\n".join(parts))
+    subprocess.run(["g++", "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-w",
+                    "-o", str(lib), str(cpp)], check=True, capture_output=True, text=True)
+    dll = ctypes.CDLL(str(lib))
+    outs = []
+    for k, (_, ins, shape) in enumerate(jobs):
+        arrays = [x.contiguous().float() for x in ins]
+        out = torch.full(shape, float("nan"))  # an element never written stays NaN
+        ptrs = [ctypes.c_void_p(t.data_ptr()) for t in arrays + [out]] + [ctypes.c_void_p(0)]
+        getattr(dll, f"ca_run_{k}")(*ptrs)
+        outs.append(out)
+    return outs
+
+
+@pytest.fixture(scope="module")
+def emulated(tmp_path_factory):
+    """Every case's default and a sample of its configurations, run on the CPU."""
+    if not cpu_exec.available():
+        pytest.skip("g++ is not available")
+    meta, jobs = [], []
+    for name, (f, shapes) in CASES.items():
+        sp = space_of(f, *shapes)
+        torch.manual_seed(0)
+        xs = [torch.randn(*s) for s in shapes]
+        xs[0].view(-1)[3] = float("nan")  # max propagates NaN as torch does; avg sums it
+        want = f(*[x.double() for x in xs]).float()
+        for cfg in [sp.default()] + random.Random(name).sample(sp.configs, SAMPLE):
+            meta.append((name, cfg, want))
+            jobs.append((sp.render(cfg), [xs[k] for k in sp.plan.operands], sp.plan.out_shape))
+    outs = run_batch(jobs, tmp_path_factory.mktemp("emulated"))
+    return [(name, cfg, got, want) for (name, cfg, want), got in zip(meta, outs)]
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_generated_kernels_compute_what_torch_computes(name, emulated):
+    for case, cfg, got, want in emulated:
+        if case == name:
+            assert torch.allclose(got, want, rtol=1e-5, atol=1e-6, equal_nan=True), \
+                f"{cfg.short()}: max error {(got - want).abs().nan_to_num(1e30).max()}"
+
+
+def test_the_emulator_catches_a_wrong_kernel():
+    if not cpu_exec.available():
+        pytest.skip("g++ is not available")
+    f, shapes = CASES["avg2d_ceil_include_pad"]
+    sp = space_of(f, *shapes)
+    r = sp.render(sp.default())
+    # clip the last window at the input instead of input + padding: off by one row
+    wrong = dataclasses.replace(r, source=r.source.replace("min(wb0 + 3, 17)", "min(wb0 + 3, 16)"))
+    assert wrong.source != r.source
+    x = torch.randn(*shapes[0])
+    want = f(x.double()).float()
+    for rendered, ok in ((r, True), (wrong, False)):
+        got = torch.from_numpy(cpu_exec.run(rendered, [x.numpy()], sp.plan.out_shape))
+        assert torch.allclose(got, want, rtol=1e-5, atol=1e-6) == ok
+
+
+# -- end to end on the simulated device ----------------------------------------------------------
+
+def test_tune_a_pool_problem_on_sim(tmp_path):
+    path = ROOT / "benchmarks" / "problems" / "pool_avg3d_odd.py"
+    r = cuda_agent.tune(path, out=tmp_path / "o", device="sim", budget=6, store=":memory:")
+    assert r.simulated and r.best is not None and len(r.trials) == 6
+    assert "ca_pool" in (tmp_path / "o" / "kernel.cu").read_text()
+    times = [t.measurement.time_ms for t in r.trials if t.measurement.time_ms]
+    assert len(times) == 6 and max(times) > min(times)
