@@ -115,13 +115,49 @@ def run_throughput(out: Path, problems: list[Path], budget: int) -> None:
     (out / "logs" / "throughput.json").write_text(json.dumps(rows, indent=2))
 
 
+def run_search(out: Path, problems: list[Path], strategy: str, budget: int,
+               deadline: float) -> None:
+    """A guided search per problem (spaces of tens of thousands of GEMM configurations are
+    sampled too thinly by a sweep), with eager and torch.compile timed in the same run."""
+    from cuda_agent.tuner import tune
+
+    rows = []
+    for p in problems:
+        if time.time() > deadline - 30:
+            log(f"deadline: search of {p.name} and later problems not run")
+            break
+        t0 = time.time()
+        try:
+            r = tune(p, device="cuda", strategy=strategy, budget=budget, batch=32,
+                     store=str(out / "store.sqlite"),
+                     time_limit_s=max(10.0, min(90.0, deadline - time.time() - 40)))
+        except Exception as exc:  # noqa: BLE001 - one problem failing must not stop the rest
+            log(f"search {p.name}: FAILED {type(exc).__name__}: {exc}")
+            continue
+        best = r.best.measurement.time_ms if r.best else None
+        row = {"problem": p.stem, "family": r.plan.family, "strategy": strategy,
+               "evals": len(r.trials), "best_ms": best,
+               "best_config": r.best.config.short() if r.best else None,
+               "eager_ms": r.baselines.eager_ms, "compile_ms": r.baselines.compile_ms,
+               "flops": r.plan.flops(), "bytes": r.plan.bytes_moved(),
+               "failures": sum(1 for t in r.trials if not t.measurement.ok),
+               "wall_s": time.time() - t0}
+        rows.append(row)
+        (out / "logs" / "search.json").write_text(json.dumps(rows, indent=2))
+        log(f"search {p.stem} ({strategy}, {len(r.trials)} evals, {row['wall_s']:.0f}s): best "
+            f"{best and round(best, 4)} ms, eager {r.baselines.eager_ms and round(r.baselines.eager_ms, 4)}"
+            f", compile {r.baselines.compile_ms and round(r.baselines.compile_ms, 4)}; "
+            f"{row['best_config']}")
+
+
 AGENT_TRAIN = ("elementwise_bias_gelu", "elementwise_log_sqrt", "reduce_sum_lastdim",
                "reduce_mean_middim", "softmax_short_rows", "softmax_long_rows", "norm_layernorm",
                "norm_rms", "reduce_argmax_middim_odd", "norm_rms_tinyrows_odd")
 AGENT_HELDOUT = ("elementwise_swiglu", "reduce_argmin_middim", "softmax_log_softmax", "norm_l2")
 
 
-def run_agents(out: Path, deadline: float, iterations: int, budget: int) -> None:
+def run_agents(out: Path, deadline: float, iterations: int, budget: int,
+               profile_every: int = 16) -> None:
     """Issue 3 on the GPU: train on 10 operators, then compare on 4 it never saw (trained,
     untrained, random, single-agent) at equal budgets; best known = the recorded sweep's best."""
     from cuda_agent.agents.evaluate import Contender, evals_to_95
@@ -129,7 +165,7 @@ def run_agents(out: Path, deadline: float, iterations: int, budget: int) -> None
     from cuda_agent.run.devices import CudaDevice
     from cuda_agent.run.replay import read_sweep
 
-    device = CudaDevice(profile_every=4)
+    device = CudaDevice(profile_every=profile_every)
     rows: list[dict] = []
     try:
         files = ",".join(str(ROOT / "benchmarks/problems" / f"{n}.py") for n in AGENT_TRAIN)
@@ -144,7 +180,13 @@ def run_agents(out: Path, deadline: float, iterations: int, budget: int) -> None
                                                 f"{r['mean_reward']}"))
             finally:
                 tr.close()
-            write_curves(curves, out / "logs" / f"train-{agents}", f"train on the H200 ({agents})")
+            try:
+                write_curves(curves, out / "logs" / f"train-{agents}",
+                             f"train on the H200 ({agents})")
+            except Exception as exc:  # noqa: BLE001 - plotting must not lose the run
+                log(f"curves of {agents} not drawn: {type(exc).__name__}: {exc}")
+                (out / "logs" / f"train-{agents}.json").write_text(json.dumps(curves,
+                                                                             default=str))
             ckpts[agents] = str(out / f"train-{agents}" / "policy.pt")
             if time.time() > deadline:
                 break
@@ -182,7 +224,12 @@ def main() -> None:
     ap.add_argument("--throughput-budget", type=int, default=200)
     ap.add_argument("--agent-iterations", type=int, default=12)
     ap.add_argument("--agent-budget", type=int, default=32)
+    ap.add_argument("--agent-profile-every", type=int, default=16,
+                    help="Nsight Compute profile of every N-th training candidate")
     ap.add_argument("--tests-k", default=None, help="pytest -k selection for the GPU tests")
+    ap.add_argument("--search-problems", default="", help="comma-separated files (part search)")
+    ap.add_argument("--search-strategy", default="genetic")
+    ap.add_argument("--search-budget", type=int, default=160)
     ap.add_argument("--per-problem", type=float, default=12.0,
                     help="seconds of candidate measurement per problem in sweeps")
     args = ap.parse_args()
@@ -215,8 +262,12 @@ def main() -> None:
                 run_tests(out, "tests/gpu/test_families.py", left - 10, args.tests_k)
             elif part == "counters":
                 run_tests(out, "tests/gpu/test_gpu_counters.py", min(left - 10, 120))
+            elif part == "search":
+                run_search(out, [ROOT / q for q in args.search_problems.split(",") if q],
+                           args.search_strategy, args.search_budget, deadline - 20)
             elif part == "agents":
-                run_agents(out, deadline - 20, args.agent_iterations, args.agent_budget)
+                run_agents(out, deadline - 20, args.agent_iterations, args.agent_budget,
+                           args.agent_profile_every)
             elif part == "throughput" and left > 70:
                 run_throughput(out, [ROOT / "tests/data/good/softmax_small.py",
                                      ROOT / "benchmarks/problems/norm_layernorm_odd.py"],

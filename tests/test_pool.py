@@ -165,16 +165,24 @@ SAMPLE = 10  # configurations per case besides the default
 
 def run_batch(jobs: list[tuple[Rendered, list[torch.Tensor], tuple[int, ...]]], work: Path
               ) -> list[torch.Tensor]:
-    """Run many candidates on the CPU with `cpu_exec`'s shim, built as one library (one
-    compiler run instead of one per candidate: the kernels are renamed apart)."""
+    """Run many candidates on the CPU with `cpu_exec`'s CUDA shim, built as one library (one
+    compiler run instead of one per candidate: the kernels are renamed apart). Pool kernels
+    have no barriers or shuffles, so their threads run one after another here."""
     parts = [cpu_exec.SHIM, cg.PRELUDE]
     for k, (r, ins, _) in enumerate(jobs):
         (launch,) = r.launches
+        assert launch.smem == 0 and launch.block[1:] == (1, 1) and launch.grid[1:] == (1, 1)
         src = r.source.replace(cg.PRELUDE, "").replace('extern "C"', "")
         parts.append(src.replace(f" {launch.kernel}(", f" {launch.kernel}_{k}("))
-        parts.append(cpu_exec._launcher(len(ins) + 1, [(f"{launch.kernel}_{k}", launch.grid,
-                                                        launch.block)])
-                     .replace("void ca_run(", f"void ca_run_{k}("))
+        params = ", ".join([f"const float* in{j}" for j in range(len(ins))] + ["float* out"])
+        args = ", ".join([f"in{j}" for j in range(len(ins))] + ["out", "nullptr"])
+        parts.append(f"""extern "C" void ca_run_{k}({params}) {{
+  gridDim = {{{launch.grid[0]}u, 1u, 1u}}; blockDim = {{{launch.block[0]}u, 1u, 1u}};
+  for (unsigned b = 0; b < {launch.grid[0]}u; ++b)
+    for (unsigned t = 0; t < {launch.block[0]}u; ++t) {{
+      blockIdx = {{b, 0, 0}}; threadIdx = {{t, 0, 0}}; {launch.kernel}_{k}({args});
+    }}
+}}""")
     cpp, lib = work / "batch.cpp", work / "batch.so"
     cpp.write_text("\n".join(parts))
     subprocess.run(["g++", "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-w",
@@ -184,8 +192,7 @@ def run_batch(jobs: list[tuple[Rendered, list[torch.Tensor], tuple[int, ...]]], 
     for k, (_, ins, shape) in enumerate(jobs):
         arrays = [x.contiguous().float() for x in ins]
         out = torch.full(shape, float("nan"))  # an element never written stays NaN
-        ptrs = [ctypes.c_void_p(t.data_ptr()) for t in arrays + [out]] + [ctypes.c_void_p(0)]
-        getattr(dll, f"ca_run_{k}")(*ptrs)
+        getattr(dll, f"ca_run_{k}")(*[ctypes.c_void_p(t.data_ptr()) for t in arrays + [out]])
         outs.append(out)
     return outs
 
@@ -211,13 +218,14 @@ def emulated(tmp_path_factory):
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_generated_kernels_compute_what_torch_computes(name, emulated):
-    for case, cfg, got, want in emulated:
-        if case == name:
-            assert torch.allclose(got, want, rtol=1e-5, atol=1e-6, equal_nan=True), \
-                f"{cfg.short()}: max error {(got - want).abs().nan_to_num(1e30).max()}"
+    runs = [(cfg, got, want) for case, cfg, got, want in emulated if case == name]
+    assert len(runs) == SAMPLE + 1
+    for cfg, got, want in runs:
+        assert torch.allclose(got, want, rtol=1e-5, atol=1e-6, equal_nan=True), \
+            f"{cfg.short()}: max error {(got - want).abs().nan_to_num(1e30).max()}"
 
 
-def test_the_emulator_catches_a_wrong_kernel():
+def test_the_emulator_catches_a_wrong_kernel(tmp_path):
     if not cpu_exec.available():
         pytest.skip("g++ is not available")
     f, shapes = CASES["avg2d_ceil_include_pad"]
@@ -228,9 +236,10 @@ def test_the_emulator_catches_a_wrong_kernel():
     assert wrong.source != r.source
     x = torch.randn(*shapes[0])
     want = f(x.double()).float()
-    for rendered, ok in ((r, True), (wrong, False)):
-        got = torch.from_numpy(cpu_exec.run(rendered, [x.numpy()], sp.plan.out_shape))
-        assert torch.allclose(got, want, rtol=1e-5, atol=1e-6) == ok
+    good, bad = run_batch([(r, [x], sp.plan.out_shape), (wrong, [x], sp.plan.out_shape)],
+                          tmp_path)
+    assert torch.allclose(good, want, rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(bad, want, rtol=1e-5, atol=1e-6)
 
 
 # -- end to end on the simulated device ----------------------------------------------------------

@@ -24,7 +24,7 @@ from ..space.space import Space
 from .vocab import SLOT_ORDER, SpaceIndex, values
 
 FAMILIES = ("elementwise", "reduction", "softmax", "norm", "gemm", "pool", "scan")
-TEMPLATES = ("map", "row", "col", "split", "pool", "scan")
+TEMPLATES = ("map", "row", "col", "split", "gemm", "pool", "scan", "chan")
 
 # agent -> (metric name, scale) read from a measurement's counters; alternatives in order
 LOCAL_METRICS: dict[str, tuple[tuple[tuple[str, ...], float], ...]] = {

@@ -81,7 +81,9 @@ def _max_offset(g: GemmInfo, plan: KernelPlan) -> int:
 
 class GemmTemplate(Template):
     name = "gemm"
-    version = "1"
+    version = "2"
+    # v2: the __launch_bounds__ minimum and split-K up to 32 (v1 sweeps read at minblocks=1)
+    legacy = {"compute.minblocks": 1}
 
     def applies(self, plan: KernelPlan) -> bool:
         return plan.kind == "gemm"
@@ -104,7 +106,10 @@ class GemmTemplate(Template):
             Slot("compute.tm", (4, 8), "rows of C per thread"),
             Slot("compute.tn", (4, 8), "columns of C per thread"),
             Slot("compute.index", ("i32", "i64"), "index arithmetic width"),
-            Slot("reduction.split", (1, 2, 4, 8), "blocks sharing one tile's K (split-K)"),
+            Slot("compute.minblocks", (1, 2), "blocks per SM the register allocation must "
+                                              "allow (__launch_bounds__ minimum)"),
+            Slot("reduction.split", (1, 2, 4, 8, 16, 32),
+                 "blocks sharing one tile's K (split-K)"),
         ]
 
     def canonical(self, plan: KernelPlan, cfg: dict[str, Any]) -> dict[str, Any]:
@@ -142,6 +147,9 @@ class GemmTemplate(Template):
         prefetch = (bm + bn) * bk // threads
         if tm * tn + prefetch > 128:
             return "accumulators and prefetch registers exceed the register budget"
+        if cfg["compute.minblocks"] == 2 and (2 * threads > 1024 or
+                                               2 * (_smem_bytes(cfg) + 1024) > target.smem_per_sm):
+            return "two blocks per SM do not fit"
         if _smem_bytes(cfg) > target.max_smem_per_block:
             return "shared memory per block exceeds the limit"
         k_tiles = -(-g.K // bk)
@@ -160,7 +168,7 @@ class GemmTemplate(Template):
                 "memory.bk": 8,
                 "memory.vec_a": 1, "memory.vec_b": 1, "memory.stages": 1, "memory.pad": 0,
                 "memory.frag": "contig", "compute.tm": 4, "compute.tn": 4,
-                "compute.index": "i64", "reduction.split": 1}
+                "compute.index": "i64", "compute.minblocks": 1, "reduction.split": 1}
 
     def render(self, plan: KernelPlan, cfg: dict[str, Any], target: Target) -> Rendered:
         return _GemmWriter(plan, cfg).render()
@@ -189,6 +197,7 @@ class _GemmWriter:
         self.split_frag = cfg["memory.frag"] == "split"
         self.SPLIT = cfg["reduction.split"]
         self.idx_t = "int" if cfg["compute.index"] == "i32" else "long long"
+        self.minblocks = cfg["compute.minblocks"]
         self.LDA, self.LDB = _lds(cfg)
         self.NT = (self.BM // self.TM) * (self.BN // self.TN)
         self.smem = _smem_bytes(cfg)
@@ -381,7 +390,7 @@ class _GemmWriter:
     # -- kernels --------------------------------------------------------------------------------
     def main_kernel(self, c: Code) -> Launch:
         g = self.g
-        c.open(f'extern "C" __global__ void __launch_bounds__({self.NT}) '
+        c.open(f'extern "C" __global__ void __launch_bounds__({self.NT}, {self.minblocks}) '
                f"ca_gemm({cg.kernel_params(self.plan)})")
         c(f"typedef {self.idx_t} idx_t;",
           "extern __shared__ __align__(16) float ca_smem[];",
@@ -495,7 +504,7 @@ class _GemmWriter:
         facts = (("family", "gemm"), ("threads", self.NT), ("blocks", launches[0].blocks),
                  ("bm", self.BM), ("bn", self.BN), ("bk", self.BK), ("tm", self.TM),
                  ("tn", self.TN), ("stages", self.ST), ("vec_a", self.AV), ("vec_b", self.BV),
-                 ("split", self.SPLIT), ("frag", "split" if self.split_frag else "contig"),
+                 ("split", self.SPLIT), ("minblocks", self.minblocks), ("frag", "split" if self.split_frag else "contig"),
                  ("pad", self.LDA - self.BM), ("raster", self.raster), ("warp", self.warp), ("M", g.M), ("N", g.N),
                  ("K", g.K), ("batch", g.batch), ("smem", self.smem),
                  ("a_along", _a_along(g)), ("b_along", _b_along(g)),
