@@ -171,8 +171,11 @@ def run_agents(out: Path, deadline: float, iterations: int, budget: int,
         files = ",".join(str(ROOT / "benchmarks/problems" / f"{n}.py") for n in AGENT_TRAIN)
         ckpts = {}
         for agents in ("multi", "single"):
+            # one operator per iteration: its four episodes share one device set-up (a 2026-11-29
+            # run that switched operator every episode spent ~70 s per iteration setting up)
             s = TrainSettings(suite=files, device="cuda", agents=agents, iterations=iterations,
-                              episodes=4, steps=3, batch=8, out=str(out / f"train-{agents}"))
+                              episodes=4, steps=3, batch=8, operators_per_iteration=1,
+                              profile_every=profile_every, out=str(out / f"train-{agents}"))
             tr = Trainer(s, device=device)
             try:
                 curves = tr.train(lambda r: log(f"train {agents} it {r['iteration']}: "

@@ -239,6 +239,9 @@ def train(
     resume: bool = typer.Option(False, help="continue from OUT/policy.pt"),
     seed: int = typer.Option(0),
     samplers: int = typer.Option(1, help="episodes sampled concurrently (sim/replay)"),
+    operators_per_iteration: int = typer.Option(
+        0, help="operators an update's episodes share (0: each episode draws its own); on a "
+        "GPU, 1 or 2 saves the set-up of a new problem for most episodes"),
 ) -> None:
     """Train the agents across a suite of operators (multi-agent PPO)."""
     from .agents.reward import RewardSettings
@@ -255,6 +258,7 @@ def train(
         agents=agents, iterations=iterations, episodes=episodes, steps=steps, batch=batch,
         holdout=tuple(h for h in holdout.split(",") if h), explore=explore, out=str(out),
         resume=resume, seed=seed, samplers=samplers,
+        operators_per_iteration=max(0, operators_per_iteration),
         reward=RewardSettings(aux_weight=aux_weight))
     try:
         trainer = Trainer(settings, notify=lambda m: console.print(f"[yellow]{m}[/]"))

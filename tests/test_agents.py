@@ -281,3 +281,19 @@ def test_trained_agents_beat_random_search_on_held_out_operators(tmp_path):
     print(f"median measurements to 95% of best, held-out: trained {trained}, random {random_}, "
           f"margin {random_ - trained:+.1f} ({random_ / trained:.2f}x)")
     assert trained < random_
+
+
+def test_operators_per_iteration_groups_the_episodes(tmp_path):
+    """Episodes of one update can share operators, grouped, so a device sets each up once."""
+    from cuda_agent.agents.train import TrainSettings, Trainer
+
+    s = TrainSettings(suite=str(GOOD), device="sim", iterations=1, episodes=4, steps=1, batch=2,
+                      operators_per_iteration=2, out=str(tmp_path / "p"))
+    tr = Trainer(s)
+    try:
+        for it in range(5):
+            ks = [k for k, *_ in tr._plan_jobs(it)]
+            assert len(set(ks)) <= 2
+            assert ks[0] == ks[1] and ks[2] == ks[3]
+    finally:
+        tr.close()

@@ -54,5 +54,12 @@ def load(path: str | Path) -> dict[str, Any]:
 def policy_from(blob: dict[str, Any]) -> MultiAgentPolicy:
     meta = blob["policy_meta"]
     policy = MultiAgentPolicy(meta["mode"], meta["hidden"])
-    policy.load_state_dict(blob["policy"])
+    try:
+        policy.load_state_dict(blob["policy"])
+    except RuntimeError:
+        # the action vocabulary or the observation grew with the template library
+        raise SettingsError(
+            "the checkpoint was trained with another template library (its observation or "
+            "action vocabulary differs from this build's); train a new policy with "
+            "`cuda-agent train`") from None
     return policy

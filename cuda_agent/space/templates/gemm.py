@@ -13,7 +13,8 @@ each thread accumulates a TM x TN sub-tile in registers as outer products. The s
   padding of the transposed shared-memory stores (bank conflicts), and the thread-tile layout
   (contiguous, or split in two halves BM/2 apart, which spreads a warp's shared-memory reads
   over all banks);
-* compute: the thread tile (TM, TN) and the index width;
+* compute: the thread tile (TM, TN) and the minimum of blocks per SM the register allocation
+  must allow;
 * reduction: split-K. Several blocks share one output tile, each summing part of K into a
   workspace; a second kernel adds the parts in a fixed order and applies the epilogue. It pays
   when M x N has too few tiles to fill the GPU.
@@ -35,6 +36,7 @@ from .base import Code, Template
 
 MAX_THREADS = 512
 MIN_THREADS = 64
+SPLIT_MAX_BLOCKS_PER_SM = 16  # split-K pays when tiles are too few to keep the SMs busy
 
 
 def _info(plan: KernelPlan) -> GemmInfo:
@@ -81,8 +83,9 @@ def _max_offset(g: GemmInfo, plan: KernelPlan) -> int:
 
 class GemmTemplate(Template):
     name = "gemm"
-    version = "2"
-    # v2: the __launch_bounds__ minimum and split-K up to 32 (v1 sweeps read at minblocks=1)
+    version = "3"
+    # v2: the __launch_bounds__ minimum and split-K up to 32 (v1 sweeps read at minblocks=1);
+    # v3: 32-bit indexing wherever it fits (no slot), split-K only where tiles are few
     legacy = {"compute.minblocks": 1}
 
     def applies(self, plan: KernelPlan) -> bool:
@@ -105,7 +108,6 @@ class GemmTemplate(Template):
             Slot("memory.frag", ("contig", "split"), "thread-tile layout in the block tile"),
             Slot("compute.tm", (4, 8), "rows of C per thread"),
             Slot("compute.tn", (4, 8), "columns of C per thread"),
-            Slot("compute.index", ("i32", "i64"), "index arithmetic width"),
             Slot("compute.minblocks", (1, 2), "blocks per SM the register allocation must "
                                               "allow (__launch_bounds__ minimum)"),
             Slot("reduction.split", (1, 2, 4, 8, 16, 32),
@@ -157,8 +159,9 @@ class GemmTemplate(Template):
             return "split-K with fewer than two K slices per split"
         if split > 1 and g.batch * split * g.M * g.N * 4 > 2**33:
             return "split-K workspace over 8 GB"
-        if cfg["compute.index"] == "i32" and _max_offset(g, plan) * split >= 2**31 - 2**20:
-            return "i32 indexing overflows for this size"
+        tiles = -(-g.M // bm) * -(-g.N // bn) * g.batch
+        if split > 1 and tiles * split > SPLIT_MAX_BLOCKS_PER_SM * target.sm_count:
+            return "split-K where the tiles alone already fill the GPU several times"
         if g.batch > 65535:
             return "batch exceeds the grid"
         return None
@@ -168,7 +171,7 @@ class GemmTemplate(Template):
                 "memory.bk": 8,
                 "memory.vec_a": 1, "memory.vec_b": 1, "memory.stages": 1, "memory.pad": 0,
                 "memory.frag": "contig", "compute.tm": 4, "compute.tn": 4,
-                "compute.index": "i64", "compute.minblocks": 1, "reduction.split": 1}
+                "compute.minblocks": 1, "reduction.split": 1}
 
     def render(self, plan: KernelPlan, cfg: dict[str, Any], target: Target) -> Rendered:
         return _GemmWriter(plan, cfg).render()
@@ -196,7 +199,9 @@ class _GemmWriter:
         self.warp = cfg["config.warp"]
         self.split_frag = cfg["memory.frag"] == "split"
         self.SPLIT = cfg["reduction.split"]
-        self.idx_t = "int" if cfg["compute.index"] == "i32" else "long long"
+        # 32-bit offsets wherever every offset fits (cheaper address arithmetic)
+        self.idx_t = "int" if _max_offset(self.g, plan) * cfg["reduction.split"] < 2**31 - 2**20 \
+            else "long long"
         self.minblocks = cfg["compute.minblocks"]
         self.LDA, self.LDB = _lds(cfg)
         self.NT = (self.BM // self.TM) * (self.BN // self.TN)
