@@ -69,6 +69,8 @@ PROBLEMS = {
     "gemm_linear_odd": (nn.Linear, [67, 45], [(3, 37, 67)]),
     "gemm_bmm_transposed_tril": _fn(lambda a, b: torch.tril(torch.bmm(a.transpose(1, 2), b)),
                                     (2, 64, 96), (2, 64, 80)),
+    "conv2d_odd_bias_relu": (lambda: nn.Sequential(nn.Conv2d(3, 5, 3, stride=2, padding=1),
+                                                   nn.ReLU()), [], [(2, 3, 9, 11)]),
     "gemm_vectors_split_k": _fn(lambda a, b, c: torch.relu(a @ b + c), (64, 2048), (2048, 96),
                                 (96,)),
     "avg_pool_epilogue": _fn(lambda x, b: torch.relu(F.avg_pool2d(x, 3, 2, 1, ceil_mode=True)) * b,

@@ -177,3 +177,75 @@ def test_tune_on_sim_picks_a_gemm_kernel(tmp_path):
              store=str(tmp_path / "s.sqlite"))
     assert r.best is not None and r.best.template == "gemm"
     assert (tmp_path / "o" / "kernel.cu").read_text().count("ca_gemm") >= 1
+
+
+# -- convolutions as implicit GEMMs ------------------------------------------------------------------
+
+class Conv(nn.Module):
+    def __init__(self, rank: int, cin: int, cout: int, k, **kw) -> None:
+        super().__init__()
+        self.conv = (nn.Conv1d if rank == 1 else nn.Conv2d)(cin, cout, k, **kw)
+
+    def forward(self, x):
+        return torch.relu(self.conv(x))
+
+
+CONV_CASES = {
+    "conv2d_stride_pad_bias": ((2, 3, 8, (3, 3)), dict(stride=2, padding=1), (2, 3, 13, 11)),
+    "conv2d_dilated_same": ((2, 4, 6, (3, 2)), dict(padding="same", dilation=2, bias=False),
+                            (1, 4, 9, 10)),
+    "conv1d": ((1, 5, 7, 4), dict(stride=3), (3, 5, 29)),
+    "conv2d_pointwise": ((2, 16, 12, 1), dict(), (2, 16, 6, 7)),
+}
+
+
+def conv_plan(name):
+    (rank, cin, cout, k), kw, shape = CONV_CASES[name]
+    torch.manual_seed(0)
+    g = capture(lambda *a: Conv(*a, **kw), [rank, cin, cout, k], lambda: [torch.randn(*shape)])
+    return make_plan(g), shape, kw
+
+
+def test_conv_plans_as_an_implicit_gemm_with_the_bias_fused():
+    plan, shape, _ = conv_plan("conv2d_stride_pad_bias")
+    g = plan.info
+    assert plan.family == "conv" and g.b_gather is not None
+    assert (g.batch, g.M, g.N, g.K) == (2, 8, 7 * 6, 3 * 9)
+    assert len(plan.operands) == 3  # weight, input, bias (viewed as (C, 1, 1))
+    sp = Space.for_plan(plan, Target())
+    assert all(c["memory.vec_b"] == 1 for c in sp.configs) and len(sp) > 100
+
+
+def test_grouped_convolution_is_refused_by_name():
+    with pytest.raises(UnsupportedError, match="groups=2"):
+        capture(lambda: Conv(2, 4, 4, 3, groups=2), [], lambda: [torch.randn(1, 4, 8, 8)])
+
+
+@pytest.mark.skipif(not cpu_exec.available(), reason="needs g++ for the CPU emulator")
+@pytest.mark.parametrize("name", sorted(CONV_CASES))
+def test_generated_conv_matches_torch(name):
+    plan, shape, kw = conv_plan(name)
+    (rank, cin, cout, k), _, _ = CONV_CASES[name]
+    sp = Space.for_plan(plan, Target())
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(*shape, generator=gen)
+    conv = Conv(rank, cin, cout, k, **kw)
+    with torch.no_grad():
+        for p in conv.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen))
+        want = conv.double()(x.double()).numpy()
+    params = dict(conv.named_parameters())
+    by_index = []
+    for k_ in plan.operands:
+        gi = plan.graph.inputs[k_]
+        by_index.append(x.numpy() if gi.role == "input" else
+                        params[gi.target].detach().float().numpy())
+    rng = random.Random(name)
+    small = [c for c in sp.configs if c["config.bm"] * c["config.bn"] <= 64 * 64]
+    picked = [sp.default()] + rng.sample(small, 2)
+    split = [c for c in small if c["reduction.split"] > 1]
+    picked += rng.sample(split, 1) if split else []
+    for cfg in picked:
+        got = cpu_exec.run(sp.render(cfg), by_index, tuple(plan.out_shape))
+        err = np.abs(got - want).max() / (np.abs(want).max() + 1e-30)
+        assert err < 1e-5, (cfg.short(), err)

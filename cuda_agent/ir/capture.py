@@ -19,6 +19,7 @@ from ..errors import ProblemError, UnsupportedError, first_line
 from .graph import FLOAT_DTYPES, INDEX_DTYPE, Graph, GraphInput, broadcast_shapes
 from .normstat import HANDLERS as _NORMSTAT_HANDLERS
 from .ops import BINARY, COMPARISONS, UNARY
+from .conv_capture import CONV_HANDLERS
 from .pool_capture import POOL_HANDLERS
 from .scan_capture import SCAN_HANDLERS, check_leftovers
 
@@ -181,7 +182,7 @@ class _Lowering:
                 f"unsupported op {name} (aten.{name}); supported: elementwise math and "
                 "activations, sum/mean/prod/max/min/argmax/argmin/var/std, softmax, "
                 "log_softmax, layer_norm, rms_norm, instance/group/batch norm, vector norms, "
-                "losses, matrix products, cumsum/cumprod")
+                "losses, matrix products, conv1d/conv2d, cumsum/cumprod")
         return handler(self, node, args, kwargs)
 
 
@@ -723,6 +724,7 @@ _HANDLERS: dict[str, Callable] = {
 _HANDLERS["identity"] = _identity
 _HANDLERS.update(_NORMSTAT_HANDLERS)  # instance, group and batch norm (normstat.py)
 _HANDLERS.update(POOL_HANDLERS)  # max/avg pooling, 1-3 D (pool_capture.py)
+_HANDLERS.update(CONV_HANDLERS)  # conv1d/conv2d as implicit GEMMs (conv_capture.py)
 _HANDLERS.update(SCAN_HANDLERS)  # cumsum/cumprod, reverse and exclusive (scan_capture.py)
 UNARY.setdefault("identity", (lambda x, a, f: f"({x})", False))
 

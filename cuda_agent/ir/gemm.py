@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import UnsupportedError
 from .graph import Graph
@@ -43,6 +44,8 @@ class GemmInfo:
     rows_per_matrix: int  # rows of one output matrix (M, unless the batch was folded into M)
     # an output entirely fixed to zero outside a triangle: tiles there are written, not computed
     zero_outside: tuple[str, int] | None = None  # ("upper"|"lower", diagonal)
+    # B read through a gather instead of strides: a convolution's im2col matrix (`ir/conv.py`)
+    b_gather: Any = None
 
 
 def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:

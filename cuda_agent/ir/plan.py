@@ -331,6 +331,12 @@ def _ancestors(graph: Graph, nid: int) -> set[int]:
     return seen
 
 
+def _only_reshaped(graph: Graph, users: list[int], planned: set[int]) -> bool:
+    """True when every planned user of a value is a reshape of it."""
+    used = [u for u in users if u in planned]
+    return bool(used) and all(graph[u].op == "view" for u in used)
+
+
 def make_anchored_plan(graph: Graph, anchor: int, kind: str, anchor_inputs: list[int],
                        info: Any = None, anchor_flops: int = 0,
                        prologue: bool = False) -> KernelPlan:
@@ -362,26 +368,39 @@ def make_anchored_plan(graph: Graph, anchor: int, kind: str, anchor_inputs: list
     rank = len(full_shape)
     plan = KernelPlan(graph, kind, full_shape, (), kernel_out, out_node.shape, out_node.dtype,
                       anchor=anchor, info=info, anchor_flops=anchor_flops)
+    users = graph.users()
     for n in (n for n in graph.nodes if n.id in keep or n.id in pro):
         if n.id == anchor:
             fm: FMap | None = tuple(range(rank))
         elif n.op == "input":
             fm = _right_aligned(n.shape, rank)
             if len(n.shape) > rank or any(
-                    f is not None and full_shape[f] != s for f, s in zip(fm, n.shape)):
-                raise UnsupportedError(f"unsupported: input of shape {n.shape} does not "
-                                       f"broadcast to the {kind} output {full_shape}")
+                    f is not None and full_shape[f] != s for f, s in zip(fm, n.shape)) or (
+                    _only_reshaped(graph, users[n.id], keep | pro)):
+                # read through its reshape (a bias (C,) viewed as (C, 1, 1)): right-aligning
+                # the input itself would put C on the last dim when the sizes happen to match
+                fm = None
         elif n.op == "const":
             fm = ()
         elif n.op == "tri_mask":  # a function of the last two indices, bound by the template
             fm = _right_aligned(n.shape, rank)
         elif n.op == "view":
             src = graph[n.args[0]]
-            fm = _view_fmap(src.shape, plan.fmaps[src.id], n.shape)
+            if plan.fmaps[src.id] is None and src.op == "input":
+                fm = _right_aligned(n.shape, rank)
+                if len(n.shape) > rank or any(
+                        f is not None and full_shape[f] != sz for f, sz in zip(fm, n.shape)):
+                    fm = None
+            else:
+                fm = _view_fmap(src.shape, plan.fmaps[src.id], n.shape)
             if fm is None:
                 raise UnsupportedError(f"unsupported: reshape {src.shape} -> {n.shape} after "
                                        f"the {kind}")
         elif is_elementwise(n.op):
+            for a in n.args:
+                if plan.fmaps[a] is None:
+                    raise UnsupportedError(f"unsupported: input of shape {graph[a].shape} does "
+                                           f"not broadcast to the {kind} output {full_shape}")
             fm = _merge(n, [(graph[a].shape, plan.fmaps[a]) for a in n.args])
         else:
             what = "a reduction" if n.op == "reduce" else f"op {n.op}"
@@ -389,7 +408,8 @@ def make_anchored_plan(graph: Graph, anchor: int, kind: str, anchor_inputs: list
                                    "multi-kernel partitioning, not supported yet)")
         plan.fmaps[n.id] = fm
         plan.classes[n.id] = "const" if n.op == "const" else "full"
-    if plan.fmaps[kernel_out] != tuple(range(rank)) or graph[kernel_out].shape != full_shape:
+    covers = all(f == k or full_shape[k] == 1 for k, f in enumerate(plan.fmaps[kernel_out]))
+    if len(plan.fmaps[kernel_out]) != rank or not covers or graph[kernel_out].shape != full_shape:
         raise UnsupportedError(f"unsupported: the output does not cover the {kind} output "
                                f"{full_shape} (it is broadcast or reshaped)")
     epilogue_inputs = {graph[k].attr("index") for k in keep | pro if graph[k].op == "input"}

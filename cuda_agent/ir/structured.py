@@ -19,12 +19,13 @@ Planner = Callable[[Graph], KernelPlan]
 
 
 def _planners() -> dict[str, Planner]:
+    from .conv import make_conv_plan
     from .gemm import make_gemm_plan
     from .pool import make_pool_plan
     from .scan import make_scan_plan
 
     return {"matmul": make_gemm_plan, "pool": make_pool_plan,
-            "scan": make_scan_plan}
+            "scan": make_scan_plan, "conv": make_conv_plan}
 
 
 def planner_for(graph: Graph) -> Planner | None:

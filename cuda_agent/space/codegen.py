@@ -170,6 +170,27 @@ def vector_reads_ok(plan: KernelPlan, dims: tuple[int, ...], vec: int) -> bool:
     return plan.cached(("vector_reads_ok", dims, vec), check)
 
 
+def epilogue_reads(plan: KernelPlan) -> list[int]:
+    """Nodes a structured plan's epilogue loads from memory: the inputs it uses as they are,
+    and the reshapes of inputs that only fit the iteration space reshaped (a bias (C,) viewed
+    as (C, 1, 1)). The anchor's own operands are not among them (its template reads those)."""
+    g = plan.graph
+    out = []
+    for n in plan.live_nodes():
+        if n.op == "input" and plan.fmaps.get(n.id) is not None:
+            out.append(n.id)
+        elif n.op == "view" and g[n.args[0]].op == "input" and \
+                plan.fmaps.get(n.args[0], ()) is None:
+            out.append(n.id)
+    return out
+
+
+def read_index(plan: KernelPlan, nid: int) -> int:
+    """Graph input index behind an `epilogue_reads` node."""
+    n = plan.graph[nid]
+    return n.attr("index") if n.op == "input" else plan.graph[n.args[0]].attr("index")
+
+
 def varies_along(plan: KernelPlan, nid: int, dims: tuple[int, ...]) -> bool:
     return any(f in dims for f in plan.fmaps[nid] if f is not None)
 

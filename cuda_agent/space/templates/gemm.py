@@ -58,6 +58,8 @@ def _a_along(g: GemmInfo) -> str:
 
 
 def _b_along(g: GemmInfo) -> str:
+    if g.b_gather is not None:  # an implicit-GEMM convolution: gathered along output pixels
+        return "n"
     return _along(g.b_strides, "k", "n")
 
 
@@ -66,6 +68,8 @@ def _vec_ok(g: GemmInfo, operand: str, vec: int) -> bool:
     of the vector (each vector then lies wholly inside or outside the matrix, aligned)."""
     if vec == 1:
         return True
+    if operand == "b" and g.b_gather is not None:
+        return False  # gathered elements: scalar loads
     if operand == "a":
         along, strides, size = _a_along(g), g.a_strides, {"m": g.M, "k": g.K}
         unit = strides[1] if along == "m" else strides[2]
@@ -78,6 +82,8 @@ def _vec_ok(g: GemmInfo, operand: str, vec: int) -> bool:
 def _max_offset(g: GemmInfo, plan: KernelPlan) -> int:
     a = g.batch * g.a_strides[0] + g.M * g.a_strides[1] + g.K * g.a_strides[2]
     b = g.batch * g.b_strides[0] + g.K * g.b_strides[1] + g.N * g.b_strides[2]
+    if g.b_gather is not None:
+        b = g.batch * g.b_gather.image_elems
     return max(a, b, plan.numel)
 
 
@@ -89,7 +95,7 @@ class GemmTemplate(Template):
     legacy = {"compute.minblocks": 1}
 
     def applies(self, plan: KernelPlan) -> bool:
-        return plan.kind == "gemm"
+        return plan.kind in ("gemm", "conv")
 
     def slots(self, plan: KernelPlan, target: Target) -> list[Slot]:
         return [
@@ -232,6 +238,9 @@ class _GemmWriter:
             for j, (r, kk) in enumerate(self._vectors(name, along, vec, rows)):
                 grow = f"{'m0' if name == 'a' else 'n0'} + {r}"
                 gk = f"{k0} + {kk}"
+                if name == "b" and g.b_gather is not None:
+                    c(self.gathered_load(f"rb_{j}", grow, gk))
+                    continue
                 if name == "a":
                     off = f"(idx_t)({grow}) * {strides[1]} + (idx_t)({gk}) * {strides[2]}"
                 else:
@@ -243,6 +252,32 @@ class _GemmWriter:
                       f"{name.upper()}g + {off})) : make_float4(0.f, 0.f, 0.f, 0.f);")
                 else:
                     c(f"{reg} = ({guard}) ? __ldg({name.upper()}g + {off}) : 0.f;")
+
+    def gathered_load(self, reg: str, gp: str, gk: str) -> str:
+        """Element (k, p) of the image's im2col matrix, read from the input: channel and
+        kernel offset from k, output pixel from p, zero where the window covers padding."""
+        cv = self.g.b_gather
+        ksize = 1
+        for kd in cv.kernel:
+            ksize *= kd
+        lines = [f"{{ const int gk_ = {gk}, gp_ = {gp}; float v_ = 0.f;",
+                 f"  if (gp_ < {self.g.N} && gk_ < kend) {{",
+                 f"    const int c_ = gk_ / {ksize}; int q_ = gk_ % {ksize}; int o_ = gp_;",
+                 "    bool in_ = true; idx_t off_ = (idx_t)c_;"]
+        # innermost spatial dim last: peel kernel and output coordinates from the right
+        dims = list(range(len(cv.kernel)))
+        coords = []
+        for d in reversed(dims):
+            lines.append(f"    const int kd{d}_ = q_ % {cv.kernel[d]}; q_ /= {cv.kernel[d]};")
+            lines.append(f"    const int od{d}_ = o_ % {cv.out_shape[d]}; o_ /= {cv.out_shape[d]};")
+            lines.append(f"    const int i{d}_ = od{d}_ * {cv.stride[d]} - {cv.padding[d]} + "
+                         f"kd{d}_ * {cv.dilation[d]};")
+            lines.append(f"    in_ = in_ && i{d}_ >= 0 && i{d}_ < {cv.in_shape[d]};")
+            coords.append(d)
+        for d in dims:
+            lines.append(f"    off_ = off_ * {cv.in_shape[d]} + i{d}_;")
+        lines += ["    if (in_) v_ = __ldg(Bg + off_);", "  }", f"  {reg} = v_; }}"]
+        return "\n".join(lines)
 
     def _vectors(self, name: str, along: str, vec: int, rows: int) -> list[tuple[str, str]]:
         """(row-in-tile, k-in-slice) C expressions of each vector this thread loads."""
@@ -320,11 +355,11 @@ class _GemmWriter:
         plan, g = self.plan, self.g
         grp = cg.Group(fl, tuple(range(len(plan.full_shape))))
         bound: dict[int, str] = {plan.anchor: value}
+        for nid in cg.epilogue_reads(plan):
+            off = cg.offset_expr(plan, nid, [grp])
+            bound[nid] = f"__ldg(in{cg.read_index(plan, nid)} + ({off}))"
         for n in plan.live_nodes():
-            if n.op == "input":
-                off = cg.offset_expr(plan, n.id, [grp])
-                bound[n.id] = f"__ldg(in{n.attr('index')} + ({off}))"
-            elif n.op == "tri_mask":
+            if n.op == "tri_mask":
                 r = row if g.rows_per_matrix == g.M else f"(({row}) % {g.rows_per_matrix})"
                 d = int(n.attr("diagonal"))
                 cmp = ">=" if n.attr("upper") else "<="

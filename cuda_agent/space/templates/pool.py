@@ -221,7 +221,7 @@ class PoolTemplate(Template):
         """The pooled value of each output (avg: torch's divisor), the epilogue, the store."""
         r, OW = info.rank, info.out_spatial[-1]
         F = len(plan.full_shape)
-        epilogue_inputs = [n for n in plan.graph.nodes if n.op == "input" and n.id in plan.fmaps]
+        epilogue_inputs = cg.epilogue_reads(plan)
         for i in range(items):
             c.open(f"if (ow0 + {i} < {OW})")
             c(f"const idx_t n{i} = row * {OW} + ow0 + {i};")
@@ -240,11 +240,11 @@ class PoolTemplate(Template):
             c(f"const float pv{i} = {value};")
             bound = {plan.anchor: f"pv{i}"}
             grp = cg.Group(f"n{i}", tuple(range(F)))
-            for n in epilogue_inputs:
-                name = f"ep{n.id}_{i}"
-                off = cg.offset_expr(plan, n.id, [grp])
-                c(f"const float {name} = ca_ld<{hint}>(in{n.attr('index')} + ({off}));")
-                bound[n.id] = name
+            for nid in epilogue_inputs:
+                name = f"ep{nid}_{i}"
+                off = cg.offset_expr(plan, nid, [grp])
+                c(f"const float {name} = ca_ld<{hint}>(in{cg.read_index(plan, nid)} + ({off}));")
+                bound[nid] = name
             stmts, names = cg.emit_values(plan, [plan.output], bound, fast, suffix=f"_{i}")
             c(*stmts)
             c(f"ca_st<{shint}>(out + n{i}, {names[plan.output]});")
