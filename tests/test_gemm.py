@@ -184,7 +184,7 @@ def test_tune_on_sim_picks_a_gemm_kernel(tmp_path):
 class Conv(nn.Module):
     def __init__(self, rank: int, cin: int, cout: int, k, **kw) -> None:
         super().__init__()
-        self.conv = (nn.Conv1d if rank == 1 else nn.Conv2d)(cin, cout, k, **kw)
+        self.conv = {1: nn.Conv1d, 2: nn.Conv2d, 3: nn.Conv3d}[rank](cin, cout, k, **kw)
 
     def forward(self, x):
         return torch.relu(self.conv(x))
@@ -196,6 +196,9 @@ CONV_CASES = {
                             (1, 4, 9, 10)),
     "conv1d": ((1, 5, 7, 4), dict(stride=3), (3, 5, 29)),
     "conv2d_pointwise": ((2, 16, 12, 1), dict(), (2, 16, 6, 7)),
+    "conv2d_grouped": ((2, 6, 9, 3), dict(groups=3, padding=1), (2, 6, 7, 8)),
+    "conv2d_depthwise": ((2, 5, 10, 3), dict(groups=5, stride=2), (2, 5, 9, 9)),
+    "conv3d": ((3, 2, 4, (2, 3, 2)), dict(padding=(1, 0, 1)), (2, 2, 5, 6, 4)),
 }
 
 
@@ -216,9 +219,24 @@ def test_conv_plans_as_an_implicit_gemm_with_the_bias_fused():
     assert all(c["memory.vec_b"] == 1 for c in sp.configs) and len(sp) > 100
 
 
-def test_grouped_convolution_is_refused_by_name():
-    with pytest.raises(UnsupportedError, match="groups=2"):
-        capture(lambda: Conv(2, 4, 4, 3, groups=2), [], lambda: [torch.randn(1, 4, 8, 8)])
+def test_grouped_convolution_is_a_batch_of_per_group_gemms():
+    plan, _, _ = conv_plan("conv2d_grouped")
+    g = plan.info
+    assert (g.batch, g.M, g.K) == (2 * 3, 3, 2 * 9) and g.b_gather.groups == 3
+
+
+def test_a_computed_convolution_input_is_refused_by_name():
+    with pytest.raises(UnsupportedError, match="computed convolution input"):
+        make_plan(capture(lambda: _ReluConv(), [], lambda: [torch.randn(1, 4, 8, 8)]))
+
+
+class _ReluConv(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(4, 4, 3)
+
+    def forward(self, x):
+        return self.conv(torch.relu(x))
 
 
 @pytest.mark.skipif(not cpu_exec.available(), reason="needs g++ for the CPU emulator")

@@ -30,9 +30,17 @@ class ConvGather:
     stride: tuple[int, ...]
     padding: tuple[int, ...]
     dilation: tuple[int, ...]
+    groups: int = 1
+    a_group_stride: int = 0  # elements between two groups' weight matrices
 
     @property
     def image_elems(self) -> int:
+        """Elements of one image (all groups' channels)."""
+        return self.channels * self.groups * math.prod(self.in_shape)
+
+    @property
+    def group_elems(self) -> int:
+        """Elements of one group's channels of an image."""
         return self.channels * math.prod(self.in_shape)
 
 
@@ -45,17 +53,19 @@ def make_conv_plan(graph: Graph) -> KernelPlan:
                                    f"{operand.op}); only tensors passed in or parameters")
     N, C = x.shape[:2]
     OC = w.shape[0]
-    if w.shape[1] != C:
-        raise UnsupportedError(f"conv weight {w.shape} does not match {C} input channels")
-    rank = len(x.shape) - 2
-    gather = ConvGather(C, tuple(x.shape[2:]), tuple(w.shape[2:]), tuple(conv.shape[2:]),
-                        tuple(conv.attr("stride")), tuple(conv.attr("padding")),
-                        tuple(conv.attr("dilation")))
+    G = int(conv.attr("groups", 1))
+    Cg, OCg = C // G, OC // G
+    if w.shape[1] != Cg or C % G or OC % G:
+        raise UnsupportedError(f"conv weight {w.shape} does not match {C} input channels in "
+                               f"{G} groups")
     P = math.prod(conv.shape[2:])
-    K = C * math.prod(w.shape[2:])
-    del rank
-    # B's batch stride is one image; within an image B is gathered (no strides)
-    info = GemmInfo(w.attr("index"), x.attr("index"), N, OC, P, K, (0, K, 1),
-                    (gather.image_elems, 0, 0), OC, None, gather)
+    K = Cg * math.prod(w.shape[2:])
+    gather = ConvGather(Cg, tuple(x.shape[2:]), tuple(w.shape[2:]), tuple(conv.shape[2:]),
+                        tuple(conv.attr("stride")), tuple(conv.attr("padding")),
+                        tuple(conv.attr("dilation")), G, OCg * K)
+    # one GEMM per (image, group): out[n, g*OCg:(g+1)*OCg] = W_g (OCg x K) @ X_{n,g} (K x P),
+    # consecutive in memory, so the GEMM batch is N*G with rows OCg; B is gathered in place
+    info = GemmInfo(w.attr("index"), x.attr("index"), N * G, OCg, P, K, (0, K, 1),
+                    (gather.image_elems, 0, 0), OCg, None, gather)
     return make_anchored_plan(graph, conv.id, "conv", [w.attr("index"), x.attr("index")],
                               info=info, anchor_flops=2 * N * OC * P * K)

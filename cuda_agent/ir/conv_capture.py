@@ -1,6 +1,6 @@
-"""Capture of convolutions: aten.conv1d/conv2d (and their 'same'/'valid' padding forms) to one
-``conv`` IR node (x, weight) with the bias, if any, as an epilogue add. Convolutions run as an
-implicit GEMM (`ir/conv.py`), so only what that plan reads is accepted: groups of 1, float32."""
+"""Capture of convolutions: aten.conv1d/2d/3d (and their 'same'/'valid' padding forms) to one
+``conv`` IR node (x, weight) with the bias, if any, as an epilogue add. Convolutions run as
+implicit GEMMs (`ir/conv.py`), grouped and depthwise ones as a batch of per-group GEMMs."""
 
 from __future__ import annotations
 
@@ -27,9 +27,6 @@ def _conv(rank: int) -> Callable:
         dilation = _tuple(_arg(args, kwargs, 5, "dilation", 1), rank)
         groups = int(_arg(args, kwargs, 6, "groups", 1))
         xs, ws = lw.shape(x), lw.shape(w)
-        if groups != 1:
-            raise UnsupportedError(f"unsupported: conv{rank}d with groups={groups} (grouped and "
-                                   "depthwise convolutions are not supported yet)")
         if len(xs) != rank + 2:
             raise UnsupportedError(f"unsupported: conv{rank}d of an unbatched input {xs}")
         out = tuple(node.meta["val"].shape)
@@ -41,7 +38,7 @@ def _conv(rank: int) -> Callable:
                 padding = tuple(t // 2 for t in total)
         padding = _tuple(padding, rank)
         y = lw.g.add("conv", (x, w), out, "float32", stride=stride, padding=padding,
-                     dilation=dilation)
+                     dilation=dilation, groups=groups)
         if bias is not None:
             b = lw.val(bias)
             y = lw.binary("add", y, lw.view(b, (lw.shape(b)[0],) + (1,) * rank))
@@ -49,4 +46,4 @@ def _conv(rank: int) -> Callable:
     return handle
 
 
-CONV_HANDLERS: dict[str, Callable] = {"conv1d": _conv(1), "conv2d": _conv(2)}
+CONV_HANDLERS: dict[str, Callable] = {"conv1d": _conv(1), "conv2d": _conv(2), "conv3d": _conv(3)}

@@ -253,6 +253,19 @@ class _GemmWriter:
                 else:
                     c(f"{reg} = ({guard}) ? __ldg({name.upper()}g + {off}) : 0.f;")
 
+    def a_batch_offset(self) -> str:
+        cv = self.g.b_gather
+        if cv is not None and cv.groups > 1:  # batch = image * groups + group
+            return f"(idx_t)(blockIdx.y % {cv.groups}) * {cv.a_group_stride}"
+        return f"(idx_t)blockIdx.y * {self.g.a_strides[0]}"
+
+    def b_batch_offset(self) -> str:
+        cv = self.g.b_gather
+        if cv is not None and cv.groups > 1:
+            return (f"(idx_t)(blockIdx.y / {cv.groups}) * {cv.image_elems} + "
+                    f"(idx_t)(blockIdx.y % {cv.groups}) * {cv.group_elems}")
+        return f"(idx_t)blockIdx.y * {self.g.b_strides[0]}"
+
     def gathered_load(self, reg: str, gp: str, gk: str) -> str:
         """Element (k, p) of the image's im2col matrix, read from the input: channel and
         kernel offset from k, output pixel from p, zero where the window covers padding."""
@@ -436,8 +449,8 @@ class _GemmWriter:
           "extern __shared__ __align__(16) float ca_smem[];",
           "float* As = ca_smem;",
           f"float* Bs = ca_smem + {self.ST * self.BK * self.LDA};",
-          f"const float* __restrict__ Ag = in{g.a} + (idx_t)blockIdx.y * {g.a_strides[0]};",
-          f"const float* __restrict__ Bg = in{g.b} + (idx_t)blockIdx.y * {g.b_strides[0]};",
+          f"const float* __restrict__ Ag = in{g.a} + {self.a_batch_offset()};",
+          f"const float* __restrict__ Bg = in{g.b} + {self.b_batch_offset()};",
           "const int bat = blockIdx.y;",
           "const int tid = threadIdx.x;")
         wn = self.BN // self.TN  # thread tiles along n
