@@ -19,8 +19,6 @@ the GPU is measured like the others' (`benchmarks/sim_correlation.py`).
 from __future__ import annotations
 
 import math
-from typing import Any
-
 from ..space.slots import Rendered, Target
 
 FMA_LANES_PER_SM = 128

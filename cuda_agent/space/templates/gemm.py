@@ -389,12 +389,11 @@ class _GemmWriter:
         groups = [list(range(q, q + 4)) for q in range(0, self.TN, 4)]
         c("#pragma unroll")
         c.open(f"for (int i = 0; i < {self.TM}; ++i)")
-        rows = [self.row(i) for i in range(self.TM)]
+        # the row of accumulator row i, as `row(i)` lays it out (i is a loop variable here)
         if self.split_frag and self.TM == 8:
             c(f"const int gm = m0 + (i < 4 ? ty * 4 + i : {self.BM // 2} + ty * 4 + i - 4);")
         else:
             c(f"const int gm = m0 + ty * {self.TM} + i;")
-        del rows
         c.open(f"if (gm < {g.M})")
         c(f"const idx_t rowbase = ((idx_t)bat * {g.M} + gm) * {g.N};")
         for grp in groups:
@@ -455,7 +454,7 @@ class _GemmWriter:
           "const int tid = threadIdx.x;")
         wn = self.BN // self.TN  # thread tiles along n
         if self.warp == "4x8":
-            c(f"const int warp_ = tid >> 5, lane_ = tid & 31;",
+            c("const int warp_ = tid >> 5, lane_ = tid & 31;",
               f"const int tx = (warp_ % {wn // 8}) * 8 + (lane_ & 7);",
               f"const int ty = (warp_ / {wn // 8}) * 4 + (lane_ >> 3);")
         else:

@@ -219,7 +219,7 @@ class PoolTemplate(Template):
     def _finish(self, c: Code, plan: KernelPlan, info: PoolInfo, items: int, fast: bool,
                 hint: int, shint: int, interior: bool) -> None:
         """The pooled value of each output (avg: torch's divisor), the epilogue, the store."""
-        r, OW = info.rank, info.out_spatial[-1]
+        OW = info.out_spatial[-1]
         F = len(plan.full_shape)
         epilogue_inputs = cg.epilogue_reads(plan)
         for i in range(items):
