@@ -20,7 +20,8 @@ from ...ir.plan import CHAN_REDUCE, KernelPlan
 from .. import codegen as cg
 from ..slots import Launch, Rendered, Slot, Target
 from .base import Code, Template, block_combine, pow2_ceil, smem_for_combine
-from .rowcommon import make_passes, operand_roles, pass_roots, row_values_after
+from .rowcommon import (bind_reducers, emit_new_row_values, make_passes, operand_roles,
+                        pass_roots)
 
 
 def _runs(plan: KernelPlan) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
@@ -188,16 +189,8 @@ class ChanTemplate(Template):
             c.close()  # for j
             if p.reducers:
                 block_combine(c, p.reducers, T, 1, cfg["reduction.combine"])
-                for r in p.reducers:
-                    c(f"const float s{r.nid} = {r.result()};")
-                    row_bound[r.nid] = f"s{r.nid}"
-                    done.add(r.nid)
-            new_rows = [n for n in row_values_after(plan, done) if n not in row_bound]
-            if new_rows:
-                stmts, names = cg.emit_values(plan, new_rows, dict(row_bound), fast, suffix="r")
-                c(*stmts)
-                for n in new_rows:
-                    row_bound[n] = names[n]
+                bind_reducers(c, p.reducers, row_bound, done)
+            emit_new_row_values(c, plan, row_bound, done, fast)
         if plan.output_is_row:
             c.open("if (lane == 0)")
             c(f"out[o] = {row_bound[plan.output]};")

@@ -16,8 +16,8 @@ from .. import codegen as cg
 from ..slots import Launch, Rendered, Slot, Target
 from .base import (Code, Template, block_combine, pow2_ceil, pow2_choices,
                    smem_for_combine)
-from .rowcommon import (make_passes, online_merge, online_softmax_pair, online_update,
-                        operand_roles, pass_roots, row_values_after)
+from .rowcommon import (bind_reducers, emit_new_row_values, make_passes, online_merge,
+                        online_softmax_pair, online_update, operand_roles, pass_roots)
 
 MAX_CACHED_REGS = 64  # floats per thread kept in registers across passes
 # Launches of fewer blocks than half the SMs leave the GPU idle; on large problems such
@@ -252,17 +252,8 @@ class RowTemplate(Template):
                 done.update(p.online)
             elif p.reducers:
                 block_combine(c, p.reducers, T, G, cfg["reduction.combine"])
-                for r in p.reducers:
-                    ctype = "long long" if r.is_arg else "float"
-                    c(f"const {ctype} s{r.nid} = {r.result()};")
-                    row_bound[r.nid] = f"s{r.nid}"
-                    done.add(r.nid)
-            new_rows = [n for n in row_values_after(plan, done) if n not in row_bound]
-            if new_rows:
-                stmts, names = cg.emit_values(plan, new_rows, dict(row_bound), fast, suffix="r")
-                c(*stmts)
-                for n in new_rows:
-                    row_bound[n] = names[n]
+                bind_reducers(c, p.reducers, row_bound, done)
+            emit_new_row_values(c, plan, row_bound, done, fast)
         if plan.output_is_row:
             c.open("if (active && lane == 0)")
             c(f"out[o] = {row_bound[plan.output]};")

@@ -137,3 +137,23 @@ def online_merge(m: str, s: str, om: str, os_: str, fast: bool) -> str:
     return (f"{{ const float nm_ = ca_max({m}, {om}); "
             f"{s} = ({m} == -CA_INF ? 0.f : {s} * {ex}({m} - nm_)) + "
             f"({om} == -CA_INF ? 0.f : {os_} * {ex}({om} - nm_)); {m} = nm_; }}")
+
+
+def bind_reducers(c, reducers: list[Reducer], row_bound: dict[int, str], done: set[int]) -> None:
+    """Name each combined reduction result (s<id>) and mark it computed."""
+    for r in reducers:
+        ctype = "long long" if r.is_arg else "float"
+        c(f"const {ctype} s{r.nid} = {r.result()};")
+        row_bound[r.nid] = f"s{r.nid}"
+        done.add(r.nid)
+
+
+def emit_new_row_values(c, plan: KernelPlan, row_bound: dict[int, str], done: set[int],
+                        fast: bool) -> None:
+    """Compute the per-row values that the reductions done so far make available."""
+    new_rows = [n for n in row_values_after(plan, done) if n not in row_bound]
+    if new_rows:
+        stmts, names = cg.emit_values(plan, new_rows, dict(row_bound), fast, suffix="r")
+        c(*stmts)
+        for n in new_rows:
+            row_bound[n] = names[n]
