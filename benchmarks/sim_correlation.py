@@ -28,7 +28,7 @@ from cuda_agent.ir.plan import make_plan  # noqa: E402
 from cuda_agent.problem import load_problem  # noqa: E402
 from cuda_agent.run.replay import read_sweep  # noqa: E402
 from cuda_agent.run.sim_model import simulate  # noqa: E402
-from cuda_agent.space.slots import Config, Target  # noqa: E402
+from cuda_agent.space.slots import Target  # noqa: E402
 from cuda_agent.space.space import Space  # noqa: E402
 
 MARK_BEGIN, MARK_END = "<!-- sim-correlation:begin -->", "<!-- sim-correlation:end -->"
@@ -40,8 +40,13 @@ def correlate(path: Path, builder: Builder) -> dict:
     plan = make_plan(problem.graph())
     target = Target()
     space = Space.for_plan(plan, target)
-    recs = [r for r in data["records"] if r.get("ok") and r.get("time_ms")]
-    configs = [Config.of(r["config"]) for r in recs]
+    # records of older template versions are read as configurations of the current ones
+    recs, configs = [], []
+    for r in data["records"]:
+        cfg = space.upgrade(r["config"]) if r.get("ok") and r.get("time_ms") else None
+        if cfg is not None:
+            recs.append(r)
+            configs.append(cfg)
     rendered = [space.render(c) for c in configs]
     builds = builder.build([BuildInput(r.source, target.arch) for r in rendered])
     sim, real = [], []
