@@ -127,3 +127,9 @@ def run(rendered, inputs: list[np.ndarray], out_shape: tuple[int, ...]) -> np.nd
     fn.argtypes = [ctypes.c_void_p] * len(ptrs)
     fn(*ptrs)
     return out
+
+
+def max_rel_error(rendered, inputs: list[np.ndarray], want: np.ndarray) -> float:
+    """Run `rendered` on `inputs` and return its largest error relative to max |want|."""
+    got = run(rendered, inputs, tuple(want.shape))
+    return float(np.abs(got - want).max() / (np.abs(want).max() + 1e-30))

@@ -134,6 +134,16 @@ def _right_aligned(shape: tuple[int, ...], rank: int) -> FMap:
     return tuple(None if s == 1 else k + off for k, s in enumerate(shape))
 
 
+def _broadcast_fmap(shape: tuple[int, ...], full_shape: tuple[int, ...]) -> FMap | None:
+    """fmap of a tensor read as it is (right-aligned, torch broadcasting) in F, or None when
+    it does not broadcast to F that way."""
+    rank = len(full_shape)
+    fm = _right_aligned(shape, rank)
+    if len(shape) > rank or any(f is not None and full_shape[f] != s for f, s in zip(fm, shape)):
+        return None
+    return fm
+
+
 def _merge(node: Node, parts: list[tuple[tuple[int, ...], FMap]]) -> FMap:
     """fmap of an elementwise node from its operands' shapes and fmaps (torch broadcasting)."""
     rank = len(node.shape)
@@ -211,10 +221,8 @@ def make_plan(graph: Graph) -> KernelPlan:
     level_of: dict[int, int] = {}
     for n in live:
         if n.op == "input":
-            fm = _right_aligned(n.shape, rank)
-            if len(n.shape) > rank or any(
-                    f is not None and full_shape[f] != s for f, s in zip(fm, n.shape)):
-                fm = None  # only usable through a reshape (checked where it is used)
+            # None: only usable through a reshape (checked where it is used)
+            fm = _broadcast_fmap(n.shape, full_shape)
         elif n.op == "const":
             fm = ()
         elif n.op == "reduce":
@@ -307,10 +315,8 @@ def _read_through_view(graph: Graph, live: list[Node], src: Node, view: Node, fm
                        full_shape: tuple[int, ...]) -> bool:
     """Whether input `src` should be read through `view` at the view's right-aligned place in F
     (rather than at the place its own broadcast guess carries through a size-1 reshape)."""
-    rank = len(full_shape)
-    ra = _right_aligned(view.shape, rank)
-    if len(view.shape) > rank or any(f is not None and full_shape[f] != s
-                                     for f, s in zip(ra, view.shape)):
+    ra = _broadcast_fmap(view.shape, full_shape)
+    if ra is None:
         return False
     # an input is read through one node (`codegen.operand_node`): the view, or itself
     others = [n for n in live if src.id in n.args and n.id != view.id]
@@ -373,10 +379,8 @@ def make_anchored_plan(graph: Graph, anchor: int, kind: str, anchor_inputs: list
         if n.id == anchor:
             fm: FMap | None = tuple(range(rank))
         elif n.op == "input":
-            fm = _right_aligned(n.shape, rank)
-            if len(n.shape) > rank or any(
-                    f is not None and full_shape[f] != s for f, s in zip(fm, n.shape)) or (
-                    _only_reshaped(graph, users[n.id], keep | pro)):
+            fm = _broadcast_fmap(n.shape, full_shape)
+            if _only_reshaped(graph, users[n.id], keep | pro):
                 # read through its reshape (a bias (C,) viewed as (C, 1, 1)): right-aligning
                 # the input itself would put C on the last dim when the sizes happen to match
                 fm = None
@@ -387,10 +391,7 @@ def make_anchored_plan(graph: Graph, anchor: int, kind: str, anchor_inputs: list
         elif n.op == "view":
             src = graph[n.args[0]]
             if plan.fmaps[src.id] is None and src.op == "input":
-                fm = _right_aligned(n.shape, rank)
-                if len(n.shape) > rank or any(
-                        f is not None and full_shape[f] != sz for f, sz in zip(fm, n.shape)):
-                    fm = None
+                fm = _broadcast_fmap(n.shape, full_shape)
             else:
                 fm = _view_fmap(src.shape, plan.fmaps[src.id], n.shape)
             if fm is None:
