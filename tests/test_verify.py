@@ -707,3 +707,79 @@ def test_finite_where_reference_is_infinite_is_wrong():
     res = p.verify(lambda ins, out: out.copy_(ins[0].clamp(max=1e30)))
     rejected(res, "wrong")
     assert "infinities" in res.msg
+
+
+# -- the fp32 witness: ill-conditioned problems ----------------------------------------------------
+
+def _clamped_matmul_ref(ts):
+    x, w = ts
+    return torch.clamp(d(x) @ d(w), -0.05, 0.05)
+
+
+def _sequential_fp32(x, w, reverse=False):
+    """x @ w accumulated one k at a time in fp32, as a SIMT GEMM thread does (BLAS on the CPU
+    sums in blocks and is far more accurate than a GPU kernel's long running sum)."""
+    ks = range(x.shape[1] - 1, -1, -1) if reverse else range(x.shape[1])
+    acc = torch.zeros(x.shape[0], w.shape[1], dtype=torch.float32)
+    for k in ks:
+        acc += x[:, k:k + 1] * w[k]
+    return acc
+
+
+def _clamped_matmul_fp32(ts):
+    """The witness: an fp32 answer, summed in one order."""
+    return torch.clamp(_sequential_fp32(*ts), -0.05, 0.05)
+
+
+def _chunked_fp32(ins, out):
+    """A correct fp32 kernel with another summation order."""
+    out.copy_(torch.clamp(_sequential_fp32(*ins, reverse=True), -0.05, 0.05))
+
+
+CLAMPED = dict(ref=_clamped_matmul_ref, examples=[torch.randn(64, 4096), torch.randn(4096, 128)])
+
+
+def test_ill_conditioned_problem_needs_the_witness():
+    """A long fp32 sum under a tight clamp: the fixed elementwise bound fails even an fp32 answer
+    (the clamp shrinks rms(ref), not the sum's rounding error); the witness's slack accepts a
+    kernel as accurate as the witness."""
+    p = Prob(CLAMPED["ref"], CLAMPED["examples"])
+    assert not p.verify(lambda ins, out: out.copy_(_clamped_matmul_fp32(ins))).ok
+    res = verify(_chunked_fp32, p.ref, p.examples, p.out_shape, F32,
+                 witness=_clamped_matmul_fp32)
+    assert res.ok, res.msg
+
+
+def test_witness_slack_does_not_admit_real_errors():
+    """Errors well beyond the witness's own still fail: one element off by 50 times the
+    witness's largest error, a half-precision product, and the weak outputs."""
+    p = Prob(CLAMPED["ref"], CLAMPED["examples"])
+
+    def run(fn):
+        return verify(fn, p.ref, p.examples, p.out_shape, F32, witness=_clamped_matmul_fp32)
+
+    def one_off(ins, out):
+        _chunked_fp32(ins, out)
+        ref = p.ref(ins).float()
+        err = float((_clamped_matmul_fp32(ins) - ref).abs().max())
+        i = int((ref.abs() < 0.04).nonzero()[0, 0])  # an unsaturated element
+        out[i, 0] += 50 * max(err, 1e-6)
+
+    rejected(run(one_off), "wrong")
+    rejected(run(lambda ins, out: out.copy_(
+        torch.clamp((ins[0].half() @ ins[1].half()).float(), -0.05, 0.05))), "wrong")
+    rejected(run(lambda ins, out: out.zero_()), "wrong")
+
+
+def test_witness_keeps_well_conditioned_bounds_tight():
+    """On softmax the witness's error is tiny, so the usual bound stands: the nudge that the
+    fixed bound rejects is rejected with a witness too."""
+    p = prob("softmax")
+
+    def nudge(ins, out):
+        out.copy_(torch.softmax(ins[0], -1))
+        out[0, 0] += 0.002 * float(out.abs().mean())
+
+    res = verify(nudge, p.ref, p.examples, p.out_shape, F32,
+                 witness=lambda ts: torch.softmax(ts[0], -1))
+    rejected(res, "wrong")

@@ -22,6 +22,11 @@ from . import launcher
 from .timing import L2Flusher, TimingSettings, physical_floor_ms, time_runs
 from .verify import CandidateError, CasePool, VerifySettings, check, make_case
 
+# Kernels are strict fp32, so the fp32 witness and the eager/compile baselines are too: cuDNN
+# would otherwise run fp32 convolutions on TF32 tensor cores (its default), a different contract.
+torch.backends.cudnn.allow_tf32 = False
+torch.backends.cuda.matmul.allow_tf32 = False
+
 
 class ProblemState:
     """Everything about one problem that lives on the GPU between candidates."""
@@ -59,7 +64,7 @@ class ProblemState:
         # parameters and buffers are drawn signed whatever their initial values
         signed = [gin.role != "input" for gin in self.graph.inputs]
         self.pool = CasePool(self.reference, self.examples, self.out_shape, self.out_dtype,
-                             verify_settings, signed)
+                             verify_settings, signed, witness=self.witness)
         self.evaluated = 0
 
     # -- reference -----------------------------------------------------------------------------
@@ -68,6 +73,12 @@ class ProblemState:
         with torch.no_grad():
             out = torch.func.functional_call(self.ref_model, state, tuple(args))
         return out
+
+    def witness(self, tensors: list[torch.Tensor]) -> torch.Tensor:
+        """torch eager's own fp32 answer: the accuracy an fp32 kernel can be held to."""
+        args, state = self._split(tensors, None)
+        with torch.no_grad():
+            return torch.func.functional_call(self.model, state, tuple(args))
 
     def _split(self, tensors: list[torch.Tensor], dtype: torch.dtype | None
                ) -> tuple[list[torch.Tensor], dict[str, torch.Tensor]]:
