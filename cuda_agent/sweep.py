@@ -42,7 +42,9 @@ def sweep_problem(path: str | Path, out_root: Path, device: str | None = None,
     """
     if sample is not None and sample < 1:
         raise SettingsError("--sample must be at least 1")
+    # a sample takes the templates in turn: a small one (the library epilogue) is not starved
     settings = TuneSettings(device=device, strategy="random" if sample else "exhaustive",
+                            strategy_options={"stratified": True} if sample else {},
                             budget=sample or 10**9, seed=seed, store=store, batch=32,
                             time_limit_s=time_limit_s)
     tuner = Tuner(load_problem(path), settings, device=shared_device, notify=notify)

@@ -105,11 +105,23 @@ def available() -> bool:
 
 
 def run(rendered, inputs: list[np.ndarray], out_shape: tuple[int, ...]) -> np.ndarray:
-    """Execute `rendered` (a `Rendered`) on float32 `inputs` (kernel operand order)."""
+    """Execute `rendered` (a `Rendered`) on float32 `inputs` (kernel operand order). A leading
+    vendor-library step runs through torch on the CPU (`launcher.run_library`), its product
+    handed to the kernels as their workspace, as on the GPU."""
+    launches = list(rendered.launches)
+    product = None
+    if launches and launches[0].library:
+        import torch
+
+        from cuda_agent.run.launcher import run_library
+
+        tensors = [torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)) for x in inputs]
+        product = run_library(launches.pop(0).library, tensors).numpy().copy()
+    assert not any(L.library for L in launches), "a library step only leads the launches"
     source = rendered.source.replace("extern __shared__ __align__(16) float ca_smem[];",
                                      "float* ca_smem = ca_dyn_smem;")
     src = SHIM + source.replace('extern "C"', "") + _launcher(
-        len(inputs) + 1, [(L.kernel, L.grid, L.block, L.smem) for L in rendered.launches])
+        len(inputs) + 1, [(L.kernel, L.grid, L.block, L.smem) for L in launches])
     key = hashlib.sha256(src.encode()).hexdigest()[:16]
     work = Path(tempfile.gettempdir()) / "ca_emulator"
     work.mkdir(exist_ok=True)
@@ -122,7 +134,8 @@ def run(rendered, inputs: list[np.ndarray], out_shape: tuple[int, ...]) -> np.nd
     fn = ctypes.CDLL(str(lib)).ca_run
     arrays = [np.ascontiguousarray(x, dtype=np.float32) for x in inputs]
     out = np.full(out_shape, np.nan, dtype=np.float32)
-    ws = np.zeros(max(1, rendered.workspace_bytes // 4), dtype=np.float32)
+    ws = product if product is not None else \
+        np.zeros(max(1, rendered.workspace_bytes // 4), dtype=np.float32)
     ptrs = [a.ctypes.data_as(ctypes.c_void_p) for a in arrays + [out, ws]]
     fn.argtypes = [ctypes.c_void_p] * len(ptrs)
     fn(*ptrs)

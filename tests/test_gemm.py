@@ -109,6 +109,11 @@ def test_unsupported_gemm_patterns_say_why(f, shapes, words):
 
 # -- the space ---------------------------------------------------------------------------------------
 
+def gemm_configs(sp: Space) -> list:
+    """The generated-GEMM configurations (a space with an epilogue also has library ones)."""
+    return [c for c in sp.configs if sp.template_of(c).name == "gemm"]
+
+
 def test_odd_k_forbids_vector_loads_along_k_and_default_is_valid():
     sp = Space.for_plan(plan_of(lambda a, b: a @ b, (37, 67), (67, 45)), Target())
     assert all(c["memory.vec_a"] == 1 for c in sp.configs)  # A runs along K = 67
@@ -147,7 +152,7 @@ def test_generated_gemm_matches_torch(name):
     xs = [torch.randn(*s, generator=gen) for s in shapes]
     want = f(*[x.double() for x in xs]).numpy()
     rng = random.Random(name)
-    small = [c for c in sp.configs if c["config.bm"] * c["config.bn"] <= 64 * 64]
+    small = [c for c in gemm_configs(sp) if c["config.bm"] * c["config.bn"] <= 64 * 64]
     picked = [sp.default()] + rng.sample(small, 2)
     for pred in (lambda c: c["reduction.split"] > 1, lambda c: c["memory.stages"] == 2 and
                  c["memory.frag"] == "split", lambda c: c["config.warp"] == "4x8",
@@ -214,7 +219,7 @@ def test_conv_plans_as_an_implicit_gemm_with_the_bias_fused():
     assert (g.batch, g.M, g.N, g.K) == (2, 8, 7 * 6, 3 * 9)
     assert len(plan.operands) == 3  # weight, input, bias (viewed as (C, 1, 1))
     sp = Space.for_plan(plan, Target())
-    assert all(c["memory.vec_b"] == 1 for c in sp.configs) and len(sp) > 100
+    assert all(c["memory.vec_b"] == 1 for c in gemm_configs(sp)) and len(sp) > 100
 
 
 def test_grouped_convolution_is_a_batch_of_per_group_gemms():
@@ -257,10 +262,71 @@ def test_generated_conv_matches_torch(name):
         by_index.append(x.numpy() if gi.role == "input" else
                         params[gi.target].detach().float().numpy())
     rng = random.Random(name)
-    small = [c for c in sp.configs if c["config.bm"] * c["config.bn"] <= 64 * 64]
+    small = [c for c in gemm_configs(sp) if c["config.bm"] * c["config.bn"] <= 64 * 64]
     picked = [sp.default()] + rng.sample(small, 2)
     split = [c for c in small if c["reduction.split"] > 1]
     picked += rng.sample(split, 1) if split else []
     for cfg in picked:
         err = cpu_exec.max_rel_error(sp.render(cfg), by_index, want)
         assert err < 1e-5, (cfg.short(), err)
+
+
+# -- the library product with a generated epilogue ------------------------------------------------------
+
+LIB_CASES = {  # (function, shapes): products with something after them to generate
+    "linear_bias_relu": (lambda x, w, b: torch.relu(x @ w.T + b), [(19, 13), (11, 13), (11,)]),
+    "batched_transposed_scaled": (lambda a, b: torch.bmm(a.transpose(1, 2), b) * 0.5 - 1.0,
+                                  [(2, 24, 20), (2, 24, 36)]),
+    "triu_residual": (lambda a, b, c: torch.triu(a @ b) + c, [(40, 16), (16, 40), (40, 40)]),
+}
+
+
+def test_library_template_only_where_there_is_an_epilogue():
+    bare = Space.for_plan(plan_of(lambda a, b: a @ b, (64, 64), (64, 64)), Target())
+    assert {bare.template_of(c).name for c in bare.configs} == {"gemm"}
+    f, shapes = LIB_CASES["linear_bias_relu"]
+    sp = Space.for_plan(plan_of(f, *shapes), Target())
+    lib = [c for c in sp.configs if sp.template_of(c).name == "lib"]
+    assert lib and all(c["memory.vec"] == 1 for c in lib)  # 19 x 11 outputs: no 16-byte access
+    r = sp.render(lib[0])
+    assert r.launches[0].library["op"] == "matmul" and r.fact("library").startswith("cuBLAS")
+    assert r.launches[1].library is None and "ca_lib_epilogue" in r.source
+
+
+@pytest.mark.skipif(not cpu_exec.available(), reason="needs g++ for the CPU emulator")
+@pytest.mark.parametrize("name", sorted(LIB_CASES))
+def test_library_product_with_generated_epilogue_matches_torch(name):
+    f, shapes = LIB_CASES[name]
+    plan = plan_of(f, *shapes)
+    sp = Space.for_plan(plan, Target())
+    gen = torch.Generator().manual_seed(7)
+    xs = [torch.randn(*s, generator=gen) for s in shapes]
+    want = f(*[x.double() for x in xs]).numpy()
+    lib = [c for c in sp.configs if sp.template_of(c).name == "lib"]
+    assert len(lib) >= 3
+    for cfg in random.Random(name).sample(lib, 3):
+        err = cpu_exec.max_rel_error(sp.render(cfg), [xs[k].numpy() for k in plan.operands],
+                                     want)
+        assert err < 1e-5, (cfg.short(), err)
+
+
+@pytest.mark.skipif(not cpu_exec.available(), reason="needs g++ for the CPU emulator")
+def test_library_convolution_with_generated_bias_matches_torch():
+    plan, shape, kw = conv_plan("conv2d_stride_pad_bias")
+    (rank, cin, cout, k), _, _ = CONV_CASES["conv2d_stride_pad_bias"]
+    sp = Space.for_plan(plan, Target())
+    gen = torch.Generator().manual_seed(9)
+    x = torch.randn(*shape, generator=gen)
+    conv = Conv(rank, cin, cout, k, **kw)
+    with torch.no_grad():
+        for p in conv.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen))
+        want = conv.double()(x.double()).numpy()
+    params = dict(conv.named_parameters())
+    by_index = [x.numpy() if plan.graph.inputs[k_].role == "input" else
+                params[plan.graph.inputs[k_].target].detach().float().numpy()
+                for k_ in plan.operands]
+    lib = [c for c in sp.configs if sp.template_of(c).name == "lib"]
+    r = sp.render(lib[0])
+    assert r.launches[0].library["op"] == "conv"
+    assert cpu_exec.max_rel_error(r, by_index, want) < 1e-5

@@ -270,3 +270,27 @@ def test_evals_to_fraction_counts_to_the_first_near_best():
     assert res.evals_to_fraction(0.95) == want
     assert res.evals_to_fraction(1.0) == times.index(best) + 1
     assert res.evals_to_fraction(0.95, best_ms=best / 100) is None  # never reached
+
+
+def test_stratified_random_sample_covers_every_template():
+    """A sweep's sample of a matmul with an epilogue: thousands of GEMM configurations and a
+    handful of library-epilogue ones; taking templates in turn reaches both in a small sample."""
+    import torch
+
+    from helpers import Fn
+    from cuda_agent.ir.capture import capture
+    from cuda_agent.search.random_search import RandomSearch
+    from cuda_agent.space.slots import Target
+    from cuda_agent.space.space import Space
+
+    graph = capture(Fn, [lambda x, w: torch.relu(x @ w)],
+                    lambda: [torch.randn(64, 128), torch.randn(128, 64)])
+    plan = make_plan(graph)
+    sp = Space.for_plan(plan, Target())
+    names = lambda cs: [sp.template_of(c).name for c in cs]  # noqa: E731
+    counts = {t: names(sp.configs).count(t) for t in set(names(sp.configs))}
+    assert counts["lib"] < 30 < counts["gemm"]
+    picked = RandomSearch(sp, seed=1, stratified=True).ask(20)
+    assert names(picked).count("lib") == 10 and len(set(picked)) == 20
+    uniform = RandomSearch(sp, seed=1).ask(20)
+    assert names(uniform).count("lib") < 5

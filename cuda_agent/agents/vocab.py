@@ -19,7 +19,7 @@ from ..space.space import SCOPE_SLOT, Space
 # Every slot any template has, with every value it can take. Order within a slot is meaningful
 # (small to large), which the observation encoding uses.
 VOCAB: dict[str, tuple[Any, ...]] = {
-    "reduction.scope": ("map", "row", "col", "split", "gemm", "pool", "chan", "scan"),
+    "reduction.scope": ("map", "row", "col", "split", "gemm", "pool", "chan", "scan", "lib"),
     "config.block": (32, 64, 128, 256, 512, 1024),
     "config.items": (1, 2, 4, 8),
     "config.grid": ("exact", "persistent"),

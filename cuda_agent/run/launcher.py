@@ -60,11 +60,31 @@ def compile_for_device(source: str, device: torch.device) -> bytes:
     return cubin
 
 
+def run_library(call: dict, inputs: Sequence[torch.Tensor]) -> torch.Tensor:
+    """A vendor-library step of a candidate, through torch on the current stream: cuBLAS for a
+    (batched, strided) matrix product, cuDNN for a convolution. Returns the contiguous
+    product, which the kernels after it read as their workspace."""
+    if call["op"] == "matmul":
+        a = inputs[call["a"]].as_strided((call["batch"], call["M"], call["K"]),
+                                         call["a_strides"])
+        b = inputs[call["b"]].as_strided((call["batch"], call["K"], call["N"]),
+                                         call["b_strides"])
+        if call["batch"] == 1:
+            return torch.mm(a[0], b[0])
+        return torch.matmul(a, b)
+    if call["op"] == "conv":
+        conv = getattr(torch.nn.functional, f"conv{call['dims']}d")
+        return conv(inputs[call["x"]], inputs[call["w"]], None, call["stride"], call["padding"],
+                    call["dilation"], call["groups"]).contiguous()
+    raise ValueError(f"unknown library step {call['op']!r}")
+
+
 class LoadedKernels:
     """A cubin loaded into the current context plus the launch sequence of one candidate.
 
-    `launches` is a list of dicts {kernel, grid, block, smem}; every kernel takes
-    (inputs..., out, workspace) as raw device pointers.
+    `launches` is a list of dicts {kernel, grid, block, smem, library}; every kernel takes
+    (inputs..., out, workspace) as raw device pointers. A launch with `library` set is a
+    vendor-library step (`run_library`) whose result is the workspace of the kernels after it.
     """
 
     def __init__(self, image: bytes, launches: Sequence[dict], workspace_bytes: int = 0,
@@ -77,6 +97,8 @@ class LoadedKernels:
             self.module = _check(driver.cuModuleLoadData(image), "cuModuleLoadData")
             self.functions = {}
             for launch in launches:
+                if launch.get("library"):
+                    continue
                 name = launch["kernel"]
                 if name not in self.functions:
                     fn = _check(driver.cuModuleGetFunction(self.module, name.encode()),
@@ -101,7 +123,12 @@ class LoadedKernels:
         ptrs = [t.data_ptr() for t in inputs] + [out.data_ptr(), self.workspace.data_ptr()]
         holders = [ctypes.c_void_p(p) for p in ptrs]
         params = (ctypes.c_void_p * len(holders))(*[ctypes.addressof(h) for h in holders])
+        product = None  # a library step's result: kept alive until the kernels are queued
         for launch in self.launches:
+            if launch.get("library"):
+                product = run_library(launch["library"], inputs)
+                holders[-1].value = product.data_ptr()
+                continue
             gx, gy, gz = launch["grid"]
             bx, by, bz = launch["block"]
             _check(driver.cuLaunchKernel(self.functions[launch["kernel"]], gx, gy, gz, bx, by, bz,

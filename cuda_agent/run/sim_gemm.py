@@ -21,6 +21,9 @@ from __future__ import annotations
 import math
 from ..space.slots import Rendered, Target
 
+# The library's product is a black box to the model: cuBLAS-class efficiency for strict fp32
+LIBRARY_FP32_EFFICIENCY = 0.95
+
 FMA_LANES_PER_SM = 128
 SMEM_BYTES_PER_CLK = 128
 L2_BW = 10e12  # bytes/s, an H100/H200-class estimate
@@ -111,3 +114,16 @@ def _registers(resources: dict | None, tm: int, tn: int, bm: int, bn: int, bk: i
     est = tm * tn + tm + tn + (bm + bn) * bk // threads + 24
     return min(255, est)
 
+
+
+def simulate_library(plan, rendered: Rendered, target: Target) -> tuple[float, dict[str, float]]:
+    """(modelled ms, counters) of a library product followed by a generated epilogue pass."""
+    from ..space.templates.library import epilogue_bytes
+
+    f = dict(rendered.facts)
+    product_s = float(f["library_flops"]) / (LIBRARY_FP32_EFFICIENCY * target.fp32_flops)
+    vec = int(f.get("vec", 1))
+    # a streaming pass: full bandwidth with 16-byte accesses, a little less with 4-byte ones
+    epilogue_s = epilogue_bytes(plan) / (target.dram_bw * (0.92 if vec == 4 else 0.85))
+    ms = (product_s + epilogue_s + 2 * LAUNCH_US * 1e-6) * 1e3
+    return ms, {"dram_throughput": epilogue_s / (product_s + epilogue_s)}

@@ -263,6 +263,11 @@ def simulate(plan: KernelPlan, rendered: Rendered, resources: dict | None, targe
         if err:
             return _failure("resources", err)
         return SimResult(ms, {**{k: 0.0 for k in COUNTER_KEYS}, **counters})
+    if rendered.fact("family") == "lib":  # a library product, then a generated epilogue
+        from .sim_gemm import simulate_library
+
+        ms, counters = simulate_library(plan, rendered, target)
+        return SimResult(ms, {**{k: 0.0 for k in COUNTER_KEYS}, **counters})
     works = _describe(plan, rendered, resources, target, c)
 
     per_launch = []

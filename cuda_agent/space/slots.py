@@ -99,6 +99,9 @@ class Launch:
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     smem: int = 0
+    # a vendor-library step instead of a kernel (`launcher.run_library`): its result is the
+    # workspace argument of the kernels that follow it
+    library: dict | None = field(default=None, hash=False, compare=False)
 
     @property
     def threads(self) -> int:
@@ -124,7 +127,7 @@ class Rendered:
     def kernel_names(self) -> tuple[str, ...]:
         seen: list[str] = []
         for launch in self.launches:
-            if launch.kernel not in seen:
+            if launch.library is None and launch.kernel not in seen:
                 seen.append(launch.kernel)
         return tuple(seen)
 

@@ -4,6 +4,7 @@ from .base import Template
 from .chan import ChanTemplate
 from .col import ColTemplate
 from .gemm import GemmTemplate
+from .library import LibraryTemplate
 from .map import MapTemplate
 from .pool import PoolTemplate
 from .row import RowTemplate
@@ -12,6 +13,6 @@ from .split import SplitTemplate
 
 TEMPLATES: list[Template] = [MapTemplate(), RowTemplate(), ColTemplate(), SplitTemplate(),
                              GemmTemplate(), PoolTemplate(),
-                             ChanTemplate(), ScanTemplate()]
+                             ChanTemplate(), ScanTemplate(), LibraryTemplate()]
 
 __all__ = ["TEMPLATES", "Template"]

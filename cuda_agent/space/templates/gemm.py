@@ -183,6 +183,27 @@ class GemmTemplate(Template):
         return _GemmWriter(plan, cfg).render()
 
 
+def epilogue_value(plan: KernelPlan, c: Code, value: str, fl: str, row: str, col: str,
+                   tag: str) -> str:
+    """Emit the fused epilogue of a matrix product (or convolution) whose output element at
+    flat index `fl` (row `row`, column `col` of C) is `value`; the C name of the result."""
+    g = _info(plan)
+    grp = cg.Group(fl, tuple(range(len(plan.full_shape))))
+    bound: dict[int, str] = {plan.anchor: value}
+    for nid in cg.epilogue_reads(plan):
+        off = cg.offset_expr(plan, nid, [grp])
+        bound[nid] = f"__ldg(in{cg.read_index(plan, nid)} + ({off}))"
+    for n in plan.live_nodes():
+        if n.op == "tri_mask":
+            r = row if g.rows_per_matrix == g.M else f"(({row}) % {g.rows_per_matrix})"
+            d = int(n.attr("diagonal"))
+            cmp = ">=" if n.attr("upper") else "<="
+            bound[n.id] = f"((idx_t)({col}) - (idx_t)({r}) {cmp} {d})"
+    stmts, names = cg.emit_values(plan, [plan.output], bound, False, suffix=tag)
+    c(*stmts)
+    return names[plan.output]
+
+
 def _lds(cfg: dict[str, Any]) -> tuple[int, int]:
     """Leading dims of the shared A (k-major, BM wide) and B (BN wide) slices."""
     return cfg["config.bm"] + cfg["memory.pad"], cfg["config.bn"] + cfg["memory.pad"]
@@ -364,22 +385,7 @@ class _GemmWriter:
     # -- epilogue -------------------------------------------------------------------------------
     def epilogue_value(self, c: Code, value: str, fl: str, row: str, col: str, tag: str
                        ) -> str:
-        """C name of the output value at flat index `fl` (row `row`, column `col` of C)."""
-        plan, g = self.plan, self.g
-        grp = cg.Group(fl, tuple(range(len(plan.full_shape))))
-        bound: dict[int, str] = {plan.anchor: value}
-        for nid in cg.epilogue_reads(plan):
-            off = cg.offset_expr(plan, nid, [grp])
-            bound[nid] = f"__ldg(in{cg.read_index(plan, nid)} + ({off}))"
-        for n in plan.live_nodes():
-            if n.op == "tri_mask":
-                r = row if g.rows_per_matrix == g.M else f"(({row}) % {g.rows_per_matrix})"
-                d = int(n.attr("diagonal"))
-                cmp = ">=" if n.attr("upper") else "<="
-                bound[n.id] = f"((idx_t)({col}) - (idx_t)({r}) {cmp} {d})"
-        stmts, names = cg.emit_values(plan, [plan.output], bound, False, suffix=tag)
-        c(*stmts)
-        return names[plan.output]
+        return epilogue_value(self.plan, c, value, fl, row, col, tag)
 
     def store_tile(self, c: Code, partial: bool) -> None:
         """Write the accumulators: to the output through the epilogue, or raw to the split-K

@@ -1,0 +1,142 @@
+"""A vendor library for the main product, a generated kernel for everything around it.
+
+Where cuBLAS or cuDNN (called through torch) computes a matrix product or a convolution faster
+than the generated GEMM, the tuner may keep the library call and generate only the epilogue: the
+bias, activations, scaling, clamps, residual adds and masks that follow it, fused into one
+pass over the product. The candidate is then two steps on one stream: the library call (a
+`Launch` with `library` set, run by the launcher through torch) writes the product into a
+buffer that the epilogue kernel reads through its workspace argument.
+
+The template applies only where there is an epilogue to generate: a bare product would be the
+library alone, with nothing of cuda-agent's in it. Reports say which part is library and which
+is generated (`facts`: ``library``).
+
+Slots: threads per block and elements per thread (config), vector width of the product's reads
+and the output's writes (memory). The library call itself has no slots.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ...ir.gemm import GemmInfo
+from ...ir.plan import KernelPlan
+from .. import codegen as cg
+from ..slots import Launch, Rendered, Slot, Target
+from .base import Code, Template
+from .gemm import epilogue_value
+
+LIBRARY_NAMES = {"matmul": "cuBLAS (torch.matmul)", "conv": "cuDNN (torch convolution)"}
+
+
+def _info(plan: KernelPlan) -> GemmInfo:
+    return plan.info
+
+
+def _has_epilogue(plan: KernelPlan) -> bool:
+    return plan.anchor is not None and plan.output != plan.anchor
+
+
+def conv_padding(gather: Any) -> tuple[int, ...] | None:
+    """torch's symmetric padding that reproduces the gather's output size, or None where the
+    capture resolved an asymmetric 'same' padding torch's convolution cannot take as ints."""
+    for i, k, o, s, p, d in zip(gather.in_shape, gather.kernel, gather.out_shape, gather.stride,
+                                gather.padding, gather.dilation):
+        if (i + 2 * p - d * (k - 1) - 1) // s + 1 != o:
+            return None
+    return tuple(gather.padding)
+
+
+def library_call(plan: KernelPlan) -> dict[str, Any] | None:
+    """The launcher's description of the library step (`launcher.run_library`), or None."""
+    g = _info(plan)
+    pos = {k: i for i, k in enumerate(plan.operands)}
+    if plan.kind == "conv":
+        cv = g.b_gather
+        padding = conv_padding(cv)
+        if padding is None or len(cv.kernel) not in (1, 2, 3):
+            return None
+        return {"op": "conv", "x": pos[g.b], "w": pos[g.a], "dims": len(cv.kernel),
+                "stride": list(cv.stride), "padding": list(padding),
+                "dilation": list(cv.dilation), "groups": cv.groups}
+    if g.b_gather is not None:
+        return None
+    return {"op": "matmul", "a": pos[g.a], "b": pos[g.b], "batch": g.batch, "M": g.M,
+            "N": g.N, "K": g.K, "a_strides": list(g.a_strides), "b_strides": list(g.b_strides)}
+
+
+class LibraryTemplate(Template):
+    name = "lib"
+    version = "1"
+
+    def applies(self, plan: KernelPlan) -> bool:
+        return plan.kind in ("gemm", "conv") and _has_epilogue(plan) and \
+            library_call(plan) is not None
+
+    def slots(self, plan: KernelPlan, target: Target) -> list[Slot]:
+        return [
+            Slot("config.block", (128, 256, 512), "threads per block of the epilogue kernel"),
+            Slot("config.items", (1, 2, 4), "vectors of the product per thread"),
+            Slot("memory.vec", (1, 4), "elements per load of the product and store of the "
+                                       "output"),
+        ]
+
+    def check(self, plan: KernelPlan, cfg: dict[str, Any], target: Target) -> str | None:
+        if cfg["memory.vec"] == 4 and plan.numel % 4:
+            return "vector access needs a multiple of 4 elements"
+        if -(-plan.numel // (cfg["config.block"] * cfg["config.items"] *
+                             cfg["memory.vec"])) > 2**31 - 1:
+            return "grid exceeds the limit"
+        return None
+
+    def default(self, plan: KernelPlan, target: Target) -> dict[str, Any]:
+        return {"config.block": 256, "config.items": 1, "memory.vec": 1}
+
+    def render(self, plan: KernelPlan, cfg: dict[str, Any], target: Target) -> Rendered:
+        g = _info(plan)
+        call = library_call(plan)
+        assert call is not None  # applies() guarantees it
+        block, items, vec = cfg["config.block"], cfg["config.items"], cfg["memory.vec"]
+        total = plan.numel
+        per_block = block * items * vec
+        idx_t = "int" if total < 2**31 - per_block else "long long"
+        c = Code()
+        c(cg.PRELUDE)
+        c(f"// the product comes from {LIBRARY_NAMES[call['op']]}: {call}")
+        c.open(f'extern "C" __global__ void __launch_bounds__({block}) '
+               f"ca_lib_epilogue({cg.kernel_params(plan)})")
+        c(f"typedef {idx_t} idx_t;",
+          "const float* __restrict__ prod = reinterpret_cast<const float*>(ws);",
+          f"const idx_t base = (idx_t)blockIdx.x * {per_block} + (idx_t)threadIdx.x * {vec};")
+        c("#pragma unroll")
+        c.open(f"for (int it = 0; it < {items}; ++it)")
+        c(f"const idx_t f0 = base + (idx_t)it * {block * vec};")
+        c.open(f"if (f0 < {total})")
+        if vec == 4:
+            c("const float4 p4 = __ldg(reinterpret_cast<const float4*>(prod + f0));")
+            src = ["p4.x", "p4.y", "p4.z", "p4.w"]
+        else:
+            src = ["__ldg(prod + f0)"]
+        vals = []
+        for q, v in enumerate(src):
+            fl = f"(f0 + {q})"
+            vals.append(epilogue_value(plan, c, v, fl, f"(({fl} / {g.N}) % {g.M})",
+                                       f"({fl} % {g.N})", f"_{q}"))
+        c(cg.vec_store("(out + f0)", vals, 0))
+        c.close().close().close()
+        grid = -(-total // per_block)
+        launches = (Launch("torch_library", (1, 1, 1), (1, 1, 1), library=call),
+                    Launch("ca_lib_epilogue", (grid, 1, 1), (block, 1, 1)))
+        facts = (("family", "lib"), ("library", LIBRARY_NAMES[call["op"]]),
+                 ("threads", block), ("vec", vec), ("items", items),
+                 ("library_flops", plan.anchor_flops or 2 * g.batch * g.M * g.N * g.K),
+                 ("product_bytes", 4 * total))
+        return Rendered(c.text(), launches, facts=facts)
+
+
+def epilogue_bytes(plan: KernelPlan) -> int:
+    """Bytes the epilogue kernel moves: the product read once, the output written once, plus
+    the epilogue's own operands (a bias, a residual)."""
+    extra = sum(4 * math.prod(plan.graph[n].shape) for n in cg.epilogue_reads(plan))
+    return 8 * plan.numel + extra
