@@ -267,7 +267,6 @@ class CasePool:
                  signed: Sequence[bool] | None = None,
                  witness: Callable[[list[torch.Tensor]], torch.Tensor] | None = None) -> None:
         self.settings = s = settings or VerifySettings()
-        self.witness = witness
         self.out_shape, self.out_dtype = tuple(out_shape), out_dtype
         self.device = examples[0].device
         self.rtol = s.rtol if s.rtol is not None else TOLERANCE.get(out_dtype, 1e-4)
@@ -278,7 +277,7 @@ class CasePool:
             ref = self._ref(reference, case.tensors)
             self.cases.append(Trial(case.tensors, ref,
                                     f"trial {t} ({DISTRIBUTIONS[t % len(DISTRIBUTIONS)]} inputs)",
-                                    self._slack(case.tensors, ref)))
+                                    self._slack(witness, case.tensors, ref)))
         # a perturbed twin of every case, whose reference really differs from the case's
         self.perturbed: list[Trial] = []
         for t, base in enumerate(self.cases):
@@ -287,7 +286,7 @@ class CasePool:
                 case = perturbed(Case(base.inputs), s.seed + t, attempt)
                 ref = self._ref(reference, case.tensors)
                 twin = Trial(case.tensors, ref, f"perturbed-input trial (from trial {t})",
-                             self._slack(case.tensors, ref))
+                             self._slack(witness, case.tensors, ref))
                 # a replay of the base's answer must fail on the twin
                 if compare(base.ref, ref, self.rtol, s.elem_factor, twin.slack)[0] is not None:
                     break
@@ -300,12 +299,15 @@ class CasePool:
         return out.to(self.out_dtype) if not self.out_dtype.is_floating_point else out.to(
             torch.float32 if self.out_dtype == torch.float32 else self.out_dtype)
 
-    def _slack(self, tensors: list[torch.Tensor], ref: torch.Tensor) -> Slack:
-        if self.witness is None or not self.out_dtype.is_floating_point:
+    def _slack(self, witness: Callable[[list[torch.Tensor]], torch.Tensor] | None,
+               tensors: list[torch.Tensor], ref: torch.Tensor) -> Slack:
+        # the witness is not kept: a pool holding a bound method of its owner would make a
+        # reference cycle that keeps a problem's GPU tensors alive after the next set-up
+        if witness is None or not self.out_dtype.is_floating_point:
             return NO_SLACK
         with torch.no_grad():
-            witness = self.witness(tensors)
-        return witness_slack(witness, ref, self.settings.witness_factor)
+            answer = witness(tensors)
+        return witness_slack(answer, ref, self.settings.witness_factor)
 
     def _weak_checks(self) -> list[str]:
         rtol, ef = self.rtol, self.settings.elem_factor

@@ -9,6 +9,7 @@ Messages are plain dicts over a multiprocessing pipe.
 from __future__ import annotations
 
 import copy
+import gc
 import os
 import time
 import traceback
@@ -258,6 +259,7 @@ def worker_main(conn: Any, device_index: int, timing: TimingSettings,
                 conn.send({"ok": True, **gpu_facts(device)})
             elif op == "setup":
                 state = None
+                gc.collect()  # the previous problem's tensors, even if a cycle holds them
                 torch.cuda.empty_cache()
                 state = ProblemState(msg["path"], device, timing, verify_settings)
                 conn.send({"ok": True, "copy_bw": state.copy_bw, **gpu_facts(device)})
