@@ -15,7 +15,8 @@ from typing import Any, Callable
 
 from . import metrics
 from .build.builder import Builder, BuildInput
-from .errors import DeviceError, SettingsError
+from .errors import DeviceError, SettingsError, UnsupportedError
+from .ir.partition import ProgramPlan
 from .ir.plan import KernelPlan, make_plan
 from .problem import Problem, load_problem
 from .run.devices import Baselines, Candidate, CudaDevice, Device, cuda_available
@@ -23,6 +24,7 @@ from .run.records import Measurement
 from .run.replay import ReplayDevice
 from .run.sim import SimDevice
 from .search import make_strategy
+from .space.program import StageSpace, stage_spaces
 from .space.slots import Config
 from .space.space import Space
 from .store import Store
@@ -139,7 +141,17 @@ class Tuner:
         self.device = device or open_device(settings.device, settings, notify)
         self._own_device = device is None
         self.device.ensure(problem, self.plan)
-        self.space = Space.for_plan(self.plan, self.device.target())
+        # a multi-kernel program is searched one stage at a time (`space/program.py`)
+        self.stages: list[Space] = []
+        if isinstance(self.plan, ProgramPlan):
+            if isinstance(self.device, ReplayDevice):
+                raise UnsupportedError("unsupported: replay of a multi-kernel program (sweeps "
+                                       "record single-kernel spaces); use cuda or sim")
+            self.stages = stage_spaces(self.plan, self.device.target())
+            self.space = StageSpace.of(self.plan, 0, self.stages,
+                                       [sp.default() for sp in self.stages])
+        else:
+            self.space = Space.for_plan(self.plan, self.device.target())
         if isinstance(self.device, ReplayDevice):
             # like Kernel Tuner's simulation mode: search only what the sweep recorded
             self.space = self.space.restricted(self.device.recorded_configs(self.space))
@@ -208,10 +220,59 @@ class Tuner:
         t0 = time.perf_counter()
         s = self.settings
         trials: list[Trial] = []
+        if not self.stages:
+            best, default_trial = self._search(s.budget, s.include_default, trials, None, t0,
+                                               progress)
+        else:
+            best, default_trial = self._search_stages(trials, t0, progress)
+        baselines = Baselines()
+        if s.baselines:
+            baselines = self.device.baselines()
+        facts = self.device.facts()
+        return TuneResult(self.problem, self.plan, self.space, self.device, s, trials, baselines,
+                          default_trial, best, self.toolchain, time.perf_counter() - t0, facts,
+                          dict(self.builder.stats) if self.builder else {})
+
+    def _search_stages(self, trials: list[Trial], t0: float,
+                       progress: Callable[[Trial, "Trial | None"], None] | None
+                       ) -> tuple[Trial | None, Trial | None]:
+        """Coordinate search over a program's stages: each stage's space in turn, the others
+        fixed at their best so far; the budget split evenly. The first candidate is every
+        stage's default (the untuned baseline); each later stage starts from the best."""
+        s = self.settings
+        n = len(self.stages)
+        fixed = [sp.default() for sp in self.stages]
         best: Trial | None = None
+        best_space: StageSpace | None = None
+        default_trial: Trial | None = None
+        for i in range(n):
+            budget = s.budget // n + (1 if i < s.budget % n else 0)
+            if budget < 1:
+                continue
+            self.space = StageSpace.of(self.plan, i, self.stages, fixed)
+            self.strategy = make_strategy(s.strategy, self.space, seed=s.seed + i,
+                                          **s.strategy_options)
+            stage_best, stage_default = self._search(budget, s.include_default, trials, best,
+                                                     t0, progress)
+            default_trial = default_trial or stage_default
+            if stage_best is not None and stage_best is not best:
+                best, best_space = stage_best, self.space
+                fixed = self.space.with_choice(stage_best.config)
+        # the space the best was measured in renders it exactly (emit, reports)
+        self.space = best_space or self.space
+        return best, default_trial
+
+    def _search(self, budget: int, include_default: bool, trials: list[Trial],
+                best: Trial | None, t0: float,
+                progress: Callable[[Trial, "Trial | None"], None] | None
+                ) -> tuple[Trial | None, Trial | None]:
+        """The ask/tell loop over `self.space` with `self.strategy`: appends to `trials`;
+        returns the best trial (starting from `best`) and the default's trial."""
+        s = self.settings
+        first = len(trials)
         default_trial: Trial | None = None
         seen: set[Config] = set()
-        pending: list[Config] = [self.space.default()] if s.include_default else []
+        pending: list[Config] = [self.space.default()] if include_default else []
         pool = ThreadPoolExecutor(1)
         adaptive = self.strategy.adaptive
         next_build: Future | None = None
@@ -227,7 +288,7 @@ class Tuner:
                 out.extend(more)
             return out[:n]
 
-        remaining = s.budget
+        remaining = budget
         batch = ask(min(s.batch, remaining))
         while batch and remaining > 0:
             cands = next_build.result() if next_build is not None else self._build(batch)
@@ -243,7 +304,7 @@ class Tuner:
                                           len(trials) + 1)
                 trials.append(trial)
                 m = trial.measurement
-                if default_trial is None and s.include_default and len(trials) == 1:
+                if default_trial is None and include_default and len(trials) == first + 1:
                     default_trial = trial
                 if m.ok and m.time_ms is not None and (
                         best is None or m.time_ms < best.measurement.time_ms):
@@ -259,13 +320,7 @@ class Tuner:
                 next_build = pool.submit(self._build, following) if following else None
             batch = following
         pool.shutdown()
-        baselines = Baselines()
-        if s.baselines:
-            baselines = self.device.baselines()
-        facts = self.device.facts()
-        return TuneResult(self.problem, self.plan, self.space, self.device, s, trials, baselines,
-                          default_trial, best, self.toolchain, time.perf_counter() - t0, facts,
-                          dict(self.builder.stats) if self.builder else {})
+        return best, default_trial
 
     def close(self) -> None:
         if self._own_builder and self.builder is not None:

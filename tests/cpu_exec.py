@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import re
 import shutil
 import subprocess
 import tempfile
@@ -71,11 +72,32 @@ static thread_local float* ca_dyn_smem;  // the block's dynamic shared memory
 """
 
 
-def _launcher(params: int, launches: list[tuple[str, tuple, tuple, int]]) -> str:
+def _call_args(params: int, args) -> str:
+    """C arguments of one launch: (inputs..., out, ws) as given, or a program stage's
+    `Launch.args` (program operands, the output, workspace offsets)."""
+    if args is None:
+        return ", ".join(f"p{k}" for k in range(params)) + ", ws"
+    out = []
+    for a in args:
+        if a[0] == "in":
+            out.append(f"ca_anyptr{{p{a[1]}}}")
+        elif a[0] == "out":
+            out.append(f"ca_anyptr{{p{params - 1}}}")
+        elif a[0] == "buf":
+            out.append(f"ca_anyptr{{(char*)ws + {a[1]}}}")
+        else:
+            raise NotImplementedError(f"emulator: kernel argument {a!r}")
+    return ", ".join(out)
+
+
+def _launcher(params: int, launches: list[tuple[str, tuple, tuple, int, object]]) -> str:
     decl = ", ".join(f"float* p{k}" for k in range(params)) + ", void* ws"
-    call = ", ".join(f"p{k}" for k in range(params)) + ", ws"
     body = []
-    for name, grid, block, smem in launches:
+    for name, grid, block, smem, args in launches:
+        call = _call_args(params, args)
+        stage = re.match(r"s(\d+)_", name)
+        if stage:
+            name = f"cuda_agent_stage{stage.group(1)}::{name}"
         threads = block[0]
         assert block[1] == block[2] == 1
         body.append(f"""
@@ -97,7 +119,10 @@ def _launcher(params: int, launches: list[tuple[str, tuple, tuple, int]]) -> str
     for (auto& th : pool) th.join();
     for (auto* b : warps) delete b;
   }}""")
-    return f'extern "C" void ca_run({decl}) {{' + "".join(body) + "\n}\n"
+    # a program's stage kernels live in namespaces (cuda_agent_stage<i>::s<i>_...); their
+    # arguments are raw pointers into the workspace, converted to whatever the kernel takes
+    anyptr = "struct ca_anyptr { void* p; template <class T> operator T*() const { return (T*)p; } };\n"
+    return anyptr + f'extern "C" void ca_run({decl}) {{' + "".join(body) + "\n}\n"
 
 
 def available() -> bool:
@@ -121,7 +146,7 @@ def run(rendered, inputs: list[np.ndarray], out_shape: tuple[int, ...]) -> np.nd
     source = rendered.source.replace("extern __shared__ __align__(16) float ca_smem[];",
                                      "float* ca_smem = ca_dyn_smem;")
     src = SHIM + source.replace('extern "C"', "") + _launcher(
-        len(inputs) + 1, [(L.kernel, L.grid, L.block, L.smem) for L in launches])
+        len(inputs) + 1, [(L.kernel, L.grid, L.block, L.smem, L.args) for L in launches])
     key = hashlib.sha256(src.encode()).hexdigest()[:16]
     work = Path(tempfile.gettempdir()) / "ca_emulator"
     work.mkdir(exist_ok=True)
@@ -135,7 +160,7 @@ def run(rendered, inputs: list[np.ndarray], out_shape: tuple[int, ...]) -> np.nd
     arrays = [np.ascontiguousarray(x, dtype=np.float32) for x in inputs]
     out = np.full(out_shape, np.nan, dtype=np.float32)
     ws = product if product is not None else \
-        np.zeros(max(1, rendered.workspace_bytes // 4), dtype=np.float32)
+        np.zeros(max(1, -(-rendered.workspace_bytes // 4)), dtype=np.float32)
     ptrs = [a.ctypes.data_as(ctypes.c_void_p) for a in arrays + [out, ws]]
     fn.argtypes = [ctypes.c_void_p] * len(ptrs)
     fn(*ptrs)

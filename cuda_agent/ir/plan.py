@@ -174,8 +174,12 @@ def _view_fmap(src_shape: tuple[int, ...], src_fmap: FMap, shape: tuple[int, ...
 
 def make_plan(graph: Graph) -> KernelPlan:
     """Classify the graph into one kernel pattern, or raise `UnsupportedError` saying why."""
+    from .partition import make_program_plan, partition
     from .structured import planner_for  # structured planners build on this module
 
+    program = partition(graph)
+    if program is not None:  # no single kernel pattern covers it: stages
+        return make_program_plan(graph, program)
     special = planner_for(graph)
     if special is not None:
         return special(graph)

@@ -120,21 +120,51 @@ class LoadedKernels:
         stream = torch.cuda.current_stream(self.device).cuda_stream
         if self.zero_workspace:
             self.workspace.zero_()
-        ptrs = [t.data_ptr() for t in inputs] + [out.data_ptr(), self.workspace.data_ptr()]
-        holders = [ctypes.c_void_p(p) for p in ptrs]
-        params = (ctypes.c_void_p * len(holders))(*[ctypes.addressof(h) for h in holders])
-        product = None  # a library step's result: kept alive until the kernels are queued
+        plain = [t.data_ptr() for t in inputs] + [out.data_ptr(), self.workspace.data_ptr()]
+        product = None  # a library step's result: the workspace of the kernels after it
         for launch in self.launches:
+            args = launch.get("args")
             if launch.get("library"):
-                product = run_library(launch["library"], inputs)
-                holders[-1].value = product.data_ptr()
+                tensors = inputs if args is None else [self._tensor(a, inputs) for a in args]
+                product = run_library(launch["library"], tensors)
                 continue
+            if args is None:
+                ptrs = plain[:-1] + [product.data_ptr() if product is not None else plain[-1]]
+            else:
+                ptrs = [self._pointer(a, inputs, out, product) for a in args]
+            holders = [ctypes.c_void_p(p) for p in ptrs]
+            params = (ctypes.c_void_p * len(holders))(*[ctypes.addressof(h) for h in holders])
             gx, gy, gz = launch["grid"]
             bx, by, bz = launch["block"]
             _check(driver.cuLaunchKernel(self.functions[launch["kernel"]], gx, gy, gz, bx, by, bz,
                                          int(launch.get("smem", 0)), stream,
                                          ctypes.addressof(params), 0),
                    f"launch {launch['kernel']}")
+
+    def _pointer(self, arg: Sequence, inputs: Sequence[torch.Tensor], out: torch.Tensor,
+                 product: torch.Tensor | None) -> int:
+        if arg[0] == "in":
+            return inputs[arg[1]].data_ptr()
+        if arg[0] == "out":
+            return out.data_ptr()
+        if arg[0] == "buf":
+            return self.workspace.data_ptr() + int(arg[1])
+        if arg[0] == "product" and product is not None:
+            return product.data_ptr()
+        raise ValueError(f"bad kernel argument {arg!r}")
+
+    def _tensor(self, arg: Sequence, inputs: Sequence[torch.Tensor]) -> torch.Tensor:
+        """A library step's operand: a program input, or a view of a workspace buffer."""
+        if arg[0] == "in":
+            return inputs[arg[1]]
+        dtype = torch.int64 if arg[3] == "int64" else torch.float32
+        shape = tuple(arg[2])
+        n = 1
+        for s in shape:
+            n *= s
+        start = int(arg[1])
+        raw = self.workspace[start:start + n * (8 if dtype == torch.int64 else 4)]
+        return raw.view(dtype).view(shape)
 
     def close(self) -> None:
         if getattr(self, "module", None) is not None:

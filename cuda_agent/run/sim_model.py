@@ -256,6 +256,13 @@ def simulate(plan: KernelPlan, rendered: Rendered, resources: dict | None, targe
             return _failure("launch", f"{L.kernel}: empty grid or block {L.grid} x {L.block}")
         if L.grid[0] > 2**31 - 1 or L.grid[1] > 65535 or L.grid[2] > 65535:
             return _failure("launch", f"{L.kernel}: grid {L.grid} exceeds the grid limits")
+    if rendered.parts:  # a multi-kernel program: its stages one after another
+        results = [simulate(p, r, {}, target, c) for p, r in rendered.parts]
+        bad = next((r for r in results if r.error_kind), None)
+        if bad is not None:
+            return bad
+        return SimResult(sum(r.time_ms for r in results),
+                         {k: max(r.counters.get(k, 0.0) for r in results) for k in COUNTER_KEYS})
     if rendered.fact("family") == "gemm":  # arithmetic-bound: its own model
         from .sim_gemm import simulate_gemm
 

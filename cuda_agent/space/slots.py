@@ -102,6 +102,10 @@ class Launch:
     # a vendor-library step instead of a kernel (`launcher.run_library`): its result is the
     # workspace argument of the kernels that follow it
     library: dict | None = field(default=None, hash=False, compare=False)
+    # where each kernel argument points, when not (inputs..., out, workspace) as given: a stage
+    # of a multi-kernel program (`space/program.py`); entries ["in", i], ["out"],
+    # ["buf", byte offset, shape, dtype] into the workspace, ["product"] (a library result)
+    args: tuple | None = field(default=None, hash=False, compare=False)
 
     @property
     def threads(self) -> int:
@@ -122,6 +126,8 @@ class Rendered:
     zero_workspace: bool = False
     # analytic facts the simulator and the agents' observations use
     facts: tuple[tuple[str, Any], ...] = field(default=())
+    # a multi-kernel program: (stage plan, stage rendering) per stage, for the simulator
+    parts: tuple = field(default=(), hash=False, compare=False)
 
     @property
     def kernel_names(self) -> tuple[str, ...]:

@@ -1,0 +1,118 @@
+"""Multi-kernel programs: one stage of a partitioned problem tuned at a time.
+
+A partitioned problem (`ir/partition.py`) runs its stages in order, each stage a kernel (or a
+library step and a kernel) of its own template, the values between stages in workspace
+buffers. Its search is coordinate-wise: `StageSpace` is the ordinary template space of one
+stage, so every strategy and the agents search it unchanged, but each of its configurations
+renders as the *whole* program, the other stages fixed at the configurations chosen for them,
+so every candidate is verified and timed end to end against the problem's reference.
+
+Composition: each stage's source goes into its own C++ namespace with its kernels renamed
+(``s1_ca_row``), so templates and preludes never clash; each launch lists where its arguments
+point (`Launch.args`: a program operand, the output, or a workspace offset), since stages read
+and write different buffers. Workspace layout: the intermediate buffers, then each stage's own
+scratch space, every region 256-byte aligned.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..ir.partition import ProgramPlan
+from .slots import Config, Launch, Rendered, Target, content_key
+from .space import Space
+
+ALIGN = 256
+
+
+def _aligned(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+def stage_spaces(plan: ProgramPlan, target: Target) -> list[Space]:
+    return [Space.for_plan(s.plan, target) for s in plan.program.stages]
+
+
+@dataclass
+class StageSpace(Space):
+    """The space of stage `stage` of a program; `fixed` holds every stage's configuration
+    (this stage's entry is replaced by the configuration being rendered)."""
+
+    program: ProgramPlan | None = None
+    stage: int = 0
+    spaces: list[Space] = field(default_factory=list)
+    fixed: list[Config] = field(default_factory=list)
+
+    @staticmethod
+    def of(plan: ProgramPlan, stage: int, spaces: list[Space], fixed: list[Config]
+           ) -> "StageSpace":
+        own = spaces[stage]
+        return StageSpace(own.plan, own.target, own.templates, program=plan, stage=stage,
+                          spaces=spaces, fixed=list(fixed))
+
+    def with_choice(self, cfg: Config) -> list[Config]:
+        chosen = list(self.fixed)
+        chosen[self.stage] = cfg
+        return chosen
+
+    def render(self, cfg: Config) -> Rendered:
+        chosen = self.with_choice(cfg)
+        parts = [sp.render(c) for sp, c in zip(self.spaces, chosen)]
+        return compose(self.program, parts)
+
+    def key(self, cfg: Config, toolchain: str) -> str:
+        chosen = self.with_choice(cfg)
+        return content_key("program", [sp.key(c, toolchain) for sp, c in zip(self.spaces,
+                                                                               chosen)],
+                           self.program.graph.fingerprint())
+
+    @property
+    def version(self) -> str:
+        return "|".join(sp.version for sp in self.spaces)
+
+
+def compose(plan: ProgramPlan, parts: list[Rendered]) -> Rendered:
+    """One candidate from one rendering per stage: sources, launches, workspace."""
+    program = plan.program
+    offsets, ws = [], 0
+    for nbytes in plan.buffer_bytes():
+        offsets.append(ws)
+        ws = _aligned(ws + nbytes)
+    sources, launches, facts = [], [], [("family", "program"), ("stages", len(parts))]
+    zero = False
+    for i, (stage, r) in enumerate(zip(program.stages, parts)):
+        scratch = ws
+        ws = _aligned(ws + r.workspace_bytes)
+        zero = zero or r.zero_workspace
+        names = r.kernel_names
+        src = r.source
+        for name in names:
+            src = re.sub(rf"\b{re.escape(name)}\b", f"s{i}_{name}", src)
+        sources.append(f"namespace cuda_agent_stage{i} {{\n{src}\n}}  // stage {i}\n")
+        operands = [_source_arg(plan, stage.sources[k], offsets) for k in stage.plan.operands]
+        out_arg = ["out"] if stage.writes is None else \
+            ["buf", offsets[stage.writes], list(program.buffers[stage.writes][0]),
+             program.buffers[stage.writes][1]]
+        after_library = False
+        for L in r.launches:
+            if L.library is not None:
+                launches.append(Launch(L.kernel, L.grid, L.block, L.smem, library=L.library,
+                                       args=tuple(operands)))
+                after_library = True
+                continue
+            ws_arg = ["product"] if after_library else ["buf", scratch, [], "uint8"]
+            launches.append(Launch(f"s{i}_{L.kernel}", L.grid, L.block, L.smem,
+                                   args=tuple(operands + [out_arg, ws_arg])))
+        facts += [(f"s{i}.{k}", v) for k, v in r.facts]
+    return Rendered("\n".join(sources), tuple(launches), workspace_bytes=ws,
+                    zero_workspace=zero, facts=tuple(facts),
+                    parts=tuple(zip((s.plan for s in program.stages), parts)))
+
+
+def _source_arg(plan: ProgramPlan, src: Any, offsets: list[int]) -> list:
+    if src.kind == "input":
+        return ["in", plan.operands.index(src.index)]
+    shape, dtype = plan.program.buffers[src.index]
+    return ["buf", offsets[src.index], list(shape), dtype]

@@ -1,0 +1,177 @@
+"""Multi-kernel programs: partition, composition of stage kernels, and the stage-wise search."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import cpu_exec
+from cuda_agent.errors import UnsupportedError
+from cuda_agent.ir.capture import capture
+from cuda_agent.ir.partition import ProgramPlan, cut_values
+from cuda_agent.ir.plan import make_plan
+from cuda_agent.space.program import StageSpace, stage_spaces
+from cuda_agent.space.slots import Target
+
+
+class ConvPool(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x):
+        return F.max_pool2d(torch.relu(self.conv(x)), 2)
+
+
+class MLP(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(24, 20), nn.Linear(20, 12)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)))
+
+
+class LinearSoftmax(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(24, 40)
+
+    def forward(self, x):
+        return torch.softmax(self.a(x) * 2.0, dim=-1)
+
+
+class SumThenSoftmaxOtherDim(nn.Module):
+    """Two reductions over different dims: no single row pattern covers both."""
+
+    def forward(self, x):
+        return torch.softmax(x - x.mean(dim=0, keepdim=True), dim=1)
+
+
+CASES = {"conv_pool": (ConvPool, (2, 3, 10, 10), ["conv", "pool"]),
+         "mlp": (MLP, (9, 24), ["gemm", "gemm"]),
+         "linear_softmax": (LinearSoftmax, (7, 24), ["gemm", "softmax"]),
+         "two_reductions": (SumThenSoftmaxOtherDim, (12, 33), ["norm", "softmax"])}
+
+
+def plan_of(name: str) -> tuple[ProgramPlan, nn.Module, torch.Tensor]:
+    cls, shape, _ = CASES[name]
+    graph = capture(cls, [], lambda: [torch.randn(*shape)])
+    torch.manual_seed(0)
+    model = cls()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape))
+    return make_plan(graph), model, torch.randn(*shape, generator=torch.Generator().manual_seed(1))
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_partition_cuts_where_data_flow_needs_memory(name):
+    plan, _, _ = plan_of(name)
+    assert isinstance(plan, ProgramPlan) and plan.kind == "program"
+    stages = plan.program.stages
+    assert [s.plan.family for s in stages] == CASES[name][2]
+    # every stage but the last writes one buffer that a later stage reads
+    assert [s.writes for s in stages] == list(range(len(stages) - 1)) + [None]
+    for k, st in enumerate(stages[1:], 1):
+        assert any(src.kind == "buffer" and src.index == k - 1 for src in st.sources)
+    assert plan.family == "+".join(CASES[name][2])
+    assert plan.flops() == sum(s.plan.flops() for s in stages)
+
+
+def test_single_kernel_graphs_are_not_cut():
+    fused = capture(nn.Linear, [16, 8], lambda: [torch.randn(4, 16)])
+    assert cut_values(fused) == [] and not isinstance(make_plan(fused), ProgramPlan)
+    norm = capture(nn.LayerNorm, [32], lambda: [torch.randn(4, 32)])
+    assert cut_values(norm) == []
+
+
+def _inputs_for(plan: ProgramPlan, model: nn.Module, x: torch.Tensor) -> list:
+    params = dict(model.named_parameters())
+    out = []
+    for k in plan.operands:
+        gin = plan.graph.inputs[k]
+        out.append((x if gin.role == "input" else params[gin.target]).detach().float().numpy())
+    return out
+
+
+@pytest.mark.skipif(not cpu_exec.available(), reason="needs g++ for the CPU emulator")
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_composed_program_matches_torch(name):
+    """The stages' kernels, renamed into namespaces and wired through the workspace, run as
+    one candidate; sampled configurations of each stage (generated templates) agree."""
+    plan, model, x = plan_of(name)
+    with torch.no_grad():
+        want = model.double()(x.double()).numpy()
+    spaces = stage_spaces(plan, Target())
+    rng = random.Random(name)
+
+    def small_generated(space):  # the emulator runs no library step inside a program
+        return [c for c in space.configs if space.template_of(c).name != "lib" and (
+            c.as_dict().get("config.bm") in (None, "-") or c["config.bm"] * c["config.bn"]
+            <= 64 * 64)]
+
+    fixed = [small_generated(sp)[0] for sp in spaces]
+    for stage in range(len(spaces)):
+        space = StageSpace.of(plan, stage, spaces, fixed)
+        small = small_generated(space)
+        for cfg in [fixed[stage]] + rng.sample(small, min(2, len(small))):
+            r = space.render(cfg)
+            assert all(L.args is not None for L in r.launches)
+            err = cpu_exec.max_rel_error(r, _inputs_for(plan, model, x), want)
+            assert err < 1e-4, (stage, cfg.short(), err)
+
+
+def test_stage_candidates_differ_by_key_and_keep_the_library_step():
+    plan, _, _ = plan_of("conv_pool")
+    spaces = stage_spaces(plan, Target())
+    fixed = [sp.default() for sp in spaces]
+    s0 = StageSpace.of(plan, 0, spaces, fixed)
+    s1 = StageSpace.of(plan, 1, spaces, fixed)
+    a, b = s1.configs[:2]
+    assert s1.key(a, "t") != s1.key(b, "t")
+    lib = [c for c in s0.configs if s0.template_of(c).name == "lib"]
+    assert lib, "the conv stage has an epilogue (bias, relu): the library template applies"
+    r = s0.render(lib[0])
+    steps = [L for L in r.launches if L.library]
+    assert len(steps) == 1 and steps[0].args  # the library reads the program's operands
+    after = r.launches[r.launches.index(steps[0]) + 1]
+    assert after.args[-1] == ["product"]
+
+
+def test_tune_on_sim_searches_every_stage_and_emits(tmp_path):
+    from cuda_agent.tuner import tune
+
+    path = tmp_path / "conv_pool.py"
+    path.write_text(
+        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\n"
+        "class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.conv = nn.Conv2d(8, 16, 3, padding=1)\n\n"
+        "    def forward(self, x):\n        return F.max_pool2d(torch.relu(self.conv(x)), 2)\n\n\n"
+        "def get_inputs():\n    return [torch.randn(4, 8, 32, 32)]\n\n\n"
+        "def get_init_inputs():\n    return []\n")
+    res = tune(str(path), device="sim", budget=12, batch=4, out=tmp_path / "out")
+    assert len(res.trials) == 12 and res.best is not None
+    assert res.plan.family == "conv+pool"
+    model_new = (tmp_path / "out" / "model_new.py").read_text()
+    assert "cuda_agent_stage1" in model_new and '"args"' in model_new or "'args'" in model_new
+
+
+def test_replay_refuses_programs(tmp_path):
+    from cuda_agent.problem import load_problem
+    from cuda_agent.tuner import TuneSettings, Tuner
+
+    path = tmp_path / "mlp.py"
+    path.write_text(
+        "import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n"
+        "        self.a, self.b = nn.Linear(64, 64), nn.Linear(64, 64)\n\n"
+        "    def forward(self, x):\n        return self.b(torch.relu(self.a(x)))\n\n\n"
+        "def get_inputs():\n    return [torch.randn(32, 64)]\n\n\n"
+        "def get_init_inputs():\n    return []\n")
+    with pytest.raises(UnsupportedError, match="multi-kernel"):
+        Tuner(load_problem(path), TuneSettings(device="replay", replay_root=str(tmp_path)))
