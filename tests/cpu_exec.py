@@ -8,7 +8,8 @@ only fit for small shapes, but it executes the generated code itself, so indexin
 barriers and scan order are checked against torch on a machine without a GPU.
 
 Limits: every thread of a warp must reach each shuffle (true of the templates' warp-uniform
-code); no atomics, no `__threadfence`-dependent protocols.
+code). Blocks run one after another, so a protocol that waits on another block would hang;
+last-block tickets (`atomicAdd`, `__threadfence`) work, as blocks finish in order.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 SHIM = r"""
+#include <atomic>
 #include <barrier>
 #include <cmath>
 #include <cstring>
@@ -41,8 +43,22 @@ template <class T> static inline T __ldg(const T* p) { return *p; }
 template <class T> static inline T __ldcs(const T* p) { return *p; }
 template <class T> static inline T __ldcg(const T* p) { return *p; }
 template <class T> static inline void __stcs(T* p, T v) { *p = v; }
+static inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+static inline unsigned atomicAdd(unsigned* p, unsigned v) {
+  return std::atomic_ref<unsigned>(*p).fetch_add(v); }
+static inline float atomicAdd(float* p, float v) {
+  return std::atomic_ref<float>(*p).fetch_add(v); }
+// a kernel argument of any element type (float inputs, int64 class indices, the output)
+struct ca_ptr { void* p; template <class T> operator T*() const { return (T*)p; } };
 static inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
 static inline float __fdividef(float a, float b) { return a / b; }
+// fast-math intrinsics: the precise functions (the GPU's approximations are the verifier's job)
+static inline float __expf(float x) { return expf(x); }
+static inline float __logf(float x) { return logf(x); }
+static inline float __log2f(float x) { return log2f(x); }
+static inline float __powf(float a, float b) { return powf(a, b); }
+static inline float __sinf(float x) { return sinf(x); }
+static inline float __cosf(float x) { return cosf(x); }
 static std::barrier<>* ca_block_barrier;
 static std::vector<std::barrier<>*> ca_warp_barriers;
 static float ca_slots[1024];
@@ -72,8 +88,8 @@ static thread_local float* ca_dyn_smem;  // the block's dynamic shared memory
 
 
 def _launcher(params: int, launches: list[tuple[str, tuple, tuple, int]]) -> str:
-    decl = ", ".join(f"float* p{k}" for k in range(params)) + ", void* ws"
-    call = ", ".join(f"p{k}" for k in range(params)) + ", ws"
+    decl = ", ".join(f"void* p{k}" for k in range(params)) + ", void* ws"
+    call = ", ".join(f"ca_ptr{{p{k}}}" for k in range(params)) + ", ws"
     body = []
     for name, grid, block, smem in launches:
         threads = block[0]
@@ -105,9 +121,12 @@ def available() -> bool:
 
 
 def run(rendered, inputs: list[np.ndarray], out_shape: tuple[int, ...]) -> np.ndarray:
-    """Execute `rendered` (a `Rendered`) on float32 `inputs` (kernel operand order)."""
+    """Execute `rendered` (a `Rendered`) on `inputs` (kernel operand order): float32, or int64
+    for class indices."""
     source = rendered.source.replace("extern __shared__ __align__(16) float ca_smem[];",
-                                     "float* ca_smem = ca_dyn_smem;")
+                                     "float* ca_smem = ca_dyn_smem;").replace(
+        "extern __shared__ float4 ca_dyn4[];",
+        "float4* ca_dyn4 = reinterpret_cast<float4*>(ca_dyn_smem);")
     src = SHIM + source.replace('extern "C"', "") + _launcher(
         len(inputs) + 1, [(L.kernel, L.grid, L.block, L.smem) for L in rendered.launches])
     key = hashlib.sha256(src.encode()).hexdigest()[:16]
@@ -120,7 +139,8 @@ def run(rendered, inputs: list[np.ndarray], out_shape: tuple[int, ...]) -> np.nd
         subprocess.run(["g++", "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-w", "-fpermissive",
                         "-o", str(lib), str(cpp)], check=True, capture_output=True, text=True)
     fn = ctypes.CDLL(str(lib)).ca_run
-    arrays = [np.ascontiguousarray(x, dtype=np.float32) for x in inputs]
+    arrays = [np.ascontiguousarray(x, dtype=np.int64 if np.asarray(x).dtype == np.int64
+                                   else np.float32) for x in inputs]
     out = np.full(out_shape, np.nan, dtype=np.float32)
     ws = np.zeros(max(1, rendered.workspace_bytes // 4), dtype=np.float32)
     ptrs = [a.ctypes.data_as(ctypes.c_void_p) for a in arrays + [out, ws]]
