@@ -133,7 +133,8 @@ class KernelPlan:
         """Fewest bytes any kernel must move: each operand read once, the output written once."""
         total = 0
         for k in self.operands:
-            total += math.prod(self.operand_shapes[k]) * 4
+            width = 8 if self.graph.inputs[k].dtype == INDEX_DTYPE else 4
+            total += math.prod(self.operand_shapes[k]) * width
         out_elems = math.prod(self.out_shape) if self.out_shape else 1
         return total + out_elems * (8 if self.out_dtype == INDEX_DTYPE else 4)
 
