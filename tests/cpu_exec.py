@@ -52,13 +52,14 @@ static inline float atomicAdd(float* p, float v) {
 struct ca_ptr { void* p; template <class T> operator T*() const { return (T*)p; } };
 static inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
 static inline float __fdividef(float a, float b) { return a / b; }
-// fast-math intrinsics: the precise functions (the GPU's approximations are the verifier's job)
-static inline float __expf(float x) { return expf(x); }
-static inline float __logf(float x) { return logf(x); }
-static inline float __log2f(float x) { return log2f(x); }
-static inline float __powf(float a, float b) { return powf(a, b); }
-static inline float __sinf(float x) { return sinf(x); }
-static inline float __cosf(float x) { return cosf(x); }
+// fast-math intrinsics: the precise functions (the GPU's approximations are the verifier's
+// job); macros, as glibc declares functions of these names itself
+#define __expf expf
+#define __logf logf
+#define __log2f log2f
+#define __powf powf
+#define __sinf sinf
+#define __cosf cosf
 static std::barrier<>* ca_block_barrier;
 static std::vector<std::barrier<>*> ca_warp_barriers;
 static float ca_slots[1024];
