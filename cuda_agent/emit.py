@@ -46,6 +46,7 @@ ZERO_WORKSPACE = {zero_ws!r}
 # kernel arguments in order: ("input", forward-arg index) or ("parameter"/"buffer", state name)
 OPERANDS = {operands!r}
 OPERAND_SHAPES = {operand_shapes!r}
+OPERAND_DTYPES = [getattr(torch, name) for name in {operand_dtypes!r}]
 OUT_SHAPE = {out_shape!r}
 OUT_DTYPE = torch.{out_dtype}
 
@@ -70,15 +71,15 @@ class ModelNew(Model):
     def forward(self, *args):
         tensors = []
         device = None
-        for (role, ref), shape in zip(OPERANDS, OPERAND_SHAPES):
+        for (role, ref), shape, dtype in zip(OPERANDS, OPERAND_SHAPES, OPERAND_DTYPES):
             if role == "input":
                 t = args[ref]
             elif role == "parameter":
                 t = self.get_parameter(ref)
             else:
                 t = self.get_buffer(ref)
-            if not isinstance(t, torch.Tensor) or not t.is_cuda or t.dtype != torch.float32:
-                raise TypeError(f"{{role}} {{ref}}: expected a float32 CUDA tensor")
+            if not isinstance(t, torch.Tensor) or not t.is_cuda or t.dtype != dtype:
+                raise TypeError(f"{{role}} {{ref}}: expected a {{dtype}} CUDA tensor")
             if t.numel() != math.prod(shape):
                 raise ValueError(f"{{role}} {{ref}} has shape {{tuple(t.shape)}}; this kernel was "
                                  f"tuned for {{shape}}: run cuda-agent tune for the new shape")
@@ -152,6 +153,7 @@ def model_new_source(result: Any) -> str:
         launches=[l.__dict__ for l in rendered.launches], workspace=rendered.workspace_bytes,
         zero_ws=rendered.zero_workspace, operands=operands,
         operand_shapes=[tuple(plan.operand_shapes[k]) for k in plan.operands],
+        operand_dtypes=[plan.graph.inputs[k].dtype for k in plan.operands],
         out_shape=tuple(plan.out_shape),
         out_dtype="int64" if plan.out_dtype == "int64" else "float32")
     return (header + "\nimport base64\nimport math\n\nimport torch\n\n"

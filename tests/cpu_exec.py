@@ -8,7 +8,8 @@ only fit for small shapes, but it executes the generated code itself, so indexin
 barriers and scan order are checked against torch on a machine without a GPU.
 
 Limits: every thread of a warp must reach each shuffle (true of the templates' warp-uniform
-code); no atomics, no `__threadfence`-dependent protocols.
+code). Blocks run one after another, so a protocol that waits on another block would hang;
+last-block tickets (`atomicAdd`, `__threadfence`) work, as blocks finish in order.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 SHIM = r"""
+#include <atomic>
 #include <barrier>
 #include <cmath>
 #include <cstring>
@@ -42,8 +44,23 @@ template <class T> static inline T __ldg(const T* p) { return *p; }
 template <class T> static inline T __ldcs(const T* p) { return *p; }
 template <class T> static inline T __ldcg(const T* p) { return *p; }
 template <class T> static inline void __stcs(T* p, T v) { *p = v; }
+static inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+static inline unsigned atomicAdd(unsigned* p, unsigned v) {
+  return std::atomic_ref<unsigned>(*p).fetch_add(v); }
+static inline float atomicAdd(float* p, float v) {
+  return std::atomic_ref<float>(*p).fetch_add(v); }
+// a kernel argument of any element type (float inputs, int64 class indices, the output)
+struct ca_ptr { void* p; template <class T> operator T*() const { return (T*)p; } };
 static inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
 static inline float __fdividef(float a, float b) { return a / b; }
+// fast-math intrinsics: the precise functions (the GPU's approximations are the verifier's
+// job); macros, as glibc declares functions of these names itself
+#define __expf expf
+#define __logf logf
+#define __log2f log2f
+#define __powf powf
+#define __sinf sinf
+#define __cosf cosf
 static std::barrier<>* ca_block_barrier;
 static std::vector<std::barrier<>*> ca_warp_barriers;
 static float ca_slots[1024];
@@ -76,22 +93,22 @@ def _call_args(params: int, args) -> str:
     """C arguments of one launch: (inputs..., out, ws) as given, or a program stage's
     `Launch.args` (program operands, the output, workspace offsets)."""
     if args is None:
-        return ", ".join(f"p{k}" for k in range(params)) + ", ws"
+        return ", ".join(f"ca_ptr{{p{k}}}" for k in range(params)) + ", ws"
     out = []
     for a in args:
         if a[0] == "in":
-            out.append(f"ca_anyptr{{p{a[1]}}}")
+            out.append(f"ca_ptr{{p{a[1]}}}")
         elif a[0] == "out":
-            out.append(f"ca_anyptr{{p{params - 1}}}")
+            out.append(f"ca_ptr{{p{params - 1}}}")
         elif a[0] == "buf":
-            out.append(f"ca_anyptr{{(char*)ws + {a[1]}}}")
+            out.append(f"ca_ptr{{(char*)ws + {a[1]}}}")
         else:
             raise NotImplementedError(f"emulator: kernel argument {a!r}")
     return ", ".join(out)
 
 
 def _launcher(params: int, launches: list[tuple[str, tuple, tuple, int, object]]) -> str:
-    decl = ", ".join(f"float* p{k}" for k in range(params)) + ", void* ws"
+    decl = ", ".join(f"void* p{k}" for k in range(params)) + ", void* ws"
     body = []
     for name, grid, block, smem, args in launches:
         call = _call_args(params, args)
@@ -119,10 +136,8 @@ def _launcher(params: int, launches: list[tuple[str, tuple, tuple, int, object]]
     for (auto& th : pool) th.join();
     for (auto* b : warps) delete b;
   }}""")
-    # a program's stage kernels live in namespaces (cuda_agent_stage<i>::s<i>_...); their
-    # arguments are raw pointers into the workspace, converted to whatever the kernel takes
-    anyptr = "struct ca_anyptr { void* p; template <class T> operator T*() const { return (T*)p; } };\n"
-    return anyptr + f'extern "C" void ca_run({decl}) {{' + "".join(body) + "\n}\n"
+    # a program's stage kernels live in namespaces (cuda_agent_stage<i>::s<i>_...)
+    return f'extern "C" void ca_run({decl}) {{' + "".join(body) + "\n}\n"
 
 
 def available() -> bool:
@@ -130,9 +145,9 @@ def available() -> bool:
 
 
 def run(rendered, inputs: list[np.ndarray], out_shape: tuple[int, ...]) -> np.ndarray:
-    """Execute `rendered` (a `Rendered`) on float32 `inputs` (kernel operand order). A leading
-    vendor-library step runs through torch on the CPU (`launcher.run_library`), its product
-    handed to the kernels as their workspace, as on the GPU."""
+    """Execute `rendered` (a `Rendered`) on `inputs` (kernel operand order: float32, or int64
+    for class indices). A leading vendor-library step runs through torch on the CPU
+    (`launcher.run_library`), its product handed to the kernels as their workspace."""
     launches = list(rendered.launches)
     product = None
     if launches and launches[0].library:
@@ -144,7 +159,9 @@ def run(rendered, inputs: list[np.ndarray], out_shape: tuple[int, ...]) -> np.nd
         product = run_library(launches.pop(0).library, tensors).numpy().copy()
     assert not any(L.library for L in launches), "a library step only leads the launches"
     source = rendered.source.replace("extern __shared__ __align__(16) float ca_smem[];",
-                                     "float* ca_smem = ca_dyn_smem;")
+                                     "float* ca_smem = ca_dyn_smem;").replace(
+        "extern __shared__ float4 ca_dyn4[];",
+        "float4* ca_dyn4 = reinterpret_cast<float4*>(ca_dyn_smem);")
     src = SHIM + source.replace('extern "C"', "") + _launcher(
         len(inputs) + 1, [(L.kernel, L.grid, L.block, L.smem, L.args) for L in launches])
     key = hashlib.sha256(src.encode()).hexdigest()[:16]
@@ -157,7 +174,8 @@ def run(rendered, inputs: list[np.ndarray], out_shape: tuple[int, ...]) -> np.nd
         subprocess.run(["g++", "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-w", "-fpermissive",
                         "-o", str(lib), str(cpp)], check=True, capture_output=True, text=True)
     fn = ctypes.CDLL(str(lib)).ca_run
-    arrays = [np.ascontiguousarray(x, dtype=np.float32) for x in inputs]
+    arrays = [np.ascontiguousarray(x, dtype=np.int64 if np.asarray(x).dtype == np.int64
+                                   else np.float32) for x in inputs]
     out = np.full(out_shape, np.nan, dtype=np.float32)
     ws = product if product is not None else \
         np.zeros(max(1, -(-rendered.workspace_bytes // 4)), dtype=np.float32)

@@ -133,6 +133,8 @@ def interpret(g: Graph, tensors: list[torch.Tensor]) -> torch.Tensor:
             v = _reduce(a["kind"], args[0], a["dims"], a["keepdim"])
         elif n.op == "view":
             v = args[0].reshape(n.shape)
+        elif n.op == "iota":
+            v = torch.arange(n.shape[a["dim"]]).reshape(n.shape)
         elif n.op in UNARY:
             v = _unary(n.op, args[0], a)
         elif n.op in BINARY:

@@ -17,6 +17,7 @@ import torch
 
 from ..errors import ProblemError, UnsupportedError, first_line
 from .graph import FLOAT_DTYPES, INDEX_DTYPE, Graph, GraphInput, broadcast_shapes
+from .class_loss import HANDLERS as _CLASS_LOSS_HANDLERS, check_index_inputs
 from .normstat import HANDLERS as _NORMSTAT_HANDLERS
 from .ops import BINARY, COMPARISONS, UNARY
 from .conv_capture import CONV_HANDLERS
@@ -726,6 +727,7 @@ _HANDLERS.update(_NORMSTAT_HANDLERS)  # instance, group and batch norm (normstat
 _HANDLERS.update(POOL_HANDLERS)  # max/avg pooling, 1-3 D (pool_capture.py)
 _HANDLERS.update(CONV_HANDLERS)  # conv1d/conv2d as implicit GEMMs (conv_capture.py)
 _HANDLERS.update(SCAN_HANDLERS)  # cumsum/cumprod, reverse and exclusive (scan_capture.py)
+_HANDLERS.update(_CLASS_LOSS_HANDLERS)  # cross_entropy, nll_loss (class_loss.py)
 UNARY.setdefault("identity", (lambda x, a, f: f"({x})", False))
 
 
@@ -745,9 +747,10 @@ def capture(model_cls: type, init_inputs: list, make_inputs: Callable[[], list])
         if not isinstance(t, torch.Tensor):
             raise UnsupportedError(f"unsupported: forward() argument {k} is a "
                                    f"{type(t).__name__}; only tensor arguments are supported")
-        if dtype_name(t.dtype) not in FLOAT_DTYPES:
+        if dtype_name(t.dtype) not in FLOAT_DTYPES + (INDEX_DTYPE,):
             raise UnsupportedError(f"unsupported dtype {dtype_name(t.dtype)} for input {k}; "
-                                   f"supported: {', '.join(FLOAT_DTYPES)}")
+                                   f"supported: {', '.join(FLOAT_DTYPES)}, and int64 class "
+                                   "targets")
     model.eval()
     try:
         with warnings.catch_warnings():
@@ -784,7 +787,8 @@ def lower(exported: "torch.export.ExportedProgram") -> Graph:
                 gin = GraphInput(node.name, role, tuple(meta.shape), dtype, target=spec.target)
             else:
                 raise UnsupportedError(f"unsupported input kind {spec.kind.name} ({node.name})")
-            if dtype not in FLOAT_DTYPES:
+            # int64 forward() arguments may be class targets (`check_index_inputs`)
+            if dtype not in FLOAT_DTYPES and not (gin.role == "input" and dtype == INDEX_DTYPE):
                 raise UnsupportedError(f"unsupported dtype {dtype} for {gin.role} {node.name}; "
                                        f"supported: {', '.join(FLOAT_DTYPES)}")
             lw.env[node.name] = lw.g.add_input(gin)
@@ -802,6 +806,7 @@ def lower(exported: "torch.export.ExportedProgram") -> Graph:
         elif node.op == "get_attr":
             raise UnsupportedError(f"unsupported: constant tensor attribute {node.target}")
     check_leftovers(lw.g)
+    check_index_inputs(lw.g)
     out = lw.g[lw.g.output]
     if out.op in ("input", "const"):
         raise UnsupportedError("unsupported: forward() returns an input or a constant unchanged")

@@ -8,7 +8,9 @@ templates only need to know a handful of node kinds:
 * ``const``   a scalar constant;
 * elementwise ops (names in `ops.UNARY` / `ops.BINARY`), broadcasting like torch;
 * ``reduce``  one of sum/prod/max/min/argmax/argmin over a set of dims, keepdim or not;
-* ``view``    a reshape that keeps the element order (squeeze/unsqueeze/flatten of a result).
+* ``view``    a reshape that keeps the element order (squeeze/unsqueeze/flatten of a result);
+* ``iota``    the int64 index along one dim (attr ``dim``), size 1 elsewhere: with ``eq``
+              against class indices it selects x[i, target[i]] as a one-hot reduction.
 """
 
 from __future__ import annotations
@@ -56,6 +58,15 @@ class GraphInput:
     dtype: str
     arg_index: int | None = None  # position in forward() for role == "input"
     target: str | None = None  # state_dict name for parameters and buffers
+    # an int64 input read as class indices: valid values are [0, index_bound), plus
+    # `index_ignore` (rows a loss skips); verification draws its cases from that domain
+    index_bound: int | None = None
+    index_ignore: int | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        # index fields only where set, so that float-only graphs keep their fingerprints
+        return {k: v for k, v in self.__dict__.items()
+                if v is not None or k not in ("index_bound", "index_ignore")}
 
 
 @dataclass
@@ -105,7 +116,7 @@ class Graph:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "inputs": [gin.__dict__ for gin in self.inputs],
+            "inputs": [gin.as_json() for gin in self.inputs],
             "nodes": [
                 {"id": n.id, "op": n.op, "args": list(n.args), "shape": list(n.shape),
                  "dtype": n.dtype, "attrs": {k: _jsonable(v) for k, v in n.attrs}}

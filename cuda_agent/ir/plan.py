@@ -10,6 +10,11 @@ run of F, F is viewed as (O, R, I) = (dims before D, D, dims after D), and value
 
 Reductions are grouped into *levels*: a level-2 reduction reads a level-1 result (softmax's sum
 reads its max), so each level is one more pass over the row.
+
+A loss folds a per-row value over all rows (cross-entropy: the mean over rows of a row's
+log-sum-exp minus its target's logit). Such *outer* reductions (`KernelPlan.outer`) reduce a
+``row`` value to one number; they and what derives from them are ``total`` values, computed once
+per kernel after every row has contributed.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ class KernelPlan:
     fmaps: dict[int, FMap] = field(default_factory=dict)
     classes: dict[int, str] = field(default_factory=dict)  # node -> "full" | "row" | "const"
     levels: list[list[int]] = field(default_factory=list)  # reduce node ids per level
+    outer: list[int] = field(default_factory=list)  # reductions of row values over all rows
     operands: list[int] = field(default_factory=list)  # graph input indices read, kernel order
     operand_shapes: dict[int, tuple[int, ...]] = field(default_factory=dict)  # as the kernel sees
     memo: dict = field(default_factory=dict, repr=False)  # derived facts, computed once
@@ -78,7 +84,19 @@ class KernelPlan:
 
     @property
     def output_is_row(self) -> bool:
-        return self.classes.get(self.output) == "row"
+        """No full output to write: one value per row, or one in all (`output_is_total`)."""
+        return self.classes.get(self.output) in ("row", "total")
+
+    @property
+    def output_is_total(self) -> bool:
+        return self.classes.get(self.output) == "total"
+
+    @property
+    def whole_rows_only(self) -> bool:
+        """Totals over all rows and class picks (an ``iota``) are written for templates in
+        which a thread group owns whole rows (row.py); the others do not apply."""
+        return self.cached("whole_rows_only", lambda: bool(self.outer) or any(
+            n.op == "iota" for n in self.live_nodes()))
 
     @property
     def family(self) -> str:
@@ -115,7 +133,8 @@ class KernelPlan:
         """Fewest bytes any kernel must move: each operand read once, the output written once."""
         total = 0
         for k in self.operands:
-            total += math.prod(self.operand_shapes[k]) * 4
+            width = 8 if self.graph.inputs[k].dtype == INDEX_DTYPE else 4
+            total += math.prod(self.operand_shapes[k]) * width
         out_elems = math.prod(self.out_shape) if self.out_shape else 1
         return total + out_elems * (8 if self.out_dtype == INDEX_DTYPE else 4)
 
@@ -197,6 +216,7 @@ def make_plan(graph: Graph) -> KernelPlan:
     live = [n for n in live if n.id in keep]
     reduces = [n for n in live if n.op == "reduce"]
 
+    reduces, outer = _split_outer(graph, reduces)
     if reduces:
         body_shapes = {graph[r.args[0]].shape for r in reduces}
         dims = {r.attr("dims") for r in reduces}
@@ -219,7 +239,8 @@ def make_plan(graph: Graph) -> KernelPlan:
         kind = "map"
     rank = len(full_shape)
     plan = KernelPlan(graph, kind, full_shape, reduce_dims, kernel_out, out_shape,
-                      out_node.dtype)
+                      out_node.dtype, outer=[r.id for r in outer])
+    outer_ids = set(plan.outer)
 
     # fmaps, classes and levels in one topological sweep
     level_of: dict[int, int] = {}
@@ -229,6 +250,11 @@ def make_plan(graph: Graph) -> KernelPlan:
             fm = _broadcast_fmap(n.shape, full_shape)
         elif n.op == "const":
             fm = ()
+        elif n.op == "iota":
+            fm = _broadcast_fmap(n.shape, full_shape)
+        elif n.id in outer_ids:
+            _check_outer_body(plan, n)
+            fm = (None,) * len(n.shape)
         elif n.op == "reduce":
             body = n.args[0]
             if plan.classes[body] != "full":
@@ -273,18 +299,25 @@ def make_plan(graph: Graph) -> KernelPlan:
             continue
         if n.op == "const":
             plan.classes[n.id] = "const"
+        elif n.id in outer_ids or any(plan.classes.get(a) == "total" for a in n.args):
+            plan.classes[n.id] = _total_class(plan, n)
         elif any(f in reduce_dims for f in fm if f is not None) or (kind == "map"):
             plan.classes[n.id] = "full"
         else:
             plan.classes[n.id] = "row"
-        if n.op == "reduce":
+        if n.op == "reduce" and n.id not in outer_ids:
             plan.classes[n.id] = "row"
 
     if reduces:
         depth = max(level_of.values())
         plan.levels = [[r for r in level_of if level_of[r] == lv] for lv in range(1, depth + 1)]
     out_fm = plan.fmaps[kernel_out]
-    if kind == "map" or plan.classes[kernel_out] == "full":
+    if plan.output_is_total:
+        pass  # one number: _total_class saw that nothing per row or per element follows it
+    elif outer:
+        raise UnsupportedError("unsupported: a reduction over all rows that the output does not "
+                               "end with (its result is broadcast back over the rows)")
+    elif kind == "map" or plan.classes[kernel_out] == "full":
         # a size-1 dim of F is broadcast in every value (fmap None): it moves no element
         if any(f != k and not (f is None and full_shape[k] == 1) for k, f in enumerate(out_fm)) \
                 or len(out_fm) != rank:
@@ -305,6 +338,48 @@ def make_plan(graph: Graph) -> KernelPlan:
     if graph[kernel_out].op in ("input", "const"):
         raise UnsupportedError("unsupported: the output is an input or a constant")
     return plan
+
+
+def _split_outer(graph: Graph, reduces: list[Node]) -> tuple[list[Node], list[Node]]:
+    """(inner, outer) reductions: outer ones reduce a smaller body than the largest reduced
+    body, over all of it, to one number (a loss's mean over rows of per-row values)."""
+    if not reduces:
+        return reduces, []
+    biggest = max(math.prod(graph[r.args[0]].shape) for r in reduces)
+    inner = [r for r in reduces if math.prod(graph[r.args[0]].shape) == biggest]
+    outer = [r for r in reduces if r not in inner]
+    for r in outer:
+        if r.numel != 1:
+            raise UnsupportedError(
+                "unsupported: reductions over different shapes or dimensions in one problem "
+                f"(a reduction of {graph[r.args[0]].shape} to {r.shape}); multi-kernel "
+                "partitioning is not supported yet")
+        if r.attr("kind") not in ("sum", "max", "min"):
+            raise UnsupportedError(f"unsupported: a {r.attr('kind')} over all rows")
+    return inner, outer
+
+
+def _check_outer_body(plan: KernelPlan, n: Node) -> None:
+    """An outer reduction must fold exactly one value per row: a row value varying along every
+    kept dim (a value broadcast over some rows would be counted several times)."""
+    body = n.args[0]
+    kept = {k for k in range(len(plan.full_shape))
+            if k not in plan.reduce_dims and plan.full_shape[k] != 1}
+    fm = plan.fmaps.get(body)
+    if plan.classes.get(body) != "row" or fm is None or \
+            {f for f in fm if f is not None} != kept:
+        raise UnsupportedError("unsupported: a reduction over all rows of a value that is not "
+                               "one per row of the row reductions")
+
+
+def _total_class(plan: KernelPlan, n: Node) -> str:
+    """Class of a node derived from outer reductions: "total", if nothing per row enters it."""
+    if n.op not in ("reduce", "view") and not is_elementwise(n.op):
+        raise UnsupportedError(f"unsupported: {n.op} after a reduction over all rows")
+    if n.op != "reduce" and any(plan.classes.get(a) not in ("total", "const") for a in n.args):
+        raise UnsupportedError("unsupported: a reduction over all rows combined with per-row "
+                               "values (cross-row access)")
+    return "total"
 
 
 def _around_kept_run(dims: tuple[int, ...], rank: int) -> bool:

@@ -104,6 +104,25 @@ def draw_like(example: torch.Tensor, trial: int, gen: torch.Generator,
     return x.to(example.dtype)
 
 
+@dataclass(frozen=True)
+class IndexDomain:
+    """Valid values of an int64 input of class indices: [0, bound), and `ignore` (a row the
+    loss skips), which some trials draw so that the skipping is checked too."""
+
+    bound: int
+    ignore: int | None = None
+
+
+def draw_indices(example: torch.Tensor, domain: IndexDomain, trial: int,
+                 gen: torch.Generator) -> torch.Tensor:
+    """Class indices shaped like `example`; odd trials mark about one in eight rows ignored."""
+    x = torch.randint(0, domain.bound, example.shape, generator=gen, device=example.device)
+    if domain.ignore is not None and trial % 2 == 1:
+        skip = torch.randint(0, 8, example.shape, generator=gen, device=example.device) == 0
+        x = torch.where(skip, torch.full_like(x, domain.ignore), x)
+    return x
+
+
 @dataclass
 class Case:
     """One trial: the graph inputs (forward args and parameters, in graph order)."""
@@ -112,12 +131,17 @@ class Case:
 
 
 def make_case(examples: Sequence[torch.Tensor], trial: int, seed: int,
-              signed: Sequence[bool] | None = None) -> Case:
+              signed: Sequence[bool] | None = None,
+              domains: Sequence[IndexDomain | None] | None = None) -> Case:
+    """Fresh inputs like `examples`; an input with an `IndexDomain` gets valid class indices."""
     device = examples[0].device if examples else torch.device("cpu")
     gen = torch.Generator(device=device)
     gen.manual_seed(seed * 7919 + trial * 104729 + 17)
     signed = signed or [False] * len(examples)
-    return Case([draw_like(e, trial, gen, sg) for e, sg in zip(examples, signed)])
+    domains = domains or [None] * len(examples)
+    return Case([draw_like(e, trial, gen, sg) if dom is None else
+                 draw_indices(e, dom, trial, gen)
+                 for e, sg, dom in zip(examples, signed, domains)])
 
 
 def perturbed(case: Case, seed: int, attempt: int = 0) -> Case:
@@ -127,7 +151,9 @@ def perturbed(case: Case, seed: int, attempt: int = 0) -> Case:
     minima, their indices and normalizers alike; the caller keeps the first variant whose
     reference differs from the base's by more than the tolerance."""
     tensors = [t.clone() for t in case.tensors]
-    big = max(range(len(tensors)), key=lambda k: tensors[k].numel())
+    # class indices have no "beyond the extremes": perturb the largest float input
+    big = max((k for k in range(len(tensors)) if tensors[k].is_floating_point()),
+              key=lambda k: tensors[k].numel())
     t = tensors[big].view(-1)
     gen = torch.Generator().manual_seed(seed * 31 + attempt + 99991)
     pos = int(torch.randint(0, t.numel(), (1,), generator=gen))
@@ -265,7 +291,8 @@ class CasePool:
                  examples: Sequence[torch.Tensor], out_shape: Sequence[int],
                  out_dtype: torch.dtype, settings: VerifySettings | None = None,
                  signed: Sequence[bool] | None = None,
-                 witness: Callable[[list[torch.Tensor]], torch.Tensor] | None = None) -> None:
+                 witness: Callable[[list[torch.Tensor]], torch.Tensor] | None = None,
+                 domains: Sequence[IndexDomain | None] | None = None) -> None:
         self.settings = s = settings or VerifySettings()
         self.out_shape, self.out_dtype = tuple(out_shape), out_dtype
         self.device = examples[0].device
@@ -273,7 +300,7 @@ class CasePool:
         n = max(s.trials, s.pool)
         self.cases: list[Trial] = []
         for t in range(n):
-            case = make_case(examples, t, s.seed, signed)
+            case = make_case(examples, t, s.seed, signed, domains)
             ref = self._ref(reference, case.tensors)
             self.cases.append(Trial(case.tensors, ref,
                                     f"trial {t} ({DISTRIBUTIONS[t % len(DISTRIBUTIONS)]} inputs)",

@@ -21,7 +21,8 @@ from ..ir.plan import make_plan
 from ..problem import load_problem
 from . import launcher
 from .timing import L2Flusher, TimingSettings, physical_floor_ms, time_runs
-from .verify import CandidateError, CasePool, VerifySettings, check, make_case
+from .verify import (CandidateError, CasePool, IndexDomain, VerifySettings, check,
+                     make_case)
 
 # Kernels are strict fp32, so the fp32 witness and the eager/compile baselines are too: cuDNN
 # would otherwise run fp32 convolutions on TF32 tensor cores (its default), a different contract.
@@ -53,7 +54,10 @@ class ProblemState:
         out_dtype = {"float32": torch.float32, "int64": torch.int64}[self.plan.out_dtype]
         self.out_shape, self.out_dtype = tuple(self.plan.out_shape), out_dtype
         # rotated input sets for timing: fresh draws, so no run finds its data in cache
-        self.sets = [make_case(self.examples, t, 1234).tensors for t in range(timing.rotate)]
+        domains = [IndexDomain(gin.index_bound, gin.index_ignore)
+                   if gin.index_bound is not None else None for gin in self.graph.inputs]
+        self.sets = [make_case(self.examples, t, 1234, domains=domains).tensors
+                     for t in range(timing.rotate)]
         self.set_outs = [torch.empty(self.out_shape, dtype=out_dtype, device=device)
                          for _ in range(timing.rotate)]
         props = torch.cuda.get_device_properties(device)
@@ -65,7 +69,7 @@ class ProblemState:
         # parameters and buffers are drawn signed whatever their initial values
         signed = [gin.role != "input" for gin in self.graph.inputs]
         self.pool = CasePool(self.reference, self.examples, self.out_shape, self.out_dtype,
-                             verify_settings, signed, witness=self.witness)
+                             verify_settings, signed, witness=self.witness, domains=domains)
         self.evaluated = 0
 
     # -- reference -----------------------------------------------------------------------------
@@ -87,7 +91,7 @@ class ProblemState:
         args: list[Any] = [None] * n_args
         state: dict[str, torch.Tensor] = {}
         for gin, t in zip(self.graph.inputs, tensors):
-            t = t.to(dtype) if dtype is not None else t
+            t = t.to(dtype) if dtype is not None and t.is_floating_point() else t
             if gin.role == "input":
                 args[gin.arg_index] = t
             else:

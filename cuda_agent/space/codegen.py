@@ -224,7 +224,7 @@ def emit_values(plan: KernelPlan, roots: list[int], bound: dict[int, str], fast:
         if n.op in ("view",):
             names[n.id] = names[n.args[0]]
             continue
-        if n.op in ("input", "reduce"):
+        if n.op in ("input", "reduce", "iota"):
             raise KeyError(f"node %{n.id} ({n.op}) must be bound")
         expr = ops.render(n.op, [names[a] for a in n.args], dict(n.attrs), fast)
         name = f"v{n.id}{suffix}"
@@ -238,7 +238,36 @@ def out_ctype(plan: KernelPlan) -> str:
     return "long long" if plan.out_dtype == INDEX_DTYPE else "float"
 
 
+def in_ctype(plan: KernelPlan, k: int) -> str:
+    """C type of graph input `k`'s elements: float, or long long for class indices."""
+    return ops.C_TYPES[plan.graph.inputs[k].dtype]
+
+
+def load_scalar(plan: KernelPlan, k: int, offset: str, hint: int) -> str:
+    """One element of input `k` (cache hints apply to float loads only)."""
+    if in_ctype(plan, k) == "float":
+        return f"ca_ld<{hint}>(in{k} + ({offset}))"
+    return f"in{k}[{offset}]"
+
+
+def index_along(plan: KernelPlan, d: int, grp: Group, var: str) -> str:
+    """The index along F dim `d` (one of grp.dims) when the flat loop index of `grp` is `var`:
+    what an ``iota`` node over `d` evaluates to."""
+    F = plan.full_shape
+    after = math.prod(F[e] for e in grp.dims if e > d)
+    expr = f"({var})" if after == 1 else f"(({var}) / {after})"
+    if F[d] * after < math.prod(F[e] for e in grp.dims):
+        expr = f"({expr} % {F[d]})"
+    return f"(long long){expr}"
+
+
+def iota_nodes(plan: KernelPlan) -> list[tuple[int, int]]:
+    """(node, F dim) of every ``iota`` the kernel computes with."""
+    return [(n.id, next(f for f in plan.fmaps[n.id] if f is not None))
+            for n in plan.live_nodes() if n.op == "iota"]
+
+
 def kernel_params(plan: KernelPlan) -> str:
     """Every kernel of a candidate takes the same arguments: inputs, output, workspace."""
-    ins = [f"const float* __restrict__ in{k}" for k in plan.operands]
+    ins = [f"const {in_ctype(plan, k)}* __restrict__ in{k}" for k in plan.operands]
     return ", ".join(ins + [f"{out_ctype(plan)}* __restrict__ out", "void* __restrict__ ws"])

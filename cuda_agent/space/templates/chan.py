@@ -68,7 +68,7 @@ class ChanTemplate(Template):
 
     def applies(self, plan: KernelPlan) -> bool:
         # arg-reductions have no meaning over non-adjacent dims (torch's take one dim)
-        return plan.kind == CHAN_REDUCE and not any(
+        return plan.kind == CHAN_REDUCE and not plan.whole_rows_only and not any(
             plan.graph[n].attr("kind") in ("argmax", "argmin") for lv in plan.levels for n in lv)
 
     def slots(self, plan: KernelPlan, target: Target) -> list[Slot]:

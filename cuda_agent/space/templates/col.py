@@ -92,7 +92,7 @@ class ColTemplate(Template):
     version = "1"
 
     def applies(self, plan: KernelPlan) -> bool:
-        return plan.kind == "reduce" and plan.I > 1
+        return plan.kind == "reduce" and plan.I > 1 and not plan.whole_rows_only
 
     def slots(self, plan: KernelPlan, target: Target) -> list[Slot]:
         # Slots that cannot change the kernel for this plan keep a single choice, so that the

@@ -4,7 +4,8 @@ owns a row of R contiguous elements.
 Slots decide the group size and rows per block (config), vector width and where the row lives
 between passes: registers, shared memory, or re-read from global memory/L2 (memory), unrolling,
 intrinsics and single-pass online softmax (compute), and how the group combines partial results:
-warp shuffles or a shared-memory tree (reduction).
+warp shuffles or a shared-memory tree (reduction). Losses that fold per-row values over all
+rows add how the blocks' partial totals meet (reduction.cross, `total.py`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from .. import codegen as cg
 from ..slots import Launch, Rendered, Slot, Target
 from .base import (Code, Template, block_combine, pow2_ceil, pow2_choices,
                    smem_for_combine)
+from .total import CROSS, Totals
 from .rowcommon import (bind_reducers, emit_new_row_values, make_passes, online_merge,
                         online_softmax_pair, online_update, operand_roles, pass_roots)
 
@@ -55,7 +57,8 @@ class RowTemplate(Template):
                  "softmax: separate max and sum passes, or one online pass"),
             Slot("reduction.combine", ("shfl", "smem_tree"),
                  "combine within a row group: warp shuffles or shared-memory tree"),
-        ]
+        ] + ([Slot("reduction.cross", CROSS, "how the blocks' partial totals over all rows "
+                   "meet: a fold kernel, or the last block folds")] if plan.outer else [])
 
     # -- validity ------------------------------------------------------------------------------
     def _nch(self, plan: KernelPlan, cfg: dict[str, Any]) -> int:
@@ -118,7 +121,8 @@ class RowTemplate(Template):
                 "config.grid": "exact", "memory.vec": 1, "memory.cache": "reload",
                 "memory.load": "default", "memory.store": "default", "compute.unroll": 1,
                 "compute.fastmath": 0,
-                "compute.algo": "passes", "reduction.combine": "smem_tree"}
+                "compute.algo": "passes", "reduction.combine": "smem_tree",
+                **({"reduction.cross": "two_pass"} if plan.outer else {})}
 
     # -- code ----------------------------------------------------------------------------------
     def render(self, plan: KernelPlan, cfg: dict[str, Any], target: Target) -> Rendered:
@@ -135,6 +139,7 @@ class RowTemplate(Template):
                      for nid in roles.cached}
         op_index = {nid: k for k, nid in roles.full + roles.row}
         ogrp = cg.Group("o", tuple(range(plan.reduce_dims[0])))
+        cgrp = cg.Group("c", plan.reduce_dims)
         all_red = [r for p in passes for r in p.reducers]
         n_red, need_i = smem_for_combine(all_red, T, G, cfg["reduction.combine"])
         if any(p.online for p in passes) and T > 32:
@@ -157,6 +162,10 @@ class RowTemplate(Template):
         if dyn:
             c("extern __shared__ float4 ca_dyn4[];",
               "float* ca_dyn = reinterpret_cast<float*>(ca_dyn4);")
+        totals = Totals(plan, grid, B, cfg["reduction.cross"], cfg["reduction.combine"]) \
+            if plan.outer else None
+        if totals:
+            totals.declare(c)
         c.open(f"for (long long ob = (long long)blockIdx.x * {G}; ob < {O}LL; "
                f"ob += (long long)gridDim.x * {G})")
         c("const long long o_ = ob + grp;", f"const bool active = o_ < {O}LL;",
@@ -164,7 +173,7 @@ class RowTemplate(Template):
         row_bound: dict[int, str] = {}
         for k, nid in roles.row:
             off = cg.offset_expr(plan, nid, [ogrp])
-            c(f"const float w{k} = ca_ld<{hint}>(in{k} + ({off}));")
+            c(f"const {cg.in_ctype(plan, k)} w{k} = {cg.load_scalar(plan, k, off, hint)};")
             row_bound[nid] = f"w{k}"
         if cache == "regs":
             for nid in roles.cached:
@@ -228,6 +237,8 @@ class RowTemplate(Template):
             for l in range(vec):
                 bound = dict(row_bound)
                 bound.update({nid: vals[l] for nid, vals in lanes.items()})
+                bound.update({nid: cg.index_along(plan, d, cgrp, f"c + {l}")
+                              for nid, d in cg.iota_nodes(plan)})
                 stmts, names = cg.emit_values(plan, roots, bound, fast, suffix=f"_{l}")
                 c(*stmts)
                 if p.writes_output:
@@ -254,17 +265,28 @@ class RowTemplate(Template):
                 block_combine(c, p.reducers, T, G, cfg["reduction.combine"])
                 bind_reducers(c, p.reducers, row_bound, done)
             emit_new_row_values(c, plan, row_bound, done, fast)
-        if plan.output_is_row:
+        if totals:
+            totals.add_row(c, row_bound, fast, "active && lane == 0")
+        elif plan.output_is_row:
             c.open("if (active && lane == 0)")
             c(f"out[o] = {row_bound[plan.output]};")
             c.close()
         c.close()  # row loop
+        launches = [Launch("ca_row", (grid, 1, 1), (B, 1, 1), dyn)]
+        if totals:
+            totals.finish(c, fast)
         c.close()  # kernel
+        fold = totals.fold_kernel(c, fast) if totals else None
+        if fold:
+            launches.append(fold)
         facts = (("family", "row"), ("threads", B), ("blocks", grid), ("vec", vec), ("tpr", T),
                  ("passes", len(passes)), ("cache", cache), ("dyn_smem", dyn),
                  ("cached_operands", len(roles.cached)), ("fast", int(fast)),
                  ("combine", cfg["reduction.combine"]), ("rows", O), ("row_len", R))
-        return Rendered(c.text(), (Launch("ca_row", (grid, 1, 1), (B, 1, 1), dyn),), facts=facts)
+        if totals:
+            facts += (("cross", cfg["reduction.cross"]), ("launches", len(launches)))
+        return Rendered(c.text(), tuple(launches), totals.workspace_bytes if totals else 0,
+                        facts=facts)
 
 
 def _online_combine(c: Code, T: int, G: int, fast: bool) -> None:

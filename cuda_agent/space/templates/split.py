@@ -80,6 +80,7 @@ class SplitTemplate(Template):
         # only where some configuration gives a row two blocks or more (one block per row is
         # the row template's kernel)
         return plan.kind == "reduce" and plan.I == 1 and plan.O <= MAX_ROWS and \
+            not plan.whole_rows_only and \
             splits(plan, 128, 1, max(WAVES), Target().sm_count)[0] >= 2
 
     def slots(self, plan: KernelPlan, target: Target) -> list[Slot]:
