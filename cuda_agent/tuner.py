@@ -140,13 +140,15 @@ class Tuner:
         self.plan = make_plan(problem.graph())
         self.device = device or open_device(settings.device, settings, notify)
         self._own_device = device is None
+        if isinstance(self.plan, ProgramPlan) and isinstance(self.device, ReplayDevice):
+            if self._own_device:
+                self.device.close()
+            raise UnsupportedError("unsupported: replay of a multi-kernel program (sweeps "
+                                   "record single-kernel spaces); use cuda or sim")
         self.device.ensure(problem, self.plan)
         # a multi-kernel program is searched one stage at a time (`space/program.py`)
         self.stages: list[Space] = []
         if isinstance(self.plan, ProgramPlan):
-            if isinstance(self.device, ReplayDevice):
-                raise UnsupportedError("unsupported: replay of a multi-kernel program (sweeps "
-                                       "record single-kernel spaces); use cuda or sim")
             self.stages = stage_spaces(self.plan, self.device.target())
             self.space = StageSpace.of(self.plan, 0, self.stages,
                                        [sp.default() for sp in self.stages])

@@ -46,16 +46,16 @@ class LinearSoftmax(nn.Module):
 
 
 class SumThenSoftmaxOtherDim(nn.Module):
-    """Two reductions over different dims: no single row pattern covers both."""
+    """Two reductions over different iteration spaces: no single row pattern covers both."""
 
     def forward(self, x):
-        return torch.softmax(x - x.mean(dim=0, keepdim=True), dim=1)
+        return torch.softmax(x.sum(dim=1) * 0.1, dim=0)
 
 
 CASES = {"conv_pool": (ConvPool, (2, 3, 10, 10), ["conv", "pool"]),
          "mlp": (MLP, (9, 24), ["gemm", "gemm"]),
          "linear_softmax": (LinearSoftmax, (7, 24), ["gemm", "softmax"]),
-         "two_reductions": (SumThenSoftmaxOtherDim, (12, 33), ["norm", "softmax"])}
+         "two_reductions": (SumThenSoftmaxOtherDim, (12, 33), ["reduction", "softmax"])}
 
 
 def plan_of(name: str) -> tuple[ProgramPlan, nn.Module, torch.Tensor]:
@@ -110,8 +110,9 @@ def test_composed_program_matches_torch(name):
     spaces = stage_spaces(plan, Target())
     rng = random.Random(name)
 
-    def small_generated(space):  # the emulator runs no library step inside a program
-        return [c for c in space.configs if space.template_of(c).name != "lib" and (
+    def small_generated(space):
+        # the emulator runs no library step inside a program, and only 1-D blocks (not col's)
+        return [c for c in space.configs if space.template_of(c).name not in ("lib", "col") and (
             c.as_dict().get("config.bm") in (None, "-") or c["config.bm"] * c["config.bn"]
             <= 64 * 64)]
 

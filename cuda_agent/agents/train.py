@@ -23,7 +23,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from ..errors import DeviceError, SettingsError
+from ..errors import DeviceError, SettingsError, UnsupportedError
 from ..problem import load_problem
 from ..run.devices import Device
 from ..space.slots import AGENTS
@@ -160,10 +160,11 @@ class Trainer:
                 tuner = Tuner(load_problem(f), TuneSettings(
                     device=settings.device, seed=settings.seed, replay_root=settings.replay_root,
                     baselines=False), device=self.device, store=self.store, notify=notify)
-            except DeviceError as exc:
+            except (DeviceError, UnsupportedError) as exc:
                 if self.device.kind != "replay":
                     raise
-                notify(f"skipped {f.stem}: {exc}")  # no recorded sweep to learn from
+                # no recorded sweep to learn from, or a multi-kernel program (not replayable)
+                notify(f"skipped {f.stem}: {exc}")
                 continue
             self.operators.append(Operator(f.stem, tuner, SpaceIndex.of(tuner.space)))
         if not self.operators:

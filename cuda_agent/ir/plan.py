@@ -192,13 +192,23 @@ def _view_fmap(src_shape: tuple[int, ...], src_fmap: FMap, shape: tuple[int, ...
 
 
 def make_plan(graph: Graph) -> KernelPlan:
-    """Classify the graph into one kernel pattern, or raise `UnsupportedError` saying why."""
+    """Classify the graph into one kernel pattern; where none covers it, into a program of
+    stages (`partition.py`); or raise `UnsupportedError` saying why."""
     from .partition import make_program_plan, partition
+
+    try:
+        return make_single_plan(graph)
+    except UnsupportedError:
+        program = partition(graph)
+        if program is None:  # no cut would help: the single-kernel reason stands
+            raise
+    return make_program_plan(graph, program)
+
+
+def make_single_plan(graph: Graph) -> KernelPlan:
+    """Classify the graph into one kernel pattern, or raise `UnsupportedError` saying why."""
     from .structured import planner_for  # structured planners build on this module
 
-    program = partition(graph)
-    if program is not None:  # no single kernel pattern covers it: stages
-        return make_program_plan(graph, program)
     special = planner_for(graph)
     if special is not None:
         return special(graph)
