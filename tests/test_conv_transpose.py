@@ -96,12 +96,16 @@ def test_weight_k_is_split_only_where_one_stride_cannot_describe_it():
     assert info.a_k_split is None and info.a_strides == (0, 1, 12)
 
 
+def gemm_configs(name: str) -> list:
+    sp = Space.for_plan(case_plan(name), Target())
+    return [c for c in sp.configs if sp.template_of(c).name == "gemm"]
+
+
 def test_vector_loads_of_the_weight_need_whole_runs_of_four():
-    odd = Space.for_plan(case_plan("2d_stride2_pad_outpad"), Target())  # runs of 9
-    assert all(c["memory.vec_a"] == 1 for c in odd.configs)
-    k4 = Space.for_plan(case_plan("2d_k4_stride2"), Target())  # runs of 16
-    assert any(c["memory.vec_a"] == 4 for c in k4.configs)
-    assert all(c["memory.vec_b"] == 1 for c in k4.configs)  # B is gathered
+    assert all(c["memory.vec_a"] == 1 for c in gemm_configs("2d_stride2_pad_outpad"))  # 9
+    k4 = gemm_configs("2d_k4_stride2")  # runs of 16
+    assert any(c["memory.vec_a"] == 4 for c in k4)
+    assert all(c["memory.vec_b"] == 1 for c in k4)  # B is gathered
 
 
 def test_an_unbatched_transposed_conv_is_refused_by_name():
@@ -122,13 +126,11 @@ def test_benchmark_problems_plan_as_transposed_convs():
 
 # -- generated code, executed -------------------------------------------------------------------
 
-@pytest.mark.skipif(not cpu_exec.available(), reason="needs g++ for the CPU emulator")
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_generated_conv_transpose_matches_torch(name):
+def case_run(name: str, seed: int):
+    """The case's plan, its operands in kernel order and torch's float64 answer."""
     (rank, cin, cout, k), kw, shape = CASES[name]
     plan = case_plan(name)
-    sp = Space.for_plan(plan, Target())
-    gen = torch.Generator().manual_seed(7)
+    gen = torch.Generator().manual_seed(seed)
     x = torch.randn(*shape, generator=gen)
     model = ConvT(rank, cin, cout, k, **kw)
     with torch.no_grad():
@@ -141,8 +143,17 @@ def test_generated_conv_transpose_matches_torch(name):
         gi = plan.graph.inputs[k_]
         by_index.append(x.numpy() if gi.role == "input" else
                         params[gi.target].detach().float().numpy())
+    return plan, by_index, want
+
+
+@pytest.mark.skipif(not cpu_exec.available(), reason="needs g++ for the CPU emulator")
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_generated_conv_transpose_matches_torch(name):
+    plan, by_index, want = case_run(name, 7)
+    sp = Space.for_plan(plan, Target())
     rng = random.Random(name)
-    small = [c for c in sp.configs if c["config.bm"] * c["config.bn"] <= 64 * 64]
+    small = [c for c in sp.configs if sp.template_of(c).name == "gemm" and
+             c["config.bm"] * c["config.bn"] <= 64 * 64]
     picked = [sp.default()] + rng.sample(small, 2)
     for pred in (lambda c: c["reduction.split"] > 1, lambda c: c["memory.vec_a"] == 4,
                  lambda c: c["memory.stages"] == 2):
@@ -151,6 +162,17 @@ def test_generated_conv_transpose_matches_torch(name):
     for cfg in picked:
         err = cpu_exec.max_rel_error(sp.render(cfg), by_index, want)
         assert err < 1e-5, (cfg.short(), err)
+
+
+@pytest.mark.skipif(not cpu_exec.available(), reason="needs g++ for the CPU emulator")
+def test_library_transposed_conv_with_generated_epilogue_matches_torch():
+    plan, by_index, want = case_run("2d_dilated_grouped", 11)  # output_padding (1, 2)
+    sp = Space.for_plan(plan, Target())
+    lib = [c for c in sp.configs if sp.template_of(c).name == "lib"]
+    r = sp.render(lib[0])
+    assert r.launches[0].library["op"] == "conv_transpose"
+    assert r.launches[0].library["output_padding"] == [1, 2]
+    assert cpu_exec.max_rel_error(r, by_index, want) < 1e-5
 
 
 # -- end to end -----------------------------------------------------------------------------------
