@@ -71,6 +71,9 @@ PROBLEMS = {
                                     (2, 64, 96), (2, 64, 80)),
     "conv2d_odd_bias_relu": (lambda: nn.Sequential(nn.Conv2d(3, 40, 3, stride=2, padding=1),
                                                    nn.ReLU()), [], [(2, 3, 17, 19)]),
+    "conv_transpose2d_grouped_relu": (
+        lambda: nn.Sequential(nn.ConvTranspose2d(8, 12, 4, stride=2, padding=1, output_padding=1,
+                                                 groups=2), nn.ReLU()), [], [(2, 8, 9, 11)]),
     "gemm_vectors_split_k": _fn(lambda a, b, c: torch.relu(a @ b + c), (64, 2048), (2048, 96),
                                 (96,)),
     "avg_pool_epilogue": _fn(lambda x, b: torch.relu(F.avg_pool2d(x, 3, 2, 1, ceil_mode=True)) * b,

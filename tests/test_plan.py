@@ -221,7 +221,9 @@ EXPECTED_FAMILY = {"elementwise": "elementwise", "norm": "norm", "reduce": "redu
                    "loss": "reduction",  # losses are reductions in the kernel's structure
                    "softmax": "softmax", "normstat": "norm",
                    "pool": "pool", "scan": "scan", "gemm": "gemm",
-                   "conv1d": "conv", "conv2d": "conv", "conv3d": "conv", "fused": None}  # fused chains span every family
+                   "conv1d": "conv", "conv2d": "conv", "conv3d": "conv",
+                   "conv": "conv",  # conv_transpose*
+                   "fused": None}  # fused chains span every family
 # products with a vector side are row/column reductions, a diagonal matrix is a scaling
 EXPECTED_BY_NAME = {"gemm_matvec": "reduction", "gemm_vecmat": "reduction",
                     "gemm_diag_scale": "elementwise"}

@@ -183,7 +183,7 @@ class _Lowering:
                 f"unsupported op {name} (aten.{name}); supported: elementwise math and "
                 "activations, sum/mean/prod/max/min/argmax/argmin/var/std, softmax, "
                 "log_softmax, layer_norm, rms_norm, instance/group/batch norm, vector norms, "
-                "losses, matrix products, conv1d/conv2d, cumsum/cumprod")
+                "losses, matrix products, conv1d/2d/3d and their transposes, cumsum/cumprod")
         return handler(self, node, args, kwargs)
 
 
@@ -725,7 +725,7 @@ _HANDLERS: dict[str, Callable] = {
 _HANDLERS["identity"] = _identity
 _HANDLERS.update(_NORMSTAT_HANDLERS)  # instance, group and batch norm (normstat.py)
 _HANDLERS.update(POOL_HANDLERS)  # max/avg pooling, 1-3 D (pool_capture.py)
-_HANDLERS.update(CONV_HANDLERS)  # conv1d/conv2d as implicit GEMMs (conv_capture.py)
+_HANDLERS.update(CONV_HANDLERS)  # convolutions, transposed too, as implicit GEMMs (conv_capture.py)
 _HANDLERS.update(SCAN_HANDLERS)  # cumsum/cumprod, reverse and exclusive (scan_capture.py)
 _HANDLERS.update(_CLASS_LOSS_HANDLERS)  # cross_entropy, nll_loss (class_loss.py)
 UNARY.setdefault("identity", (lambda x, a, f: f"({x})", False))

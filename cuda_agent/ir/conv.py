@@ -1,4 +1,4 @@
-"""Convolutions as implicit GEMMs, planned for the GEMM template.
+"""Convolutions, direct and transposed, as implicit GEMMs planned for the GEMM template.
 
 For each image n, out[n] (OC x P, P = output pixels) = W (OC x K) @ X_n (K x P) with
 K = C x KH x KW and X_n the im2col matrix of the image, never materialized: the template reads
@@ -6,6 +6,14 @@ its element (k, p) straight from the input, zero where the window hangs over the
 output (N, OC, P) is then exactly torch's NCHW layout, so the bias and whatever follows are the
 GEMM's fused epilogue, and every slot of the GEMM template applies (B is gathered, so its loads
 are scalar).
+
+A transposed convolution scatters x[i] to out[i * stride - padding + k * dilation]; read from
+the output's side it is the same GEMM with X_n[(c, k), o] = x[c, (o + padding - k * dilation) /
+stride] where that division is exact and in range, zero elsewhere. Its weight is stored
+(C, OC/G, *kernel), so A[oc, (c, k)] = w[c, oc, k] is not one stride along K: consecutive k
+within one channel's kernel are adjacent, the next channel is OC/G kernels further
+(`GemmInfo.a_k_split`). The GEMM multiplies the inserted zeros too: about prod(stride) times the
+useful arithmetic, which is what the FLOP count reports.
 """
 
 from __future__ import annotations
@@ -15,7 +23,7 @@ from dataclasses import dataclass
 
 from ..errors import UnsupportedError
 from .gemm import GemmInfo
-from .graph import Graph
+from .graph import Graph, Node
 from .plan import KernelPlan, make_anchored_plan
 
 
@@ -32,6 +40,7 @@ class ConvGather:
     dilation: tuple[int, ...]
     groups: int = 1
     a_group_stride: int = 0  # elements between two groups' weight matrices
+    transposed: bool = False  # input coordinate (o + padding - k * dilation) / stride
 
     @property
     def image_elems(self) -> int:
@@ -43,29 +52,61 @@ class ConvGather:
         """Elements of one group's channels of an image."""
         return self.channels * math.prod(self.in_shape)
 
+    @property
+    def weight_elems(self) -> int:
+        """Elements of the weight: every group's A matrix."""
+        return self.groups * self.a_group_stride
 
-def make_conv_plan(graph: Graph) -> KernelPlan:
-    conv = next(n for n in graph.live() if n.op == "conv")
+
+def _operands(graph: Graph, conv: Node) -> tuple[Node, Node]:
     x, w = graph[conv.args[0]], graph[conv.args[1]]
     for operand, what in ((x, "input"), (w, "weight")):
         if operand.op != "input":
             raise UnsupportedError(f"unsupported: a computed convolution {what} (op "
                                    f"{operand.op}); only tensors passed in or parameters")
+    return x, w
+
+
+def _transposed_weight(out_per_group: int, ksize: int
+                       ) -> tuple[tuple[int, int, int], tuple[int, int] | None]:
+    """(batch, m, k) strides of A[oc, (c, k)] = w[c, oc, k] in w (C, OCg, *kernel), and the
+    K split (kernel size, channel stride) where one stride along K does not describe it."""
+    if ksize == 1:  # K is the channel alone
+        return (0, 1, out_per_group), None
+    if out_per_group == 1:  # channel after channel, kernel after kernel: contiguous along K
+        return (0, ksize, 1), None
+    return (0, ksize, 1), (ksize, out_per_group * ksize)
+
+
+def make_conv_plan(graph: Graph) -> KernelPlan:
+    conv = next(n for n in graph.live() if n.op == "conv")
+    x, w = _operands(graph, conv)
+    transposed = bool(conv.attr("transposed", False))
     N, C = x.shape[:2]
-    OC = w.shape[0]
     G = int(conv.attr("groups", 1))
+    OC = conv.shape[1]
     Cg, OCg = C // G, OC // G
-    if w.shape[1] != Cg or C % G or OC % G:
+    # direct weights are (OC, C/G, *kernel), transposed ones (C, OC/G, *kernel)
+    expected = (C, OCg) if transposed else (OC, Cg)
+    if tuple(w.shape[:2]) != expected or C % G or OC % G:
         raise UnsupportedError(f"conv weight {w.shape} does not match {C} input channels in "
                                f"{G} groups")
+    ksize = math.prod(w.shape[2:])
     P = math.prod(conv.shape[2:])
-    K = Cg * math.prod(w.shape[2:])
+    K = Cg * ksize
     gather = ConvGather(Cg, tuple(x.shape[2:]), tuple(w.shape[2:]), tuple(conv.shape[2:]),
                         tuple(conv.attr("stride")), tuple(conv.attr("padding")),
-                        tuple(conv.attr("dilation")), G, OCg * K)
+                        tuple(conv.attr("dilation")), G, OCg * K, transposed)
+    if transposed:
+        a_strides, a_k_split = _transposed_weight(OCg, ksize)
+        # the useful products: each input element times each weight of its group's outputs
+        flops = 2 * N * C * math.prod(x.shape[2:]) * OCg * ksize
+    else:
+        a_strides, a_k_split = (0, K, 1), None
+        flops = 2 * N * OC * P * K
     # one GEMM per (image, group): out[n, g*OCg:(g+1)*OCg] = W_g (OCg x K) @ X_{n,g} (K x P),
     # consecutive in memory, so the GEMM batch is N*G with rows OCg; B is gathered in place
-    info = GemmInfo(w.attr("index"), x.attr("index"), N * G, OCg, P, K, (0, K, 1),
-                    (gather.image_elems, 0, 0), OCg, None, gather)
+    info = GemmInfo(w.attr("index"), x.attr("index"), N * G, OCg, P, K, a_strides,
+                    (gather.image_elems, 0, 0), OCg, None, gather, a_k_split)
     return make_anchored_plan(graph, conv.id, "conv", [w.attr("index"), x.attr("index")],
-                              info=info, anchor_flops=2 * N * OC * P * K)
+                              info=info, anchor_flops=flops)

@@ -1,6 +1,7 @@
-"""Capture of convolutions: aten.conv1d/2d/3d (and their 'same'/'valid' padding forms) to one
-``conv`` IR node (x, weight) with the bias, if any, as an epilogue add. Convolutions run as
-implicit GEMMs (`ir/conv.py`), grouped and depthwise ones as a batch of per-group GEMMs."""
+"""Capture of convolutions: aten.conv1d/2d/3d (and their 'same'/'valid' padding forms) and
+aten.conv_transpose1d/2d/3d to one ``conv`` IR node (x, weight), transposed ones marked
+``transposed=True``, with the bias, if any, as an epilogue add. Convolutions run as implicit
+GEMMs (`ir/conv.py`), grouped and depthwise ones as a batch of per-group GEMMs."""
 
 from __future__ import annotations
 
@@ -16,6 +17,19 @@ def _tuple(v: Any, n: int) -> tuple[int, ...]:
     return v * n if len(v) == 1 else v
 
 
+def _add_bias(lw, y: int, bias: Any, rank: int) -> int:  # noqa: ANN001 - capture's lowering
+    if bias is None:
+        return y
+    b = lw.val(bias)
+    return lw.binary("add", y, lw.view(b, (lw.shape(b)[0],) + (1,) * rank))
+
+
+def _check_batched(lw, x: int, rank: int, what: str) -> None:  # noqa: ANN001
+    if len(lw.shape(x)) != rank + 2:
+        raise UnsupportedError(f"unsupported: {what}{rank}d of an unbatched input "
+                               f"{lw.shape(x)}")
+
+
 def _conv(rank: int) -> Callable:
     def handle(lw, node, args, kwargs):  # noqa: ANN001 - capture's handler signature
         from .capture import _arg
@@ -26,9 +40,8 @@ def _conv(rank: int) -> Callable:
         padding = _arg(args, kwargs, 4, "padding", 0)
         dilation = _tuple(_arg(args, kwargs, 5, "dilation", 1), rank)
         groups = int(_arg(args, kwargs, 6, "groups", 1))
-        xs, ws = lw.shape(x), lw.shape(w)
-        if len(xs) != rank + 2:
-            raise UnsupportedError(f"unsupported: conv{rank}d of an unbatched input {xs}")
+        _check_batched(lw, x, rank, "conv")
+        ws = lw.shape(w)
         out = tuple(node.meta["val"].shape)
         if isinstance(padding, str):  # 'valid' or 'same': recover torch's left padding
             if padding == "valid":
@@ -39,11 +52,32 @@ def _conv(rank: int) -> Callable:
         padding = _tuple(padding, rank)
         y = lw.g.add("conv", (x, w), out, "float32", stride=stride, padding=padding,
                      dilation=dilation, groups=groups)
-        if bias is not None:
-            b = lw.val(bias)
-            y = lw.binary("add", y, lw.view(b, (lw.shape(b)[0],) + (1,) * rank))
-        return y
+        return _add_bias(lw, y, bias, rank)
     return handle
 
 
-CONV_HANDLERS: dict[str, Callable] = {"conv1d": _conv(1), "conv2d": _conv(2), "conv3d": _conv(3)}
+def _conv_transpose(rank: int) -> Callable:
+    def handle(lw, node, args, kwargs):  # noqa: ANN001 - capture's handler signature
+        from .capture import _arg
+
+        # aten order: input, weight, bias, stride, padding, output_padding, groups, dilation;
+        # output_padding only lengthens the output, whose shape the node already carries
+        x, w = lw.val(args[0]), lw.val(args[1])
+        bias = _arg(args, kwargs, 2, "bias")
+        stride = _tuple(_arg(args, kwargs, 3, "stride", 1), rank)
+        padding = _arg(args, kwargs, 4, "padding", 0)
+        groups = int(_arg(args, kwargs, 6, "groups", 1))
+        dilation = _tuple(_arg(args, kwargs, 7, "dilation", 1), rank)
+        _check_batched(lw, x, rank, "conv_transpose")
+        out = tuple(node.meta["val"].shape)
+        y = lw.g.add("conv", (x, w), out, "float32", stride=stride,
+                     padding=_tuple(padding, rank), dilation=dilation, groups=groups,
+                     transposed=True)
+        return _add_bias(lw, y, bias, rank)
+    return handle
+
+
+CONV_HANDLERS: dict[str, Callable] = {
+    **{f"conv{r}d": _conv(r) for r in (1, 2, 3)},
+    **{f"conv_transpose{r}d": _conv_transpose(r) for r in (1, 2, 3)},
+}

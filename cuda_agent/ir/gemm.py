@@ -46,6 +46,9 @@ class GemmInfo:
     zero_outside: tuple[str, int] | None = None  # ("upper"|"lower", diagonal)
     # B read through a gather instead of strides: a convolution's im2col matrix (`ir/conv.py`)
     b_gather: Any = None
+    # A's k split in two: (k // inner) * outer + (k % inner) * a_strides[2], as (inner, outer);
+    # a transposed convolution's weight, whose K runs over channels of (C, OC/G, *kernel)
+    a_k_split: tuple[int, int] | None = None
 
 
 def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:

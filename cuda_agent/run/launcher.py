@@ -62,8 +62,8 @@ def compile_for_device(source: str, device: torch.device) -> bytes:
 
 def run_library(call: dict, inputs: Sequence[torch.Tensor]) -> torch.Tensor:
     """A vendor-library step of a candidate, through torch on the current stream: cuBLAS for a
-    (batched, strided) matrix product, cuDNN for a convolution. Returns the contiguous
-    product, which the kernels after it read as their workspace."""
+    (batched, strided) matrix product, cuDNN for a convolution, direct or transposed. Returns
+    the contiguous product, which the kernels after it read as their workspace."""
     if call["op"] == "matmul":
         a = inputs[call["a"]].as_strided((call["batch"], call["M"], call["K"]),
                                          call["a_strides"])
@@ -76,6 +76,10 @@ def run_library(call: dict, inputs: Sequence[torch.Tensor]) -> torch.Tensor:
         conv = getattr(torch.nn.functional, f"conv{call['dims']}d")
         return conv(inputs[call["x"]], inputs[call["w"]], None, call["stride"], call["padding"],
                     call["dilation"], call["groups"]).contiguous()
+    if call["op"] == "conv_transpose":
+        conv = getattr(torch.nn.functional, f"conv_transpose{call['dims']}d")
+        return conv(inputs[call["x"]], inputs[call["w"]], None, call["stride"], call["padding"],
+                    call["output_padding"], call["groups"], call["dilation"]).contiguous()
     raise ValueError(f"unknown library step {call['op']!r}")
 
 

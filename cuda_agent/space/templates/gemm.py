@@ -70,6 +70,8 @@ def _vec_ok(g: GemmInfo, operand: str, vec: int) -> bool:
         return True
     if operand == "b" and g.b_gather is not None:
         return False  # gathered elements: scalar loads
+    if operand == "a" and g.a_k_split is not None and any(s % vec for s in g.a_k_split):
+        return False  # a vector would straddle two runs of K
     if operand == "a":
         along, strides, size = _a_along(g), g.a_strides, {"m": g.M, "k": g.K}
         unit = strides[1] if along == "m" else strides[2]
@@ -83,7 +85,7 @@ def _max_offset(g: GemmInfo, plan: KernelPlan) -> int:
     a = g.batch * g.a_strides[0] + g.M * g.a_strides[1] + g.K * g.a_strides[2]
     b = g.batch * g.b_strides[0] + g.K * g.b_strides[1] + g.N * g.b_strides[2]
     if g.b_gather is not None:
-        b = g.batch * g.b_gather.image_elems
+        a, b = g.b_gather.weight_elems, g.batch * g.b_gather.image_elems
     return max(a, b, plan.numel)
 
 
@@ -204,6 +206,17 @@ def epilogue_value(plan: KernelPlan, c: Code, value: str, fl: str, row: str, col
     return names[plan.output]
 
 
+def _transposed_coord(cv: Any, d: int) -> list[str]:
+    """Input coordinate i{d}_ of a transposed convolution's output od{d}_ through kernel offset
+    kd{d}_: (o + padding - k * dilation) / stride, in only where exact and inside the input."""
+    t, s = f"t{d}_", cv.stride[d]
+    lines = [f"    const int {t} = od{d}_ + {cv.padding[d]} - kd{d}_ * {cv.dilation[d]};",
+             f"    const int i{d}_ = {t} / {s};"]
+    exact = f" && {t} % {s} == 0" if s > 1 else ""
+    lines.append(f"    in_ = in_ && {t} >= 0{exact} && i{d}_ < {cv.in_shape[d]};")
+    return lines
+
+
 def _lds(cfg: dict[str, Any]) -> tuple[int, int]:
     """Leading dims of the shared A (k-major, BM wide) and B (BN wide) slices."""
     return cfg["config.bm"] + cfg["memory.pad"], cfg["config.bn"] + cfg["memory.pad"]
@@ -263,7 +276,7 @@ class _GemmWriter:
                     c(self.gathered_load(f"rb_{j}", grow, gk))
                     continue
                 if name == "a":
-                    off = f"(idx_t)({grow}) * {strides[1]} + (idx_t)({gk}) * {strides[2]}"
+                    off = self.a_offset(grow, gk)
                 else:
                     off = f"(idx_t)({gk}) * {strides[1]} + (idx_t)({grow}) * {strides[2]}"
                 guard = f"({grow}) < {getattr(g, lim_rows)} && ({gk}) < kend"
@@ -280,6 +293,15 @@ class _GemmWriter:
             return f"(idx_t)(blockIdx.y % {cv.groups}) * {cv.a_group_stride}"
         return f"(idx_t)blockIdx.y * {self.g.a_strides[0]}"
 
+    def a_offset(self, gm: str, gk: str) -> str:
+        """Offset of A[m, k] from the batch's A: by strides, or with K split in two runs."""
+        g = self.g
+        if g.a_k_split is None:
+            return f"(idx_t)({gm}) * {g.a_strides[1]} + (idx_t)({gk}) * {g.a_strides[2]}"
+        inner, outer = g.a_k_split
+        return (f"(idx_t)({gm}) * {g.a_strides[1]} + (idx_t)(({gk}) / {inner}) * {outer} + "
+                f"(idx_t)(({gk}) % {inner}) * {g.a_strides[2]}")
+
     def b_batch_offset(self) -> str:
         cv = self.g.b_gather
         if cv is not None and cv.groups > 1:
@@ -289,7 +311,8 @@ class _GemmWriter:
 
     def gathered_load(self, reg: str, gp: str, gk: str) -> str:
         """Element (k, p) of the image's im2col matrix, read from the input: channel and
-        kernel offset from k, output pixel from p, zero where the window covers padding."""
+        kernel offset from k, output pixel from p, zero where the window covers padding (or,
+        transposed, where no input pixel lands on the output pixel through that offset)."""
         cv = self.g.b_gather
         ksize = 1
         for kd in cv.kernel:
@@ -304,9 +327,12 @@ class _GemmWriter:
         for d in reversed(dims):
             lines.append(f"    const int kd{d}_ = q_ % {cv.kernel[d]}; q_ /= {cv.kernel[d]};")
             lines.append(f"    const int od{d}_ = o_ % {cv.out_shape[d]}; o_ /= {cv.out_shape[d]};")
-            lines.append(f"    const int i{d}_ = od{d}_ * {cv.stride[d]} - {cv.padding[d]} + "
-                         f"kd{d}_ * {cv.dilation[d]};")
-            lines.append(f"    in_ = in_ && i{d}_ >= 0 && i{d}_ < {cv.in_shape[d]};")
+            if cv.transposed:
+                lines += _transposed_coord(cv, d)
+            else:
+                lines.append(f"    const int i{d}_ = od{d}_ * {cv.stride[d]} - {cv.padding[d]} "
+                             f"+ kd{d}_ * {cv.dilation[d]};")
+                lines.append(f"    in_ = in_ && i{d}_ >= 0 && i{d}_ < {cv.in_shape[d]};")
             coords.append(d)
         for d in dims:
             lines.append(f"    off_ = off_ * {cv.in_shape[d]} + i{d}_;")

@@ -27,7 +27,8 @@ from ..slots import Launch, Rendered, Slot, Target
 from .base import Code, Template
 from .gemm import epilogue_value
 
-LIBRARY_NAMES = {"matmul": "cuBLAS (torch.matmul)", "conv": "cuDNN (torch convolution)"}
+LIBRARY_NAMES = {"matmul": "cuBLAS (torch.matmul)", "conv": "cuDNN (torch convolution)",
+                 "conv_transpose": "cuDNN (torch transposed convolution)"}
 
 
 def _info(plan: KernelPlan) -> GemmInfo:
@@ -48,10 +49,24 @@ def conv_padding(gather: Any) -> tuple[int, ...] | None:
     return tuple(gather.padding)
 
 
+def conv_output_padding(gather: Any) -> tuple[int, ...]:
+    """The output_padding of a transposed convolution: what its output has beyond
+    (i - 1) * stride - 2 * padding + dilation * (kernel - 1) + 1."""
+    return tuple(o - ((i - 1) * s - 2 * p + d * (k - 1) + 1) for i, k, o, s, p, d in zip(
+        gather.in_shape, gather.kernel, gather.out_shape, gather.stride, gather.padding,
+        gather.dilation))
+
+
 def library_call(plan: KernelPlan) -> dict[str, Any] | None:
     """The launcher's description of the library step (`launcher.run_library`), or None."""
     g = _info(plan)
     pos = {k: i for i, k in enumerate(plan.operands)}
+    if plan.kind == "conv" and g.b_gather.transposed:
+        cv = g.b_gather
+        return {"op": "conv_transpose", "x": pos[g.b], "w": pos[g.a], "dims": len(cv.kernel),
+                "stride": list(cv.stride), "padding": list(cv.padding),
+                "output_padding": list(conv_output_padding(cv)),
+                "dilation": list(cv.dilation), "groups": cv.groups}
     if plan.kind == "conv":
         cv = g.b_gather
         padding = conv_padding(cv)
