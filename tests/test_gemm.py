@@ -97,14 +97,21 @@ def test_kept_in_triangle_counts():
 
 @pytest.mark.parametrize("f,shapes,words", [
     (lambda a, b: torch.relu(a) @ b, [(4, 5), (5, 3)], ["relu", "operand"]),
-    (lambda a, b: (a @ b).sum(dim=1), [(4, 5), (5, 3)], ["reduction", "multi-kernel"]),
-    (lambda a, b, c: (a @ b) @ c, [(4, 5), (5, 3), (3, 2)], ["multi-kernel"]),
 ])
 def test_unsupported_gemm_patterns_say_why(f, shapes, words):
     with pytest.raises(UnsupportedError) as info:
         plan_of(f, *shapes)
     msg = str(info.value)
     assert all(w in msg for w in words) and "\n" not in msg
+
+
+@pytest.mark.parametrize("f,shapes,families", [
+    (lambda a, b: (a @ b).sum(dim=1), [(4, 5), (5, 3)], "gemm+reduction"),
+    (lambda a, b, c: (a @ b) @ c, [(4, 5), (5, 3), (3, 2)], "gemm+gemm"),
+])
+def test_products_feeding_reductions_or_products_become_programs(f, shapes, families):
+    p = plan_of(f, *shapes)
+    assert p.kind == "program" and p.family == families
 
 
 # -- the space ---------------------------------------------------------------------------------------

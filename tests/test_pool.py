@@ -93,12 +93,16 @@ def test_plan_describes_the_pool_and_fuses_the_epilogue():
 @pytest.mark.parametrize("f,shapes,words", [
     (lambda x: F.max_pool2d(torch.relu(x), 2), [(2, 3, 8, 8)], "computed value"),
     (lambda x: F.max_pool2d(x, 2, return_indices=True)[1].float(), [(2, 3, 8, 8)], "indices"),
-    (lambda x: F.avg_pool2d(x, 2).sum(dim=-1), [(2, 3, 8, 8)], "reduction after the pool"),
     (lambda x: F.avg_pool2d(x, 2) + F.max_pool2d(x, 2), [(2, 3, 8, 8)], "structured ops"),
 ])
 def test_unsupported_pooling_is_named(f, shapes, words):
     with pytest.raises(UnsupportedError, match=words):
         make_plan(graph_of(f, *shapes))
+
+
+def test_reduction_after_a_pool_is_a_two_kernel_program():
+    p = make_plan(graph_of(lambda x: F.avg_pool2d(x, 2).sum(dim=-1), (2, 3, 8, 8)))
+    assert p.kind == "program" and p.family == "pool+reduction"
 
 
 @pytest.mark.parametrize("path", POOL_PROBLEMS, ids=lambda p: p.stem)

@@ -172,8 +172,7 @@ def make_program_plan(graph: Graph, program: Program) -> ProgramPlan:
         try:
             stage.plan = make_plan(stage.graph)
         except UnsupportedError as exc:
-            raise UnsupportedError(f"{exc} (in stage {k + 1} of {len(program.stages)} of a "
-                                   "multi-kernel program)") from None
+            raise UnsupportedError(f"stage {k + 1} of {len(program.stages)}: {exc}") from None
     out = graph[graph.output]
     used = sorted({s.index for st in program.stages for s in st.sources if s.kind == "input"})
     last = program.stages[-1].plan

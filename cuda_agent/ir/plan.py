@@ -198,11 +198,14 @@ def make_plan(graph: Graph) -> KernelPlan:
 
     try:
         return make_single_plan(graph)
-    except UnsupportedError:
+    except UnsupportedError as single:
         program = partition(graph)
         if program is None:  # no cut would help: the single-kernel reason stands
             raise
-    return make_program_plan(graph, program)
+        try:
+            return make_program_plan(graph, program)
+        except UnsupportedError as split:
+            raise UnsupportedError(f"{single}; split into kernels: {split}") from None
 
 
 def make_single_plan(graph: Graph) -> KernelPlan:
