@@ -136,9 +136,10 @@ def model_new_source(result: Any) -> str:
     header = TEMPLATE_HEADER.format(
         version=__version__, date=_dt.date.today().isoformat(), problem=result.problem.name,
         family=plan.family, template=best.template, config=best.config.short(),
-        library_note=(f"The main product is computed by {rendered.fact('library')}, a vendor "
-                      "library; the generated kernel computes what follows it.\n"
-                      if rendered.fact("library") else ""),
+        library_note=_program_note(space, best.config) + (
+            f"Vendor library: {', '.join(library_parts(rendered))} computes the main product; "
+            "the generated kernels compute everything else.\n"
+            if library_parts(rendered) else ""),
         device=("the simulated device (analytic model)" if simulated
                 else f"{result.device.gpu_name()} ({result.device.kind})"),
         verified_note=("NOT VERIFIED: the simulator cannot run kernels; verify on a GPU "
@@ -161,6 +162,29 @@ def model_new_source(result: Any) -> str:
             + _strip_future(result.problem.source).rstrip() + "\n\n"
             "# ---- kernel runtime (cuda_agent/run/launcher.py) --------------------------------\n"
             + launcher_src.rstrip() + "\n" + body)
+
+
+def library_parts(rendered: Any) -> list[str]:
+    """The vendor-library steps of a candidate (a stage of a program names its stage)."""
+    out = []
+    for key, value in rendered.facts:
+        if key == "library":
+            out.append(str(value))
+        elif key.endswith(".library"):
+            out.append(f"{value} in stage {int(key[1:key.index('.')]) + 1}")
+    return out
+
+
+def _program_note(space: Any, config: Any) -> str:
+    """For a multi-kernel program: its stages and the configuration of each."""
+    from .space.program import StageSpace
+
+    if not isinstance(space, StageSpace):
+        return ""
+    lines = [f"A program of {len(space.spaces)} kernels ({space.program.family}), in order:"]
+    for k, (sp, cfg) in enumerate(zip(space.spaces, space.with_choice(config))):
+        lines.append(f"    stage {k + 1}: {sp.template_of(cfg).name} {cfg.short()}")
+    return "\n".join(lines) + "\n"
 
 
 def report_dict(result: Any) -> dict[str, Any]:
@@ -193,7 +217,7 @@ def report_dict(result: Any) -> dict[str, Any]:
         "bytes": bytes_moved, "flops": plan.flops(),
         "best": trial_json(best) if best else None,
         # which part is a vendor library (cuBLAS/cuDNN through torch), if any; the rest is ours
-        "library": result.space.render(best.config).fact("library") if best else None,
+        "library": library_parts(result.space.render(best.config)) or None if best else None,
         "default": trial_json(result.default) if result.default else None,
         "best_ms": best_ms, "eager_ms": eager, "compile_ms": comp,
         "baseline_notes": result.baselines.notes,
