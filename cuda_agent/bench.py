@@ -124,9 +124,12 @@ def run_bench(settings: BenchSettings,
         ok = [r["time_ms"] for r in sweep["records"] if r.get("ok") and r.get("time_ms")]
         if not ok:
             continue
+        from .ir.partition import ProgramPlan
         from .ir.plan import make_plan
 
         plan = make_plan(problem.graph())
+        if isinstance(plan, ProgramPlan):
+            continue  # a multi-kernel program's sweep is stage by stage: not replayable
         result.problems[problem.name] = {
             "family": plan.family, "best_ms": min(ok), "recorded": len(sweep["records"]),
             "eager_ms": (sweep.get("baselines") or {}).get("eager_ms"),

@@ -104,9 +104,9 @@ def profile(problem_path: str, cubin_path: str, launches: list[dict], workspace_
         with open(spec, "w") as f:
             json.dump({"problem": problem_path, "cubin": cubin_path, "launches": launches,
                        "workspace_bytes": workspace_bytes, "zero_workspace": zero_workspace}, f)
-        # only the generated kernels (all named ca_*): not a library step's cuBLAS/cuDNN ones
+        # only the generated kernels (ca_*, s<i>_ca_* in programs): not cuBLAS/cuDNN ones
         cmd = [ncu, "--clock-control", "none", "--csv", "--print-units", "base",
-               "--kernel-name", "regex:^ca_",
+               "--kernel-name", "regex:^(s[0-9]+_)?ca_",
                "--metrics", ",".join(m for m, _ in METRICS.values()),
                sys.executable, "-m", "cuda_agent.run.profile_one", spec]
         try:
