@@ -43,6 +43,7 @@ template <class T> static inline T __ldcg(const T* p) { return *p; }
 template <class T> static inline void __stcs(T* p, T v) { *p = v; }
 static inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
 static inline float __fdividef(float a, float b) { return a / b; }
+static inline float __expf(float x) { return std::exp(x); }
 static std::barrier<>* ca_block_barrier;
 static std::vector<std::barrier<>*> ca_warp_barriers;
 static float ca_slots[1024];
