@@ -219,7 +219,7 @@ def test_good_problems_plan(name, family):
 EXPECTED_FAMILY = {"elementwise": "elementwise", "norm": "norm", "reduce": "reduction",
                    "loss": "reduction",  # losses are reductions in the kernel's structure
                    "softmax": "softmax", "normstat": "norm",
-                   "pool": "pool", "scan": "scan", "gemm": "gemm",
+                   "pool": "pool", "scan": "scan", "gemm": "gemm", "attention": "attention",
                    "conv1d": "conv", "conv2d": "conv", "conv3d": "conv", "fused": None}  # fused chains span every family
 # products with a vector side are row/column reductions, a diagonal matrix is a scaling
 EXPECTED_BY_NAME = {"gemm_matvec": "reduction", "gemm_vecmat": "reduction",
