@@ -34,7 +34,7 @@ NVCC_SAMPLE = 5
 # Templates whose candidates take the compiler ~10x longer (unrolled register tiles) are sampled
 # less per problem, so the CPU suite stays within CI's time; CUDA_AGENT_COMPILE_ALL still covers
 # every configuration.
-SAMPLE_PER_TEMPLATE = {"gemm": max(1, SAMPLE // 3)}
+SAMPLE_PER_TEMPLATE = {"gemm": max(1, SAMPLE // 3), "attention": max(1, SAMPLE // 4)}
 COMPILE_ALL = os.environ.get("CUDA_AGENT_COMPILE_ALL") == "1"
 TARGET = Target()
 CHUNK = 400
@@ -88,6 +88,14 @@ PROBLEMS = {
         lambda x: torch.cat([torch.zeros_like(x[:, :1]), torch.cumsum(x, 1)[:, :-1]], 1),
         (5, 4100)),
     "odd_cumprod_middle": _fn(lambda x: torch.cumprod(x, dim=1), (3, 50, 20)),
+    # attention: the manual form with a mask and an epilogue at odd sizes; causal (the
+    # problems' head dim 128 takes the compiler ~5 s a candidate: 64 here)
+    "attention_manual_odd_mask": _fn(
+        lambda q, k, v, m: torch.softmax(q @ k.transpose(-2, -1) * 0.16 + m, -1) @ v + q,
+        (3, 70, 36), (3, 53, 36), (3, 53, 36), (70, 53)),
+    "attention_causal": _fn(
+        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+        (1, 2, 300, 64), (1, 2, 300, 64), (1, 2, 300, 64)),
 }
 
 

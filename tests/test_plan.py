@@ -220,7 +220,7 @@ def test_good_problems_plan(name, family):
 EXPECTED_FAMILY = {"elementwise": "elementwise", "norm": "norm", "reduce": "reduction",
                    "loss": "reduction",  # losses are reductions in the kernel's structure
                    "softmax": "softmax", "normstat": "norm",
-                   "pool": "pool", "scan": "scan", "gemm": "gemm",
+                   "pool": "pool", "scan": "scan", "gemm": "gemm", "attention": "attention",
                    "conv1d": "conv", "conv2d": "conv", "conv3d": "conv",
                    "conv": "conv",  # conv_transpose*
                    "fused": None}  # fused chains span every family

@@ -23,8 +23,8 @@ from ..space.slots import Config, Target
 from ..space.space import Space
 from .vocab import SLOT_ORDER, SpaceIndex, values
 
-FAMILIES = ("elementwise", "reduction", "softmax", "norm", "gemm", "pool", "scan")
-TEMPLATES = ("map", "row", "col", "split", "gemm", "pool", "scan", "chan")
+FAMILIES = ("elementwise", "reduction", "softmax", "norm", "gemm", "pool", "scan", "attention")
+TEMPLATES = ("map", "row", "col", "split", "gemm", "pool", "scan", "chan", "attention")
 
 # agent -> (metric name, scale) read from a measurement's counters; alternatives in order
 LOCAL_METRICS: dict[str, tuple[tuple[tuple[str, ...], float], ...]] = {

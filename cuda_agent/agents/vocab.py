@@ -19,7 +19,8 @@ from ..space.space import SCOPE_SLOT, Space
 # Every slot any template has, with every value it can take. Order within a slot is meaningful
 # (small to large), which the observation encoding uses.
 VOCAB: dict[str, tuple[Any, ...]] = {
-    "reduction.scope": ("map", "row", "col", "split", "gemm", "pool", "chan", "scan", "lib"),
+    "reduction.scope": ("map", "row", "col", "split", "gemm", "pool", "chan", "scan", "lib",
+                        "attention"),
     "config.block": (32, 64, 128, 256, 512, 1024),
     "config.items": (1, 2, 4, 8),
     "config.grid": ("exact", "persistent"),
@@ -40,15 +41,15 @@ VOCAB: dict[str, tuple[Any, ...]] = {
     "reduction.split": (1, 2, 4, 8, 16, 32, 64, 128),
     "reduction.cross": ("two_pass", "last_block", "atomic"),
     # matrix products
-    "config.bm": (32, 64, 128, 256),
+    "config.bm": (16, 32, 64, 128, 256),
     "config.bn": (32, 64, 128, 256),
     "config.raster": (1, 8),
     "config.warp": ("row", "4x8"),
-    "memory.bk": (8, 16, 32),
+    "memory.bk": (8, 16, 32, 64),
     "memory.vec_a": (1, 4),
     "memory.vec_b": (1, 4),
     "memory.stages": (1, 2),
-    "memory.pad": (0, 4),
+    "memory.pad": (0, 1, 4),
     "memory.frag": ("contig", "split"),
     "compute.tm": (4, 8),
     "compute.tn": (4, 8),

@@ -18,6 +18,7 @@ import torch
 from ..errors import ProblemError, UnsupportedError, first_line
 from .graph import FLOAT_DTYPES, INDEX_DTYPE, Graph, GraphInput, broadcast_shapes
 from .class_loss import HANDLERS as _CLASS_LOSS_HANDLERS, check_index_inputs
+from .attention_capture import ATTENTION_HANDLERS, fold_manual
 from .normstat import HANDLERS as _NORMSTAT_HANDLERS
 from .ops import BINARY, COMPARISONS, UNARY
 from .conv_capture import CONV_HANDLERS
@@ -183,7 +184,8 @@ class _Lowering:
                 f"unsupported op {name} (aten.{name}); supported: elementwise math and "
                 "activations, sum/mean/prod/max/min/argmax/argmin/var/std, softmax, "
                 "log_softmax, layer_norm, rms_norm, instance/group/batch norm, vector norms, "
-                "losses, matrix products, conv1d/2d/3d and their transposes, cumsum/cumprod")
+                "losses, matrix products, conv1d/2d/3d and their transposes, cumsum/cumprod, "
+                "attention")
         return handler(self, node, args, kwargs)
 
 
@@ -557,6 +559,9 @@ def _matmul(lw: _Lowering, a: int, b: int) -> int:
         return lw.binary("mul", lw.view(v, (lw.shape(v)[0], 1)), b)
     if g[b].op == "diag":  # A @ diag(v) scales the columns of A
         return lw.binary("mul", a, g[b].args[0])
+    attention = fold_manual(lw, a, b)  # softmax(q @ k^T * scale) @ v
+    if attention is not None:
+        return attention
     sa, sb = lw.shape(a), lw.shape(b)
     if not sa or not sb:
         raise UnsupportedError("matmul of a 0-d tensor")
@@ -728,6 +733,7 @@ _HANDLERS.update(POOL_HANDLERS)  # max/avg pooling, 1-3 D (pool_capture.py)
 _HANDLERS.update(CONV_HANDLERS)  # convolutions, transposed too, as implicit GEMMs (conv_capture.py)
 _HANDLERS.update(SCAN_HANDLERS)  # cumsum/cumprod, reverse and exclusive (scan_capture.py)
 _HANDLERS.update(_CLASS_LOSS_HANDLERS)  # cross_entropy, nll_loss (class_loss.py)
+_HANDLERS.update(ATTENTION_HANDLERS)  # scaled dot-product attention (attention_capture.py)
 UNARY.setdefault("identity", (lambda x, a, f: f"({x})", False))
 
 

@@ -1,7 +1,7 @@
 """Planners for graphs built around one structured op.
 
 Elementwise chains and reductions are planned by `plan.make_plan`. A graph whose computation is
-anchored on an op with its own data access pattern (a matrix product, a pooling window, a scan)
+anchored on an op with its own data access pattern (a matrix product, a pooling window, a scan, attention)
 is planned by that op's planner, which describes the anchor for its template and plans what
 follows it as a fused epilogue (`plan.make_anchored_plan`). Adding a family: write its planner
 module and list its IR op here.
@@ -19,13 +19,14 @@ Planner = Callable[[Graph], KernelPlan]
 
 
 def _planners() -> dict[str, Planner]:
+    from .attention import make_attention_plan
     from .conv import make_conv_plan
     from .gemm import make_gemm_plan
     from .pool import make_pool_plan
     from .scan import make_scan_plan
 
     return {"matmul": make_gemm_plan, "pool": make_pool_plan,
-            "scan": make_scan_plan, "conv": make_conv_plan}
+            "scan": make_scan_plan, "conv": make_conv_plan, "attention": make_attention_plan}
 
 
 def planner_for(graph: Graph) -> Planner | None:

@@ -275,6 +275,13 @@ def simulate(plan: KernelPlan, rendered: Rendered, resources: dict | None, targe
 
         ms, counters = simulate_library(plan, rendered, target)
         return SimResult(ms, {**{k: 0.0 for k in COUNTER_KEYS}, **counters})
+    if rendered.fact("family") == "attention":  # arithmetic and shared memory: its own model
+        from .sim_attention import simulate_attention
+
+        ms, counters, err = simulate_attention(rendered, resources, target, plan.bytes_moved())
+        if err:
+            return _failure("resources", err)
+        return SimResult(ms, {**{k: 0.0 for k in COUNTER_KEYS}, **counters})
     works = _describe(plan, rendered, resources, target, c)
 
     per_launch = []

@@ -1,5 +1,6 @@
 """The template library. Adding a template: write it, add it to `TEMPLATES`."""
 
+from .attention import AttentionTemplate
 from .base import Template
 from .chan import ChanTemplate
 from .col import ColTemplate
@@ -13,6 +14,7 @@ from .split import SplitTemplate
 
 TEMPLATES: list[Template] = [MapTemplate(), RowTemplate(), ColTemplate(), SplitTemplate(),
                              GemmTemplate(), PoolTemplate(),
-                             ChanTemplate(), ScanTemplate(), LibraryTemplate()]
+                             ChanTemplate(), ScanTemplate(), LibraryTemplate(),
+                             AttentionTemplate()]
 
 __all__ = ["TEMPLATES", "Template"]
