@@ -91,14 +91,18 @@ def test_a_product_that_is_not_attention_stays_a_matmul():
     (sdpa(), [(2, 37, 160)] * 3, "head dim 160"),
     (lambda q, k, v: F.scaled_dot_product_attention(torch.relu(q), k, v), [(2, 37, 16)] * 3,
      "computed attention query"),
-    (lambda q, k, v: F.scaled_dot_product_attention(q, k, v).sum(-1), [(2, 37, 16)] * 3,
-     "reduction after the attention"),
     (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True),
      [(2, 4, 37, 16), (2, 2, 37, 16), (2, 2, 37, 16)], "grouped-query"),
 ])
 def test_unsupported_attention_is_named(f, shapes, words):
     with pytest.raises(UnsupportedError, match=words):
         make_plan(graph_of(f, *shapes))
+
+
+def test_reduction_after_attention_is_a_two_kernel_program():
+    p = make_plan(graph_of(lambda q, k, v: F.scaled_dot_product_attention(q, k, v).sum(-1),
+                           *[(2, 37, 16)] * 3))
+    assert p.kind == "program" and p.family == "attention+reduction"
 
 
 # -- planning -------------------------------------------------------------------------------------
