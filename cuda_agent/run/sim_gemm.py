@@ -29,6 +29,11 @@ SMEM_BYTES_PER_CLK = 128
 L2_BW = 10e12  # bytes/s, an H100/H200-class estimate
 GLOBAL_LATENCY_CLK = 700
 LAUNCH_US = 4.0
+#: Lane-instructions per staged vector of A or B per K slice: the load, its bounds test and
+#: select, the shared-memory store.
+TILE_LOAD_INSTR = 4.0
+#: Sharpness of the soft maximum over the main kernel's limits (large: a plain maximum).
+OVERLAP_SHARPNESS = 3.0
 
 
 def simulate_gemm(rendered: Rendered, resources: dict | None, target: Target
@@ -61,15 +66,24 @@ def simulate_gemm(rendered: Rendered, resources: dict | None, target: Target
     k_pad = -(-k_per // bk) * bk
     fma = blocks * bm * bn * k_pad
     warps_sm = blocks_sm * threads / 32
-    # inner loop: TM*TN FMAs per (TM+TN)/4 LDS.128 and ~2 instructions of loop/address work
+    # inner loop: TM*TN FMAs per (TM+TN)/4 LDS.128 and ~2 instructions of loop/address work;
+    # per K slice every thread also loads its share of the A and B tiles and stores it to
+    # shared memory (load, guard, store per vector: scalar loads issue 4x more), and moves
+    # its spilled registers through local memory
     issue_eff = tm * tn / (tm * tn + (tm + tn) / 4 + 2)
+    stage_instr = TILE_LOAD_INSTR * (bm / int(f.get("vec_a", 1)) + bn / int(f.get("vec_b", 1)))
+    spill_instr = _spill_bytes(resources) / 4 * threads / bk
+    issue_eff *= bm * bn / (bm * bn + stage_instr + spill_instr)
     fma_s = fma / (FMA_LANES_PER_SM * target.sm_count * clk) / issue_eff
     # shared memory: distinct bytes per warp per K step
     lanes_n = 8 if f.get("warp") == "4x8" else min(32, bn // tn)
     lanes_m = max(1, 32 // lanes_n)
-    warp_bytes = 4 * (lanes_m * tm + lanes_n * tn)
-    if f.get("frag") != "split" and (tn == 8 or tm == 8):
-        warp_bytes *= 1.5  # 32-byte strides between lanes: two-way conflicts on LDS.128
+    # a contiguous 8-wide thread tile puts lanes 32 bytes apart: a quarter warp's LDS.128
+    # spans 256 bytes, two wavefronts instead of one (the split layout keeps 16-byte strides)
+    contig = f.get("frag") != "split"
+    conflict_m = 2.0 if contig and tm == 8 else 1.0
+    conflict_n = 2.0 if contig and tn == 8 else 1.0
+    warp_bytes = 4 * (lanes_m * tm * conflict_m + lanes_n * tn * conflict_n)
     warp_steps = fma / (32 * tm * tn)
     smem_s = warp_steps * warp_bytes / (SMEM_BYTES_PER_CLK * target.sm_count * clk)
     transposed = (f.get("a_along") == "k") + (f.get("b_along") == "k")
@@ -82,11 +96,14 @@ def simulate_gemm(rendered: Rendered, resources: dict | None, target: Target
     l2_s = panel * reuse * vec_pen / L2_BW
     out_bytes = batch * M * N * 4.0
     dram_s = (batch * (M * K + K * N) * 4.0 + out_bytes * (1 + 2 * (split > 1))) / target.dram_bw
-    # latency: with one buffer each K step waits for its loads unless other warps cover it
-    steps = k_pad // bk
-    cover = min(1.0, warps_sm / (16.0 if stages == 1 else 6.0))
-    latency_s = math.ceil(waves) * steps * GLOBAL_LATENCY_CLK / clk * (1.0 - cover)
-    main_s = max(fma_s, smem_s, l2_s, dram_s) * quant + latency_s
+    # latency: a block's K step computes for `step_clk`; its next slice arrives after the
+    # global latency, during the step with two buffers, after it with one. The other resident
+    # blocks compute meanwhile, so the SM idles only when they cannot cover the wait.
+    step_clk = bm * bn * bk / FMA_LANES_PER_SM / issue_eff
+    wait_clk = GLOBAL_LATENCY_CLK + (step_clk if stages == 1 else 0.0)
+    pipe_eff = min(1.0, blocks_sm * step_clk / max(wait_clk, 1.0))
+    main_s = _soft_max((fma_s / pipe_eff, smem_s, l2_s, dram_s)) * quant
+    latency_s = main_s - max(fma_s, smem_s, l2_s, dram_s) * quant
     total_s = main_s + LAUNCH_US * 1e-6
     if split > 1:
         total_s += (split + 2) * out_bytes / target.dram_bw + LAUNCH_US * 1e-6
@@ -102,15 +119,32 @@ def simulate_gemm(rendered: Rendered, resources: dict | None, target: Target
     return total_s * 1e3, counters, None
 
 
+def _soft_max(times: tuple[float, ...]) -> float:
+    """FMA issue, shared-memory, L2 and DRAM time overlap imperfectly: every LDS wavefront
+    that stalls a warp also delays its FMAs, so near balance both show."""
+    hi = max(times)
+    if hi <= 0:
+        return 0.0
+    return hi * sum((t / hi) ** OVERLAP_SHARPNESS for t in times) ** (1 / OVERLAP_SHARPNESS)
+
+
+def _spill_bytes(resources: dict | None) -> float:
+    """Spill stores + loads per thread (the compiler's static count, worst over the kernels:
+    the main kernel's)."""
+    res = resources or {}
+    return float(res.get("spill_stores", 0) or 0) + float(res.get("spill_loads", 0) or 0)
+
+
 def _alloc(regs: int) -> int:
     return -(-regs // 8) * 8
 
 
 def _registers(resources: dict | None, tm: int, tn: int, bm: int, bn: int, bk: int,
                threads: int) -> int:
-    for kernel, res in (resources or {}).items():
-        if kernel == "ca_gemm" and res.get("registers"):
-            return int(res["registers"])
+    """The compiler's registers per thread (worst over the kernels: the main kernel's), else
+    an estimate from the accumulators, fragments and staged vectors."""
+    if (resources or {}).get("registers"):
+        return int(resources["registers"])
     est = tm * tn + tm + tn + (bm + bn) * bk // threads + 24
     return min(255, est)
 
