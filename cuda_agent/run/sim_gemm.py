@@ -24,7 +24,6 @@ from ..space.slots import Rendered, Target
 # The library's product is a black box to the model: cuBLAS-class efficiency for strict fp32
 LIBRARY_FP32_EFFICIENCY = 0.95
 
-FMA_LANES_PER_SM = 128
 SMEM_BYTES_PER_CLK = 128
 L2_BW = 10e12  # bytes/s, an H100/H200-class estimate
 GLOBAL_LATENCY_CLK = 700
@@ -32,6 +31,8 @@ LAUNCH_US = 4.0
 #: Lane-instructions per staged vector of A or B per K slice: the load, its bounds test and
 #: select, the shared-memory store.
 TILE_LOAD_INSTR = 4.0
+#: L1 bytes per SM that can hold spilled stack frames (the streaming model's l1_usable_bytes).
+L1_BYTES = 128 * 1024
 #: Sharpness of the soft maximum over the main kernel's limits (large: a plain maximum).
 OVERLAP_SHARPNESS = 3.0
 
@@ -72,9 +73,11 @@ def simulate_gemm(rendered: Rendered, resources: dict | None, target: Target
     # its spilled registers through local memory
     issue_eff = tm * tn / (tm * tn + (tm + tn) / 4 + 2)
     stage_instr = TILE_LOAD_INSTR * (bm / int(f.get("vec_a", 1)) + bn / int(f.get("vec_b", 1)))
-    spill_instr = _spill_bytes(resources) / 4 * threads / bk
-    issue_eff *= bm * bn / (bm * bn + stage_instr + spill_instr)
-    fma_s = fma / (FMA_LANES_PER_SM * target.sm_count * clk) / issue_eff
+    issue_eff *= bm * bn / (bm * bn + stage_instr)
+    # the measured fp32 rate (as the library's model and the streaming model use), below the
+    # 128 FMA lanes per clock and SM of the data sheet
+    fma_per_clk = target.fp32_flops / 2 / (target.sm_count * clk)
+    fma_s = fma / (fma_per_clk * target.sm_count * clk) / issue_eff
     # shared memory: distinct bytes per warp per K step
     lanes_n = 8 if f.get("warp") == "4x8" else min(32, bn // tn)
     lanes_m = max(1, 32 // lanes_n)
@@ -99,11 +102,13 @@ def simulate_gemm(rendered: Rendered, resources: dict | None, target: Target
     # latency: a block's K step computes for `step_clk`; its next slice arrives after the
     # global latency, during the step with two buffers, after it with one. The other resident
     # blocks compute meanwhile, so the SM idles only when they cannot cover the wait.
-    step_clk = bm * bn * bk / FMA_LANES_PER_SM / issue_eff
+    step_clk = bm * bn * bk / fma_per_clk / issue_eff
     wait_clk = GLOBAL_LATENCY_CLK + (step_clk if stages == 1 else 0.0)
     pipe_eff = min(1.0, blocks_sm * step_clk / max(wait_clk, 1.0))
-    main_s = _soft_max((fma_s / pipe_eff, smem_s, l2_s, dram_s)) * quant
-    latency_s = main_s - max(fma_s, smem_s, l2_s, dram_s) * quant
+    spill_s = _spill_time(resources, threads, blocks_sm, blocks * (k_pad // bk), target)
+    limits = (fma_s / pipe_eff, smem_s, l2_s, dram_s, spill_s)
+    main_s = _soft_max(limits) * quant
+    latency_s = main_s - max(limits) * quant
     total_s = main_s + LAUNCH_US * 1e-6
     if split > 1:
         total_s += (split + 2) * out_bytes / target.dram_bw + LAUNCH_US * 1e-6
@@ -128,11 +133,21 @@ def _soft_max(times: tuple[float, ...]) -> float:
     return hi * sum((t / hi) ** OVERLAP_SHARPNESS for t in times) ** (1 / OVERLAP_SHARPNESS)
 
 
-def _spill_bytes(resources: dict | None) -> float:
-    """Spill stores + loads per thread (the compiler's static count, worst over the kernels:
-    the main kernel's)."""
+def _spill_time(resources: dict | None, threads: int, blocks_sm: int, slices: int,
+                target: Target) -> float:
+    """Seconds of local-memory traffic: the spill stores and loads (the compiler's static
+    bytes, worst over the kernels: the main kernel's) sit in the unrolled K-slice loop, so
+    every thread moves them once per slice. L1 serves them while the resident threads' stack
+    frames fit there; beyond, they go to L2."""
     res = resources or {}
-    return float(res.get("spill_stores", 0) or 0) + float(res.get("spill_loads", 0) or 0)
+    per_thread = float(res.get("spill_stores", 0) or 0) + float(res.get("spill_loads", 0) or 0)
+    if per_thread <= 0:
+        return 0.0
+    frames = float(res.get("stack", 0) or 0) * threads * blocks_sm
+    hit = 1 / (1 + (frames / L1_BYTES) ** 4) if frames > 0 else 1.0
+    moved = per_thread * threads * slices
+    l1_bw = SMEM_BYTES_PER_CLK * target.sm_count * target.clock_hz
+    return moved * hit / l1_bw + moved * (1 - hit) / L2_BW
 
 
 def _alloc(regs: int) -> int:

@@ -100,7 +100,7 @@ class SimConstants:
     saturation_sharpness: float = 3.0
     #: Soft maximum between a phase's memory time and its instruction (issue, LSU, MUFU) time:
     #: t = (t_mem ** k + t_compute ** k) ** (1 / k). Large k: perfect overlap.
-    overlap_sharpness: float = 1e3
+    overlap_sharpness: float = 3.0
     #: DRAM/L2 access granularity (bytes). Architectural.
     sector_bytes: int = 32
     #: L1 cache line, one LSU wavefront (bytes). Architectural.
@@ -1113,19 +1113,25 @@ def _pool_work(plan: KernelPlan, rendered: Rendered, resources: dict, target: Ta
     lines = groups * min(run_lanes, (run - 4.0) / c.line_bytes + 1)
 
     w = _Work()
+    in_bytes = float(plan.bytes_moved() - sh.out_bytes)
     w.access_bytes = 4.0
-    # loads in flight: the whole window when its loops unroll; else one window row (its loops
-    # always unroll), or for 1-D windows kept nowhere one load at a time
+    # loads in flight: the whole window when its loops unroll, else one window row (its loops
+    # always unroll). Little's law counts distinct bytes: a load of an element that a
+    # neighbouring window also reads fetches nothing new. 1-D windows kept nowhere load one
+    # element at a time: a DRAM round trip for the new one, L1 round trips for the others
+    new_elems = in_bytes / work_items / 4.0
+    w.dram_latency_ns = c.dram_latency_ns
     if not re.search(r"#pragma unroll 1\b", rendered.source or ""):
-        w.loads_in_flight = float(loads_item)
+        w.loads_in_flight = min(loads_item, new_elems)
+    elif info.rank > 1:
+        w.loads_in_flight = min(row_loads, new_elems * row_loads / loads_item)
     else:
-        w.loads_in_flight = float(row_loads if info.rank > 1 else 1)
+        w.loads_in_flight = min(1.0, new_elems)
+        w.dram_latency_ns += (loads_item - 1) * c.l1_latency_ns
     w.ilp = float(min(4, items))
     w.active_lanes = min(1.0, work_items / max(1, L.blocks * L.threads * math.ceil(
         work_items / max(1, L.blocks * L.threads))))
     w.sectors_per_request = float(sectors)
-    w.dram_latency_ns = c.dram_latency_ns
-    in_bytes = float(plan.bytes_moved() - sh.out_bytes)
     w.dram_load_bytes = in_bytes
     w.store_bytes = float(sh.out_bytes)
     live = (row_loads if regs else 1) + items + 8
@@ -1150,13 +1156,12 @@ def _pool_work(plan: KernelPlan, rendered: Rendered, resources: dict, target: Ta
 
 def _pool_instr(rendered: Rendered, info: Any, lane_loads: float, outputs: int,
                 work_items: int, a_issue: float, sh: _Shape, c: SimConstants) -> float:
-    """Lane-instructions of a pooling kernel: per load (address, bounds test, combine), per
-    output (avg's divisor and division, the epilogue, the store) and per work item (index
-    decomposition)."""
-    guarded = rendered.fact("guard", None) != "interior" and "const bool inside" not in (
-        rendered.source or "")
+    """Lane-instructions of a pooling kernel: per load (the load, the combine; a bounds test
+    predicates the load, nearly free), per output (avg's divisor and division, the epilogue,
+    the store) and per work item (index decomposition)."""
+    guarded = "const bool inside" not in (rendered.source or "")
     combine = 3.0 if info.kind == "max" else 1.0  # max: compare, NaN test, select
-    per_load = 1 + combine + (2.0 if guarded else 0.0)
+    per_load = 1 + combine
     per_output = a_issue + 1 + _addr(sh, c)
     if info.kind == "avg" and info.divisor_override is None and guarded:
         per_output += 6.0 * info.rank  # the clipped window's extent per dim
