@@ -1,19 +1,25 @@
 """The simulator's model of the tiled GEMM template (family ``gemm``): simulated figures only.
 
 A matrix product is bound by arithmetic, not bandwidth, so it gets its own small model instead
-of the streaming one in `sim_model`. The time of the main kernel is the slowest of
+of the streaming one in `sim_model`. The time of the main kernel is a soft maximum of
 
-* FMA issue: the padded tiles' multiply-adds over the fp32 rate, divided by the inner loop's
-  issue efficiency (TM x TN FMAs per (TM + TN) / 4 vector shared-memory loads and loop overhead);
+* FMA issue: the padded tiles' multiply-adds over the measured fp32 rate, divided by the inner
+  loop's issue efficiency (TM x TN FMAs per (TM + TN) / 4 vector shared-memory loads and loop
+  overhead, plus staging the A and B tiles: scalar loads take 4x the instructions of 16-byte
+  ones) and by the K-slice pipeline's efficiency: a block computes a slice while its next one
+  is in flight (two buffers) or only after it arrived (one), and the other resident blocks
+  (from the compiler's register count) cover the wait;
 * shared-memory bandwidth: the distinct bytes a warp reads per K step (lanes on one row of the
-  thread grid read the same A values, a broadcast), plus bank conflicts of transposed stores;
+  thread grid read the same A values, a broadcast), two wavefronts for a contiguous 8-wide
+  thread tile, plus bank conflicts of transposed stores;
 * L2 traffic: every block re-reads its A and B panels; grouped rasters and L2 reuse cut it;
-* DRAM: the operands once and the output once,
+* DRAM: the operands once and the output once;
+* spills: the compiler's spill bytes move per thread and K slice, through L1 while the stack
+  frames of the resident threads fit there, else through L2,
 
-scaled by the wave quantization of tiles over SMs and by latency exposure (one buffer and few
-resident warps leave global-load latency uncovered). Split-K adds partial sums through memory
-and a second launch. The constants are uncalibrated estimates; the model's rank correlation with
-the GPU is measured like the others' (`benchmarks/sim_correlation.py`).
+scaled by the wave quantization of tiles over SMs. Split-K adds partial sums through memory and
+a second launch. The constants are uncalibrated estimates; the model's rank correlation with the
+GPU is measured like the others' (`benchmarks/sim_correlation.py`).
 """
 
 from __future__ import annotations
@@ -69,8 +75,7 @@ def simulate_gemm(rendered: Rendered, resources: dict | None, target: Target
     warps_sm = blocks_sm * threads / 32
     # inner loop: TM*TN FMAs per (TM+TN)/4 LDS.128 and ~2 instructions of loop/address work;
     # per K slice every thread also loads its share of the A and B tiles and stores it to
-    # shared memory (load, guard, store per vector: scalar loads issue 4x more), and moves
-    # its spilled registers through local memory
+    # shared memory (load, guard, store per vector: scalar loads issue 4x more)
     issue_eff = tm * tn / (tm * tn + (tm + tn) / 4 + 2)
     stage_instr = TILE_LOAD_INSTR * (bm / int(f.get("vec_a", 1)) + bn / int(f.get("vec_b", 1)))
     issue_eff *= bm * bn / (bm * bn + stage_instr)
@@ -108,7 +113,7 @@ def simulate_gemm(rendered: Rendered, resources: dict | None, target: Target
     spill_s = _spill_time(resources, threads, blocks_sm, blocks * (k_pad // bk), target)
     limits = (fma_s / pipe_eff, smem_s, l2_s, dram_s, spill_s)
     main_s = _soft_max(limits) * quant
-    latency_s = main_s - max(limits) * quant
+    latency_s = (fma_s / pipe_eff - fma_s) * quant  # exposed waits for K slices
     total_s = main_s + LAUNCH_US * 1e-6
     if split > 1:
         total_s += (split + 2) * out_bytes / target.dram_bw + LAUNCH_US * 1e-6
@@ -117,7 +122,9 @@ def simulate_gemm(rendered: Rendered, resources: dict | None, target: Target
                 "waves": waves, "sectors_per_request": 4.0 if vec_pen == 1.0 else 2.0,
                 "dram_throughput": dram_s / main_s if main_s else 0.0,
                 "bank_conflicts": 1.0 if transposed and not int(f.get("pad", 0)) else 0.0,
-                "registers": float(regs), "spills": 0.0,
+                "registers": float(regs),
+                "spills": float((resources or {}).get("spill_stores", 0) or 0)
+                + float((resources or {}).get("spill_loads", 0) or 0),
                 "issue_utilization": min(1.0, fma_s / main_s) if main_s else 0.0,
                 "sync_stalls": (latency_s / total_s) if total_s else 0.0,
                 "atomic_contention": 0.0}

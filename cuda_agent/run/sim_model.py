@@ -28,7 +28,12 @@ calibrated by fitting them on recorded GPU measurements (`from_dict`/`to_dict`).
 The templates' facts say how a launch touches memory: `map` (vectors of consecutive elements),
 `row` (T threads per row, the row kept in registers, shared memory or re-read between passes),
 `col` (2-D blocks over a middle dim, optional split with a fold kernel or atomics) and `split`
-(several blocks per long row, a kernel per pass). Unknown families degrade to what the launches
+(several blocks per long row, a kernel per pass), `pool` (a thread per `items` outputs of a row:
+adjacent lanes `items x stride` elements apart, so a warp request spans more sectors and lines,
+and a sector's rest is reused only while L1 holds the warps' sectors) and `scan` (tiles of a row
+scanned by a thread group, the same strided lanes for `items` > 1, a group scan per tile; or a
+thread per column). Memory and instruction time overlap imperfectly (a soft maximum).
+Unknown families degrade to what the launches
 and the plan say (bytes, arithmetic, threads and blocks). Figures from here are simulated and must
 be labelled so wherever they appear.
 """
