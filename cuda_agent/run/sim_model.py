@@ -1151,7 +1151,10 @@ def _pool_work(plan: KernelPlan, rendered: Rendered, resources: dict, target: Ta
     fetched = requests * sectors * c.sector_bytes  # sector fetches without reuse in L1
     w.l2_load_bytes = max(0.0, fetched - in_bytes) * (1 - hit) + max(
         0.0, lane_loads * 4.0 - in_bytes) * hit * (1 - c.broadcast_l1_hit)
-    w.lsu_wavefronts = requests * lines + outputs / 32
+    # stores: lane i writes output items x i (+ item j), so they are strided the same way
+    st_sectors, st_lines = _strided_request(run_lanes, 4.0 * items, 4.0, c)
+    w.l2_load_bytes += _partial_store_bytes(outputs / 32, groups * st_sectors, outputs * 4.0, c)
+    w.lsu_wavefronts = requests * lines + outputs / 32 * groups * st_lines
     a_issue, a_mufu, _, _ = _arith(plan, sh.fast, c)
     w.issue_instr = _pool_instr(rendered, info, lane_loads, outputs, work_items, a_issue, sh, c)
     w.mufu_ops = outputs * a_mufu + (outputs if info.kind == "avg" else 0)
