@@ -35,7 +35,7 @@ from cuda_agent.space.space import Space  # noqa: E402
 FIT = ("dram_peak_fraction", "dram_latency_ns", "saturation_sharpness", "gather_lines_per_request",
        "issue_rate_scale", "transcendental_instr", "addr_instr", "loop_instr", "barrier_cycles",
        "shfl_cycles", "block_launch_cycles", "launch_overhead_us", "smem_latency_cycles",
-       "sync_overlap_exponent", "alu_latency_warps")
+       "sync_overlap_exponent", "alu_latency_warps", "l1_usable_bytes", "overlap_sharpness")
 OUT_CONSTANTS = ROOT / "cuda_agent" / "run" / "sim_constants_h200.json"
 MARK_BEGIN, MARK_END = "<!-- sim-calibration:begin -->", "<!-- sim-calibration:end -->"
 

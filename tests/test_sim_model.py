@@ -305,3 +305,156 @@ def test_split_rows_if_present(tmp_mod):
         best[name] = min(best.get(name, math.inf), res.time_ms)
     assert best["split"] * 10 < best["row"], best
     assert floor_ms / best["split"] > 0.75
+
+
+# -- pooling, scans and GEMM: the physics of their own models ----------------------------------------
+
+@pytest.fixture(scope="module")
+def avgpool_2x2(tmp_mod):
+    # AvgPool2d(2) over (512, 512, 512): 512 MiB in, 128 MiB out
+    return _problem(tmp_mod, "avgpool_2x2", "torch.nn.functional.avg_pool2d(x, 2)",
+                    (512, 512, 512))
+
+
+def _pool_cfg(space: Space, items: int, cache: str = "regs", **kw) -> Config:
+    return _with(space, space.default(), config__items=items, memory__cache=cache,
+                 compute__unroll="full", **kw)
+
+
+def test_pool_strided_lanes_touch_more_lines_and_cost_time(avgpool_2x2):
+    """Adjacent lanes start items x stride elements apart: each warp request touches more
+    sectors and L1 lines, and once the warps' sectors outgrow L1 the reuse goes to L2."""
+    plan, space = avgpool_2x2
+    res = {items: _sim(plan, space, _pool_cfg(space, items, "regs" if items > 1 else "reload"))
+           for items in (1, 2, 4, 8)}
+    sectors = [res[i].counters["sectors_per_request"] for i in (1, 2, 4, 8)]
+    assert sectors == sorted(sectors) and sectors[-1] > 2 * sectors[0], sectors
+    assert res[8].time_ms > 1.3 * res[2].time_ms, {i: r.time_ms for i, r in res.items()}
+    floor_ms = plan.bytes_moved() / TARGET.dram_bw * 1e3
+    assert all(r.time_ms > floor_ms for r in res.values())
+
+
+def test_pool_smaller_l1_never_helps_and_hurts_strided_lanes(avgpool_2x2):
+    """More re-reads that miss L1 cost more: shrinking L1 slows the strided (items=8)
+    configuration and cannot speed up any."""
+    plan, space = avgpool_2x2
+    for items in (2, 8):
+        cfg = _pool_cfg(space, items)
+        times = [_sim(plan, space, cfg, constants={"l1_usable_bytes": kib * 1024}).time_ms
+                 for kib in (512, 128, 32)]
+        assert times == sorted(times), (items, times)
+    strided = _pool_cfg(space, 8)
+    big = _sim(plan, space, strided, constants={"l1_usable_bytes": 512 * 1024}).time_ms
+    small = _sim(plan, space, strided, constants={"l1_usable_bytes": 32 * 1024}).time_ms
+    assert small > 1.2 * big
+
+
+def test_pool_overlapping_windows_in_flight(tmp_mod):
+    """A stride-1 window re-reads what its neighbours read: loads of shared elements bring
+    nothing new from DRAM, so one output per thread leaves the memory system idle, and loading
+    the window one element at a time (no unroll) is slower still."""
+    plan, space = _problem(tmp_mod, "maxpool1d_k5", "torch.nn.functional.max_pool1d(x, 5, 1, 2)",
+                           (4096, 32768))
+    one = _sim(plan, space, _pool_cfg(space, 1, "reload")).time_ms
+    rolled = _sim(plan, space, _pool_cfg(space, 1, "reload").__class__.of(
+        {**_pool_cfg(space, 1, "reload").as_dict(), "compute.unroll": "none"})).time_ms
+    two = _sim(plan, space, _pool_cfg(space, 2)).time_ms
+    assert two < one < rolled, (two, one, rolled)
+
+
+def test_scan_vec4_not_slower_than_scalar_and_strided_items_cost(tmp_mod):
+    """A row scan is a stream: 16-byte loads are never slower than 4-byte ones. Items put
+    adjacent lanes items x vec elements apart, which costs lines per request and L2 traffic."""
+    plan, space = _problem(tmp_mod, "cumsum_rows", "torch.cumsum(x, dim=1)", (4096, 65536))
+    base = _with(space, space.default(), config__block=128, config__tpr=128,
+                 reduction__split=1)
+    for items in (1, 2):
+        t = {vec: _sim(plan, space, _with(space, base, config__items=items, memory__vec=vec))
+             for vec in (1, 4)}
+        assert t[4].time_ms <= t[1].time_ms, (items, t[1].time_ms, t[4].time_ms)
+    t1 = _sim(plan, space, _with(space, base, config__items=1, memory__vec=4))
+    t8 = _sim(plan, space, _with(space, base, config__items=8, memory__vec=4))
+    assert t8.counters["sectors_per_request"] > t1.counters["sectors_per_request"]
+    assert t8.time_ms > 1.2 * t1.time_ms, (t1.time_ms, t8.time_ms)
+
+
+def test_scan_split_reads_twice(tmp_mod):
+    """A split scan's first launch reads everything for the chunk totals: over a tensor that
+    L2 cannot hold, it costs about a third more traffic than one pass."""
+    plan, space = _problem(tmp_mod, "cumsum_rows_s", "torch.cumsum(x, dim=1)", (4096, 65536))
+    base = _with(space, space.default(), config__block=128, config__tpr=128, config__items=1,
+                 memory__vec=4)
+    one = _sim(plan, space, _with(space, base, reduction__split=1)).time_ms
+    two = _sim(plan, space, _with(space, base, reduction__split=2)).time_ms
+    assert two > 1.2 * one, (one, two)
+
+
+@pytest.fixture(scope="module")
+def gemm_2k(tmp_mod):
+    path = tmp_mod / "gemm_2k.py"
+    path.write_text(textwrap.dedent("""
+        import torch
+        import torch.nn as nn
+
+        class Model(nn.Module):
+            def forward(self, a, b):
+                return torch.matmul(a, b)
+
+        def get_inputs():
+            return [torch.randn(2048, 2048), torch.randn(2048, 2048)]
+
+        def get_init_inputs():
+            return []
+        """))
+    plan = make_plan(load_problem(path).graph())
+    return plan, Space.for_plan(plan, TARGET)
+
+
+def _gemm(space: Space, **kw) -> Config:
+    base = dict(config__bm=128, config__bn=128, compute__tm=8, compute__tn=8,
+                config__warp="4x8", memory__bk=8, memory__stages=1, memory__vec_a=1,
+                memory__vec_b=1, memory__frag="split", reduction__split=1)
+    return _with(space, space.default(), **{**base, **kw})
+
+
+def test_gemm_double_buffering_hides_latency_with_few_blocks(gemm_2k):
+    """One resident 128x128 block per SM (255 registers): with one buffer every K slice waits
+    for its loads; with two the next slice arrives during the current one. With two resident
+    blocks the other block covers the wait."""
+    plan, space = gemm_2k
+    regs = {"registers": 255}
+    one = _sim(plan, space, _gemm(space, memory__stages=1), regs).time_ms
+    two = _sim(plan, space, _gemm(space, memory__stages=2), regs).time_ms
+    assert two < 0.9 * one, (one, two)
+    pair = {"registers": 128}
+    one2 = _sim(plan, space, _gemm(space, memory__stages=1), pair).time_ms
+    two2 = _sim(plan, space, _gemm(space, memory__stages=2), pair).time_ms
+    assert two2 == pytest.approx(one2) and one2 < one
+
+
+def test_gemm_vector_loads_conflicts_and_spills(gemm_2k):
+    """16-byte loads stage the tiles with fewer instructions; a contiguous 8-wide thread tile
+    costs two-way shared-memory conflicts; spills cost time."""
+    plan, space = gemm_2k
+    regs = {"registers": 128}
+    scalar = _sim(plan, space, _gemm(space), regs).time_ms
+    vector = _sim(plan, space, _gemm(space, memory__vec_a=4, memory__vec_b=4), regs).time_ms
+    assert vector < scalar
+    contig = _sim(plan, space, _gemm(space, memory__frag="contig"), regs).time_ms
+    assert contig > scalar
+    spilled = _sim(plan, space, _gemm(space), {**regs, "spill_stores": 64,
+                                               "spill_loads": 64}).time_ms
+    assert spilled > scalar
+
+
+def test_gemm_uses_the_compilers_registers(gemm_2k):
+    """The compiler's register count sets the occupancy: 255 registers leave one block per SM
+    where 64 allow several, and the pipeline without a second buffer then idles."""
+    plan, space = gemm_2k
+    cfg = _gemm(space, config__bm=64, config__bn=64, compute__tm=4, compute__tn=4,
+                memory__frag="contig")
+    lean = _sim(plan, space, cfg, {"registers": 64})
+    fat = _sim(plan, space, cfg, {"registers": 255})
+    assert fat.counters["registers"] == 255 and lean.counters["registers"] == 64
+    assert fat.counters["theoretical_occupancy"] < lean.counters["theoretical_occupancy"]
+    assert fat.time_ms > lean.time_ms

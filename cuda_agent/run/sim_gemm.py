@@ -1,19 +1,25 @@
 """The simulator's model of the tiled GEMM template (family ``gemm``): simulated figures only.
 
 A matrix product is bound by arithmetic, not bandwidth, so it gets its own small model instead
-of the streaming one in `sim_model`. The time of the main kernel is the slowest of
+of the streaming one in `sim_model`. The time of the main kernel is a soft maximum of
 
-* FMA issue: the padded tiles' multiply-adds over the fp32 rate, divided by the inner loop's
-  issue efficiency (TM x TN FMAs per (TM + TN) / 4 vector shared-memory loads and loop overhead);
+* FMA issue: the padded tiles' multiply-adds over the measured fp32 rate, divided by the inner
+  loop's issue efficiency (TM x TN FMAs per (TM + TN) / 4 vector shared-memory loads and loop
+  overhead, plus staging the A and B tiles: scalar loads take 4x the instructions of 16-byte
+  ones) and by the K-slice pipeline's efficiency: a block computes a slice while its next one
+  is in flight (two buffers) or only after it arrived (one), and the other resident blocks
+  (from the compiler's register count) cover the wait;
 * shared-memory bandwidth: the distinct bytes a warp reads per K step (lanes on one row of the
-  thread grid read the same A values, a broadcast), plus bank conflicts of transposed stores;
+  thread grid read the same A values, a broadcast), two wavefronts for a contiguous 8-wide
+  thread tile, plus bank conflicts of transposed stores;
 * L2 traffic: every block re-reads its A and B panels; grouped rasters and L2 reuse cut it;
-* DRAM: the operands once and the output once,
+* DRAM: the operands once and the output once;
+* spills: the compiler's spill bytes move per thread and K slice, through L1 while the stack
+  frames of the resident threads fit there, else through L2,
 
-scaled by the wave quantization of tiles over SMs and by latency exposure (one buffer and few
-resident warps leave global-load latency uncovered). Split-K adds partial sums through memory
-and a second launch. The constants are uncalibrated estimates; the model's rank correlation with
-the GPU is measured like the others' (`benchmarks/sim_correlation.py`).
+scaled by the wave quantization of tiles over SMs. Split-K adds partial sums through memory and
+a second launch. The constants are uncalibrated estimates; the model's rank correlation with the
+GPU is measured like the others' (`benchmarks/sim_correlation.py`).
 """
 
 from __future__ import annotations
@@ -24,11 +30,17 @@ from ..space.slots import Rendered, Target
 # The library's product is a black box to the model: cuBLAS-class efficiency for strict fp32
 LIBRARY_FP32_EFFICIENCY = 0.95
 
-FMA_LANES_PER_SM = 128
 SMEM_BYTES_PER_CLK = 128
 L2_BW = 10e12  # bytes/s, an H100/H200-class estimate
 GLOBAL_LATENCY_CLK = 700
 LAUNCH_US = 4.0
+#: Lane-instructions per staged vector of A or B per K slice: the load, its bounds test and
+#: select, the shared-memory store.
+TILE_LOAD_INSTR = 4.0
+#: L1 bytes per SM that can hold spilled stack frames (the streaming model's l1_usable_bytes).
+L1_BYTES = 128 * 1024
+#: Sharpness of the soft maximum over the main kernel's limits (large: a plain maximum).
+OVERLAP_SHARPNESS = 3.0
 
 
 def simulate_gemm(rendered: Rendered, resources: dict | None, target: Target
@@ -61,15 +73,25 @@ def simulate_gemm(rendered: Rendered, resources: dict | None, target: Target
     k_pad = -(-k_per // bk) * bk
     fma = blocks * bm * bn * k_pad
     warps_sm = blocks_sm * threads / 32
-    # inner loop: TM*TN FMAs per (TM+TN)/4 LDS.128 and ~2 instructions of loop/address work
+    # inner loop: TM*TN FMAs per (TM+TN)/4 LDS.128 and ~2 instructions of loop/address work;
+    # per K slice every thread also loads its share of the A and B tiles and stores it to
+    # shared memory (load, guard, store per vector: scalar loads issue 4x more)
     issue_eff = tm * tn / (tm * tn + (tm + tn) / 4 + 2)
-    fma_s = fma / (FMA_LANES_PER_SM * target.sm_count * clk) / issue_eff
+    stage_instr = TILE_LOAD_INSTR * (bm / int(f.get("vec_a", 1)) + bn / int(f.get("vec_b", 1)))
+    issue_eff *= bm * bn / (bm * bn + stage_instr)
+    # the measured fp32 rate (as the library's model and the streaming model use), below the
+    # 128 FMA lanes per clock and SM of the data sheet
+    fma_per_clk = target.fp32_flops / 2 / (target.sm_count * clk)
+    fma_s = fma / (fma_per_clk * target.sm_count * clk) / issue_eff
     # shared memory: distinct bytes per warp per K step
     lanes_n = 8 if f.get("warp") == "4x8" else min(32, bn // tn)
     lanes_m = max(1, 32 // lanes_n)
-    warp_bytes = 4 * (lanes_m * tm + lanes_n * tn)
-    if f.get("frag") != "split" and (tn == 8 or tm == 8):
-        warp_bytes *= 1.5  # 32-byte strides between lanes: two-way conflicts on LDS.128
+    # a contiguous 8-wide thread tile puts lanes 32 bytes apart: a quarter warp's LDS.128
+    # spans 256 bytes, two wavefronts instead of one (the split layout keeps 16-byte strides)
+    contig = f.get("frag") != "split"
+    conflict_m = 2.0 if contig and tm == 8 else 1.0
+    conflict_n = 2.0 if contig and tn == 8 else 1.0
+    warp_bytes = 4 * (lanes_m * tm * conflict_m + lanes_n * tn * conflict_n)
     warp_steps = fma / (32 * tm * tn)
     smem_s = warp_steps * warp_bytes / (SMEM_BYTES_PER_CLK * target.sm_count * clk)
     transposed = (f.get("a_along") == "k") + (f.get("b_along") == "k")
@@ -82,11 +104,16 @@ def simulate_gemm(rendered: Rendered, resources: dict | None, target: Target
     l2_s = panel * reuse * vec_pen / L2_BW
     out_bytes = batch * M * N * 4.0
     dram_s = (batch * (M * K + K * N) * 4.0 + out_bytes * (1 + 2 * (split > 1))) / target.dram_bw
-    # latency: with one buffer each K step waits for its loads unless other warps cover it
-    steps = k_pad // bk
-    cover = min(1.0, warps_sm / (16.0 if stages == 1 else 6.0))
-    latency_s = math.ceil(waves) * steps * GLOBAL_LATENCY_CLK / clk * (1.0 - cover)
-    main_s = max(fma_s, smem_s, l2_s, dram_s) * quant + latency_s
+    # latency: a block's K step computes for `step_clk`; its next slice arrives after the
+    # global latency, during the step with two buffers, after it with one. The other resident
+    # blocks compute meanwhile, so the SM idles only when they cannot cover the wait.
+    step_clk = bm * bn * bk / fma_per_clk / issue_eff
+    wait_clk = GLOBAL_LATENCY_CLK + (step_clk if stages == 1 else 0.0)
+    pipe_eff = min(1.0, blocks_sm * step_clk / max(wait_clk, 1.0))
+    spill_s = _spill_time(resources, threads, blocks_sm, blocks * (k_pad // bk), target)
+    limits = (fma_s / pipe_eff, smem_s, l2_s, dram_s, spill_s)
+    main_s = _soft_max(limits) * quant
+    latency_s = (fma_s / pipe_eff - fma_s) * quant  # exposed waits for K slices
     total_s = main_s + LAUNCH_US * 1e-6
     if split > 1:
         total_s += (split + 2) * out_bytes / target.dram_bw + LAUNCH_US * 1e-6
@@ -95,11 +122,39 @@ def simulate_gemm(rendered: Rendered, resources: dict | None, target: Target
                 "waves": waves, "sectors_per_request": 4.0 if vec_pen == 1.0 else 2.0,
                 "dram_throughput": dram_s / main_s if main_s else 0.0,
                 "bank_conflicts": 1.0 if transposed and not int(f.get("pad", 0)) else 0.0,
-                "registers": float(regs), "spills": 0.0,
+                "registers": float(regs),
+                "spills": float((resources or {}).get("spill_stores", 0) or 0)
+                + float((resources or {}).get("spill_loads", 0) or 0),
                 "issue_utilization": min(1.0, fma_s / main_s) if main_s else 0.0,
                 "sync_stalls": (latency_s / total_s) if total_s else 0.0,
                 "atomic_contention": 0.0}
     return total_s * 1e3, counters, None
+
+
+def _soft_max(times: tuple[float, ...]) -> float:
+    """FMA issue, shared-memory, L2 and DRAM time overlap imperfectly: every LDS wavefront
+    that stalls a warp also delays its FMAs, so near balance both show."""
+    hi = max(times)
+    if hi <= 0:
+        return 0.0
+    return hi * sum((t / hi) ** OVERLAP_SHARPNESS for t in times) ** (1 / OVERLAP_SHARPNESS)
+
+
+def _spill_time(resources: dict | None, threads: int, blocks_sm: int, slices: int,
+                target: Target) -> float:
+    """Seconds of local-memory traffic: the spill stores and loads (the compiler's static
+    bytes, worst over the kernels: the main kernel's) sit in the unrolled K-slice loop, so
+    every thread moves them once per slice. L1 serves them while the resident threads' stack
+    frames fit there; beyond, they go to L2."""
+    res = resources or {}
+    per_thread = float(res.get("spill_stores", 0) or 0) + float(res.get("spill_loads", 0) or 0)
+    if per_thread <= 0:
+        return 0.0
+    frames = float(res.get("stack", 0) or 0) * threads * blocks_sm
+    hit = 1 / (1 + (frames / L1_BYTES) ** 4) if frames > 0 else 1.0
+    moved = per_thread * threads * slices
+    l1_bw = SMEM_BYTES_PER_CLK * target.sm_count * target.clock_hz
+    return moved * hit / l1_bw + moved * (1 - hit) / L2_BW
 
 
 def _alloc(regs: int) -> int:
@@ -108,9 +163,10 @@ def _alloc(regs: int) -> int:
 
 def _registers(resources: dict | None, tm: int, tn: int, bm: int, bn: int, bk: int,
                threads: int) -> int:
-    for kernel, res in (resources or {}).items():
-        if kernel == "ca_gemm" and res.get("registers"):
-            return int(res["registers"])
+    """The compiler's registers per thread (worst over the kernels: the main kernel's), else
+    an estimate from the accumulators, fragments and staged vectors."""
+    if (resources or {}).get("registers"):
+        return int(resources["registers"])
     est = tm * tn + tm + tn + (bm + bn) * bk // threads + 24
     return min(255, est)
 

@@ -28,7 +28,12 @@ calibrated by fitting them on recorded GPU measurements (`from_dict`/`to_dict`).
 The templates' facts say how a launch touches memory: `map` (vectors of consecutive elements),
 `row` (T threads per row, the row kept in registers, shared memory or re-read between passes),
 `col` (2-D blocks over a middle dim, optional split with a fold kernel or atomics) and `split`
-(several blocks per long row, a kernel per pass). Unknown families degrade to what the launches
+(several blocks per long row, a kernel per pass), `pool` (a thread per `items` outputs of a row:
+adjacent lanes `items x stride` elements apart, so a warp request spans more sectors and lines,
+and a sector's rest is reused only while L1 holds the warps' sectors) and `scan` (tiles of a row
+scanned by a thread group, the same strided lanes for `items` > 1, a group scan per tile; or a
+thread per column). Memory and instruction time overlap imperfectly (a soft maximum).
+Unknown families degrade to what the launches
 and the plan say (bytes, arithmetic, threads and blocks). Figures from here are simulated and must
 be labelled so wherever they appear.
 """
@@ -98,6 +103,9 @@ class SimConstants:
     #: Soft maximum between the latency-bound and the bandwidth-bound memory time:
     #: t = (t_bw ** k + t_latency ** k) ** (1 / k). Large k: a sharp roofline knee.
     saturation_sharpness: float = 3.0
+    #: Soft maximum between a phase's memory time and its instruction (issue, LSU, MUFU) time:
+    #: t = (t_mem ** k + t_compute ** k) ** (1 / k). Large k: perfect overlap.
+    overlap_sharpness: float = 3.0
     #: DRAM/L2 access granularity (bytes). Architectural.
     sector_bytes: int = 32
     #: L1 cache line, one LSU wavefront (bytes). Architectural.
@@ -105,6 +113,10 @@ class SimConstants:
     #: When a thread group reads less than a sector at a time, the fraction of the rest of the
     #: sector that a later load of the same group still finds in L1 (instead of DRAM).
     l1_sector_reuse: float = 0.8
+    #: L1 bytes per SM that can hold sectors a thread will touch again (the 256 KB L1/shared
+    #: memory less the carve-out and lines held by loads in flight). Sets where pooling's
+    #: strided lanes lose their sector reuse.
+    l1_usable_bytes: float = 128 * 1024
     #: Fraction of repeated reads of small broadcast operands (a norm's weight read for every
     #: row, a bias) that hit L1; the rest is L2 traffic.
     broadcast_l1_hit: float = 0.75
@@ -381,7 +393,7 @@ def _time_launch(L: Launch, w: _Work, occ: _Occupancy, target: Target, c: SimCon
         t_lsu = frac * ((w.lsu_wavefronts + w.local_bytes / c.line_bytes) / c.l1_wavefronts_per_clk
                         + w.smem_wavefronts / c.smem_wavefronts_per_clk) / (active * clock)
         t_cmp = max(t_issue, t_mufu, t_lsu)
-        t_phase = max(t_mem, t_cmp)
+        t_phase = _overlap(t_mem, t_cmp, c)
         t_total += t_phase
         t_mem_total += t_mem
         t_cmp_total += t_cmp
@@ -404,6 +416,15 @@ def _time_launch(L: Launch, w: _Work, occ: _Occupancy, target: Target, c: SimCon
             "achieved": occ_time / t_total if t_total else 0.0,
             "theoretical": bps * warps / (target.max_threads_per_sm // 32),
             "waves": blocks / wave}
+
+
+def _overlap(t_mem: float, t_cmp: float, c: SimConstants) -> float:
+    """Time of memory traffic and instruction work that overlap imperfectly: a soft maximum
+    (a warp stalled on a load issues nothing, so near balance both show)."""
+    hi, lo = max(t_mem, t_cmp), min(t_mem, t_cmp)
+    if lo <= 0:
+        return hi
+    return hi * (1 + (lo / hi) ** c.overlap_sharpness) ** (1 / c.overlap_sharpness)
 
 
 def _spill_l2(w: _Work, c: SimConstants) -> float:
@@ -471,6 +492,10 @@ def _describe(plan: KernelPlan, rendered: Rendered, resources: dict, target: Tar
         works = _col_works(plan, rendered, resources, target, c)
     elif family == "split":
         works = _split_works(plan, rendered, resources, target, c)
+    elif family == "pool":
+        works = [_pool_work(plan, rendered, resources, target, c)]
+    elif family == "scan":
+        works = _scan_works(plan, rendered, resources, target, c)
     else:
         works = _generic_works(plan, rendered, resources, target, c)
     return works
@@ -1059,5 +1084,193 @@ def _generic_works(plan: KernelPlan, rendered: Rendered, resources: dict, target
         if rendered.fact("cross") == "atomic":
             w.atomics = share * rows * int(rendered.fact("split", 1) or 1)
             w.atomic_chain = float(rendered.fact("split", 1) or 1)
+        works.append(w)
+    return works
+
+
+def _l1_hit(footprint: float, c: SimConstants) -> float:
+    """Fraction of repeated touches of a sector that L1 still serves when the sectors the
+    resident warps keep in use span `footprint` bytes per SM (the L2 cliff's shape, at L1 size)."""
+    if footprint <= 0:
+        return 1.0
+    return 1 / (1 + (footprint / c.l1_usable_bytes) ** c.l2_cliff_sharpness)
+
+
+def _pool_work(plan: KernelPlan, rendered: Rendered, resources: dict, target: Target,
+               c: SimConstants) -> _Work:
+    """Pooling: a thread computes `items` consecutive outputs of an output row, loading each
+    window row's elements with scalar loads (registers: the span once; reload: per window).
+
+    Adjacent lanes start `items x stride` elements apart, so one warp request touches that many
+    times more sectors and L1 lines than a unit-stride one; the rest of each sector is used by
+    the thread's later loads only if L1 still holds it, which depends on the sectors all
+    resident warps keep in use. Misses go back to L2 (whole sectors), not DRAM: the input is
+    read from DRAM once (overlapping windows of other threads hit L2)."""
+    from ..space.templates.pool import span
+
+    info = plan.info
+    sh = _shape(plan, rendered)
+    L = rendered.launches[0]
+    items = int(rendered.fact("items", 1) or 1)
+    regs = rendered.fact("cache") == "regs"
+    outer_rows = math.prod(info.kernel[:-1])  # window rows per output
+    row_loads = span(info, items) if regs else items * info.kernel[-1]
+    loads_item = row_loads * outer_rows  # lane loads per work item
+    chunks = -(-info.out_spatial[-1] // items)
+    work_items = info.planes * math.prod(info.out_spatial[:-1]) * chunks
+    outputs = plan.numel
+    lane_loads = float(work_items * loads_item)
+    requests = lane_loads / 32
+
+    # one request: runs of adjacent lanes in one output row, `gap` bytes apart
+    gap = 4.0 * items * info.stride[-1]
+    run_lanes = min(32, chunks)
+    groups = -(-32 // run_lanes)
+    # window offsets put a run anywhere in a line: on average it straddles one more boundary
+    run = (run_lanes - 1) * gap + 4.0
+    sectors = groups * min(run_lanes, (run - 4.0) / c.sector_bytes + 1)
+    lines = groups * min(run_lanes, (run - 4.0) / c.line_bytes + 1)
+
+    w = _Work()
+    in_bytes = float(plan.bytes_moved() - sh.out_bytes)
+    w.access_bytes = 4.0
+    # loads in flight: the whole window when its loops unroll, else one window row (its loops
+    # always unroll). Little's law counts distinct bytes: a load of an element that a
+    # neighbouring window also reads fetches nothing new. 1-D windows kept nowhere load one
+    # element at a time: a DRAM round trip for the new one, L1 round trips for the others
+    new_elems = in_bytes / work_items / 4.0
+    w.dram_latency_ns = c.dram_latency_ns
+    if not re.search(r"#pragma unroll 1\b", rendered.source or ""):
+        w.loads_in_flight = min(loads_item, new_elems)
+    elif info.rank > 1:
+        w.loads_in_flight = min(row_loads, new_elems * row_loads / loads_item)
+    else:
+        w.loads_in_flight = min(1.0, new_elems)
+        w.dram_latency_ns += (loads_item - 1) * c.l1_latency_ns
+    w.ilp = float(min(4, items))
+    w.active_lanes = min(1.0, work_items / max(1, L.blocks * L.threads * math.ceil(
+        work_items / max(1, L.blocks * L.threads))))
+    w.sectors_per_request = float(sectors)
+    w.dram_load_bytes = in_bytes
+    w.store_bytes = float(sh.out_bytes)
+    live = (row_loads if regs else 1) + items + 8
+    w.registers, w.spill_bytes, spilled = _registers(resources, live, L.threads, c)
+    w.smem_static = int(resources.get("smem_static", 0) or 0)
+    occ, _ = _occupancy(L, w, target, c)
+    warps_sm = (occ.blocks_per_sm if occ else 1) * -(-L.threads // 32)
+    # sectors a warp keeps in use: the window row its loads walk, a run of sectors per lane
+    warp_bytes = groups * c.sector_bytes * max(
+        1.0, math.ceil(run_lanes * max(gap, span(info, items) * 4.0) / c.sector_bytes))
+    hit = _l1_hit(warps_sm * warp_bytes, c)
+    fetched = requests * sectors * c.sector_bytes  # sector fetches without reuse in L1
+    w.l2_load_bytes = max(0.0, fetched - in_bytes) * (1 - hit) + max(
+        0.0, lane_loads * 4.0 - in_bytes) * hit * (1 - c.broadcast_l1_hit)
+    # stores: lane i writes output items x i (+ item j), so they are strided the same way
+    st_sectors, st_lines = _strided_request(run_lanes, 4.0 * items, 4.0, c)
+    w.l2_load_bytes += _partial_store_bytes(outputs / 32, groups * st_sectors, outputs * 4.0, c)
+    w.lsu_wavefronts = requests * lines + outputs / 32 * groups * st_lines
+    a_issue, a_mufu, _, _ = _arith(plan, sh.fast, c)
+    w.issue_instr = _pool_instr(rendered, info, lane_loads, outputs, work_items, a_issue, sh, c)
+    w.mufu_ops = outputs * a_mufu + (outputs if info.kind == "avg" else 0)
+    w.local_bytes = L.blocks * L.threads * _local_per_iteration(w, spilled, 1, c)
+    return w
+
+
+def _pool_instr(rendered: Rendered, info: Any, lane_loads: float, outputs: int,
+                work_items: int, a_issue: float, sh: _Shape, c: SimConstants) -> float:
+    """Lane-instructions of a pooling kernel: per load (the load, the combine; a bounds test
+    predicates the load, nearly free), per output (avg's divisor and division, the epilogue,
+    the store) and per work item (index decomposition)."""
+    guarded = "const bool inside" not in (rendered.source or "")
+    combine = 3.0 if info.kind == "max" else 1.0  # max: compare, NaN test, select
+    per_load = 1 + combine
+    per_output = a_issue + 1 + _addr(sh, c)
+    if info.kind == "avg" and info.divisor_override is None and guarded:
+        per_output += 6.0 * info.rank  # the clipped window's extent per dim
+    if info.kind == "avg":
+        per_output += c.fast_div_instr if sh.fast else c.div_instr
+    per_item = (4.0 * info.rank + 6) * (c.i64_addr_factor if sh.i64 else 1.0) + c.loop_instr
+    return lane_loads * per_load + outputs * per_output + work_items * per_item
+
+
+def _strided_request(lanes: int, gap: float, access: float, c: SimConstants
+                     ) -> tuple[float, float]:
+    """(sectors, L1 lines) of one warp request whose `lanes` adjacent lanes each access `access`
+    bytes, `gap` bytes apart (gap == access: coalesced). The run starts anywhere in a line, so
+    it straddles one more boundary on average than its length alone needs."""
+    if gap <= access:
+        run = lanes * access
+        return (run - 4.0) / c.sector_bytes + 1, (run - 4.0) / c.line_bytes + 1
+    per_lane_sectors = math.ceil(access / c.sector_bytes)
+    run = (lanes - 1) * gap + access
+    sectors = min(lanes * per_lane_sectors, (run - 4.0) / c.sector_bytes + 1)
+    lines = min(lanes * math.ceil(access / c.line_bytes), (run - 4.0) / c.line_bytes + 1)
+    return sectors, lines
+
+
+def _partial_store_bytes(requests: float, sectors: float, useful: float, c: SimConstants
+                         ) -> float:
+    """L2 traffic beyond the useful bytes of store requests that touch `sectors` sectors each:
+    a partially written sector still occupies a whole sector slot of L2 bandwidth."""
+    return max(0.0, requests * sectors * c.sector_bytes - useful)
+
+
+def _scan_works(plan: KernelPlan, rendered: Rendered, resources: dict, target: Target,
+                c: SimConstants) -> list[_Work]:
+    """Scans: rows (a group of `tpr` threads walks a row in tiles, each thread scanning
+    `items` vectors of consecutive elements, the group scanning the thread totals, a barrier
+    chain per tile) or columns (a thread per vector of columns walks the scanned dim, `items`
+    steps in flight). With a split, a first launch reads everything for the chunk totals and
+    the second reads it again (from L2 only if the tensor fits there)."""
+    sh = _shape(plan, rendered)
+    info = plan.info
+    vec = sh.vec
+    rows_mode = info.I == 1
+    T = int(rendered.fact("tpr", 1) or 1)
+    items = int(rendered.fact("items", 1) or 1)
+    mode = rendered.fact("combine", "shfl")
+    S = int(rendered.fact("splits", 1) or 1)
+    N, n_ops = plan.numel, max(1, sh.n_full)
+    first = float(plan.bytes_moved() - sh.out_bytes)
+    a_issue, a_mufu, _, _ = _arith(plan, sh.fast, c)
+    # rows: adjacent lanes are items x vec elements apart; columns: unit stride
+    K = items * vec if rows_mode else vec
+    sectors, lines = _strided_request(min(32, T) if rows_mode else 32, 4.0 * K, 4.0 * vec, c)
+    works = []
+    for idx, L in enumerate(rendered.launches):
+        writes = L.kernel != "ca_scan_totals"
+        w = _Work(dram_latency_ns=c.dram_latency_ns)
+        w.access_bytes = vec * 4.0
+        w.loads_in_flight = float(n_ops * items)
+        w.ilp = float(min(4, vec * items))
+        w.sectors_per_request = sectors
+        if idx == 0:
+            w.dram_load_bytes = first
+        else:  # the second pass over the tensor
+            hit = _l2_hit(first, sh.stream, target, c)
+            w.l2_load_bytes, w.dram_load_bytes = first * hit, first * (1 - hit)
+        w.store_bytes = float(sh.out_bytes) if writes else float(rendered.workspace_bytes)
+        w.registers, w.spill_bytes, spilled = _registers(
+            resources, (2 if writes else 1) * vec * items * n_ops + 8, L.threads, c)
+        w.smem_static = int(resources.get("smem_static", 0) or (
+            8 * L.threads if mode == "smem_tree" else 4 * (L.threads // 32)))
+        requests = N / vec / 32 * (n_ops + (1 if writes else 0))
+        w.lsu_wavefronts = requests * lines
+        if writes:
+            w.l2_load_bytes += _partial_store_bytes(N / vec / 32, sectors, N * 4.0, c)
+        if K > vec:  # strided lanes: the rest of each sector only if L1 keeps it
+            occ, _ = _occupancy(L, w, target, c)
+            warps_sm = (occ.blocks_per_sm if occ else 1) * -(-L.threads // 32)
+            hit_l1 = _l1_hit(warps_sm * 32 * K * 4.0 * n_ops, c)
+            fetched = N / vec / 32 * n_ops * sectors * c.sector_bytes
+            w.l2_load_bytes += max(0.0, fetched - N * 4.0 * n_ops) * (1 - hit_l1)
+        per_elem = a_issue + 2 + (n_ops + (1 if writes else 0)) * (1 + _addr(sh, c)) / vec
+        w.issue_instr = N * per_elem
+        w.mufu_ops = N * a_mufu
+        if rows_mode and T > 1:  # the groups' scans of thread totals, once per tile of a chunk
+            chunk = -(-info.L // S)
+            w.combine_events = L.blocks * -(-chunk // (T * K))
+            w.combine_cycles = _combine_cycles(T, mode, c) + c.shfl_cycles
+        w.local_bytes = L.blocks * L.threads * _local_per_iteration(w, spilled, 1, c)
         works.append(w)
     return works
