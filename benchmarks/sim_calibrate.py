@@ -49,6 +49,8 @@ def load_cases(data: Path) -> list[dict]:
             sweep = read_sweep(path)
             problem = load_problem(ROOT / "benchmarks/problems" / f"{sweep['problem']}.py")
             plan = make_plan(problem.graph())
+            if plan.kind == "program":
+                continue  # a multi-kernel program's sweep mixes stage spaces
             space = Space.for_plan(plan, target)
             recs = [r for r in sweep["records"] if r.get("ok") and r.get("time_ms")]
             rendered = [space.render(Config.of(r["config"])) for r in recs]

@@ -38,6 +38,8 @@ def correlate(path: Path, builder: Builder) -> dict | None:
     data = read_sweep(path)
     problem = load_problem(ROOT / "benchmarks" / "problems" / f"{data['problem']}.py")
     plan = make_plan(problem.graph())
+    if plan.kind == "program":
+        return None  # a multi-kernel program's sweep mixes stage spaces: not ranked here
     target = Target()
     space = Space.for_plan(plan, target)
     # records of older template versions are read as configurations of the current ones
