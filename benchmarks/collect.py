@@ -121,7 +121,10 @@ def markdown(results: dict, throughput: list[dict] | None, tests_tail: str | Non
               f"**{s['beats_both_softmax_norm']} of {s['softmax_norm_problems']}** "
               f"({', '.join(s['not_beating_both']) or 'all'} short of it)."
               if s['softmax_norm_problems'] else "",
-              f"* Every problem verified: **{s['verified']} of {len(rows)}**.", ""]
+              f"* Verified on the GPU: **{s['verified']} of the {len(rows)} problems swept**; "
+              f"the suite has {s['suite_size']}"
+              + (f", {len(s['never_swept'])} never swept on a GPU: "
+                 f"{', '.join(s['never_swept'])}." if s['never_swept'] else "."), ""]
     lines += issue4_section(rows)
     if throughput:
         lines += ["## Throughput", "",
@@ -225,6 +228,7 @@ def main() -> None:
     beats = [r for r in sn if r["best_ms"] and r["eager_ms"] and r["compile_ms"]
              and r["best_ms"] < r["eager_ms"] and r["best_ms"] < r["compile_ms"]]
     first = rows[0]
+    suite = [f.stem for f in sorted((ROOT / "benchmarks" / "problems").glob("*.py"))]
     results = {
         "gpu": first["gpu"], "date": first["date"], "commit": first["commit"],
         "torch": first["torch"], "copy_tbps": first["copy_tbps"], "rows": rows,
@@ -234,6 +238,8 @@ def main() -> None:
             "softmax_norm_problems": len(sn), "beats_both_softmax_norm": len(beats),
             "not_beating_both": [r["problem"] for r in sn if r not in beats],
             "verified": sum(r["verified"] for r in rows),
+            "suite_size": len(suite),
+            "never_swept": sorted(set(suite) - {r["problem"] for r in rows}),
         },
     }
     throughput = json.loads(args.throughput.read_text()) if args.throughput else None
