@@ -23,7 +23,6 @@ or through shared memory).
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from ...ir.attention import AttentionInfo, AttnOperand

@@ -325,7 +325,7 @@ class _Renderer:
 
     # -- kernels -------------------------------------------------------------------------------
     def partial_kernel(self, c: Code, li: int, p: Pass, pi: int) -> Launch:
-        plan, B, S, O = self.plan, self.B, self.S, self.plan.O
+        B, S, O = self.B, self.S, self.plan.O
         name = f"ca_split_l{li + 1}"
         self.head(c, name, B)
         reds = p.reducers
