@@ -149,15 +149,18 @@ EXEC_CASES = {
 }
 
 
+def emulation_case(f, shapes, seed: int):
+    """Plan and space of `f` on `shapes`, random float32 inputs, and torch's float64 answer."""
+    plan = plan_of(f, *shapes)
+    gen = torch.Generator().manual_seed(seed)
+    xs = [torch.randn(*s, generator=gen) for s in shapes]
+    return plan, Space.for_plan(plan, Target()), xs, f(*[x.double() for x in xs]).numpy()
+
+
 @pytest.mark.skipif(not cpu_exec.available(), reason="needs g++ for the CPU emulator")
 @pytest.mark.parametrize("name", sorted(EXEC_CASES))
 def test_generated_gemm_matches_torch(name):
-    f, shapes = EXEC_CASES[name]
-    plan = plan_of(f, *shapes)
-    sp = Space.for_plan(plan, Target())
-    gen = torch.Generator().manual_seed(3)
-    xs = [torch.randn(*s, generator=gen) for s in shapes]
-    want = f(*[x.double() for x in xs]).numpy()
+    plan, sp, xs, want = emulation_case(*EXEC_CASES[name], seed=3)
     rng = random.Random(name)
     small = [c for c in gemm_configs(sp) if c["config.bm"] * c["config.bn"] <= 64 * 64]
     picked = [sp.default()] + rng.sample(small, 2)
@@ -303,12 +306,7 @@ def test_library_template_only_where_there_is_an_epilogue():
 @pytest.mark.skipif(not cpu_exec.available(), reason="needs g++ for the CPU emulator")
 @pytest.mark.parametrize("name", sorted(LIB_CASES))
 def test_library_product_with_generated_epilogue_matches_torch(name):
-    f, shapes = LIB_CASES[name]
-    plan = plan_of(f, *shapes)
-    sp = Space.for_plan(plan, Target())
-    gen = torch.Generator().manual_seed(7)
-    xs = [torch.randn(*s, generator=gen) for s in shapes]
-    want = f(*[x.double() for x in xs]).numpy()
+    plan, sp, xs, want = emulation_case(*LIB_CASES[name], seed=7)
     lib = [c for c in sp.configs if sp.template_of(c).name == "lib"]
     assert len(lib) >= 3
     for cfg in random.Random(name).sample(lib, 3):
