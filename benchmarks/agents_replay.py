@@ -22,6 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from cuda_agent.agents import checkpoint  # noqa: E402
 from cuda_agent.agents.evaluate import Contender, compare  # noqa: E402
 from cuda_agent.agents.reward import RewardSettings  # noqa: E402
 from cuda_agent.agents.train import TrainSettings, Trainer, write_curves  # noqa: E402
@@ -82,8 +83,8 @@ def main() -> None:
                   device, seeds=args.seeds)
     summary = {c.name: res.median(c.name) for c in contenders}
     date = time.strftime("%Y-%m-%d")
-    trained_on = sum(1 for f in (ROOT / "benchmarks/problems").glob("*.py")
-                     if f.stem not in HOLDOUT and (DATA / "nvidia-h200" / f"{f.stem}.json.gz").exists())
+    # what training really used (problems whose sweeps replay; not programs, not stale sweeps)
+    trained_on = len(checkpoint.load(ckpts["multi"])["meta"]["trained_on"])
     out = {"date": date, "data": "benchmarks/data/nvidia-h200 (random samples of 32 to 100 "
            "configurations per problem, measured on an NVIDIA H200)", "holdout": HOLDOUT,
            "trained_on": trained_on,
