@@ -58,7 +58,8 @@ class TuneSettings:
     profile_every: int = 0
     """on cuda, profile every n-th verified candidate with Nsight Compute (0: never)"""
     time_limit_s: float | None = None
-    """stop measuring new candidates after this many seconds (the budget still caps)"""
+    """stop measuring new candidates after this many seconds (the budget still caps; the first
+    batch is always measured)"""
     strategy_options: dict[str, Any] = field(default_factory=dict)
 
 
@@ -299,7 +300,10 @@ class Tuner:
             following = [] if adaptive or remaining <= 0 else ask(min(s.batch, remaining))
             next_build = pool.submit(self._build, following) if following else None
             results = []
-            if s.time_limit_s is not None and time.perf_counter() - t0 > s.time_limit_s:
+            # past the time limit, stop; but never before a first batch is measured (its build
+            # alone can outlast a short limit: a sweep of slow-compiling kernels measured none)
+            if s.time_limit_s is not None and time.perf_counter() - t0 > s.time_limit_s \
+                    and len(trials) > first:
                 break
             for cand in cands:
                 trial = self._measure_one(cand, best.measurement.time_ms if best else None,
