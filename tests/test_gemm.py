@@ -252,13 +252,12 @@ class _ReluConv(nn.Module):
         return self.conv(torch.relu(x))
 
 
-@pytest.mark.skipif(not cpu_exec.available(), reason="needs g++ for the CPU emulator")
-@pytest.mark.parametrize("name", sorted(CONV_CASES))
-def test_generated_conv_matches_torch(name):
+def conv_emulation_case(name: str, seed: int):
+    """Plan and space of conv case `name`, its operands in kernel order (random input and
+    parameters), and torch's float64 answer."""
     plan, shape, kw = conv_plan(name)
     (rank, cin, cout, k), _, _ = CONV_CASES[name]
-    sp = Space.for_plan(plan, Target())
-    gen = torch.Generator().manual_seed(5)
+    gen = torch.Generator().manual_seed(seed)
     x = torch.randn(*shape, generator=gen)
     conv = Conv(rank, cin, cout, k, **kw)
     with torch.no_grad():
@@ -266,11 +265,16 @@ def test_generated_conv_matches_torch(name):
             p.copy_(torch.randn(p.shape, generator=gen))
         want = conv.double()(x.double()).numpy()
     params = dict(conv.named_parameters())
-    by_index = []
-    for k_ in plan.operands:
-        gi = plan.graph.inputs[k_]
-        by_index.append(x.numpy() if gi.role == "input" else
-                        params[gi.target].detach().float().numpy())
+    by_index = [x.numpy() if plan.graph.inputs[k_].role == "input" else
+                params[plan.graph.inputs[k_].target].detach().float().numpy()
+                for k_ in plan.operands]
+    return plan, Space.for_plan(plan, Target()), by_index, want
+
+
+@pytest.mark.skipif(not cpu_exec.available(), reason="needs g++ for the CPU emulator")
+@pytest.mark.parametrize("name", sorted(CONV_CASES))
+def test_generated_conv_matches_torch(name):
+    plan, sp, by_index, want = conv_emulation_case(name, seed=5)
     rng = random.Random(name)
     small = [c for c in gemm_configs(sp) if c["config.bm"] * c["config.bn"] <= 64 * 64]
     picked = [sp.default()] + rng.sample(small, 2)
@@ -317,20 +321,7 @@ def test_library_product_with_generated_epilogue_matches_torch(name):
 
 @pytest.mark.skipif(not cpu_exec.available(), reason="needs g++ for the CPU emulator")
 def test_library_convolution_with_generated_bias_matches_torch():
-    plan, shape, kw = conv_plan("conv2d_stride_pad_bias")
-    (rank, cin, cout, k), _, _ = CONV_CASES["conv2d_stride_pad_bias"]
-    sp = Space.for_plan(plan, Target())
-    gen = torch.Generator().manual_seed(9)
-    x = torch.randn(*shape, generator=gen)
-    conv = Conv(rank, cin, cout, k, **kw)
-    with torch.no_grad():
-        for p in conv.parameters():
-            p.copy_(torch.randn(p.shape, generator=gen))
-        want = conv.double()(x.double()).numpy()
-    params = dict(conv.named_parameters())
-    by_index = [x.numpy() if plan.graph.inputs[k_].role == "input" else
-                params[plan.graph.inputs[k_].target].detach().float().numpy()
-                for k_ in plan.operands]
+    plan, sp, by_index, want = conv_emulation_case("conv2d_stride_pad_bias", seed=9)
     lib = [c for c in sp.configs if sp.template_of(c).name == "lib"]
     r = sp.render(lib[0])
     assert r.launches[0].library["op"] == "conv"
