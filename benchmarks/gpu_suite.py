@@ -157,7 +157,8 @@ AGENT_HELDOUT = ("elementwise_swiglu", "reduce_argmin_middim", "softmax_log_soft
 
 
 def run_agents(out: Path, deadline: float, iterations: int, budget: int,
-               profile_every: int = 16, policy: str | None = None) -> None:
+               profile_every: int = 16, policy: str | None = None,
+               single_policy: str | None = None) -> None:
     """Issue 3 on the GPU: train on 10 operators, then compare on 4 it never saw (trained,
     untrained, random, single-agent) at equal budgets; best known = the recorded sweep's best.
     With `policy` (a checkpoint trained elsewhere, e.g. on replay of recorded sweeps that held
@@ -172,6 +173,8 @@ def run_agents(out: Path, deadline: float, iterations: int, budget: int,
     try:
         files = ",".join(str(ROOT / "benchmarks/problems" / f"{n}.py") for n in AGENT_TRAIN)
         ckpts = {"multi": policy} if policy else {}
+        if policy and single_policy:
+            ckpts["single"] = single_policy
         for agents in () if policy else ("multi", "single"):
             # one operator per iteration: its four episodes share one device set-up (a 2026-11-29
             # run that switched operator every episode spent ~70 s per iteration setting up)
@@ -233,6 +236,8 @@ def main() -> None:
                     help="Nsight Compute profile of every N-th training candidate")
     ap.add_argument("--agent-policy", default=None,
                     help="compare this checkpoint on the held-out operators; skip training")
+    ap.add_argument("--agent-single-policy", default=None,
+                    help="with --agent-policy: the single-agent checkpoint to compare as well")
     ap.add_argument("--tests-k", default=None, help="pytest -k selection for the GPU tests")
     ap.add_argument("--search-problems", default="", help="comma-separated files (part search)")
     ap.add_argument("--search-strategy", default="genetic")
@@ -274,7 +279,8 @@ def main() -> None:
                            args.search_strategy, args.search_budget, deadline - 20)
             elif part == "agents":
                 run_agents(out, deadline - 20, args.agent_iterations, args.agent_budget,
-                           args.agent_profile_every, args.agent_policy)
+                           args.agent_profile_every, args.agent_policy,
+                           args.agent_single_policy)
             elif part == "throughput" and left > 70:
                 run_throughput(out, [ROOT / "tests/data/good/softmax_small.py",
                                      ROOT / "benchmarks/problems/norm_layernorm_odd.py"],
