@@ -14,9 +14,9 @@ import torch
 import torch.nn.functional as F
 
 from cuda_agent.run.records import ERROR_KINDS
-from cuda_agent.run.verify import (DISTRIBUTIONS, POISON_BITS, CandidateError, CasePool, Trial,
-                                   VerifySettings, check, compare, draw_like, make_case,
-                                   perturbed, poisoned_output, verify)
+from cuda_agent.run.verify import (DISTRIBUTIONS, POISON_BITS, CandidateError, Case, CasePool,
+                                   Trial, ValueRange, VerifySettings, check, compare, draw_like,
+                                   make_case, perturbed, poisoned_output, verify)
 
 F32, I64 = torch.float32, torch.int64
 
@@ -783,3 +783,55 @@ def test_witness_keeps_well_conditioned_bounds_tight():
     res = verify(nudge, p.ref, p.examples, p.out_shape, F32,
                  witness=lambda ts: torch.softmax(ts[0], -1))
     rejected(res, "wrong")
+
+
+# -- value ranges: an op that only accepts [lo, hi] (binary cross-entropy's probabilities) ----------
+
+def bce_ref(ts):
+    return F.binary_cross_entropy(d(ts[0]), d(ts[1]), reduction="none")
+
+
+def test_value_range_draws_stay_inside_for_every_distribution():
+    rng = ValueRange(0.0, 1.0)
+    ex = torch.rand(64, 257)
+    for trial in range(len(DISTRIBUTIONS)):
+        x = draw_like(ex, trial, torch.Generator().manual_seed(trial), value_range=rng)
+        assert float(x.min()) >= 0.0 and float(x.max()) <= 1.0
+        assert float(x.std()) > 0.05  # not collapsed to a constant
+
+
+def test_perturbation_keeps_a_ranged_input_inside_and_prefers_a_free_one():
+    rng = ValueRange(0.0, 1.0)
+    base = make_case([torch.rand(8, 64), torch.rand(8, 64)], 0, 0, domains=[rng, None])
+    for attempt in range(4):
+        twin = perturbed(base, 3, attempt, [rng, None])
+        assert torch.equal(twin.tensors[0], base.tensors[0])  # the free input moved instead
+        assert not torch.equal(twin.tensors[1], base.tensors[1])
+        only = perturbed(Case([base.tensors[0]]), 3, attempt, [rng])
+        assert float(only.tensors[0].min()) >= 0.0 and float(only.tensors[0].max()) <= 1.0
+        assert not torch.equal(only.tensors[0], base.tensors[0])
+
+
+def test_bce_is_verified_inside_its_domain_and_still_rejects_a_missing_clamp():
+    examples = [torch.rand(32, 4096) * 0.98 + 0.01, torch.rand(32, 4096)]
+    out_shape = (32, 4096)
+    domains = [ValueRange(0.0, 1.0), ValueRange(0.0, 1.0)]
+
+    def exact(ins, out):  # torch clamps each log at -100
+        out.copy_(F.binary_cross_entropy(ins[0], ins[1], reduction="none"))
+
+    def unclamped(ins, out):  # log(0) where a draw rounds to exactly 0 or 1: inf, not 100
+        x, t = ins
+        out.copy_(-(t * torch.log(x) + (1 - t) * torch.log1p(-x)))
+
+    ok = verify(exact, bce_ref, examples, out_shape, F32, domains=domains)
+    assert ok.ok, ok.msg
+    bad = verify(unclamped, bce_ref, examples, out_shape, F32, domains=domains)
+    assert not bad.ok
+
+
+def test_bce_capture_marks_the_probabilities_input():
+    from cuda_agent.problem import load_problem
+    from pathlib import Path
+    g = load_problem(Path(__file__).parents[1] / "benchmarks/problems/loss_bce.py").graph()
+    assert [gin.value_range for gin in g.inputs] == [(0.0, 1.0), (0.0, 1.0)]

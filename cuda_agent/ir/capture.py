@@ -8,6 +8,8 @@ outside it raises `UnsupportedError` naming the op: there is no silent fallback 
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 import operator
 import warnings
@@ -481,6 +483,10 @@ def _bce(lw: _Lowering, x: int, t: int, args: list, kwargs: dict) -> int:
 
 def _bce_handler(lw: _Lowering, node, args, kwargs):
     x, t = lw.val(args[0]), lw.val(args[1])
+    for v in (x, t):  # torch rejects probabilities and targets outside [0, 1]: draw cases there
+        if lw.g[v].op == "input":
+            k = lw.g[v].attr("index")
+            lw.g.inputs[k] = dataclasses.replace(lw.g.inputs[k], value_range=(0.0, 1.0))
     return _loss_reduce(lw, _bce(lw, x, t, args, kwargs), _arg(args, kwargs, 3, "reduction", 1))
 
 

@@ -62,11 +62,14 @@ class GraphInput:
     # `index_ignore` (rows a loss skips); verification draws its cases from that domain
     index_bound: int | None = None
     index_ignore: int | None = None
+    # a float input an op only accepts inside [lo, hi] (binary cross-entropy's probabilities):
+    # verification draws its cases inside, or the reference itself would fail
+    value_range: tuple[float, float] | None = None
 
     def as_json(self) -> dict[str, Any]:
-        # index fields only where set, so that float-only graphs keep their fingerprints
+        # domain fields only where set, so that other graphs keep their fingerprints
         return {k: v for k, v in self.__dict__.items()
-                if v is not None or k not in ("index_bound", "index_ignore")}
+                if v is not None or k not in ("index_bound", "index_ignore", "value_range")}
 
 
 @dataclass

@@ -169,6 +169,12 @@ class CudaDevice(Device):
             self._start()
             reply = self._call({"op": "setup", "path": self._problem_path}, self.setup_timeout_s)
         if not reply.get("ok"):
+            # a failed set-up may leave the worker's CUDA context unusable (a device-side assert
+            # in the reference is sticky): the next problem gets a fresh worker
+            self._problem_path = None
+            self._kill()
+            self.restarts += 1
+            self._start()
             raise DeviceError(f"GPU setup failed for {problem.name}: {reply.get('error_msg')}")
         self._facts.update({k: v for k, v in reply.items() if k != "ok"})
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Sequence, Union
 
 import torch
 
@@ -73,10 +73,10 @@ DISTRIBUTIONS = ("normal", "heavy", "uniform_offset", "lognormal_signed", "quant
 
 
 def draw_like(example: torch.Tensor, trial: int, gen: torch.Generator,
-              signed: bool = False) -> torch.Tensor:
+              signed: bool = False, value_range: ValueRange | None = None) -> torch.Tensor:
     """A fresh tensor shaped like `example`, from distribution number `trial`, in its sign domain
     (`signed` ignores the domain: parameters initialised to ones must still get negative draws,
-    or a kernel using |w| for w would pass)."""
+    or a kernel using |w| for w would pass); inside `value_range` where an op requires one."""
     shape, device = example.shape, example.device
     kind = DISTRIBUTIONS[trial % len(DISTRIBUTIONS)]
     if kind == "normal":
@@ -95,6 +95,9 @@ def draw_like(example: torch.Tensor, trial: int, gen: torch.Generator,
         mag = torch.exp(torch.randn(shape, generator=gen, device=device, dtype=torch.float64))
         sign = torch.randint(0, 2, shape, generator=gen, device=device).to(torch.float64) * 2 - 1
         x = mag * sign
+    if value_range is not None:  # squashed into the range: the distribution's shape still varies
+        lo, hi = value_range.lo, value_range.hi
+        return (lo + (hi - lo) * torch.sigmoid(x)).clamp(lo, hi).to(example.dtype)
     if example.numel() and not signed:
         lo = float(example.min())
         if lo > 0:  # strictly positive domain (log, division, sqrt...)
@@ -105,12 +108,24 @@ def draw_like(example: torch.Tensor, trial: int, gen: torch.Generator,
 
 
 @dataclass(frozen=True)
+class ValueRange:
+    """Valid values of a float input that an op only accepts inside [lo, hi] (binary
+    cross-entropy's probabilities: torch asserts on anything else)."""
+
+    lo: float
+    hi: float
+
+
+@dataclass(frozen=True)
 class IndexDomain:
     """Valid values of an int64 input of class indices: [0, bound), and `ignore` (a row the
     loss skips), which some trials draw so that the skipping is checked too."""
 
     bound: int
     ignore: int | None = None
+
+
+Domain = Union[IndexDomain, ValueRange, None]
 
 
 def draw_indices(example: torch.Tensor, domain: IndexDomain, trial: int,
@@ -132,31 +147,40 @@ class Case:
 
 def make_case(examples: Sequence[torch.Tensor], trial: int, seed: int,
               signed: Sequence[bool] | None = None,
-              domains: Sequence[IndexDomain | None] | None = None) -> Case:
-    """Fresh inputs like `examples`; an input with an `IndexDomain` gets valid class indices."""
+              domains: Sequence[Domain] | None = None) -> Case:
+    """Fresh inputs like `examples`; an input with an `IndexDomain` gets valid class indices,
+    one with a `ValueRange` values inside it."""
     device = examples[0].device if examples else torch.device("cpu")
     gen = torch.Generator(device=device)
     gen.manual_seed(seed * 7919 + trial * 104729 + 17)
     signed = signed or [False] * len(examples)
     domains = domains or [None] * len(examples)
-    return Case([draw_like(e, trial, gen, sg) if dom is None else
-                 draw_indices(e, dom, trial, gen)
+    return Case([draw_indices(e, dom, trial, gen) if isinstance(dom, IndexDomain) else
+                 draw_like(e, trial, gen, sg, dom)
                  for e, sg, dom in zip(examples, signed, domains)])
 
 
-def perturbed(case: Case, seed: int, attempt: int = 0) -> Case:
+def perturbed(case: Case, seed: int, attempt: int = 0,
+              domains: Sequence[Domain] | None = None) -> Case:
     """Copy of `case` with one element of its largest input moved beyond the tensor's extremes:
     above its maximum on even attempts, below its minimum on odd ones (where the sign domain
     allows), at another position each attempt. Outside the range, the element changes maxima,
     minima, their indices and normalizers alike; the caller keeps the first variant whose
-    reference differs from the base's by more than the tolerance."""
+    reference differs from the base's by more than the tolerance. An input limited to a
+    `ValueRange` is perturbed only where no other float input exists, to an end of its range."""
     tensors = [t.clone() for t in case.tensors]
+    domains = list(domains or [None] * len(tensors))
     # class indices have no "beyond the extremes": perturb the largest float input
-    big = max((k for k in range(len(tensors)) if tensors[k].is_floating_point()),
-              key=lambda k: tensors[k].numel())
+    floats = [k for k in range(len(tensors)) if tensors[k].is_floating_point()]
+    free = [k for k in floats if not isinstance(domains[k], ValueRange)]
+    big = max(free or floats, key=lambda k: tensors[k].numel())
     t = tensors[big].view(-1)
     gen = torch.Generator().manual_seed(seed * 31 + attempt + 99991)
     pos = int(torch.randint(0, t.numel(), (1,), generator=gen))
+    if isinstance(domains[big], ValueRange):
+        rng = domains[big]
+        t[pos] = rng.lo if attempt % 2 else rng.hi
+        return Case(tensors)
     hi, lo = float(t.max()), float(t.min())
     if attempt % 2 == 1 and lo < 0:
         t[pos] = lo - 4.0 * abs(lo) - 3.0
@@ -292,7 +316,7 @@ class CasePool:
                  out_dtype: torch.dtype, settings: VerifySettings | None = None,
                  signed: Sequence[bool] | None = None,
                  witness: Callable[[list[torch.Tensor]], torch.Tensor] | None = None,
-                 domains: Sequence[IndexDomain | None] | None = None) -> None:
+                 domains: Sequence[Domain] | None = None) -> None:
         self.settings = s = settings or VerifySettings()
         self.out_shape, self.out_dtype = tuple(out_shape), out_dtype
         self.device = examples[0].device
@@ -310,7 +334,7 @@ class CasePool:
         for t, base in enumerate(self.cases):
             twin = None
             for attempt in range(6):
-                case = perturbed(Case(base.inputs), s.seed + t, attempt)
+                case = perturbed(Case(base.inputs), s.seed + t, attempt, domains)
                 ref = self._ref(reference, case.tensors)
                 twin = Trial(case.tensors, ref, f"perturbed-input trial (from trial {t})",
                              self._slack(witness, case.tensors, ref))
@@ -424,11 +448,12 @@ def verify(run: Callable[[list[torch.Tensor], torch.Tensor], None],
            examples: Sequence[torch.Tensor], out_shape: Sequence[int], out_dtype: torch.dtype,
            settings: VerifySettings | None = None,
            signed: Sequence[bool] | None = None,
-           witness: Callable[[list[torch.Tensor]], torch.Tensor] | None = None) -> VerifyResult:
+           witness: Callable[[list[torch.Tensor]], torch.Tensor] | None = None,
+           domains: Sequence[Domain] | None = None) -> VerifyResult:
     """One-shot check of candidate `run(inputs, out)` against `reference(inputs)` (float64).
 
     `examples` are tensors shaped like the graph inputs (forward args then parameters, in the
     order `run` takes them); they set shapes, device and sign domain, not values.
     """
-    pool = CasePool(reference, examples, out_shape, out_dtype, settings, signed, witness)
+    pool = CasePool(reference, examples, out_shape, out_dtype, settings, signed, witness, domains)
     return check(run, pool, pool.trials_for(0))

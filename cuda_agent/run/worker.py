@@ -21,8 +21,8 @@ from ..ir.plan import make_plan
 from ..problem import load_problem
 from . import launcher
 from .timing import L2Flusher, TimingSettings, physical_floor_ms, time_runs
-from .verify import (CandidateError, CasePool, IndexDomain, VerifySettings, check,
-                     make_case)
+from .verify import (CandidateError, CasePool, IndexDomain, ValueRange, VerifySettings,
+                     check, make_case)
 
 # Kernels are strict fp32, so the fp32 witness and the eager/compile baselines are too: cuDNN
 # would otherwise run fp32 convolutions on TF32 tensor cores (its default), a different contract.
@@ -54,8 +54,9 @@ class ProblemState:
         out_dtype = {"float32": torch.float32, "int64": torch.int64}[self.plan.out_dtype]
         self.out_shape, self.out_dtype = tuple(self.plan.out_shape), out_dtype
         # rotated input sets for timing: fresh draws, so no run finds its data in cache
-        domains = [IndexDomain(gin.index_bound, gin.index_ignore)
-                   if gin.index_bound is not None else None for gin in self.graph.inputs]
+        domains = [IndexDomain(gin.index_bound, gin.index_ignore) if gin.index_bound is not None
+                   else ValueRange(*gin.value_range) if gin.value_range is not None else None
+                   for gin in self.graph.inputs]
         self.sets = [make_case(self.examples, t, 1234, domains=domains).tensors
                      for t in range(timing.rotate)]
         self.set_outs = [torch.empty(self.out_shape, dtype=out_dtype, device=device)
