@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import metrics
 from ..problem import load_problem
 from ..run.devices import Device
 from ..store import Store
@@ -41,8 +42,9 @@ class EvalResult:
         return statistics.median(vals) if vals else None
 
 
-def evals_to_95(problem_path: Path, contender: Contender, device: Device, best_ms: float,
-                budget: int, seed: int) -> int | None:
+def trajectory(problem_path: Path, contender: Contender, device: Device, budget: int,
+               seed: int) -> list[float | None]:
+    """Each measurement's time in the order the contender asked for them (None: failed)."""
     opts: dict[str, Any] = {}
     if contender.strategy == "marl":
         policy = (checkpoint.policy_from(checkpoint.load(contender.checkpoint))
@@ -53,9 +55,16 @@ def evals_to_95(problem_path: Path, contender: Contender, device: Device, best_m
                             batch=4, seed=seed, baselines=False, strategy_options=opts)
     tuner = Tuner(load_problem(problem_path), settings, device=device, store=Store(":memory:"))
     try:
-        return tuner.run().evals_to_fraction(0.95, best_ms)
+        result = tuner.run()
+        return [t.measurement.time_ms if t.measurement.ok else None for t in result.trials]
     finally:
         tuner.close()
+
+
+def evals_to_95(problem_path: Path, contender: Contender, device: Device, best_ms: float,
+                budget: int, seed: int) -> int | None:
+    return metrics.evals_to_fraction(trajectory(problem_path, contender, device, budget, seed),
+                                     best_ms, 0.95)
 
 
 def compare(problems: list[Path], contenders: list[Contender], device: Device,
