@@ -115,10 +115,25 @@ def run_throughput(out: Path, problems: list[Path], budget: int) -> None:
     (out / "logs" / "throughput.json").write_text(json.dumps(rows, indent=2))
 
 
+def recorded_best(name: str, n: int) -> list[dict]:
+    """The `n` fastest verified configurations of the problem's recorded sweep (none if it
+    has no sweep)."""
+    from cuda_agent.run.replay import read_sweep
+
+    path = ROOT / f"benchmarks/data/nvidia-h200/{name}.json.gz"
+    if n <= 0 or not path.exists():
+        return []
+    ok = [r for r in read_sweep(path)["records"] if r.get("ok") and r.get("time_ms")]
+    return [r["config"] for r in sorted(ok, key=lambda r: r["time_ms"])[:n]]
+
+
 def run_search(out: Path, problems: list[Path], strategy: str, budget: int,
-               deadline: float) -> None:
+               deadline: float, warm: int = 0, seconds: float = 90.0) -> None:
     """A guided search per problem (spaces of tens of thousands of GEMM configurations are
-    sampled too thinly by a sweep), with eager and torch.compile timed in the same run."""
+    sampled too thinly by a sweep), with eager and torch.compile timed in the same run.
+    `warm` > 0: the genetic search starts from the recorded sweep's `warm` best
+    configurations, measured again here (a sweep of a few percent of a space rarely holds
+    its best; the search continues from it)."""
     from cuda_agent.tuner import tune
 
     rows = []
@@ -127,15 +142,17 @@ def run_search(out: Path, problems: list[Path], strategy: str, budget: int,
             log(f"deadline: search of {p.name} and later problems not run")
             break
         t0 = time.time()
+        opts = {"initial": recorded_best(p.stem, warm)} if warm and strategy == "genetic" else {}
         try:
             r = tune(p, device="cuda", strategy=strategy, budget=budget, batch=32,
-                     store=str(out / "store.sqlite"),
-                     time_limit_s=max(10.0, min(90.0, deadline - time.time() - 40)))
+                     store=str(out / "store.sqlite"), strategy_options=opts,
+                     time_limit_s=max(10.0, min(seconds, deadline - time.time() - 40)))
         except Exception as exc:  # noqa: BLE001 - one problem failing must not stop the rest
             log(f"search {p.name}: FAILED {type(exc).__name__}: {exc}")
             continue
         best = r.best.measurement.time_ms if r.best else None
         row = {"problem": p.stem, "family": r.plan.family, "strategy": strategy,
+               "warm_start": len(opts.get("initial", [])),
                "evals": len(r.trials), "best_ms": best,
                "best_config": r.best.config.short() if r.best else None,
                "eager_ms": r.baselines.eager_ms, "compile_ms": r.baselines.compile_ms,
@@ -252,6 +269,10 @@ def main() -> None:
     ap.add_argument("--search-problems", default="", help="comma-separated files (part search)")
     ap.add_argument("--search-strategy", default="genetic")
     ap.add_argument("--search-budget", type=int, default=160)
+    ap.add_argument("--search-warm", type=int, default=0,
+                    help="genetic search: start from the recorded sweep's N best configurations")
+    ap.add_argument("--search-seconds", type=float, default=90.0,
+                    help="time limit of each problem's search")
     ap.add_argument("--per-problem", type=float, default=12.0,
                     help="seconds of candidate measurement per problem in sweeps")
     args = ap.parse_args()
@@ -286,7 +307,8 @@ def main() -> None:
                 run_tests(out, "tests/gpu/test_gpu_counters.py", min(left - 10, 120))
             elif part == "search":
                 run_search(out, [ROOT / q for q in args.search_problems.split(",") if q],
-                           args.search_strategy, args.search_budget, deadline - 20)
+                           args.search_strategy, args.search_budget, deadline - 20,
+                           args.search_warm, args.search_seconds)
             elif part == "agents":
                 run_agents(out, deadline - 20, args.agent_iterations, args.agent_budget,
                            args.agent_profile_every, args.agent_policy,

@@ -294,3 +294,24 @@ def test_stratified_random_sample_covers_every_template():
     assert names(picked).count("lib") == 10 and len(set(picked)) == 20
     uniform = RandomSearch(sp, seed=1).ask(20)
     assert names(uniform).count("lib") < 5
+
+
+def test_genetic_warm_start_measures_the_recorded_best_first():
+    sp = space()
+    picks = [sp.configs[7], sp.configs[3], sp.configs[7]]  # a duplicate is measured once
+    recorded = [c.as_dict() for c in picks]
+    stale = dict(recorded[1])
+    first_slot = sp.slots[-1].name
+    stale.pop(first_slot)  # recorded before this slot existed: mapped to the nearest config
+    g = make_strategy("genetic", sp, seed=1, initial=recorded[:2] + [stale] + recorded[2:])
+    got = g.ask(4)
+    assert got[:2] == [picks[0], picks[1]]
+    assert len(set(got)) == len(got) == 4  # then mapped / random members, never repeats
+    assert all(c in sp.index for c in got)
+
+
+def test_genetic_warm_start_ignores_nothing_else():
+    sp = space()
+    plain = make_strategy("genetic", sp, seed=5)
+    warm = make_strategy("genetic", sp, seed=5, initial=[])
+    assert plain.ask(6) == warm.ask(6)

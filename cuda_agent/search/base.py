@@ -71,3 +71,17 @@ def nearest(space: Space, wish: dict[str, Any], exclude: set[Config], rng: Any
             if rng.random() < 1.0 / ties:  # uniform among equals (reservoir sampling)
                 best = cfg
     return best
+
+
+def warm_configs(space: Space, recorded: list[dict[str, Any]], rng: Any) -> list[Config]:
+    """Recorded configurations (e.g. a sweep's best, best first) as configurations of `space`:
+    upgraded where an older template version recorded them, else the valid configuration
+    nearest to them; duplicates dropped. What a search warm-started from a sweep measures first."""
+    out: list[Config] = []
+    for values in recorded:
+        cfg = space.upgrade(values)
+        if cfg is None:
+            cfg = nearest(space, values, set(out), rng)
+        if cfg is not None and cfg not in out:
+            out.append(cfg)
+    return out

@@ -1,6 +1,9 @@
 """A genetic algorithm over configurations: tournament selection, uniform crossover by slot,
 per-slot mutation, and repair onto the space (the child is mapped to the valid configuration
-sharing the most slot values with it, so every proposal is measurable)."""
+sharing the most slot values with it, so every proposal is measurable).
+
+`initial` (configurations as dicts, e.g. a recorded sweep's best) warm-starts it: they are the
+first generation, measured again in this run, before any random member."""
 
 from __future__ import annotations
 
@@ -8,7 +11,7 @@ import random
 
 from ..run.records import Measurement
 from ..space.slots import Config
-from .base import Strategy, nearest, register
+from .base import Strategy, nearest, register, warm_configs
 
 
 @register("genetic")
@@ -16,9 +19,10 @@ class Genetic(Strategy):
     adaptive = True
 
     def __init__(self, space, seed: int = 0, population: int = 16, mutation: float = 0.15,
-                 **options) -> None:  # noqa: ANN001
+                 initial: list[dict] | None = None, **options) -> None:  # noqa: ANN001
         super().__init__(space, seed, **options)
         self.rng = random.Random(seed)
+        self.initial = warm_configs(space, initial or [], self.rng)
         self.population = population
         self.mutation = mutation
         self.scored: dict[Config, float] = {}  # measured configs and their fitness (time)
@@ -33,7 +37,10 @@ class Genetic(Strategy):
         fresh = [c for c in self.space.configs if c not in self.proposed]
         while len(out) < n and fresh:
             ok = [c for c, t in self.scored.items() if t != float("inf")]
-            if len(ok) < 2 or len(self.scored) < self.population:
+            seeds = [c for c in self.initial if c not in self.proposed]
+            if seeds:
+                cfg = seeds[0]
+            elif len(ok) < 2 or len(self.scored) < self.population:
                 cfg = self.rng.choice(fresh)  # the first generation is random
             else:
                 a, b = self._tournament().as_dict(), self._tournament().as_dict()
