@@ -119,13 +119,20 @@ def markdown(results: dict, throughput: list[dict] | None, tests_tail: str | Non
               "(target 85 %).",
               f"* Faster than both eager and torch.compile on softmax, log-softmax and norms: "
               f"**{s['beats_both_softmax_norm']} of {s['softmax_norm_problems']}** "
-              f"({', '.join(s['not_beating_both']) or 'all'} short of it)."
+              f"({', '.join(s['not_beating_both']) or 'all'} short of it)"
+              + (f"; counting the continued searches below (the latest run per problem): "
+                 f"**{s['beats_both_softmax_norm_with_searches']} of "
+                 f"{s['softmax_norm_problems']}** "
+                 f"({', '.join(s['not_beating_both_with_searches']) or 'all'} short of it)"
+                 if s.get("beats_both_softmax_norm_with_searches") is not None and
+                 results.get("searches") else "") + "."
               if s['softmax_norm_problems'] else "",
               f"* Verified on the GPU: **{s['verified']} of the {len(rows)} problems swept**; "
               f"the suite has {s['suite_size']}"
               + (f", {len(s['never_swept'])} never swept on a GPU: "
                  f"{', '.join(s['never_swept'])}." if s['never_swept'] else "."), ""]
     lines += issue4_section(rows)
+    lines += search_section(results.get("searches") or [], rows)
     if throughput:
         lines += ["## Throughput", "",
                   "Candidates evaluated per second on the GPU machine (compile with NVRTC in a pool "
@@ -140,6 +147,42 @@ def markdown(results: dict, throughput: list[dict] | None, tests_tail: str | Non
     if tests_tail:
         lines += ["## GPU test suite", "", "```", tests_tail.strip(), "```", ""]
     return "\n".join(lines)
+
+
+def search_section(searches: list[dict], rows: list[dict]) -> list[str]:
+    """Guided searches that continued from the sweeps (`gpu_suite.py --parts search`): each
+    its own run, with eager and torch.compile timed again in that run."""
+    if not searches:
+        return []
+    sweep = {r["problem"]: r for r in rows}
+    lines = ["## Searches continued from the sweeps", "",
+             "A sweep measures a few percent of a large space. These runs searched further "
+             "(strategy and measurement count given; `warm`: the genetic search's first "
+             "generation was the recorded sweep's best configurations, measured again in the "
+             "run). Each row is one run: best, eager and torch.compile all measured in it.", "",
+             "| problem | strategy | evals | warm | best ms | eager ms | compile ms | vs eager | "
+             "vs compile | sweep best ms | date |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for q in searches:
+        sw = sweep.get(q["problem"], {})
+        lines.append(
+            f"| {q['problem']} | {q['strategy']} | {q['evals']} | {q.get('warm_start', 0)} | "
+            f"{fmt(q['best_ms'])} | {fmt(q['eager_ms'])} | {fmt(q['compile_ms'])} | "
+            f"{fmt(_ratio(q['eager_ms'], q['best_ms']), 'x', 2)} | "
+            f"{fmt(_ratio(q['compile_ms'], q['best_ms']), 'x', 2)} | {fmt(sw.get('best_ms'))} | "
+            f"{q.get('date', '-')} |")
+    gemm = [q for q in searches if q["problem"] in ("gemm_square", "gemm_rect")]
+    if gemm:
+        lines += ["", "Strict-fp32 generated GEMM against cuBLAS (eager) in these runs: " +
+                  ", ".join(f"{q['problem']} {fmt(100 * _ratio(q['eager_ms'], q['best_ms']), '%', 0)}"
+                            f" ({q.get('date', '-')})" for q in gemm if q.get("best_ms")) +
+                  " (target 90 %)."]
+    lines.append("")
+    return lines
+
+
+def beats_both(r: dict) -> bool:
+    return bool(r.get("best_ms") and r.get("eager_ms") and r.get("compile_ms")
+                and r["best_ms"] < r["eager_ms"] and r["best_ms"] < r["compile_ms"])
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -211,6 +254,8 @@ def main() -> None:
     ap.add_argument("--throughput", type=Path)
     ap.add_argument("--gpu-tests", type=Path, nargs="*", default=[])
     ap.add_argument("--markdown", type=Path, default=ROOT / "BENCHMARKS.md")
+    ap.add_argument("--search", type=Path, nargs="*", default=[],
+                    help="search.json files of gpu_suite.py --parts search (dated by folder)")
     ap.add_argument("--commit", help="commit that ran, where the sweeps say 'unknown' (the GPU "
                     "machine gets the working tree without .git)")
     args = ap.parse_args()
@@ -225,18 +270,28 @@ def main() -> None:
            and r["family"] in MEMORY_BOUND and r["problem"].split("_")[0] in ISSUE2_PREFIXES]
     sn = [r for r in rows if r["family"] in ("softmax", "norm")
           and r["problem"].split("_")[0] in ISSUE2_PREFIXES]
-    beats = [r for r in sn if r["best_ms"] and r["eager_ms"] and r["compile_ms"]
-             and r["best_ms"] < r["eager_ms"] and r["best_ms"] < r["compile_ms"]]
+    beats = [r for r in sn if beats_both(r)]
+    searches = []
+    for path in args.search:
+        date = re.match(r"\d{4}-\d{2}-\d{2}", path.parent.name)
+        for q in json.loads(path.read_text()):
+            searches.append({**q, "date": date.group(0) if date else None})
+    # the latest run per problem, sweep or search, decides (each compares within its own run)
+    latest = {q["problem"]: q for q in searches}
+    beats_latest = [r for r in sn if beats_both(latest.get(r["problem"], r))]
     first = rows[0]
     suite = [f.stem for f in sorted((ROOT / "benchmarks" / "problems").glob("*.py"))]
     results = {
         "gpu": first["gpu"], "date": first["date"], "commit": first["commit"],
         "torch": first["torch"], "copy_tbps": first["copy_tbps"], "rows": rows,
-        "commits": sorted({str(r["commit"]) for r in rows}),
+        "commits": sorted({str(r["commit"]) for r in rows}), "searches": searches,
         "summary": {
             "median_fraction_of_copy_bw_1gb": statistics.median(big) if big else None,
             "softmax_norm_problems": len(sn), "beats_both_softmax_norm": len(beats),
             "not_beating_both": [r["problem"] for r in sn if r not in beats],
+            "beats_both_softmax_norm_with_searches": len(beats_latest),
+            "not_beating_both_with_searches": [r["problem"] for r in sn
+                                               if r not in beats_latest],
             "verified": sum(r["verified"] for r in rows),
             "suite_size": len(suite),
             "never_swept": sorted(set(suite) - {r["problem"] for r in rows}),
