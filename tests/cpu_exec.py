@@ -49,6 +49,14 @@ static inline unsigned atomicAdd(unsigned* p, unsigned v) {
   return std::atomic_ref<unsigned>(*p).fetch_add(v); }
 static inline float atomicAdd(float* p, float v) {
   return std::atomic_ref<float>(*p).fetch_add(v); }
+// cp.async, synchronously: the copy (or the zero fill) happens at once, so commit and wait
+// have nothing to do; the barrier after the wait still orders the block's threads
+#define CA_EMULATED 1
+static inline void ca_cp16(float* dst, const float* src, bool in) {
+  for (int q = 0; q < 4; ++q) dst[q] = in ? src[q] : 0.f; }
+static inline void ca_cp4(float* dst, const float* src, bool in) { *dst = in ? *src : 0.f; }
+static inline void ca_cp_commit() {}
+template <int N> static inline void ca_cp_wait() {}
 // a kernel argument of any element type (float inputs, int64 class indices, the output)
 struct ca_ptr { void* p; template <class T> operator T*() const { return (T*)p; } };
 static inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }

@@ -3,8 +3,6 @@ and the replay learning test on the real H200 sweeps."""
 
 from __future__ import annotations
 
-import math
-import statistics
 from pathlib import Path
 
 import numpy as np
@@ -305,3 +303,45 @@ def test_operators_per_iteration_groups_the_episodes(tmp_path):
             assert ks[0] == ks[1] and ks[2] == ks[3]
     finally:
         tr.close()
+
+
+def test_a_checkpoint_of_a_smaller_vocabulary_loads_with_its_heads_grown(tmp_path):
+    """Values appended to a slot (GEMM stages 3 and 4) must not orphan trained policies: the
+    old values keep their logits exactly, the new ones start at the head's mean bias."""
+    from cuda_agent.agents.checkpoint import grown_state
+    from cuda_agent.agents.policy import CTX_DIM
+
+    torch.manual_seed(0)
+    trained = MultiAgentPolicy("multi")
+    slot = "memory.stages"
+    j = SLOT_ORDER.index(slot)
+    keep = [0, 1, len(values(slot)) - 1]  # an older build knew 1, 2 and the absent marker
+    dropped = [int(SLOT_OFFSETS[j]) + i for i in range(len(values(slot))) if i not in keep]
+    hidden = trained.hidden
+    ctx_keep = [c for c in range(CTX_DIM) if c not in dropped]
+    old = {}
+    for key, v in trained.state_dict().items():
+        if ".heads." in key:
+            if key.endswith(".weight"):
+                v = torch.cat([v[:, :hidden], v[:, [hidden + c for c in ctx_keep]]], dim=1)
+            if "heads.memory_stages." in key:
+                v = v[keep]
+        old[key] = v.clone()
+    with pytest.raises(RuntimeError):
+        MultiAgentPolicy("multi").load_state_dict(old)
+    grown = MultiAgentPolicy("multi")
+    grown.load_state_dict(grown_state(old, grown))
+    # same logits on every old value, for a context of old values only
+    ctx = torch.zeros(CTX_DIM)
+    ctx[ctx_keep[::3]] = 1.0
+    h = torch.randn(hidden)
+    for s in SLOT_ORDER:
+        g = trained.group_of[s]
+        a = trained.nets[g].logits(h, ctx, s)
+        b = grown.nets[g].logits(h, ctx, s)
+        rows = keep if s == slot else list(range(len(values(s))))
+        assert torch.allclose(a[rows], b[rows], atol=1e-5), s
+    head = grown.nets[grown.group_of[slot]].heads["memory_stages"]
+    assert torch.all(head.weight[2:4] == 0)
+    old_bias = old["nets.memory.heads.memory_stages.bias"]
+    assert torch.allclose(head.bias[2:4], old_bias[:2].mean().expand(2))

@@ -166,7 +166,11 @@ def test_generated_gemm_matches_torch(name):
     picked = [sp.default()] + rng.sample(small, 2)
     for pred in (lambda c: c["reduction.split"] > 1, lambda c: c["memory.stages"] == 2 and
                  c["memory.frag"] == "split", lambda c: c["config.warp"] == "4x8",
-                 lambda c: c["memory.vec_a"] == 4 or c["memory.vec_b"] == 4):
+                 lambda c: c["memory.vec_a"] == 4 or c["memory.vec_b"] == 4,
+                 # the cp.async pipeline: 3 and 4 slices in flight, 16-byte and element copies
+                 lambda c: c["memory.stages"] == 3 and c["reduction.split"] > 1,
+                 lambda c: c["memory.stages"] == 4 and c["memory.vec_b"] == 4,
+                 lambda c: c["memory.stages"] == 4 and c["memory.vec_a"] == 1):
         some = [c for c in small if pred(c)]
         picked += rng.sample(some, 1) if some else []
     for cfg in picked:

@@ -57,9 +57,62 @@ def policy_from(blob: dict[str, Any]) -> MultiAgentPolicy:
     try:
         policy.load_state_dict(blob["policy"])
     except RuntimeError:
-        # the action vocabulary or the observation grew with the template library
-        raise SettingsError(
-            "the checkpoint was trained with another template library (its observation or "
-            "action vocabulary differs from this build's); train a new policy with "
-            "`cuda-agent train`") from None
+        try:  # the action vocabulary grew with the template library: grow the heads
+            policy.load_state_dict(grown_state(blob["policy"], policy, meta.get("vocab")))
+        except (RuntimeError, KeyError, ValueError):
+            raise SettingsError(
+                "the checkpoint was trained with another template library (its observation "
+                "or action vocabulary differs from this build's beyond added values); train "
+                "a new policy with `cuda-agent train`") from None
     return policy
+
+
+def grown_state(old: dict[str, torch.Tensor], policy: MultiAgentPolicy,
+                old_vocab: dict[str, list] | None = None) -> dict[str, torch.Tensor]:
+    """A state dict of a policy trained on a smaller action vocabulary, fitted to `policy`'s.
+
+    Each slot head's rows (its values) and every head's context columns (the one-hot of the
+    slots decided before) are mapped onto the current vocabulary: by value where the checkpoint
+    recorded its vocabulary, else by position (values are only ever appended before the absent
+    marker). A value the checkpoint never saw gets zero weights and its head's mean bias, so it
+    starts neither favoured nor excluded; online fine-tuning learns it."""
+    from .policy import SLOT_OFFSETS
+    from .vocab import SLOT_ORDER, values
+
+    new = policy.state_dict()
+    head_key = {s: f"nets.{policy.group_of[s]}.heads.{s.replace('.', '_')}" for s in SLOT_ORDER}
+    old_size = {s: old[head_key[s] + ".bias"].shape[0] if head_key[s] + ".bias" in old else 0
+                for s in SLOT_ORDER}
+    # new index of each old value index, per slot
+    where: dict[str, list[int]] = {}
+    for s in SLOT_ORDER:
+        cur, n = list(values(s)), old_size[s]
+        if n == 0:
+            where[s] = []
+        elif old_vocab and s in old_vocab:
+            where[s] = [cur.index(v) for v in list(old_vocab[s])]
+        elif n > len(cur):
+            raise ValueError(f"{s}: the checkpoint has more values than this build")
+        else:
+            where[s] = list(range(n - 1)) + [len(cur) - 1]
+    old_off = np.concatenate([[0], np.cumsum([old_size[s] for s in SLOT_ORDER])]).astype(int)
+    hidden = policy.hidden
+    col_map = [(hidden + int(old_off[j]) + i, hidden + int(SLOT_OFFSETS[j]) + k)
+               for j, s in enumerate(SLOT_ORDER) for i, k in enumerate(where[s])]
+    out = {}
+    for key, value in new.items():
+        slot = next((s for s in SLOT_ORDER if key.startswith(head_key[s] + ".")), None)
+        if slot is None or key not in old:
+            out[key] = old[key] if key in old else value
+            continue
+        src, rows = old[key], where[slot]
+        if key.endswith(".bias"):
+            grown = torch.full_like(value, float(src[:-1].mean()) if len(src) > 1 else 0.0)
+            grown[rows] = src
+        else:
+            grown = torch.zeros_like(value)
+            grown[:, :hidden][rows] = src[:, :hidden]
+            for c_old, c_new in col_map:
+                grown[rows, c_new] = src[:, c_old]
+        out[key] = grown
+    return out

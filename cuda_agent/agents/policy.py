@@ -140,4 +140,6 @@ class MultiAgentPolicy(nn.Module):
     def describe(self) -> dict[str, Any]:
         return {"mode": self.mode, "hidden": self.hidden,
                 "groups": {g: list(s) for g, s in self.groups.items()},
+                # the action vocabulary it was trained on: a later, larger one loads it grown
+                "vocab": {s: list(values(s)) for s in SLOT_ORDER},
                 "parameters": sum(p.numel() for p in self.parameters())}

@@ -17,7 +17,9 @@ from ..space.slots import ABSENT, AGENTS, Config
 from ..space.space import SCOPE_SLOT, Space
 
 # Every slot any template has, with every value it can take. Order within a slot is meaningful
-# (small to large), which the observation encoding uses.
+# (small to large), which the observation encoding uses. Values are only ever appended to a
+# slot, and slots only appended to an agent: checkpoints of a smaller vocabulary then load with
+# their heads grown (`checkpoint.policy_from`).
 VOCAB: dict[str, tuple[Any, ...]] = {
     "reduction.scope": ("map", "row", "col", "split", "gemm", "pool", "chan", "scan", "lib",
                         "attention"),
@@ -48,7 +50,7 @@ VOCAB: dict[str, tuple[Any, ...]] = {
     "memory.bk": (8, 16, 32, 64),
     "memory.vec_a": (1, 4),
     "memory.vec_b": (1, 4),
-    "memory.stages": (1, 2),
+    "memory.stages": (1, 2, 3, 4),
     "memory.pad": (0, 1, 4),
     "memory.frag": ("contig", "split"),
     "compute.tm": (4, 8),

@@ -10,7 +10,8 @@ each thread accumulates a TM x TN sub-tile in registers as outer products. The s
 * memory: the K slice, vector width of the global loads of A and B (16 bytes along whichever of
   their dims is contiguous, so transposed operands are read in place), single or double
   buffering (the next slice is loaded into registers while the current one is multiplied),
-  padding of the transposed shared-memory stores (bank conflicts), and the thread-tile layout
+  or a pipeline of 3 or 4 slices in flight copied straight from global to shared memory
+  (`cp.async`, no staging registers: transposed operands go element by element), padding of the transposed shared-memory stores (bank conflicts), and the thread-tile layout
   (contiguous, or split in two halves BM/2 apart, which spreads a warp's shared-memory reads
   over all banks);
 * compute: the thread tile (TM, TN) and the minimum of blocks per SM the register allocation
@@ -91,9 +92,10 @@ def _max_offset(g: GemmInfo, plan: KernelPlan) -> int:
 
 class GemmTemplate(Template):
     name = "gemm"
-    version = "3"
+    version = "4"
     # v2: the __launch_bounds__ minimum and split-K up to 32 (v1 sweeps read at minblocks=1);
-    # v3: 32-bit indexing wherever it fits (no slot), split-K only where tiles are few
+    # v3: 32-bit indexing wherever it fits (no slot), split-K only where tiles are few;
+    # v4: stages 3 and 4 (a cp.async pipeline); v3 configurations are unchanged
     legacy = {"compute.minblocks": 1}
 
     def applies(self, plan: KernelPlan) -> bool:
@@ -110,8 +112,10 @@ class GemmTemplate(Template):
             Slot("memory.bk", (8, 16, 32), "K slice staged in shared memory per step"),
             Slot("memory.vec_a", (1, 4), "elements per global load of A"),
             Slot("memory.vec_b", (1, 4), "elements per global load of B"),
-            Slot("memory.stages", (1, 2), "shared-memory buffers (2: load the next slice "
-                                          "while multiplying this one)"),
+            Slot("memory.stages", (1, 2, 3, 4),
+                 "shared-memory buffers (2: load the next slice into registers while "
+                 "multiplying this one; 3, 4: that many slices in flight, copied by cp.async "
+                 "straight into shared memory)"),
             Slot("memory.pad", (0, 4), "padding of transposed shared-memory rows"),
             Slot("memory.frag", ("contig", "split"), "thread-tile layout in the block tile"),
             Slot("compute.tm", (4, 8), "rows of C per thread"),
@@ -154,7 +158,10 @@ class GemmTemplate(Template):
                 return f"vector loads of {operand.upper()} are not aligned here"
             if (rows * bk // vec) % threads:
                 return f"the {operand.upper()} tile does not split evenly over the threads"
-        prefetch = (bm + bn) * bk // threads
+        if cfg["memory.stages"] > 2 and (g.b_gather is not None or g.a_k_split is not None):
+            return "the cp.async pipeline covers plain products (not gathered convolutions)"
+        # the cp.async pipeline needs no staging registers
+        prefetch = (bm + bn) * bk // threads if cfg["memory.stages"] <= 2 else 0
         if tm * tn + prefetch > 128:
             return "accumulators and prefetch registers exceed the register budget"
         if cfg["compute.minblocks"] == 2 and (2 * threads > 1024 or
@@ -204,6 +211,29 @@ def epilogue_value(plan: KernelPlan, c: Code, value: str, fl: str, row: str, col
     stmts, names = cg.emit_values(plan, [plan.output], bound, False, suffix=tag)
     c(*stmts)
     return names[plan.output]
+
+
+# cp.async helpers (sm_80+): a zero source size fills the destination with zeros, which is how
+# elements outside the matrix (or past this split's K) become the zeros the product needs; the
+# CPU emulator of the tests defines CA_EMULATED and its own synchronous versions.
+CP_ASYNC = r"""
+#ifndef CA_EMULATED
+__device__ __forceinline__ void ca_cp16(float* dst, const float* src, bool in) {
+  const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::
+               "r"(s), "l"(src), "r"(in ? 16 : 0));
+}
+__device__ __forceinline__ void ca_cp4(float* dst, const float* src, bool in) {
+  const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::
+               "r"(s), "l"(src), "r"(in ? 4 : 0));
+}
+__device__ __forceinline__ void ca_cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void ca_cp_wait() {
+  asm volatile("cp.async.wait_group %0;\n" :: "n"(N));
+}
+#endif
+"""
 
 
 def _transposed_coord(cv: Any, d: int) -> list[str]:
@@ -370,6 +400,63 @@ class _GemmWriter:
                 else:
                     c(f"{base}[({kk}) * {ld} + {r}] = {reg};")
 
+    def tile_async(self, c: Code, k0: str, buf: str) -> None:
+        """Copy the K slice starting at `k0` into shared buffer `buf` with cp.async: 16 bytes
+        at a time where the operand's unit-stride dim is the shared row's, else element by
+        element (k fastest across lanes, so each row's run of K is read coalesced)."""
+        g = self.g
+        for name, along, vec, rows, strides, ld, lim in (
+                ("a", _a_along(g), self.AV, self.BM, g.a_strides, self.LDA, g.M),
+                ("b", _b_along(g), self.BV, self.BN, g.b_strides, self.LDB, g.N)):
+            base = f"({name.upper()}s + ({buf}) * {self.BK * ld})"
+            row_dim = "m" if name == "a" else "n"
+            src = f"{name.upper()}g"
+            if along == row_dim and vec == 4:
+                pairs = self._vectors(name, along, 4, rows)
+            else:  # one element per copy: k fastest when the operand runs along k
+                total = rows * self.BK
+                pairs = []
+                for j in range(total // self.NT):
+                    idx = f"(tid + {j * self.NT})"
+                    if along == row_dim:
+                        pairs.append((f"({idx} % {rows})", f"({idx} / {rows})"))
+                    else:
+                        pairs.append((f"({idx} / {self.BK})", f"({idx} % {self.BK})"))
+            for r, kk in pairs:
+                grow = f"{'m0' if name == 'a' else 'n0'} + {r}"
+                gk = f"{k0} + {kk}"
+                if name == "a":
+                    off = self.a_offset(grow, gk)
+                else:
+                    off = f"(idx_t)({gk}) * {strides[1]} + (idx_t)({grow}) * {strides[2]}"
+                guard = f"({grow}) < {lim} && ({gk}) < kend"
+                fn = "ca_cp16" if along == row_dim and vec == 4 else "ca_cp4"
+                c(f"{{ const bool in_ = {guard}; {fn}({base} + ({kk}) * {ld} + {r}, "
+                  f"in_ ? {src} + {off} : {src}, in_); }}")
+
+    def pipeline(self, c: Code) -> None:
+        """The K loop with ST-1 slices in flight: wait for slice t, one barrier (everyone is
+        done with the buffer slice t-1 used, which the next copy overwrites), issue slice
+        t+ST-1, multiply slice t."""
+        st = self.ST
+        c(f"const int ntiles = (kend - kbeg + {self.BK - 1}) / {self.BK};")
+        c.open(f"for (int s_ = 0; s_ < {st - 1}; ++s_)")
+        c.open("if (s_ < ntiles)")
+        self.tile_async(c, f"kbeg + s_ * {self.BK}", "s_")
+        c.close()
+        c("ca_cp_commit();")
+        c.close()
+        c("int rd_ = 0, wr_ = " + str(st - 1) + ";")
+        c.open("for (int t = 0; t < ntiles; ++t)")
+        c(f"ca_cp_wait<{st - 2}>();", "__syncthreads();")
+        c.open(f"if (t + {st - 1} < ntiles)")
+        self.tile_async(c, f"kbeg + (t + {st - 1}) * {self.BK}", "wr_")
+        c.close()
+        c("ca_cp_commit();")
+        self.multiply(c, "rd_")
+        c(f"rd_ = rd_ + 1 == {st} ? 0 : rd_ + 1;", f"wr_ = wr_ + 1 == {st} ? 0 : wr_ + 1;")
+        c.close()
+
     def declare_prefetch(self, c: Code) -> None:
         g = self.g
         for name, along, vec, rows in (("a", _a_along(g), self.AV, self.BM),
@@ -523,6 +610,10 @@ class _GemmWriter:
           f"for (int i = 0; i < {self.TM}; ++i)",
           "#pragma unroll",
           f"  for (int j = 0; j < {self.TN}; ++j) acc[i][j] = 0.f;")
+        if self.ST > 2:
+            self.pipeline(c)
+            self.finish_main(c)
+            return self.main_launch()
         self.declare_prefetch(c)
         c(f"const int ntiles = (kend - kbeg + {self.BK - 1}) / {self.BK};")
         self.tile_loads(c, "kbeg")
@@ -548,12 +639,19 @@ class _GemmWriter:
             c.close()
             c("__syncthreads();")
         c.close()
+        self.finish_main(c)
+        return self.main_launch()
+
+    def finish_main(self, c: Code) -> None:
+        g = self.g
         if self.SPLIT > 1:
             c(f"float* part = reinterpret_cast<float*>(ws) + "
               f"(idx_t)blockIdx.z * {g.batch * g.M * g.N};")
         self.store_tile(c, partial=self.SPLIT > 1)
         c.close()
-        return Launch("ca_gemm", (self.tiles_m * self.tiles_n, g.batch, self.SPLIT),
+
+    def main_launch(self) -> Launch:
+        return Launch("ca_gemm", (self.tiles_m * self.tiles_n, self.g.batch, self.SPLIT),
                       (self.NT, 1, 1), self.smem)
 
     def sum_kernel(self, c: Code) -> Launch:
@@ -579,6 +677,8 @@ class _GemmWriter:
     def render(self) -> Rendered:
         c = Code()
         c(cg.PRELUDE)
+        if self.ST > 2:
+            c(CP_ASYNC)
         launches = [self.main_kernel(c)]
         ws = 0
         if self.SPLIT > 1:
