@@ -100,6 +100,11 @@ class SimConstants:
     stream_hint_l2_retention: float = 0.5
     #: L1 <-> L2 bytes per clock and SM: caps what few active SMs can move.
     sm_bytes_per_clk: float = 64.0
+    #: L1 -> L2 requests (one per cache line a warp instruction touches, carrying the sectors it
+    #: needs of that line) the L2 slices accept per clock, per SM's worth of slices. Coalesced
+    #: accesses carry 128 bytes a request and never reach this limit; lanes that touch a line
+    #: each (strided scans, pooling's stores) carry 4 to 16 bytes a request and do.
+    l2_requests_per_clk_per_sm: float = 0.25
     #: Soft maximum between the latency-bound and the bandwidth-bound memory time:
     #: t = (t_bw ** k + t_latency ** k) ** (1 / k). Large k: a sharp roofline knee.
     saturation_sharpness: float = 3.0
@@ -117,6 +122,10 @@ class SimConstants:
     #: memory less the carve-out and lines held by loads in flight). Sets where pooling's
     #: strided lanes lose their sector reuse.
     l1_usable_bytes: float = 128 * 1024
+    #: Streaming (evict-first, `__ldcs`) loads are the first lines L1 evicts: of the L1 reuse a
+    #: plain load would find (a sector's rest, a neighbouring window's elements), this fraction
+    #: survives. Pooling's overlapping windows lose most of it.
+    stream_hint_l1_retention: float = 0.5
     #: Fraction of repeated reads of small broadcast operands (a norm's weight read for every
     #: row, a bias) that hit L1; the rest is L2 traffic.
     broadcast_l1_hit: float = 0.75
@@ -246,6 +255,7 @@ class _Work:
     bank_conflicts: float = 0.0  # extra shared-memory wavefronts per request
     combine_events: float = 0.0  # block-level combines (each one barrier chain)
     combine_cycles: float = 0.0  # cycles of one such combine
+    l2_requests: float = 0.0  # L1 -> L2 line requests (load misses and write-through stores)
     atomics: float = 0.0
     atomic_chain: float = 0.0  # atomics to the busiest address
     tail_s: float = 0.0  # serial work at the end of the launch that nothing overlaps
@@ -387,6 +397,8 @@ def _time_launch(L: Launch, w: _Work, occ: _Occupancy, target: Target, c: SimCon
         bif = active * warps_sm * 32 * w.active_lanes * w.access_bytes * w.loads_in_flight
         t_mem = _mem_time(frac * w.dram_load_bytes, frac * (w.l2_load_bytes + _spill_l2(w, c)),
                           frac * w.store_bytes, bif, active, w.dram_latency_ns, target, c)
+        # the L2 slices serve a limited number of requests per clock, whatever their size
+        t_mem = max(t_mem, frac * w.l2_requests / (S * c.l2_requests_per_clk_per_sm * clock))
         hide = min(1.0, warps_sm * w.ilp / c.alu_latency_warps)
         t_issue = frac * w.issue_instr / (active * lane_rate * hide)
         t_mufu = frac * w.mufu_ops / (active * c.mufu_lanes_per_clk * clock)
@@ -1161,14 +1173,17 @@ def _pool_work(plan: KernelPlan, rendered: Rendered, resources: dict, target: Ta
     # sectors a warp keeps in use: the window row its loads walk, a run of sectors per lane
     warp_bytes = groups * c.sector_bytes * max(
         1.0, math.ceil(run_lanes * max(gap, span(info, items) * 4.0) / c.sector_bytes))
-    hit = _l1_hit(warps_sm * warp_bytes, c)
+    keep = c.stream_hint_l1_retention if sh.stream else 1.0  # evict-first loads
+    hit = _l1_hit(warps_sm * warp_bytes, c) * keep
     fetched = requests * sectors * c.sector_bytes  # sector fetches without reuse in L1
     w.l2_load_bytes = max(0.0, fetched - in_bytes) * (1 - hit) + max(
-        0.0, lane_loads * 4.0 - in_bytes) * hit * (1 - c.broadcast_l1_hit)
+        0.0, lane_loads * 4.0 - in_bytes) * (1 - hit * c.broadcast_l1_hit)
     # stores: lane i writes output items x i (+ item j), so they are strided the same way
     st_sectors, st_lines = _strided_request(run_lanes, 4.0 * items, 4.0, c)
     w.l2_load_bytes += _partial_store_bytes(outputs / 32, groups * st_sectors, outputs * 4.0, c)
     w.lsu_wavefronts = requests * lines + outputs / 32 * groups * st_lines
+    w.l2_requests = _l2_requests(w.dram_load_bytes + w.l2_load_bytes, sectors, lines,
+                                 outputs * 4.0, groups * st_lines, 32 * 4.0, c)
     a_issue, a_mufu, _, _ = _arith(plan, sh.fast, c)
     w.issue_instr = _pool_instr(rendered, info, lane_loads, outputs, work_items, a_issue, sh, c)
     w.mufu_ops = outputs * a_mufu + (outputs if info.kind == "avg" else 0)
@@ -1191,6 +1206,16 @@ def _pool_instr(rendered: Rendered, info: Any, lane_loads: float, outputs: int,
         per_output += c.fast_div_instr if sh.fast else c.div_instr
     per_item = (4.0 * info.rank + 6) * (c.i64_addr_factor if sh.i64 else 1.0) + c.loop_instr
     return lane_loads * per_load + outputs * per_output + work_items * per_item
+
+
+def _l2_requests(load_bytes: float, load_sectors: float, load_lines: float, store_bytes: float,
+                 store_lines: float, store_useful: float, c: SimConstants) -> float:
+    """L1 -> L2 requests: a load miss asks for the sectors it needs of one line at a time
+    (`load_sectors / load_lines` sectors a request); stores write through, one request per
+    line a warp store touches, carrying the request's useful bytes over its lines."""
+    per_load = c.sector_bytes * max(1.0, load_sectors / max(1.0, load_lines))
+    per_store = max(4.0, store_useful / max(1.0, store_lines))
+    return load_bytes / per_load + store_bytes / per_store
 
 
 def _strided_request(lanes: int, gap: float, access: float, c: SimConstants
@@ -1261,9 +1286,13 @@ def _scan_works(plan: KernelPlan, rendered: Rendered, resources: dict, target: T
         if K > vec:  # strided lanes: the rest of each sector only if L1 keeps it
             occ, _ = _occupancy(L, w, target, c)
             warps_sm = (occ.blocks_per_sm if occ else 1) * -(-L.threads // 32)
-            hit_l1 = _l1_hit(warps_sm * 32 * K * 4.0 * n_ops, c)
+            hit_l1 = _l1_hit(warps_sm * 32 * K * 4.0 * n_ops, c) * (
+                c.stream_hint_l1_retention if sh.stream else 1.0)
             fetched = N / vec / 32 * n_ops * sectors * c.sector_bytes
             w.l2_load_bytes += max(0.0, fetched - N * 4.0 * n_ops) * (1 - hit_l1)
+        w.l2_requests = _l2_requests(
+            w.dram_load_bytes + w.l2_load_bytes, sectors, lines,
+            w.store_bytes if writes else 0.0, lines, 32 * 4.0 * vec, c)
         per_elem = a_issue + 2 + (n_ops + (1 if writes else 0)) * (1 + _addr(sh, c)) / vec
         w.issue_instr = N * per_elem
         w.mufu_ops = N * a_mufu
