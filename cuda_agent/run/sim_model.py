@@ -193,6 +193,11 @@ class SimConstants:
     sync_overlap_exponent: float = 1.0
     #: Cycles an SM spends retiring a block and starting the next, hidden the same way.
     block_launch_cycles: float = 100.0
+    #: The block scheduler hands each SM a new block at most once per this many nanoseconds,
+    #: however many blocks are resident: a grid of millions of small blocks (a thread per
+    #: short row, one item a thread) is bound by it (measured: ~80 ns a block and SM, the same
+    #: for 32- to 256-thread blocks).
+    block_dispatch_ns: float = 80.0
     #: Atomic operations the L2 completes per clock, per SM's worth of slices.
     atomics_per_clk_per_sm: float = 2.0
     #: Atomics to one address serialise: nanoseconds each.
@@ -423,6 +428,8 @@ def _time_launch(L: Launch, w: _Work, occ: _Occupancy, target: Target, c: SimCon
         t_atomic = max(w.atomics / (S * c.atomics_per_clk_per_sm * clock),
                        w.atomic_chain * c.atomic_serial_ns * 1e-9)
     t = t_total + t_sync + t_sched + t_atomic + w.tail_s
+    # block dispatch is a throughput floor the rest overlaps with
+    t = max(t, blocks * c.block_dispatch_ns * 1e-9 / sms)
     return {"time": t, "mem": t_mem_total, "compute": t_cmp_total, "sync": t_sync,
             "atomic": t_atomic, "dram_bytes": dram_bytes,
             "achieved": occ_time / t_total if t_total else 0.0,
@@ -563,15 +570,22 @@ def _registers(resources: dict, live: float, threads: int, c: SimConstants
     return min(need, cap) if cap else need, 8.0 * spilled, float(spilled)
 
 
-def _coalescing(run_elems: float, vec: int, groups: float, c: SimConstants
-                ) -> tuple[float, float, float, float]:
-    """Access shape of a warp request made of `groups` runs of `run_elems` contiguous floats.
+def _coalescing(run_elems: float, vec: int, groups: float, c: SimConstants,
+                group_stride: float | None = None) -> tuple[float, float, float, float]:
+    """Access shape of a warp request made of `groups` runs of `run_elems` contiguous floats,
+    `group_stride` bytes apart (None: far apart, each run in lines of its own).
 
     Returns (sectors per request, L1 lines per request, DRAM over-fetch factor, fraction of loads
     that L1 serves from a sector an earlier load of the same group brought in)."""
     run = max(4.0, run_elems * 4)
     sectors = groups * math.ceil(run / c.sector_bytes)
     lines = groups * math.ceil(run / c.line_bytes)
+    if group_stride is not None and groups > 1:
+        # runs of neighbouring rows share lines (and sectors) when the rows are short: a warp
+        # of threads reading 8-element rows touches 8 lines, not 32
+        span = (groups - 1) * group_stride + run
+        sectors = min(sectors, math.ceil(span / c.sector_bytes))
+        lines = min(lines, math.ceil(span / c.line_bytes))
     if run >= c.sector_bytes:
         return sectors, lines, 1.0, 0.0
     waste = c.sector_bytes / run - 1
@@ -794,11 +808,15 @@ def _row_work(plan: KernelPlan, rendered: Rendered, resources: dict, target: Tar
     w.active_lanes = R / (nch * T * vec)
     w.ilp = float(min(4, vec * chunks_in_flight))
     groups = max(1, 32 // T)
-    sectors, lines, overfetch, l1_hits = _coalescing(min(T, 32) * vec, vec, groups, c)
+    sectors, lines, overfetch, l1_hits = _coalescing(min(T, 32) * vec, vec, groups, c,
+                                                     group_stride=4.0 * R)
     w.sectors_per_request = sectors
     w.dram_latency_ns = l1_hits * c.l1_latency_ns + (1 - l1_hits) * c.dram_latency_ns
     first = float(plan.bytes_moved() - sh.out_bytes)
-    w.dram_load_bytes = first * overfetch
+    # a sector L1 dropped before the group's later load needs it is fetched again, from L2
+    # (it was touched a moment ago), not DRAM
+    w.dram_load_bytes = first
+    w.l2_load_bytes = first * (overfetch - 1)
     w.store_bytes = float(sh.out_bytes)
     if cache == "regs":
         live = nch * vec * max(1, cached) + vec * n_ops
@@ -816,8 +834,8 @@ def _row_work(plan: KernelPlan, rendered: Rendered, resources: dict, target: Tar
     rows_in_flight = min(O, min(L.blocks, resident) * G)
     hit = _l2_hit(rows_in_flight * R * 4.0 * max(1, cached), sh.stream, target, c)
     reread_bytes = reread * N * 4.0
-    w.l2_load_bytes = reread_bytes * hit
-    w.dram_load_bytes += reread_bytes * (1 - hit) * overfetch
+    w.l2_load_bytes += reread_bytes * (hit + (1 - hit) * (overfetch - 1))
+    w.dram_load_bytes += reread_bytes * (1 - hit)
     # broadcast operands (a weight along the row): re-read by every row
     small_reads = sum(s for s in sh.small if s != O)
     w.l2_load_bytes += (O - 1) * small_reads * 4.0 * (1 - c.broadcast_l1_hit)
@@ -884,7 +902,10 @@ def _col_works(plan: KernelPlan, rendered: Rendered, resources: dict, target: Ta
     w.dram_latency_ns = l1_hits * c.l1_latency_ns + (1 - l1_hits) * c.dram_latency_ns
     out_here = split == 1
     first = float(plan.bytes_moved() - sh.out_bytes)
-    w.dram_load_bytes = first * overfetch
+    # a sector L1 dropped before the group's later load needs it is fetched again, from L2
+    # (it was touched a moment ago), not DRAM
+    w.dram_load_bytes = first
+    w.l2_load_bytes = first * (overfetch - 1)
     w.store_bytes = float(sh.out_bytes) if out_here else 0.0
     live = (NJ * vec * max(1, cached) if cache == "regs" else chunks_in_flight * vec * n_ops) \
         + 2 * vec * nred
@@ -899,8 +920,8 @@ def _col_works(plan: KernelPlan, rendered: Rendered, resources: dict, target: Ta
     tiles_in_flight = min(tiles, min(L.blocks, resident))
     hit = _l2_hit(tiles_in_flight * R * CB * 4.0 * max(1, cached), sh.stream, target, c)
     reread_bytes = reread * N * 4.0
-    w.l2_load_bytes = reread_bytes * hit
-    w.dram_load_bytes += reread_bytes * (1 - hit) * overfetch
+    w.l2_load_bytes += reread_bytes * (hit + (1 - hit) * (overfetch - 1))
+    w.dram_load_bytes += reread_bytes * (1 - hit)
     small_reads = sum(s for s in sh.small if s != O * I)
     w.l2_load_bytes += max(0.0, (N / max(1, small_reads) - 1) * small_reads * 4.0) * (
         1 - c.broadcast_l1_hit) if small_reads else 0.0
