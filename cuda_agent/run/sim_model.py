@@ -111,6 +111,10 @@ class SimConstants:
     #: Soft maximum between a phase's memory time and its instruction (issue, LSU, MUFU) time:
     #: t = (t_mem ** k + t_compute ** k) ** (1 / k). Large k: perfect overlap.
     overlap_sharpness: float = 3.0
+    #: Resident warps per SM at which memory and instruction time overlap as `overlap_sharpness`
+    #: says; with fewer, a warp waiting on its loads has no other warp to issue in its place,
+    #: and the two add up (the soft maximum's exponent falls linearly to 1 at one warp).
+    overlap_warps: float = 16.0
     #: DRAM/L2 access granularity (bytes). Architectural.
     sector_bytes: int = 32
     #: L1 cache line, one LSU wavefront (bytes). Architectural.
@@ -410,7 +414,7 @@ def _time_launch(L: Launch, w: _Work, occ: _Occupancy, target: Target, c: SimCon
         t_lsu = frac * ((w.lsu_wavefronts + w.local_bytes / c.line_bytes) / c.l1_wavefronts_per_clk
                         + w.smem_wavefronts / c.smem_wavefronts_per_clk) / (active * clock)
         t_cmp = max(t_issue, t_mufu, t_lsu)
-        t_phase = _overlap(t_mem, t_cmp, c)
+        t_phase = _overlap(t_mem, t_cmp, c, warps_sm)
         t_total += t_phase
         t_mem_total += t_mem
         t_cmp_total += t_cmp
@@ -437,13 +441,18 @@ def _time_launch(L: Launch, w: _Work, occ: _Occupancy, target: Target, c: SimCon
             "waves": blocks / wave}
 
 
-def _overlap(t_mem: float, t_cmp: float, c: SimConstants) -> float:
+def _overlap(t_mem: float, t_cmp: float, c: SimConstants, warps_sm: float | None = None
+             ) -> float:
     """Time of memory traffic and instruction work that overlap imperfectly: a soft maximum
-    (a warp stalled on a load issues nothing, so near balance both show)."""
+    (a warp stalled on a load issues nothing, so near balance both show). With few resident
+    warps (`warps_sm`) there is little to overlap with: the exponent falls towards 1 (a sum)."""
     hi, lo = max(t_mem, t_cmp), min(t_mem, t_cmp)
     if lo <= 0:
         return hi
-    return hi * (1 + (lo / hi) ** c.overlap_sharpness) ** (1 / c.overlap_sharpness)
+    k = c.overlap_sharpness
+    if warps_sm is not None and c.overlap_warps > 1:
+        k = 1 + (k - 1) * min(1.0, max(0.0, warps_sm - 1) / (c.overlap_warps - 1))
+    return hi * (1 + (lo / hi) ** k) ** (1 / k)
 
 
 def _spill_l2(w: _Work, c: SimConstants) -> float:
