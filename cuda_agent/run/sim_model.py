@@ -202,6 +202,11 @@ class SimConstants:
     #: short row, one item a thread) is bound by it (measured: ~80 ns a block and SM, the same
     #: for 32- to 256-thread blocks).
     block_dispatch_ns: float = 80.0
+    #: SMs do not progress at one speed (their distance to the memory partitions, contention):
+    #: blocks handed out as SMs free up even this out, except for the last wave, which ends
+    #: when its slowest SM does. A launch of one wave (a persistent grid-stride grid) pays this
+    #: fraction of its time; one of W waves about 1/W of it.
+    sm_speed_spread: float = 0.05
     #: Atomic operations the L2 completes per clock, per SM's worth of slices.
     atomics_per_clk_per_sm: float = 2.0
     #: Atomics to one address serialise: nanoseconds each.
@@ -431,6 +436,8 @@ def _time_launch(L: Launch, w: _Work, occ: _Occupancy, target: Target, c: SimCon
     if w.atomics:
         t_atomic = max(w.atomics / (S * c.atomics_per_clk_per_sm * clock),
                        w.atomic_chain * c.atomic_serial_ns * 1e-9)
+    # the last wave waits for its slowest SM; earlier waves are balanced by block dispatch
+    t_total *= 1 + c.sm_speed_spread / max(1.0, blocks / wave)
     t = t_total + t_sync + t_sched + t_atomic + w.tail_s
     # block dispatch is a throughput floor the rest overlaps with
     t = max(t, blocks * c.block_dispatch_ns * 1e-9 / sms)
