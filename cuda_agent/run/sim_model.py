@@ -587,7 +587,8 @@ def _registers(resources: dict, live: float, threads: int, c: SimConstants
 
 
 def _coalescing(run_elems: float, vec: int, groups: float, c: SimConstants,
-                group_stride: float | None = None) -> tuple[float, float, float, float]:
+                group_stride: float | None = None, reuse: float | None = None
+                ) -> tuple[float, float, float, float]:
     """Access shape of a warp request made of `groups` runs of `run_elems` contiguous floats,
     `group_stride` bytes apart (None: far apart, each run in lines of its own).
 
@@ -604,9 +605,10 @@ def _coalescing(run_elems: float, vec: int, groups: float, c: SimConstants,
         lines = min(lines, math.ceil(span / c.line_bytes))
     if run >= c.sector_bytes:
         return sectors, lines, 1.0, 0.0
+    reuse = c.l1_sector_reuse if reuse is None else reuse
     waste = c.sector_bytes / run - 1
-    overfetch = 1 + waste * (1 - c.l1_sector_reuse)
-    l1_hits = (1 - run / c.sector_bytes) * c.l1_sector_reuse
+    overfetch = 1 + waste * (1 - reuse)
+    l1_hits = (1 - run / c.sector_bytes) * reuse
     return sectors, lines, overfetch, l1_hits
 
 
@@ -826,6 +828,7 @@ def _row_work(plan: KernelPlan, rendered: Rendered, resources: dict, target: Tar
     groups = max(1, 32 // T)
     sectors, lines, overfetch, l1_hits = _coalescing(min(T, 32) * vec, vec, groups, c,
                                                      group_stride=4.0 * R)
+    run_bytes = max(4.0, min(T, 32) * vec * 4.0)
     w.sectors_per_request = sectors
     w.dram_latency_ns = l1_hits * c.l1_latency_ns + (1 - l1_hits) * c.dram_latency_ns
     first = float(plan.bytes_moved() - sh.out_bytes)
@@ -846,6 +849,17 @@ def _row_work(plan: KernelPlan, rendered: Rendered, resources: dict, target: Tar
     w.smem_static = int(static or 0)
     # re-reads of the row on later passes: L2 when the rows in flight fit there
     occ, _ = _occupancy(L, w, target, c)
+    if run_bytes < c.sector_bytes:
+        # the rest of a sector waits in L1 for the group's next loads: it is still there
+        # unless the sectors all resident warps keep in use outgrow L1 (or evict-first
+        # loads give it up)
+        warps_sm = (occ.blocks_per_sm if occ else 1) * -(-B // 32)
+        reuse = _l1_hit(warps_sm * sectors * c.sector_bytes * n_ops, c) * (
+            c.stream_hint_l1_retention if sh.stream else 1.0)
+        _, _, overfetch, l1_hits = _coalescing(min(T, 32) * vec, vec, groups, c,
+                                               group_stride=4.0 * R, reuse=reuse)
+        w.dram_latency_ns = l1_hits * c.l1_latency_ns + (1 - l1_hits) * c.dram_latency_ns
+        w.l2_load_bytes = first * (overfetch - 1)
     resident = (occ.blocks_per_sm if occ else 1) * target.sm_count
     rows_in_flight = min(O, min(L.blocks, resident) * G)
     hit = _l2_hit(rows_in_flight * R * 4.0 * max(1, cached), sh.stream, target, c)
