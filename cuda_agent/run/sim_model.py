@@ -40,10 +40,12 @@ be labelled so wherever they appear.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import asdict, dataclass, field, fields
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from ..ir import ops
@@ -222,6 +224,13 @@ class SimConstants:
         return asdict(self)
 
     @staticmethod
+    def shipped() -> "SimConstants":
+        """The constants the `sim` device uses by default: those `benchmarks/sim_calibrate.py`
+        fitted and wrote to `sim_constants_h200.json` (only when they ranked the held-out half
+        of the sweeps better), else the defaults above."""
+        return _shipped_constants()
+
+    @staticmethod
     def from_dict(values: dict[str, Any] | None) -> "SimConstants":
         """Constants from a (possibly partial) dict; unknown names are an error (a typo in a
         calibration file must not pass silently)."""
@@ -235,6 +244,16 @@ class SimConstants:
             kind = known[name].type
             out[name] = int(value) if kind in ("int", int) else float(value)
         return SimConstants(**out)
+
+
+SHIPPED_CONSTANTS = Path(__file__).with_name("sim_constants_h200.json")
+
+
+@lru_cache(maxsize=1)
+def _shipped_constants() -> SimConstants:
+    if SHIPPED_CONSTANTS.exists():
+        return SimConstants.from_dict(json.loads(SHIPPED_CONSTANTS.read_text())["constants"])
+    return SimConstants()
 
 
 @dataclass
@@ -282,7 +301,10 @@ class _Work:
 def simulate(plan: KernelPlan, rendered: Rendered, resources: dict | None, target: Target,
              constants: SimConstants | dict | None = None) -> SimResult:
     """Modelled time and counters of one candidate on `target` (simulated figures)."""
-    c = constants if isinstance(constants, SimConstants) else SimConstants.from_dict(constants)
+    if constants is None:
+        c = SimConstants.shipped()
+    else:
+        c = constants if isinstance(constants, SimConstants) else SimConstants.from_dict(constants)
     resources = dict(resources or {})
     launches = rendered.launches
     if not launches:
