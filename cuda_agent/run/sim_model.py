@@ -872,12 +872,11 @@ def _row_work(plan: KernelPlan, rendered: Rendered, resources: dict, target: Tar
     # re-reads of the row on later passes: L2 when the rows in flight fit there
     occ, _ = _occupancy(L, w, target, c)
     if run_bytes < c.sector_bytes:
-        # the rest of a sector waits in L1 for the group's next loads: it is still there
-        # unless the sectors all resident warps keep in use outgrow L1 (or evict-first
-        # loads give it up)
+        # the rest of a sector waits in L1 for the group's next loads, issued right after
+        # (so an evict-first hint does not matter): it is still there unless the sectors all
+        # resident warps keep in use outgrow L1
         warps_sm = (occ.blocks_per_sm if occ else 1) * -(-B // 32)
-        reuse = _l1_hit(warps_sm * sectors * c.sector_bytes * n_ops, c) * (
-            c.stream_hint_l1_retention if sh.stream else 1.0)
+        reuse = _l1_hit(warps_sm * sectors * c.sector_bytes * n_ops, c)
         _, _, overfetch, l1_hits = _coalescing(min(T, 32) * vec, vec, groups, c,
                                                group_stride=4.0 * R, reuse=reuse)
         w.dram_latency_ns = l1_hits * c.l1_latency_ns + (1 - l1_hits) * c.dram_latency_ns
@@ -895,6 +894,14 @@ def _row_work(plan: KernelPlan, rendered: Rendered, resources: dict, target: Tar
     global_reads = (n_ops + reread + n_bcast) * N / vec  # lane loads, all passes
     w.lsu_wavefronts = (global_reads + (0 if plan.output_is_row else N / vec)) / 32 / \
         w.active_lanes * lines
+    # L2 requests: a thread per long row puts every lane in lines of its own (a request per
+    # lane and sector); a full output is stored the way the row is read, a row output is
+    # one value per group, coalesced
+    w.l2_requests = _l2_requests(
+        w.dram_load_bytes + w.l2_load_bytes, sectors, lines,
+        0.0 if plan.output_is_row else w.store_bytes, lines, 32 * vec * 4.0 * w.active_lanes, c)
+    if plan.output_is_row:
+        w.l2_requests += w.store_bytes / c.line_bytes
     if cache == "smem" and cached:
         q_stride = cached * R
         words = tuple((t // T) * q_stride + (t % T) * vec for t in range(32))
@@ -981,6 +988,9 @@ def _col_works(plan: KernelPlan, rendered: Rendered, resources: dict, target: Ta
     global_reads = (n_ops + reread + n_bcast) * N / vec
     stores_lane = (N / vec) if plan.classes.get(plan.output) == "full" else 0
     w.lsu_wavefronts = (global_reads + stores_lane) / 32 / w.active_lanes * lines
+    # L2 requests: narrow column tiles (small BX) are runs of a sector or two, a line each
+    w.l2_requests = _l2_requests(w.dram_load_bytes + w.l2_load_bytes, sectors, lines,
+                                 w.store_bytes, lines, 32 * vec * 4.0 * w.active_lanes, c)
     if cache == "smem" and cached:
         words = tuple((t // BX) * CB + (t % BX) * vec for t in range(32))
         wf, ideal = _bank_wavefronts(words, vec)
