@@ -545,6 +545,14 @@ def _describe(plan: KernelPlan, rendered: Rendered, resources: dict, target: Tar
         works = [_map_work(plan, rendered, resources, target, c)]
     elif family == "row" and len(rendered.launches) == 1:
         works = [_row_work(plan, rendered, resources, target, c)]
+        if rendered.fact("cross") == "last_block":  # a loss: the last block folds the totals
+            _add_totals(works[0], rendered, None, resources, c, target)
+    elif family == "row" and [L.kernel for L in rendered.launches[1:]] == ["ca_total"]:
+        # a loss's totals over rows, two_pass: the row kernel writes a partial per block and a
+        # one-block kernel folds them (not the row data: the generic split by threads would
+        # hand it a share of the tensor)
+        works = [_row_work(plan, rendered, resources, target, c), _Work()]
+        _add_totals(works[0], rendered, works[1], resources, c, target)
     elif family == "col":
         works = _col_works(plan, rendered, resources, target, c)
     elif family == "split":
@@ -813,6 +821,36 @@ def _map_work(plan: KernelPlan, rendered: Rendered, resources: dict, target: Tar
     w.local_bytes = threads_total * steps * _local_per_iteration(w, spilled, 1, c)
     w.smem_static = int(resources.get("smem_static", 0) or 0)
     return w
+
+
+def _add_totals(w: _Work, rendered: Rendered, fold: _Work | None, resources: dict,
+                c: SimConstants, target: Target) -> None:
+    """A loss's totals over rows: each block of the row launch writes its partials to the
+    workspace; one block folds them, either in a launch of its own (`fold`) or, last_block,
+    at the end of the row launch (a ticket atomic per block, then a serial tail)."""
+    L = rendered.launches[0]
+    ws = float(rendered.workspace_bytes or 4 * L.blocks)
+    w.store_bytes += ws
+    T = rendered.launches[1].threads if fold is not None else L.threads
+    per_thread = math.ceil(ws / 4.0 / max(1, T))
+    # the fold: each thread's loads of the partials (in L2, just written), four in flight,
+    # then a block combine
+    fold_s = (math.ceil(per_thread / 4) * c.l2_latency_ns * 1e-9
+              + _combine_cycles(T, rendered.fact("combine", "shfl"), c) / target.clock_hz)
+    if fold is None:
+        w.atomics += float(L.blocks)
+        w.atomic_chain = max(w.atomic_chain, float(L.blocks))
+        w.tail_s += 2 * c.l2_latency_ns * 1e-9 + fold_s  # the fence, the ticket, the fold
+        return
+    fold.l2_load_bytes = ws
+    fold.store_bytes = 4.0
+    fold.dram_latency_ns = c.dram_latency_ns
+    fold.access_bytes = 4.0
+    fold.loads_in_flight = 4.0
+    fold.issue_instr = ws / 4.0 * (2 + c.addr_instr) + 32
+    fold.lsu_wavefronts = ws / c.line_bytes
+    fold.registers, fold.spill_bytes, _ = _registers(resources, 8, T, c)
+    fold.tail_s = fold_s
 
 
 def _local_per_iteration(w: _Work, spilled: float, accesses: float, c: SimConstants) -> float:
