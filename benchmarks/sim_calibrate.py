@@ -24,13 +24,10 @@ from scipy.stats import spearmanr
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from cuda_agent.build.builder import Builder, BuildInput  # noqa: E402
-from cuda_agent.ir.plan import make_plan  # noqa: E402
-from cuda_agent.problem import load_problem  # noqa: E402
-from cuda_agent.run.replay import read_sweep  # noqa: E402
+from benchmarks.sim_cases import load_case  # noqa: E402
+from cuda_agent.build.builder import Builder  # noqa: E402
 from cuda_agent.run.sim_model import SimConstants, simulate  # noqa: E402
 from cuda_agent.space.slots import Target  # noqa: E402
-from cuda_agent.space.space import Space  # noqa: E402
 
 FIT = ("dram_peak_fraction", "dram_latency_ns", "saturation_sharpness", "gather_lines_per_request",
        "issue_rate_scale", "transcendental_instr", "addr_instr", "loop_instr", "barrier_cycles",
@@ -43,33 +40,11 @@ MARK_BEGIN, MARK_END = "<!-- sim-calibration:begin -->", "<!-- sim-calibration:e
 
 
 def load_cases(data: Path) -> list[dict]:
-    """Per problem: plan, rendered candidates, compile resources and measured times."""
-    cases = []
-    target = Target()
+    """Per problem: plan, rendered candidates, compile resources and measured times (the same
+    cases as sim_correlation.py, multi-kernel programs included)."""
     with Builder() as builder:
-        for path in sorted(data.glob("*.json.gz")):
-            sweep = read_sweep(path)
-            problem = load_problem(ROOT / "benchmarks/problems" / f"{sweep['problem']}.py")
-            plan = make_plan(problem.graph())
-            if plan.kind == "program":
-                continue  # a multi-kernel program's sweep mixes stage spaces
-            space = Space.for_plan(plan, target)
-            # records of older template versions are read as configurations of the current
-            # ones, as benchmarks/sim_correlation.py reads them
-            recs, configs = [], []
-            for r in sweep["records"]:
-                cfg = space.upgrade(r["config"]) if r.get("ok") and r.get("time_ms") else None
-                if cfg is not None:
-                    recs.append(r)
-                    configs.append(cfg)
-            if len(recs) < 3:
-                continue  # no ranking to judge (as in sim_correlation)
-            rendered = [space.render(cfg) for cfg in configs]
-            builds = builder.build([BuildInput(r.source, target.arch) for r in rendered])
-            cases.append({"name": sweep["problem"], "family": plan.family, "plan": plan,
-                          "items": [(rd, b.resources, r["time_ms"])
-                                    for rd, b, r in zip(rendered, builds, recs)]})
-    return cases
+        cases = [load_case(path, builder) for path in sorted(data.glob("*.json.gz"))]
+    return [c for c in cases if c is not None]
 
 
 def score(cases: list[dict], constants: SimConstants) -> dict[str, float]:

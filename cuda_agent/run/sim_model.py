@@ -315,7 +315,11 @@ def simulate(plan: KernelPlan, rendered: Rendered, resources: dict | None, targe
         if L.grid[0] > 2**31 - 1 or L.grid[1] > 65535 or L.grid[2] > 65535:
             return _failure("launch", f"{L.kernel}: grid {L.grid} exceeds the grid limits")
     if rendered.parts:  # a multi-kernel program: its stages one after another
-        results = [simulate(p, r, {}, target, c) for p, r in rendered.parts]
+        # each stage with its own kernels' compile report (`per_kernel`, names `s<i>_...`
+        # in the composed source) where the caller has it
+        per_kernel = resources.get("per_kernel") or {}
+        results = [simulate(p, r, _stage_resources(per_kernel, i), target, c)
+                   for i, (p, r) in enumerate(rendered.parts)]
         bad = next((r for r in results if r.error_kind), None)
         if bad is not None:
             return bad
@@ -356,6 +360,15 @@ def simulate(plan: KernelPlan, rendered: Rendered, resources: dict | None, targe
         overhead_s += c.memset_overhead_us * 1e-6
     total_s = device_s + overhead_s
     return SimResult(total_s * 1e3, _counters(per_launch, works, device_s, target))
+
+
+def _stage_resources(per_kernel: dict, stage: int) -> dict:
+    """Worst case over the kernels of one stage of a composed program."""
+    mine = [r for name, r in per_kernel.items() if name.startswith(f"s{stage}_")]
+    if not mine:
+        return {}
+    keys = ("registers", "spill_stores", "spill_loads", "stack", "smem_static")
+    return {k: max(r.get(k, 0) for r in mine) for k in keys}
 
 
 def _failure(kind: str, msg: str, **counters: float) -> SimResult:
