@@ -24,41 +24,27 @@ from scipy.stats import spearmanr
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from cuda_agent.build.builder import Builder, BuildInput  # noqa: E402
-from cuda_agent.ir.plan import make_plan  # noqa: E402
-from cuda_agent.problem import load_problem  # noqa: E402
-from cuda_agent.run.replay import read_sweep  # noqa: E402
+from benchmarks.sim_cases import load_case  # noqa: E402
+from cuda_agent.build.builder import Builder  # noqa: E402
 from cuda_agent.run.sim_model import SimConstants, simulate  # noqa: E402
-from cuda_agent.space.slots import Config, Target  # noqa: E402
-from cuda_agent.space.space import Space  # noqa: E402
+from cuda_agent.space.slots import Target  # noqa: E402
 
 FIT = ("dram_peak_fraction", "dram_latency_ns", "saturation_sharpness", "gather_lines_per_request",
        "issue_rate_scale", "transcendental_instr", "addr_instr", "loop_instr", "barrier_cycles",
        "shfl_cycles", "block_launch_cycles", "launch_overhead_us", "smem_latency_cycles",
-       "sync_overlap_exponent", "alu_latency_warps", "l1_usable_bytes", "overlap_sharpness")
+       "sync_overlap_exponent", "alu_latency_warps", "l1_usable_bytes", "overlap_sharpness",
+       "l2_requests_per_clk_per_sm", "stream_hint_l1_retention", "block_dispatch_ns",
+       "overlap_warps", "sm_speed_spread", "l1_sector_reuse")
 OUT_CONSTANTS = ROOT / "cuda_agent" / "run" / "sim_constants_h200.json"
 MARK_BEGIN, MARK_END = "<!-- sim-calibration:begin -->", "<!-- sim-calibration:end -->"
 
 
 def load_cases(data: Path) -> list[dict]:
-    """Per problem: plan, rendered candidates, compile resources and measured times."""
-    cases = []
-    target = Target()
+    """Per problem: plan, rendered candidates, compile resources and measured times (the same
+    cases as sim_correlation.py, multi-kernel programs included)."""
     with Builder() as builder:
-        for path in sorted(data.glob("*.json.gz")):
-            sweep = read_sweep(path)
-            problem = load_problem(ROOT / "benchmarks/problems" / f"{sweep['problem']}.py")
-            plan = make_plan(problem.graph())
-            if plan.kind == "program":
-                continue  # a multi-kernel program's sweep mixes stage spaces
-            space = Space.for_plan(plan, target)
-            recs = [r for r in sweep["records"] if r.get("ok") and r.get("time_ms")]
-            rendered = [space.render(Config.of(r["config"])) for r in recs]
-            builds = builder.build([BuildInput(r.source, target.arch) for r in rendered])
-            cases.append({"name": sweep["problem"], "family": plan.family, "plan": plan,
-                          "items": [(rd, b.resources, r["time_ms"])
-                                    for rd, b, r in zip(rendered, builds, recs)]})
-    return cases
+        cases = [load_case(path, builder) for path in sorted(data.glob("*.json.gz"))]
+    return [c for c in cases if c is not None]
 
 
 def score(cases: list[dict], constants: SimConstants) -> dict[str, float]:

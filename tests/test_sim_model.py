@@ -458,3 +458,146 @@ def test_gemm_uses_the_compilers_registers(gemm_2k):
     assert fat.counters["registers"] == 255 and lean.counters["registers"] == 64
     assert fat.counters["theoretical_occupancy"] < lean.counters["theoretical_occupancy"]
     assert fat.time_ms > lean.time_ms
+
+
+# -- 2026-11-30 physics: L2 requests, evict-first loads, block dispatch, last wave, overlap --------
+
+def _sample(space: Space, n: int, seed: int = 0) -> list[Config]:
+    configs = list(space.configs)
+    return random.Random(seed).sample(configs, min(n, len(configs)))
+
+
+def _pick(space: Space, **slots) -> Config:
+    """The first configuration of the space with these slot values (the space keeps slots
+    without effect canonical, so configurations are picked, not built)."""
+    for cfg in space.configs:
+        d = cfg.as_dict()
+        if all(d.get(k) == v for k, v in slots.items()):
+            return cfg
+    pytest.skip(f"no configuration with {slots}")
+
+
+def test_more_bytes_never_faster(tmp_mod):
+    """Every configuration of a map, a row softmax, a row scan and a pooling kernel is about
+    as slow or slower on twice the rows (the same configuration, twice the bytes)."""
+    cases = [("relu", "torch.relu(x)", (4096, 8192)),
+             ("softmax", "torch.softmax(x, dim=1)", (4096, 4096)),
+             ("cumsum", "torch.cumsum(x, dim=1)", (1024, 16384)),
+             ("maxpool", "torch.nn.functional.max_pool2d(x, 2)", (64, 256, 256))]
+    for name, body, shape in cases:
+        big = (shape[0] * 2,) + shape[1:]
+        plan_a, space_a = _problem(tmp_mod, f"mb_{name}_a", body, shape)
+        plan_b, space_b = _problem(tmp_mod, f"mb_{name}_b", body, big)
+        for cfg in _sample(space_a, 40):
+            if space_b.check(cfg) is not None:
+                continue
+            a, b = _sim(plan_a, space_a, cfg), _sim(plan_b, space_b, cfg)
+            if a.error_kind or b.error_kind:
+                continue
+            # within 2 %: twice the blocks of a grid under one wave also put more warps on
+            # each SM, which overlap memory and instructions a little better
+            assert b.time_ms >= a.time_ms * 0.98, (name, cfg, a.time_ms, b.time_ms)
+
+
+def test_l2_request_rate_limits_strided_scans_only(tmp_mod):
+    """Lanes 128 bytes apart carry 16 bytes an L2 request: a slower L2 request rate never
+    helps, slows the strided scan, and leaves the coalesced one (128 bytes a request) alone."""
+    plan, space = _problem(tmp_mod, "cumsum_req", "torch.cumsum(x, dim=1)", (4096, 65536))
+    base = _with(space, space.default(), config__block=128, config__tpr=128,
+                 reduction__split=1, memory__vec=4)
+    strided, coalesced = (_with(space, base, config__items=i) for i in (8, 1))
+    rates = (1.0, 0.25, 0.06)
+    ts = [_sim(plan, space, strided, constants={"l2_requests_per_clk_per_sm": r}).time_ms
+          for r in rates]
+    assert ts == sorted(ts) and ts[-1] > 1.5 * ts[0], ts
+    tc = [_sim(plan, space, coalesced, constants={"l2_requests_per_clk_per_sm": r}).time_ms
+          for r in rates[:2]]
+    assert tc[1] < 1.02 * tc[0], tc
+
+
+def test_stream_hint_loses_pool_reuse(avgpool_2x2):
+    """Evict-first loads keep less of the overlapping windows' reuse in L1: never faster than
+    plain loads, and less retention never helps."""
+    plan, space = avgpool_2x2
+    for items in (1, 2, 8):
+        cache = "regs" if items > 1 else "reload"
+        plain = _sim(plan, space, _pool_cfg(space, items, cache, memory__load="default"))
+        stream_cfg = _pool_cfg(space, items, cache, memory__load="stream")
+        stream = _sim(plan, space, stream_cfg)
+        assert stream.time_ms >= plain.time_ms, (items, plain.time_ms, stream.time_ms)
+        ts = [_sim(plan, space, stream_cfg, constants={"stream_hint_l1_retention": k}).time_ms
+              for k in (1.0, 0.5, 0.1)]
+        assert ts == sorted(ts), (items, ts)
+
+
+def test_block_dispatch_bounds_grids_of_tiny_blocks(tmp_mod):
+    """A thread per 8-element row in 32-thread blocks is millions of blocks: the block
+    scheduler's rate bounds it, and a slower dispatch never helps."""
+    plan, space = _problem(tmp_mod, "prod_rows8", "torch.prod(x, dim=1)", (1 << 22, 8))
+    tiny = _pick(space, **{"config.block": 32, "config.tpr": 1, "config.grid": "exact"})
+    L = space.render(tiny).launches[0]
+    ts = [_sim(plan, space, tiny, constants={"block_dispatch_ns": ns}).time_ms
+          for ns in (0.0, 80.0, 160.0)]
+    assert ts == sorted(ts), ts
+    floor = L.blocks * 160e-9 / TARGET.sm_count * 1e3
+    assert ts[-1] >= floor * 0.999, (ts, floor)
+
+
+def test_one_wave_grid_pays_the_sm_speed_spread(relu_8k):
+    """A persistent grid (one wave of grid-stride blocks) ends with its slowest SM; a grid of
+    a hundred waves is rebalanced by dispatch and barely notices."""
+    plan, space = relu_8k
+    base = _with(space, space.default(), memory__vec=4, config__items=1)
+    persistent = _with(space, base, config__grid="persistent")
+    exact = _with(space, base, config__grid="exact")
+
+    def ratio(cfg: Config) -> float:
+        a = _sim(plan, space, cfg, constants={"sm_speed_spread": 0.0}).time_ms
+        b = _sim(plan, space, cfg, constants={"sm_speed_spread": 0.1}).time_ms
+        assert b >= a
+        return b / a
+
+    assert ratio(persistent) > 1.05 and ratio(exact) < 1.01, (ratio(persistent), ratio(exact))
+
+
+def test_overlap_falls_to_a_sum_with_one_warp():
+    from cuda_agent.run.sim_model import _overlap
+
+    c = SimConstants()
+    ts = [_overlap(1.0, 0.8, c, w) for w in (64, 16, 8, 4, 1)]
+    assert ts == sorted(ts), ts
+    assert ts[-1] == pytest.approx(1.8) and ts[0] < 1.2
+    assert _overlap(1.0, 0.0, c, 1) == 1.0
+
+
+def test_short_rows_share_lines(tmp_mod):
+    """Threads reading 8-element rows of a contiguous tensor: neighbouring lanes' rows share
+    lines, so a thread per row still streams near the bandwidth (no over-fetch from DRAM)."""
+    plan, space = _problem(tmp_mod, "sum_rows8", "torch.sum(x, dim=1)", (1 << 24, 8))
+    cfg = _pick(space, **{"config.block": 256, "config.tpr": 1, "config.grid": "exact",
+                          "memory.vec": 1, "compute.unroll": 2})
+    res = _sim(plan, space, cfg)
+    floor_ms = plan.bytes_moved() / TARGET.dram_bw * 1e3
+    assert res.time_ms < 1.6 * floor_ms, (res.time_ms, floor_ms)
+    assert res.counters["dram_throughput"] < 1.05
+
+
+def test_attention_rolled_loops_wait_on_shared_memory():
+    """q . k over a rolled d loop and p * v over a rolled key loop wait on their loads: unroll
+    1 is never faster than 4, nor 4 than a full unroll."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    plan = make_plan(load_problem(root / "benchmarks/problems/attention_sdpa.py").graph())
+    space = Space.for_plan(plan, TARGET)
+    base = space.default()
+    times = {}
+    for u in ("full", 4, 1):
+        try:
+            cfg = _with(space, base, compute__unroll=u)
+        except AssertionError:
+            continue
+        times[u] = _sim(plan, space, cfg).time_ms
+    assert len(times) >= 2
+    order = [times[u] for u in ("full", 4, 1) if u in times]
+    assert order == sorted(order), times

@@ -34,6 +34,10 @@ BARRIER_CLK = 24
 SHFL_CLK = 24
 SERIAL_STEP_CLK = 6
 LATENCY_WARPS = 16  # warps x independent chains an SM needs to keep the FMA pipes busy
+# warps x loads in flight an SM needs to cover a shared-memory load's latency (~30 cycles) when
+# each FMA waits on its operands' loads (a loop the compiler did not unroll): 4 schedulers x
+# 30 cycles / ~3 instructions a step
+SMEM_LATENCY_WARPS = 40
 EXP_INSTR = {0: 10.0, 1: 2.0}  # expf vs __expf
 SOFTMAX_INSTR = 8.0  # per score: scale, mask test, max, subtract, store p, sum
 LAUNCH_US = 4.0
@@ -68,12 +72,29 @@ def simulate_attention(rendered: Rendered, resources: dict | None, target: Targe
     dpt = -(-DV // g)
     lds_pv = 1.0 + 1.0 / dpt
     copies = tiles * bk * (D + DV)
-    instr = (fma_qk * (1.0 + lds_qk + loop) + fma_pv * (1.0 + lds_pv + loop / dpt)
-             + pairs * (EXP_INSTR[int(f.get("fast", 0))] + SOFTMAX_INSTR)
-             + copies * (1.0 + 4.0 / vec))
-    chains = max(1.0, min(bk // g, dpt, 8))
+    instr_qk = fma_qk * (1.0 + lds_qk + loop)
+    instr_pv = fma_pv * (1.0 + lds_pv + loop / dpt)
+    instr_rest = (pairs * (EXP_INSTR[int(f.get("fast", 0))] + SOFTMAX_INSTR)
+                  + copies * (1.0 + 4.0 / vec))
+    # independent FMA chains a thread interleaves. q . k: one dot product per key the thread
+    # scores, but a dot is one dependent chain over d, and only a fully unrolled d loop (the
+    # query row in registers, or unroll "full") lets the compiler interleave the keys' dots;
+    # a partly unrolled loop gets its loads ahead (about two chains' worth), a rolled one
+    # waits on each shared-memory load. p * v: the thread's output dims are independent.
+    kpt = max(1, bk // g)
+    rolled = 1.0 if unroll == "1" else (4.0 if unroll == "4" else 0.0)  # 0: fully unrolled
+    if f.get("cache") == "regs" or not rolled:
+        hide_qk = min(1.0, warps_sm * min(kpt, 8) / LATENCY_WARPS)
+    else:  # each step's FMA waits on its shared-memory loads, `rolled` steps' loads at once
+        hide_qk = min(1.0, warps_sm * rolled / SMEM_LATENCY_WARPS)
+    if rolled:  # the key loop of p * v: its V loads wait for the loop to come round
+        hide_pv = min(1.0, warps_sm * rolled * max(1, min(dpt, 8)) / SMEM_LATENCY_WARPS)
+    else:
+        hide_pv = min(1.0, warps_sm * max(1, min(dpt, 8)) / LATENCY_WARPS)
+    chains = max(1.0, min(kpt, dpt, 8))
     hide = min(1.0, warps_sm * chains / LATENCY_WARPS)
-    issue_s = instr / (FMA_LANES_PER_SM * sms * clk) / hide
+    issue_s = (instr_qk / hide_qk + instr_pv / hide_pv + instr_rest / hide) / (
+        FMA_LANES_PER_SM * sms * clk)
     # shared memory: one wavefront per warp request, times its bank conflicts
     k_ways = _conflict_ways(min(g, 32), D + pad)
     q_ways = 0 if f.get("cache") == "regs" else _conflict_ways(max(1, 32 // g), D + pad)

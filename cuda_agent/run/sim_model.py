@@ -40,10 +40,12 @@ be labelled so wherever they appear.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import asdict, dataclass, field, fields
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from ..ir import ops
@@ -100,12 +102,21 @@ class SimConstants:
     stream_hint_l2_retention: float = 0.5
     #: L1 <-> L2 bytes per clock and SM: caps what few active SMs can move.
     sm_bytes_per_clk: float = 64.0
+    #: L1 -> L2 requests (one per cache line a warp instruction touches, carrying the sectors it
+    #: needs of that line) the L2 slices accept per clock, per SM's worth of slices. Coalesced
+    #: accesses carry 128 bytes a request and never reach this limit; lanes that touch a line
+    #: each (strided scans, pooling's stores) carry 4 to 16 bytes a request and do.
+    l2_requests_per_clk_per_sm: float = 0.25
     #: Soft maximum between the latency-bound and the bandwidth-bound memory time:
     #: t = (t_bw ** k + t_latency ** k) ** (1 / k). Large k: a sharp roofline knee.
     saturation_sharpness: float = 3.0
     #: Soft maximum between a phase's memory time and its instruction (issue, LSU, MUFU) time:
     #: t = (t_mem ** k + t_compute ** k) ** (1 / k). Large k: perfect overlap.
     overlap_sharpness: float = 3.0
+    #: Resident warps per SM at which memory and instruction time overlap as `overlap_sharpness`
+    #: says; with fewer, a warp waiting on its loads has no other warp to issue in its place,
+    #: and the two add up (the soft maximum's exponent falls linearly to 1 at one warp).
+    overlap_warps: float = 16.0
     #: DRAM/L2 access granularity (bytes). Architectural.
     sector_bytes: int = 32
     #: L1 cache line, one LSU wavefront (bytes). Architectural.
@@ -117,6 +128,10 @@ class SimConstants:
     #: memory less the carve-out and lines held by loads in flight). Sets where pooling's
     #: strided lanes lose their sector reuse.
     l1_usable_bytes: float = 128 * 1024
+    #: Streaming (evict-first, `__ldcs`) loads are the first lines L1 evicts: of the L1 reuse a
+    #: plain load would find (a sector's rest, a neighbouring window's elements), this fraction
+    #: survives. Pooling's overlapping windows lose most of it.
+    stream_hint_l1_retention: float = 0.5
     #: Fraction of repeated reads of small broadcast operands (a norm's weight read for every
     #: row, a bias) that hit L1; the rest is L2 traffic.
     broadcast_l1_hit: float = 0.75
@@ -184,6 +199,16 @@ class SimConstants:
     sync_overlap_exponent: float = 1.0
     #: Cycles an SM spends retiring a block and starting the next, hidden the same way.
     block_launch_cycles: float = 100.0
+    #: The block scheduler hands each SM a new block at most once per this many nanoseconds,
+    #: however many blocks are resident: a grid of millions of small blocks (a thread per
+    #: short row, one item a thread) is bound by it (measured: ~80 ns a block and SM, the same
+    #: for 32- to 256-thread blocks).
+    block_dispatch_ns: float = 80.0
+    #: SMs do not progress at one speed (their distance to the memory partitions, contention):
+    #: blocks handed out as SMs free up even this out, except for the last wave, which ends
+    #: when its slowest SM does. A launch of one wave (a persistent grid-stride grid) pays this
+    #: fraction of its time; one of W waves about 1/W of it.
+    sm_speed_spread: float = 0.05
     #: Atomic operations the L2 completes per clock, per SM's worth of slices.
     atomics_per_clk_per_sm: float = 2.0
     #: Atomics to one address serialise: nanoseconds each.
@@ -199,6 +224,13 @@ class SimConstants:
         return asdict(self)
 
     @staticmethod
+    def shipped() -> "SimConstants":
+        """The constants the `sim` device uses by default: those `benchmarks/sim_calibrate.py`
+        fitted and wrote to `sim_constants_h200.json` (only when they ranked the held-out half
+        of the sweeps better), else the defaults above."""
+        return _shipped_constants()
+
+    @staticmethod
     def from_dict(values: dict[str, Any] | None) -> "SimConstants":
         """Constants from a (possibly partial) dict; unknown names are an error (a typo in a
         calibration file must not pass silently)."""
@@ -212,6 +244,16 @@ class SimConstants:
             kind = known[name].type
             out[name] = int(value) if kind in ("int", int) else float(value)
         return SimConstants(**out)
+
+
+SHIPPED_CONSTANTS = Path(__file__).with_name("sim_constants_h200.json")
+
+
+@lru_cache(maxsize=1)
+def _shipped_constants() -> SimConstants:
+    if SHIPPED_CONSTANTS.exists():
+        return SimConstants.from_dict(json.loads(SHIPPED_CONSTANTS.read_text())["constants"])
+    return SimConstants()
 
 
 @dataclass
@@ -246,6 +288,7 @@ class _Work:
     bank_conflicts: float = 0.0  # extra shared-memory wavefronts per request
     combine_events: float = 0.0  # block-level combines (each one barrier chain)
     combine_cycles: float = 0.0  # cycles of one such combine
+    l2_requests: float = 0.0  # L1 -> L2 line requests (load misses and write-through stores)
     atomics: float = 0.0
     atomic_chain: float = 0.0  # atomics to the busiest address
     tail_s: float = 0.0  # serial work at the end of the launch that nothing overlaps
@@ -258,7 +301,10 @@ class _Work:
 def simulate(plan: KernelPlan, rendered: Rendered, resources: dict | None, target: Target,
              constants: SimConstants | dict | None = None) -> SimResult:
     """Modelled time and counters of one candidate on `target` (simulated figures)."""
-    c = constants if isinstance(constants, SimConstants) else SimConstants.from_dict(constants)
+    if constants is None:
+        c = SimConstants.shipped()
+    else:
+        c = constants if isinstance(constants, SimConstants) else SimConstants.from_dict(constants)
     resources = dict(resources or {})
     launches = rendered.launches
     if not launches:
@@ -269,7 +315,11 @@ def simulate(plan: KernelPlan, rendered: Rendered, resources: dict | None, targe
         if L.grid[0] > 2**31 - 1 or L.grid[1] > 65535 or L.grid[2] > 65535:
             return _failure("launch", f"{L.kernel}: grid {L.grid} exceeds the grid limits")
     if rendered.parts:  # a multi-kernel program: its stages one after another
-        results = [simulate(p, r, {}, target, c) for p, r in rendered.parts]
+        # each stage with its own kernels' compile report (`per_kernel`, names `s<i>_...`
+        # in the composed source) where the caller has it
+        per_kernel = resources.get("per_kernel") or {}
+        results = [simulate(p, r, _stage_resources(per_kernel, i), target, c)
+                   for i, (p, r) in enumerate(rendered.parts)]
         bad = next((r for r in results if r.error_kind), None)
         if bad is not None:
             return bad
@@ -310,6 +360,15 @@ def simulate(plan: KernelPlan, rendered: Rendered, resources: dict | None, targe
         overhead_s += c.memset_overhead_us * 1e-6
     total_s = device_s + overhead_s
     return SimResult(total_s * 1e3, _counters(per_launch, works, device_s, target))
+
+
+def _stage_resources(per_kernel: dict, stage: int) -> dict:
+    """Worst case over the kernels of one stage of a composed program."""
+    mine = [r for name, r in per_kernel.items() if name.startswith(f"s{stage}_")]
+    if not mine:
+        return {}
+    keys = ("registers", "spill_stores", "spill_loads", "stack", "smem_static")
+    return {k: max(r.get(k, 0) for r in mine) for k in keys}
 
 
 def _failure(kind: str, msg: str, **counters: float) -> SimResult:
@@ -387,13 +446,15 @@ def _time_launch(L: Launch, w: _Work, occ: _Occupancy, target: Target, c: SimCon
         bif = active * warps_sm * 32 * w.active_lanes * w.access_bytes * w.loads_in_flight
         t_mem = _mem_time(frac * w.dram_load_bytes, frac * (w.l2_load_bytes + _spill_l2(w, c)),
                           frac * w.store_bytes, bif, active, w.dram_latency_ns, target, c)
+        # the L2 slices serve a limited number of requests per clock, whatever their size
+        t_mem = max(t_mem, frac * w.l2_requests / (S * c.l2_requests_per_clk_per_sm * clock))
         hide = min(1.0, warps_sm * w.ilp / c.alu_latency_warps)
         t_issue = frac * w.issue_instr / (active * lane_rate * hide)
         t_mufu = frac * w.mufu_ops / (active * c.mufu_lanes_per_clk * clock)
         t_lsu = frac * ((w.lsu_wavefronts + w.local_bytes / c.line_bytes) / c.l1_wavefronts_per_clk
                         + w.smem_wavefronts / c.smem_wavefronts_per_clk) / (active * clock)
         t_cmp = max(t_issue, t_mufu, t_lsu)
-        t_phase = _overlap(t_mem, t_cmp, c)
+        t_phase = _overlap(t_mem, t_cmp, c, warps_sm)
         t_total += t_phase
         t_mem_total += t_mem
         t_cmp_total += t_cmp
@@ -410,7 +471,11 @@ def _time_launch(L: Launch, w: _Work, occ: _Occupancy, target: Target, c: SimCon
     if w.atomics:
         t_atomic = max(w.atomics / (S * c.atomics_per_clk_per_sm * clock),
                        w.atomic_chain * c.atomic_serial_ns * 1e-9)
+    # the last wave waits for its slowest SM; earlier waves are balanced by block dispatch
+    t_total *= 1 + c.sm_speed_spread / max(1.0, blocks / wave)
     t = t_total + t_sync + t_sched + t_atomic + w.tail_s
+    # block dispatch is a throughput floor the rest overlaps with
+    t = max(t, blocks * c.block_dispatch_ns * 1e-9 / sms)
     return {"time": t, "mem": t_mem_total, "compute": t_cmp_total, "sync": t_sync,
             "atomic": t_atomic, "dram_bytes": dram_bytes,
             "achieved": occ_time / t_total if t_total else 0.0,
@@ -418,13 +483,18 @@ def _time_launch(L: Launch, w: _Work, occ: _Occupancy, target: Target, c: SimCon
             "waves": blocks / wave}
 
 
-def _overlap(t_mem: float, t_cmp: float, c: SimConstants) -> float:
+def _overlap(t_mem: float, t_cmp: float, c: SimConstants, warps_sm: float | None = None
+             ) -> float:
     """Time of memory traffic and instruction work that overlap imperfectly: a soft maximum
-    (a warp stalled on a load issues nothing, so near balance both show)."""
+    (a warp stalled on a load issues nothing, so near balance both show). With few resident
+    warps (`warps_sm`) there is little to overlap with: the exponent falls towards 1 (a sum)."""
     hi, lo = max(t_mem, t_cmp), min(t_mem, t_cmp)
     if lo <= 0:
         return hi
-    return hi * (1 + (lo / hi) ** c.overlap_sharpness) ** (1 / c.overlap_sharpness)
+    k = c.overlap_sharpness
+    if warps_sm is not None and c.overlap_warps > 1:
+        k = 1 + (k - 1) * min(1.0, max(0.0, warps_sm - 1) / (c.overlap_warps - 1))
+    return hi * (1 + (lo / hi) ** k) ** (1 / k)
 
 
 def _spill_l2(w: _Work, c: SimConstants) -> float:
@@ -488,6 +558,14 @@ def _describe(plan: KernelPlan, rendered: Rendered, resources: dict, target: Tar
         works = [_map_work(plan, rendered, resources, target, c)]
     elif family == "row" and len(rendered.launches) == 1:
         works = [_row_work(plan, rendered, resources, target, c)]
+        if rendered.fact("cross") == "last_block":  # a loss: the last block folds the totals
+            _add_totals(works[0], rendered, None, resources, c, target)
+    elif family == "row" and [L.kernel for L in rendered.launches[1:]] == ["ca_total"]:
+        # a loss's totals over rows, two_pass: the row kernel writes a partial per block and a
+        # one-block kernel folds them (not the row data: the generic split by threads would
+        # hand it a share of the tensor)
+        works = [_row_work(plan, rendered, resources, target, c), _Work()]
+        _add_totals(works[0], rendered, works[1], resources, c, target)
     elif family == "col":
         works = _col_works(plan, rendered, resources, target, c)
     elif family == "split":
@@ -551,20 +629,29 @@ def _registers(resources: dict, live: float, threads: int, c: SimConstants
     return min(need, cap) if cap else need, 8.0 * spilled, float(spilled)
 
 
-def _coalescing(run_elems: float, vec: int, groups: float, c: SimConstants
+def _coalescing(run_elems: float, vec: int, groups: float, c: SimConstants,
+                group_stride: float | None = None, reuse: float | None = None
                 ) -> tuple[float, float, float, float]:
-    """Access shape of a warp request made of `groups` runs of `run_elems` contiguous floats.
+    """Access shape of a warp request made of `groups` runs of `run_elems` contiguous floats,
+    `group_stride` bytes apart (None: far apart, each run in lines of its own).
 
     Returns (sectors per request, L1 lines per request, DRAM over-fetch factor, fraction of loads
     that L1 serves from a sector an earlier load of the same group brought in)."""
     run = max(4.0, run_elems * 4)
     sectors = groups * math.ceil(run / c.sector_bytes)
     lines = groups * math.ceil(run / c.line_bytes)
+    if group_stride is not None and groups > 1:
+        # runs of neighbouring rows share lines (and sectors) when the rows are short: a warp
+        # of threads reading 8-element rows touches 8 lines, not 32
+        span = (groups - 1) * group_stride + run
+        sectors = min(sectors, math.ceil(span / c.sector_bytes))
+        lines = min(lines, math.ceil(span / c.line_bytes))
     if run >= c.sector_bytes:
         return sectors, lines, 1.0, 0.0
+    reuse = c.l1_sector_reuse if reuse is None else reuse
     waste = c.sector_bytes / run - 1
-    overfetch = 1 + waste * (1 - c.l1_sector_reuse)
-    l1_hits = (1 - run / c.sector_bytes) * c.l1_sector_reuse
+    overfetch = 1 + waste * (1 - reuse)
+    l1_hits = (1 - run / c.sector_bytes) * reuse
     return sectors, lines, overfetch, l1_hits
 
 
@@ -749,6 +836,36 @@ def _map_work(plan: KernelPlan, rendered: Rendered, resources: dict, target: Tar
     return w
 
 
+def _add_totals(w: _Work, rendered: Rendered, fold: _Work | None, resources: dict,
+                c: SimConstants, target: Target) -> None:
+    """A loss's totals over rows: each block of the row launch writes its partials to the
+    workspace; one block folds them, either in a launch of its own (`fold`) or, last_block,
+    at the end of the row launch (a ticket atomic per block, then a serial tail)."""
+    L = rendered.launches[0]
+    ws = float(rendered.workspace_bytes or 4 * L.blocks)
+    w.store_bytes += ws
+    T = rendered.launches[1].threads if fold is not None else L.threads
+    per_thread = math.ceil(ws / 4.0 / max(1, T))
+    # the fold: each thread's loads of the partials (in L2, just written), four in flight,
+    # then a block combine
+    fold_s = (math.ceil(per_thread / 4) * c.l2_latency_ns * 1e-9
+              + _combine_cycles(T, rendered.fact("combine", "shfl"), c) / target.clock_hz)
+    if fold is None:
+        w.atomics += float(L.blocks)
+        w.atomic_chain = max(w.atomic_chain, float(L.blocks))
+        w.tail_s += 2 * c.l2_latency_ns * 1e-9 + fold_s  # the fence, the ticket, the fold
+        return
+    fold.l2_load_bytes = ws
+    fold.store_bytes = 4.0
+    fold.dram_latency_ns = c.dram_latency_ns
+    fold.access_bytes = 4.0
+    fold.loads_in_flight = 4.0
+    fold.issue_instr = ws / 4.0 * (2 + c.addr_instr) + 32
+    fold.lsu_wavefronts = ws / c.line_bytes
+    fold.registers, fold.spill_bytes, _ = _registers(resources, 8, T, c)
+    fold.tail_s = fold_s
+
+
 def _local_per_iteration(w: _Work, spilled: float, accesses: float, c: SimConstants) -> float:
     """Executed local-memory bytes per thread and outer loop iteration: the compiler's static
     spill bytes, or each estimated spilled register stored once and loaded `accesses` times."""
@@ -782,11 +899,16 @@ def _row_work(plan: KernelPlan, rendered: Rendered, resources: dict, target: Tar
     w.active_lanes = R / (nch * T * vec)
     w.ilp = float(min(4, vec * chunks_in_flight))
     groups = max(1, 32 // T)
-    sectors, lines, overfetch, l1_hits = _coalescing(min(T, 32) * vec, vec, groups, c)
+    sectors, lines, overfetch, l1_hits = _coalescing(min(T, 32) * vec, vec, groups, c,
+                                                     group_stride=4.0 * R)
+    run_bytes = max(4.0, min(T, 32) * vec * 4.0)
     w.sectors_per_request = sectors
     w.dram_latency_ns = l1_hits * c.l1_latency_ns + (1 - l1_hits) * c.dram_latency_ns
     first = float(plan.bytes_moved() - sh.out_bytes)
-    w.dram_load_bytes = first * overfetch
+    # a sector L1 dropped before the group's later load needs it is fetched again, from L2
+    # (it was touched a moment ago), not DRAM
+    w.dram_load_bytes = first
+    w.l2_load_bytes = first * (overfetch - 1)
     w.store_bytes = float(sh.out_bytes)
     if cache == "regs":
         live = nch * vec * max(1, cached) + vec * n_ops
@@ -800,12 +922,22 @@ def _row_work(plan: KernelPlan, rendered: Rendered, resources: dict, target: Tar
     w.smem_static = int(static or 0)
     # re-reads of the row on later passes: L2 when the rows in flight fit there
     occ, _ = _occupancy(L, w, target, c)
+    if run_bytes < c.sector_bytes:
+        # the rest of a sector waits in L1 for the group's next loads, issued right after
+        # (so an evict-first hint does not matter): it is still there unless the sectors all
+        # resident warps keep in use outgrow L1
+        warps_sm = (occ.blocks_per_sm if occ else 1) * -(-B // 32)
+        reuse = _l1_hit(warps_sm * sectors * c.sector_bytes * n_ops, c)
+        _, _, overfetch, l1_hits = _coalescing(min(T, 32) * vec, vec, groups, c,
+                                               group_stride=4.0 * R, reuse=reuse)
+        w.dram_latency_ns = l1_hits * c.l1_latency_ns + (1 - l1_hits) * c.dram_latency_ns
+        w.l2_load_bytes = first * (overfetch - 1)
     resident = (occ.blocks_per_sm if occ else 1) * target.sm_count
     rows_in_flight = min(O, min(L.blocks, resident) * G)
     hit = _l2_hit(rows_in_flight * R * 4.0 * max(1, cached), sh.stream, target, c)
     reread_bytes = reread * N * 4.0
-    w.l2_load_bytes = reread_bytes * hit
-    w.dram_load_bytes += reread_bytes * (1 - hit) * overfetch
+    w.l2_load_bytes += reread_bytes * (hit + (1 - hit) * (overfetch - 1))
+    w.dram_load_bytes += reread_bytes * (1 - hit)
     # broadcast operands (a weight along the row): re-read by every row
     small_reads = sum(s for s in sh.small if s != O)
     w.l2_load_bytes += (O - 1) * small_reads * 4.0 * (1 - c.broadcast_l1_hit)
@@ -813,6 +945,14 @@ def _row_work(plan: KernelPlan, rendered: Rendered, resources: dict, target: Tar
     global_reads = (n_ops + reread + n_bcast) * N / vec  # lane loads, all passes
     w.lsu_wavefronts = (global_reads + (0 if plan.output_is_row else N / vec)) / 32 / \
         w.active_lanes * lines
+    # L2 requests: a thread per long row puts every lane in lines of its own (a request per
+    # lane and sector); a full output is stored the way the row is read, a row output is
+    # one value per group, coalesced
+    w.l2_requests = _l2_requests(
+        w.dram_load_bytes + w.l2_load_bytes, sectors, lines,
+        0.0 if plan.output_is_row else w.store_bytes, lines, 32 * vec * 4.0 * w.active_lanes, c)
+    if plan.output_is_row:
+        w.l2_requests += w.store_bytes / c.line_bytes
     if cache == "smem" and cached:
         q_stride = cached * R
         words = tuple((t // T) * q_stride + (t % T) * vec for t in range(32))
@@ -872,7 +1012,10 @@ def _col_works(plan: KernelPlan, rendered: Rendered, resources: dict, target: Ta
     w.dram_latency_ns = l1_hits * c.l1_latency_ns + (1 - l1_hits) * c.dram_latency_ns
     out_here = split == 1
     first = float(plan.bytes_moved() - sh.out_bytes)
-    w.dram_load_bytes = first * overfetch
+    # a sector L1 dropped before the group's later load needs it is fetched again, from L2
+    # (it was touched a moment ago), not DRAM
+    w.dram_load_bytes = first
+    w.l2_load_bytes = first * (overfetch - 1)
     w.store_bytes = float(sh.out_bytes) if out_here else 0.0
     live = (NJ * vec * max(1, cached) if cache == "regs" else chunks_in_flight * vec * n_ops) \
         + 2 * vec * nred
@@ -887,8 +1030,8 @@ def _col_works(plan: KernelPlan, rendered: Rendered, resources: dict, target: Ta
     tiles_in_flight = min(tiles, min(L.blocks, resident))
     hit = _l2_hit(tiles_in_flight * R * CB * 4.0 * max(1, cached), sh.stream, target, c)
     reread_bytes = reread * N * 4.0
-    w.l2_load_bytes = reread_bytes * hit
-    w.dram_load_bytes += reread_bytes * (1 - hit) * overfetch
+    w.l2_load_bytes += reread_bytes * (hit + (1 - hit) * (overfetch - 1))
+    w.dram_load_bytes += reread_bytes * (1 - hit)
     small_reads = sum(s for s in sh.small if s != O * I)
     w.l2_load_bytes += max(0.0, (N / max(1, small_reads) - 1) * small_reads * 4.0) * (
         1 - c.broadcast_l1_hit) if small_reads else 0.0
@@ -896,6 +1039,9 @@ def _col_works(plan: KernelPlan, rendered: Rendered, resources: dict, target: Ta
     global_reads = (n_ops + reread + n_bcast) * N / vec
     stores_lane = (N / vec) if plan.classes.get(plan.output) == "full" else 0
     w.lsu_wavefronts = (global_reads + stores_lane) / 32 / w.active_lanes * lines
+    # L2 requests: narrow column tiles (small BX) are runs of a sector or two, a line each
+    w.l2_requests = _l2_requests(w.dram_load_bytes + w.l2_load_bytes, sectors, lines,
+                                 w.store_bytes, lines, 32 * vec * 4.0 * w.active_lanes, c)
     if cache == "smem" and cached:
         words = tuple((t // BX) * CB + (t % BX) * vec for t in range(32))
         wf, ideal = _bank_wavefronts(words, vec)
@@ -1161,14 +1307,17 @@ def _pool_work(plan: KernelPlan, rendered: Rendered, resources: dict, target: Ta
     # sectors a warp keeps in use: the window row its loads walk, a run of sectors per lane
     warp_bytes = groups * c.sector_bytes * max(
         1.0, math.ceil(run_lanes * max(gap, span(info, items) * 4.0) / c.sector_bytes))
-    hit = _l1_hit(warps_sm * warp_bytes, c)
+    keep = c.stream_hint_l1_retention if sh.stream else 1.0  # evict-first loads
+    hit = _l1_hit(warps_sm * warp_bytes, c) * keep
     fetched = requests * sectors * c.sector_bytes  # sector fetches without reuse in L1
     w.l2_load_bytes = max(0.0, fetched - in_bytes) * (1 - hit) + max(
-        0.0, lane_loads * 4.0 - in_bytes) * hit * (1 - c.broadcast_l1_hit)
+        0.0, lane_loads * 4.0 - in_bytes) * (1 - hit * c.broadcast_l1_hit)
     # stores: lane i writes output items x i (+ item j), so they are strided the same way
     st_sectors, st_lines = _strided_request(run_lanes, 4.0 * items, 4.0, c)
     w.l2_load_bytes += _partial_store_bytes(outputs / 32, groups * st_sectors, outputs * 4.0, c)
     w.lsu_wavefronts = requests * lines + outputs / 32 * groups * st_lines
+    w.l2_requests = _l2_requests(w.dram_load_bytes + w.l2_load_bytes, sectors, lines,
+                                 outputs * 4.0, groups * st_lines, 32 * 4.0, c)
     a_issue, a_mufu, _, _ = _arith(plan, sh.fast, c)
     w.issue_instr = _pool_instr(rendered, info, lane_loads, outputs, work_items, a_issue, sh, c)
     w.mufu_ops = outputs * a_mufu + (outputs if info.kind == "avg" else 0)
@@ -1191,6 +1340,16 @@ def _pool_instr(rendered: Rendered, info: Any, lane_loads: float, outputs: int,
         per_output += c.fast_div_instr if sh.fast else c.div_instr
     per_item = (4.0 * info.rank + 6) * (c.i64_addr_factor if sh.i64 else 1.0) + c.loop_instr
     return lane_loads * per_load + outputs * per_output + work_items * per_item
+
+
+def _l2_requests(load_bytes: float, load_sectors: float, load_lines: float, store_bytes: float,
+                 store_lines: float, store_useful: float, c: SimConstants) -> float:
+    """L1 -> L2 requests: a load miss asks for the sectors it needs of one line at a time
+    (`load_sectors / load_lines` sectors a request); stores write through, one request per
+    line a warp store touches, carrying the request's useful bytes over its lines."""
+    per_load = c.sector_bytes * max(1.0, load_sectors / max(1.0, load_lines))
+    per_store = max(4.0, store_useful / max(1.0, store_lines))
+    return load_bytes / per_load + store_bytes / per_store
 
 
 def _strided_request(lanes: int, gap: float, access: float, c: SimConstants
@@ -1261,9 +1420,13 @@ def _scan_works(plan: KernelPlan, rendered: Rendered, resources: dict, target: T
         if K > vec:  # strided lanes: the rest of each sector only if L1 keeps it
             occ, _ = _occupancy(L, w, target, c)
             warps_sm = (occ.blocks_per_sm if occ else 1) * -(-L.threads // 32)
-            hit_l1 = _l1_hit(warps_sm * 32 * K * 4.0 * n_ops, c)
+            hit_l1 = _l1_hit(warps_sm * 32 * K * 4.0 * n_ops, c) * (
+                c.stream_hint_l1_retention if sh.stream else 1.0)
             fetched = N / vec / 32 * n_ops * sectors * c.sector_bytes
             w.l2_load_bytes += max(0.0, fetched - N * 4.0 * n_ops) * (1 - hit_l1)
+        w.l2_requests = _l2_requests(
+            w.dram_load_bytes + w.l2_load_bytes, sectors, lines,
+            w.store_bytes if writes else 0.0, lines, 32 * 4.0 * vec, c)
         per_elem = a_issue + 2 + (n_ops + (1 if writes else 0)) * (1 + _addr(sh, c)) / vec
         w.issue_instr = N * per_elem
         w.mufu_ops = N * a_mufu
