@@ -115,20 +115,41 @@ def run_throughput(out: Path, problems: list[Path], budget: int) -> None:
     (out / "logs" / "throughput.json").write_text(json.dumps(rows, indent=2))
 
 
-def recorded_best(name: str, n: int) -> list[dict]:
-    """The `n` fastest verified configurations of the problem's recorded sweep (none if it
-    has no sweep)."""
+def recorded_best(name: str, n: int, vary: dict[str, list] | None = None) -> list[dict]:
+    """The best configurations found for the problem so far, best first: those of earlier
+    searches (benchmarks/results/*/search.json) and the `n` fastest of its recorded sweep;
+    with `vary` ({slot: values}), each followed by its variants along those slots (e.g. a
+    slot value added to the template since)."""
     from cuda_agent.run.replay import read_sweep
 
     path = ROOT / f"benchmarks/data/nvidia-h200/{name}.json.gz"
     if n <= 0 or not path.exists():
         return []
-    ok = [r for r in read_sweep(path)["records"] if r.get("ok") and r.get("time_ms")]
-    return [r["config"] for r in sorted(ok, key=lambda r: r["time_ms"])[:n]]
+    ok = sorted((r for r in read_sweep(path)["records"] if r.get("ok") and r.get("time_ms")),
+                key=lambda r: r["time_ms"])
+    from cuda_agent.agents.vocab import VOCAB
+
+    full = {k.split(".", 1)[1]: k for k in VOCAB}  # short slot names are unique
+    found = []
+    for f in sorted((ROOT / "benchmarks/results").glob("*/search.json"), reverse=True):
+        for q in json.loads(f.read_text()):
+            if q["problem"] == name and q.get("best_config"):
+                cfg = {}
+                for item in q["best_config"].split():
+                    k, v = item.split("=", 1)
+                    cfg[full.get(k, k)] = int(v) if v.lstrip("-").isdigit() else v
+                found.append((q["best_ms"], cfg))
+    out = [c for _, c in sorted(found, key=lambda x: x[0])] + [r["config"] for r in ok[:n]]
+    if vary:
+        out = [dict(c, **{s: v}) if s in c else c
+               for c in out for s, vals in [("", [None])] + list(vary.items()) for v in vals
+               if s == "" or s in c]
+    return out
 
 
 def run_search(out: Path, problems: list[Path], strategy: str, budget: int,
-               deadline: float, warm: int = 0, seconds: float = 90.0) -> None:
+               deadline: float, warm: int = 0, seconds: float = 90.0,
+               vary: dict[str, list] | None = None) -> None:
     """A guided search per problem (spaces of tens of thousands of GEMM configurations are
     sampled too thinly by a sweep), with eager and torch.compile timed in the same run.
     `warm` > 0: the genetic search starts from the recorded sweep's `warm` best
@@ -142,7 +163,8 @@ def run_search(out: Path, problems: list[Path], strategy: str, budget: int,
             log(f"deadline: search of {p.name} and later problems not run")
             break
         t0 = time.time()
-        opts = {"initial": recorded_best(p.stem, warm)} if warm and strategy == "genetic" else {}
+        opts = ({"initial": recorded_best(p.stem, warm, vary)}
+                if warm and strategy == "genetic" else {})
         try:
             r = tune(p, device="cuda", strategy=strategy, budget=budget, batch=32,
                      store=str(out / "store.sqlite"), strategy_options=opts,
@@ -271,6 +293,9 @@ def main() -> None:
     ap.add_argument("--search-budget", type=int, default=160)
     ap.add_argument("--search-warm", type=int, default=0,
                     help="genetic search: start from the recorded sweep's N best configurations")
+    ap.add_argument("--search-vary", default="",
+                    help="with --search-warm: also each warm configuration's variants, e.g. "
+                         "memory.stages=3,4 (slots separated by ';')")
     ap.add_argument("--search-seconds", type=float, default=90.0,
                     help="time limit of each problem's search")
     ap.add_argument("--per-problem", type=float, default=12.0,
@@ -308,7 +333,10 @@ def main() -> None:
             elif part == "search":
                 run_search(out, [ROOT / q for q in args.search_problems.split(",") if q],
                            args.search_strategy, args.search_budget, deadline - 20,
-                           args.search_warm, args.search_seconds)
+                           args.search_warm, args.search_seconds,
+                           {k: [int(x) if x.isdigit() else x for x in v.split(",")]
+                            for k, v in (item.split("=", 1) for item in
+                                         args.search_vary.split(";") if item)})
             elif part == "agents":
                 run_agents(out, deadline - 20, args.agent_iterations, args.agent_budget,
                            args.agent_profile_every, args.agent_policy,

@@ -108,7 +108,10 @@ def simulate_gemm(rendered: Rendered, resources: dict | None, target: Target
     # global latency, during the step with two buffers, after it with one. The other resident
     # blocks compute meanwhile, so the SM idles only when they cannot cover the wait.
     step_clk = bm * bn * bk / fma_per_clk / issue_eff
-    wait_clk = GLOBAL_LATENCY_CLK + (step_clk if stages == 1 else 0.0)
+    # a cp.async pipeline (3 or 4 stages) keeps stages - 1 slices in flight: each extra one
+    # hides another step of the latency
+    wait_clk = (GLOBAL_LATENCY_CLK + step_clk if stages == 1 else
+                max(0.0, GLOBAL_LATENCY_CLK - max(0, stages - 2) * step_clk))
     pipe_eff = min(1.0, blocks_sm * step_clk / max(wait_clk, 1.0))
     spill_s = _spill_time(resources, threads, blocks_sm, blocks * (k_pad // bk), target)
     limits = (fma_s / pipe_eff, smem_s, l2_s, dram_s, spill_s)
