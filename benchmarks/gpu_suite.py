@@ -180,6 +180,9 @@ def run_search(out: Path, problems: list[Path], strategy: str, budget: int,
                "eager_ms": r.baselines.eager_ms, "compile_ms": r.baselines.compile_ms,
                "flops": r.plan.flops(), "bytes": r.plan.bytes_moved(),
                "failures": sum(1 for t in r.trials if not t.measurement.ok),
+               # every measurement, so a slot's effect can be read afterwards
+               "trials": [[t.config.short(), t.measurement.time_ms if t.measurement.ok
+                           else t.measurement.error_kind] for t in r.trials],
                "wall_s": time.time() - t0}
         rows.append(row)
         (out / "logs" / "search.json").write_text(json.dumps(rows, indent=2))
