@@ -34,7 +34,7 @@ class AgentsStrategy(Strategy):
                  None = None, agents: str = "multi", online: bool = True, patience: int = 3,
                  budget: int = 64, reward: RewardSettings | None = None,
                  ppo: PPOSettings | None = None, temperature: float = 1.0,
-                 **options: Any) -> None:
+                 ranked: int = 0, **options: Any) -> None:
         super().__init__(space, seed, **options)
         torch.manual_seed(seed)
         if isinstance(policy, MultiAgentPolicy):
@@ -54,9 +54,14 @@ class AgentsStrategy(Strategy):
         self.stalled_batches = 0
         # below 1, a trained policy exploits what it learned more sharply
         self.temperature = {g: temperature for g in self.policy.groups}
+        # the first `ranked` proposals of the run are the policy's most probable
+        # configurations, best first; sampling takes over after them (exploration)
+        self.ranked_left = ranked
 
     def ask(self, n: int) -> list[Config]:
-        out = self.episode.propose(n, exclude=self.proposed, temperature=self.temperature)
+        out = self.episode.propose(n, exclude=self.proposed, temperature=self.temperature,
+                                   ranked=self.ranked_left)
+        self.ranked_left = max(0, self.ranked_left - len(out))
         self.proposed.update(out)
         return out
 
