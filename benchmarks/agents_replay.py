@@ -93,7 +93,7 @@ def main() -> None:
                             ranked=r),
                   Contender("multi (trained, frozen, sampled only)", "marl", ckpts["multi"],
                             online=False),
-                  Contender("multi (untrained)", "marl", ranked=r),
+                  Contender("multi (untrained)", "marl"),
                   Contender("random", "random")]
     if "single" in ckpts:
         contenders.append(Contender("single (trained, frozen)", "marl", ckpts["single"],

@@ -18,6 +18,7 @@ from ..store import Store
 from ..tuner import Tuner, TuneSettings
 from . import checkpoint
 from .policy import MultiAgentPolicy
+from .strategy import RANKED_FIRST
 
 
 @dataclass
@@ -30,8 +31,9 @@ class Contender:
     agents: str = "multi"
     online: bool = True
     temperature: float = 1.0
-    ranked: int = 0
-    """the run's first `ranked` proposals are the policy's most probable configurations"""
+    ranked: int | None = None
+    """the run's first `ranked` proposals are the policy's most probable configurations
+    (default: `strategy.RANKED_FIRST` with a checkpoint, none for a fresh policy)"""
 
 
 @dataclass
@@ -59,7 +61,8 @@ def trajectory(problem_path: Path, contender: Contender, device: Device, budget:
                   if contender.checkpoint else MultiAgentPolicy(contender.agents))
         opts = {"policy": policy, "online": contender.online, "budget": budget,
                 "patience": 10**6, "temperature": contender.temperature,
-                "ranked": contender.ranked}
+                "ranked": contender.ranked if contender.ranked is not None else
+                (RANKED_FIRST if contender.checkpoint else 0)}
     settings = TuneSettings(device=device.kind, strategy=contender.strategy, budget=budget,
                             batch=4, seed=seed, baselines=False, strategy_options=opts)
     tuner = Tuner(load_problem(problem_path), settings, device=device, store=Store(":memory:"))
