@@ -12,7 +12,7 @@ import torch
 
 from cuda_agent.agents.decode import domain_masks, ranked, sample, score_rows
 from cuda_agent.agents.episode import Episode
-from cuda_agent.agents.observe import OBS_DIM
+from cuda_agent.agents.observe import OBS_DIM, observe
 from cuda_agent.agents.policy import SLOT_OFFSETS, MultiAgentPolicy
 from cuda_agent.agents.reward import RewardSettings
 from cuda_agent.agents.vocab import SLOT_ORDER, SpaceIndex
@@ -101,18 +101,18 @@ def test_evaluate_reproduces_the_scored_log_probabilities():
 
 def test_a_sparse_subset_leaves_every_agent_a_choice():
     """On a handful of sampled configurations, slot-by-slot masks would force the later
-    agents' values; domain masks keep every value the template takes there."""
+    agents' values; a domain mask holds every value the row's template takes in the space."""
     space = space_of("softmax_small")
-    index = SpaceIndex.of(space)
-    rng = np.random.default_rng(0)
-    keep = rng.choice(len(space.configs), size=min(12, len(space.configs)), replace=False)
+    keep = np.random.default_rng(0).choice(len(space.configs), size=min(12, len(space.configs)),
+                                           replace=False)
     sub = SpaceIndex.of(space.restricted([space.configs[i] for i in keep]))
     dm = domain_masks(sub)
-    for j, slot in enumerate(SLOT_ORDER):
-        distinct = len(set(sub.matrix[:, j].tolist()))
-        width = dm[:, SLOT_OFFSETS[j]:SLOT_OFFSETS[j + 1]].sum(1)
-        if len({s for s in sub.matrix[:, 0].tolist()}) == 1:
-            assert (width == distinct).all(), slot
+    for r in range(len(sub.configs)):
+        same = sub.matrix[sub.matrix[:, 0] == sub.matrix[r, 0]]
+        for j in range(1, len(SLOT_ORDER)):
+            allowed = set(np.nonzero(dm[r, SLOT_OFFSETS[j]:SLOT_OFFSETS[j + 1]])[0].tolist())
+            assert allowed == set(same[:, j].tolist()), SLOT_ORDER[j]
+    assert set(np.nonzero(dm[0, :SLOT_OFFSETS[1]])[0].tolist()) == set(sub.matrix[:, 0].tolist())
 
 
 def test_episode_proposes_ranked_first_then_samples():
@@ -123,10 +123,9 @@ def test_episode_proposes_ranked_first_then_samples():
     out = ep.propose(6, exclude=exclude, ranked=3)
     assert len(out) == len(set(out)) == min(6, len(space.configs) - 1)
     assert space.configs[0] not in out
+    # the first three are the policy's three most probable rows at the episode's start
     index = ep.index
-    obs_rows = index.rows_excluding(exclude)
-    from cuda_agent.agents.observe import observe
-    ep2 = Episode(policy, space, 32, np.random.default_rng(0), RewardSettings(), 0)
-    obs = {g: observe(policy.obs_agent(g), ep2.state, ep2.index) for g in policy.groups}
-    scored = score_rows(policy, obs, index, obs_rows)
+    fresh = Episode(policy, space, 32, np.random.default_rng(0), RewardSettings(), 0)
+    obs = {g: observe(policy.obs_agent(g), fresh.state, fresh.index) for g in policy.groups}
+    scored = score_rows(policy, obs, index, index.rows_excluding(exclude))
     assert out[:3] == [index.configs[int(scored.rows[k])] for k in ranked(scored, 3)]

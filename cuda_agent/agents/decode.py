@@ -102,9 +102,11 @@ def score_rows(policy: MultiAgentPolicy, obs: dict[str, np.ndarray], index: Spac
             mj = m[:, SLOT_OFFSETS[j]:SLOT_OFFSETS[j + 1]]
             if int(mj.sum(1).max()) > 1:  # a slot with one value everywhere scores 0
                 g = policy.group_of[slot]
-                lo = policy.nets[g].logits(h[g].expand(b, -1), ctx, slot) / temperature.get(g, 1.0)
+                lo = (policy.nets[g].logits(h[g].expand(b, -1), ctx, slot)
+                      / temperature.get(g, 1.0))
                 lp = torch.log_softmax(lo.masked_fill(~mj, MASKED), dim=-1)
-                group_logp[g][start:start + b] += lp.gather(1, a[:, j:j + 1]).squeeze(1).double().numpy()
+                taken = lp.gather(1, a[:, j:j + 1]).squeeze(1)
+                group_logp[g][start:start + b] += taken.double().numpy()
             ctx[torch.arange(b), SLOT_OFFSETS[j] + a[:, j]] = 1.0
     total = np.sum([group_logp[g] for g in groups], axis=0) if groups else np.zeros(n)
     return Scored(rows, matrix, total, group_logp, masks)
