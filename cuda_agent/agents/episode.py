@@ -15,6 +15,8 @@ import torch
 from ..run.records import Measurement
 from ..space.slots import Config
 from ..space.space import Space
+from .decode import ranked as top_k
+from .decode import sample, score_rows
 from .observe import SearchState, global_state, observe, problem_features
 from .policy import Decision, MultiAgentPolicy
 from .ppo import Buffer, PPOSettings, Transition, update
@@ -45,25 +47,30 @@ class Episode:
         return list(self.policy.groups)
 
     def propose(self, n: int, exclude: set[Config] | None = None,
-                temperature: dict[str, float] | None = None) -> list[Config]:
-        """Up to `n` distinct configurations not in `exclude`, sampled from the policy."""
+                temperature: dict[str, float] | None = None, ranked: int = 0) -> list[Config]:
+        """Up to `n` distinct configurations not in `exclude`: the first `ranked` are the
+        policy's most probable remaining configurations (exploitation, see `decode.py`), the
+        rest are sampled from it."""
         exclude = exclude or set()
         obs = {g: observe(self.policy.obs_agent(g), self.state, self.index) for g in self.groups}
         gstate = global_state(self.state, self.index)
         with torch.no_grad():
             values = {g: float(v) for g, v in self.policy.values(torch.as_tensor(gstate)).items()}
+        rows = self.index.rows_excluding(exclude)
         out: list[Config] = []
-        taken = set(exclude)
-        for _ in range(n):
-            # masks exclude what was measured or proposed already: every sample is new
-            rows = self.index.rows_excluding(taken)
-            if len(rows) == 0:
-                break
-            d = self.policy.act(obs, self.index, self.rng, temperature, rows=rows)
-            cfg = self.index.config_of({s: int(a) for s, a in zip(SLOT_ORDER, d.actions)})
+        if len(rows) == 0:
+            self.state.step += 1
+            return out
+        # every remaining configuration scored once; the first `ranked` are the most probable
+        # (exploitation), the rest drawn from the policy conditioned on what remains
+        scored = score_rows(self.policy, obs, self.index, rows, temperature)
+        first = top_k(scored, min(ranked, n))
+        picks = first + sample(scored, n - len(first), self.rng, exclude=set(first))
+        for k in picks:
+            cfg = self.index.configs[int(scored.rows[k])]
             out.append(cfg)
-            taken.add(cfg)
-            self.pending[cfg] = (d, obs, gstate, values)
+            self.pending[cfg] = (scored.decision(k, temperature or {}, self.groups), obs,
+                                 gstate, values)
         self.state.step += 1
         return out
 

@@ -18,6 +18,7 @@ from ..store import Store
 from ..tuner import Tuner, TuneSettings
 from . import checkpoint
 from .policy import MultiAgentPolicy
+from .strategy import RANKED_FIRST
 
 
 @dataclass
@@ -30,6 +31,9 @@ class Contender:
     agents: str = "multi"
     online: bool = True
     temperature: float = 1.0
+    ranked: int | None = None
+    """the run's first `ranked` proposals are the policy's most probable configurations
+    (default: `strategy.RANKED_FIRST` with a checkpoint, none for a fresh policy)"""
 
 
 @dataclass
@@ -42,29 +46,48 @@ class EvalResult:
         return statistics.median(vals) if vals else None
 
 
+class _Reached(Exception):
+    """Raised from the tuner's progress callback to end a run whose outcome is known."""
+
+
 def trajectory(problem_path: Path, contender: Contender, device: Device, budget: int,
-               seed: int) -> list[float | None]:
-    """Each measurement's time in the order the contender asked for them (None: failed)."""
+               seed: int, stop_at_ms: float | None = None) -> list[float | None]:
+    """Each measurement's time in the order the contender asked for them (None: failed).
+    With `stop_at_ms`, the run ends at the first measurement at or below it: what follows
+    cannot change the measurements needed to get there (only time is saved)."""
     opts: dict[str, Any] = {}
     if contender.strategy == "marl":
         policy = (checkpoint.policy_from(checkpoint.load(contender.checkpoint))
                   if contender.checkpoint else MultiAgentPolicy(contender.agents))
         opts = {"policy": policy, "online": contender.online, "budget": budget,
-                "patience": 10**6, "temperature": contender.temperature}
+                "patience": 10**6, "temperature": contender.temperature,
+                "ranked": contender.ranked if contender.ranked is not None else
+                (RANKED_FIRST if contender.checkpoint else 0)}
     settings = TuneSettings(device=device.kind, strategy=contender.strategy, budget=budget,
                             batch=4, seed=seed, baselines=False, strategy_options=opts)
     tuner = Tuner(load_problem(problem_path), settings, device=device, store=Store(":memory:"))
+    times: list[float | None] = []
+
+    def seen(trial: Any, best: Any) -> None:
+        m = trial.measurement
+        times.append(m.time_ms if m.ok else None)
+        if stop_at_ms is not None and m.ok and m.time_ms is not None and m.time_ms <= stop_at_ms:
+            raise _Reached
+
     try:
-        result = tuner.run()
-        return [t.measurement.time_ms if t.measurement.ok else None for t in result.trials]
+        try:
+            tuner.run(progress=seen)
+        except _Reached:
+            pass
+        return times
     finally:
         tuner.close()
 
 
 def evals_to_95(problem_path: Path, contender: Contender, device: Device, best_ms: float,
                 budget: int, seed: int) -> int | None:
-    return metrics.evals_to_fraction(trajectory(problem_path, contender, device, budget, seed),
-                                     best_ms, 0.95)
+    return metrics.evals_to_fraction(trajectory(problem_path, contender, device, budget, seed,
+                                                stop_at_ms=best_ms / 0.95), best_ms, 0.95)
 
 
 def compare(problems: list[Path], contenders: list[Contender], device: Device,

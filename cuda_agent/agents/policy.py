@@ -5,6 +5,12 @@ Decisions are made slot by slot in `SLOT_ORDER` (the template first). Each head 
 agent's trunk features plus the one-hot of every slot decided so far, so choices that depend on
 each other (threads per row and block size) are made consistently; the mask comes from the
 space, so an invalid configuration can never be sampled. A slot belongs to exactly one agent.
+
+Episodes (training and `tune --strategy marl`) do not call `act`: they score every remaining
+configuration with these heads, each normalised over its slot's domain, and draw from that
+distribution conditioned on what the space holds (`decode.py` says why: on sparse spaces the
+slot-by-slot masks of `act` leave the later agents forced choices). `evaluate` serves both,
+since a decision records its own masks.
 """
 
 from __future__ import annotations

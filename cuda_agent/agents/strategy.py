@@ -24,6 +24,10 @@ from .ppo import PPOSettings
 from .reward import RewardSettings
 
 
+RANKED_FIRST = 3
+"""a trained policy's first proposals on a new operator: its most probable configurations"""
+
+
 @register("marl")
 class AgentsStrategy(Strategy):
     """Multi-agent PPO behind ask/tell (`agents="single"`: the single-agent ablation)."""
@@ -34,7 +38,7 @@ class AgentsStrategy(Strategy):
                  None = None, agents: str = "multi", online: bool = True, patience: int = 3,
                  budget: int = 64, reward: RewardSettings | None = None,
                  ppo: PPOSettings | None = None, temperature: float = 1.0,
-                 **options: Any) -> None:
+                 ranked: int | None = None, **options: Any) -> None:
         super().__init__(space, seed, **options)
         torch.manual_seed(seed)
         if isinstance(policy, MultiAgentPolicy):
@@ -54,9 +58,18 @@ class AgentsStrategy(Strategy):
         self.stalled_batches = 0
         # below 1, a trained policy exploits what it learned more sharply
         self.temperature = {g: temperature for g in self.policy.groups}
+        # the first `ranked` proposals of the run are the policy's most probable
+        # configurations, best first; sampling takes over after them (exploration)
+        # (default: RANKED_FIRST with a trained checkpoint, none for a fresh policy, whose
+        # "most probable" configurations are arbitrary)
+        self.ranked_left = ranked if ranked is not None else (
+            RANKED_FIRST if policy is not None and not isinstance(policy, MultiAgentPolicy)
+            else 0)
 
     def ask(self, n: int) -> list[Config]:
-        out = self.episode.propose(n, exclude=self.proposed, temperature=self.temperature)
+        out = self.episode.propose(n, exclude=self.proposed, temperature=self.temperature,
+                                   ranked=self.ranked_left)
+        self.ranked_left = max(0, self.ranked_left - len(out))
         self.proposed.update(out)
         return out
 

@@ -1,0 +1,131 @@
+"""Ranked and conditioned decoding (cuda_agent/agents/decode.py): never an invalid, excluded or
+duplicate configuration; ranked order is the policy's own order; PPO recomputes the same
+log-probabilities; on a sparse subset every agent still has a say."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from cuda_agent.agents.decode import domain_masks, ranked, sample, score_rows
+from cuda_agent.agents.episode import Episode
+from cuda_agent.agents.observe import OBS_DIM, observe
+from cuda_agent.agents.policy import SLOT_OFFSETS, MultiAgentPolicy
+from cuda_agent.agents.reward import RewardSettings
+from cuda_agent.agents.vocab import SLOT_ORDER, SpaceIndex
+from cuda_agent.ir.plan import make_plan
+from cuda_agent.problem import load_problem
+from cuda_agent.space.slots import Target
+from cuda_agent.space.space import Space
+
+GOOD = Path(__file__).resolve().parent / "data" / "good"
+
+
+def space_of(name: str) -> Space:
+    return Space.for_plan(make_plan(load_problem(GOOD / f"{name}.py").graph()), Target())
+
+
+def sharp_policy(seed: int = 0) -> MultiAgentPolicy:
+    torch.manual_seed(seed)
+    policy = MultiAgentPolicy("multi", hidden=16)
+    with torch.no_grad():  # sharp: it would pile onto one configuration if it could
+        for p in policy.parameters():
+            p.mul_(25.0)
+    return policy
+
+
+def random_obs(policy: MultiAgentPolicy, seed: int = 1) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {g: rng.normal(size=OBS_DIM).astype(np.float32) for g in policy.groups}
+
+
+@pytest.mark.parametrize("name", ["softmax_small", "sum_small", "relu_small"])
+def test_ranked_and_sampled_picks_are_valid_distinct_and_not_excluded(name):
+    space = space_of(name)
+    index = SpaceIndex.of(space)
+    policy = sharp_policy()
+    obs = random_obs(policy)
+    excluded = set(space.configs[::3])
+    rows = index.rows_excluding(excluded)
+    scored = score_rows(policy, obs, index, rows)
+    assert np.isfinite(scored.logp).all()
+    top = ranked(scored, 10)
+    picks = top + sample(scored, 40, np.random.default_rng(0), exclude=set(top))
+    configs = [index.configs[int(scored.rows[k])] for k in picks]
+    assert len(configs) == len(set(configs)) == min(50, len(rows))
+    assert all(c in set(space.configs) and c not in excluded for c in configs)
+    # ranked order is the policy's order: non-increasing log-probability, and the first is
+    # the most probable of all remaining rows
+    lps = scored.logp[top]
+    assert all(a >= b for a, b in zip(lps, lps[1:]))
+    assert lps[0] == scored.logp.max()
+    # every recorded action is inside its recorded mask
+    for k in picks:
+        d = scored.decision(k, {}, list(policy.groups))
+        for j in range(len(SLOT_ORDER)):
+            assert d.masks[SLOT_OFFSETS[j] + d.actions[j]]
+
+
+def test_sampling_exhausts_the_rows_without_repeats():
+    index = SpaceIndex.of(space_of("sum_small"))
+    policy = sharp_policy(2)
+    rows = index.rows_excluding(set(index.configs[:-5]))  # five left
+    scored = score_rows(policy, random_obs(policy), index, rows)
+    got = sample(scored, 50, np.random.default_rng(0))
+    assert sorted(got) == list(range(5))
+    assert ranked(scored, 50) and len(ranked(scored, 50)) == 5
+
+
+def test_evaluate_reproduces_the_scored_log_probabilities():
+    index = SpaceIndex.of(space_of("softmax_small"))
+    torch.manual_seed(3)
+    policy = MultiAgentPolicy("multi", hidden=16)
+    obs = random_obs(policy, 4)
+    temp = {g: (2.0 if g == "memory" else 1.0) for g in policy.groups}
+    rows = np.arange(len(index.configs))
+    scored = score_rows(policy, obs, index, rows, temp)
+    picks = sample(scored, 8, np.random.default_rng(0))
+    ds = [scored.decision(k, temp, list(policy.groups)) for k in picks]
+    logp, _ = policy.evaluate(
+        {g: torch.as_tensor(np.stack([obs[g]] * len(ds))) for g in policy.groups},
+        torch.as_tensor(np.stack([d.actions for d in ds])),
+        torch.as_tensor(np.stack([d.masks for d in ds])),
+        {g: torch.full((len(ds),), temp[g]) for g in policy.groups})
+    for g in policy.groups:
+        np.testing.assert_allclose(logp[g].detach().numpy(), [d.logp[g] for d in ds],
+                                   atol=1e-4)
+
+
+def test_a_sparse_subset_leaves_every_agent_a_choice():
+    """On a handful of sampled configurations, slot-by-slot masks would force the later
+    agents' values; a domain mask holds every value the row's template takes in the space."""
+    space = space_of("softmax_small")
+    keep = np.random.default_rng(0).choice(len(space.configs), size=min(12, len(space.configs)),
+                                           replace=False)
+    sub = SpaceIndex.of(space.restricted([space.configs[i] for i in keep]))
+    dm = domain_masks(sub)
+    for r in range(len(sub.configs)):
+        same = sub.matrix[sub.matrix[:, 0] == sub.matrix[r, 0]]
+        for j in range(1, len(SLOT_ORDER)):
+            allowed = set(np.nonzero(dm[r, SLOT_OFFSETS[j]:SLOT_OFFSETS[j + 1]])[0].tolist())
+            assert allowed == set(same[:, j].tolist()), SLOT_ORDER[j]
+    assert set(np.nonzero(dm[0, :SLOT_OFFSETS[1]])[0].tolist()) == set(sub.matrix[:, 0].tolist())
+
+
+def test_episode_proposes_ranked_first_then_samples():
+    space = space_of("relu_small")
+    policy = sharp_policy(5)
+    ep = Episode(policy, space, 32, np.random.default_rng(0), RewardSettings(), 0)
+    exclude = {space.configs[0]}
+    out = ep.propose(6, exclude=exclude, ranked=3)
+    assert len(out) == len(set(out)) == min(6, len(space.configs) - 1)
+    assert space.configs[0] not in out
+    # the first three are the policy's three most probable rows at the episode's start
+    index = ep.index
+    fresh = Episode(policy, space, 32, np.random.default_rng(0), RewardSettings(), 0)
+    obs = {g: observe(policy.obs_agent(g), fresh.state, fresh.index) for g in policy.groups}
+    scored = score_rows(policy, obs, index, index.rows_excluding(exclude))
+    assert out[:3] == [index.configs[int(scored.rows[k])] for k in ranked(scored, 3)]
