@@ -175,6 +175,8 @@ def summarize(result: BenchResult) -> dict[str, Any]:
             best_ms[p] = statistics.median(metrics.best_time(r.times) or float("inf")
                                            for r in rs)
         probs = list(per_problem)
+        # the same problems for every strategy: those the agents' policy never trained on
+        unseen = [e95[p] for p in probs if p not in result.trained_on]
         eager = [result.problems[p]["eager_ms"] for p in probs]
         comp = [result.problems[p]["compile_ms"] for p in probs]
         found = [best_ms[p] for p in probs]
@@ -182,6 +184,7 @@ def summarize(result: BenchResult) -> dict[str, Any]:
             "problems": len(probs),
             "median_evals_to_95": statistics.median(e95.values()) if e95 else None,
             "evals_to_95": e95,
+            "median_evals_to_95_unseen": statistics.median(unseen) if unseen else None,
             "fast_p_vs_eager": {str(p): metrics.fast_p(found, eager, p) for p in metrics.P},
             "fast_p_vs_compile": {str(p): metrics.fast_p(found, comp, p) for p in metrics.P},
             "geomean_speedup_vs_eager": metrics.geomean_speedup(found, eager),

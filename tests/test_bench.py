@@ -50,6 +50,24 @@ def test_median_roofline_by_hand():
 
 
 @pytest.mark.skipif(not H200.exists(), reason="no recorded H200 sweeps")
+def test_unseen_median_compares_every_strategy_on_the_same_problems():
+    """marl's rows leave out the problems its policy trained on; the `unseen` median does so
+    for every strategy, so the comparison is on one problem set (hand-computed)."""
+    from cuda_agent.bench import BenchResult, BenchSettings, Run, summarize
+
+    facts = {"family": "norm", "best_ms": 1.0, "recorded": 10, "eager_ms": 2.0,
+             "compile_ms": 1.5, "bytes": 1e9, "copy_bw": 4e12, "gpu": "x", "simulated": False}
+    res = BenchResult(BenchSettings(budget=10, seeds=1), problems={"a": facts, "b": facts},
+                      trained_on=["a"])
+    res.runs = [Run("a", "random", 0, [3.0, 1.0], 0.0),
+                Run("b", "random", 0, [2.0, 2.0, 1.0], 0.0),
+                Run("a", "marl", 0, [1.0], 0.0), Run("b", "marl", 0, [2.0, 1.0], 0.0)]
+    s = summarize(res)
+    assert s["random"]["median_evals_to_95"] == 2.5  # a: 2, b: 3
+    assert s["random"]["median_evals_to_95_unseen"] == 3  # b only
+    assert s["marl"]["problems"] == 1 and s["marl"]["median_evals_to_95_unseen"] == 2
+
+
 def test_bench_on_replay_end_to_end(tmp_path):
     suite = tmp_path / "suite"
     suite.mkdir()

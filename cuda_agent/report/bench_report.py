@@ -30,12 +30,14 @@ def tables(result: BenchResult, summary: dict[str, Any]) -> list[tuple[str, list
     for s in strategies:
         m = summary[s]
         main.append([s, str(m["problems"]), _fmt(m["median_evals_to_95"], 1),
+                     _fmt(m.get("median_evals_to_95_unseen"), 1),
                      _fmt(m["geomean_speedup_vs_eager"], 2, "x"),
                      _fmt(m["geomean_speedup_vs_compile"], 2, "x"),
                      *[_fmt(m["fast_p_vs_compile"][str(p)], 2) for p in P],
                      _fmt(m["median_fraction_of_copy_bw"] and
                           100 * m["median_fraction_of_copy_bw"], 0, "%")])
-    header = ["strategy", "problems", "median measurements to 95%", "geomean vs eager",
+    header = ["strategy", "problems", "median measurements to 95%",
+              "same, on the problems the policy never trained on", "geomean vs eager",
               "geomean vs compile", *[f"fast_{p:g} vs compile" for p in P], "of copy bw"]
     problems = sorted(result.problems)
     per = [[p, result.problems[p]["family"],
