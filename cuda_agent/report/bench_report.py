@@ -123,8 +123,18 @@ def _provenance(result: BenchResult) -> str:
             + (" (SIMULATED sweeps: model estimates, not measurements)" if sim else "")
             + f"; {len(result.problems)} problems, budget {result.settings.budget} "
             f"measurements, {result.settings.seeds} seeds, run {result.date}."
-            + (f" The agents' policy was trained on {len(result.trained_on)} of these "
-               "problems; their rows count only the others." if result.trained_on else ""))
+            + _trained_note(result))
+
+
+def _trained_note(result: BenchResult) -> str:
+    if not result.trained_on:
+        return ""
+    seen = [p for p in result.problems if p in result.trained_on]
+    return (f" The agents' policy was trained on {len(result.trained_on)} problems, "
+            f"{len(seen)} of them among these; marl's rows count only the others (the column "
+            "'never trained on' gives every strategy on those same problems)."
+            if seen else f" The agents' policy was trained on {len(result.trained_on)} other "
+            "problems, none of these.")
 
 
 def write_report(result: BenchResult, out: Path) -> dict[str, Path]:
