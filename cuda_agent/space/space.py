@@ -110,6 +110,11 @@ class Space:
         d = dict(recorded)
         if len(self.templates) == 1:
             t = self.templates[0]
+        elif SCOPE_SLOT not in d:
+            # recorded when this problem had one template: the one whose slots it names
+            t = max(self.templates, key=lambda t: len(
+                d.keys() & {s.name for s in t.slots(self.plan, self.target)}))
+            d[SCOPE_SLOT] = t.name
         else:
             t = next((t for t in self.templates if t.name == d.get(SCOPE_SLOT)), None)
             if t is None:
