@@ -80,7 +80,7 @@ def markdown(results: dict, throughput: list[dict] | None, tests_tail: str | Non
     lines = [
         "# Benchmarks",
         "",
-        f"Measured on **{results['gpu']}** on {results['date']} (commits "
+        f"Measured on **{results['gpu']}** on {', '.join(results['dates'])} (commits "
         f"{', '.join(results['commits'])}; the GPU machine gets the tree without .git, so "
         "wip-* names a run of the uncommitted tree of that day, "
         f"torch {results['torch']}), copy bandwidth {fmt(results['copy_tbps'], ' TB/s', 2)} "
@@ -283,6 +283,7 @@ def main() -> None:
     suite = [f.stem for f in sorted((ROOT / "benchmarks" / "problems").glob("*.py"))]
     results = {
         "gpu": first["gpu"], "date": first["date"], "commit": first["commit"],
+        "dates": sorted({str(r["date"]) for r in rows}),
         "torch": first["torch"], "copy_tbps": first["copy_tbps"], "rows": rows,
         "commits": sorted({str(r["commit"]) for r in rows}), "searches": searches,
         "summary": {
