@@ -140,11 +140,12 @@ def recorded_best(name: str, n: int, vary: dict[str, list] | None = None) -> lis
                     cfg[full.get(k, k)] = int(v) if v.lstrip("-").isdigit() else v
                 found.append((q["best_ms"], cfg))
     out = [c for _, c in sorted(found, key=lambda x: x[0])] + [r["config"] for r in ok[:n]]
-    if vary:
-        out = [dict(c, **{s: v}) if s in c else c
-               for c in out for s, vals in [("", [None])] + list(vary.items()) for v in vals
-               if s == "" or s in c]
-    return out
+    with_variants = []
+    for c in out:
+        with_variants.append(c)
+        for slot, vals in (vary or {}).items():
+            with_variants += [dict(c, **{slot: v}) for v in vals if slot in c]
+    return with_variants
 
 
 def run_search(out: Path, problems: list[Path], strategy: str, budget: int,

@@ -172,9 +172,7 @@ class CudaDevice(Device):
             # a failed set-up may leave the worker's CUDA context unusable (a device-side assert
             # in the reference is sticky): the next problem gets a fresh worker
             self._problem_path = None
-            self._kill()
-            self.restarts += 1
-            self._start()
+            self._restart()
             raise DeviceError(f"GPU setup failed for {problem.name}: {reply.get('error_msg')}")
         self._facts.update({k: v for k, v in reply.items() if k != "ok"})
 

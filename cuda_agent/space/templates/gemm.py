@@ -296,19 +296,15 @@ class _GemmWriter:
     def tile_loads(self, c: Code, k0: str) -> None:
         """Load the K slice starting at `k0` into the prefetch registers ra_/rb_."""
         g = self.g
-        for name, along, vec, rows, strides, lim_rows in (
-                ("a", _a_along(g), self.AV, self.BM, g.a_strides, "M"),
-                ("b", _b_along(g), self.BV, self.BN, g.b_strides, "N")):
+        for name, along, vec, rows, lim_rows in (("a", _a_along(g), self.AV, self.BM, "M"),
+                                                 ("b", _b_along(g), self.BV, self.BN, "N")):
             for j, (r, kk) in enumerate(self._vectors(name, along, vec, rows)):
                 grow = f"{'m0' if name == 'a' else 'n0'} + {r}"
                 gk = f"{k0} + {kk}"
                 if name == "b" and g.b_gather is not None:
                     c(self.gathered_load(f"rb_{j}", grow, gk))
                     continue
-                if name == "a":
-                    off = self.a_offset(grow, gk)
-                else:
-                    off = f"(idx_t)({gk}) * {strides[1]} + (idx_t)({grow}) * {strides[2]}"
+                off = self.offset(name, grow, gk)
                 guard = f"({grow}) < {getattr(g, lim_rows)} && ({gk}) < kend"
                 reg = f"r{name}_{j}"
                 if vec == 4:
@@ -322,6 +318,13 @@ class _GemmWriter:
         if cv is not None and cv.groups > 1:  # batch = image * groups + group
             return f"(idx_t)(blockIdx.y % {cv.groups}) * {cv.a_group_stride}"
         return f"(idx_t)blockIdx.y * {self.g.a_strides[0]}"
+
+    def offset(self, name: str, grow: str, gk: str) -> str:
+        """Offset of element (row `grow`, k `gk`) of operand `name` from its batch's start."""
+        if name == "a":
+            return self.a_offset(grow, gk)
+        s = self.g.b_strides
+        return f"(idx_t)({gk}) * {s[1]} + (idx_t)({grow}) * {s[2]}"
 
     def a_offset(self, gm: str, gk: str) -> str:
         """Offset of A[m, k] from the batch's A: by strides, or with K split in two runs."""
@@ -405,9 +408,9 @@ class _GemmWriter:
         at a time where the operand's unit-stride dim is the shared row's, else element by
         element (k fastest across lanes, so each row's run of K is read coalesced)."""
         g = self.g
-        for name, along, vec, rows, strides, ld, lim in (
-                ("a", _a_along(g), self.AV, self.BM, g.a_strides, self.LDA, g.M),
-                ("b", _b_along(g), self.BV, self.BN, g.b_strides, self.LDB, g.N)):
+        for name, along, vec, rows, ld, lim in (
+                ("a", _a_along(g), self.AV, self.BM, self.LDA, g.M),
+                ("b", _b_along(g), self.BV, self.BN, self.LDB, g.N)):
             base = f"({name.upper()}s + ({buf}) * {self.BK * ld})"
             row_dim = "m" if name == "a" else "n"
             src = f"{name.upper()}g"
@@ -425,10 +428,7 @@ class _GemmWriter:
             for r, kk in pairs:
                 grow = f"{'m0' if name == 'a' else 'n0'} + {r}"
                 gk = f"{k0} + {kk}"
-                if name == "a":
-                    off = self.a_offset(grow, gk)
-                else:
-                    off = f"(idx_t)({gk}) * {strides[1]} + (idx_t)({grow}) * {strides[2]}"
+                off = self.offset(name, grow, gk)
                 guard = f"({grow}) < {lim} && ({gk}) < kend"
                 fn = "ca_cp16" if along == row_dim and vec == 4 else "ca_cp4"
                 c(f"{{ const bool in_ = {guard}; {fn}({base} + ({kk}) * {ld} + {r}, "
