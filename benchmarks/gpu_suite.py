@@ -148,9 +148,49 @@ def recorded_best(name: str, n: int, vary: dict[str, list] | None = None) -> lis
     return with_variants
 
 
+def template_seeds(path: Path, template: str, n: int) -> list[dict]:
+    """The `n` configurations of one template that the simulator ranks fastest for the
+    problem (a new template has no sweep to start from); [] for multi-kernel programs."""
+    from cuda_agent.ir.partition import ProgramPlan
+    from cuda_agent.ir.plan import make_plan
+    from cuda_agent.problem import load_problem
+    from cuda_agent.run.sim_model import simulate
+    from cuda_agent.space.slots import ABSENT, Target
+    from cuda_agent.space.space import Space
+
+    if n <= 0:
+        return []
+    plan = make_plan(load_problem(path).graph())
+    if isinstance(plan, ProgramPlan):
+        return []
+    target = Target()
+    space = Space.for_plan(plan, target)
+    ranked = []
+    for c in space.configs:
+        if space.template_of(c).name == template:
+            ms = simulate(plan, space.render(c), None, target).time_ms
+            ranked.append((ms, {k: v for k, v in c.as_dict().items() if v != ABSENT}))
+    ranked.sort(key=lambda x: x[0])
+    # one per tile shape (the model barely tells pipeline depths and unrolling apart)
+    seen, picked = set(), []
+    for _, c in ranked:
+        shape = tuple(c.get(k) for k in ("config.bm", "config.bn", "config.warp",
+                                          "memory.bk", "reduction.split"))
+        if shape not in seen:
+            seen.add(shape)
+            picked.append(c)
+    # the fastest shapes of the 3xTF32 prototype at 4096^3 (scripts/proto, 2026-11-30)
+    proto = [{"config.bm": bm, "config.bn": bn, "config.warp": "64x64", "memory.bk": 32,
+              "memory.stages": 3, "compute.unroll": "none", "reduction.split": 1,
+              "config.raster": 8, "reduction.scope": "gemm_tc"}
+             for bm, bn in ((128, 128), (128, 256), (256, 128))] if template == "gemm_tc" else []
+    return proto + picked[:max(0, n - len(proto))]
+
+
 def run_search(out: Path, problems: list[Path], strategy: str, budget: int,
                deadline: float, warm: int = 0, seconds: float = 90.0,
-               vary: dict[str, list] | None = None) -> None:
+               vary: dict[str, list] | None = None, seed_template: str = "",
+               seed_count: int = 0) -> None:
     """A guided search per problem (spaces of tens of thousands of GEMM configurations are
     sampled too thinly by a sweep), with eager and torch.compile timed in the same run.
     `warm` > 0: the genetic search starts from the recorded sweep's `warm` best
@@ -166,6 +206,11 @@ def run_search(out: Path, problems: list[Path], strategy: str, budget: int,
         t0 = time.time()
         opts = ({"initial": recorded_best(p.stem, warm, vary)}
                 if warm and strategy == "genetic" else {})
+        if seed_template and strategy == "genetic":
+            # a template added since the sweeps: its simulator-ranked best join the start
+            seeds = template_seeds(p, seed_template, seed_count)
+            opts["initial"] = opts.get("initial", []) + seeds
+            log(f"search {p.stem}: {len(seeds)} {seed_template} seeds")
         try:
             r = tune(p, device="cuda", strategy=strategy, budget=budget, batch=32,
                      store=str(out / "store.sqlite"), strategy_options=opts,
@@ -295,6 +340,10 @@ def main() -> None:
     ap.add_argument("--search-problems", default="", help="comma-separated files (part search)")
     ap.add_argument("--search-strategy", default="genetic")
     ap.add_argument("--search-budget", type=int, default=160)
+    ap.add_argument("--search-seed-template", default="",
+                    help="genetic search: also start from this template's configurations "
+                         "the simulator ranks first (a template the sweeps predate)")
+    ap.add_argument("--search-seed-count", type=int, default=12)
     ap.add_argument("--search-warm", type=int, default=0,
                     help="genetic search: start from the recorded sweep's N best configurations")
     ap.add_argument("--search-vary", default="",
@@ -332,6 +381,8 @@ def main() -> None:
                 run_tests(out, "tests/gpu/test_faults.py", min(left - 10, 150), args.tests_k)
             elif part == "families":
                 run_tests(out, "tests/gpu/test_families.py", left - 10, args.tests_k)
+            elif part == "gemm_tc":
+                run_tests(out, "tests/gpu/test_gemm_tc.py", min(left - 10, 150))
             elif part == "counters":
                 run_tests(out, "tests/gpu/test_gpu_counters.py", min(left - 10, 120))
             elif part == "search":
@@ -340,7 +391,8 @@ def main() -> None:
                            args.search_warm, args.search_seconds,
                            {k: [int(x) if x.isdigit() else x for x in v.split(",")]
                             for k, v in (item.split("=", 1) for item in
-                                         args.search_vary.split(";") if item)})
+                                         args.search_vary.split(";") if item)},
+                           args.search_seed_template, args.search_seed_count)
             elif part == "agents":
                 run_agents(out, deadline - 20, args.agent_iterations, args.agent_budget,
                            args.agent_profile_every, args.agent_policy,

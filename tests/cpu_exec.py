@@ -60,6 +60,7 @@ template <int N> static inline void ca_cp_wait() {}
 // a kernel argument of any element type (float inputs, int64 class indices, the output)
 struct ca_ptr { void* p; template <class T> operator T*() const { return (T*)p; } };
 static inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
+static inline float __uint_as_float(unsigned i) { float f; std::memcpy(&f, &i, 4); return f; }
 static inline float __fdividef(float a, float b) { return a / b; }
 // fast-math intrinsics: the precise functions (the GPU's approximations are the verifier's
 // job); macros, as glibc declares functions of these names itself
@@ -73,6 +74,35 @@ static std::barrier<>* ca_block_barrier;
 static std::vector<std::barrier<>*> ca_warp_barriers;
 static float ca_slots[1024];
 static inline void __syncthreads() { ca_block_barrier->arrive_and_wait(); }
+// TF32 rounding (nearest, ties away: cvt.rna) and the warp-wide m16n8k8 TF32 mma: every lane
+// deposits its fragments, the warp meets, each lane computes its four outputs (products exact,
+// summed in double: more accurate than the tensor core, whose truncation the GPU tests meet)
+static inline unsigned ca_tf32(float x) {
+  unsigned u; std::memcpy(&u, &x, 4);
+  if ((u & 0x7f800000u) != 0x7f800000u) { u += 0x1000u; u &= 0xffffe000u; }
+  return u; }
+static unsigned ca_mma_a[1024][4], ca_mma_b[1024][2];
+static inline float ca_bits(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
+static inline void ca_mma_tf32(float* c, const unsigned* a, const unsigned* b) {
+  const int t = threadIdx.x, w = t / 32, base = w * 32, lane = t % 32;
+  for (int q = 0; q < 4; ++q) ca_mma_a[t][q] = a[q];
+  ca_mma_b[t][0] = b[0]; ca_mma_b[t][1] = b[1];
+  ca_warp_barriers[w]->arrive_and_wait();
+  const int g = lane >> 2, tq = lane & 3;
+  float r[4];
+  for (int q = 0; q < 4; ++q) {
+    const int row = g + 8 * (q >= 2), col = 2 * tq + (q & 1);
+    double s = 0.0;
+    for (int k = 0; k < 8; ++k) {
+      const double av = ca_bits(ca_mma_a[base + (row % 8) * 4 + k % 4][(row >= 8) + 2 * (k >= 4)]);
+      const double bv = ca_bits(ca_mma_b[base + col * 4 + k % 4][k >= 4]);
+      s += av * bv;
+    }
+    r[q] = (float)(s + c[q]);
+  }
+  ca_warp_barriers[w]->arrive_and_wait();
+  for (int q = 0; q < 4; ++q) c[q] = r[q];
+}
 static inline float ca_exchange(float v, int src_lane, bool keep_own) {
   const int t = threadIdx.x, w = t / 32, base = w * 32;
   ca_slots[t] = v;

@@ -34,7 +34,8 @@ NVCC_SAMPLE = 5
 # Templates whose candidates take the compiler ~10x longer (unrolled register tiles) are sampled
 # less per problem, so the CPU suite stays within CI's time; CUDA_AGENT_COMPILE_ALL still covers
 # every configuration.
-SAMPLE_PER_TEMPLATE = {"gemm": max(1, SAMPLE // 3), "attention": max(1, SAMPLE // 4)}
+SAMPLE_PER_TEMPLATE = {"gemm": max(1, SAMPLE // 3), "attention": max(1, SAMPLE // 4),
+                       "gemm_tc": max(1, SAMPLE // 5)}
 COMPILE_ALL = os.environ.get("CUDA_AGENT_COMPILE_ALL") == "1"
 TARGET = Target()
 CHUNK = 400

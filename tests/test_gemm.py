@@ -123,8 +123,12 @@ def gemm_configs(sp: Space) -> list:
 
 def test_odd_k_forbids_vector_loads_along_k_and_default_is_valid():
     sp = Space.for_plan(plan_of(lambda a, b: a @ b, (37, 67), (67, 45)), Target())
-    assert all(c["memory.vec_a"] == 1 for c in sp.configs)  # A runs along K = 67
-    assert any(c["memory.vec_b"] == 4 for c in sp.configs) is False  # N = 45 as well
+    simt = gemm_configs(sp)
+    assert all(c["memory.vec_a"] == 1 for c in simt)  # A runs along K = 67
+    assert any(c["memory.vec_b"] == 4 for c in simt) is False  # N = 45 as well
+    # the tensor-core template copies such operands element by element
+    tc = sp.render(next(c for c in sp.configs if sp.template_of(c).name == "gemm_tc"))
+    assert tc.fact("vec_a") == 1 and tc.fact("vec_b") == 1
     assert sp.default() in sp.index and len(sp) > 500
 
 
@@ -330,3 +334,56 @@ def test_library_convolution_with_generated_bias_matches_torch():
     r = sp.render(lib[0])
     assert r.launches[0].library["op"] == "conv"
     assert cpu_exec.max_rel_error(r, by_index, want) < 1e-5
+
+
+# -- the 3xTF32 tensor-core template ---------------------------------------------------------------
+
+def tc_configs(sp):
+    return [c for c in sp.configs if sp.template_of(c).name == "gemm_tc"]
+
+
+def test_tensor_core_template_covers_plain_products_in_their_layout():
+    sp = Space.for_plan(plan_of(lambda x, w: x @ w.T, (256, 128), (192, 128)), Target())
+    tc = tc_configs(sp)
+    assert tc and {c["config.warp"] for c in tc} >= {"32x32", "64x64"}
+    r = sp.render(next(c for c in tc if c["reduction.split"] == 1))
+    # nn.Linear's weight runs along K: kept [n][k] in shared memory, 16-byte copies
+    assert r.fact("b_along") == "k" and r.fact("vec_b") == 4 and r.fact("mma") == "tf32x3"
+    assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in r.source
+    # implicit-GEMM convolutions keep the SIMT template
+    conv, _, _ = conv_plan("conv2d_stride_pad_bias")
+    assert not tc_configs(Space.for_plan(conv, Target()))
+
+
+@pytest.mark.skipif(not cpu_exec.available(), reason="needs g++ for the CPU emulator")
+@pytest.mark.parametrize("name", sorted(EXEC_CASES))
+def test_generated_tensor_core_gemm_matches_torch(name):
+    plan, sp, xs, want = emulation_case(*EXEC_CASES[name], seed=5)
+    tc = tc_configs(sp)
+    rng = random.Random(name)
+    picked = [sp.default()] if sp.template_of(sp.default()).name == "gemm_tc" else []
+    for pred in (lambda c: c["reduction.split"] > 1, lambda c: c["compute.unroll"] == "full",
+                 lambda c: c["memory.stages"] == 2, lambda c: c["memory.stages"] == 4,
+                 lambda c: c["config.warp"] == "64x64", lambda c: c["config.raster"] == 8):
+        some = [c for c in tc if pred(c) and c["config.bm"] * c["config.bn"] <= 128 * 128]
+        picked += rng.sample(some, 1) if some else []
+    assert len(picked) >= 3
+    for cfg in picked:
+        err = cpu_exec.max_rel_error(sp.render(cfg), [xs[k].numpy() for k in plan.operands],
+                                     want)
+        assert err < 1e-5, (cfg.short(), err)
+
+
+@pytest.mark.skipif(not cpu_exec.available(), reason="needs g++ for the CPU emulator")
+def test_uncompensated_tf32_would_fail_the_fp32_check():
+    """Plain TF32 (the big parts only) is ~1e-3 off: the compensation terms are what make the
+    tensor-core path pass the fp32 tolerance, so dropping them must be caught."""
+    plan, sp, xs, want = emulation_case(lambda a, b: a @ b, [(64, 256), (256, 64)], seed=2)
+    r = sp.render(next(c for c in tc_configs(sp) if c["reduction.split"] == 1))
+    args = [xs[k].numpy() for k in plan.operands]
+    assert cpu_exec.max_rel_error(r, args, want) < 1e-5
+    plain = r.source.replace("ca_mma_tf32(p_, as_[i], bb_);", "").replace(
+        "ca_mma_tf32(p_, ab_[i], bs_);", "")
+    assert plain != r.source
+    import dataclasses
+    assert cpu_exec.max_rel_error(dataclasses.replace(r, source=plain), args, want) > 1e-4

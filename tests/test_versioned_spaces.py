@@ -50,12 +50,12 @@ def test_replay_reads_version_1_sweeps_of_the_row_template():
 @pytest.mark.skipif(not H200.exists(), reason="no recorded H200 sweeps")
 def test_a_sweep_from_before_the_problem_had_two_templates_still_replays():
     """gemm_tril was swept when only the GEMM template covered it (no `reduction.scope` in
-    its records); the library template has joined since. Its records map to the GEMM
-    template's configurations, and replay serves them."""
+    its records); the library and tensor-core templates have joined since. Its records map to
+    the GEMM template's configurations, and replay serves them."""
     sweep = read_sweep(H200 / "gemm_tril.json.gz")
     assert all("reduction.scope" not in r["config"] for r in sweep["records"])
     sp = space_of("gemm_tril")
-    assert {t.name for t in sp.templates} == {"gemm", "lib"}
+    assert {t.name for t in sp.templates} == {"gemm", "gemm_tc", "lib"}
     mapped = [c for c in (sp.upgrade(r["config"]) for r in sweep["records"]) if c is not None]
     assert mapped and all(c["reduction.scope"] == "gemm" for c in mapped)
     t = Tuner(load_problem(ROOT / "benchmarks/problems/gemm_tril.py"),

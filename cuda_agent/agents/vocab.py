@@ -22,7 +22,7 @@ from ..space.space import SCOPE_SLOT, Space
 # their heads grown (`checkpoint.policy_from`).
 VOCAB: dict[str, tuple[Any, ...]] = {
     "reduction.scope": ("map", "row", "col", "split", "gemm", "pool", "chan", "scan", "lib",
-                        "attention"),
+                        "attention", "gemm_tc"),
     "config.block": (32, 64, 128, 256, 512, 1024),
     "config.items": (1, 2, 4, 8),
     "config.grid": ("exact", "persistent"),
@@ -46,7 +46,7 @@ VOCAB: dict[str, tuple[Any, ...]] = {
     "config.bm": (16, 32, 64, 128, 256),
     "config.bn": (32, 64, 128, 256),
     "config.raster": (1, 8),
-    "config.warp": ("row", "4x8"),
+    "config.warp": ("row", "4x8", "32x32", "64x32", "32x64", "64x64"),
     "memory.bk": (8, 16, 32, 64),
     "memory.vec_a": (1, 4),
     "memory.vec_b": (1, 4),

@@ -47,6 +47,8 @@ def simulate_gemm(rendered: Rendered, resources: dict | None, target: Target
                   ) -> tuple[float, dict[str, float], str | None]:
     """(modelled ms, counters, failure message or None) of one GEMM candidate."""
     f = dict(rendered.facts)
+    if f.get("mma") == "tf32x3":
+        return simulate_gemm_tc(rendered, resources, target)
     bm, bn, bk, tm, tn = (int(f[k]) for k in ("bm", "bn", "bk", "tm", "tn"))
     M, N, K, batch = (int(f[k]) for k in ("M", "N", "K", "batch"))
     split, stages = int(f["split"]), int(f["stages"])
@@ -131,6 +133,71 @@ def simulate_gemm(rendered: Rendered, resources: dict | None, target: Target
                 "issue_utilization": min(1.0, fma_s / main_s) if main_s else 0.0,
                 "sync_stalls": (latency_s / total_s) if total_s else 0.0,
                 "atomic_contention": 0.0}
+    return total_s * 1e3, counters, None
+
+
+#: mma.sync TF32 rate the template reaches on the H200, flop/s for the whole GPU: fitted to the
+#: prototype measured on 2026-11-30 (3xTF32 at 54 TFLOP/s of fp32 work; wgmma reaches ~384)
+MMA_SYNC_TF32_FLOPS = 170e12
+
+
+def simulate_gemm_tc(rendered: Rendered, resources: dict | None, target: Target
+                     ) -> tuple[float, dict[str, float], str | None]:
+    """The 3xTF32 tensor-core template: three mma per 16 x 8 x 8 tile on the tensor pipe
+    against the operand splits, partial-sum adds and fragment loads on the others, per warp and
+    8-deep step; shared-memory, L2 and DRAM traffic and wave quantization as the SIMT model."""
+    f = dict(rendered.facts)
+    bm, bn, bk, wm, wn = (int(f[k]) for k in ("bm", "bn", "bk", "wm", "wn"))
+    M, N, K, batch = (int(f[k]) for k in ("M", "N", "K", "batch"))
+    split, threads, smem = int(f["split"]), int(f["threads"]), int(f["smem"])
+    regs = int((resources or {}).get("registers") or min(255, wm * wn // 32 + 40 + wm // 2))
+    if regs * threads > target.regs_per_sm or smem > target.max_smem_per_block:
+        return math.inf, {}, "block does not fit on an SM"
+    blocks_sm = min(target.max_blocks_per_sm, target.max_threads_per_sm // threads,
+                    target.regs_per_sm // max(1, _alloc(regs) * threads),
+                    target.smem_per_sm // max(1, smem + 1024))
+    if blocks_sm < 1:
+        return math.inf, {}, "block does not fit on an SM"
+    clk = target.clock_hz
+    tiles = -(-M // bm) * -(-N // bn) * batch
+    if f.get("skips_zero_tiles"):
+        tiles = max(1, int(tiles * 0.53))
+    blocks = tiles * split
+    waves = blocks / (target.sm_count * blocks_sm)
+    quant = math.ceil(waves) / waves if waves > 0 else 1.0
+    k_pad = -(-(-(-K // split)) // bk) * bk
+    mt, nt = wm // 16, wn // 8
+    warp_steps = blocks * (bm // wm) * (bn // wn) * (k_pad // 8)
+    # per warp and step: 3 mma per tile on the tensor pipe; splits (2 cvt + 1 sub per
+    # fragment value), 4 partial-sum adds per tile and the fragment loads on the others
+    mma_clk = 3 * mt * nt * 2048 / (MMA_SYNC_TF32_FLOPS / (target.sm_count * clk))
+    alu_instr = 3 * (4 * mt + 2 * nt) + 4 * mt * nt + (4 * mt + 2 * nt) + 6
+    alu_clk = alu_instr / 4  # four schedulers per SM, one warp-instruction per clock each
+    warps_sm = blocks_sm * threads // 32
+    # the tensor and ALU pipes overlap across warps; few warps (or a rolled step) expose both
+    overlap = min(1.0, warps_sm / (4.0 if f.get("unroll") == "full" else 8.0))
+    step_clk = max(mma_clk, alu_clk) * overlap + (mma_clk + alu_clk) * (1 - overlap)
+    compute_s = warp_steps * step_clk / (target.sm_count * clk)
+    smem_s = warp_steps * (4 * mt + 2 * nt) * 128 / (SMEM_BYTES_PER_CLK * target.sm_count * clk)
+    panel = blocks * k_pad * (bm + bn) * 4.0
+    vec_pen = 1.0 + 0.25 * ((int(f.get("vec_a", 1)) == 1) + (int(f.get("vec_b", 1)) == 1))
+    l2_s = panel * (0.6 if int(f.get("raster", 1)) > 1 else 1.0) * vec_pen / L2_BW
+    out_bytes = batch * M * N * 4.0
+    dram_s = (batch * (M * K + K * N) * 4.0 + out_bytes * (1 + 2 * (split > 1))) / target.dram_bw
+    spill_s = _spill_time(resources, threads, blocks_sm, blocks * (k_pad // bk), target)
+    main_s = _soft_max((compute_s, smem_s, l2_s, dram_s, spill_s)) * quant
+    total_s = main_s + LAUNCH_US * 1e-6
+    if split > 1:
+        total_s += (split + 2) * out_bytes / target.dram_bw + LAUNCH_US * 1e-6
+    occ = warps_sm / (target.max_threads_per_sm / 32)
+    counters = {"achieved_occupancy": occ * min(1.0, waves), "theoretical_occupancy": occ,
+                "waves": waves, "sectors_per_request": 4.0 if vec_pen == 1.0 else 2.0,
+                "dram_throughput": dram_s / main_s if main_s else 0.0,
+                "bank_conflicts": 0.0, "registers": float(regs),
+                "spills": float((resources or {}).get("spill_stores", 0) or 0)
+                + float((resources or {}).get("spill_loads", 0) or 0),
+                "issue_utilization": min(1.0, compute_s / main_s) if main_s else 0.0,
+                "sync_stalls": 0.0, "atomic_contention": 0.0}
     return total_s * 1e3, counters, None
 
 

@@ -5,6 +5,7 @@ from .base import Template
 from .chan import ChanTemplate
 from .col import ColTemplate
 from .gemm import GemmTemplate
+from .gemm_tc import GemmTensorCoreTemplate
 from .library import LibraryTemplate
 from .map import MapTemplate
 from .pool import PoolTemplate
@@ -15,6 +16,6 @@ from .split import SplitTemplate
 TEMPLATES: list[Template] = [MapTemplate(), RowTemplate(), ColTemplate(), SplitTemplate(),
                              GemmTemplate(), PoolTemplate(),
                              ChanTemplate(), ScanTemplate(), LibraryTemplate(),
-                             AttentionTemplate()]
+                             AttentionTemplate(), GemmTensorCoreTemplate()]
 
 __all__ = ["TEMPLATES", "Template"]

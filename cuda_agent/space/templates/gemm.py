@@ -274,6 +274,7 @@ class _GemmWriter:
             else "long long"
         self.minblocks = cfg["compute.minblocks"]
         self.LDA, self.LDB = _lds(cfg)
+        self.A_STAGE = self.BK * self.LDA  # floats of one shared A slice
         self.NT = (self.BM // self.TM) * (self.BN // self.TN)
         self.smem = _smem_bytes(cfg)
         g = self.g
@@ -560,56 +561,12 @@ class _GemmWriter:
 
     # -- kernels --------------------------------------------------------------------------------
     def main_kernel(self, c: Code) -> Launch:
-        g = self.g
-        c.open(f'extern "C" __global__ void __launch_bounds__({self.NT}, {self.minblocks}) '
-               f"ca_gemm({cg.kernel_params(self.plan)})")
-        c(f"typedef {self.idx_t} idx_t;",
-          "extern __shared__ __align__(16) float ca_smem[];",
-          "float* As = ca_smem;",
-          f"float* Bs = ca_smem + {self.ST * self.BK * self.LDA};",
-          f"const float* __restrict__ Ag = in{g.a} + {self.a_batch_offset()};",
-          f"const float* __restrict__ Bg = in{g.b} + {self.b_batch_offset()};",
-          "const int bat = blockIdx.y;",
-          "const int tid = threadIdx.x;")
-        wn = self.BN // self.TN  # thread tiles along n
-        if self.warp == "4x8":
-            c("const int warp_ = tid >> 5, lane_ = tid & 31;",
-              f"const int tx = (warp_ % {wn // 8}) * 8 + (lane_ & 7);",
-              f"const int ty = (warp_ / {wn // 8}) * 4 + (lane_ >> 3);")
-        else:
-            c(f"const int tx = tid % {wn}, ty = tid / {wn};")
-        if self.raster > 1:
-            width = self.raster * self.tiles_n
-            c(f"const int pid = blockIdx.x, grp_ = pid / {width};",
-              f"const int first_ = grp_ * {self.raster};",
-              f"const int gsz_ = min({self.tiles_m} - first_, {self.raster});",
-              f"const int m0 = (first_ + (pid % {width}) % gsz_) * {self.BM};",
-              f"const int n0 = ((pid % {width}) / gsz_) * {self.BN};")
-        else:
-            c(f"const int m0 = (blockIdx.x / {self.tiles_n}) * {self.BM};",
-              f"const int n0 = (blockIdx.x % {self.tiles_n}) * {self.BN};")
-        zero = self.zero_tile_test()
-        if zero:
-            c.open(f"if ({zero})")
-            if self.SPLIT == 1:
-                c("// the mask fixes this whole tile to zero: write it, skip the product")
-                c(f"for (int e = tid; e < {self.BM * self.BN}; e += {self.NT}) {{",
-                  f"  const int gm = m0 + e / {self.BN}, gn = n0 + e % {self.BN};",
-                  f"  if (gm < {g.M} && gn < {g.N}) out[((idx_t)bat * {g.M} + gm) * {g.N} + gn]"
-                  " = 0.f;",
-                  "}")
-            c("return;")
-            c.close()
-        if self.SPLIT > 1:
-            c(f"const int kbeg = blockIdx.z * {self.KC};",
-              f"const int kend = min({g.K}, kbeg + {self.KC});")
-        else:
-            c("const int kbeg = 0;", f"const int kend = {g.K};")
-        c(f"float acc[{self.TM}][{self.TN}];",
-          "#pragma unroll",
-          f"for (int i = 0; i < {self.TM}; ++i)",
-          "#pragma unroll",
-          f"  for (int j = 0; j < {self.TN}; ++j) acc[i][j] = 0.f;")
+        self.open_kernel(c)
+        self.thread_layout(c)
+        self.block_origin(c)
+        self.skip_zero_tile(c)
+        self.k_range(c)
+        self.declare_acc(c)
         if self.ST > 2:
             self.pipeline(c)
             self.finish_main(c)
@@ -641,6 +598,72 @@ class _GemmWriter:
         c.close()
         self.finish_main(c)
         return self.main_launch()
+
+    def open_kernel(self, c: Code) -> None:
+        """The main kernel's signature and the pointers every layout uses."""
+        g = self.g
+        c.open(f'extern "C" __global__ void __launch_bounds__({self.NT}, {self.minblocks}) '
+               f"ca_gemm({cg.kernel_params(self.plan)})")
+        c(f"typedef {self.idx_t} idx_t;",
+          "extern __shared__ __align__(16) float ca_smem[];",
+          "float* As = ca_smem;",
+          f"float* Bs = ca_smem + {self.ST * self.A_STAGE};",
+          f"const float* __restrict__ Ag = in{g.a} + {self.a_batch_offset()};",
+          f"const float* __restrict__ Bg = in{g.b} + {self.b_batch_offset()};",
+          "const int bat = blockIdx.y;",
+          "const int tid = threadIdx.x;")
+
+    def thread_layout(self, c: Code) -> None:
+        wn = self.BN // self.TN  # thread tiles along n
+        if self.warp == "4x8":
+            c("const int warp_ = tid >> 5, lane_ = tid & 31;",
+              f"const int tx = (warp_ % {wn // 8}) * 8 + (lane_ & 7);",
+              f"const int ty = (warp_ / {wn // 8}) * 4 + (lane_ >> 3);")
+        else:
+            c(f"const int tx = tid % {wn}, ty = tid / {wn};")
+
+    def block_origin(self, c: Code) -> None:
+        """m0, n0: this block's tile, in plain or grouped (raster) order."""
+        if self.raster > 1:
+            width = self.raster * self.tiles_n
+            c(f"const int pid = blockIdx.x, grp_ = pid / {width};",
+              f"const int first_ = grp_ * {self.raster};",
+              f"const int gsz_ = min({self.tiles_m} - first_, {self.raster});",
+              f"const int m0 = (first_ + (pid % {width}) % gsz_) * {self.BM};",
+              f"const int n0 = ((pid % {width}) / gsz_) * {self.BN};")
+        else:
+            c(f"const int m0 = (blockIdx.x / {self.tiles_n}) * {self.BM};",
+              f"const int n0 = (blockIdx.x % {self.tiles_n}) * {self.BN};")
+
+    def skip_zero_tile(self, c: Code) -> None:
+        g = self.g
+        zero = self.zero_tile_test()
+        if not zero:
+            return
+        c.open(f"if ({zero})")
+        if self.SPLIT == 1:
+            c("// the mask fixes this whole tile to zero: write it, skip the product")
+            c(f"for (int e = tid; e < {self.BM * self.BN}; e += {self.NT}) {{",
+              f"  const int gm = m0 + e / {self.BN}, gn = n0 + e % {self.BN};",
+              f"  if (gm < {g.M} && gn < {g.N}) out[((idx_t)bat * {g.M} + gm) * {g.N} + gn]"
+              " = 0.f;",
+              "}")
+        c("return;")
+        c.close()
+
+    def k_range(self, c: Code) -> None:
+        if self.SPLIT > 1:
+            c(f"const int kbeg = blockIdx.z * {self.KC};",
+              f"const int kend = min({self.g.K}, kbeg + {self.KC});")
+        else:
+            c("const int kbeg = 0;", f"const int kend = {self.g.K};")
+
+    def declare_acc(self, c: Code) -> None:
+        c(f"float acc[{self.TM}][{self.TN}];",
+          "#pragma unroll",
+          f"for (int i = 0; i < {self.TM}; ++i)",
+          "#pragma unroll",
+          f"  for (int j = 0; j < {self.TN}; ++j) acc[i][j] = 0.f;")
 
     def finish_main(self, c: Code) -> None:
         g = self.g

@@ -1,0 +1,326 @@
+"""Matrix products on tensor cores at fp32 accuracy: error-compensated TF32 (3xTF32).
+
+A TF32 tensor-core product alone keeps 11 significant bits of each operand: about 1e-3 relative
+error, which the fp32 verifier rejects. Splitting each operand into a TF32 "big" part and the
+TF32 rounding of what is left (x = big + small, 22 bits together) and summing
+small*big + big*small + big*big (small*small, about 2^-22 of the product, is dropped) restores
+fp32-level products. One more trap: the tensor core truncates as it accumulates, a bias that
+grows with K (measured on the H200: 2.9e-5 relative error at K = 4096, 2.3e-4 at K = 32768,
+against cuBLAS fp32's 1.1e-6 and 1.6e-6). So each 8-deep step is summed by the tensor core into
+a fresh zero and added to the running total with an ordinary rounded fp32 add: 4.2e-7 and
+1.1e-6, as accurate as cuBLAS's strict fp32 (`scripts/proto/bench_tf32x3.py`, 2026-11-30).
+
+Each block computes a BM x BN tile of C with warps that each own a WM x WN warp tile made of
+16 x 8 mma tiles (`mma.sync.m16n8k8` TF32); K slices are copied by cp.async straight into shared
+memory, 2 to 4 slices in flight. Each operand is kept in shared memory in its global layout
+(rows along its contiguous dim, padded so the fragment reads hit 32 distinct banks), so
+transposed operands such as nn.Linear's weight are read in place with 16-byte copies.
+
+Slots: config: block tile, warp tile, raster; memory: K slice, slices in flight; reduction:
+split-K (workspace and a second kernel that adds the parts in a fixed order, as the SIMT GEMM).
+The epilogue is fused as in the SIMT template. Plain (strided, batched) products only; the
+implicit-GEMM convolutions keep the SIMT template.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...ir.plan import KernelPlan
+from .. import codegen as cg
+from ..slots import Launch, Rendered, Slot, Target
+from .base import Code, Template
+from .gemm import (CP_ASYNC, MAX_THREADS, MIN_THREADS, SPLIT_MAX_BLOCKS_PER_SM, _a_along,
+                   _b_along, _GemmWriter, _info, _max_offset, _vec_ok)
+
+#: warp tile (rows x columns of C per warp): multiples of the 16 x 8 mma tile
+WARP_TILES = {"32x32": (32, 32), "64x32": (64, 32), "32x64": (32, 64), "64x64": (64, 64)}
+
+# TF32 conversion and the warp-wide mma (sm_80+); the CPU emulator of the tests defines
+# CA_EMULATED and its own versions.
+MMA = r"""
+#ifndef CA_EMULATED
+__device__ __forceinline__ unsigned ca_tf32(float x) {
+  unsigned r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return r;
+}
+__device__ __forceinline__ void ca_mma_tf32(float* c, const unsigned* a, const unsigned* b) {
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, "
+               "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+#endif
+// x = big + small, both TF32: 22 significant bits together
+__device__ __forceinline__ void ca_split_tf32(float x, unsigned& big, unsigned& small) {
+  big = ca_tf32(x);
+  small = ca_tf32(x - __uint_as_float(big));
+}
+"""
+
+
+def _warp_tile(cfg: dict[str, Any]) -> tuple[int, int]:
+    return WARP_TILES[cfg["config.warp"]]
+
+
+def _layout(plan: KernelPlan, cfg: dict[str, Any]) -> dict[str, Any]:
+    """Shared-memory layout of both operands: rows along each one's contiguous dim."""
+    g = _info(plan)
+    bm, bn, bk = cfg["config.bm"], cfg["config.bn"], cfg["memory.bk"]
+    a_rowk, b_rowk = _a_along(g) == "k", _b_along(g) == "k"
+    # [rows][BK + 4] when K is contiguous, [BK][rows + 8] otherwise: either way the 32 lanes'
+    # fragment reads (row g = lane / 4, k t = lane % 4) fall on 32 distinct banks
+    lda = bk + 4 if a_rowk else bm + 8
+    ldb = bk + 4 if b_rowk else bn + 8
+    a_stage = (bm if a_rowk else bk) * lda
+    b_stage = (bn if b_rowk else bk) * ldb
+    return {"a_rowk": a_rowk, "b_rowk": b_rowk, "lda": lda, "ldb": ldb, "a_stage": a_stage,
+            "b_stage": b_stage, "smem": 4 * cfg["memory.stages"] * (a_stage + b_stage)}
+
+
+class GemmTensorCoreTemplate(Template):
+    name = "gemm_tc"
+    version = "1"
+
+    def applies(self, plan: KernelPlan) -> bool:
+        return plan.kind == "gemm"
+
+    def slots(self, plan: KernelPlan, target: Target) -> list[Slot]:
+        return [
+            Slot("config.bm", (64, 128, 256), "rows of C per block"),
+            Slot("config.bn", (64, 128, 256), "columns of C per block"),
+            Slot("config.raster", (1, 8), "row tiles walked together (L2 reuse of B tiles)"),
+            Slot("config.warp", tuple(WARP_TILES), "rows x columns of C per warp, in 16 x 8 "
+                                                   "tensor-core tiles"),
+            Slot("memory.bk", (16, 32), "K slice staged in shared memory per step"),
+            Slot("memory.stages", (2, 3, 4), "K slices in flight, copied by cp.async"),
+            Slot("compute.unroll", ("full", "none"), "the 8-deep steps of a K slice unrolled "
+                                                     "(loads overlap the previous step's mma) "
+                                                     "or one at a time (fewer registers)"),
+            Slot("reduction.split", (1, 2, 4, 8, 16), "blocks sharing one tile's K (split-K)"),
+        ]
+
+    def canonical(self, plan: KernelPlan, cfg: dict[str, Any]) -> dict[str, Any]:
+        g = _info(plan)
+        cfg = dict(cfg)
+        if -(-g.M // cfg["config.bm"]) <= 1 or -(-g.N // cfg["config.bn"]) <= 1:
+            cfg["config.raster"] = 1
+        return cfg
+
+    def check(self, plan: KernelPlan, cfg: dict[str, Any], target: Target) -> str | None:
+        g = _info(plan)
+        if g.b_gather is not None or g.a_k_split is not None:
+            return "the tensor-core template covers plain products (not convolutions)"
+        bm, bn, bk, split = (cfg["config.bm"], cfg["config.bn"], cfg["memory.bk"],
+                             cfg["reduction.split"])
+        wm, wn = _warp_tile(cfg)
+        if bm % wm or bn % wn:
+            return "the warp tile does not divide the block tile"
+        threads = (bm // wm) * (bn // wn) * 32
+        if not MIN_THREADS <= threads <= MAX_THREADS:
+            return f"{threads} threads per block"
+        if bm > max(64, 2 * g.M) or bn > max(64, 2 * g.N):
+            return "block tile far larger than the matrix"
+        if _layout(plan, cfg)["smem"] > target.max_smem_per_block:
+            return "shared memory per block exceeds the limit"
+        k_tiles = -(-g.K // bk)
+        if split > 1 and (k_tiles < 2 * split or g.batch * split > 65535):
+            return "split-K with fewer than two K slices per split"
+        if split > 1 and g.batch * split * g.M * g.N * 4 > 2**33:
+            return "split-K workspace over 8 GB"
+        tiles = -(-g.M // bm) * -(-g.N // bn) * g.batch
+        if split > 1 and tiles * split > SPLIT_MAX_BLOCKS_PER_SM * target.sm_count:
+            return "split-K where the tiles alone already fill the GPU several times"
+        if g.batch > 65535:
+            return "batch exceeds the grid"
+        return None
+
+    def default(self, plan: KernelPlan, target: Target) -> dict[str, Any]:
+        return {"config.bm": 128, "config.bn": 128, "config.raster": 1, "config.warp": "64x64",
+                "memory.bk": 32, "memory.stages": 3, "compute.unroll": "none",
+                "reduction.split": 1}
+
+    def render(self, plan: KernelPlan, cfg: dict[str, Any], target: Target) -> Rendered:
+        return _TensorCoreWriter(plan, cfg).render()
+
+
+class _TensorCoreWriter(_GemmWriter):
+    """The SIMT writer's kernel skeleton (block order, zero tiles, K range, split-K, epilogue)
+    with warp-level mma tiles and a cp.async pipeline in place of thread tiles."""
+
+    def __init__(self, plan: KernelPlan, cfg: dict[str, Any]) -> None:  # noqa: super not called
+        self.plan, self.g = plan, _info(plan)
+        g = self.g
+        self.BM, self.BN, self.BK = cfg["config.bm"], cfg["config.bn"], cfg["memory.bk"]
+        self.WM, self.WN = _warp_tile(cfg)
+        self.MT, self.NTL = self.WM // 16, self.WN // 8  # mma tiles per warp
+        self.warps_n = self.BN // self.WN
+        self.ST, self.raster = cfg["memory.stages"], cfg["config.raster"]
+        self.warp = cfg["config.warp"]
+        self.unroll = cfg["compute.unroll"]
+        # "none": one 8-deep step at a time (fewer live fragments: no spills at big warp tiles)
+        self.kk_unroll = "#pragma unroll" if self.unroll == "full" else "#pragma unroll 1"
+        self.SPLIT = cfg["reduction.split"]
+        self.idx_t = "int" if _max_offset(g, plan) * self.SPLIT < 2**31 - 2**20 else "long long"
+        self.minblocks = 1
+        self.NT = (self.BM // self.WM) * self.warps_n * 32  # threads per block
+        lay = _layout(plan, cfg)
+        self.a_rowk, self.b_rowk = lay["a_rowk"], lay["b_rowk"]
+        self.LDA, self.LDB = lay["lda"], lay["ldb"]
+        self.A_STAGE, self.B_STAGE = lay["a_stage"], lay["b_stage"]
+        self.smem = lay["smem"]
+        self.AV = 4 if _vec_ok(g, "a", 4) else 1
+        self.BV = 4 if _vec_ok(g, "b", 4) else 1
+        self.tiles_m, self.tiles_n = -(-g.M // self.BM), -(-g.N // self.BN)
+        self.KC = -(-(-(-g.K // self.BK)) // self.SPLIT) * self.BK  # K per split, whole slices
+
+    def thread_layout(self, c: Code) -> None:
+        c("const int warp_ = tid >> 5, lane_ = tid & 31;",
+          f"const int wm_ = (warp_ / {self.warps_n}) * {self.WM};",
+          f"const int wn_ = (warp_ % {self.warps_n}) * {self.WN};",
+          "const int g_ = lane_ >> 2, t_ = lane_ & 3;  // the mma fragments' row and k")
+
+    def declare_acc(self, c: Code) -> None:
+        c(f"float acc[{self.MT}][{self.NTL}][4];",
+          "#pragma unroll",
+          f"for (int i = 0; i < {self.MT}; ++i)",
+          "#pragma unroll",
+          f"  for (int j = 0; j < {self.NTL}; ++j)",
+          "#pragma unroll",
+          "    for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.f;")
+
+    def tile_async(self, c: Code, k0: str, buf: str) -> None:
+        """Copy the K slice at `k0` into stage `buf`: 16 bytes at a time along the operand's
+        contiguous dim where aligned, else element by element (that dim fastest)."""
+        g = self.g
+        for name, rowk, vec, rows, ld, stage, lim in (
+                ("a", self.a_rowk, self.AV, self.BM, self.LDA, self.A_STAGE, g.M),
+                ("b", self.b_rowk, self.BV, self.BN, self.LDB, self.B_STAGE, g.N)):
+            base = f"({name.upper()}s + ({buf}) * {stage})"
+            src = f"{name.upper()}g"
+            total = rows * self.BK // vec
+            # a rolled loop: unrolled, the compiler keeps every copy's address live across
+            # the K loop (registers the accumulators need)
+            c("#pragma unroll 1")
+            c.open(f"for (int e_ = tid; e_ < {total}; e_ += {self.NT})")
+            if rowk:  # shared [row][k]
+                per = self.BK // vec
+                c(f"const int r_ = e_ / {per}, kk_ = (e_ % {per}) * {vec};")
+                dst = f"{base} + r_ * {ld} + kk_"
+            else:  # shared [k][row]
+                per = rows // vec
+                c(f"const int r_ = (e_ % {per}) * {vec}, kk_ = e_ / {per};")
+                dst = f"{base} + kk_ * {ld} + r_"
+            grow = f"{'m0' if name == 'a' else 'n0'} + r_"
+            gk = f"{k0} + kk_"
+            off = self.offset(name, grow, gk)
+            fn = "ca_cp16" if vec == 4 else "ca_cp4"
+            c(f"const bool in_ = ({grow}) < {lim} && ({gk}) < kend;",
+              f"{fn}({dst}, in_ ? {src} + {off} : {src}, in_);")
+            c.close()
+
+    def multiply(self, c: Code, buf: str) -> None:
+        """One K slice: per 8-deep step, split this warp's A fragments (kept for the step) and
+        each column tile's B fragment, three mma per tile into a fresh partial sum, then a
+        rounded fp32 add into the accumulator."""
+        def a_at(m: str, k: str) -> str:
+            return f"({m}) * {self.LDA} + ({k})" if self.a_rowk else \
+                f"({k}) * {self.LDA} + ({m})"
+
+        def b_at(k: str, n: str) -> str:
+            return f"({n}) * {self.LDB} + ({k})" if self.b_rowk else \
+                f"({k}) * {self.LDB} + ({n})"
+
+        c.open("")
+        c(f"const float* a_ = As + ({buf}) * {self.A_STAGE};",
+          f"const float* b_ = Bs + ({buf}) * {self.B_STAGE};")
+        c(self.kk_unroll)
+        c.open(f"for (int kk = 0; kk < {self.BK}; kk += 8)")
+        c(f"unsigned ab_[{self.MT}][4], as_[{self.MT}][4];")
+        c("#pragma unroll")
+        c.open(f"for (int i = 0; i < {self.MT}; ++i)")
+        c("const int r_ = wm_ + i * 16 + g_;")
+        for q, (m, k) in enumerate((("r_", "kk + t_"), ("r_ + 8", "kk + t_"),
+                                    ("r_", "kk + t_ + 4"), ("r_ + 8", "kk + t_ + 4"))):
+            c(f"ca_split_tf32(a_[{a_at(m, k)}], ab_[i][{q}], as_[i][{q}]);")
+        c.close()
+        c("#pragma unroll")
+        c.open(f"for (int j = 0; j < {self.NTL}; ++j)")
+        c("unsigned bb_[2], bs_[2];", "const int n_ = wn_ + j * 8 + g_;",
+          f"ca_split_tf32(b_[{b_at('kk + t_', 'n_')}], bb_[0], bs_[0]);",
+          f"ca_split_tf32(b_[{b_at('kk + t_ + 4', 'n_')}], bb_[1], bs_[1]);")
+        c("#pragma unroll")
+        c.open(f"for (int i = 0; i < {self.MT}; ++i)")
+        c("// the tensor core truncates as it adds: sum the step apart, then round into acc",
+          "float p_[4] = {0.f, 0.f, 0.f, 0.f};",
+          "ca_mma_tf32(p_, as_[i], bb_);",
+          "ca_mma_tf32(p_, ab_[i], bs_);",
+          "ca_mma_tf32(p_, ab_[i], bb_);",
+          "acc[i][j][0] += p_[0]; acc[i][j][1] += p_[1];",
+          "acc[i][j][2] += p_[2]; acc[i][j][3] += p_[3];")
+        c.close().close().close().close()
+
+    def store_tile(self, c: Code, partial: bool) -> None:
+        """Each lane holds rows g and g + 8, columns 2t and 2t + 1 of every mma tile."""
+        g = self.g
+        pair = g.N % 2 == 0  # the two columns are in or out together: one 8-byte store
+        c("#pragma unroll")
+        c.open(f"for (int i = 0; i < {self.MT}; ++i)")
+        c("#pragma unroll")
+        c.open("for (int h = 0; h < 2; ++h)")
+        c("const int gm = m0 + wm_ + i * 16 + h * 8 + g_;")
+        c.open(f"if (gm < {g.M})")
+        c(f"const idx_t rowbase = ((idx_t)bat * {g.M} + gm) * {g.N};")
+        c("#pragma unroll")
+        c.open(f"for (int j = 0; j < {self.NTL}; ++j)")
+        c("const int gn = n0 + wn_ + j * 8 + 2 * t_;")
+        dst = "(part + rowbase + gn)" if partial else "(out + rowbase + gn)"
+        if pair:
+            c.open(f"if (gn < {g.N})")
+            vals = [f"acc[i][j][2 * h + {q}]" for q in range(2)]
+            if not partial:
+                vals = [self.epilogue_value(c, v, f"(rowbase + gn + {q})", "gm", f"(gn + {q})",
+                                            f"_{q}") for q, v in enumerate(vals)]
+            c(cg.vec_store(dst, vals, 0))
+            c.close()
+        else:
+            for q in range(2):
+                c.open(f"if (gn + {q} < {g.N})")
+                v = f"acc[i][j][2 * h + {q}]"
+                if not partial:
+                    v = self.epilogue_value(c, v, f"(rowbase + gn + {q})", "gm", f"(gn + {q})",
+                                            f"_{q}")
+                c(f"{dst}[{q}] = {v};")
+                c.close()
+        c.close().close().close().close()
+
+    def main_kernel(self, c: Code) -> Launch:
+        self.open_kernel(c)
+        self.thread_layout(c)
+        self.block_origin(c)
+        self.skip_zero_tile(c)
+        self.k_range(c)
+        self.declare_acc(c)
+        self.pipeline(c)
+        self.finish_main(c)
+        return self.main_launch()
+
+    def render(self) -> Rendered:
+        c = Code()
+        c(cg.PRELUDE, CP_ASYNC, MMA)
+        launches = [self.main_kernel(c)]
+        ws = 0
+        if self.SPLIT > 1:
+            launches.append(self.sum_kernel(c))
+            ws = self.SPLIT * self.g.batch * self.g.M * self.g.N * 4
+        g = self.g
+        facts = (("family", "gemm"), ("mma", "tf32x3"), ("threads", self.NT),
+                 ("blocks", launches[0].blocks), ("bm", self.BM), ("bn", self.BN),
+                 ("bk", self.BK), ("wm", self.WM), ("wn", self.WN), ("stages", self.ST),
+                 ("vec_a", self.AV), ("vec_b", self.BV), ("split", self.SPLIT),
+                 ("raster", self.raster), ("warp", self.warp), ("unroll", self.unroll), ("M", g.M), ("N", g.N),
+                 ("K", g.K), ("batch", g.batch), ("smem", self.smem),
+                 ("a_along", _a_along(g)), ("b_along", _b_along(g)),
+                 ("skips_zero_tiles", int(self.zero_tile_test() is not None)))
+        return Rendered(c.text(), tuple(launches), workspace_bytes=ws, facts=facts)
