@@ -180,10 +180,13 @@ def template_seeds(path: Path, template: str, n: int) -> list[dict]:
             seen.add(shape)
             picked.append(c)
     # the fastest shapes of the 3xTF32 prototype at 4096^3 (scripts/proto, 2026-11-30)
-    proto = [{"config.bm": bm, "config.bn": bn, "config.warp": "64x64", "memory.bk": 32,
-              "memory.stages": 3, "compute.unroll": "none", "reduction.split": 1,
+    # and the fastest shapes measured so far (3xTF32 at 4096^3, 2026-11-30: 64 x 64 warp
+    # tiles, 3-4 slices in flight, the step loop rolled), in their K-slice variants
+    proto = [{"config.bm": bm, "config.bn": bn, "config.warp": "64x64", "memory.bk": bk,
+              "memory.stages": st, "compute.unroll": "none", "reduction.split": 1,
               "config.raster": 8, "reduction.scope": "gemm_tc"}
-             for bm, bn in ((128, 128), (128, 256), (256, 128))] if template == "gemm_tc" else []
+             for bm, bn in ((256, 128), (128, 256), (128, 128)) for st in (3, 4)
+             for bk in (32, 16)] if template == "gemm_tc" else []
     return proto + picked[:max(0, n - len(proto))]
 
 

@@ -95,9 +95,10 @@ class GemmTensorCoreTemplate(Template):
                                                    "tensor-core tiles"),
             Slot("memory.bk", (16, 32), "K slice staged in shared memory per step"),
             Slot("memory.stages", (2, 3, 4), "K slices in flight, copied by cp.async"),
-            Slot("compute.unroll", ("full", "none"), "the 8-deep steps of a K slice unrolled "
-                                                     "(loads overlap the previous step's mma) "
-                                                     "or one at a time (fewer registers)"),
+            Slot("compute.unroll", ("full", "none", 2), "the 8-deep steps of a K slice unrolled "
+                                                        "(loads overlap the previous step's "
+                                                        "mma), one at a time (fewer registers) "
+                                                        "or two at a time"),
             Slot("reduction.split", (1, 2, 4, 8, 16), "blocks sharing one tile's K (split-K)"),
         ]
 
@@ -160,7 +161,8 @@ class _TensorCoreWriter(_GemmWriter):
         self.warp = cfg["config.warp"]
         self.unroll = cfg["compute.unroll"]
         # "none": one 8-deep step at a time (fewer live fragments: no spills at big warp tiles)
-        self.kk_unroll = "#pragma unroll" if self.unroll == "full" else "#pragma unroll 1"
+        self.kk_unroll = {"full": "#pragma unroll", "none": "#pragma unroll 1"}.get(
+            self.unroll, f"#pragma unroll {self.unroll}")
         self.SPLIT = cfg["reduction.split"]
         self.idx_t = "int" if _max_offset(g, plan) * self.SPLIT < 2**31 - 2**20 else "long long"
         self.minblocks = 1
@@ -192,32 +194,42 @@ class _TensorCoreWriter(_GemmWriter):
 
     def tile_async(self, c: Code, k0: str, buf: str) -> None:
         """Copy the K slice at `k0` into stage `buf`: 16 bytes at a time along the operand's
-        contiguous dim where aligned, else element by element (that dim fastest)."""
+        contiguous dim where aligned, else element by element (that dim fastest). A thread's
+        copies lie a fixed step apart (rows, or K for [k][row] tiles), so one source and one
+        destination pointer per operand serve them all with constant offsets: the unrolled
+        copies keep no addresses live across the K loop."""
         g = self.g
         for name, rowk, vec, rows, ld, stage, lim in (
                 ("a", self.a_rowk, self.AV, self.BM, self.LDA, self.A_STAGE, g.M),
                 ("b", self.b_rowk, self.BV, self.BN, self.LDB, self.B_STAGE, g.N)):
-            base = f"({name.upper()}s + ({buf}) * {stage})"
             src = f"{name.upper()}g"
             total = rows * self.BK // vec
-            # a rolled loop: unrolled, the compiler keeps every copy's address live across
-            # the K loop (registers the accumulators need)
-            c("#pragma unroll 1")
-            c.open(f"for (int e_ = tid; e_ < {total}; e_ += {self.NT})")
-            if rowk:  # shared [row][k]
-                per = self.BK // vec
-                c(f"const int r_ = e_ / {per}, kk_ = (e_ % {per}) * {vec};")
-                dst = f"{base} + r_ * {ld} + kk_"
-            else:  # shared [k][row]
-                per = rows // vec
-                c(f"const int r_ = (e_ % {per}) * {vec}, kk_ = e_ / {per};")
-                dst = f"{base} + kk_ * {ld} + r_"
-            grow = f"{'m0' if name == 'a' else 'n0'} + r_"
-            gk = f"{k0} + kk_"
-            off = self.offset(name, grow, gk)
+            per = self.BK // vec if rowk else rows // vec  # copies along one shared row
+            step = self.NT // per  # shared rows between a thread's copies (NT % per == 0)
+            row_of = "m0" if name == "a" else "n0"
+            c.open("")
+            if rowk:  # shared [row][k]: copies step along rows
+                c(f"const int r_ = tid / {per}, kk_ = (tid % {per}) * {vec};")
+                src_step = self.offset(name, f"{step}", "0")
+                dst_step = step * ld
+            else:  # shared [k][row]: copies step along K
+                c(f"const int r_ = (tid % {per}) * {vec}, kk_ = tid / {per};")
+                src_step = self.offset(name, "0", f"{step}")
+                dst_step = step * ld
+            c(f"const float* src_ = {src} + {self.offset(name, f'{row_of} + r_', f'{k0} + kk_')};",
+              f"float* dst_ = {name.upper()}s + ({buf}) * {stage} + " +
+              (f"r_ * {ld} + kk_;" if rowk else f"kk_ * {ld} + r_;"))
             fn = "ca_cp16" if vec == 4 else "ca_cp4"
-            c(f"const bool in_ = ({grow}) < {lim} && ({gk}) < kend;",
-              f"{fn}({dst}, in_ ? {src} + {off} : {src}, in_);")
+            for j in range(-(-total // self.NT)):
+                if rowk:
+                    guard = f"{row_of} + r_ + {j * step} < {lim} && {k0} + kk_ < kend"
+                else:
+                    guard = f"{row_of} + r_ < {lim} && {k0} + kk_ + {j * step} < kend"
+                stmt = (f"{{ const bool in_ = {guard}; {fn}(dst_ + {j * dst_step}, "
+                        f"in_ ? src_ + {j} * ({src_step}) : {src}, in_); }}")
+                if (j + 1) * self.NT > total:  # the last round covers part of the threads
+                    stmt = f"if (tid + {j * self.NT} < {total}) {stmt}"
+                c(stmt)
             c.close()
 
     def multiply(self, c: Code, buf: str) -> None:
