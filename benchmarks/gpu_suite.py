@@ -150,7 +150,8 @@ def recorded_best(name: str, n: int, vary: dict[str, list] | None = None) -> lis
 
 def template_seeds(path: Path, template: str, n: int) -> list[dict]:
     """The `n` configurations of one template that the simulator ranks fastest for the
-    problem (a new template has no sweep to start from); [] for multi-kernel programs."""
+    problem (a new template has no sweep to start from); for a multi-kernel program, over
+    the stages the template covers (the search maps each seed onto every stage's space)."""
     from cuda_agent.ir.partition import ProgramPlan
     from cuda_agent.ir.plan import make_plan
     from cuda_agent.problem import load_problem
@@ -161,15 +162,17 @@ def template_seeds(path: Path, template: str, n: int) -> list[dict]:
     if n <= 0:
         return []
     plan = make_plan(load_problem(path).graph())
-    if isinstance(plan, ProgramPlan):
-        return []
+    plans = [s.plan for s in plan.program.stages] if isinstance(plan, ProgramPlan) else [plan]
     target = Target()
-    space = Space.for_plan(plan, target)
     ranked = []
-    for c in space.configs:
-        if space.template_of(c).name == template:
-            ms = simulate(plan, space.render(c), None, target).time_ms
-            ranked.append((ms, {k: v for k, v in c.as_dict().items() if v != ABSENT}))
+    for p in plans:
+        space = Space.for_plan(p, target)
+        for c in space.configs:
+            if space.template_of(c).name == template:
+                ms = simulate(p, space.render(c), None, target).time_ms
+                ranked.append((ms, {k: v for k, v in c.as_dict().items() if v != ABSENT}))
+    if not ranked:
+        return []
     ranked.sort(key=lambda x: x[0])
     # one per tile shape (the model barely tells pipeline depths and unrolling apart)
     seen, picked = set(), []
@@ -185,7 +188,7 @@ def template_seeds(path: Path, template: str, n: int) -> list[dict]:
     proto = [{"config.bm": bm, "config.bn": bn, "config.warp": "64x64", "memory.bk": bk,
               "memory.stages": st, "compute.unroll": "none", "reduction.split": 1,
               "config.raster": 8, "reduction.scope": "gemm_tc"}
-             for bm, bn in ((256, 128), (128, 256), (128, 128)) for st in (3, 4)
+             for bm, bn in ((128, 128), (256, 128), (128, 256)) for st in (3, 4)
              for bk in (32, 16)] if template == "gemm_tc" else []
     return proto + picked[:max(0, n - len(proto))]
 
