@@ -3,10 +3,13 @@ compile/evaluation throughput. Everything lands under $OUT (results.tgz holds th
 and logs), to be committed under benchmarks/data/ and benchmarks/results/.
 
     python3 benchmarks/gpu_suite.py --parts sweeps,faults,throughput,families --sample 100
-    python3 benchmarks/gpu_suite.py --parts counters,agents      # issue 3 (next GPU session)
+    python3 benchmarks/gpu_suite.py --parts counters,agents      # issue 3
+    python3 benchmarks/gpu_suite.py --parts gemm_tc,search --search-problems a.py,b.py \
+        --search-warm 1 --search-seed-template gemm_tc           # a template the sweeps predate
 
-Parts: sweeps, faults, families, counters, throughput, agents. Pass CUDA_AGENT_COMMIT=<hash>
-in the command: the GPU machine receives the tree without .git.
+Parts: sweeps, faults, families, counters, gemm_tc (the tensor-core GEMM's accuracy test),
+search, throughput, agents. Pass CUDA_AGENT_COMMIT=<hash> in the command: the GPU machine
+receives the tree without .git (search rows record it).
 """
 
 from __future__ import annotations
@@ -128,17 +131,13 @@ def recorded_best(name: str, n: int, vary: dict[str, list] | None = None) -> lis
     ok = sorted((r for r in read_sweep(path)["records"] if r.get("ok") and r.get("time_ms")),
                 key=lambda r: r["time_ms"])
     from cuda_agent.agents.vocab import VOCAB
+    from cuda_agent.space.slots import expand_short
 
-    full = {k.split(".", 1)[1]: k for k in VOCAB}  # short slot names are unique
     found = []
     for f in sorted((ROOT / "benchmarks/results").glob("*/search.json"), reverse=True):
         for q in json.loads(f.read_text()):
             if q["problem"] == name and q.get("best_config"):
-                cfg = {}
-                for item in q["best_config"].split():
-                    k, v = item.split("=", 1)
-                    cfg[full.get(k, k)] = int(v) if v.lstrip("-").isdigit() else v
-                found.append((q["best_ms"], cfg))
+                found.append((q["best_ms"], expand_short(q["best_config"], VOCAB)))
     out = [c for _, c in sorted(found, key=lambda x: x[0])] + [r["config"] for r in ok[:n]]
     with_variants = []
     for c in out:
@@ -226,6 +225,7 @@ def run_search(out: Path, problems: list[Path], strategy: str, budget: int,
             continue
         best = r.best.measurement.time_ms if r.best else None
         row = {"problem": p.stem, "family": r.plan.family, "strategy": strategy,
+               "commit": os.environ.get("CUDA_AGENT_COMMIT", "unknown"),
                "warm_start": len(opts.get("initial", [])),
                "evals": len(r.trials), "best_ms": best,
                "best_config": r.best.config.short() if r.best else None,

@@ -387,3 +387,17 @@ def test_uncompensated_tf32_would_fail_the_fp32_check():
     assert plain != r.source
     import dataclasses
     assert cpu_exec.max_rel_error(dataclasses.replace(r, source=plain), args, want) > 1e-4
+
+
+@pytest.mark.skipif(not cpu_exec.available(), reason="needs g++ for the CPU emulator")
+def test_tensor_core_element_copies_of_rows_longer_than_a_round():
+    """N = 130 forbids 16-byte copies of B; a 128-wide B tile then has more elements per row
+    than a 64-thread block has copies per round (a thread steps along the row first)."""
+    plan, sp, xs, want = emulation_case(lambda a, b: a @ b * 2.0, [(40, 48), (48, 130)], seed=4)
+    long_rows = [c for c in tc_configs(sp) if sp.render(c).fact("vec_b") == 1 and
+                 c["config.bn"] > sp.render(c).fact("threads")]
+    assert long_rows
+    for cfg in random.Random(0).sample(long_rows, 2):
+        err = cpu_exec.max_rel_error(sp.render(cfg), [xs[k].numpy() for k in plan.operands],
+                                     want)
+        assert err < 1e-5, (cfg.short(), err)

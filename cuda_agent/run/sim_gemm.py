@@ -139,6 +139,16 @@ def simulate_gemm(rendered: Rendered, resources: dict | None, target: Target
 #: mma.sync TF32 rate the template reaches on the H200, flop/s for the whole GPU: fitted to the
 #: prototype measured on 2026-11-30 (3xTF32 at 54 TFLOP/s of fp32 work; wgmma reaches ~384)
 MMA_SYNC_TF32_FLOPS = 170e12
+#: L2 -> shared memory copy rate of the cp.async tile loads, bytes/s for the whole GPU (fitted to
+#: the H200 searches of 2026-11-30: smaller block tiles copy more per flop and slow down by it)
+TC_TILE_FILL_BW = 2.5e12
+#: cp.async copies run beside the tensor pipe (no staging registers, no issue slots taken from
+#: the mma): the limits overlap almost fully (the same searches: 128 x 128 tiles, whose copies
+#: take 70 % of the mma time, run as fast as 128 x 256 ones)
+TC_OVERLAP_SHARPNESS = 8.0
+#: clocks a block waits at the end of each K slice (cp.async wait and barrier): the searches'
+#: 16-deep slices ran 1-4 % slower than 32-deep ones
+SLICE_SYNC_CLK = 100.0
 
 
 def simulate_gemm_tc(rendered: Rendered, resources: dict | None, target: Target
@@ -159,12 +169,13 @@ def simulate_gemm_tc(rendered: Rendered, resources: dict | None, target: Target
     if blocks_sm < 1:
         return math.inf, {}, "block does not fit on an SM"
     clk = target.clock_hz
-    tiles = -(-M // bm) * -(-N // bn) * batch
-    if f.get("skips_zero_tiles"):
-        tiles = max(1, int(tiles * 0.53))
+    tiles = int(f.get("computed_tiles") or -(-M // bm) * -(-N // bn) * batch)
     blocks = tiles * split
     waves = blocks / (target.sm_count * blocks_sm)
-    quant = math.ceil(waves) / waves if waves > 0 else 1.0
+    # co-resident blocks share an SM's tensor pipe, so the tail is counted in blocks per SM,
+    # not in waves of resident slots (a lone block in the last wave runs at the full rate)
+    per_sm = blocks / target.sm_count
+    quant = math.ceil(per_sm) / per_sm if per_sm > 0 else 1.0
     k_pad = -(-(-(-K // split)) // bk) * bk
     mt, nt = wm // 16, wn // 8
     warp_steps = blocks * (bm // wm) * (bn // wn) * (k_pad // 8)
@@ -178,14 +189,20 @@ def simulate_gemm_tc(rendered: Rendered, resources: dict | None, target: Target
     overlap = min(1.0, warps_sm / (4.0 if f.get("unroll") == "full" else 8.0))
     step_clk = max(mma_clk, alu_clk) * overlap + (mma_clk + alu_clk) * (1 - overlap)
     compute_s = warp_steps * step_clk / (target.sm_count * clk)
+    # each K slice ends in a cp.async wait and a barrier; another resident block covers it
+    slices = blocks * (k_pad // bk)
+    compute_s += slices * SLICE_SYNC_CLK / blocks_sm / (target.sm_count * clk)
     smem_s = warp_steps * (4 * mt + 2 * nt) * 128 / (SMEM_BYTES_PER_CLK * target.sm_count * clk)
     panel = blocks * k_pad * (bm + bn) * 4.0
     vec_pen = 1.0 + 0.25 * ((int(f.get("vec_a", 1)) == 1) + (int(f.get("vec_b", 1)) == 1))
-    l2_s = panel * (0.6 if int(f.get("raster", 1)) > 1 else 1.0) * vec_pen / L2_BW
+    # every block copies its A and B panels from L2 into shared memory, raster or not (a
+    # raster saves DRAM traffic, not these copies): measured, the rate tops out near
+    # TC_TILE_FILL_BW (64 x 64 tiles of fused_linear_relu, 17.2 GB of tiles in 7.0 ms)
+    l2_s = panel * vec_pen / TC_TILE_FILL_BW
     out_bytes = batch * M * N * 4.0
     dram_s = (batch * (M * K + K * N) * 4.0 + out_bytes * (1 + 2 * (split > 1))) / target.dram_bw
     spill_s = _spill_time(resources, threads, blocks_sm, blocks * (k_pad // bk), target)
-    main_s = _soft_max((compute_s, smem_s, l2_s, dram_s, spill_s)) * quant
+    main_s = _soft_max((compute_s, smem_s, l2_s, dram_s, spill_s), TC_OVERLAP_SHARPNESS) * quant
     total_s = main_s + LAUNCH_US * 1e-6
     if split > 1:
         total_s += (split + 2) * out_bytes / target.dram_bw + LAUNCH_US * 1e-6
@@ -201,13 +218,13 @@ def simulate_gemm_tc(rendered: Rendered, resources: dict | None, target: Target
     return total_s * 1e3, counters, None
 
 
-def _soft_max(times: tuple[float, ...]) -> float:
+def _soft_max(times: tuple[float, ...], sharpness: float = OVERLAP_SHARPNESS) -> float:
     """FMA issue, shared-memory, L2 and DRAM time overlap imperfectly: every LDS wavefront
     that stalls a warp also delays its FMAs, so near balance both show."""
     hi = max(times)
     if hi <= 0:
         return 0.0
-    return hi * sum((t / hi) ** OVERLAP_SHARPNESS for t in times) ** (1 / OVERLAP_SHARPNESS)
+    return hi * sum((t / hi) ** sharpness for t in times) ** (1 / sharpness)
 
 
 def _spill_time(resources: dict | None, threads: int, blocks_sm: int, slices: int,

@@ -69,6 +69,17 @@ class Config:
         return " ".join(f"{k.split('.', 1)[1]}={v}" for k, v in self.items if v != ABSENT)
 
 
+def expand_short(short: str, names: Iterable[str]) -> dict[str, Any]:
+    """The slot values written by `Config.short()`, under their full names (`names`: the slot
+    names that may appear; short names are unique across agents). Integers come back as int."""
+    full = {n.split(".", 1)[1]: n for n in names}
+    out: dict[str, Any] = {}
+    for item in short.split():
+        k, v = item.split("=", 1)
+        out[full.get(k, k)] = int(v) if v.lstrip("-").isdigit() else v
+    return out
+
+
 @dataclass(frozen=True)
 class Target:
     """The GPU a candidate is built and laid out for. Defaults describe the H200 of DESIGN.md."""

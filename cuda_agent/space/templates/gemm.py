@@ -559,6 +559,24 @@ class _GemmWriter:
             return f"(n0 + {self.BN - 1}) - {r0} < {d}"
         return f"n0 - ({r0} + {self.BM - 1}) > {d}"
 
+    def computed_tiles(self) -> int:
+        """Tiles (over the whole batch) whose product runs: all but those `zero_tile_test`
+        skips, counted as the kernel decides (for the simulator's wave count)."""
+        g = self.g
+        total = self.tiles_m * self.tiles_n * g.batch
+        if self.zero_tile_test() is None:
+            return total
+        side, d = g.zero_outside
+        skipped = 0
+        for bx in range(self.tiles_m * self.tiles_n):
+            m0, n0 = (bx // self.tiles_n) * self.BM, (bx % self.tiles_n) * self.BN
+            r0 = m0 if g.rows_per_matrix == g.M else m0 % g.rows_per_matrix
+            if side == "upper":
+                skipped += (n0 + self.BN - 1) - r0 < d
+            else:
+                skipped += n0 - (r0 + self.BM - 1) > d
+        return total - skipped * g.batch
+
     # -- kernels --------------------------------------------------------------------------------
     def main_kernel(self, c: Code) -> Launch:
         self.open_kernel(c)

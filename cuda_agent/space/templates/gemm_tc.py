@@ -205,6 +205,9 @@ class _TensorCoreWriter(_GemmWriter):
             src = f"{name.upper()}g"
             total = rows * self.BK // vec
             per = self.BK // vec if rowk else rows // vec  # copies along one shared row
+            if per > self.NT:
+                self._copies_over_rounds(c, name, rowk, vec, rows, ld, stage, lim, k0, buf)
+                continue
             step = self.NT // per  # shared rows between a thread's copies (NT % per == 0)
             row_of = "m0" if name == "a" else "n0"
             c.open("")
@@ -231,6 +234,38 @@ class _TensorCoreWriter(_GemmWriter):
                     stmt = f"if (tid + {j * self.NT} < {total}) {stmt}"
                 c(stmt)
             c.close()
+
+    def _copies_over_rounds(self, c: Code, name: str, rowk: bool, vec: int, rows: int,
+                            ld: int, stage: int, lim: int, k0: str, buf: str) -> None:
+        """The copies of an operand whose shared rows are longer than a round of NT copies
+        (element copies of a 256-wide tile, say): a thread's copies step along the row for
+        several rounds, then to the next row; still one pointer and constant offsets."""
+        src = f"{name.upper()}g"
+        total = rows * self.BK // vec
+        per = self.BK // vec if rowk else rows // vec  # copies along one shared row
+        # both powers of two: here a row takes several rounds (per a multiple of NT)
+        lines_per_round, rounds_per_line = max(1, self.NT // per), max(1, per // self.NT)
+        row_of = "m0" if name == "a" else "n0"
+        c.open("")
+        c(f"const int pos_ = (tid % {per}) * {vec}, line_ = tid / {per};")
+        # operand row and k of this thread's first copy: rows run along lines in a
+        # [row][k] tile, along positions in a [k][row] one
+        row, k = ("line_", "pos_") if rowk else ("pos_", "line_")
+        c(f"const float* src_ = {src} + {self.offset(name, f'{row_of} + {row}', f'{k0} + {k}')};",
+          f"float* dst_ = {name.upper()}s + ({buf}) * {stage} + line_ * {ld} + pos_;")
+        fn = "ca_cp16" if vec == 4 else "ca_cp4"
+        for j in range(-(-total // self.NT)):
+            dpos = (j % rounds_per_line) * self.NT * vec
+            dline = (j // rounds_per_line) * lines_per_round
+            drow, dk = (dline, dpos) if rowk else (dpos, dline)
+            guard = f"{row_of} + {row} + {drow} < {lim} && {k0} + {k} + {dk} < kend"
+            src_j = f"src_ + {self.offset(name, str(drow), str(dk))}" if j else "src_"
+            stmt = (f"{{ const bool in_ = {guard}; {fn}(dst_ + {dline * ld + dpos}, "
+                    f"in_ ? {src_j} : {src}, in_); }}")
+            if (j + 1) * self.NT > total:  # the last round covers part of the threads
+                stmt = f"if (tid + {j * self.NT} < {total}) {stmt}"
+            c(stmt)
+        c.close()
 
     def multiply(self, c: Code, buf: str) -> None:
         """One K slice: per 8-deep step, split this warp's A fragments (kept for the step) and
@@ -334,5 +369,6 @@ class _TensorCoreWriter(_GemmWriter):
                  ("raster", self.raster), ("warp", self.warp), ("unroll", self.unroll), ("M", g.M), ("N", g.N),
                  ("K", g.K), ("batch", g.batch), ("smem", self.smem),
                  ("a_along", _a_along(g)), ("b_along", _b_along(g)),
-                 ("skips_zero_tiles", int(self.zero_tile_test() is not None)))
+                 ("skips_zero_tiles", int(self.zero_tile_test() is not None)),
+                 ("computed_tiles", self.computed_tiles()))
         return Rendered(c.text(), tuple(launches), workspace_bytes=ws, facts=facts)

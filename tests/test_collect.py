@@ -1,0 +1,48 @@
+"""benchmarks/collect.py: the latest run per problem decides, and the suite's fast_p is computed
+from it (hand-computed cases)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("collect", ROOT / "benchmarks" / "collect.py")
+collect = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(collect)
+
+
+def row(problem, best, eager, compile_, verified=True):
+    return {"problem": problem, "family": "gemm", "best_ms": best, "eager_ms": eager,
+            "compile_ms": compile_, "verified": verified}
+
+
+def test_kernel_kind_names_the_template():
+    assert collect.kernel_kind("unroll=none bm=128 scope=gemm_tc split=1") == "3xTF32 tensor cores"
+    assert collect.kernel_kind("block=128 items=2 vec=4 scope=lib") == "library + epilogue"
+    assert collect.kernel_kind("tm=8 scope=gemm") == "SIMT fp32"
+    assert collect.kernel_kind("block=256 vec=4") == "generated"
+    assert collect.kernel_kind(None) == "-"
+
+
+def test_the_latest_search_replaces_the_sweep_row_whole():
+    rows = [row("a", 3.0, 2.0, 2.0), row("b", 1.0, 2.0, 2.0)]
+    latest = {"a": {"best_ms": 1.5, "eager_ms": 2.1, "compile_ms": 2.4, "date": "2026-11-30",
+                    "best_config": "bm=128 scope=gemm_tc"},
+              "b": {"best_ms": None, "eager_ms": 9.0, "compile_ms": 9.0}}  # found nothing
+    a, b = collect.current(rows, latest)
+    assert (a["best_ms"], a["eager_ms"], a["compile_ms"]) == (1.5, 2.1, 2.4)
+    assert a["kernel"] == "3xTF32 tensor cores" and not a["library"]
+    assert b == rows[1]  # a search without a result leaves the sweep's comparison
+
+
+def test_suite_section_fast_p_by_hand():
+    # vs compile: 2x faster, 1.25x faster, slower, unverified
+    rows = [row("a", 1.0, 1.0, 2.0), row("b", 1.0, 1.0, 1.25), row("c", 2.0, 1.0, 1.0),
+            row("d", 0.5, 1.0, 1.0, verified=False)]
+    text = "\n".join(collect.suite_section(rows))
+    compile_line = next(l for l in text.splitlines() if l.startswith("| torch.compile"))
+    cells = [c.strip() for c in compile_line.strip("|").split("|")]
+    # fast_0: 3 of 4 verified; fast_1: a, b; fast_1.5: a; fast_2: none (2.0 is not > 2)
+    assert cells[1:5] == ["0.75", "0.50", "0.25", "0.00"]
+    assert "0.50 (not met)" in text and "c 0.50x" in text
