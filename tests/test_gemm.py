@@ -350,9 +350,11 @@ def test_tensor_core_template_covers_plain_products_in_their_layout():
     # nn.Linear's weight runs along K: kept [n][k] in shared memory, 16-byte copies
     assert r.fact("b_along") == "k" and r.fact("vec_b") == 4 and r.fact("mma") == "tf32x3"
     assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in r.source
-    # implicit-GEMM convolutions keep the SIMT template
+    # implicit-GEMM convolutions too: B gathered element by element
     conv, _, _ = conv_plan("conv2d_stride_pad_bias")
-    assert not tc_configs(Space.for_plan(conv, Target()))
+    sp = Space.for_plan(conv, Target())
+    r = sp.render(tc_configs(sp)[0])
+    assert r.fact("vec_b") == 1 and "gk_ / " in r.source
 
 
 @pytest.mark.skipif(not cpu_exec.available(), reason="needs g++ for the CPU emulator")
@@ -400,4 +402,19 @@ def test_tensor_core_element_copies_of_rows_longer_than_a_round():
     for cfg in random.Random(0).sample(long_rows, 2):
         err = cpu_exec.max_rel_error(sp.render(cfg), [xs[k].numpy() for k in plan.operands],
                                      want)
+        assert err < 1e-5, (cfg.short(), err)
+
+
+@pytest.mark.skipif(not cpu_exec.available(), reason="needs g++ for the CPU emulator")
+@pytest.mark.parametrize("name", sorted(CONV_CASES))
+def test_tensor_core_conv_matches_torch(name):
+    plan, sp, by_index, want = conv_emulation_case(name, seed=6)
+    tc = [c for c in tc_configs(sp) if c["config.bm"] * c["config.bn"] <= 128 * 128]
+    rng = random.Random(name)
+    picked = rng.sample(tc, min(2, len(tc)))
+    split = [c for c in tc if c["reduction.split"] > 1]
+    picked += rng.sample(split, 1) if split else []
+    assert picked
+    for cfg in picked:
+        err = cpu_exec.max_rel_error(sp.render(cfg), by_index, want)
         assert err < 1e-5, (cfg.short(), err)

@@ -273,8 +273,9 @@ def test_evals_to_fraction_counts_to_the_first_near_best():
 
 
 def test_stratified_random_sample_covers_every_template():
-    """A sweep's sample of a matmul with an epilogue: thousands of GEMM configurations and a
-    handful of library-epilogue ones; taking templates in turn reaches both in a small sample."""
+    """A sweep's sample of a matmul with an epilogue: thousands of SIMT GEMM configurations,
+    hundreds of tensor-core ones and a handful of library-epilogue ones; taking templates in
+    turn reaches all three in a small sample."""
     import torch
 
     from helpers import Fn
@@ -289,9 +290,9 @@ def test_stratified_random_sample_covers_every_template():
     sp = Space.for_plan(plan, Target())
     names = lambda cs: [sp.template_of(c).name for c in cs]  # noqa: E731
     counts = {t: names(sp.configs).count(t) for t in set(names(sp.configs))}
-    assert counts["lib"] < 30 < counts["gemm"]
-    picked = RandomSearch(sp, seed=1, stratified=True).ask(20)
-    assert names(picked).count("lib") == 10 and len(set(picked)) == 20
+    assert counts["lib"] < 30 < counts["gemm_tc"] < counts["gemm"]
+    picked = RandomSearch(sp, seed=1, stratified=True).ask(21)
+    assert all(names(picked).count(t) == 7 for t in counts) and len(set(picked)) == 21
     uniform = RandomSearch(sp, seed=1).ask(20)
     assert names(uniform).count("lib") < 5
 

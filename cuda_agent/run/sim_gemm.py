@@ -20,6 +20,12 @@ of the streaming one in `sim_model`. The time of the main kernel is a soft maxim
 scaled by the wave quantization of tiles over SMs. Split-K adds partial sums through memory and
 a second launch. The constants are uncalibrated estimates; the model's rank correlation with the
 GPU is measured like the others' (`benchmarks/sim_correlation.py`).
+
+The tensor-core template (`gemm_tc`, facts ``mma=tf32x3``) has its own model,
+`simulate_gemm_tc`: the tensor pipe against the operand splits and partial-sum adds per warp
+and 8-deep step, the cp.async tile fill from L2, a barrier per K slice, and the tail counted in
+blocks per SM. Its constants were set from the H200 searches' trials (no sweep of the template
+exists yet); `benchmarks/sim_search_correlation.py` reports its ranking of them (in-sample).
 """
 
 from __future__ import annotations
@@ -192,6 +198,10 @@ def simulate_gemm_tc(rendered: Rendered, resources: dict | None, target: Target
     # each K slice ends in a cp.async wait and a barrier; another resident block covers it
     slices = blocks * (k_pad // bk)
     compute_s += slices * SLICE_SYNC_CLK / blocks_sm / (target.sm_count * clk)
+    gather_dims = int(f.get("gather_dims", 0))
+    if gather_dims:  # a convolution's B: index arithmetic per gathered element (estimate)
+        per_elem = 12 + 8 * gather_dims
+        compute_s += slices * bn * bk * per_elem / 32 / 4 / (target.sm_count * clk)
     smem_s = warp_steps * (4 * mt + 2 * nt) * 128 / (SMEM_BYTES_PER_CLK * target.sm_count * clk)
     panel = blocks * k_pad * (bm + bn) * 4.0
     vec_pen = 1.0 + 0.25 * ((int(f.get("vec_a", 1)) == 1) + (int(f.get("vec_b", 1)) == 1))

@@ -347,13 +347,20 @@ class _GemmWriter:
         """Element (k, p) of the image's im2col matrix, read from the input: channel and
         kernel offset from k, output pixel from p, zero where the window covers padding (or,
         transposed, where no input pixel lands on the output pixel through that offset)."""
+        lines = [f"{{ const int gk_ = {gk}, gp_ = {gp}; float v_ = 0.f;",
+                 f"  if (gp_ < {self.g.N} && gk_ < kend) {{"]
+        lines += self.gather_index()
+        lines += ["    if (in_) v_ = __ldg(Bg + off_);", "  }", f"  {reg} = v_; }}"]
+        return "\n".join(lines)
+
+    def gather_index(self) -> list[str]:
+        """Lines that turn gk_ (channel and kernel offset) and gp_ (output pixel), both inside
+        the matrix, into in_ (the window covers the input there) and off_ (its offset)."""
         cv = self.g.b_gather
         ksize = 1
         for kd in cv.kernel:
             ksize *= kd
-        lines = [f"{{ const int gk_ = {gk}, gp_ = {gp}; float v_ = 0.f;",
-                 f"  if (gp_ < {self.g.N} && gk_ < kend) {{",
-                 f"    const int c_ = gk_ / {ksize}; int q_ = gk_ % {ksize}; int o_ = gp_;",
+        lines = [f"    const int c_ = gk_ / {ksize}; int q_ = gk_ % {ksize}; int o_ = gp_;",
                  "    bool in_ = true; idx_t off_ = (idx_t)c_;"]
         # innermost spatial dim last: peel kernel and output coordinates from the right
         dims = list(range(len(cv.kernel)))
@@ -370,8 +377,7 @@ class _GemmWriter:
             coords.append(d)
         for d in dims:
             lines.append(f"    off_ = off_ * {cv.in_shape[d]} + i{d}_;")
-        lines += ["    if (in_) v_ = __ldg(Bg + off_);", "  }", f"  {reg} = v_; }}"]
-        return "\n".join(lines)
+        return lines
 
     def _vectors(self, name: str, along: str, vec: int, rows: int) -> list[tuple[str, str]]:
         """(row-in-tile, k-in-slice) C expressions of each vector this thread loads."""

@@ -18,8 +18,9 @@ transposed operands such as nn.Linear's weight are read in place with 16-byte co
 
 Slots: config: block tile, warp tile, raster; memory: K slice, slices in flight; reduction:
 split-K (workspace and a second kernel that adds the parts in a fixed order, as the SIMT GEMM).
-The epilogue is fused as in the SIMT template. Plain (strided, batched) products only; the
-implicit-GEMM convolutions keep the SIMT template.
+The epilogue is fused as in the SIMT template. Convolutions run as the SIMT template runs them,
+implicit GEMMs whose B tile is gathered from the input (element copies, zero where the window
+covers padding).
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ class GemmTensorCoreTemplate(Template):
     version = "1"
 
     def applies(self, plan: KernelPlan) -> bool:
-        return plan.kind == "gemm"
+        return plan.kind in ("gemm", "conv")
 
     def slots(self, plan: KernelPlan, target: Target) -> list[Slot]:
         return [
@@ -111,8 +112,8 @@ class GemmTensorCoreTemplate(Template):
 
     def check(self, plan: KernelPlan, cfg: dict[str, Any], target: Target) -> str | None:
         g = _info(plan)
-        if g.b_gather is not None or g.a_k_split is not None:
-            return "the tensor-core template covers plain products (not convolutions)"
+        if g.a_k_split is not None and _a_along(g) != "k":
+            return "a weight whose K runs in two pieces is copied along K only"
         bm, bn, bk, split = (cfg["config.bm"], cfg["config.bn"], cfg["memory.bk"],
                              cfg["reduction.split"])
         wm, wn = _warp_tile(cfg)
@@ -204,6 +205,9 @@ class _TensorCoreWriter(_GemmWriter):
                 ("b", self.b_rowk, self.BV, self.BN, self.LDB, self.B_STAGE, g.N)):
             src = f"{name.upper()}g"
             total = rows * self.BK // vec
+            if name == "b" and g.b_gather is not None:
+                self._gathered_copies(c, k0, buf)
+                continue
             per = self.BK // vec if rowk else rows // vec  # copies along one shared row
             if per > self.NT:
                 self._copies_over_rounds(c, name, rowk, vec, rows, ld, stage, lim, k0, buf)
@@ -233,6 +237,27 @@ class _TensorCoreWriter(_GemmWriter):
                 if (j + 1) * self.NT > total:  # the last round covers part of the threads
                     stmt = f"if (tid + {j * self.NT} < {total}) {stmt}"
                 c(stmt)
+            c.close()
+
+    def _gathered_copies(self, c: Code, k0: str, buf: str) -> None:
+        """A convolution's B tile, gathered from the input as the SIMT template reads it
+        (channel and kernel offset from k, output pixel from n, zero where the window covers
+        padding): element copies, output pixels fastest across the threads."""
+        g = self.g
+        total = self.BN * self.BK
+        for j in range(-(-total // self.NT)):
+            idx = f"(tid + {j * self.NT})"
+            c.open("" if (j + 1) * self.NT <= total else f"if ({idx} < {total})")
+            c(f"const int p_ = {idx} % {self.BN}, kq_ = {idx} / {self.BN};",
+              f"const int gk_ = {k0} + kq_, gp_ = n0 + p_;",
+              f"float* dst_ = Bs + ({buf}) * {self.B_STAGE} + kq_ * {self.LDB} + p_;")
+            c.open(f"if (gp_ < {g.N} && gk_ < kend)")
+            c(*self.gather_index())
+            c("ca_cp4(dst_, in_ ? Bg + off_ : Bg, in_);")
+            c.close()
+            c.open("else")
+            c("ca_cp4(dst_, Bg, false);")
+            c.close()
             c.close()
 
     def _copies_over_rounds(self, c: Code, name: str, rowk: bool, vec: int, rows: int,
@@ -370,5 +395,6 @@ class _TensorCoreWriter(_GemmWriter):
                  ("K", g.K), ("batch", g.batch), ("smem", self.smem),
                  ("a_along", _a_along(g)), ("b_along", _b_along(g)),
                  ("skips_zero_tiles", int(self.zero_tile_test() is not None)),
-                 ("computed_tiles", self.computed_tiles()))
+                 ("computed_tiles", self.computed_tiles()),
+                 ("gather_dims", len(g.b_gather.kernel) if g.b_gather is not None else 0))
         return Rendered(c.text(), tuple(launches), workspace_bytes=ws, facts=facts)
