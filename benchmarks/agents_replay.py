@@ -22,6 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.sections import write_section  # noqa: E402
+
 from cuda_agent.agents import checkpoint  # noqa: E402
 from cuda_agent.agents.evaluate import Contender, compare  # noqa: E402
 from cuda_agent.agents.reward import RewardSettings  # noqa: E402
@@ -207,11 +209,7 @@ def write_markdown(res: dict) -> None:
         lines.append(f"| {t['variant']} | {t['iterations']} | {t['measurements']} | "
                      f"{t['final_mean_reward']:+.3f} | {t['seconds']:.0f} |")
     lines += ["", MARK_END]
-    md = ROOT / "BENCHMARKS.md"
-    text = md.read_text() if md.exists() else "# Benchmarks\n"
-    if MARK_BEGIN in text:
-        text = text[:text.index(MARK_BEGIN)] + text[text.index(MARK_END) + len(MARK_END):]
-    md.write_text(text.rstrip() + "\n\n" + "\n".join(lines) + "\n")
+    write_section(ROOT / "BENCHMARKS.md", MARK_BEGIN, MARK_END, lines)
 
 
 if __name__ == "__main__":

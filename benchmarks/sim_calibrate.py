@@ -24,6 +24,7 @@ from scipy.stats import spearmanr
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.sections import write_section  # noqa: E402
 from benchmarks.sim_cases import load_case  # noqa: E402
 from cuda_agent.build.builder import Builder  # noqa: E402
 from cuda_agent.run.sim_model import SimConstants, simulate  # noqa: E402
@@ -140,11 +141,7 @@ def main() -> None:
                                 for f in fams) + " |")
     lines += ["", "Constants changed: " + ", ".join(
         f"{k} {a:g} -> {b:g}" for k, (a, b) in changed.items()) + ".", "", MARK_END]
-    md = ROOT / "BENCHMARKS.md"
-    text = md.read_text()
-    if MARK_BEGIN in text:
-        text = text[:text.index(MARK_BEGIN)] + text[text.index(MARK_END) + len(MARK_END):]
-    md.write_text(text.rstrip() + "\n\n" + "\n".join(lines) + "\n")
+    write_section(ROOT / "BENCHMARKS.md", MARK_BEGIN, MARK_END, lines)
     print(json.dumps(rows, indent=2))
 
 

@@ -26,6 +26,8 @@ from scipy.stats import spearmanr
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.sections import write_section  # noqa: E402
+
 from cuda_agent.build.builder import Builder, BuildInput  # noqa: E402
 from cuda_agent.ir.plan import make_plan  # noqa: E402
 from cuda_agent.problem import load_problem  # noqa: E402
@@ -109,11 +111,7 @@ def main() -> None:
     lines += [f"| {r['run']} | {r['problem']} | {r['configs']} | {r['spread']:.2f}x | "
               f"{r['spearman']:+.2f} | {r['sim_pick_vs_best']:.2f}x |" for r in rows]
     lines += ["", MARK_END]
-    md = ROOT / "BENCHMARKS.md"
-    text = md.read_text()
-    if MARK_BEGIN in text:
-        text = text[:text.index(MARK_BEGIN)] + text[text.index(MARK_END) + len(MARK_END):]
-    md.write_text(text.rstrip() + "\n\n" + "\n".join(lines) + "\n")
+    write_section(ROOT / "BENCHMARKS.md", MARK_BEGIN, MARK_END, lines)
     print(f"median Spearman {median:+.2f} over {len(rows)} runs")
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 
 from ..space.slots import Rendered, Target
+from .sim_gemm import resident_blocks
 
 FMA_LANES_PER_SM = 128
 LDS_WAVEFRONTS_PER_CLK = 1.0  # shared-memory wavefronts per clock and SM
@@ -52,11 +53,7 @@ def simulate_attention(rendered: Rendered, resources: dict | None, target: Targe
     stages, vec, pad = int(f["stages"]), int(f["vec"]), int(f["pad"])
     regs = _registers(resources, int(f["registers_est"]))
     spills = _spills(resources)
-    if regs * threads > target.regs_per_sm or smem > target.max_smem_per_block:
-        return math.inf, {}, "block does not fit on an SM"
-    blocks_sm = min(target.max_blocks_per_sm, target.max_threads_per_sm // threads,
-                    target.regs_per_sm // max(1, _alloc(regs) * threads),
-                    target.smem_per_sm // max(1, smem + 1024))
+    blocks_sm = resident_blocks(target, threads, regs, smem)
     if blocks_sm < 1:
         return math.inf, {}, "block does not fit on an SM"
     clk, sms = target.clock_hz, target.sm_count
@@ -127,10 +124,6 @@ def _conflict_ways(rows: int, pitch: int) -> float:
     multiple of 32 / gcd(pitch, 32) apart fall on the same bank."""
     banks = 32 // math.gcd(pitch, 32)
     return float(math.ceil(rows / banks))
-
-
-def _alloc(regs: int) -> int:
-    return -(-regs // 8) * 8
 
 
 def _registers(resources: dict | None, estimate: int) -> int:

@@ -61,12 +61,7 @@ def simulate_gemm(rendered: Rendered, resources: dict | None, target: Target
     threads = int(f["threads"])
     smem = int(f["smem"])
     regs = _registers(resources, tm, tn, bm, bn, bk, threads)
-    if regs * threads > target.regs_per_sm or smem > target.max_smem_per_block:
-        return math.inf, {}, "block does not fit on an SM"
-    blocks_sm = min(target.max_blocks_per_sm,
-                    target.max_threads_per_sm // threads,
-                    target.regs_per_sm // max(1, _alloc(regs) * threads),
-                    target.smem_per_sm // max(1, smem + 1024))
+    blocks_sm = resident_blocks(target, threads, regs, smem)
     if blocks_sm < 1:
         return math.inf, {}, "block does not fit on an SM"
     clk = target.clock_hz
@@ -129,16 +124,9 @@ def simulate_gemm(rendered: Rendered, resources: dict | None, target: Target
     if split > 1:
         total_s += (split + 2) * out_bytes / target.dram_bw + LAUNCH_US * 1e-6
     occ = warps_sm / (target.max_threads_per_sm / 32)
-    counters = {"achieved_occupancy": occ * min(1.0, waves), "theoretical_occupancy": occ,
-                "waves": waves, "sectors_per_request": 4.0 if vec_pen == 1.0 else 2.0,
-                "dram_throughput": dram_s / main_s if main_s else 0.0,
-                "bank_conflicts": 1.0 if transposed and not int(f.get("pad", 0)) else 0.0,
-                "registers": float(regs),
-                "spills": float((resources or {}).get("spill_stores", 0) or 0)
-                + float((resources or {}).get("spill_loads", 0) or 0),
-                "issue_utilization": min(1.0, fma_s / main_s) if main_s else 0.0,
-                "sync_stalls": (latency_s / total_s) if total_s else 0.0,
-                "atomic_contention": 0.0}
+    counters = _counters(occ, waves, vec_pen, dram_s, main_s, regs, resources,
+                         bank=1.0 if transposed and not int(f.get("pad", 0)) else 0.0,
+                         issue=fma_s, sync=(latency_s / total_s) if total_s else 0.0)
     return total_s * 1e3, counters, None
 
 
@@ -167,11 +155,7 @@ def simulate_gemm_tc(rendered: Rendered, resources: dict | None, target: Target
     M, N, K, batch = (int(f[k]) for k in ("M", "N", "K", "batch"))
     split, threads, smem = int(f["split"]), int(f["threads"]), int(f["smem"])
     regs = int((resources or {}).get("registers") or min(255, wm * wn // 32 + 40 + wm // 2))
-    if regs * threads > target.regs_per_sm or smem > target.max_smem_per_block:
-        return math.inf, {}, "block does not fit on an SM"
-    blocks_sm = min(target.max_blocks_per_sm, target.max_threads_per_sm // threads,
-                    target.regs_per_sm // max(1, _alloc(regs) * threads),
-                    target.smem_per_sm // max(1, smem + 1024))
+    blocks_sm = resident_blocks(target, threads, regs, smem)
     if blocks_sm < 1:
         return math.inf, {}, "block does not fit on an SM"
     clk = target.clock_hz
@@ -217,15 +201,32 @@ def simulate_gemm_tc(rendered: Rendered, resources: dict | None, target: Target
     if split > 1:
         total_s += (split + 2) * out_bytes / target.dram_bw + LAUNCH_US * 1e-6
     occ = warps_sm / (target.max_threads_per_sm / 32)
-    counters = {"achieved_occupancy": occ * min(1.0, waves), "theoretical_occupancy": occ,
-                "waves": waves, "sectors_per_request": 4.0 if vec_pen == 1.0 else 2.0,
-                "dram_throughput": dram_s / main_s if main_s else 0.0,
-                "bank_conflicts": 0.0, "registers": float(regs),
-                "spills": float((resources or {}).get("spill_stores", 0) or 0)
-                + float((resources or {}).get("spill_loads", 0) or 0),
-                "issue_utilization": min(1.0, compute_s / main_s) if main_s else 0.0,
-                "sync_stalls": 0.0, "atomic_contention": 0.0}
+    counters = _counters(occ, waves, vec_pen, dram_s, main_s, regs, resources, bank=0.0,
+                         issue=compute_s, sync=0.0)
     return total_s * 1e3, counters, None
+
+
+def _counters(occ: float, waves: float, vec_pen: float, dram_s: float, main_s: float,
+              regs: int, resources: dict | None, bank: float, issue: float, sync: float
+              ) -> dict[str, float]:
+    """The modelled hardware counters both GEMM models report (the agents' local metrics)."""
+    res = resources or {}
+    return {"achieved_occupancy": occ * min(1.0, waves), "theoretical_occupancy": occ,
+            "waves": waves, "sectors_per_request": 4.0 if vec_pen == 1.0 else 2.0,
+            "dram_throughput": dram_s / main_s if main_s else 0.0,
+            "bank_conflicts": bank, "registers": float(regs),
+            "spills": float(res.get("spill_stores", 0) or 0) + float(res.get("spill_loads", 0) or 0),
+            "issue_utilization": min(1.0, issue / main_s) if main_s else 0.0,
+            "sync_stalls": sync, "atomic_contention": 0.0}
+
+
+def resident_blocks(target: Target, threads: int, regs: int, smem: int) -> int:
+    """Blocks of a kernel one SM holds at once (0: one block does not fit)."""
+    if regs * threads > target.regs_per_sm or smem > target.max_smem_per_block:
+        return 0
+    return min(target.max_blocks_per_sm, target.max_threads_per_sm // threads,
+               target.regs_per_sm // max(1, _alloc(regs) * threads),
+               target.smem_per_sm // max(1, smem + 1024))
 
 
 def _soft_max(times: tuple[float, ...], sharpness: float = OVERLAP_SHARPNESS) -> float:

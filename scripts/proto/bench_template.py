@@ -8,6 +8,7 @@ from pathlib import Path
 
 import cupy as cp
 import torch
+from timing import timed
 import torch.nn as nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -26,19 +27,6 @@ class Fn(nn.Module):
         return a @ b
 
 
-flush = torch.empty(512 * 2**20 // 4, device="cuda")
-
-
-def timed(fn, reps=15):
-    times = []
-    for _ in range(3):
-        fn()
-    for _ in range(reps):
-        flush.zero_()
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record(); fn(); e.record(); e.synchronize()
-        times.append(s.elapsed_time(e))
-    return sorted(times)[len(times) // 2]
 
 
 a = torch.randn(M, K, device="cuda"); b = torch.randn(K, N, device="cuda")

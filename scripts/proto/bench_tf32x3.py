@@ -5,11 +5,11 @@ measures its error against a float64 reference next to cuBLAS fp32's own error.
 """
 import json
 import os
-import sys
 from pathlib import Path
 
 import cupy as cp
 import torch
+from timing import timed
 
 torch.backends.cuda.matmul.allow_tf32 = False
 HERE = Path(__file__).parent
@@ -21,20 +21,6 @@ CONFIGS = [(128, 256, 32, 64, 64, 3, 0), (128, 128, 32, 64, 64, 3, 0),
 SIZES = {"square": (4096, 4096, 4096), "rect": (2048, 4096, 8192), "odd": (1000, 1036, 2052), "deepk": (1024, 1024, 32768)}
 names = [f"gemm_tf32x3<{','.join(map(str, c))}>" for c in CONFIGS]
 mod = cp.RawModule(code=SRC, options=("--std=c++17", "-arch=sm_90"), name_expressions=names)
-flush = torch.empty(512 * 2**20 // 4, device="cuda")
-
-
-def timed(fn, reps=15):
-    times = []
-    for _ in range(3):
-        fn()
-    for _ in range(reps):
-        flush.zero_()
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record(); fn(); e.record(); e.synchronize()
-        times.append(s.elapsed_time(e))
-    times.sort()
-    return times[len(times) // 2]
 
 
 rows = []

@@ -169,17 +169,7 @@ class GemmTemplate(Template):
             return "two blocks per SM do not fit"
         if _smem_bytes(cfg) > target.max_smem_per_block:
             return "shared memory per block exceeds the limit"
-        k_tiles = -(-g.K // bk)
-        if split > 1 and (k_tiles < 2 * split or g.batch * split > 65535):
-            return "split-K with fewer than two K slices per split"
-        if split > 1 and g.batch * split * g.M * g.N * 4 > 2**33:
-            return "split-K workspace over 8 GB"
-        tiles = -(-g.M // bm) * -(-g.N // bn) * g.batch
-        if split > 1 and tiles * split > SPLIT_MAX_BLOCKS_PER_SM * target.sm_count:
-            return "split-K where the tiles alone already fill the GPU several times"
-        if g.batch > 65535:
-            return "batch exceeds the grid"
-        return None
+        return split_grid_check(g, bm, bn, bk, split, target)
 
     def default(self, plan: KernelPlan, target: Target) -> dict[str, Any]:
         return {"config.bm": 64, "config.bn": 64, "config.raster": 1, "config.warp": "row",
@@ -190,6 +180,22 @@ class GemmTemplate(Template):
 
     def render(self, plan: KernelPlan, cfg: dict[str, Any], target: Target) -> Rendered:
         return _GemmWriter(plan, cfg).render()
+
+
+def split_grid_check(g: GemmInfo, bm: int, bn: int, bk: int, split: int, target: Target
+                     ) -> str | None:
+    """What makes a tiling's split-K or grid invalid (both GEMM templates), or None."""
+    k_tiles = -(-g.K // bk)
+    if split > 1 and (k_tiles < 2 * split or g.batch * split > 65535):
+        return "split-K with fewer than two K slices per split"
+    if split > 1 and g.batch * split * g.M * g.N * 4 > 2**33:
+        return "split-K workspace over 8 GB"
+    tiles = -(-g.M // bm) * -(-g.N // bn) * g.batch
+    if split > 1 and tiles * split > SPLIT_MAX_BLOCKS_PER_SM * target.sm_count:
+        return "split-K where the tiles alone already fill the GPU several times"
+    if g.batch > 65535:
+        return "batch exceeds the grid"
+    return None
 
 
 def epilogue_value(plan: KernelPlan, c: Code, value: str, fl: str, row: str, col: str,
@@ -585,12 +591,7 @@ class _GemmWriter:
 
     # -- kernels --------------------------------------------------------------------------------
     def main_kernel(self, c: Code) -> Launch:
-        self.open_kernel(c)
-        self.thread_layout(c)
-        self.block_origin(c)
-        self.skip_zero_tile(c)
-        self.k_range(c)
-        self.declare_acc(c)
+        self.prologue(c)
         if self.ST > 2:
             self.pipeline(c)
             self.finish_main(c)
@@ -622,6 +623,16 @@ class _GemmWriter:
         c.close()
         self.finish_main(c)
         return self.main_launch()
+
+    def prologue(self, c: Code) -> None:
+        """Everything before the K loop: signature, thread and block coordinates, the tile
+        skipped by a triangle mask, this split's K range, zeroed accumulators."""
+        self.open_kernel(c)
+        self.thread_layout(c)
+        self.block_origin(c)
+        self.skip_zero_tile(c)
+        self.k_range(c)
+        self.declare_acc(c)
 
     def open_kernel(self, c: Code) -> None:
         """The main kernel's signature and the pointers every layout uses."""
@@ -721,16 +732,20 @@ class _GemmWriter:
         c.close()
         return Launch("ca_gemm_sum", (-(-total // threads), 1, 1), (threads, 1, 1))
 
+    def kernels(self, c: Code) -> tuple[list[Launch], int]:
+        """The main kernel, and split-K's summing kernel with its workspace bytes."""
+        launches = [self.main_kernel(c)]
+        if self.SPLIT == 1:
+            return launches, 0
+        launches.append(self.sum_kernel(c))
+        return launches, self.SPLIT * self.g.batch * self.g.M * self.g.N * 4
+
     def render(self) -> Rendered:
         c = Code()
         c(cg.PRELUDE)
         if self.ST > 2:
             c(CP_ASYNC)
-        launches = [self.main_kernel(c)]
-        ws = 0
-        if self.SPLIT > 1:
-            launches.append(self.sum_kernel(c))
-            ws = self.SPLIT * self.g.batch * self.g.M * self.g.N * 4
+        launches, ws = self.kernels(c)
         g = self.g
         facts = (("family", "gemm"), ("threads", self.NT), ("blocks", launches[0].blocks),
                  ("bm", self.BM), ("bn", self.BN), ("bk", self.BK), ("tm", self.TM),

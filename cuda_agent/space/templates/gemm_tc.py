@@ -31,8 +31,8 @@ from ...ir.plan import KernelPlan
 from .. import codegen as cg
 from ..slots import Launch, Rendered, Slot, Target
 from .base import Code, Template
-from .gemm import (CP_ASYNC, MAX_THREADS, MIN_THREADS, SPLIT_MAX_BLOCKS_PER_SM, _a_along,
-                   _b_along, _GemmWriter, _info, _max_offset, _vec_ok)
+from .gemm import (CP_ASYNC, MAX_THREADS, MIN_THREADS, _a_along, _b_along, _GemmWriter, _info,
+                   _max_offset, _vec_ok, split_grid_check)
 
 #: warp tile (rows x columns of C per warp): multiples of the 16 x 8 mma tile
 WARP_TILES = {"32x32": (32, 32), "64x32": (64, 32), "32x64": (32, 64), "64x64": (64, 64)}
@@ -126,17 +126,7 @@ class GemmTensorCoreTemplate(Template):
             return "block tile far larger than the matrix"
         if _layout(plan, cfg)["smem"] > target.max_smem_per_block:
             return "shared memory per block exceeds the limit"
-        k_tiles = -(-g.K // bk)
-        if split > 1 and (k_tiles < 2 * split or g.batch * split > 65535):
-            return "split-K with fewer than two K slices per split"
-        if split > 1 and g.batch * split * g.M * g.N * 4 > 2**33:
-            return "split-K workspace over 8 GB"
-        tiles = -(-g.M // bm) * -(-g.N // bn) * g.batch
-        if split > 1 and tiles * split > SPLIT_MAX_BLOCKS_PER_SM * target.sm_count:
-            return "split-K where the tiles alone already fill the GPU several times"
-        if g.batch > 65535:
-            return "batch exceeds the grid"
-        return None
+        return split_grid_check(g, bm, bn, bk, split, target)
 
     def default(self, plan: KernelPlan, target: Target) -> dict[str, Any]:
         return {"config.bm": 128, "config.bn": 128, "config.raster": 1, "config.warp": "64x64",
@@ -368,12 +358,7 @@ class _TensorCoreWriter(_GemmWriter):
         c.close().close().close().close()
 
     def main_kernel(self, c: Code) -> Launch:
-        self.open_kernel(c)
-        self.thread_layout(c)
-        self.block_origin(c)
-        self.skip_zero_tile(c)
-        self.k_range(c)
-        self.declare_acc(c)
+        self.prologue(c)
         self.pipeline(c)
         self.finish_main(c)
         return self.main_launch()
@@ -381,11 +366,7 @@ class _TensorCoreWriter(_GemmWriter):
     def render(self) -> Rendered:
         c = Code()
         c(cg.PRELUDE, CP_ASYNC, MMA)
-        launches = [self.main_kernel(c)]
-        ws = 0
-        if self.SPLIT > 1:
-            launches.append(self.sum_kernel(c))
-            ws = self.SPLIT * self.g.batch * self.g.M * self.g.N * 4
+        launches, ws = self.kernels(c)
         g = self.g
         facts = (("family", "gemm"), ("mma", "tf32x3"), ("threads", self.NT),
                  ("blocks", launches[0].blocks), ("bm", self.BM), ("bn", self.BN),
