@@ -53,7 +53,8 @@ class TuneSettings:
     baselines: bool = True
     """time torch eager and torch.compile in the same run (cuda and replay only)"""
     include_default: bool = True
-    """always measure the template's untuned default configuration first"""
+    """always measure the untuned default configuration first (then each other template's
+    default)"""
     replay_root: str | None = None
     profile_every: int = 0
     """on cuda, profile every n-th verified candidate with Nsight Compute (0: never)"""
@@ -275,7 +276,13 @@ class Tuner:
         first = len(trials)
         default_trial: Trial | None = None
         seen: set[Config] = set()
-        pending: list[Config] = [self.space.default()] if include_default else []
+        # the untuned baseline first, then every other template's default: a template that
+        # is a small share of the space (the tensor-core GEMM's hundreds among tens of
+        # thousands) is measured at least once, whatever the strategy samples
+        pending: list[Config] = []
+        if include_default:
+            pending = list(dict.fromkeys([self.space.default()] +
+                                         self.space.template_defaults()))
         pool = ThreadPoolExecutor(1)
         adaptive = self.strategy.adaptive
         next_build: Future | None = None
@@ -283,9 +290,13 @@ class Tuner:
         def ask(n: int) -> list[Config]:
             out: list[Config] = []
             while len(out) < n:
-                more = [c for c in (pending[:] or self.strategy.ask(n - len(out)))
+                if pending:  # the defaults first, as many as this batch takes
+                    c = pending.pop(0)
+                    if c not in seen and c not in out:
+                        out.append(c)
+                    continue
+                more = [c for c in self.strategy.ask(n - len(out))
                         if c not in seen and c not in out]
-                pending.clear()
                 if not more:
                     break
                 out.extend(more)

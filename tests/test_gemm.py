@@ -185,7 +185,10 @@ def test_generated_gemm_matches_torch(name):
 
 # -- end to end -----------------------------------------------------------------------------------------
 
-def test_tune_on_sim_picks_a_gemm_kernel(tmp_path):
+def test_tune_on_sim_tries_every_template_then_picks_one(tmp_path):
+    """The untuned default first, then each other template's default (the tensor-core GEMM,
+    a few hundred of the space's tens of thousands, is measured whatever the strategy
+    samples), then the strategy; the best is emitted."""
     from cuda_agent.tuner import tune
 
     path = tmp_path / "p.py"
@@ -196,8 +199,11 @@ def test_tune_on_sim_picks_a_gemm_kernel(tmp_path):
         "def get_init_inputs():\n    return []\n")
     r = tune(path, out=tmp_path / "o", device="sim", budget=12, batch=12,
              store=str(tmp_path / "s.sqlite"))
-    assert r.best is not None and r.best.template == "gemm"
-    assert (tmp_path / "o" / "kernel.cu").read_text().count("ca_gemm") >= 1
+    assert [t.config["reduction.scope"] for t in r.trials[:3]] == ["gemm", "lib", "gemm_tc"]
+    assert len({t.config for t in r.trials}) == len(r.trials) == 12
+    assert r.best is not None and r.best.template in ("gemm", "gemm_tc", "lib")
+    kernel = (tmp_path / "o" / "kernel.cu").read_text()
+    assert ("ca_lib_epilogue" if r.best.template == "lib" else "ca_gemm") in kernel
 
 
 # -- convolutions as implicit GEMMs ------------------------------------------------------------------

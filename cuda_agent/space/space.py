@@ -184,6 +184,12 @@ class Space:
     def default(self) -> Config:
         """The untuned baseline: the first template's default that is valid here, else the
         first valid configuration."""
+        defaults = self.template_defaults()
+        return defaults[0] if defaults else self.configs[0]
+
+    def template_defaults(self) -> list[Config]:
+        """Each template's own default, where valid here, in template order."""
+        out = []
         for t in self.templates:
             cfg = t.canonical(self.plan, t.default(self.plan, self.target))
             rest = {s.name: ABSENT for s in self.slots}
@@ -191,8 +197,8 @@ class Space:
                 rest[SCOPE_SLOT] = t.name
             full = Config.of({**rest, **cfg})
             if full in self.index:
-                return full
-        return self.configs[0]
+                out.append(full)
+        return out
 
     # -- rendering ----------------------------------------------------------------------------
     def render(self, cfg: Config) -> Rendered:
