@@ -165,6 +165,21 @@ def test_generated_conv_transpose_matches_torch(name):
 
 
 @pytest.mark.skipif(not cpu_exec.available(), reason="needs g++ for the CPU emulator")
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_tensor_core_conv_transpose_matches_torch(name):
+    """The 3xTF32 template on transposed convolutions: B gathered where the stride lands an
+    input pixel, the weight's K in two runs where one stride cannot describe it."""
+    plan, by_index, want = case_run(name, 8)
+    sp = Space.for_plan(plan, Target())
+    tc = [c for c in sp.configs if sp.template_of(c).name == "gemm_tc" and
+          c["config.bm"] * c["config.bn"] <= 128 * 128]
+    assert tc
+    for cfg in random.Random(name).sample(tc, min(2, len(tc))):
+        err = cpu_exec.max_rel_error(sp.render(cfg), by_index, want)
+        assert err < 1e-5, (cfg.short(), err)
+
+
+@pytest.mark.skipif(not cpu_exec.available(), reason="needs g++ for the CPU emulator")
 def test_library_transposed_conv_with_generated_epilogue_matches_torch():
     plan, by_index, want = case_run("2d_dilated_grouped", 11)  # output_padding (1, 2)
     sp = Space.for_plan(plan, Target())
