@@ -282,7 +282,7 @@ class Tuner:
         pending: list[Config] = []
         if include_default:
             pending = list(dict.fromkeys([self.space.default()] +
-                                         self.space.template_defaults()))
+                                         self.space.template_defaults(fallback=True)))
         pool = ThreadPoolExecutor(1)
         adaptive = self.strategy.adaptive
         next_build: Future | None = None

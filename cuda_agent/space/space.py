@@ -187,8 +187,10 @@ class Space:
         defaults = self.template_defaults()
         return defaults[0] if defaults else self.configs[0]
 
-    def template_defaults(self) -> list[Config]:
-        """Each template's own default, where valid here, in template order."""
+    def template_defaults(self, fallback: bool = False) -> list[Config]:
+        """Each template's own default, where valid here, in template order; with `fallback`,
+        a template whose default is not valid here is represented by its first valid
+        configuration instead."""
         out = []
         for t in self.templates:
             cfg = t.canonical(self.plan, t.default(self.plan, self.target))
@@ -198,6 +200,10 @@ class Space:
             full = Config.of({**rest, **cfg})
             if full in self.index:
                 out.append(full)
+            elif fallback:
+                first = next((c for c in self.configs if self.template_of(c) is t), None)
+                if first is not None:
+                    out.append(first)
         return out
 
     # -- rendering ----------------------------------------------------------------------------
