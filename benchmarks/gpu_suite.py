@@ -147,10 +147,26 @@ def recorded_best(name: str, n: int, vary: dict[str, list] | None = None) -> lis
     return with_variants
 
 
-def template_seeds(path: Path, template: str, n: int) -> list[dict]:
+# configurations that differ only in these slots count as one seed shape (the model barely
+# tells pipeline depths, unrolling or cache hints apart)
+SEED_SHAPE = {"gemm_tc": ("config.bm", "config.bn", "config.warp", "memory.bk", "reduction.split"),
+              "gemm": ("config.bm", "config.bn", "config.warp", "memory.bk", "reduction.split")}
+SEED_SHAPE_DEFAULT = ("config.cluster", "config.block", "config.tpr", "memory.cache",
+                      "memory.vec", "compute.algo")
+
+
+def slot_values(text: str) -> dict[str, list]:
+    """'slot=v1,v2;slot2=v3' -> {slot: [v1, v2], slot2: [v3]} (digits as ints)."""
+    return {k: [int(x) if x.isdigit() else x for x in v.split(",")]
+            for k, v in (item.split("=", 1) for item in text.split(";") if item)}
+
+
+def template_seeds(path: Path, template: str, n: int,
+                   where: dict[str, list] | None = None) -> list[dict]:
     """The `n` configurations of one template that the simulator ranks fastest for the
-    problem (a new template has no sweep to start from); for a multi-kernel program, over
-    the stages the template covers (the search maps each seed onto every stage's space)."""
+    problem (a new template has no sweep to start from; or new slot values, picked by
+    `where`: slot -> allowed values); for a multi-kernel program, over the stages the
+    template covers (the search maps each seed onto every stage's space)."""
     from cuda_agent.ir.partition import ProgramPlan
     from cuda_agent.ir.plan import make_plan
     from cuda_agent.problem import load_problem
@@ -167,17 +183,16 @@ def template_seeds(path: Path, template: str, n: int) -> list[dict]:
     for p in plans:
         space = Space.for_plan(p, target)
         for c in space.configs:
-            if space.template_of(c).name == template:
+            if space.template_of(c).name == template and all(
+                    c.get(k) in vs for k, vs in (where or {}).items()):
                 ms = simulate(p, space.render(c), None, target).time_ms
                 ranked.append((ms, {k: v for k, v in c.as_dict().items() if v != ABSENT}))
     if not ranked:
         return []
     ranked.sort(key=lambda x: x[0])
-    # one per tile shape (the model barely tells pipeline depths and unrolling apart)
     seen, picked = set(), []
     for _, c in ranked:
-        shape = tuple(c.get(k) for k in ("config.bm", "config.bn", "config.warp",
-                                          "memory.bk", "reduction.split"))
+        shape = tuple(c.get(k) for k in SEED_SHAPE.get(template, SEED_SHAPE_DEFAULT))
         if shape not in seen:
             seen.add(shape)
             picked.append(c)
@@ -195,7 +210,7 @@ def template_seeds(path: Path, template: str, n: int) -> list[dict]:
 def run_search(out: Path, problems: list[Path], strategy: str, budget: int,
                deadline: float, warm: int = 0, seconds: float = 90.0,
                vary: dict[str, list] | None = None, seed_template: str = "",
-               seed_count: int = 0) -> None:
+               seed_count: int = 0, seed_where: dict[str, list] | None = None) -> None:
     """A guided search per problem (spaces of tens of thousands of GEMM configurations are
     sampled too thinly by a sweep), with eager and torch.compile timed in the same run.
     `warm` > 0: the genetic search starts from the recorded sweep's `warm` best
@@ -213,7 +228,7 @@ def run_search(out: Path, problems: list[Path], strategy: str, budget: int,
                 if warm and strategy == "genetic" else {})
         if seed_template and strategy == "genetic":
             # a template added since the sweeps: its simulator-ranked best join the start
-            seeds = template_seeds(p, seed_template, seed_count)
+            seeds = template_seeds(p, seed_template, seed_count, seed_where)
             opts["initial"] = opts.get("initial", []) + seeds
             log(f"search {p.stem}: {len(seeds)} {seed_template} seeds")
         try:
@@ -350,6 +365,9 @@ def main() -> None:
                     help="genetic search: also start from this template's configurations "
                          "the simulator ranks first (a template the sweeps predate)")
     ap.add_argument("--search-seed-count", type=int, default=12)
+    ap.add_argument("--search-seed-where", default="",
+                    help="seed only from configurations with these slot values, e.g. "
+                         "config.cluster=2,4,8 (slots separated by ';')")
     ap.add_argument("--search-warm", type=int, default=0,
                     help="genetic search: start from the recorded sweep's N best configurations")
     ap.add_argument("--search-vary", default="",
@@ -389,16 +407,17 @@ def main() -> None:
                 run_tests(out, "tests/gpu/test_families.py", left - 10, args.tests_k)
             elif part == "gemm_tc":
                 run_tests(out, "tests/gpu/test_gemm_tc.py", min(left - 10, 150))
+            elif part == "cluster":
+                run_tests(out, "tests/gpu/test_row_cluster.py", min(left - 10, 150))
             elif part == "counters":
                 run_tests(out, "tests/gpu/test_gpu_counters.py", min(left - 10, 120))
             elif part == "search":
                 run_search(out, [ROOT / q for q in args.search_problems.split(",") if q],
                            args.search_strategy, args.search_budget, deadline - 20,
                            args.search_warm, args.search_seconds,
-                           {k: [int(x) if x.isdigit() else x for x in v.split(",")]
-                            for k, v in (item.split("=", 1) for item in
-                                         args.search_vary.split(";") if item)},
-                           args.search_seed_template, args.search_seed_count)
+                           slot_values(args.search_vary),
+                           args.search_seed_template, args.search_seed_count,
+                           slot_values(args.search_seed_where))
             elif part == "agents":
                 run_agents(out, deadline - 20, args.agent_iterations, args.agent_budget,
                            args.agent_profile_every, args.agent_policy,

@@ -62,6 +62,7 @@ struct ca_ptr { void* p; template <class T> operator T*() const { return (T*)p; 
 static inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
 static inline float __uint_as_float(unsigned i) { float f; std::memcpy(&f, &i, 4); return f; }
 static inline float __fdividef(float a, float b) { return a / b; }
+static inline float rsqrtf(float x) { return 1.f / std::sqrt(x); }
 // fast-math intrinsics: the precise functions (the GPU's approximations are the verifier's
 // job); macros, as glibc declares functions of these names itself
 #define __expf expf
@@ -70,10 +71,25 @@ static inline float __fdividef(float a, float b) { return a / b; }
 #define __powf powf
 #define __sinf sinf
 #define __cosf cosf
-static std::barrier<>* ca_block_barrier;
-static std::vector<std::barrier<>*> ca_warp_barriers;
-static float ca_slots[1024];
+// per block (the blocks of a cluster run at the same time): each thread points at its block's
+static thread_local std::barrier<>* ca_block_barrier;
+static thread_local std::barrier<>** ca_warp_barriers;
+static thread_local float* ca_slots;
+static thread_local unsigned (*ca_mma_a)[4];
+static thread_local unsigned (*ca_mma_b)[2];
 static inline void __syncthreads() { ca_block_barrier->arrive_and_wait(); }
+// thread-block clusters: a barrier over the cluster's threads, and each block's dynamic shared
+// memory (peers are reached at the same offset in another block's buffer)
+static thread_local float* ca_dyn_smem;  // the block's dynamic shared memory
+static thread_local unsigned ca_rank_in_cluster;
+static thread_local std::barrier<>* ca_cluster_barrier;
+static thread_local float* const* ca_cluster_bases;
+static inline unsigned ca_cluster_rank() { return ca_rank_in_cluster; }
+static inline void ca_cluster_sync() { ca_cluster_barrier->arrive_and_wait(); }
+template <class T> static inline const T* ca_cluster_peer(const T* p, unsigned rank) {
+  const char* own = reinterpret_cast<const char*>(ca_dyn_smem);
+  return reinterpret_cast<const T*>(reinterpret_cast<const char*>(ca_cluster_bases[rank]) +
+                                    (reinterpret_cast<const char*>(p) - own)); }
 // TF32 rounding (nearest, ties away: cvt.rna) and the warp-wide m16n8k8 TF32 mma: every lane
 // deposits its fragments, the warp meets, each lane computes its four outputs (products exact,
 // summed in double: more accurate than the tensor core, whose truncation the GPU tests meet)
@@ -81,7 +97,6 @@ static inline unsigned ca_tf32(float x) {
   unsigned u; std::memcpy(&u, &x, 4);
   if ((u & 0x7f800000u) != 0x7f800000u) { u += 0x1000u; u &= 0xffffe000u; }
   return u; }
-static unsigned ca_mma_a[1024][4], ca_mma_b[1024][2];
 static inline float ca_bits(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
 static inline void ca_mma_tf32(float* c, const unsigned* a, const unsigned* b) {
   const int t = threadIdx.x, w = t / 32, base = w * 32, lane = t % 32;
@@ -122,8 +137,8 @@ static inline float __shfl_xor_sync(unsigned, float v, int m, int w = 32) {
 #define __restrict__
 #define __shared__ static
 #define __launch_bounds__(...)
+#define __cluster_dims__(...)
 #define __align__(n)
-static thread_local float* ca_dyn_smem;  // the block's dynamic shared memory
 """
 
 
@@ -145,34 +160,55 @@ def _call_args(params: int, args) -> str:
     return ", ".join(out)
 
 
-def _launcher(params: int, launches: list[tuple[str, tuple, tuple, int, object]]) -> str:
+def _launcher(params: int, launches: list[tuple[str, tuple, tuple, int, object, int]]) -> str:
     decl = ", ".join(f"void* p{k}" for k in range(params)) + ", void* ws"
     body = []
-    for name, grid, block, smem, args in launches:
+    for name, grid, block, smem, args, cluster in launches:
         call = _call_args(params, args)
         stage = re.match(r"s(\d+)_", name)
         if stage:
             name = f"cuda_agent_stage{stage.group(1)}::{name}"
         threads = block[0]
         assert block[1] == block[2] == 1
+        assert grid[0] % cluster == 0, "a grid of whole clusters"
+        # the blocks of a cluster run together (one after another otherwise), each with its
+        # own barriers, shuffle slots and dynamic shared memory; static __shared__ arrays are
+        # one per process, so cluster kernels keep all of theirs in dynamic shared memory
         body.append(f"""
   gridDim = {{{grid[0]}u, {grid[1]}u, {grid[2]}u}}; blockDim = {{{threads}u, 1u, 1u}};
   for (unsigned bz = 0; bz < {grid[2]}u; ++bz)
-  for (unsigned by = 0; by < {grid[1]}u; ++by) for (unsigned bx = 0; bx < {grid[0]}u; ++bx) {{
-    std::vector<float> dyn({max(1, smem // 4)});
-    float* dyn_ptr = dyn.data();
-    std::barrier<> bar({threads});
-    ca_block_barrier = &bar;
-    std::vector<std::barrier<>*> warps;
-    for (int w = 0; w < ({threads} + 31) / 32; ++w)
-      warps.push_back(new std::barrier<>(std::min(32, {threads} - w * 32)));
-    ca_warp_barriers = warps;
+  for (unsigned by = 0; by < {grid[1]}u; ++by)
+  for (unsigned bx0 = 0; bx0 < {grid[0]}u; bx0 += {cluster}u) {{
+    const int W = ({threads} + 31) / 32;
+    std::barrier<> cluster_bar({cluster * threads});
+    std::vector<std::vector<float>> dyn({cluster}, std::vector<float>({max(1, smem // 4)}));
+    std::vector<float*> bases;
+    for (auto& d : dyn) bases.push_back(d.data());
+    std::vector<std::barrier<>*> bars;
+    std::vector<std::vector<std::barrier<>*>> warps({cluster});
+    std::vector<std::vector<float>> slots({cluster}, std::vector<float>({threads}));
+    std::vector<std::vector<unsigned>> mma_a({cluster}, std::vector<unsigned>(4 * {threads}));
+    std::vector<std::vector<unsigned>> mma_b({cluster}, std::vector<unsigned>(2 * {threads}));
+    for (int r = 0; r < {cluster}; ++r) {{
+      bars.push_back(new std::barrier<>({threads}));
+      for (int w = 0; w < W; ++w)
+        warps[r].push_back(new std::barrier<>(std::min(32, {threads} - w * 32)));
+    }}
     std::vector<std::thread> pool;
+    for (unsigned r = 0; r < {cluster}u; ++r)
     for (unsigned t = 0; t < {threads}u; ++t)
-      pool.emplace_back([=] {{ threadIdx = {{t, 0, 0}}; blockIdx = {{bx, by, bz}};
-                              ca_dyn_smem = dyn_ptr; {name}({call}); }});
+      pool.emplace_back([&, r, t] {{
+        threadIdx = {{t, 0, 0}}; blockIdx = {{bx0 + r, by, bz}};
+        ca_block_barrier = bars[r]; ca_warp_barriers = warps[r].data();
+        ca_slots = slots[r].data();
+        ca_mma_a = reinterpret_cast<unsigned (*)[4]>(mma_a[r].data());
+        ca_mma_b = reinterpret_cast<unsigned (*)[2]>(mma_b[r].data());
+        ca_dyn_smem = bases[r]; ca_rank_in_cluster = r;
+        ca_cluster_barrier = &cluster_bar; ca_cluster_bases = bases.data();
+        {name}({call}); }});
     for (auto& th : pool) th.join();
-    for (auto* b : warps) delete b;
+    for (auto* b : bars) delete b;
+    for (auto& v : warps) for (auto* b : v) delete b;
   }}""")
     # a program's stage kernels live in namespaces (cuda_agent_stage<i>::s<i>_...)
     return f'extern "C" void ca_run({decl}) {{' + "".join(body) + "\n}\n"
@@ -196,12 +232,16 @@ def run(rendered, inputs: list[np.ndarray], out_shape: tuple[int, ...]) -> np.nd
         tensors = [torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)) for x in inputs]
         product = run_library(launches.pop(0).library, tensors).numpy().copy()
     assert not any(L.library for L in launches), "a library step only leads the launches"
-    source = rendered.source.replace("extern __shared__ __align__(16) float ca_smem[];",
+    from cuda_agent.space.codegen import CLUSTER_PRELUDE  # the shim defines these on the host
+
+    source = rendered.source.replace(CLUSTER_PRELUDE, "").replace(
+        "extern __shared__ __align__(16) float ca_smem[];",
                                      "float* ca_smem = ca_dyn_smem;").replace(
         "extern __shared__ float4 ca_dyn4[];",
         "float4* ca_dyn4 = reinterpret_cast<float4*>(ca_dyn_smem);")
     src = SHIM + source.replace('extern "C"', "") + _launcher(
-        len(inputs) + 1, [(L.kernel, L.grid, L.block, L.smem, L.args) for L in launches])
+        len(inputs) + 1, [(L.kernel, L.grid, L.block, L.smem, L.args, L.cluster)
+                          for L in launches])
     key = hashlib.sha256(src.encode()).hexdigest()[:16]
     work = Path(tempfile.gettempdir()) / "ca_emulator"
     work.mkdir(exist_ok=True)

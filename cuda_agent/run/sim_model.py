@@ -190,6 +190,9 @@ class SimConstants:
     barrier_cycles: float = 24.0
     #: Latency of a shared-memory load or store (cycles).
     smem_latency_cycles: float = 30.0
+    #: One barrier.cluster arrive/wait over a thread-block cluster (cycles; published H100
+    #: microbenchmarks put it near 190 ns, unmeasured here).
+    cluster_sync_cycles: float = 380.0
     #: One dependent warp-shuffle step with its combine (cycles).
     shfl_cycles: float = 24.0
     #: One step of a serial fold by one thread (pipelined loads, dependent adds; cycles).
@@ -879,6 +882,9 @@ def _row_work(plan: KernelPlan, rendered: Rendered, resources: dict, target: Tar
     B, vec = L.threads, sh.vec
     O = int(rendered.fact("rows", plan.O) or plan.O)
     R = int(rendered.fact("row_len", plan.R) or plan.R)
+    CL = int(rendered.fact("cluster", 1) or 1)
+    if CL > 1:  # a cluster's blocks each cover a segment: as many rows of a CL-th the length
+        O, R = O * CL, -(-R // CL)
     T = max(1, min(B, int(rendered.fact("tpr", B) or B)))
     G = max(1, B // T)
     nch = max(1, -(-R // (T * vec)))
@@ -967,6 +973,9 @@ def _row_work(plan: KernelPlan, rendered: Rendered, resources: dict, target: Tar
     w.mufu_ops = N * a_mufu + O * r_mufu
     w.combine_events = math.ceil(O / G) * reduce_passes
     w.combine_cycles = _combine_cycles(T, mode, c) * _reducers_per_level(plan)
+    if CL > 1:  # a cluster barrier per combine, and one per row before the slots are reused
+        w.combine_cycles += c.cluster_sync_cycles * (1 + 1 / max(1, reduce_passes)) + \
+            CL * c.smem_latency_cycles
     w.local_bytes = L.blocks * B * iters * _local_per_iteration(
         w, spilled, max(1, passes - 1), c)
     return w

@@ -38,6 +38,23 @@ template <int H> __device__ __forceinline__ void ca_st4(float* p, float4 v) {
   if (H == 1) __stcs(reinterpret_cast<float4*>(p), v); else *reinterpret_cast<float4*>(p) = v; }
 """
 
+# Thread-block clusters (Hopper): a kernel declared __cluster_dims__(CL, 1, 1) runs its blocks
+# in groups of CL on neighbouring SMs that read each other's shared memory. Inline PTX rather
+# than cooperative_groups: NVRTC then needs no headers, and the CPU emulator defines the same
+# three names. All threads of every block of the cluster must reach ca_cluster_sync.
+CLUSTER_PRELUDE = r"""
+__device__ __forceinline__ unsigned ca_cluster_rank() {
+  unsigned r; asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r)); return r; }
+__device__ __forceinline__ void ca_cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n"
+               "barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
+// the address of the same shared-memory word in block `rank` of the cluster (a generic pointer)
+template <class T> __device__ __forceinline__ const T* ca_cluster_peer(const T* p, unsigned rank) {
+  unsigned long long q;
+  asm volatile("mapa.u64 %0, %1, %2;" : "=l"(q) : "l"(p), "r"(rank));
+  return reinterpret_cast<const T*>(q); }
+"""
+
 HINTS = {"default": 0, "ldg": 1, "stream": 2}
 STORE_HINTS = {"default": 0, "stream": 1}
 

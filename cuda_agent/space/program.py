@@ -104,7 +104,8 @@ def compose(plan: ProgramPlan, parts: list[Rendered]) -> Rendered:
                 continue
             ws_arg = ["product"] if after_library else ["buf", scratch, [], "uint8"]
             launches.append(Launch(f"s{i}_{L.kernel}", L.grid, L.block, L.smem,
-                                   args=tuple(operands + [out_arg, ws_arg])))
+                                   args=tuple(operands + [out_arg, ws_arg]),
+                                   cluster=L.cluster))
         facts += [(f"s{i}.{k}", v) for k, v in r.facts]
     return Rendered("\n".join(sources), tuple(launches), workspace_bytes=ws,
                     zero_workspace=zero, facts=tuple(facts),

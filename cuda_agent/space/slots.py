@@ -117,6 +117,9 @@ class Launch:
     # of a multi-kernel program (`space/program.py`); entries ["in", i], ["out"],
     # ["buf", byte offset, shape, dtype] into the workspace, ["product"] (a library result)
     args: tuple | None = field(default=None, hash=False, compare=False)
+    # blocks per thread-block cluster: the kernel declares __cluster_dims__(cluster, 1, 1) and the
+    # grid is a multiple of it (the CPU emulator runs a cluster's blocks together)
+    cluster: int = 1
 
     @property
     def threads(self) -> int:

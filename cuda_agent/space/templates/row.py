@@ -22,6 +22,7 @@ from .rowcommon import (bind_reducers, emit_new_row_values, make_passes, online_
                         online_softmax_pair, online_update, operand_roles, pass_roots)
 
 MAX_CACHED_REGS = 64  # floats per thread kept in registers across passes
+CLUSTERS = (1, 2, 4, 8)  # 8: the largest portable cluster
 # Launches of fewer blocks than half the SMs leave the GPU idle; on large problems such
 # configurations are hopeless (minutes of measuring for nothing), so they are not in the space.
 UNDERFILL_MIN_ELEMS = 1 << 20
@@ -34,8 +35,9 @@ def _has_fast_ops(plan: KernelPlan) -> bool:
 
 class RowTemplate(Template):
     name = "row"
-    version = "2"
-    legacy = {"memory.store": "default"}  # version 1 stored with plain stores
+    version = "3"
+    # version 1 stored with plain stores; version 2 had no clusters
+    legacy = {"memory.store": "default", "config.cluster": 1}
 
     def applies(self, plan: KernelPlan) -> bool:
         return plan.kind == "reduce" and plan.I == 1
@@ -45,6 +47,9 @@ class RowTemplate(Template):
             Slot("config.block", (32, 64, 128, 256, 512, 1024), "threads per block"),
             Slot("config.tpr", pow2_choices(1, 1024), "threads cooperating on one row"),
             Slot("config.grid", ("exact", "persistent"), "a block per row group, or one wave"),
+            Slot("config.cluster", CLUSTERS,
+                 "blocks of a thread-block cluster that split one long row (each keeps its "
+                 "segment; partial results meet in distributed shared memory)"),
             Slot("memory.vec", (1, 2, 4), "elements per load/store along the row"),
             Slot("memory.cache", ("regs", "smem", "reload"),
                  "where a row is kept between passes"),
@@ -62,7 +67,7 @@ class RowTemplate(Template):
 
     # -- validity ------------------------------------------------------------------------------
     def _nch(self, plan: KernelPlan, cfg: dict[str, Any]) -> int:
-        return -(-plan.R // (cfg["config.tpr"] * cfg["memory.vec"]))
+        return -(-_segment(plan, cfg) // (cfg["config.tpr"] * cfg["memory.vec"]))
 
     def canonical(self, plan: KernelPlan, cfg: dict[str, Any]) -> dict[str, Any]:
         cfg = dict(cfg)
@@ -101,6 +106,16 @@ class RowTemplate(Template):
                 return "an operand cannot be read in vectors along the row"
         if cfg["compute.algo"] == "online" and cfg["reduction.combine"] != "shfl":
             return "online softmax combines with shuffles only"
+        CL = cfg["config.cluster"]
+        if CL > 1:
+            if T != B:
+                return "a cluster splits one row: one row per block"
+            if plan.outer:
+                return "a cluster does not fold totals over rows"
+            if cfg["memory.cache"] == "reload":
+                return "a cluster keeps its row on chip (the split template re-reads long rows)"
+            if _segment(plan, cfg) < T * vec:
+                return "a cluster's segments are shorter than a block's loads"
         passes = make_passes(plan, cfg["compute.algo"] == "online")
         cached = operand_roles(plan, passes).cached
         nch = self._nch(plan, cfg)
@@ -112,13 +127,14 @@ class RowTemplate(Template):
         return None
 
     def _dyn_smem(self, plan: KernelPlan, cfg: dict[str, Any], cached: list[int]) -> int:
+        """Bytes of the row cache (shared-memory caching: a segment per operand and group)."""
         G = cfg["config.block"] // cfg["config.tpr"]
-        return G * len(cached) * plan.R * 4 if cfg["memory.cache"] == "smem" else 0
+        return G * len(cached) * _segment(plan, cfg) * 4 if cfg["memory.cache"] == "smem" else 0
 
     def default(self, plan: KernelPlan, target: Target) -> dict[str, Any]:
         # a block of 256 per row, scalar loads, re-reading the row each pass: the textbook kernel
         return {"config.block": 256, "config.tpr": min(256, pow2_ceil(plan.R)),
-                "config.grid": "exact", "memory.vec": 1, "memory.cache": "reload",
+                "config.grid": "exact", "config.cluster": 1, "memory.vec": 1, "memory.cache": "reload",
                 "memory.load": "default", "memory.store": "default", "compute.unroll": 1,
                 "compute.fastmath": 0,
                 "compute.algo": "passes", "reduction.combine": "smem_tree",
@@ -144,30 +160,63 @@ class RowTemplate(Template):
         n_red, need_i = smem_for_combine(all_red, T, G, cfg["reduction.combine"])
         if any(p.online for p in passes) and T > 32:
             n_red = max(n_red, G * (T // 32))
-        exact_blocks = -(-O // G)
-        grid = exact_blocks if cfg["config.grid"] == "exact" else min(
-            exact_blocks, target_blocks(B, target.sm_count, target.max_threads_per_sm))
+        CL = cfg["config.cluster"]
+        Rseg = _segment(plan, cfg)  # the row, or a cluster block's segment of it
+        exact_blocks = -(-O // G) * CL
+        grid = exact_blocks if cfg["config.grid"] == "exact" else min(exact_blocks, max(
+            CL, target_blocks(B, target.sm_count, target.max_threads_per_sm) // CL * CL))
         dyn = self._dyn_smem(plan, cfg, roles.cached)
+        online = any(p.online for p in passes)
 
         c = Code()
         c(cg.PRELUDE)
-        c.open(f'extern "C" __global__ void __launch_bounds__({B}) ca_row({cg.kernel_params(plan)})')
+        if CL == 1:
+            c.open(f'extern "C" __global__ void __launch_bounds__({B}) '
+                   f'ca_row({cg.kernel_params(plan)})')
+        else:
+            c(cg.CLUSTER_PRELUDE)
+            c.open(f'extern "C" __global__ void __cluster_dims__({CL}, 1, 1) '
+                   f'__launch_bounds__({B}) ca_row({cg.kernel_params(plan)})')
         c(f"const int lane = threadIdx.x % {T};", f"const int grp = threadIdx.x / {T};")
-        if n_red:
-            c(f"__shared__ float ca_red[{n_red}];")
-            if need_i:
-                c(f"__shared__ int ca_red_i[{n_red}];")
-            if any(p.online for p in passes):
-                c(f"__shared__ float ca_red2[{n_red}];")
-        if dyn:
+        if CL > 1:
+            # all of a cluster kernel's shared memory is dynamic: the row segment cache, the
+            # block's combine buffers, and the slots its partial results are read from by the
+            # cluster's other blocks
+            n_slots = sum(len(p.reducers) + (2 if p.online else 0) for p in passes)
+            parts = [("ca_red", n_red, "float"), ("ca_red_i", n_red if need_i else 0, "int"),
+                     ("ca_red2", n_red if online else 0, "float"),
+                     ("ca_cl", n_slots, "float"), ("ca_cl_i", n_slots if need_i else 0, "int")]
             c("extern __shared__ float4 ca_dyn4[];",
               "float* ca_dyn = reinterpret_cast<float*>(ca_dyn4);")
+            at = dyn // 4
+            for name, n, ctype in parts:
+                if n:
+                    c(f"{ctype}* {name} = reinterpret_cast<{ctype}*>(ca_dyn + {at});")
+                    at += n
+            dyn = 4 * at
+            c("const unsigned ca_rank = ca_cluster_rank();",
+              f"const int ca_seg0 = (int)ca_rank * {Rseg};  // this block's segment of the row")
+        else:
+            if n_red:
+                c(f"__shared__ float ca_red[{n_red}];")
+                if need_i:
+                    c(f"__shared__ int ca_red_i[{n_red}];")
+                if online:
+                    c(f"__shared__ float ca_red2[{n_red}];")
+            if dyn:
+                c("extern __shared__ float4 ca_dyn4[];",
+                  "float* ca_dyn = reinterpret_cast<float*>(ca_dyn4);")
+        slot = 0  # the next cluster exchange slot
         totals = Totals(plan, grid, B, cfg["reduction.cross"], cfg["reduction.combine"]) \
             if plan.outer else None
         if totals:
             totals.declare(c)
-        c.open(f"for (long long ob = (long long)blockIdx.x * {G}; ob < {O}LL; "
-               f"ob += (long long)gridDim.x * {G})")
+        if CL == 1:
+            c.open(f"for (long long ob = (long long)blockIdx.x * {G}; ob < {O}LL; "
+                   f"ob += (long long)gridDim.x * {G})")
+        else:  # a cluster per row: its blocks share the row index
+            c.open(f"for (long long ob = (long long)(blockIdx.x / {CL}) * {G}; ob < {O}LL; "
+                   f"ob += (long long)(gridDim.x / {CL}) * {G})")
         c("const long long o_ = ob + grp;", f"const bool active = o_ < {O}LL;",
           f"const long long o = active ? o_ : {O - 1}LL;")
         row_bound: dict[int, str] = {}
@@ -192,8 +241,12 @@ class RowTemplate(Template):
             else:
                 c(f"#pragma unroll {cfg['compute.unroll']}")
             c.open(f"for (int j = 0; j < {nch}; ++j)")
-            c(f"const int c = (j * {T} + lane) * {vec};")
-            c.open(f"if (c < {R})")
+            if CL == 1:
+                c(f"const int c = (j * {T} + lane) * {vec};")
+                c.open(f"if (c < {R})")
+            else:  # cs_: the position in this block's segment; c: in the row
+                c(f"const int cs_ = (j * {T} + lane) * {vec}, c = ca_seg0 + cs_;")
+                c.open(f"if (cs_ < {Rseg} && c < {R})")
             lanes: dict[int, list[str]] = {}
             for nid in sorted(roles.per_pass[pi]):
                 k = op_index[nid]
@@ -206,7 +259,8 @@ class RowTemplate(Template):
                     lanes[nid] = [cg.vec_get(name, vec, l) for l in range(vec)]
                     continue
                 q = roles.cached.index(nid) if nid in roles.cached else -1
-                sbase = f"ca_dyn + ((grp * {len(roles.cached)} + {q}) * {R} + c)"
+                sbase = (f"ca_dyn + ((grp * {len(roles.cached)} + {q}) * {Rseg} + "
+                         f"{'c' if CL == 1 else 'cs_'})")
                 if from_cache and cache == "smem":
                     c(f"const {cg.vec_type(vec)} {name} = "
                       f"*reinterpret_cast<const {cg.vec_type(vec)}*>({sbase});")
@@ -257,22 +311,32 @@ class RowTemplate(Template):
             c.close()  # for j
             if p.online:
                 _online_combine(c, T, G, fast)
+                if CL > 1:
+                    _cluster_online_combine(c, CL, slot, fast)
+                    slot += 2
                 m, s = p.online
                 c(f"const float s{m} = om;", f"const float s{s} = os;")
                 row_bound[m], row_bound[s] = f"s{m}", f"s{s}"
                 done.update(p.online)
             elif p.reducers:
                 block_combine(c, p.reducers, T, G, cfg["reduction.combine"])
+                if CL > 1:
+                    _cluster_combine(c, p.reducers, CL, slot)
+                    slot += len(p.reducers)
                 bind_reducers(c, p.reducers, row_bound, done)
             emit_new_row_values(c, plan, row_bound, done, fast)
         if totals:
             totals.add_row(c, row_bound, fast, "active && lane == 0")
         elif plan.output_is_row:
-            c.open("if (active && lane == 0)")
+            c.open("if (active && lane == 0" + (" && ca_rank == 0)" if CL > 1 else ")"))
             c(f"out[o] = {row_bound[plan.output]};")
             c.close()
+        if CL > 1:
+            # the cluster's blocks are done reading each other's slots before the next row
+            # overwrites them (and before any block exits, which would free its shared memory)
+            c("ca_cluster_sync();")
         c.close()  # row loop
-        launches = [Launch("ca_row", (grid, 1, 1), (B, 1, 1), dyn)]
+        launches = [Launch("ca_row", (grid, 1, 1), (B, 1, 1), dyn, cluster=CL)]
         if totals:
             totals.finish(c, fast)
         c.close()  # kernel
@@ -282,7 +346,8 @@ class RowTemplate(Template):
         facts = (("family", "row"), ("threads", B), ("blocks", grid), ("vec", vec), ("tpr", T),
                  ("passes", len(passes)), ("cache", cache), ("dyn_smem", dyn),
                  ("cached_operands", len(roles.cached)), ("fast", int(fast)),
-                 ("combine", cfg["reduction.combine"]), ("rows", O), ("row_len", R))
+                 ("combine", cfg["reduction.combine"]), ("rows", O), ("row_len", R),
+                 ("cluster", CL))
         if totals:
             facts += (("cross", cfg["reduction.cross"]), ("launches", len(launches)))
         return Rendered(c.text(), tuple(launches), totals.workspace_bytes if totals else 0,
@@ -309,6 +374,43 @@ def _online_combine(c: Code, T: int, G: int, fast: bool) -> None:
           f"const float qs_ = ca_red2[grp * {W} + w_]; " + online_merge("om", "os", "qm_", "qs_", fast)
           + " }")
         c("__syncthreads();")
+
+
+def _cluster_combine(c: Code, reducers: list, CL: int, slot: int) -> None:
+    """Fold the cluster's block partials (each block's combined value, in every thread): each
+    block publishes its own in shared-memory slots, then every thread reads all CL of them
+    through distributed shared memory in rank order, so all blocks hold the same result."""
+    c.open("if (threadIdx.x == 0)")
+    for k, r in enumerate(reducers):
+        c(f"ca_cl[{slot + k}] = {r.acc};")
+        if r.is_arg:
+            c(f"ca_cl_i[{slot + k}] = {r.idx};")
+    c.close()
+    c("ca_cluster_sync();")
+    for k, r in enumerate(reducers):
+        c(*r.reset())
+        c.open(f"for (unsigned r_ = 0; r_ < {CL}u; ++r_)")
+        c(r.combine_from(f"ca_cluster_peer(ca_cl, r_)[{slot + k}]",
+                         f"ca_cluster_peer(ca_cl_i, r_)[{slot + k}]" if r.is_arg else "0"))
+        c.close()
+
+
+def _cluster_online_combine(c: Code, CL: int, slot: int, fast: bool) -> None:
+    """The online softmax's (max, sum) pair over the cluster's blocks, as `_cluster_combine`."""
+    c(f"if (threadIdx.x == 0) {{ ca_cl[{slot}] = om; ca_cl[{slot + 1}] = os; }}",
+      "ca_cluster_sync();", "om = -CA_INF; os = 0.f;")
+    c.open(f"for (unsigned r_ = 0; r_ < {CL}u; ++r_)")
+    c(f"const float* q_ = ca_cluster_peer(ca_cl, r_); const float qm_ = q_[{slot}], "
+      f"qs_ = q_[{slot + 1}];")
+    c(online_merge("om", "os", "qm_", "qs_", fast))
+    c.close()
+
+
+def _segment(plan: KernelPlan, cfg: dict[str, Any]) -> int:
+    """Elements of a row one block covers: the row, or with a cluster of CL blocks a CL-th of it
+    (rounded up to whole vectors; the last block's may be shorter)."""
+    CL, vec = cfg.get("config.cluster", 1), cfg["memory.vec"]
+    return plan.R if CL == 1 else -(-plan.R // (CL * vec)) * vec
 
 
 def target_blocks(block: int, sm_count: int = 132, max_threads: int = 2048) -> int:

