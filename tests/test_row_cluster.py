@@ -75,6 +75,44 @@ def test_cluster_rows_match_torch(name, shape):
         assert err < 1e-5, (cfg.short(), err)
 
 
+CHAN_CASES = {
+    "batch_norm": lambda x: F.batch_norm(x, None, None, training=True),
+    "batch_norm_scaled_relu": lambda x: torch.relu(
+        F.batch_norm(x, None, None, training=True) * 1.5 - 0.25),
+}
+
+
+@needs_gxx
+@pytest.mark.parametrize("name", sorted(CHAN_CASES))
+@pytest.mark.parametrize("shape", [(3, 4, 101), (2, 3, 8, 36)], ids=["odd", "vec4"])
+def test_cluster_channels_match_torch(name, shape):
+    """Batch statistics over (N, S) per channel, the channel split over a cluster (or kept on
+    chip by one block): the chan template's cached and cluster kernels."""
+    f = CHAN_CASES[name]
+    plan, space = _space(f, shape)
+    assert space.template_of(space.default()).name == "chan"
+    pool = [c for c in space.configs if c.get("config.block") <= 64 and
+            c.get("memory.cache") != "reload"]
+    rng = random.Random(len(name))
+    rng.shuffle(pool)
+    picked, seen = [], set()
+    for c in pool:
+        key = (c["config.cluster"], c["memory.cache"], c["memory.vec"])
+        if key not in seen:
+            seen.add(key)
+            picked.append(c)
+    assert {c["config.cluster"] for c in picked} >= {1, 2, 8}
+    x = torch.randn(*shape)
+    x[-1, 0, -1] = 30.0  # an extreme in the last block's share
+    want = f(x.double()).float().numpy().reshape(plan.out_shape)
+    ops = [x.reshape(plan.operand_shapes[k]).numpy() for k in plan.operands]
+    for cfg in picked[:8]:
+        rendered = space.render(cfg)
+        got = cpu_exec.run(rendered, ops, tuple(plan.out_shape))
+        err = abs(got - want).max() / (abs(want).max() + 1e-30)
+        assert err < 1e-5, (cfg.short(), err)
+
+
 def test_cluster_needs_one_row_per_block_and_an_on_chip_row():
     plan, space = _space(CASES["layer_norm"], (4, 4096))
     t = space.template_of(space.default())

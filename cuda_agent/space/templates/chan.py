@@ -20,8 +20,8 @@ from ...ir.plan import CHAN_REDUCE, KernelPlan
 from .. import codegen as cg
 from ..slots import Launch, Rendered, Slot, Target
 from .base import Code, Template, block_combine, pow2_ceil, smem_for_combine
-from .rowcommon import (bind_reducers, emit_new_row_values, make_passes, operand_roles,
-                        pass_roots)
+from .rowcommon import (bind_reducers, cluster_combine, emit_new_row_values, make_passes,
+                        operand_roles, pass_roots)
 
 
 def _runs(plan: KernelPlan) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
@@ -63,8 +63,22 @@ def _wave(threads: int, target: Target) -> int:
                                         target.max_threads_per_sm // threads))
 
 
+MAX_CACHED_REGS = 64  # floats per thread kept in registers across passes
+CLUSTERS = (1, 2, 4, 8)
+
+
+def _segment_vectors(plan: KernelPlan, cfg: dict[str, Any]) -> int:
+    """Vectors of a channel one block covers: all, or a cluster block's share."""
+    A, _, B = _sizes(plan)
+    NV = A * B // cfg["memory.vec"]
+    return -(-NV // cfg.get("config.cluster", 1))
+
+
 class ChanTemplate(Template):
     name = "chan"
+    version = "2"
+    # version 1 re-read the channel on every pass, one block per channel
+    legacy = {"memory.cache": "reload", "config.cluster": 1}
 
     def applies(self, plan: KernelPlan) -> bool:
         # arg-reductions have no meaning over non-adjacent dims (torch's take one dim)
@@ -76,7 +90,12 @@ class ChanTemplate(Template):
             Slot("config.block", (32, 64, 128, 256, 512, 1024), "threads per channel"),
             Slot("config.grid", ("exact", "persistent"),
                  "a block per channel, or one wave looping over channels"),
+            Slot("config.cluster", CLUSTERS,
+                 "blocks of a thread-block cluster that split one channel (each keeps its "
+                 "share on chip; partial results meet in distributed shared memory)"),
             Slot("memory.vec", (1, 2, 4), "elements per load/store along the trailing dims"),
+            Slot("memory.cache", ("regs", "smem", "reload"),
+                 "where a channel's elements are kept between passes"),
             Slot("memory.load", ("default", "ldg", "stream"), "load cache hint"),
             Slot("memory.store", ("default", "stream"),
                  "store cache hint for full outputs (streaming: evict first)"),
@@ -98,6 +117,9 @@ class ChanTemplate(Template):
             cfg["compute.unroll"] = 1  # one trip per thread: nothing to unroll
         if C <= _wave(cfg["config.block"], Target()):
             cfg["config.grid"] = "exact"
+        passes = make_passes(plan, False)
+        if len(passes) < 2 or not operand_roles(plan, passes).cached:
+            cfg["memory.cache"] = "reload"
         return cfg
 
     def check(self, plan: KernelPlan, cfg: dict[str, Any], target: Target) -> str | None:
@@ -110,11 +132,30 @@ class ChanTemplate(Template):
                 return f"vector width {vec} does not divide the trailing extent {B}"
             if not _vector_ok(plan, vec):
                 return "an operand cannot be read in vectors along the trailing dims"
+        cache, CL = cfg["memory.cache"], cfg["config.cluster"]
+        if CL > 1 and cache == "reload":
+            return "a cluster keeps its channel on chip"
+        if CL > 1 and _segment_vectors(plan, cfg) < T:
+            return "a cluster's shares are smaller than a block's loads"
+        if cache != "reload":
+            cached = len(operand_roles(plan, make_passes(plan, False)).cached)
+            per_thread = -(-_segment_vectors(plan, cfg) // T) * vec * cached
+            if cache == "regs" and per_thread > MAX_CACHED_REGS:
+                return "channel share does not fit in registers"
+            if cache == "smem" and self._dyn_smem(plan, cfg) + 8192 > target.max_smem_per_block:
+                return "channel share does not fit in shared memory"
         return None
+
+    def _dyn_smem(self, plan: KernelPlan, cfg: dict[str, Any]) -> int:
+        if cfg["memory.cache"] != "smem":
+            return 0
+        cached = len(operand_roles(plan, make_passes(plan, False)).cached)
+        return _segment_vectors(plan, cfg) * cfg["memory.vec"] * cached * 4
 
     def default(self, plan: KernelPlan, target: Target) -> dict[str, Any]:
         # a block of 256 per channel, scalar loads, a shared-memory tree: the textbook kernel
-        return {"config.block": 256, "config.grid": "exact", "memory.vec": 1,
+        return {"config.block": 256, "config.grid": "exact", "config.cluster": 1,
+                "memory.cache": "reload", "memory.vec": 1,
                 "memory.load": "default", "memory.store": "default", "compute.unroll": 1,
                 "compute.fastmath": 0, "reduction.combine": "smem_tree"}
 
@@ -134,17 +175,50 @@ class ChanTemplate(Template):
         op_index = {nid: k for k, nid in roles.full + roles.row}
         all_red = [r for p in passes for r in p.reducers]
         n_red, _ = smem_for_combine(all_red, T, 1, cfg["reduction.combine"])
-        grid = C if cfg["config.grid"] == "exact" else min(C, _wave(T, target))
+        cache, CL = cfg["memory.cache"], cfg["config.cluster"]
+        # a cached channel (or a cluster block's share of it) is walked in NCH chunks of T
+        # vectors, unrolled, so that each thread's elements have fixed registers or slots
+        NVseg = _segment_vectors(plan, cfg)
+        NCH = -(-NVseg // T)
+        first_use = {nid: min(i for i, s in enumerate(roles.per_pass) if nid in s)
+                     for nid in roles.cached}
+        grid = (C if cfg["config.grid"] == "exact" else
+                min(C, max(1, _wave(T, target) // CL))) * CL
         groups = [cg.Group("a", lead), cg.Group("o", kept), cg.Group("b", trail)]
+        dyn = self._dyn_smem(plan, cfg)
 
         c = Code()
         c(cg.PRELUDE)
-        c.open(f'extern "C" __global__ void __launch_bounds__({T}) '
-               f"ca_chan({cg.kernel_params(plan)})")
+        if CL == 1:
+            c.open(f'extern "C" __global__ void __launch_bounds__({T}) '
+                   f"ca_chan({cg.kernel_params(plan)})")
+        else:
+            c(cg.CLUSTER_PRELUDE)
+            c.open(f'extern "C" __global__ void __cluster_dims__({CL}, 1, 1) '
+                   f"__launch_bounds__({T}) ca_chan({cg.kernel_params(plan)})")
         c(f"typedef {idx_t} idx_t;", "const int lane = threadIdx.x;", "const int grp = 0;")
-        if n_red:
-            c(f"__shared__ float ca_red[{n_red}];")
-        c.open(f"for (idx_t o = blockIdx.x; o < {C}; o += gridDim.x)")
+        if dyn or CL > 1:
+            c("extern __shared__ float4 ca_dyn4[];",
+              "float* ca_dyn = reinterpret_cast<float*>(ca_dyn4);")
+        if CL > 1:  # all shared memory dynamic (see the row template)
+            at = dyn // 4
+            if n_red:
+                c(f"float* ca_red = ca_dyn + {at};")
+                at += n_red
+            c(f"float* ca_cl = ca_dyn + {at};")
+            at += len(all_red)
+            dyn = 4 * at
+            c("const unsigned ca_rank = ca_cluster_rank();",
+              f"const idx_t ca_seg0 = (idx_t)ca_rank * {NVseg};  // this block's first vector")
+            c.open(f"for (idx_t o = blockIdx.x / {CL}; o < {C}; o += gridDim.x / {CL})")
+        else:
+            if n_red:
+                c(f"__shared__ float ca_red[{n_red}];")
+            c.open(f"for (idx_t o = blockIdx.x; o < {C}; o += gridDim.x)")
+        if cache == "regs":
+            for nid in roles.cached:
+                c(f"{cg.vec_type(vec)} cr{op_index[nid]}[{NCH}];")
+        slot = 0
         row_bound: dict[int, str] = {}
         for k, nid in roles.row:  # per-channel operands (weights): read once per channel
             off = cg.offset_expr(plan, nid, [groups[1]])
@@ -157,21 +231,50 @@ class ChanTemplate(Template):
                                                              for r in p.reducers)))
             for r in p.reducers:
                 c(*r.declare())
-            c(f"#pragma unroll {cfg['compute.unroll']}")
-            c.open(f"for (idx_t j = lane; j < {NV}; j += {T})")
+            if cache == "reload":
+                c(f"#pragma unroll {cfg['compute.unroll']}")
+                c.open(f"for (idx_t j = lane; j < {NV}; j += {T})")
+            else:
+                c("#pragma unroll" if cache == "regs" else
+                  f"#pragma unroll {cfg['compute.unroll']}")
+                c.open(f"for (int jj = 0; jj < {NCH}; ++jj)")
+                c(f"const int js_ = jj * {T} + lane;  // the vector in this block's share")
+                if CL > 1:
+                    c("const idx_t j = ca_seg0 + js_;")
+                    c.open(f"if (js_ < {NVseg} && j < {NV})")
+                else:
+                    c("const idx_t j = js_;")
+                    c.open(f"if (j < {NV})")
             c(f"const idx_t e = j * {vec};", f"const idx_t a = e / {B};",
               f"const idx_t b = e % {B};")
             lanes: dict[int, list[str]] = {}
+            vt = cg.vec_type(vec)
             for nid in sorted(roles.per_pass[pi]):
                 k = op_index[nid]
+                cached_here = nid in roles.cached and cache != "reload"
+                if cached_here and first_use[nid] < pi:  # kept on chip by an earlier pass
+                    q = roles.cached.index(nid)
+                    src = f"cr{k}[jj]" if cache == "regs" else \
+                        f"*reinterpret_cast<const {vt}*>(ca_dyn + ({q} * {NVseg} + js_) * {vec})"
+                    c(f"const {vt} x{k} = {src};")
+                    lanes[nid] = [cg.vec_get(f"x{k}", vec, l) for l in range(vec)]
+                    continue
                 off = cg.offset_expr(plan, nid, groups)
                 if vec > 1 and cg.is_unit_stride(plan, nid, groups[2], vec):
-                    c(f"const {cg.vec_type(vec)} x{k} = "
+                    c(f"const {vt} x{k} = "
                       f"{cg.vec_load(f'in{k} + ({off})', vec, hint)};")
                     lanes[nid] = [cg.vec_get(f"x{k}", vec, l) for l in range(vec)]
+                    whole = f"x{k}"
                 else:  # scalar, or constant over the vector (check() masks gathers)
                     c(f"const float x{k} = ca_ld<{hint}>(in{k} + ({off}));")
                     lanes[nid] = [f"x{k}"] * vec
+                    whole = f"x{k}" if vec == 1 else \
+                        f"make_float{vec}(" + ", ".join([f"x{k}"] * vec) + ")"
+                if cached_here:
+                    q = roles.cached.index(nid)
+                    dst = f"cr{k}[jj]" if cache == "regs" else \
+                        f"*reinterpret_cast<{vt}*>(ca_dyn + ({q} * {NVseg} + js_) * {vec})"
+                    c(f"{dst} = {whole};")
             out_vals = []
             for l in range(vec):
                 bound = dict(row_bound)
@@ -186,20 +289,28 @@ class ChanTemplate(Template):
             if p.writes_output:
                 c(cg.vec_store(f"out + (a * {C * B} + o * {B} + b)", out_vals,
                                cg.STORE_HINTS[cfg["memory.store"]]))
+            if cache != "reload":
+                c.close()  # if j
             c.close()  # for j
             if p.reducers:
                 block_combine(c, p.reducers, T, 1, cfg["reduction.combine"])
+                if CL > 1:
+                    cluster_combine(c, p.reducers, CL, slot)
+                    slot += len(p.reducers)
                 bind_reducers(c, p.reducers, row_bound, done)
             emit_new_row_values(c, plan, row_bound, done, fast)
         if plan.output_is_row:
-            c.open("if (lane == 0)")
+            c.open("if (lane == 0" + (" && ca_rank == 0)" if CL > 1 else ")"))
             c(f"out[o] = {row_bound[plan.output]};")
             c.close()
+        if CL > 1:  # peers are done with this block's slots (see the row template)
+            c("ca_cluster_sync();")
         c.close()  # channel loop
         c.close()  # kernel
-        reads = sum(1 for s in roles.per_pass if s)
+        reads = sum(1 for s in roles.per_pass if s) if cache == "reload" else 1
         facts = (("family", "chan"), ("threads", T), ("blocks", grid), ("vec", vec),
                  ("passes", len(passes)), ("reads_per_elem", float(max(1, reads))),
                  ("fast", int(fast)), ("combine", cfg["reduction.combine"]), ("tpr", T),
-                 ("rows", C), ("row_len", A * B))
-        return Rendered(c.text(), (Launch("ca_chan", (grid, 1, 1), (T, 1, 1)),), facts=facts)
+                 ("rows", C), ("row_len", A * B), ("cache", cache), ("cluster", CL))
+        return Rendered(c.text(), (Launch("ca_chan", (grid, 1, 1), (T, 1, 1), dyn, cluster=CL),),
+                        facts=facts)

@@ -18,8 +18,9 @@ from ..slots import Launch, Rendered, Slot, Target
 from .base import (Code, Template, block_combine, pow2_ceil, pow2_choices,
                    smem_for_combine)
 from .total import CROSS, Totals
-from .rowcommon import (bind_reducers, emit_new_row_values, make_passes, online_merge,
-                        online_softmax_pair, online_update, operand_roles, pass_roots)
+from .rowcommon import (bind_reducers, cluster_combine, emit_new_row_values, make_passes,
+                        online_merge, online_softmax_pair, online_update, operand_roles,
+                        pass_roots)
 
 MAX_CACHED_REGS = 64  # floats per thread kept in registers across passes
 CLUSTERS = (1, 2, 4, 8)  # 8: the largest portable cluster
@@ -321,7 +322,7 @@ class RowTemplate(Template):
             elif p.reducers:
                 block_combine(c, p.reducers, T, G, cfg["reduction.combine"])
                 if CL > 1:
-                    _cluster_combine(c, p.reducers, CL, slot)
+                    cluster_combine(c, p.reducers, CL, slot)
                     slot += len(p.reducers)
                 bind_reducers(c, p.reducers, row_bound, done)
             emit_new_row_values(c, plan, row_bound, done, fast)
@@ -374,25 +375,6 @@ def _online_combine(c: Code, T: int, G: int, fast: bool) -> None:
           f"const float qs_ = ca_red2[grp * {W} + w_]; " + online_merge("om", "os", "qm_", "qs_", fast)
           + " }")
         c("__syncthreads();")
-
-
-def _cluster_combine(c: Code, reducers: list, CL: int, slot: int) -> None:
-    """Fold the cluster's block partials (each block's combined value, in every thread): each
-    block publishes its own in shared-memory slots, then every thread reads all CL of them
-    through distributed shared memory in rank order, so all blocks hold the same result."""
-    c.open("if (threadIdx.x == 0)")
-    for k, r in enumerate(reducers):
-        c(f"ca_cl[{slot + k}] = {r.acc};")
-        if r.is_arg:
-            c(f"ca_cl_i[{slot + k}] = {r.idx};")
-    c.close()
-    c("ca_cluster_sync();")
-    for k, r in enumerate(reducers):
-        c(*r.reset())
-        c.open(f"for (unsigned r_ = 0; r_ < {CL}u; ++r_)")
-        c(r.combine_from(f"ca_cluster_peer(ca_cl, r_)[{slot + k}]",
-                         f"ca_cluster_peer(ca_cl_i, r_)[{slot + k}]" if r.is_arg else "0"))
-        c.close()
 
 
 def _cluster_online_combine(c: Code, CL: int, slot: int, fast: bool) -> None:

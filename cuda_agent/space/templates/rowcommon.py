@@ -157,3 +157,22 @@ def emit_new_row_values(c, plan: KernelPlan, row_bound: dict[int, str], done: se
         c(*stmts)
         for n in new_rows:
             row_bound[n] = names[n]
+
+
+def cluster_combine(c, reducers: list[Reducer], CL: int, slot: int) -> None:
+    """Fold the cluster's block partials (each block's combined value, in every thread): each
+    block publishes its own in shared-memory slots, then every thread reads all CL of them
+    through distributed shared memory in rank order, so all blocks hold the same result."""
+    c.open("if (threadIdx.x == 0)")
+    for k, r in enumerate(reducers):
+        c(f"ca_cl[{slot + k}] = {r.acc};")
+        if r.is_arg:
+            c(f"ca_cl_i[{slot + k}] = {r.idx};")
+    c.close()
+    c("ca_cluster_sync();")
+    for k, r in enumerate(reducers):
+        c(*r.reset())
+        c.open(f"for (unsigned r_ = 0; r_ < {CL}u; ++r_)")
+        c(r.combine_from(f"ca_cluster_peer(ca_cl, r_)[{slot + k}]",
+                         f"ca_cluster_peer(ca_cl_i, r_)[{slot + k}]" if r.is_arg else "0"))
+        c.close()
