@@ -408,7 +408,7 @@ def main() -> None:
             elif part == "gemm_tc":
                 run_tests(out, "tests/gpu/test_gemm_tc.py", min(left - 10, 150))
             elif part == "cluster":
-                run_tests(out, "tests/gpu/test_row_cluster.py", min(left - 10, 150))
+                run_tests(out, "tests/gpu/test_clusters.py", min(left - 10, 150))
             elif part == "counters":
                 run_tests(out, "tests/gpu/test_gpu_counters.py", min(left - 10, 120))
             elif part == "search":

@@ -138,6 +138,7 @@ static inline float __shfl_xor_sync(unsigned, float v, int m, int w = 32) {
 #define __shared__ static
 #define __launch_bounds__(...)
 #define __cluster_dims__(...)
+#define __constant__ static
 #define __align__(n)
 """
 

@@ -424,3 +424,23 @@ def test_tensor_core_conv_matches_torch(name):
     for cfg in picked:
         err = cpu_exec.max_rel_error(sp.render(cfg), by_index, want)
         assert err < 1e-5, (cfg.short(), err)
+
+
+@pytest.mark.skipif(not cpu_exec.available(), reason="needs g++ for the CPU emulator")
+@pytest.mark.parametrize("name,order", [("conv2d_dilated_same", "wide"),
+                                        ("conv2d_dilated_same", "deep"),
+                                        ("conv2d_stride_pad_bias", "deep"), ("conv3d", "deep")])
+def test_tensor_core_conv_tables_cover_both_copy_orders(name, order):
+    """The gather through per-k constant tables: a thread's copies at one output pixel down K
+    (`deep`: a round of threads wider than the tile) and at several pixels (`wide`: a tile
+    wider than a round), on windows that cross the padding."""
+    plan, sp, by_index, want = conv_emulation_case(name, seed=7)
+    wide = order == "wide"
+    picked = [c for c in tc_configs(sp) if (c["config.bn"] > sp.render(c).fact("threads")) == wide
+              and c["config.bm"] * c["config.bn"] <= 128 * 128]
+    assert picked
+    for cfg in random.Random(name).sample(picked, 1):
+        r = sp.render(cfg)
+        assert "ca_koff" in r.source  # the tabled gather, not the per-element division chain
+        err = cpu_exec.max_rel_error(r, by_index, want)
+        assert err < 1e-5, (cfg.short(), err)

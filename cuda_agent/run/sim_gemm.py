@@ -184,7 +184,8 @@ def simulate_gemm_tc(rendered: Rendered, resources: dict | None, target: Target
     compute_s += slices * SLICE_SYNC_CLK / blocks_sm / (target.sm_count * clk)
     gather_dims = int(f.get("gather_dims", 0))
     if gather_dims:  # a convolution's B: index arithmetic per gathered element (estimate)
-        per_elem = 12 + 8 * gather_dims
+        # division chains per element, or a constant-table lookup and a compare per dim
+        per_elem = (8 + 3 * gather_dims) if f.get("gather") == "table" else 12 + 8 * gather_dims
         compute_s += slices * bn * bk * per_elem / 32 / 4 / (target.sm_count * clk)
     smem_s = warp_steps * (4 * mt + 2 * nt) * 128 / (SMEM_BYTES_PER_CLK * target.sm_count * clk)
     panel = blocks * k_pad * (bm + bn) * 4.0

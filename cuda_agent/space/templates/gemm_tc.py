@@ -137,6 +137,28 @@ class GemmTensorCoreTemplate(Template):
         return _TensorCoreWriter(plan, cfg).render()
 
 
+KTAB_MAX = 4096  # entries of the gather's __constant__ tables (two ints each: 32 KB)
+
+
+def _spatial_strides(shape: tuple[int, ...]) -> list[int]:
+    """Element strides of a row-major spatial block of `shape`."""
+    out, acc = [], 1
+    for n in reversed(shape):
+        out.append(acc)
+        acc *= n
+    return out[::-1]
+
+
+def _ktab_ok(g: Any) -> bool:
+    """A convolution gathered through per-k tables: not transposed (whose input coordinate
+    needs an exact division), K within the table, kernel offsets within 10 bits, offsets
+    within an int."""
+    cv = g.b_gather
+    return (cv is not None and not cv.transposed and g.K <= KTAB_MAX and len(cv.kernel) <= 3
+            and all((k - 1) * d < 1024 for k, d in zip(cv.kernel, cv.dilation))
+            and cv.image_elems < 2**31 - 2**20)
+
+
 class _TensorCoreWriter(_GemmWriter):
     """The SIMT writer's kernel skeleton (block order, zero tiles, K range, split-K, epilogue)
     with warp-level mma tiles and a cp.async pipeline in place of thread tiles."""
@@ -166,6 +188,7 @@ class _TensorCoreWriter(_GemmWriter):
         self.AV = 4 if _vec_ok(g, "a", 4) else 1
         self.BV = 4 if _vec_ok(g, "b", 4) else 1
         self.tiles_m, self.tiles_n = -(-g.M // self.BM), -(-g.N // self.BN)
+        self.ktab = _ktab_ok(g)
         self.KC = -(-(-(-g.K // self.BK)) // self.SPLIT) * self.BK  # K per split, whole slices
 
     def thread_layout(self, c: Code) -> None:
@@ -196,7 +219,10 @@ class _TensorCoreWriter(_GemmWriter):
             src = f"{name.upper()}g"
             total = rows * self.BK // vec
             if name == "b" and g.b_gather is not None:
-                self._gathered_copies(c, k0, buf)
+                if self.ktab:
+                    self._tabled_gather(c, k0, buf)
+                else:
+                    self._gathered_copies(c, k0, buf)
                 continue
             per = self.BK // vec if rowk else rows // vec  # copies along one shared row
             if per > self.NT:
@@ -228,6 +254,93 @@ class _TensorCoreWriter(_GemmWriter):
                     stmt = f"if (tid + {j * self.NT} < {total}) {stmt}"
                 c(stmt)
             c.close()
+
+    # -- convolutions: the im2col tile gathered with a table of K -----------------------------
+    def prologue(self, c: Code) -> None:
+        super().prologue(c)
+        if self.ktab:
+            self._gather_setup(c)
+
+    def _pixel_rounds(self) -> tuple[int, int]:
+        """(pixel positions per thread, k rows between a thread's copies of one position): a
+        round of NT copies covers NT/BN rows of k at one position a thread, or BN/NT rounds
+        cover a row of k at BN/NT positions."""
+        return (max(1, self.BN // self.NT), max(1, self.NT // self.BN))
+
+    def _gather_setup(self, c: Code) -> None:
+        """Once per thread: the input window origin of each of its output pixels (the per-k
+        part of a copy's address then comes from the constant table)."""
+        cv, g = self.g.b_gather, self.g
+        npos, _ = self._pixel_rounds()
+        strides = _spatial_strides(cv.in_shape)
+        c("// this thread's output pixels: where their input windows start",
+          f"const int kq0_ = tid / {self.BN}, p0_ = tid % {self.BN};")
+        for pp in range(npos):
+            dims = range(len(cv.kernel))
+            c(f"const int gp{pp}_ = n0 + p0_ + {pp * self.NT};",
+              f"const bool pv{pp}_ = gp{pp}_ < {g.N};",
+              "int " + ", ".join(f"ib{pp}_{d}" for d in dims) + ";")
+            c.open("")
+            c(f"int o_ = pv{pp}_ ? gp{pp}_ : 0;")
+            for d in reversed(dims):
+                c(f"ib{pp}_{d} = (o_ % {cv.out_shape[d]}) * {cv.stride[d]} - {cv.padding[d]}; "
+                  f"o_ /= {cv.out_shape[d]};")
+            c.close()
+            c(f"const int pb{pp}_ = " + " + ".join(f"ib{pp}_{d} * {strides[d]}" for d in dims)
+              + ";")
+
+    def _tabled_gather(self, c: Code, k0: str, buf: str) -> None:
+        """A convolution's B tile: copy j of a thread reads k row kq0_ + j * (NT/BN) (or row j
+        at position j % (BN/NT)); the row's channel-and-kernel offset and its kernel
+        coordinates come from __constant__ tables, the same entry for a warp's lanes (one
+        broadcast), and bounds are one unsigned compare per dim."""
+        cv = self.g.b_gather
+        npos, krows = self._pixel_rounds()
+        total = self.BN * self.BK
+        c.open("")
+        c(f"float* dst_ = Bs + ({buf}) * {self.B_STAGE} + kq0_ * {self.LDB} + p0_;",
+          f"const int gk0_ = {k0} + kq0_;")
+        for j in range(-(-total // self.NT)):
+            pp, krow = (j % npos, (j // npos)) if npos > 1 else (0, j * krows)
+            dst = krow * self.LDB + pp * self.NT
+            body = [f"const int gk_ = gk0_ + {krow};",
+                    f"const bool ok_ = pv{pp}_ && gk_ < kend;",
+                    "const int t_ = ok_ ? gk_ : 0;",
+                    "const int kp_ = ca_kpos[t_];"]
+            conds = " && ".join(
+                f"(unsigned)(ib{pp}_{d} + ((kp_ >> {10 * d}) & 1023)) < {cv.in_shape[d]}u"
+                for d in range(len(cv.kernel)))
+            body += [f"const bool in_ = ok_ && {conds};",
+                     f"ca_cp4(dst_ + {dst}, in_ ? Bg + (pb{pp}_ + ca_koff[t_]) : Bg, in_);"]
+            stmt = "{ " + " ".join(body) + " }"
+            if (j + 1) * self.NT > total:  # the last round covers part of the threads
+                stmt = f"if (tid + {j * self.NT} < {total}) {stmt}"
+            c(stmt)
+        c.close()
+
+    def ktab_decl(self) -> list[str]:
+        """The gather's per-k tables: the input offset of k's channel and kernel position (from
+        the window origin), and the kernel position's offsets per dim, 10 bits each."""
+        cv = self.g.b_gather
+        strides = _spatial_strides(cv.in_shape)
+        plane = 1
+        for n in cv.in_shape:
+            plane *= n
+        ksize = 1
+        for n in cv.kernel:
+            ksize *= n
+        koff, kpos = [], []
+        for k in range(self.g.K):
+            ch, q = divmod(k, ksize)
+            offs = []
+            for d in reversed(range(len(cv.kernel))):
+                q, kd = divmod(q, cv.kernel[d])
+                offs.append(kd * cv.dilation[d])
+            offs.reverse()
+            koff.append(ch * plane + sum(o * st for o, st in zip(offs, strides)))
+            kpos.append(sum(o << (10 * d) for d, o in enumerate(offs)))
+        return [f"__constant__ int ca_koff[{len(koff)}] = {{{', '.join(map(str, koff))}}};",
+                f"__constant__ int ca_kpos[{len(kpos)}] = {{{', '.join(map(str, kpos))}}};"]
 
     def _gathered_copies(self, c: Code, k0: str, buf: str) -> None:
         """A convolution's B tile, gathered from the input as the SIMT template reads it
@@ -366,6 +479,8 @@ class _TensorCoreWriter(_GemmWriter):
     def render(self) -> Rendered:
         c = Code()
         c(cg.PRELUDE, CP_ASYNC, MMA)
+        if self.ktab:
+            c(*self.ktab_decl())
         launches, ws = self.kernels(c)
         g = self.g
         facts = (("family", "gemm"), ("mma", "tf32x3"), ("threads", self.NT),
@@ -377,5 +492,6 @@ class _TensorCoreWriter(_GemmWriter):
                  ("a_along", _a_along(g)), ("b_along", _b_along(g)),
                  ("skips_zero_tiles", int(self.zero_tile_test() is not None)),
                  ("computed_tiles", self.computed_tiles()),
-                 ("gather_dims", len(g.b_gather.kernel) if g.b_gather is not None else 0))
+                 ("gather_dims", len(g.b_gather.kernel) if g.b_gather is not None else 0),
+                 ("gather", "table" if self.ktab else "arith"))
         return Rendered(c.text(), tuple(launches), workspace_bytes=ws, facts=facts)
