@@ -22,6 +22,8 @@ def test_kernel_kind_names_the_template():
     assert collect.kernel_kind("block=128 items=2 vec=4 scope=lib") == "library + epilogue"
     assert collect.kernel_kind("tm=8 scope=gemm") == "SIMT fp32"
     assert collect.kernel_kind("block=256 vec=4") == "generated"
+    assert collect.kernel_kind("block=256 cluster=8 cache=smem scope=row") == "row, 8-block cluster"
+    assert collect.kernel_kind("block=256 cluster=1 cache=smem") == "generated"
     assert collect.kernel_kind(None) == "-"
 
 

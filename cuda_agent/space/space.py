@@ -78,7 +78,10 @@ class Space:
             rest[SCOPE_SLOT] = t.name
         seen: set[Config] = set()
         for values in itertools.product(*(s.choices for s in own)):
-            cfg = t.canonical(self.plan, dict(zip(names, values)))
+            raw = dict(zip(names, values))
+            if t.excluded(raw):
+                continue
+            cfg = t.canonical(self.plan, raw)
             if t.check(self.plan, cfg, self.target) is not None:
                 continue
             full = Config.of({**rest, **cfg})

@@ -30,6 +30,11 @@ class Template(ABC):
         """Why `cfg` is invalid for this plan, or None. Checked before anything is compiled."""
         return None
 
+    def excluded(self, cfg: dict[str, Any]) -> bool:
+        """Raw slot values that no canonical form makes valid, rejected before `canonical` and
+        `check` run (enumeration speed only: `check` must reject them as well)."""
+        return False
+
     def canonical(self, plan: KernelPlan, cfg: dict[str, Any]) -> dict[str, Any]:
         """Collapse slots that have no effect under `cfg` to one value, so that equal kernels
         are one configuration (the agents see these slots masked)."""

@@ -106,6 +106,10 @@ class ChanTemplate(Template):
         ]
 
     # -- validity ------------------------------------------------------------------------------
+    def excluded(self, cfg: dict[str, Any]) -> bool:
+        # canonical() only ever sets the cache to reload, which a cluster does not allow
+        return cfg["config.cluster"] > 1 and cfg["memory.cache"] == "reload"
+
     def canonical(self, plan: KernelPlan, cfg: dict[str, Any]) -> dict[str, Any]:
         cfg = dict(cfg)
         A, C, B = _sizes(plan)

@@ -70,6 +70,12 @@ class RowTemplate(Template):
     def _nch(self, plan: KernelPlan, cfg: dict[str, Any]) -> int:
         return -(-_segment(plan, cfg) // (cfg["config.tpr"] * cfg["memory.vec"]))
 
+    def excluded(self, cfg: dict[str, Any]) -> bool:
+        # canonical() never changes the block, the threads per row or the cluster, and only
+        # ever sets the cache to reload
+        return cfg["config.cluster"] > 1 and (cfg["config.tpr"] != cfg["config.block"] or
+                                              cfg["memory.cache"] == "reload")
+
     def canonical(self, plan: KernelPlan, cfg: dict[str, Any]) -> dict[str, Any]:
         cfg = dict(cfg)
         passes = make_passes(plan, cfg["compute.algo"] == "online")
