@@ -204,6 +204,7 @@ def template_seeds(path: Path, template: str, n: int,
               "config.raster": 8, "reduction.scope": "gemm_tc"}
              for bm, bn in ((128, 128), (256, 128), (128, 256)) for st in (3, 4)
              for bk in (32, 16)] if template == "gemm_tc" else []
+    proto = [c for c in proto if all(c.get(k) in vs for k, vs in (where or {}).items())]
     return proto + picked[:max(0, n - len(proto))]
 
 

@@ -100,7 +100,8 @@ class GemmTensorCoreTemplate(Template):
                                                         "(loads overlap the previous step's "
                                                         "mma), one at a time (fewer registers) "
                                                         "or two at a time"),
-            Slot("reduction.split", (1, 2, 4, 8, 16), "blocks sharing one tile's K (split-K)"),
+            Slot("reduction.split", (1, 2, 4, 8, 16, 32, 64),
+                 "blocks sharing one tile's K (split-K)"),
         ]
 
     def canonical(self, plan: KernelPlan, cfg: dict[str, Any]) -> dict[str, Any]:
