@@ -1,6 +1,7 @@
 """The template library. Adding a template: write it, add it to `TEMPLATES`."""
 
 from .attention import AttentionTemplate
+from .attention_tc import AttentionTensorCoreTemplate
 from .base import Template
 from .chan import ChanTemplate
 from .col import ColTemplate
@@ -16,6 +17,7 @@ from .split import SplitTemplate
 TEMPLATES: list[Template] = [MapTemplate(), RowTemplate(), ColTemplate(), SplitTemplate(),
                              GemmTemplate(), PoolTemplate(),
                              ChanTemplate(), ScanTemplate(), LibraryTemplate(),
-                             AttentionTemplate(), GemmTensorCoreTemplate()]
+                             AttentionTemplate(), GemmTensorCoreTemplate(),
+                             AttentionTensorCoreTemplate()]
 
 __all__ = ["TEMPLATES", "Template"]

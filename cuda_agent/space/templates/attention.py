@@ -285,7 +285,12 @@ class _AttentionWriter:
         c(f"const int qt = {nqt - 1} - (int)(blockIdx.x % {nqt}u);",
           f"const ca_i64 bz = blockIdx.x / {nqt}u;",
           f"const int q0 = qt * {self.BQ}, qi = q0 + r;")
-        # batch offset of each operand: bz decomposed over the batch dims, innermost first
+        self.operand_pointers(c)
+
+    def operand_pointers(self, c: Code) -> None:
+        """Qg, Kg, Vg (and Mg): each operand at batch entry bz, decomposed over the batch dims,
+        innermost first."""
+        i = self.info
         names = [("q", i.q), ("k", i.k), ("v", i.v)] + ([("m", i.mask)] if i.mask else [])
         for name, _ in names:
             c(f"ca_i64 off_{name} = 0;")
