@@ -150,7 +150,8 @@ def recorded_best(name: str, n: int, vary: dict[str, list] | None = None) -> lis
 # configurations that differ only in these slots count as one seed shape (the model barely
 # tells pipeline depths, unrolling or cache hints apart)
 SEED_SHAPE = {"gemm_tc": ("config.bm", "config.bn", "config.warp", "memory.bk", "reduction.split"),
-              "gemm": ("config.bm", "config.bn", "config.warp", "memory.bk", "reduction.split")}
+              "gemm": ("config.bm", "config.bn", "config.warp", "memory.bk", "reduction.split"),
+              "attention_tc": ("config.bm", "memory.bk", "memory.stages", "compute.fastmath")}
 SEED_SHAPE_DEFAULT = ("config.cluster", "config.block", "config.tpr", "memory.cache",
                       "memory.vec", "compute.algo")
 
