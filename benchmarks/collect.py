@@ -193,7 +193,8 @@ def kernel_kind(config: str | None) -> str:
         return "-"
     slots = dict(item.split("=", 1) for item in config.split() if "=" in item)
     scope = slots.get("scope")
-    kind = {"gemm_tc": "3xTF32 tensor cores", "gemm": "SIMT fp32", "lib": "library + epilogue",
+    kind = {"gemm_tc": "3xTF32 tensor cores", "attention_tc": "3xTF32 tensor cores",
+            "gemm": "SIMT fp32", "lib": "library + epilogue",
             None: "generated"}.get(scope, scope)
     if slots.get("cluster", "1") not in ("1", "-"):  # a row or channel split over a cluster
         kind += f", {slots['cluster']}-block cluster"
