@@ -356,11 +356,11 @@ def test_tensor_core_template_covers_plain_products_in_their_layout():
     # nn.Linear's weight runs along K: kept [n][k] in shared memory, 16-byte copies
     assert r.fact("b_along") == "k" and r.fact("vec_b") == 4 and r.fact("mma") == "tf32x3"
     assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in r.source
-    # implicit-GEMM convolutions too: B gathered element by element
+    # implicit-GEMM convolutions too: B gathered element by element, through per-k tables
     conv, _, _ = conv_plan("conv2d_stride_pad_bias")
     sp = Space.for_plan(conv, Target())
     r = sp.render(tc_configs(sp)[0])
-    assert r.fact("vec_b") == 1 and "gk_ / " in r.source
+    assert r.fact("vec_b") == 1 and r.fact("gather") == "table" and "ca_koff[t_]" in r.source
 
 
 @pytest.mark.skipif(not cpu_exec.available(), reason="needs g++ for the CPU emulator")
