@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
 from cuda_agent.ir.capture import capture
@@ -15,17 +14,9 @@ from cuda_agent.ir.plan import make_plan
 from cuda_agent.run import launcher
 from cuda_agent.space.slots import Target
 from cuda_agent.space.space import Space
+from helpers import Fn
 
 pytestmark = pytest.mark.gpu
-
-
-class _Fn(nn.Module):
-    def __init__(self, f) -> None:
-        super().__init__()
-        self.f = f
-
-    def forward(self, *args):
-        return self.f(*args)
 
 
 CASES = {
@@ -55,7 +46,7 @@ def _time_ms(kernels, inputs, out, reps: int = 20) -> float:
                          ids=lambda v: v if isinstance(v, str) else "x".join(map(str, v)))
 def test_cluster_rows_match_torch_on_the_gpu(name, shape):
     f = CASES.get(name) or CHAN[name]
-    g = capture(_Fn, [f], lambda: [torch.randn(*shape)])
+    g = capture(Fn, [f], lambda: [torch.randn(*shape)])
     plan = make_plan(g)
     sp = Space.for_plan(plan, Target())
     torch.manual_seed(0)

@@ -249,28 +249,38 @@ class _AttentionWriter:
         c(self.pragma(full=True))
         c(f"for (int c_ = 0; c_ < {self.DPT}; ++c_) acc[c_] = 0.f;")
         c("float m_run = -CA_INF, l_run = 0.f;")
+        self.key_loop(c)
+        self.finish(c)
+        c.close()
+        return Rendered(c.text(), (self.launch(),), facts=self.facts())
+
+    def key_loop(self, c: Code) -> None:
+        """The walk over the key tiles: the first K/V tile staged, then per tile the scores,
+        the online softmax step, the product with V and the next tile's copy (Kt, Vt: the
+        tile in use, of the two buffers when double buffered)."""
+        i = self.info
         kend = f"min({i.Sk}, q0 + {self.BQ})" if i.causal else f"{i.Sk}"
         c(f"const int ntiles = ({kend} + {self.BK - 1}) / {self.BK};")
-        for smem, gptr, name, cols, ld in self.tile_copies():
+        tiles = self.tile_copies()
+        for smem, gptr, name, cols, ld in tiles:
             self.emit_copy(c, smem, gptr, name, cols, ld, self.BK, "0", i.Sk)
         c("__syncthreads();")
         c.open("for (int t = 0; t < ntiles; ++t)")
         c(f"const int k0 = t * {self.BK};")
+        for smem, _, _, _, ld in tiles:
+            buf = f" + (t & 1) * {self.BK * ld}" if self.ST == 2 else ""
+            c(f"const float* {smem[0]}t = {smem}{buf};")
         if self.ST == 2:
-            c(f"float* Kt = Ks + (t & 1) * {self.BK * self.lay['ldk']};",
-              f"float* Vt = Vs + (t & 1) * {self.BK * i.DV};")
             self.prefetch(c)
-        else:
-            c("float* Kt = Ks;", "float* Vt = Vs;")
         self.scores(c)
         self.softmax_step(c)
-        c("__syncthreads();  // probabilities visible; the K tile is no longer read")
+        self.probabilities_ready(c)
         self.accumulate(c)
         self.next_tile(c)
         c.close()
-        self.finish(c)
-        c.close()
-        return Rendered(c.text(), (self.launch(),), facts=self.facts())
+
+    def probabilities_ready(self, c: Code) -> None:
+        c("__syncthreads();  // probabilities visible; the K tile is no longer read")
 
     def setup(self, c: Code) -> None:
         i, lay = self.info, self.lay

@@ -145,27 +145,13 @@ class _TensorCoreAttentionWriter(_AttentionWriter):
         c(f"for (int n = 0; n < {self.NO}; ++n) {{ o_[n][0] = 0.f; o_[n][1] = 0.f; "
           "o_[n][2] = 0.f; o_[n][3] = 0.f; }")
         c("float m_run[2] = {-CA_INF, -CA_INF}, l_run[2] = {0.f, 0.f};")
-        kend = f"min({i.Sk}, q0 + {self.BQ})" if i.causal else f"{i.Sk}"
-        c(f"const int ntiles = ({kend} + {self.BK - 1}) / {self.BK};")
-        for smem, gptr, name, cols, ld in self.tile_copies():
-            self.emit_copy(c, smem, gptr, name, cols, ld, self.BK, "0", i.Sk)
-        c("__syncthreads();")
-        c.open("for (int t = 0; t < ntiles; ++t)")
-        c(f"const int k0 = t * {self.BK};")
-        if self.ST == 2:
-            c(f"const float* Kt = Ks + (t & 1) * {self.BK * lay['ldk']};",
-              f"const float* Vt = Vs + (t & 1) * {self.BK * lay['ldv']};")
-            self.prefetch(c)
-        else:
-            c("const float* Kt = Ks;", "const float* Vt = Vs;")
-        self.scores(c)
-        self.softmax_step(c)
-        self.accumulate(c)
-        self.next_tile(c)
-        c.close()
+        self.key_loop(c)
         self.finish(c)
         c.close()
         return Rendered(c.text(), (self.launch(),), facts=self.facts())
+
+    def probabilities_ready(self, c: Code) -> None:
+        """The probabilities stay in the lanes' fragments: nothing to wait for."""
 
     def scores(self, c: Code) -> None:
         """s_[j]: the warp's 16 x 8 score tile of keys k0 + 8j..; scaled, masked, -inf where

@@ -20,8 +20,8 @@ from ...ir.plan import CHAN_REDUCE, KernelPlan
 from .. import codegen as cg
 from ..slots import Launch, Rendered, Slot, Target
 from .base import Code, Template, block_combine, pow2_ceil, smem_for_combine
-from .rowcommon import (bind_reducers, cluster_combine, emit_new_row_values, make_passes,
-                        operand_roles, pass_roots)
+from .rowcommon import (bind_reducers, carve_dynamic, cluster_combine, emit_new_row_values,
+                        make_passes, operand_roles, pass_roots)
 
 
 def _runs(plan: KernelPlan) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
@@ -205,13 +205,8 @@ class ChanTemplate(Template):
             c("extern __shared__ float4 ca_dyn4[];",
               "float* ca_dyn = reinterpret_cast<float*>(ca_dyn4);")
         if CL > 1:  # all shared memory dynamic (see the row template)
-            at = dyn // 4
-            if n_red:
-                c(f"float* ca_red = ca_dyn + {at};")
-                at += n_red
-            c(f"float* ca_cl = ca_dyn + {at};")
-            at += len(all_red)
-            dyn = 4 * at
+            dyn = 4 * carve_dynamic(c, dyn // 4, [("ca_red", n_red, "float"),
+                                                  ("ca_cl", len(all_red), "float")])
             c("const unsigned ca_rank = ca_cluster_rank();",
               f"const idx_t ca_seg0 = (idx_t)ca_rank * {NVseg};  // this block's first vector")
             c.open(f"for (idx_t o = blockIdx.x / {CL}; o < {C}; o += gridDim.x / {CL})")

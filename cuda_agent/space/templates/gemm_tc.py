@@ -251,10 +251,15 @@ class _TensorCoreWriter(_GemmWriter):
                     guard = f"{row_of} + r_ < {lim} && {k0} + kk_ + {j * step} < kend"
                 stmt = (f"{{ const bool in_ = {guard}; {fn}(dst_ + {j * dst_step}, "
                         f"in_ ? src_ + {j} * ({src_step}) : {src}, in_); }}")
-                if (j + 1) * self.NT > total:  # the last round covers part of the threads
-                    stmt = f"if (tid + {j * self.NT} < {total}) {stmt}"
-                c(stmt)
+                c(self.in_round(stmt, j, total))
             c.close()
+
+    def in_round(self, stmt: str, j: int, total: int) -> str:
+        """Copy `stmt` of round j of NT threads, guarded where the last round of `total`
+        copies covers part of the threads."""
+        if (j + 1) * self.NT > total:
+            return f"if (tid + {j * self.NT} < {total}) {stmt}"
+        return stmt
 
     # -- convolutions: the im2col tile gathered with a table of K -----------------------------
     def prologue(self, c: Code) -> None:
@@ -314,9 +319,7 @@ class _TensorCoreWriter(_GemmWriter):
             body += [f"const bool in_ = ok_ && {conds};",
                      f"ca_cp4(dst_ + {dst}, in_ ? Bg + (pb{pp}_ + ca_koff[t_]) : Bg, in_);"]
             stmt = "{ " + " ".join(body) + " }"
-            if (j + 1) * self.NT > total:  # the last round covers part of the threads
-                stmt = f"if (tid + {j * self.NT} < {total}) {stmt}"
-            c(stmt)
+            c(self.in_round(stmt, j, total))
         c.close()
 
     def ktab_decl(self) -> list[str]:
@@ -391,9 +394,7 @@ class _TensorCoreWriter(_GemmWriter):
             src_j = f"src_ + {self.offset(name, str(drow), str(dk))}" if j else "src_"
             stmt = (f"{{ const bool in_ = {guard}; {fn}(dst_ + {dline * ld + dpos}, "
                     f"in_ ? {src_j} : {src}, in_); }}")
-            if (j + 1) * self.NT > total:  # the last round covers part of the threads
-                stmt = f"if (tid + {j * self.NT} < {total}) {stmt}"
-            c(stmt)
+            c(self.in_round(stmt, j, total))
         c.close()
 
     def multiply(self, c: Code, buf: str) -> None:

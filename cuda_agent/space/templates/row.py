@@ -18,8 +18,8 @@ from ..slots import Launch, Rendered, Slot, Target
 from .base import (Code, Template, block_combine, pow2_ceil, pow2_choices,
                    smem_for_combine)
 from .total import CROSS, Totals
-from .rowcommon import (bind_reducers, cluster_combine, emit_new_row_values, make_passes,
-                        online_merge, online_softmax_pair, online_update, operand_roles,
+from .rowcommon import (bind_reducers, carve_dynamic, cluster_combine, emit_new_row_values,
+                        make_passes, online_merge, online_softmax_pair, online_update, operand_roles,
                         pass_roots)
 
 MAX_CACHED_REGS = 64  # floats per thread kept in registers across passes
@@ -195,12 +195,7 @@ class RowTemplate(Template):
                      ("ca_cl", n_slots, "float"), ("ca_cl_i", n_slots if need_i else 0, "int")]
             c("extern __shared__ float4 ca_dyn4[];",
               "float* ca_dyn = reinterpret_cast<float*>(ca_dyn4);")
-            at = dyn // 4
-            for name, n, ctype in parts:
-                if n:
-                    c(f"{ctype}* {name} = reinterpret_cast<{ctype}*>(ca_dyn + {at});")
-                    at += n
-            dyn = 4 * at
+            dyn = 4 * carve_dynamic(c, dyn // 4, parts)
             c("const unsigned ca_rank = ca_cluster_rank();",
               f"const int ca_seg0 = (int)ca_rank * {Rseg};  // this block's segment of the row")
         else:

@@ -176,3 +176,13 @@ def cluster_combine(c, reducers: list[Reducer], CL: int, slot: int) -> None:
         c(r.combine_from(f"ca_cluster_peer(ca_cl, r_)[{slot + k}]",
                          f"ca_cluster_peer(ca_cl_i, r_)[{slot + k}]" if r.is_arg else "0"))
         c.close()
+
+
+def carve_dynamic(c, at: int, arrays: list[tuple[str, int, str]]) -> int:
+    """Point each (name, words, C type) array of a cluster kernel at consecutive words of its
+    dynamic shared memory `ca_dyn`, from word `at` (empty ones skipped); the word after."""
+    for name, n, ctype in arrays:
+        if n:
+            c(f"{ctype}* {name} = reinterpret_cast<{ctype}*>(ca_dyn + {at});")
+            at += n
+    return at
