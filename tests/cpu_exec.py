@@ -268,3 +268,40 @@ def max_rel_error(rendered, inputs: list[np.ndarray], want: np.ndarray) -> float
     """Run `rendered` on `inputs` and return its largest error relative to max |want|."""
     got = run(rendered, inputs, tuple(want.shape))
     return float(np.abs(got - want).max() / (np.abs(want).max() + 1e-30))
+
+
+def run_threadless(jobs: list, work: Path) -> list:
+    """Run many candidates on the CPU with `cpu_exec`'s CUDA shim, built as one library (one
+    compiler run instead of one per candidate: the kernels are renamed apart). For kernels
+    without barriers or shuffles (pooling, depthwise convolution): their threads run one after
+    another. jobs: (rendered, input tensors, output shape); returns the output tensors."""
+    from cuda_agent.space import codegen as cg
+    import torch
+
+    parts = [SHIM, cg.PRELUDE]
+    for k, (r, ins, _) in enumerate(jobs):
+        (launch,) = r.launches
+        assert launch.smem == 0 and launch.block[1:] == (1, 1) and launch.grid[1:] == (1, 1)
+        src = r.source.replace(cg.PRELUDE, "").replace('extern "C"', "")
+        parts.append(src.replace(f" {launch.kernel}(", f" {launch.kernel}_{k}("))
+        params = ", ".join([f"const float* in{j}" for j in range(len(ins))] + ["float* out"])
+        args = ", ".join([f"in{j}" for j in range(len(ins))] + ["out", "nullptr"])
+        parts.append(f"""extern "C" void ca_run_{k}({params}) {{
+  gridDim = {{{launch.grid[0]}u, 1u, 1u}}; blockDim = {{{launch.block[0]}u, 1u, 1u}};
+  for (unsigned b = 0; b < {launch.grid[0]}u; ++b)
+    for (unsigned t = 0; t < {launch.block[0]}u; ++t) {{
+      blockIdx = {{b, 0, 0}}; threadIdx = {{t, 0, 0}}; {launch.kernel}_{k}({args});
+    }}
+}}""")
+    cpp, lib = work / "batch.cpp", work / "batch.so"
+    cpp.write_text("\n".join(parts))
+    subprocess.run(["g++", "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-w",
+                    "-o", str(lib), str(cpp)], check=True, capture_output=True, text=True)
+    dll = ctypes.CDLL(str(lib))
+    outs = []
+    for k, (_, ins, shape) in enumerate(jobs):
+        arrays = [x.contiguous().float() for x in ins]
+        out = torch.full(shape, float("nan"))  # an element never written stays NaN
+        getattr(dll, f"ca_run_{k}")(*[ctypes.c_void_p(t.data_ptr()) for t in arrays + [out]])
+        outs.append(out)
+    return outs

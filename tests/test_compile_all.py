@@ -72,6 +72,10 @@ PROBLEMS = {
                                     (2, 64, 96), (2, 64, 80)),
     "conv2d_odd_bias_relu": (lambda: nn.Sequential(nn.Conv2d(3, 40, 3, stride=2, padding=1),
                                                    nn.ReLU()), [], [(2, 3, 17, 19)]),
+    # depthwise, channel multiplier 2, dilated: the direct template (dwconv) besides the GEMMs
+    "conv2d_depthwise_odd": (lambda: nn.Sequential(nn.Conv2d(6, 12, 3, padding=2, dilation=2,
+                                                             groups=6), nn.SiLU()),
+                             [], [(2, 6, 19, 23)]),
     "conv_transpose2d_grouped_relu": (
         lambda: nn.Sequential(nn.ConvTranspose2d(8, 12, 4, stride=2, padding=1, output_padding=1,
                                                  groups=2), nn.ReLU()), [], [(2, 8, 9, 11)]),

@@ -3,9 +3,7 @@ kernels' results, checked against torch by running them on the CPU (`cpu_exec`).
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
-import subprocess
 import random
 from pathlib import Path
 
@@ -22,8 +20,7 @@ from cuda_agent.errors import UnsupportedError
 from cuda_agent.ir.capture import capture
 from cuda_agent.ir.plan import make_plan
 from cuda_agent.problem import load_problem
-from cuda_agent.space import codegen as cg
-from cuda_agent.space.slots import Rendered, Target
+from cuda_agent.space.slots import Target
 from cuda_agent.space.space import Space
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -167,40 +164,6 @@ CASES = {
 SAMPLE = 10  # configurations per case besides the default
 
 
-def run_batch(jobs: list[tuple[Rendered, list[torch.Tensor], tuple[int, ...]]], work: Path
-              ) -> list[torch.Tensor]:
-    """Run many candidates on the CPU with `cpu_exec`'s CUDA shim, built as one library (one
-    compiler run instead of one per candidate: the kernels are renamed apart). Pool kernels
-    have no barriers or shuffles, so their threads run one after another here."""
-    parts = [cpu_exec.SHIM, cg.PRELUDE]
-    for k, (r, ins, _) in enumerate(jobs):
-        (launch,) = r.launches
-        assert launch.smem == 0 and launch.block[1:] == (1, 1) and launch.grid[1:] == (1, 1)
-        src = r.source.replace(cg.PRELUDE, "").replace('extern "C"', "")
-        parts.append(src.replace(f" {launch.kernel}(", f" {launch.kernel}_{k}("))
-        params = ", ".join([f"const float* in{j}" for j in range(len(ins))] + ["float* out"])
-        args = ", ".join([f"in{j}" for j in range(len(ins))] + ["out", "nullptr"])
-        parts.append(f"""extern "C" void ca_run_{k}({params}) {{
-  gridDim = {{{launch.grid[0]}u, 1u, 1u}}; blockDim = {{{launch.block[0]}u, 1u, 1u}};
-  for (unsigned b = 0; b < {launch.grid[0]}u; ++b)
-    for (unsigned t = 0; t < {launch.block[0]}u; ++t) {{
-      blockIdx = {{b, 0, 0}}; threadIdx = {{t, 0, 0}}; {launch.kernel}_{k}({args});
-    }}
-}}""")
-    cpp, lib = work / "batch.cpp", work / "batch.so"
-    cpp.write_text("\n".join(parts))
-    subprocess.run(["g++", "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-w",
-                    "-o", str(lib), str(cpp)], check=True, capture_output=True, text=True)
-    dll = ctypes.CDLL(str(lib))
-    outs = []
-    for k, (_, ins, shape) in enumerate(jobs):
-        arrays = [x.contiguous().float() for x in ins]
-        out = torch.full(shape, float("nan"))  # an element never written stays NaN
-        getattr(dll, f"ca_run_{k}")(*[ctypes.c_void_p(t.data_ptr()) for t in arrays + [out]])
-        outs.append(out)
-    return outs
-
-
 @pytest.fixture(scope="module")
 def emulated(tmp_path_factory):
     """Every case's default and a sample of its configurations, run on the CPU."""
@@ -216,7 +179,7 @@ def emulated(tmp_path_factory):
         for cfg in [sp.default()] + random.Random(name).sample(sp.configs, SAMPLE):
             meta.append((name, cfg, want))
             jobs.append((sp.render(cfg), [xs[k] for k in sp.plan.operands], sp.plan.out_shape))
-    outs = run_batch(jobs, tmp_path_factory.mktemp("emulated"))
+    outs = cpu_exec.run_threadless(jobs, tmp_path_factory.mktemp("emulated"))
     return [(name, cfg, got, want) for (name, cfg, want), got in zip(meta, outs)]
 
 
@@ -240,7 +203,7 @@ def test_the_emulator_catches_a_wrong_kernel(tmp_path):
     assert wrong.source != r.source
     x = torch.randn(*shapes[0])
     want = f(x.double()).float()
-    good, bad = run_batch([(r, [x], sp.plan.out_shape), (wrong, [x], sp.plan.out_shape)],
+    good, bad = cpu_exec.run_threadless([(r, [x], sp.plan.out_shape), (wrong, [x], sp.plan.out_shape)],
                           tmp_path)
     assert torch.allclose(good, want, rtol=1e-5, atol=1e-6)
     assert not torch.allclose(bad, want, rtol=1e-5, atol=1e-6)

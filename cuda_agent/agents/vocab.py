@@ -22,7 +22,7 @@ from ..space.space import SCOPE_SLOT, Space
 # their heads grown (`checkpoint.policy_from`).
 VOCAB: dict[str, tuple[Any, ...]] = {
     "reduction.scope": ("map", "row", "col", "split", "gemm", "pool", "chan", "scan", "lib",
-                        "attention", "gemm_tc", "attention_tc"),
+                        "attention", "gemm_tc", "attention_tc", "dwconv"),
     "config.block": (32, 64, 128, 256, 512, 1024),
     "config.items": (1, 2, 4, 8),
     "config.grid": ("exact", "persistent"),

@@ -25,6 +25,7 @@ from ..errors import UnsupportedError
 from .gemm import GemmInfo
 from .graph import Graph, Node
 from .plan import KernelPlan, make_anchored_plan
+from .pool import PoolInfo
 
 
 @dataclass(frozen=True)
@@ -110,3 +111,22 @@ def make_conv_plan(graph: Graph) -> KernelPlan:
                     (gather.image_elems, 0, 0), OCg, None, gather, a_k_split)
     return make_anchored_plan(graph, conv.id, "conv", [w.attr("index"), x.attr("index")],
                               info=info, anchor_flops=flops)
+
+
+def depthwise_window(plan: KernelPlan) -> PoolInfo | None:
+    """A depthwise convolution (one input channel per group, not transposed) as the weighted
+    window sum the pooling template slides (`space/templates/dwconv.py`): output plane
+    (n, oc) reads input plane (n, oc / multiplier) with the weights w[oc, 0, *kernel]. None
+    for any other plan."""
+    if plan.kind != "conv":
+        return None
+    return plan.cached("depthwise", lambda: _depthwise_window(plan.info))
+
+
+def _depthwise_window(info: GemmInfo) -> PoolInfo | None:
+    g: ConvGather | None = info.b_gather
+    if g is None or g.transposed or g.channels != 1:
+        return None
+    return PoolInfo(info.b, "wsum", info.batch * info.M, g.in_shape, g.out_shape, g.kernel,
+                    g.stride, g.padding, g.dilation, False, False, None,
+                    weight=info.a, out_channels=g.groups * info.M, per_plane=info.M)

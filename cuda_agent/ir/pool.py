@@ -22,8 +22,8 @@ class PoolInfo:
     """out[p, *o] = pool over the window at o*stride - padding (+ k*dilation) of in[p, *i]."""
 
     input: int  # graph input index the window reads
-    kind: str  # "max" | "avg"
-    planes: int  # product of the dims before the spatial ones
+    kind: str  # "max" | "avg" | "wsum" (a depthwise convolution: weights per plane and tap)
+    planes: int  # output planes: the product of the output dims before the spatial ones
     in_spatial: tuple[int, ...]
     out_spatial: tuple[int, ...]
     kernel: tuple[int, ...]
@@ -33,6 +33,11 @@ class PoolInfo:
     ceil_mode: bool
     count_include_pad: bool
     divisor_override: int | None
+    # "wsum" only: the weight's graph input (out_channels, 1, *kernel), the output channels,
+    # and output planes per input plane (the depthwise multiplier: input plane = plane / it)
+    weight: int = -1
+    out_channels: int = 0
+    per_plane: int = 1
 
     @property
     def rank(self) -> int:
@@ -44,11 +49,23 @@ class PoolInfo:
 
     @property
     def in_numel(self) -> int:
-        return self.planes * math.prod(self.in_spatial)
+        return self.planes // self.per_plane * math.prod(self.in_spatial)
 
     @property
     def out_numel(self) -> int:
         return self.planes * math.prod(self.out_spatial)
+
+
+def window_info(plan: KernelPlan) -> PoolInfo:
+    """The window a pool-like plan slides: a pooling's own, or a depthwise convolution's
+    weighted window sum (`ir/conv.depthwise_window`)."""
+    if isinstance(plan.info, PoolInfo):
+        return plan.info
+    from .conv import depthwise_window
+    info = depthwise_window(plan)
+    if info is None:
+        raise ValueError(f"a {plan.kind} plan slides no window")
+    return info
 
 
 def _source_input(graph: Graph, nid: int) -> Node:

@@ -1261,9 +1261,10 @@ def _pool_work(plan: KernelPlan, rendered: Rendered, resources: dict, target: Ta
     the thread's later loads only if L1 still holds it, which depends on the sectors all
     resident warps keep in use. Misses go back to L2 (whole sectors), not DRAM: the input is
     read from DRAM once (overlapping windows of other threads hit L2)."""
+    from ..ir.pool import window_info
     from ..space.templates.pool import span
 
-    info = plan.info
+    info = window_info(plan)
     sh = _shape(plan, rendered)
     L = rendered.launches[0]
     items = int(rendered.fact("items", 1) or 1)

@@ -4,6 +4,7 @@ from .attention import AttentionTemplate
 from .attention_tc import AttentionTensorCoreTemplate
 from .base import Template
 from .chan import ChanTemplate
+from .dwconv import DepthwiseConvTemplate
 from .col import ColTemplate
 from .gemm import GemmTemplate
 from .gemm_tc import GemmTensorCoreTemplate
@@ -18,6 +19,6 @@ TEMPLATES: list[Template] = [MapTemplate(), RowTemplate(), ColTemplate(), SplitT
                              GemmTemplate(), PoolTemplate(),
                              ChanTemplate(), ScanTemplate(), LibraryTemplate(),
                              AttentionTemplate(), GemmTensorCoreTemplate(),
-                             AttentionTensorCoreTemplate()]
+                             AttentionTensorCoreTemplate(), DepthwiseConvTemplate()]
 
 __all__ = ["TEMPLATES", "Template"]

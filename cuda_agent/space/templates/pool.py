@@ -19,13 +19,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ...ir.pool import PoolInfo
+from ...ir.pool import PoolInfo, window_info
 from ...ir.plan import KernelPlan
 from .. import codegen as cg
 from ..slots import Launch, Rendered, Slot, Target
 from .base import Code, Template
 
 MAX_SPAN = 64  # registers one thread may hold for a shared window row
+MAX_WEIGHTS = 64  # registers one thread may hold for a depthwise convolution's weights
 
 
 def span(info: PoolInfo, items: int) -> int:
@@ -36,6 +37,7 @@ def span(info: PoolInfo, items: int) -> int:
 class PoolTemplate(Template):
     name = "pool"
     version = "1"
+    kernel = "ca_pool"
 
     def applies(self, plan: KernelPlan) -> bool:
         return plan.kind == "pool"
@@ -61,7 +63,9 @@ class PoolTemplate(Template):
 
     def canonical(self, plan: KernelPlan, cfg: dict[str, Any]) -> dict[str, Any]:
         cfg = dict(cfg)
-        info: PoolInfo = plan.info
+        info = window_info(plan)
+        if info.kind == "wsum":
+            cfg["compute.unroll"] = "full"  # the weights are registers: indices must be static
         if info.kind != "avg" and not plan.cached("transc", plan.uses_transcendental) \
                 and not _has_div(plan):
             cfg["compute.fastmath"] = 0
@@ -72,8 +76,10 @@ class PoolTemplate(Template):
         return cfg
 
     def check(self, plan: KernelPlan, cfg: dict[str, Any], target: Target) -> str | None:
-        info: PoolInfo = plan.info
+        info = window_info(plan)
         items = cfg["config.items"]
+        if info.kind == "wsum" and info.window > MAX_WEIGHTS:
+            return f"a window of {info.window} weights does not fit in registers"
         # margin: the grid-stride loop's last step may pass the end by one wave of threads
         if cfg["compute.index"] == "i32" and \
                 max(info.in_numel, info.out_numel) + (1 << 20) >= 2**31:
@@ -95,7 +101,7 @@ class PoolTemplate(Template):
                 "compute.index": "i64"}
 
     def render(self, plan: KernelPlan, cfg: dict[str, Any], target: Target) -> Rendered:
-        info: PoolInfo = plan.info
+        info = window_info(plan)
         block, items = cfg["config.block"], cfg["config.items"]
         regs = cfg["memory.cache"] == "regs"
         hint, shint = cg.HINTS[cfg["memory.load"]], cg.STORE_HINTS[cfg["memory.store"]]
@@ -117,7 +123,7 @@ class PoolTemplate(Template):
         c = Code()
         c(cg.PRELUDE)
         c.open(f'extern "C" __global__ void __launch_bounds__({block}) '
-               f"ca_pool({cg.kernel_params(plan)})")
+               f"{self.kernel}({cg.kernel_params(plan)})")
         c(f"typedef {idx_t} idx_t;",
           f"const float* __restrict__ x = in{info.input};")
         c.open(f"for (idx_t t = (idx_t)blockIdx.x * {block} + threadIdx.x; t < (idx_t){T}; "
@@ -131,9 +137,16 @@ class PoolTemplate(Template):
             c(f"const int o{j} = (int)(rest % {info.out_spatial[j]}); rest /= "
               f"{info.out_spatial[j]};")
             c(f"const int s{j} = o{j} * {info.stride[j]} - {info.padding[j]};  // window start")
-        plane = "rest" if r > 1 else "row"
-        c(f"const float* __restrict__ src = x + {plane} * (idx_t){math.prod(info.in_spatial)};",
+        plane = "rest" if r > 1 else "row"  # the output plane
+        in_plane = plane if info.per_plane == 1 else f"({plane} / {info.per_plane})"
+        c(f"const float* __restrict__ src = x + {in_plane} * "
+          f"(idx_t){math.prod(info.in_spatial)};",
           f"const int w0 = ow0 * {info.stride[-1]} - {info.padding[-1]};")
+        if info.kind == "wsum":  # the plane's weights, one register a tap
+            c(f"const float* __restrict__ wp = in{info.weight} + "
+              f"(int)({plane} % {info.out_channels}) * {info.window};",
+              f"float wk[{info.window}];", "#pragma unroll",
+              f"for (int j = 0; j < {info.window}; ++j) wk[j] = ca_ld<1>(wp + j);")
         init = "-CA_INF" if info.kind == "max" else "0.f"
         c(f"float acc[{items}];")
         c("#pragma unroll")
@@ -163,7 +176,8 @@ class PoolTemplate(Template):
                  ("cache", "regs" if regs else "reload"), ("load", cfg["memory.load"]),
                  ("index", cfg["compute.index"]), ("window", info.window),
                  ("reads_per_elem", 1.0 + redundant))
-        return Rendered(c.text(), (Launch("ca_pool", (grid, 1, 1), (block, 1, 1)),), facts=facts)
+        return Rendered(c.text(), (Launch(self.kernel, (grid, 1, 1), (block, 1, 1)),),
+                        facts=facts)
 
     # -- parts ----------------------------------------------------------------------------------
     def _window(self, c: Code, info: PoolInfo, items: int, regs: bool, hint: int,
@@ -172,7 +186,12 @@ class PoolTemplate(Template):
         r = info.rank
         IW, SW, KW, DW = info.in_spatial[-1], info.stride[-1], info.kernel[-1], info.dilation[-1]
         ident = "-CA_INF" if info.kind == "max" else "0.f"
-        combine = "acc[i] = ca_max(acc[i], {v});" if info.kind == "max" else "acc[i] += {v};"
+        combine = {"max": "acc[i] = ca_max(acc[i], {v});", "avg": "acc[i] += {v};",
+                   "wsum": "acc[i] = fmaf({v}, wk[{t}], acc[i]);"}[info.kind]
+        # the flat tap index of window element (k0, ..., k): static once the loops unroll
+        tap = "k"
+        for j in range(r - 1):
+            tap = f"k{j} * {math.prod(info.kernel[j + 1:])} + " + tap
         # outer window dims: one loop each; a row outside the input contributes nothing
         row_off = []
         for j in range(r - 1):
@@ -203,7 +222,8 @@ class PoolTemplate(Template):
             c("#pragma unroll")
             c.open(f"for (int i = 0; i < {items}; ++i)")
             c("#pragma unroll")
-            c(f"for (int k = 0; k < {KW}; ++k) " + combine.format(v=f"win[i * {SW} + k * {DW}]"))
+            c(f"for (int k = 0; k < {KW}; ++k) " +
+              combine.format(v=f"win[i * {SW} + k * {DW}]", t=tap))
             c.close()
         else:
             c("#pragma unroll")
@@ -211,7 +231,7 @@ class PoolTemplate(Template):
             c(outer_unroll if r == 1 else "#pragma unroll")
             c.open(f"for (int k = 0; k < {KW}; ++k)")
             c(f"const float v = {load(f'i * {SW} + k * {DW}')};")
-            c(combine.format(v="v"))
+            c(combine.format(v="v", t=tap))
             c.close().close()
         for _ in range(r - 1):
             c.close()
