@@ -21,6 +21,7 @@ from cuda_agent.ir.plan import make_plan
 from cuda_agent.run.verify import IndexDomain, make_case
 from cuda_agent.space.slots import Target
 from cuda_agent.space.space import Space
+from cuda_agent.space.templates.rowcommon import make_passes
 from helpers import Fn
 from test_capture import interpret
 
@@ -209,6 +210,42 @@ def test_cross_entropy_class_targets_kernels_match_torch(name):
 @needs_gxx
 def test_cross_entropy_probability_targets_kernels_match_torch():
     _emulate(PROB_CASES["ce_probs_smoothed_sum"], _prob_inputs, 6)
+
+
+ONLINE_EXTRAS = {
+    # a cross-entropy's sums of p and p * x join the (max, sum of exp) pass: one read, no cache
+    "ce_probs_mean": (lambda x, p: F.cross_entropy(x, p), 1),
+    "ce_probs_none": (lambda x, p: F.cross_entropy(x, p, reduction="none"), 1),
+    # a softmax scaled by the row's target mass: the output pass re-reads x, so clusters (a
+    # row split over blocks, x kept on chip) combine the extra sum across the blocks too
+    "softmax_times_mass": (lambda x, p: torch.softmax(x, 1) * p.sum(1, keepdim=True), 2),
+}
+
+
+@needs_gxx
+@pytest.mark.parametrize("name", sorted(ONLINE_EXTRAS))
+def test_online_pass_computes_the_other_first_level_sums(name):
+    """Reductions needing no row maximum ride along with the online softmax pass."""
+    f, n_passes = ONLINE_EXTRAS[name]
+    rows, cols = 7, 300  # rows a cluster of 2-8 blocks can split
+    make = lambda: [_logits(rows, cols), _logits(rows, cols, seed=2).softmax(1)]  # noqa: E731
+    plan = make_plan(_graph(f, make))
+    space = Space.for_plan(plan, Target())
+    passes = make_passes(plan, True)
+    assert len(passes) == n_passes and len(passes[0].reducers) == 2 + (2 if "ce" in name else 1)
+    online = [c for c in space.configs if c["compute.algo"] == "online"]
+    rng = random.Random(3)
+    picked = rng.sample([c for c in online if c["config.cluster"] == 1], 4)
+    clustered = [c for c in online if c["config.cluster"] > 1 and c["config.block"] <= 64]
+    assert bool(clustered) == (n_passes > 1)
+    picked += rng.sample(clustered, min(3, len(clustered)))
+    ins = make()
+    ins[0][1, cols - 1] = 30.0  # a row maximum in the last element (the last cluster block's)
+    want = f(*[t.double() for t in ins]).float().numpy()
+    ops = [ins[k].reshape(plan.operand_shapes[k]).numpy() for k in plan.operands]
+    for cfg in picked:
+        err = cpu_exec.max_rel_error(space.render(cfg), ops, want.reshape(plan.out_shape))
+        assert err < 1e-5, (cfg.short(), err)
 
 
 @needs_gxx

@@ -122,11 +122,13 @@ def _probability_targets(lw, x: int, p: int, reduction: int, smoothing: float) -
     if smoothing:
         p = lw.binary("add", lw.binary("mul", p, lw.g.const(1.0 - smoothing)),
                       lw.g.const(smoothing / c))
-    _, shifted, log_s = _log_softmax_parts(lw, x)
-    # -sum_c p (x - m - lse) = lse sum_c p - sum_c p (x - m)
+    m, _, log_s = _log_softmax_parts(lw, x)
+    # -sum_c p (x - m - log s) = (m + log s) sum_c p - sum_c p x: the sums of p and p x need
+    # no row maximum, so they join the maximum's pass (with the online softmax, the row is
+    # read once); m + log s is the log-sum-exp, of the same magnitude as the loss itself
     mass = lw.reduce("sum", p, CLASS_DIM, True)
-    dot = lw.reduce("sum", lw.binary("mul", p, shifted), CLASS_DIM, True)
-    loss = lw.binary("sub", lw.binary("mul", log_s, mass), dot)
+    dot = lw.reduce("sum", lw.binary("mul", p, x), CLASS_DIM, True)
+    loss = lw.binary("sub", lw.binary("mul", lw.binary("add", m, log_s), mass), dot)
     return _rowwise_result(lw, loss, None, reduction, n)
 
 

@@ -112,7 +112,7 @@ class ColTemplate(Template):
             Slot("compute.unroll", (1, 2, 4), "unroll of the loop over the reduced run"),
             Slot("compute.fastmath", (0, 1) if _has_fast_ops(plan) else (0,),
                  "hardware approximations of exp/log/div"),
-            Slot("compute.algo", ("passes", "online") if online_softmax_pair(plan) else
+            Slot("compute.algo", ("passes", "online") if online_softmax_pair(plan, extras=False) else
                  ("passes",), "softmax: separate max and sum passes, or one online pass"),
             Slot("reduction.combine", ("smem_tree", "serial"),
                  "combine over y: shared-memory tree, or one thread folds the column serially"),
@@ -131,7 +131,7 @@ class ColTemplate(Template):
 
     def canonical(self, plan: KernelPlan, cfg: dict[str, Any]) -> dict[str, Any]:
         cfg = dict(cfg)
-        if not online_softmax_pair(plan):
+        if not online_softmax_pair(plan, extras=False):
             cfg["compute.algo"] = "passes"
         passes = make_passes(plan, cfg["compute.algo"] == "online")
         if len(passes) < 2 or not operand_roles(plan, passes).cached:

@@ -20,6 +20,7 @@ from .base import (Code, Template, block_combine, pow2_ceil, pow2_choices,
 from .total import CROSS, Totals
 from .rowcommon import (bind_reducers, carve_dynamic, cluster_combine, emit_new_row_values,
                         make_passes, online_merge, online_softmax_pair, online_update, operand_roles,
+                        pass_extras,
                         pass_roots)
 
 MAX_CACHED_REGS = 64  # floats per thread kept in registers across passes
@@ -235,9 +236,8 @@ class RowTemplate(Template):
                                        "reduce " + ", ".join(f"%{r.nid}:{r.kind}" for r in p.reducers)))
             if p.online:
                 c("float om = -CA_INF, os = 0.f;")
-            else:
-                for r in p.reducers:
-                    c(*r.declare())
+            for r in pass_extras(p):
+                c(*r.declare())
             if cache == "regs" or nch <= 8:
                 c("#pragma unroll")
             else:
@@ -301,6 +301,8 @@ class RowTemplate(Template):
                     out_lane_vals.append(names[plan.output])
                 elif p.online:
                     c(online_update("om", "os", names[roots[0]], fast))
+                    for r in pass_extras(p):
+                        c(r.update(names[plan.graph[r.nid].args[0]], f"c + {l}"))
                 else:
                     for r in p.reducers:
                         c(r.update(names[plan.graph[r.nid].args[0]], f"c + {l}"))
@@ -320,6 +322,13 @@ class RowTemplate(Template):
                 c(f"const float s{m} = om;", f"const float s{s} = os;")
                 row_bound[m], row_bound[s] = f"s{m}", f"s{s}"
                 done.update(p.online)
+                extras = pass_extras(p)
+                if extras:  # the reductions computed alongside the pair (shuffles only)
+                    block_combine(c, extras, T, G, cfg["reduction.combine"])
+                    if CL > 1:
+                        cluster_combine(c, extras, CL, slot)
+                        slot += len(extras)
+                    bind_reducers(c, extras, row_bound, done)
             elif p.reducers:
                 block_combine(c, p.reducers, T, G, cfg["reduction.combine"])
                 if CL > 1:

@@ -18,23 +18,33 @@ class Pass:
     online: tuple[int, int] | None = None  # (max node, sum node) computed together
 
 
-def online_softmax_pair(plan: KernelPlan) -> tuple[int, int, int] | None:
-    """(max node, sum node, body A) when level 1 is max(A) and level 2 is sum(exp(A - max))."""
-    return plan.cached("online", lambda: _online_softmax_pair(plan))
+def online_softmax_pair(plan: KernelPlan, extras: bool = True) -> tuple[int, int, int] | None:
+    """(max node, sum node, body A) when level 1 holds max(A) and level 2 is sum(exp(A - max)).
+
+    Level 1 may hold other reductions besides the max (a cross-entropy's sum of p * x and of
+    p): the online pass computes them alongside the pair (`Pass.extras`). `extras=False`
+    accepts only a level 1 of the max alone, for templates whose online pass has no extras."""
+    pair = plan.cached("online", lambda: _online_softmax_pair(plan))
+    if pair and not extras and len(plan.levels[0]) > 1:
+        return None
+    return pair
 
 
 def _online_softmax_pair(plan: KernelPlan) -> tuple[int, int, int] | None:
-    if len(plan.levels) < 2 or len(plan.levels[0]) != 1 or len(plan.levels[1]) != 1:
+    if len(plan.levels) < 2 or len(plan.levels[1]) != 1:
         return None
     g = plan.graph
-    m, s = g[plan.levels[0][0]], g[plan.levels[1][0]]
-    if m.attr("kind") != "max" or s.attr("kind") != "sum":
+    s = g[plan.levels[1][0]]
+    if s.attr("kind") != "sum":
         return None
     e = g[s.args[0]]
     if e.op != "exp":
         return None
     d = g[e.args[0]]
-    if d.op != "sub" or d.args[0] != m.args[0] or d.args[1] != m.id:
+    if d.op != "sub" or d.args[1] not in plan.levels[0]:
+        return None
+    m = g[d.args[1]]
+    if m.attr("kind") != "max" or d.args[0] != m.args[0]:
         return None
     return m.id, s.id, m.args[0]
 
@@ -49,17 +59,26 @@ def _make_passes(plan: KernelPlan, online: bool) -> list[Pass]:
     pair = online_softmax_pair(plan) if online else None
     if pair:
         m, s, _ = pair
-        passes = [Pass([Reducer(m, "max"), Reducer(s, "sum")], online=(m, s))] + passes[2:]
+        extras = [Reducer(n, g[n].attr("kind")) for n in plan.levels[0] if n != m]
+        passes = [Pass([Reducer(m, "max"), Reducer(s, "sum")] + extras,
+                       online=(m, s))] + passes[2:]
     if not plan.output_is_row:
         passes.append(Pass([], writes_output=True))
     return passes
+
+
+def pass_extras(p: Pass) -> list[Reducer]:
+    """The reductions an online pass computes besides its (max, sum) pair; a pass's reducers
+    otherwise."""
+    return [r for r in p.reducers if not p.online or r.nid not in p.online]
 
 
 def pass_roots(plan: KernelPlan, p: Pass) -> list[int]:
     if p.writes_output:
         return [plan.output]
     if p.online:
-        return [plan.graph[p.online[0]].args[0]]
+        return [plan.graph[p.online[0]].args[0]] + [plan.graph[r.nid].args[0]
+                                                    for r in pass_extras(p)]
     return [plan.graph[r.nid].args[0] for r in p.reducers]
 
 
