@@ -158,6 +158,11 @@ CASES = {
     "max3d": (lambda x: F.max_pool3d(x, 3, 2, 1), [(2, 2, 7, 9, 10)]),
     "epilogue": (lambda x, b: torch.relu(F.avg_pool2d(x, 2) + b) * 2.0,
                  [(2, 3, 9, 11), (3, 1, 1)]),
+    # rows of a multiple of 4: interior threads load float4s and store float4s
+    "avg1d_vec": (lambda x: F.avg_pool1d(x, 5, 1, 2), [(2, 3, 64)]),
+    "max2d_vec_strided": (lambda x: F.max_pool2d(x, 3, 2, 1), [(2, 3, 10, 32)]),
+    "avg2d_vec_epilogue": (lambda x, b: torch.relu(F.avg_pool2d(x, 2) + b) * 2.0,
+                           [(2, 3, 8, 48), (3, 1, 1)]),
 }
 
 
@@ -176,7 +181,11 @@ def emulated(tmp_path_factory):
         xs = [torch.randn(*s) for s in shapes]
         xs[0].view(-1)[3] = float("nan")  # max propagates NaN as torch does; avg sums it
         want = f(*[x.double() for x in xs]).float()
-        for cfg in [sp.default()] + random.Random(name).sample(sp.configs, SAMPLE):
+        rng = random.Random(name)
+        vec = [c for c in sp.configs if c["memory.vec"] == 4]
+        assert vec or "vec" not in name  # the vector cases have vector configurations
+        for cfg in [sp.default()] + rng.sample(sp.configs, SAMPLE - min(4, len(vec))) + \
+                rng.sample(vec, min(4, len(vec))):
             meta.append((name, cfg, want))
             jobs.append((sp.render(cfg), [xs[k] for k in sp.plan.operands], sp.plan.out_shape))
     outs = cpu_exec.run_threadless(jobs, tmp_path_factory.mktemp("emulated"))

@@ -36,8 +36,9 @@ def span(info: PoolInfo, items: int) -> int:
 
 class PoolTemplate(Template):
     name = "pool"
-    version = "1"
+    version = "2"
     kernel = "ca_pool"
+    legacy = {"memory.vec": 1}
 
     def applies(self, plan: KernelPlan) -> bool:
         return plan.kind == "pool"
@@ -51,6 +52,9 @@ class PoolTemplate(Template):
             Slot("memory.cache", ("regs", "reload"),
                  "load a window row shared by the thread's outputs once into registers, or "
                  "load each window element where it is used"),
+            Slot("memory.vec", (1, 4),
+                 "interior threads load their window rows as aligned float4s and store their "
+                 "outputs as float4s (where rows, strides and outputs per thread allow)"),
             Slot("memory.load", ("default", "ldg", "stream"), "load cache hint"),
             Slot("memory.store", ("default", "stream"), "store cache hint"),
             Slot("compute.unroll", ("full", "none"),
@@ -73,6 +77,8 @@ class PoolTemplate(Template):
             cfg["memory.cache"] = "reload"  # one window: nothing to share
         if info.rank == 1 and cfg["memory.cache"] == "regs":
             cfg["compute.unroll"] = "full"  # no outer window loop; the row loops must unroll
+        if not (vector_loads(info, cfg) or vector_stores(info, cfg)):
+            cfg["memory.vec"] = 1
         return cfg
 
     def check(self, plan: KernelPlan, cfg: dict[str, Any], target: Target) -> str | None:
@@ -96,7 +102,8 @@ class PoolTemplate(Template):
 
     def default(self, plan: KernelPlan, target: Target) -> dict[str, Any]:
         return {"config.block": 256, "config.items": 1, "config.grid": "exact",
-                "memory.cache": "reload", "memory.load": "default", "memory.store": "default",
+                "memory.cache": "reload", "memory.vec": 1, "memory.load": "default",
+                "memory.store": "default",
                 "compute.unroll": "full", "compute.guard": "all", "compute.fastmath": 0,
                 "compute.index": "i64"}
 
@@ -157,14 +164,16 @@ class PoolTemplate(Template):
             conds += ["w0 >= 0", f"w0 + {span(info, items)} <= {IW}", f"ow0 + {items} <= {OW}"]
             c(f"const bool inside = {' && '.join(conds)};")
             c.open("if (inside)")
-            self._window(c, info, items, regs, hint, outer_unroll, guarded=False)
+            self._window(c, info, items, regs, hint, outer_unroll, guarded=False,
+                         vec_loads=vector_loads(info, cfg))
             c.close(" else {")
             c.depth += 1
             self._window(c, info, items, regs, hint, outer_unroll, guarded=True)
             c.close()
         else:
             self._window(c, info, items, regs, hint, outer_unroll, guarded=True)
-        self._finish(c, plan, info, items, fast, hint, shint, interior)
+        self._finish(c, plan, info, items, fast, hint, shint, interior,
+                     vector_stores(info, cfg))
         c.close()  # grid-stride loop
         c.close()  # kernel
 
@@ -173,6 +182,8 @@ class PoolTemplate(Template):
         redundant = max(0.0, loads - info.in_numel / info.out_numel)
         facts = (("family", "pool"), ("threads", block), ("blocks", grid), ("vec", 1),
                  ("items", items), ("fast", int(fast)), ("passes", 1),
+                 ("vec_loads", int(vector_loads(info, cfg))),
+                 ("vec_stores", int(vector_stores(info, cfg))),
                  ("cache", "regs" if regs else "reload"), ("load", cfg["memory.load"]),
                  ("index", cfg["compute.index"]), ("window", info.window),
                  ("reads_per_elem", 1.0 + redundant))
@@ -181,7 +192,7 @@ class PoolTemplate(Template):
 
     # -- parts ----------------------------------------------------------------------------------
     def _window(self, c: Code, info: PoolInfo, items: int, regs: bool, hint: int,
-                outer_unroll: str, guarded: bool) -> None:
+                outer_unroll: str, guarded: bool, vec_loads: bool = False) -> None:
         """Accumulate every window of the thread's ITEMS outputs into acc[]."""
         r = info.rank
         IW, SW, KW, DW = info.in_spatial[-1], info.stride[-1], info.kernel[-1], info.dilation[-1]
@@ -216,14 +227,29 @@ class PoolTemplate(Template):
 
         if regs:
             n = span(info, items)
-            c(f"float win[{n}];")
-            c("#pragma unroll")
-            c(f"for (int j = 0; j < {n}; ++j) win[j] = {load('j')};")
+            lead = 0  # window elements loaded before the thread's first (vector alignment)
+            if vec_loads:
+                # w0 = ow0 * SW - padding with ow0 a multiple of ITEMS and ITEMS * SW of 4:
+                # w0's offset past a 16-byte boundary is the same in every thread
+                lead = -info.padding[-1] % 4
+                nv = -(-(lead + n) // 4)
+                c(f"float win[{4 * nv}];")
+                c("#pragma unroll")
+                c.open(f"for (int q = 0; q < {nv}; ++q)")
+                c(f"const float4 v4 = ca_ld4<{hint}>(rp + (w0 - {lead} + 4 * q));",
+                  "win[4 * q] = v4.x; win[4 * q + 1] = v4.y; win[4 * q + 2] = v4.z; "
+                  "win[4 * q + 3] = v4.w;")
+                c.close()
+            else:
+                c(f"float win[{n}];")
+                c("#pragma unroll")
+                c(f"for (int j = 0; j < {n}; ++j) win[j] = {load('j')};")
             c("#pragma unroll")
             c.open(f"for (int i = 0; i < {items}; ++i)")
             c("#pragma unroll")
+            first = f"{lead} + i * {SW}" if lead else f"i * {SW}"
             c(f"for (int k = 0; k < {KW}; ++k) " +
-              combine.format(v=f"win[i * {SW} + k * {DW}]", t=tap))
+              combine.format(v=f"win[{first} + k * {DW}]", t=tap))
             c.close()
         else:
             c("#pragma unroll")
@@ -237,13 +263,16 @@ class PoolTemplate(Template):
             c.close()
 
     def _finish(self, c: Code, plan: KernelPlan, info: PoolInfo, items: int, fast: bool,
-                hint: int, shint: int, interior: bool) -> None:
-        """The pooled value of each output (avg: torch's divisor), the epilogue, the store."""
+                hint: int, shint: int, interior: bool, vec_stores: bool = False) -> None:
+        """The pooled value of each output (avg: torch's divisor), the epilogue, the store
+        (with `vec_stores`, every output of the thread exists and they go out as float4s)."""
         OW = info.out_spatial[-1]
         F = len(plan.full_shape)
         epilogue_inputs = cg.epilogue_reads(plan)
         for i in range(items):
-            c.open(f"if (ow0 + {i} < {OW})")
+            if vec_stores:  # every output exists: a block only scopes the item's names
+                c(f"float r{i};")
+            c.open("" if vec_stores else f"if (ow0 + {i} < {OW})")
             c(f"const idx_t n{i} = row * {OW} + ow0 + {i};")
             value = f"acc[{i}]"
             if info.kind == "avg":
@@ -267,8 +296,15 @@ class PoolTemplate(Template):
                 bound[nid] = name
             stmts, names = cg.emit_values(plan, [plan.output], bound, fast, suffix=f"_{i}")
             c(*stmts)
-            c(f"ca_st<{shint}>(out + n{i}, {names[plan.output]});")
+            if vec_stores:
+                c(f"r{i} = {names[plan.output]};")
+            else:
+                c(f"ca_st<{shint}>(out + n{i}, {names[plan.output]});")
             c.close()
+        if vec_stores:
+            for q in range(0, items, 4):
+                c(cg.vec_store(f"out + row * {OW} + ow0 + {q}", [f"r{q + j}" for j in range(4)],
+                               shint))
 
     @staticmethod
     def _divisor(c: Code, info: PoolInfo, i: int) -> None:
@@ -284,6 +320,22 @@ class PoolTemplate(Template):
             count.append(f"max(min(we{j}, {I}) - max(wb{j}, 0), 0)")
         chosen = size if info.count_include_pad else count
         c(f"d{i} = (float)max({' * '.join(chosen)}, 1);")
+
+
+def vector_loads(info: PoolInfo, cfg: dict[str, Any]) -> bool:
+    """Interior threads load window rows as float4s: rows start on 16-byte boundaries and
+    every thread's first element sits at the same offset past one (ITEMS x stride a multiple
+    of 4), so the loads are aligned float4s covering the span (up to 3 elements either side,
+    inside the row wherever the span is)."""
+    return (cfg["memory.vec"] == 4 and cfg["memory.cache"] == "regs" and
+            cfg["compute.guard"] == "interior" and info.in_spatial[-1] % 4 == 0 and
+            cfg["config.items"] * info.stride[-1] % 4 == 0)
+
+
+def vector_stores(info: PoolInfo, cfg: dict[str, Any]) -> bool:
+    """A thread's ITEMS outputs go out as float4s: ITEMS a multiple of 4 dividing the row."""
+    items = cfg["config.items"]
+    return cfg["memory.vec"] == 4 and items % 4 == 0 and info.out_spatial[-1] % items == 0
 
 
 def _extent(info: PoolInfo, j: int) -> int:
