@@ -31,7 +31,7 @@ VOCAB: dict[str, tuple[Any, ...]] = {
     "config.by": (1, 2, 4, 8, 16, 32, 64, 128),
     "config.waves": (1, 2, 4, 8),
     "memory.vec": (1, 2, 4),
-    "memory.load": ("default", "ldg", "stream"),
+    "memory.load": ("default", "ldg", "stream", "keep"),
     "memory.store": ("default", "stream"),
     "memory.cache": ("regs", "smem", "reload"),
     "compute.unroll": ("full", "none", 1, 2, 4, 8),

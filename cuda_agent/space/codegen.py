@@ -21,15 +21,39 @@ PRELUDE = r"""
 typedef long long ca_i64;
 __device__ __forceinline__ float ca_max(float a, float b) { return (a > b || a != a) ? a : b; }
 __device__ __forceinline__ float ca_min(float a, float b) { return (a < b || a != a) ? a : b; }
-// Load hints: 0 = plain, 1 = read-only cache (ld.global.nc), 2 = streaming (evict first).
+// Load hints: 0 = plain, 1 = read-only cache (ld.global.nc), 2 = streaming (evict first),
+// 3 = keep in L2 (an evict-last cache policy: data a later pass reads again). The CPU
+// emulator of the tests (CA_EMULATED) reads plainly.
+#ifndef CA_EMULATED
+__device__ __forceinline__ unsigned long long ca_keep_policy() {
+  unsigned long long q; asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(q));
+  return q; }
+__device__ __forceinline__ float ca_ldk(const float* p) {
+  float v; asm("ld.global.L1::evict_last.L2::cache_hint.f32 %0, [%1], %2;"
+               : "=f"(v) : "l"(p), "l"(ca_keep_policy())); return v; }
+__device__ __forceinline__ float2 ca_ldk2(const float* p) {
+  float2 v; asm("ld.global.L1::evict_last.L2::cache_hint.v2.f32 {%0, %1}, [%2], %3;"
+                : "=f"(v.x), "=f"(v.y) : "l"(p), "l"(ca_keep_policy())); return v; }
+__device__ __forceinline__ float4 ca_ldk4(const float* p) {
+  float4 v; asm("ld.global.L1::evict_last.L2::cache_hint.v4.f32 {%0, %1, %2, %3}, [%4], %5;"
+                : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p), "l"(ca_keep_policy()));
+  return v; }
+#else
+static inline float ca_ldk(const float* p) { return *p; }
+static inline float2 ca_ldk2(const float* p) { return *reinterpret_cast<const float2*>(p); }
+static inline float4 ca_ldk4(const float* p) { return *reinterpret_cast<const float4*>(p); }
+#endif
 template <int H> __device__ __forceinline__ float ca_ld(const float* p) {
-  if (H == 1) return __ldg(p); else if (H == 2) return __ldcs(p); else return *p; }
+  if (H == 1) return __ldg(p); else if (H == 2) return __ldcs(p);
+  else if (H == 3) return ca_ldk(p); else return *p; }
 template <int H> __device__ __forceinline__ float2 ca_ld2(const float* p) {
   const float2* q = reinterpret_cast<const float2*>(p);
-  if (H == 1) return __ldg(q); else if (H == 2) return __ldcs(q); else return *q; }
+  if (H == 1) return __ldg(q); else if (H == 2) return __ldcs(q);
+  else if (H == 3) return ca_ldk2(p); else return *q; }
 template <int H> __device__ __forceinline__ float4 ca_ld4(const float* p) {
   const float4* q = reinterpret_cast<const float4*>(p);
-  if (H == 1) return __ldg(q); else if (H == 2) return __ldcs(q); else return *q; }
+  if (H == 1) return __ldg(q); else if (H == 2) return __ldcs(q);
+  else if (H == 3) return ca_ldk4(p); else return *q; }
 template <int H> __device__ __forceinline__ void ca_st(float* p, float v) {
   if (H == 1) __stcs(p, v); else *p = v; }
 template <int H> __device__ __forceinline__ void ca_st2(float* p, float2 v) {
@@ -55,7 +79,7 @@ template <class T> __device__ __forceinline__ const T* ca_cluster_peer(const T* 
   return reinterpret_cast<const T*>(q); }
 """
 
-HINTS = {"default": 0, "ldg": 1, "stream": 2}
+HINTS = {"default": 0, "ldg": 1, "stream": 2, "keep": 3}
 STORE_HINTS = {"default": 0, "stream": 1}
 
 

@@ -55,7 +55,9 @@ class RowTemplate(Template):
             Slot("memory.vec", (1, 2, 4), "elements per load/store along the row"),
             Slot("memory.cache", ("regs", "smem", "reload"),
                  "where a row is kept between passes"),
-            Slot("memory.load", ("default", "ldg", "stream"), "load cache hint"),
+            Slot("memory.load", ("default", "ldg", "stream", "keep"),
+                 "load cache hint; keep: a row re-read by a later pass (cache=reload) is read "
+                 "with an L2 evict-last policy, and evict-first by the last pass reading it"),
             Slot("memory.store", ("default", "stream"),
                  "store cache hint for full outputs (streaming: evict first)"),
             Slot("compute.unroll", (1, 2, 4), "unroll of the loop over a row's chunks"),
@@ -82,6 +84,9 @@ class RowTemplate(Template):
         passes = make_passes(plan, cfg["compute.algo"] == "online")
         if len(passes) < 2 or not operand_roles(plan, passes).cached:
             cfg["memory.cache"] = "reload"
+        if cfg["memory.load"] == "keep" and (cfg["memory.cache"] != "reload" or
+                                             not operand_roles(plan, passes).cached):
+            cfg["memory.load"] = "default"  # nothing is read twice: nothing to keep
         if not online_softmax_pair(plan):
             cfg["compute.algo"] = "passes"
         if not _has_fast_ops(plan):
@@ -153,7 +158,7 @@ class RowTemplate(Template):
         T, B, vec = cfg["config.tpr"], cfg["config.block"], cfg["memory.vec"]
         G = B // T
         O, R = plan.O, plan.R
-        hint = cg.HINTS[cfg["memory.load"]]
+        hint = cg.HINTS["default" if cfg["memory.load"] == "keep" else cfg["memory.load"]]
         fast = bool(cfg["compute.fastmath"])
         cache = cfg["memory.cache"]
         nch = self._nch(plan, cfg)
@@ -253,6 +258,7 @@ class RowTemplate(Template):
             for nid in sorted(roles.per_pass[pi]):
                 k = op_index[nid]
                 name = f"x{k}"
+                hint = pass_hint(cfg["memory.load"], roles.per_pass, pi, nid)
                 cached_here = nid in roles.cached and cache != "reload"
                 from_cache = cached_here and first_use[nid] < pi
                 grp = cg.Group("c", plan.reduce_dims)
@@ -363,6 +369,14 @@ class RowTemplate(Template):
             facts += (("cross", cfg["reduction.cross"]), ("launches", len(launches)))
         return Rendered(c.text(), tuple(launches), totals.workspace_bytes if totals else 0,
                         facts=facts)
+
+
+def pass_hint(load: str, per_pass: list[set[int]], pi: int, nid: int) -> int:
+    """The load hint of operand `nid` in pass `pi`: the slot's, or with `keep` evict-last
+    while a later pass reads the operand again, evict-first in the last pass that does."""
+    if load != "keep":
+        return cg.HINTS[load]
+    return cg.HINTS["keep" if any(nid in s for s in per_pass[pi + 1:]) else "stream"]
 
 
 def _online_combine(c: Code, T: int, G: int, fast: bool) -> None:
