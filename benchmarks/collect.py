@@ -245,8 +245,17 @@ def suite_section(rows: list[dict]) -> list[str]:
     slower = sorted((r for r in rows if r["best_ms"] and r["compile_ms"] and
                      r["best_ms"] >= r["compile_ms"]),
                     key=lambda r: r["compile_ms"] / r["best_ms"])
+    # a lead of under 2 % is within the spread of repeated runs (the fused-chain targets
+    # below count the same way): said apart, so that a share reached by hairbreadths shows
+    narrow = sorted((r for r in rows if r["verified"] and r["best_ms"] and r["compile_ms"] and
+                     r["compile_ms"] / 1.02 <= r["best_ms"] < r["compile_ms"]),
+                    key=lambda r: r["compile_ms"] / r["best_ms"])
+    clear = metrics.fast_p(t, [r["compile_ms"] for r in rows], 1.02)
     lines += ["", f"Target fast_1 against torch.compile at least 0.9: {fmt(f1, '', 2)} "
-              f"({'met' if f1 >= 0.9 else 'not met'}). Not faster than torch.compile: " +
+              f"({'met' if f1 >= 0.9 else 'not met'}); faster by more than 2 % (beyond timing "
+              f"noise): {fmt(clear, '', 2)}, the {len(narrow)} between: " +
+              ", ".join(f"{r['problem']} {fmt(r['compile_ms'] / r['best_ms'], 'x', 3)}"
+                        for r in narrow) + ". Not faster than torch.compile: " +
               ", ".join(f"{r['problem']} {fmt(r['compile_ms'] / r['best_ms'], 'x', 2)}"
                         for r in slower) + ".", ""]
     return lines
