@@ -8,7 +8,8 @@ and logs), to be committed under benchmarks/data/ and benchmarks/results/.
         --search-warm 1 --search-seed-template gemm_tc           # a template the sweeps predate
 
 Parts: sweeps, faults, families, counters, gemm_tc (the tensor-core GEMM's accuracy test),
-search, throughput, agents. Pass CUDA_AGENT_COMMIT=<hash> in the command: the GPU machine
+cluster, direct (depthwise convolution, float4 pooling, L2 keep hint), search, throughput,
+agents. Pass CUDA_AGENT_COMMIT=<hash> in the command: the GPU machine
 receives the tree without .git (search rows record it).
 """
 
@@ -411,6 +412,8 @@ def main() -> None:
                 run_tests(out, "tests/gpu/test_gemm_tc.py", min(left - 10, 150))
             elif part == "cluster":
                 run_tests(out, "tests/gpu/test_clusters.py", min(left - 10, 150))
+            elif part == "direct":  # depthwise, float4 pooling, L2 keep, online extras
+                run_tests(out, "tests/gpu/test_direct_and_hints.py", min(left - 10, 150))
             elif part == "counters":
                 run_tests(out, "tests/gpu/test_gpu_counters.py", min(left - 10, 120))
             elif part == "search":
