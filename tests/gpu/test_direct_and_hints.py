@@ -29,7 +29,7 @@ CASES = {
                           [(4, 8, 4099), (8, 1, 7)], ("reduction.scope", "dwconv")),
     "avg_pool1d_vec": (lambda x: F.avg_pool1d(x, 5, 1, 2), [(8, 16, 8192)], ("memory.vec", 4)),
     "max_pool2d_vec": (lambda x: F.max_pool2d(x, 3, 2, 1), [(4, 16, 64, 128)], ("memory.vec", 4)),
-    "layer_norm_keep": (lambda x: F.layer_norm(x, x.shape[-1:]), [(64, 16384)],
+    "layer_norm_keep": (lambda x: F.layer_norm(x, x.shape[-1:]), [(512, 16384)],
                         ("memory.load", "keep")),
     "softmax_keep": (lambda x: torch.softmax(x, -1), [(128, 4097)], ("memory.load", "keep")),
     "ce_probs_online": (lambda x, p: F.cross_entropy(x, p), [(256, 8192), (256, 8192)],
