@@ -56,6 +56,7 @@ VOCAB: dict[str, tuple[Any, ...]] = {
     "compute.tm": (4, 8),
     "compute.tn": (4, 8),
     "compute.minblocks": (1, 2),
+    "config.out_grid": ("chunks", "tiles"),
 }
 # Decision order: the template first (it decides which other slots exist), then by agent.
 SLOT_ORDER: tuple[str, ...] = (SCOPE_SLOT,) + tuple(

@@ -75,6 +75,7 @@ def splits(plan: KernelPlan, block: int, vec: int, waves: int, sm_count: int) ->
 class SplitTemplate(Template):
     name = "split"
     version = "1"
+    legacy = {"config.out_grid": "chunks"}
 
     def applies(self, plan: KernelPlan) -> bool:
         # only where some configuration gives a row two blocks or more (one block per row is
@@ -87,6 +88,10 @@ class SplitTemplate(Template):
         return [
             Slot("config.block", (128, 256, 512, 1024), "threads per block"),
             Slot("config.waves", WAVES, "blocks per row: about this many waves over the GPU"),
+            Slot("config.out_grid", ("chunks", "tiles") if not plan.output_is_row else
+                 ("chunks",), "the output pass: each block walks its chunk of the row (as "
+                 "the reductions do), or a grid of small blocks, each unroll x block x vec "
+                 "consecutive elements (an elementwise kernel's layout)"),
             Slot("memory.vec", (1, 2, 4), "elements per load along the row"),
             Slot("memory.load", ("default", "ldg", "stream"), "load cache hint"),
             Slot("compute.unroll", (1, 2, 4), "unroll of the block-stride loop over a chunk"),
@@ -142,7 +147,8 @@ class SplitTemplate(Template):
                              if splits(plan, b, 1, w, target.sm_count)[0] >= 2), (128, 8))
         return {"config.block": block, "config.waves": waves, "memory.vec": 1,
                 "memory.load": "default", "compute.unroll": 1, "compute.fastmath": 0,
-                "reduction.cross": "two_pass", "reduction.combine": "smem_tree"}
+                "reduction.cross": "two_pass", "reduction.combine": "smem_tree",
+                "config.out_grid": "chunks"}
 
     # -- code ----------------------------------------------------------------------------------
     def render(self, plan: KernelPlan, cfg: dict[str, Any], target: Target) -> Rendered:
@@ -245,15 +251,24 @@ class _Renderer:
             bound = {**bound, **{n: names[n] for n in rows}}
         return bound
 
-    def chunk_loop(self, c: Code, p: Pass, bound: dict[int, str], pi: int) -> None:
-        """The block-stride loop over this block's chunk of row o: reduce, or write output."""
+    def chunk_loop(self, c: Code, p: Pass, bound: dict[int, str], pi: int,
+                   tiles: bool = False) -> None:
+        """The block-stride loop over this block's chunk of row o: reduce, or write output.
+        With `tiles` (output only): the block's `unroll` consecutive tiles of block x vec."""
         plan, vec, hint = self.plan, self.vec, self.hint
         vt = cg.vec_type(vec)
         R = plan.R
-        c(f"const idx_t c0 = (idx_t)blockIdx.x * {self.CH};",
-          f"const idx_t c1 = c0 + {self.CH} < {R} ? c0 + {self.CH} : (idx_t){R};")
-        c(f"#pragma unroll {self.unroll}")
-        c.open(f"for (idx_t c = c0 + threadIdx.x * {vec}; c < c1; c += {self.B * vec})")
+        if tiles:
+            c("#pragma unroll")
+            c.open(f"for (int u = 0; u < {self.unroll}; ++u)")
+            c(f"const idx_t c = ((idx_t)blockIdx.x * {self.unroll} + u) * {self.B * vec} + "
+              f"threadIdx.x * {vec};")
+            c.open(f"if (c < {R})")
+        else:
+            c(f"const idx_t c0 = (idx_t)blockIdx.x * {self.CH};",
+              f"const idx_t c1 = c0 + {self.CH} < {R} ? c0 + {self.CH} : (idx_t){R};")
+            c(f"#pragma unroll {self.unroll}")
+            c.open(f"for (idx_t c = c0 + threadIdx.x * {vec}; c < c1; c += {self.B * vec})")
         lanes: dict[int, list[str]] = {}
         for nid in sorted(self.roles.per_pass[pi]):
             k = self.op_index[nid]
@@ -282,6 +297,8 @@ class _Renderer:
         if p.writes_output:
             c(cg.vec_store(f"out + (o * {R} + c)", out_vals, 0))
         c.close()
+        if tiles:
+            c.close()
 
     def finish_row(self, c: Code, li: int, reds: list[Reducer], bound: dict[int, str]) -> None:
         """Thread 0 with a level's finished accumulators: write the results, or the output."""
@@ -397,9 +414,11 @@ class _Renderer:
             self.head(c, "ca_split_out", self.B)
             c("const idx_t o = blockIdx.y;")
             bound = self.row_context(c, len(self.levels))
-            self.chunk_loop(c, p, bound, pi)
+            tiles = self.cfg.get("config.out_grid") == "tiles"
+            self.chunk_loop(c, p, bound, pi, tiles)
             c.close()
-            return Launch("ca_split_out", (self.S, plan.O, 1), (self.B, 1, 1), 0)
+            blocks = _cdiv(plan.R, self.B * self.vec * self.unroll) if tiles else self.S
+            return Launch("ca_split_out", (blocks, plan.O, 1), (self.B, 1, 1), 0)
         # row output after atomics: a thread per row
         self.head(c, "ca_split_out", OUT_BLOCK)
         c(f"const idx_t o = (idx_t)blockIdx.x * {OUT_BLOCK} + threadIdx.x;")

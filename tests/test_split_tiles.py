@@ -1,0 +1,56 @@
+"""The split template's output pass (few long rows normalized by their own reductions: a
+Frobenius normalization, an L1 normalization of a handful of rows): the block-walks-its-chunk
+layout and the grid of small tiles must write the same, on the CPU emulator."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+import cpu_exec
+from helpers import Fn
+from cuda_agent.ir.capture import capture
+from cuda_agent.ir.plan import make_plan
+from cuda_agent.space.slots import Target
+from cuda_agent.space.space import Space
+
+CASES = {
+    "frobenius": (lambda x: x / torch.norm(x, p="fro"), (37, 1001)),
+    "l1_few_rows": (lambda x: x / x.abs().sum(1, keepdim=True), (3, 50000)),
+}
+
+
+def _space(f, shape):
+    plan = make_plan(capture(Fn, [f], lambda: [torch.randn(*shape)]))
+    return plan, Space.for_plan(plan, Target())
+
+
+def test_tiles_are_offered_only_where_an_output_pass_writes_the_tensor():
+    _, sp = _space(*CASES["frobenius"])
+    assert {c["config.out_grid"] for c in sp.configs if c["reduction.scope"] == "split"} == \
+        {"chunks", "tiles"}
+    _, rows = _space(lambda x: x.sum(-1), (3, 50000))
+    assert {c["config.out_grid"] for c in rows.configs if c.get("reduction.scope", "split")
+            == "split"} == {"chunks"}
+
+
+@pytest.mark.skipif(not cpu_exec.available(), reason="needs g++")
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_both_output_layouts_match_torch(name):
+    f, shape = CASES[name]
+    plan, sp = _space(f, shape)
+    x = torch.randn(*shape)
+    want = f(x.double()).float().numpy().reshape(plan.out_shape)
+    split = [c for c in sp.configs if c.get("reduction.scope", "split") == "split"]
+    rng = random.Random(name)
+    for layout in ("chunks", "tiles"):
+        for cfg in rng.sample([c for c in split if c["config.out_grid"] == layout], 3):
+            r = sp.render(cfg)
+            out_launch = next(L for L in r.launches if L.kernel == "ca_split_out")
+            if layout == "tiles":  # a block per unroll x block x vec elements of a row
+                per = cfg["config.block"] * cfg["memory.vec"] * cfg["compute.unroll"]
+                assert out_launch.grid[0] == -(-plan.R // per)
+            err = cpu_exec.max_rel_error(r, [x.numpy()], want)
+            assert err < 1e-5, (cfg.short(), err)
