@@ -48,7 +48,10 @@ open({code_out!r}, "w").write("\n\n# ----\n\n".join(code))
 def ncu(args: list[str], out: Path, extra: list[str]) -> None:
     from cuda_agent.run.counters import ncu_path
 
-    cmd = [ncu_path() or "ncu", "--clock-control", "none", "--print-units", "base"]
+    found = ncu_path()
+    if found is None:
+        raise SystemExit("error: Nsight Compute (ncu) not found: run this on the GPU machine")
+    cmd = [found, "--clock-control", "none", "--print-units", "base"]
     for s in SECTIONS:
         cmd += ["--section", s]
     proc = subprocess.run(cmd + extra + args, capture_output=True, text=True, timeout=300)
