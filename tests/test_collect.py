@@ -48,3 +48,11 @@ def test_suite_section_fast_p_by_hand():
     # fast_0: 3 of 4 verified; fast_1: a, b; fast_1.5: a; fast_2: none (2.0 is not > 2)
     assert cells[1:5] == ["0.75", "0.50", "0.25", "0.00"]
     assert "0.50 (not met)" in text and "c 0.50x" in text
+
+
+def test_suite_section_names_the_leads_within_timing_noise():
+    # 1.5 % ahead counts for fast_1 but not beyond the 2 % noise band; 3 % does
+    rows = [row("a", 1.0, 1.0, 1.015), row("b", 1.0, 1.0, 1.03), row("c", 1.0, 1.0, 0.9)]
+    text = "\n".join(collect.suite_section(rows))
+    assert "0.67 (not met)" in text
+    assert "beyond timing noise): 0.33, the 1 between: a 1.015x" in text
