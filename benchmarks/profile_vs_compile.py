@@ -6,7 +6,7 @@ throughput, stalls) without guessing. Runs on the GPU machine:
     python3 benchmarks/profile_vs_compile.py benchmarks/problems/norm_rms.py \
         "algo=passes fastmath=1 unroll=1 block=1024 ..." --out $OUT/norm_rms
 
-Writes <out>/ours.txt, <out>/compile.txt (ncu section reports) and <out>/compile_code.py.
+Writes <out>/ours.txt, <out>/compile.txt (ncu section reports) and <out>/compile_code.txt.
 """
 
 from __future__ import annotations
@@ -96,9 +96,9 @@ def main() -> None:
             ["--kernel-name", "regex:^(s[0-9]+_)?ca_"])
         script = Path(tmp) / "compiled.py"
         script.write_text(COMPILED_RUN.format(root=str(ROOT), problem=problem,
-                                              code_out=str(out / "compile_code.py")))
+                                              code_out=str(out / "compile_code.txt")))
         ncu([sys.executable, str(script)], out / "compile.txt", ["--profile-from-start", "off"])
-    print(f"wrote {out}/ours.txt, compile.txt, compile_code.py")
+    print(f"wrote {out}/ours.txt, compile.txt, compile_code.txt")
 
 
 if __name__ == "__main__":
