@@ -11,6 +11,10 @@ Parts: sweeps, faults, families, counters, gemm_tc (the tensor-core GEMM's accur
 cluster, direct (depthwise convolution, float4 pooling, L2 keep hint), search, throughput,
 agents. Pass CUDA_AGENT_COMMIT=<hash> in the command: the GPU machine
 receives the tree without .git (search rows record it).
+
+Several invocations in one device call: give each its own OUT outside $OUT and pack them all
+at the end (`OUT=/tmp/o/a ...; OUT=/tmp/o/b ...; tar czf $OUT/all.tgz -C /tmp o`): the device
+tool brings back at most 8 files, and a folder per invocation soon passes that.
 """
 
 from __future__ import annotations
