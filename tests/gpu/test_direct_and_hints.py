@@ -1,5 +1,5 @@
-"""The direct depthwise convolution, float4 pooling windows, the L2 keep hint and the online
-pass with extra sums, on the real GPU: each configuration kind must match torch (float64
+"""The direct depthwise convolution, float4 pooling windows, the L2 keep hint, the online
+pass with extra sums and the Welford pass, on the real GPU: each configuration kind must match torch (float64
 reference) on sizes that exercise the vector paths, the edges and the multipliers."""
 
 from __future__ import annotations
@@ -34,6 +34,12 @@ CASES = {
     "softmax_keep": (lambda x: torch.softmax(x, -1), [(128, 4097)], ("memory.load", "keep")),
     "ce_probs_online": (lambda x, p: F.cross_entropy(x, p), [(256, 8192), (256, 8192)],
                         ("compute.algo", "online")),
+    # Welford: the mean and the squared deviations in one sweep (not yet run on the GPU when
+    # written: 2026-11-30's device time was spent)
+    "layer_norm_welford": (lambda x: F.layer_norm(x, x.shape[-1:]), [(512, 16384)],
+                           ("compute.algo", "online")),
+    "layer_norm_welford_cluster": (lambda x: F.layer_norm(x, x.shape[-1:]), [(256, 65536)],
+                                   ("config.cluster", 4)),  # both algorithms among them
 }
 
 

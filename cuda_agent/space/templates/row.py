@@ -19,8 +19,8 @@ from .base import (Code, Template, block_combine, pow2_ceil, pow2_choices,
                    smem_for_combine)
 from .total import CROSS, Totals
 from .rowcommon import (bind_reducers, carve_dynamic, cluster_combine, emit_new_row_values,
-                        make_passes, online_merge, online_softmax_pair, online_update, operand_roles,
-                        pass_extras,
+                        make_passes, online_merge, online_pair, online_update, operand_roles,
+                        pass_extras, welford_finish, welford_merge, welford_update,
                         pass_roots)
 
 MAX_CACHED_REGS = 64  # floats per thread kept in registers across passes
@@ -63,7 +63,8 @@ class RowTemplate(Template):
             Slot("compute.unroll", (1, 2, 4), "unroll of the loop over a row's chunks"),
             Slot("compute.fastmath", (0, 1), "hardware approximations of exp/log/div"),
             Slot("compute.algo", ("passes", "online"),
-                 "softmax: separate max and sum passes, or one online pass"),
+                 "separate passes, or one online pass: softmax's max and sum, or a mean and "
+                 "the squared deviations from it (Welford)"),
             Slot("reduction.combine", ("shfl", "smem_tree"),
                  "combine within a row group: warp shuffles or shared-memory tree"),
         ] + ([Slot("reduction.cross", CROSS, "how the blocks' partial totals over all rows "
@@ -87,7 +88,7 @@ class RowTemplate(Template):
         if cfg["memory.load"] == "keep" and (cfg["memory.cache"] != "reload" or
                                              not operand_roles(plan, passes).cached):
             cfg["memory.load"] = "default"  # nothing is read twice: nothing to keep
-        if not online_softmax_pair(plan):
+        if not online_pair(plan):
             cfg["compute.algo"] = "passes"
         if not _has_fast_ops(plan):
             cfg["compute.fastmath"] = 0
@@ -118,7 +119,7 @@ class RowTemplate(Template):
             if not cg.vector_reads_ok(plan, plan.reduce_dims, vec):
                 return "an operand cannot be read in vectors along the row"
         if cfg["compute.algo"] == "online" and cfg["reduction.combine"] != "shfl":
-            return "online softmax combines with shuffles only"
+            return "an online pass combines with shuffles only"
         CL = cfg["config.cluster"]
         if CL > 1:
             if T != B:
@@ -180,6 +181,7 @@ class RowTemplate(Template):
             CL, target_blocks(B, target.sm_count, target.max_threads_per_sm) // CL * CL))
         dyn = self._dyn_smem(plan, cfg, roles.cached)
         online = any(p.online for p in passes)
+        welford = any(p.welford_shift is not None for p in passes)
 
         c = Code()
         c(cg.PRELUDE)
@@ -195,9 +197,10 @@ class RowTemplate(Template):
             # all of a cluster kernel's shared memory is dynamic: the row segment cache, the
             # block's combine buffers, and the slots its partial results are read from by the
             # cluster's other blocks
-            n_slots = sum(len(p.reducers) + (2 if p.online else 0) for p in passes)
+            n_slots = sum(len(p.reducers) + (3 if p.online else 0) for p in passes)
             parts = [("ca_red", n_red, "float"), ("ca_red_i", n_red if need_i else 0, "int"),
                      ("ca_red2", n_red if online else 0, "float"),
+                     ("ca_red3", n_red if welford else 0, "float"),
                      ("ca_cl", n_slots, "float"), ("ca_cl_i", n_slots if need_i else 0, "int")]
             c("extern __shared__ float4 ca_dyn4[];",
               "float* ca_dyn = reinterpret_cast<float*>(ca_dyn4);")
@@ -211,6 +214,8 @@ class RowTemplate(Template):
                     c(f"__shared__ int ca_red_i[{n_red}];")
                 if online:
                     c(f"__shared__ float ca_red2[{n_red}];")
+                if welford:
+                    c(f"__shared__ float ca_red3[{n_red}];")
             if dyn:
                 c("extern __shared__ float4 ca_dyn4[];",
                   "float* ca_dyn = reinterpret_cast<float*>(ca_dyn4);")
@@ -239,7 +244,9 @@ class RowTemplate(Template):
         for pi, p in enumerate(passes):
             c(f"// pass {pi + 1}: " + ("output" if p.writes_output else
                                        "reduce " + ", ".join(f"%{r.nid}:{r.kind}" for r in p.reducers)))
-            if p.online:
+            if p.welford_shift is not None:
+                c("float wn = 0.f, wk = 0.f, w1 = 0.f, w2 = 0.f;  // count, shift, shifted sums")
+            elif p.online:
                 c("float om = -CA_INF, os = 0.f;")
             for r in pass_extras(p):
                 c(*r.declare())
@@ -306,7 +313,8 @@ class RowTemplate(Template):
                 if p.writes_output:
                     out_lane_vals.append(names[plan.output])
                 elif p.online:
-                    c(online_update("om", "os", names[roots[0]], fast))
+                    c(welford_update(names[roots[0]]) if p.welford_shift is not None else
+                      online_update("om", "os", names[roots[0]], fast))
                     for r in pass_extras(p):
                         c(r.update(names[plan.graph[r.nid].args[0]], f"c + {l}"))
                 else:
@@ -319,7 +327,23 @@ class RowTemplate(Template):
                 c.close()
             c.close()  # if c < R
             c.close()  # for j
-            if p.online:
+            if p.welford_shift is not None:
+                c(welford_finish())
+                _welford_combine(c, T, G)
+                if CL > 1:
+                    _cluster_welford_combine(c, CL, slot)
+                    slot += 3
+                sm, sv = p.online
+                c(f"const float s{sm} = wn * wm;")  # the sum, then the mean from it as planned
+                row_bound[sm] = f"s{sm}"
+                done.add(sm)
+                emit_new_row_values(c, plan, row_bound, done, fast)
+                mu = row_bound[p.welford_shift]
+                # deviations from the planned mean, from those about the exact one
+                c(f"const float s{sv} = wq + wn * (wm - {mu}) * (wm - {mu});")
+                row_bound[sv] = f"s{sv}"
+                done.add(sv)
+            elif p.online:
                 _online_combine(c, T, G, fast)
                 if CL > 1:
                     _cluster_online_combine(c, CL, slot, fast)
@@ -328,14 +352,15 @@ class RowTemplate(Template):
                 c(f"const float s{m} = om;", f"const float s{s} = os;")
                 row_bound[m], row_bound[s] = f"s{m}", f"s{s}"
                 done.update(p.online)
+            if p.online and pass_extras(p):
+                # the reductions computed alongside the pair (shuffles only)
                 extras = pass_extras(p)
-                if extras:  # the reductions computed alongside the pair (shuffles only)
-                    block_combine(c, extras, T, G, cfg["reduction.combine"])
-                    if CL > 1:
-                        cluster_combine(c, extras, CL, slot)
-                        slot += len(extras)
-                    bind_reducers(c, extras, row_bound, done)
-            elif p.reducers:
+                block_combine(c, extras, T, G, cfg["reduction.combine"])
+                if CL > 1:
+                    cluster_combine(c, extras, CL, slot)
+                    slot += len(extras)
+                bind_reducers(c, extras, row_bound, done)
+            if not p.online and p.reducers:
                 block_combine(c, p.reducers, T, G, cfg["reduction.combine"])
                 if CL > 1:
                     cluster_combine(c, p.reducers, CL, slot)
@@ -399,6 +424,42 @@ def _online_combine(c: Code, T: int, G: int, fast: bool) -> None:
           f"const float qs_ = ca_red2[grp * {W} + w_]; " + online_merge("om", "os", "qm_", "qs_", fast)
           + " }")
         c("__syncthreads();")
+
+
+def _welford_combine(c: Code, T: int, G: int) -> None:
+    """Every thread of a row group ends with the group's (wn, wm, wq): shuffles within a warp,
+    then the warps' parts through shared memory, merged in warp order."""
+    if T == 1:
+        return
+    off = min(T, 32) // 2
+    while off >= 1:
+        c(f"{{ const float qn_ = __shfl_xor_sync(0xffffffffu, wn, {off}, {min(T, 32)}); "
+          f"const float qm_ = __shfl_xor_sync(0xffffffffu, wm, {off}, {min(T, 32)}); "
+          f"const float qq_ = __shfl_xor_sync(0xffffffffu, wq, {off}, {min(T, 32)}); "
+          + welford_merge("qn_", "qm_", "qq_") + " }")
+        off //= 2
+    if T > 32:
+        W = T // 32
+        c("__syncthreads();")
+        c(f"if ((lane & 31) == 0) {{ ca_red[grp * {W} + (lane >> 5)] = wn; "
+          f"ca_red2[grp * {W} + (lane >> 5)] = wm; ca_red3[grp * {W} + (lane >> 5)] = wq; }}")
+        c("__syncthreads();")
+        c("wn = 0.f; wm = 0.f; wq = 0.f;")
+        c(f"for (int w_ = 0; w_ < {W}; ++w_) {{ const float qn_ = ca_red[grp * {W} + w_]; "
+          f"const float qm_ = ca_red2[grp * {W} + w_]; const float qq_ = ca_red3[grp * {W} + w_]; "
+          + welford_merge("qn_", "qm_", "qq_") + " }")
+        c("__syncthreads();")
+
+
+def _cluster_welford_combine(c: Code, CL: int, slot: int) -> None:
+    """The (wn, wm, wq) parts of the cluster's blocks, merged in rank order in every block."""
+    c(f"if (threadIdx.x == 0) {{ ca_cl[{slot}] = wn; ca_cl[{slot + 1}] = wm; "
+      f"ca_cl[{slot + 2}] = wq; }}", "ca_cluster_sync();", "wn = 0.f; wm = 0.f; wq = 0.f;")
+    c.open(f"for (unsigned r_ = 0; r_ < {CL}u; ++r_)")
+    c(f"const float* q_ = ca_cluster_peer(ca_cl, r_); const float qn_ = q_[{slot}], "
+      f"qm_ = q_[{slot + 1}], qq_ = q_[{slot + 2}];")
+    c(welford_merge("qn_", "qm_", "qq_"))
+    c.close()
 
 
 def _cluster_online_combine(c: Code, CL: int, slot: int, fast: bool) -> None:

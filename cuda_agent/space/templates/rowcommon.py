@@ -15,7 +15,10 @@ class Pass:
 
     reducers: list[Reducer]
     writes_output: bool = False
-    online: tuple[int, int] | None = None  # (max node, sum node) computed together
+    # computed together in one sweep: softmax's (max node, sum node), or Welford's (sum node,
+    # sum-of-squared-deviations node) whose deviations are taken from `shift` (the mean node)
+    online: tuple[int, int] | None = None
+    welford_shift: int | None = None
 
 
 def online_softmax_pair(plan: KernelPlan, extras: bool = True) -> tuple[int, int, int] | None:
@@ -49,6 +52,47 @@ def _online_softmax_pair(plan: KernelPlan) -> tuple[int, int, int] | None:
     return m.id, s.id, m.args[0]
 
 
+def welford_pair(plan: KernelPlan) -> tuple[int, int, int, int] | None:
+    """(sum node S, deviation-sum node V, body A, mean node M) when level 1 holds S = sum(A)
+    and level 2 is V = sum((A - M)^2) with M = S * c (a mean): one Welford sweep computes both
+    (other level-1 reductions ride along, as with the online softmax)."""
+    return plan.cached("welford", lambda: _welford_pair(plan))
+
+
+def _welford_pair(plan: KernelPlan) -> tuple[int, int, int, int] | None:
+    if len(plan.levels) < 2 or len(plan.levels[1]) != 1:
+        return None
+    g = plan.graph
+    v = g[plan.levels[1][0]]
+    if v.attr("kind") != "sum":
+        return None
+    sq = g[v.args[0]]
+    squares = (sq.op == "mul" and sq.args[0] == sq.args[1]) or \
+        (sq.op == "pow_scalar" and sq.attr("exponent") == 2.0)
+    if not squares:
+        return None
+    d = g[sq.args[0]]
+    if d.op != "sub":
+        return None
+    m = g[d.args[1]]
+    if m.op != "mul":
+        return None
+    consts = [a for a in m.args if g[a].op == "const"]
+    sums = [a for a in m.args if a in plan.levels[0]]
+    if len(consts) != 1 or len(sums) != 1:
+        return None
+    s = g[sums[0]]
+    if s.attr("kind") != "sum" or s.args[0] != d.args[0] or \
+            s.attr("dims") != v.attr("dims"):
+        return None
+    return s.id, v.id, d.args[0], m.id
+
+
+def online_pair(plan: KernelPlan) -> bool:
+    """Whether some pair of this plan's reductions can be computed in one online sweep."""
+    return bool(online_softmax_pair(plan) or welford_pair(plan))
+
+
 def make_passes(plan: KernelPlan, online: bool) -> list[Pass]:
     return plan.cached(("passes", online), lambda: _make_passes(plan, online))
 
@@ -57,11 +101,17 @@ def _make_passes(plan: KernelPlan, online: bool) -> list[Pass]:
     g = plan.graph
     passes = [Pass([Reducer(n, g[n].attr("kind")) for n in lv]) for lv in plan.levels]
     pair = online_softmax_pair(plan) if online else None
+    welford = welford_pair(plan) if online and not pair else None
     if pair:
         m, s, _ = pair
         extras = [Reducer(n, g[n].attr("kind")) for n in plan.levels[0] if n != m]
         passes = [Pass([Reducer(m, "max"), Reducer(s, "sum")] + extras,
                        online=(m, s))] + passes[2:]
+    elif welford:
+        s, v, _, shift = welford
+        extras = [Reducer(n, g[n].attr("kind")) for n in plan.levels[0] if n != s]
+        passes = [Pass([Reducer(s, "sum"), Reducer(v, "sum")] + extras, online=(s, v),
+                       welford_shift=shift)] + passes[2:]
     if not plan.output_is_row:
         passes.append(Pass([], writes_output=True))
     return passes
@@ -143,6 +193,26 @@ def row_values_after(plan: KernelPlan, done: set[int]) -> list[int]:
         if reds and reds <= done:
             out.append(n.id)
     return out
+
+
+def welford_update(value: str) -> str:
+    """One element into a thread's shifted sums: deviations from the thread's first element
+    (wk), so that the sum of squares does not cancel against a large mean."""
+    return (f"{{ const float a_ = {value}; if (wn == 0.f) wk = a_; const float d_ = a_ - wk; "
+            "wn += 1.f; w1 += d_; w2 = fmaf(d_, d_, w2); }")
+
+
+def welford_finish() -> str:
+    """A thread's shifted sums as (count wn, mean wm, sum of squared deviations wq)."""
+    return ("float wm = 0.f, wq = 0.f; if (wn > 0.f) { const float r_ = w1 / wn; "
+            "wm = wk + r_; wq = fmaxf(w2 - w1 * r_, 0.f); }")
+
+
+def welford_merge(on: str, om: str, oq: str) -> str:
+    """Chan's merge of another part (on, om, oq) into (wn, wm, wq); empty parts are skipped."""
+    return (f"{{ const float n_ = wn + {on}; if ({on} > 0.f) {{ const float dl_ = {om} - wm; "
+            f"const float f_ = {on} / n_; wm += dl_ * f_; wq += {oq} + dl_ * dl_ * wn * f_; "
+            "wn = n_; } }")
 
 
 def online_update(m: str, s: str, value: str, fast: bool) -> str:
