@@ -32,6 +32,9 @@ CASES = {
     "manual_normalize": manual_normalize,
     "rms_norm": lambda x: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6),  # no pair
 }
+# a per-row scale: a row operand (named w<k> in the kernels) beside the Welford variables
+ROW_SCALED = (lambda x, g: (x - x.mean(-1, keepdim=True)) /
+              torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + 1e-5) * g)
 
 
 def _space(f, shape):
@@ -83,9 +86,24 @@ def test_a_merge_without_the_between_parts_term_is_caught():
     plan, sp = _space(f, (5, 300))
     cfg = next(c for c in sp.configs if c["compute.algo"] == "online" and c["config.tpr"] >= 64)
     r = sp.render(cfg)
-    wrong = dataclasses.replace(r, source=r.source.replace("dl_ * dl_ * wn * f_", "0.f"))
+    wrong = dataclasses.replace(r, source=r.source.replace("dl_ * dl_ * wf_n * f_", "0.f"))
     assert wrong.source != r.source
     x = torch.randn(5, 300) + torch.linspace(-3, 3, 300)  # the parts' means differ
     want = f(x.double()).float().numpy()
     assert cpu_exec.max_rel_error(r, [x.numpy()], want) < 1e-4
     assert cpu_exec.max_rel_error(wrong, [x.numpy()], want) > 1e-3
+
+
+@pytest.mark.skipif(not cpu_exec.available(), reason="needs g++")
+def test_row_operands_keep_their_names_beside_the_welford_sums():
+    shapes = [(5, 300), (5, 1)]
+    plan = make_plan(capture(Fn, [ROW_SCALED], lambda: [torch.randn(*s) for s in shapes]))
+    sp = Space.for_plan(plan, Target())
+    online = [c for c in sp.configs if c["compute.algo"] == "online"]
+    assert welford_pair(plan) is not None and online
+    xs = [torch.randn(*s) for s in shapes]
+    want = ROW_SCALED(*[x.double() for x in xs]).float().numpy()
+    ops = [xs[k].reshape(plan.operand_shapes[k]).numpy() for k in plan.operands]
+    for cfg in random.Random(7).sample(online, 4):
+        err = cpu_exec.max_rel_error(sp.render(cfg), ops, want)
+        assert err < 1e-4, (cfg.short(), err)

@@ -245,7 +245,7 @@ class RowTemplate(Template):
             c(f"// pass {pi + 1}: " + ("output" if p.writes_output else
                                        "reduce " + ", ".join(f"%{r.nid}:{r.kind}" for r in p.reducers)))
             if p.welford_shift is not None:
-                c("float wn = 0.f, wk = 0.f, w1 = 0.f, w2 = 0.f;  // count, shift, shifted sums")
+                c("float wf_n = 0.f, wf_k = 0.f, wf_1 = 0.f, wf_2 = 0.f;  // count, shift, sums")
             elif p.online:
                 c("float om = -CA_INF, os = 0.f;")
             for r in pass_extras(p):
@@ -334,13 +334,13 @@ class RowTemplate(Template):
                     _cluster_welford_combine(c, CL, slot)
                     slot += 3
                 sm, sv = p.online
-                c(f"const float s{sm} = wn * wm;")  # the sum, then the mean from it as planned
+                c(f"const float s{sm} = wf_n * wf_m;")  # the sum, then the mean from it as planned
                 row_bound[sm] = f"s{sm}"
                 done.add(sm)
                 emit_new_row_values(c, plan, row_bound, done, fast)
                 mu = row_bound[p.welford_shift]
                 # deviations from the planned mean, from those about the exact one
-                c(f"const float s{sv} = wq + wn * (wm - {mu}) * (wm - {mu});")
+                c(f"const float s{sv} = wf_q + wf_n * (wf_m - {mu}) * (wf_m - {mu});")
                 row_bound[sv] = f"s{sv}"
                 done.add(sv)
             elif p.online:
@@ -427,24 +427,24 @@ def _online_combine(c: Code, T: int, G: int, fast: bool) -> None:
 
 
 def _welford_combine(c: Code, T: int, G: int) -> None:
-    """Every thread of a row group ends with the group's (wn, wm, wq): shuffles within a warp,
-    then the warps' parts through shared memory, merged in warp order."""
+    """Every thread of a row group ends with the group's (wf_n, wf_m, wf_q): shuffles within a
+    warp, then the warps' parts through shared memory, merged in warp order."""
     if T == 1:
         return
     off = min(T, 32) // 2
     while off >= 1:
-        c(f"{{ const float qn_ = __shfl_xor_sync(0xffffffffu, wn, {off}, {min(T, 32)}); "
-          f"const float qm_ = __shfl_xor_sync(0xffffffffu, wm, {off}, {min(T, 32)}); "
-          f"const float qq_ = __shfl_xor_sync(0xffffffffu, wq, {off}, {min(T, 32)}); "
+        c(f"{{ const float qn_ = __shfl_xor_sync(0xffffffffu, wf_n, {off}, {min(T, 32)}); "
+          f"const float qm_ = __shfl_xor_sync(0xffffffffu, wf_m, {off}, {min(T, 32)}); "
+          f"const float qq_ = __shfl_xor_sync(0xffffffffu, wf_q, {off}, {min(T, 32)}); "
           + welford_merge("qn_", "qm_", "qq_") + " }")
         off //= 2
     if T > 32:
         W = T // 32
         c("__syncthreads();")
-        c(f"if ((lane & 31) == 0) {{ ca_red[grp * {W} + (lane >> 5)] = wn; "
-          f"ca_red2[grp * {W} + (lane >> 5)] = wm; ca_red3[grp * {W} + (lane >> 5)] = wq; }}")
+        c(f"if ((lane & 31) == 0) {{ ca_red[grp * {W} + (lane >> 5)] = wf_n; "
+          f"ca_red2[grp * {W} + (lane >> 5)] = wf_m; ca_red3[grp * {W} + (lane >> 5)] = wf_q; }}")
         c("__syncthreads();")
-        c("wn = 0.f; wm = 0.f; wq = 0.f;")
+        c("wf_n = 0.f; wf_m = 0.f; wf_q = 0.f;")
         c(f"for (int w_ = 0; w_ < {W}; ++w_) {{ const float qn_ = ca_red[grp * {W} + w_]; "
           f"const float qm_ = ca_red2[grp * {W} + w_]; const float qq_ = ca_red3[grp * {W} + w_]; "
           + welford_merge("qn_", "qm_", "qq_") + " }")
@@ -452,9 +452,10 @@ def _welford_combine(c: Code, T: int, G: int) -> None:
 
 
 def _cluster_welford_combine(c: Code, CL: int, slot: int) -> None:
-    """The (wn, wm, wq) parts of the cluster's blocks, merged in rank order in every block."""
-    c(f"if (threadIdx.x == 0) {{ ca_cl[{slot}] = wn; ca_cl[{slot + 1}] = wm; "
-      f"ca_cl[{slot + 2}] = wq; }}", "ca_cluster_sync();", "wn = 0.f; wm = 0.f; wq = 0.f;")
+    """The (wf_n, wf_m, wf_q) parts of the cluster's blocks, merged in rank order in every
+    block."""
+    c(f"if (threadIdx.x == 0) {{ ca_cl[{slot}] = wf_n; ca_cl[{slot + 1}] = wf_m; "
+      f"ca_cl[{slot + 2}] = wf_q; }}", "ca_cluster_sync();", "wf_n = 0.f; wf_m = 0.f; wf_q = 0.f;")
     c.open(f"for (unsigned r_ = 0; r_ < {CL}u; ++r_)")
     c(f"const float* q_ = ca_cluster_peer(ca_cl, r_); const float qn_ = q_[{slot}], "
       f"qm_ = q_[{slot + 1}], qq_ = q_[{slot + 2}];")

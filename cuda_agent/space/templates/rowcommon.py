@@ -197,22 +197,23 @@ def row_values_after(plan: KernelPlan, done: set[int]) -> list[int]:
 
 def welford_update(value: str) -> str:
     """One element into a thread's shifted sums: deviations from the thread's first element
-    (wk), so that the sum of squares does not cancel against a large mean."""
-    return (f"{{ const float a_ = {value}; if (wn == 0.f) wk = a_; const float d_ = a_ - wk; "
-            "wn += 1.f; w1 += d_; w2 = fmaf(d_, d_, w2); }")
+    (wf_k), so that the sum of squares does not cancel against a large mean."""
+    return (f"{{ const float a_ = {value}; if (wf_n == 0.f) wf_k = a_; "
+            "const float d_ = a_ - wf_k; wf_n += 1.f; wf_1 += d_; wf_2 = fmaf(d_, d_, wf_2); }")
 
 
 def welford_finish() -> str:
-    """A thread's shifted sums as (count wn, mean wm, sum of squared deviations wq)."""
-    return ("float wm = 0.f, wq = 0.f; if (wn > 0.f) { const float r_ = w1 / wn; "
-            "wm = wk + r_; wq = fmaxf(w2 - w1 * r_, 0.f); }")
+    """A thread's shifted sums as (count wf_n, mean wf_m, sum of squared deviations wf_q)."""
+    return ("float wf_m = 0.f, wf_q = 0.f; if (wf_n > 0.f) { const float r_ = wf_1 / wf_n; "
+            "wf_m = wf_k + r_; wf_q = fmaxf(wf_2 - wf_1 * r_, 0.f); }")
 
 
 def welford_merge(on: str, om: str, oq: str) -> str:
-    """Chan's merge of another part (on, om, oq) into (wn, wm, wq); empty parts are skipped."""
-    return (f"{{ const float n_ = wn + {on}; if ({on} > 0.f) {{ const float dl_ = {om} - wm; "
-            f"const float f_ = {on} / n_; wm += dl_ * f_; wq += {oq} + dl_ * dl_ * wn * f_; "
-            "wn = n_; } }")
+    """Chan's merge of another part (on, om, oq) into (wf_n, wf_m, wf_q); empty parts are
+    skipped."""
+    return (f"{{ const float n_ = wf_n + {on}; if ({on} > 0.f) {{ const float dl_ = {om} - wf_m; "
+            f"const float f_ = {on} / n_; wf_m += dl_ * f_; wf_q += {oq} + dl_ * dl_ * wf_n * f_; "
+            "wf_n = n_; } }")
 
 
 def online_update(m: str, s: str, value: str, fast: bool) -> str:
