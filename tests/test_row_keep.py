@@ -41,6 +41,21 @@ def test_keep_hints_every_read_but_the_last(name):
     assert hints[-1] == 2 and set(hints[:-1]) == {3}, hints  # evict-last, then evict-first
 
 
+def test_keep_holds_operands_every_row_reads_in_l2():
+    """An affine layer norm's weight and bias are read by every row: streaming them out in the
+    output pass (as the row itself is) would make each row fetch them from DRAM again."""
+    plan = make_plan(capture(Fn, [lambda x, w, b: F.layer_norm(x, (300,), w, b)],
+                             lambda: [torch.randn(5, 300), torch.randn(300), torch.randn(300)]))
+    space = Space.for_plan(plan, Target())
+    keep = [c for c in space.configs if c["memory.load"] == "keep"]
+    src = space.render(keep[0]).source
+    reads = re.findall(r"ca_ld\d?<(\d)>\(in(\d+) \+ \(([^)]*)\)", src)
+    row = [h for h, _, off in reads if "o * 300" in off]
+    shared = [h for h, _, off in reads if "o * 300" not in off]
+    assert row[-1] == "2" and set(row[:-1]) == {"3"}, reads
+    assert len(shared) >= 2 and set(shared) == {"3"}, reads  # evict-last wherever read
+
+
 def test_keep_is_not_offered_where_nothing_is_read_twice():
     _, space = _space(lambda x: x.sum(-1))
     assert not [c for c in space.configs if c["memory.load"] == "keep"]

@@ -265,7 +265,8 @@ class RowTemplate(Template):
             for nid in sorted(roles.per_pass[pi]):
                 k = op_index[nid]
                 name = f"x{k}"
-                hint = pass_hint(cfg["memory.load"], roles.per_pass, pi, nid)
+                hint = pass_hint(cfg["memory.load"], roles.per_pass, pi, nid,
+                                 shared=not cg.varies_along(plan, nid, ogrp.dims))
                 cached_here = nid in roles.cached and cache != "reload"
                 from_cache = cached_here and first_use[nid] < pi
                 grp = cg.Group("c", plan.reduce_dims)
@@ -396,12 +397,16 @@ class RowTemplate(Template):
                         facts=facts)
 
 
-def pass_hint(load: str, per_pass: list[set[int]], pi: int, nid: int) -> int:
+def pass_hint(load: str, per_pass: list[set[int]], pi: int, nid: int,
+              shared: bool = False) -> int:
     """The load hint of operand `nid` in pass `pi`: the slot's, or with `keep` evict-last
-    while a later pass reads the operand again, evict-first in the last pass that does."""
+    while a later pass reads the operand again, evict-first in the last pass that does.
+    A `shared` operand (one every row reads: a layer norm's weight) stays evict-last: the
+    next row reads it again (streaming it out made every row fetch it from DRAM again)."""
     if load != "keep":
         return cg.HINTS[load]
-    return cg.HINTS["keep" if any(nid in s for s in per_pass[pi + 1:]) else "stream"]
+    again = shared or any(nid in s for s in per_pass[pi + 1:])
+    return cg.HINTS["keep" if again else "stream"]
 
 
 def _online_combine(c: Code, T: int, G: int, fast: bool) -> None:
