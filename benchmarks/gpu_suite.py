@@ -274,7 +274,8 @@ AGENT_HELDOUT = ("elementwise_swiglu", "reduce_argmin_middim", "softmax_log_soft
 
 def run_agents(out: Path, deadline: float, iterations: int, budget: int,
                profile_every: int = 16, policy: str | None = None,
-               single_policy: str | None = None) -> None:
+               single_policy: str | None = None,
+               heldout: tuple[str, ...] = AGENT_HELDOUT) -> None:
     """Issue 3 on the GPU: train on 10 operators, then compare on 4 it never saw (trained,
     untrained, random, single-agent) at equal budgets; best known = the recorded sweep's best.
     With `policy` (a checkpoint trained elsewhere, e.g. on replay of recorded sweeps that held
@@ -319,7 +320,7 @@ def run_agents(out: Path, deadline: float, iterations: int, budget: int,
                       Contender("untrained", "marl"), Contender("random", "random")]
         if "single" in ckpts:
             contenders.append(Contender("single", "marl", ckpts["single"], agents="single"))
-        for name in AGENT_HELDOUT:
+        for name in heldout:
             recorded = min(r["time_ms"] for r in read_sweep(
                 ROOT / f"benchmarks/data/nvidia-h200/{name}.json.gz")["records"] if r.get("ok"))
             runs: dict[str, list] = {}
@@ -364,6 +365,8 @@ def main() -> None:
                     help="compare this checkpoint on the held-out operators; skip training")
     ap.add_argument("--agent-single-policy", default=None,
                     help="with --agent-policy: the single-agent checkpoint to compare as well")
+    ap.add_argument("--agent-heldout", default=",".join(AGENT_HELDOUT),
+                    help="comma-separated operators the policies are compared on")
     ap.add_argument("--tests-k", default=None, help="pytest -k selection for the GPU tests")
     ap.add_argument("--search-problems", default="", help="comma-separated files (part search)")
     ap.add_argument("--search-strategy", default="genetic")
@@ -430,7 +433,7 @@ def main() -> None:
             elif part == "agents":
                 run_agents(out, deadline - 20, args.agent_iterations, args.agent_budget,
                            args.agent_profile_every, args.agent_policy,
-                           args.agent_single_policy)
+                           args.agent_single_policy, tuple(args.agent_heldout.split(",")))
             elif part == "throughput" and left > 70:
                 run_throughput(out, [ROOT / "tests/data/good/softmax_small.py",
                                      ROOT / "benchmarks/problems/norm_layernorm_odd.py"],
