@@ -352,3 +352,73 @@ def test_a_checkpoint_of_a_smaller_vocabulary_loads_with_its_heads_grown(tmp_pat
     assert torch.all(head.weight[2:4] == 0)
     old_bias = old["nets.memory.heads.memory_stages.bias"]
     assert torch.allclose(head.bias[2:4], old_bias[:2].mean().expand(2))
+
+
+@pytest.mark.parametrize("mode", ["multi", "single"])
+def test_a_checkpoint_from_before_a_slot_was_added_loads(mode):
+    """A slot added to a template (the split template's config.out_grid) adds a head, context
+    columns and one observation column per agent, inside the decision order: a policy trained
+    before must load, with the same trunk activations, critic values and logits on the slots it
+    knew, the new slot's observation column having no effect until fine-tuning."""
+    from cuda_agent.agents.checkpoint import grown_state
+    from cuda_agent.agents.observe import GLOBAL_STATE_DIM, OBS_DIM
+    from cuda_agent.agents.policy import CTX_DIM
+
+    torch.manual_seed(1)
+    trained = MultiAgentPolicy(mode)
+    slot = "config.out_grid"
+    j = SLOT_ORDER.index(slot)
+    ctx_keep = [c for c in range(CTX_DIM)
+                if not SLOT_OFFSETS[j] <= c < SLOT_OFFSETS[j + 1]]
+    obs_col = OBS_DIM - len(SLOT_ORDER) + j  # the slot's config feature
+    state_col = GLOBAL_STATE_DIM - len(SLOT_ORDER) + j
+    hidden = trained.hidden
+    old = {}
+    for key, v in trained.state_dict().items():
+        if "heads.config_out_grid." in key:
+            continue
+        if ".heads." in key and key.endswith(".weight"):
+            v = torch.cat([v[:, :hidden], v[:, [hidden + c for c in ctx_keep]]], dim=1)
+        if key.endswith("trunk.0.weight"):
+            v = torch.cat([v[:, :obs_col], v[:, obs_col + 1:]], dim=1)
+        if key == "critic.0.weight":
+            v = torch.cat([v[:, :state_col], v[:, state_col + 1:]], dim=1)
+        old[key] = v.clone()
+    vocab = {s: list(values(s)) for s in SLOT_ORDER if s != slot}
+    grown = MultiAgentPolicy(mode)
+    with pytest.raises(RuntimeError):
+        grown.load_state_dict(old)
+    grown.load_state_dict(grown_state(old, grown, vocab))
+    obs = torch.randn(OBS_DIM)
+    state = torch.randn(GLOBAL_STATE_DIM)
+    ctx = torch.zeros(CTX_DIM)
+    ctx[ctx_keep[::3]] = 1.0
+    # the old policy's own inputs: the same vectors without the new slot's column
+    for g in trained.groups:
+        h_new = grown.nets[g].trunk(torch.cat([obs[:obs_col], torch.tensor([0.7]),
+                                               obs[obs_col + 1:]]))
+        h_ref = torch.tanh(torch.nn.functional.linear(
+            torch.cat([obs[:obs_col], obs[obs_col + 1:]]), old[f"nets.{g}.trunk.0.weight"],
+            old[f"nets.{g}.trunk.0.bias"]))
+        h_ref = trained.nets[g].trunk[3](trained.nets[g].trunk[2](h_ref))
+        assert torch.allclose(h_new, h_ref, atol=1e-5), g
+        for s in grown.groups[g]:
+            if s != slot:
+                assert torch.allclose(trained.nets[g].logits(h_ref, ctx, s),
+                                      grown.nets[g].logits(h_ref, ctx, s), atol=1e-5), s
+    v_ref = torch.nn.functional.linear(torch.cat([state[:state_col], state[state_col + 1:]]),
+                                       old["critic.0.weight"], old["critic.0.bias"])
+    v_ref = trained.critic[1:](v_ref)
+    v_new = grown.critic(torch.cat([state[:state_col], torch.tensor([-0.4]),
+                                    state[state_col + 1:]]))
+    assert torch.allclose(v_ref, v_new, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "benchmarks" / "policies")
+                                        .glob("*.pt")))
+def test_the_shipped_policies_load_with_this_build(name):
+    """The committed checkpoints are what `tune --policy` and the GPU comparisons use: a
+    template change that orphans them must fail here, not on the GPU machine."""
+    from cuda_agent.agents import checkpoint
+
+    checkpoint.policy_from(checkpoint.load(ROOT / "benchmarks" / "policies" / name))

@@ -99,8 +99,15 @@ def grown_state(old: dict[str, torch.Tensor], policy: MultiAgentPolicy,
     hidden = policy.hidden
     col_map = [(hidden + int(old_off[j]) + i, hidden + int(SLOT_OFFSETS[j]) + k)
                for j, s in enumerate(SLOT_ORDER) for i, k in enumerate(where[s])]
+    # slots the checkpoint knew, in its decision order (slots are only appended to an agent,
+    # so a new one sits inside SLOT_ORDER: the observation's per-slot columns move)
+    old_slots = (list(old_vocab) if old_vocab else
+                 [s for s in SLOT_ORDER if old_size[s] > 0])
     out = {}
     for key, value in new.items():
+        if key in old and old[key].shape != value.shape and key in input_layers(policy):
+            out[key] = grown_inputs(old[key], value, old_slots)
+            continue
         slot = next((s for s in SLOT_ORDER if key.startswith(head_key[s] + ".")), None)
         if slot is None or key not in old:
             out[key] = old[key] if key in old else value
@@ -116,3 +123,24 @@ def grown_state(old: dict[str, torch.Tensor], policy: MultiAgentPolicy,
                 grown[rows, c_new] = src[:, c_old]
         out[key] = grown
     return out
+
+
+def input_layers(policy: MultiAgentPolicy) -> set[str]:
+    """The weights that read an observation (agents' trunks) or the global state (critic)."""
+    return {k for k in policy.state_dict() if k.endswith("trunk.0.weight")} | {"critic.0.weight"}
+
+
+def grown_inputs(src: torch.Tensor, value: torch.Tensor, old_slots: list[str]) -> torch.Tensor:
+    """An input layer trained on observations with fewer slots: every observation ends with one
+    column per slot (`observe.config_features`), so the columns before them are copied and each
+    old slot's column moves to its place; a new slot's column starts at zero (no effect)."""
+    from .vocab import SLOT_ORDER
+
+    prefix = value.shape[1] - len(SLOT_ORDER)
+    if src.shape[0] != value.shape[0] or src.shape[1] != prefix + len(old_slots):
+        raise ValueError("the observation layout differs beyond added slots")
+    grown = torch.zeros_like(value)
+    grown[:, :prefix] = src[:, :prefix]
+    for i, s in enumerate(old_slots):
+        grown[:, prefix + SLOT_ORDER.index(s)] = src[:, prefix + i]
+    return grown
