@@ -18,10 +18,10 @@ from ..slots import Launch, Rendered, Slot, Target
 from .base import (Code, Template, block_combine, pow2_ceil, pow2_choices,
                    smem_for_combine)
 from .total import CROSS, Totals
-from .rowcommon import (bind_reducers, carve_dynamic, cluster_combine, emit_new_row_values,
-                        make_passes, online_merge, online_pair, online_update, operand_roles,
-                        pass_extras, welford_finish, welford_merge, welford_update,
-                        pass_roots)
+from .rowcommon import (bind_reducers, carve_dynamic, cluster_combine, cluster_combine_state,
+                        combine_state, emit_new_row_values, make_passes, online_pair,
+                        online_state, online_update, operand_roles, pass_extras,
+                        pass_roots, welford_finish, welford_state, welford_update)
 
 MAX_CACHED_REGS = 64  # floats per thread kept in registers across passes
 CLUSTERS = (1, 2, 4, 8)  # 8: the largest portable cluster
@@ -330,10 +330,9 @@ class RowTemplate(Template):
             c.close()  # for j
             if p.welford_shift is not None:
                 c(welford_finish())
-                _welford_combine(c, T, G)
+                combine_state(c, welford_state(), T)
                 if CL > 1:
-                    _cluster_welford_combine(c, CL, slot)
-                    slot += 3
+                    slot = cluster_combine_state(c, welford_state(), CL, slot)
                 sm, sv = p.online
                 c(f"const float s{sm} = wf_n * wf_m;")  # the sum, then the mean from it as planned
                 row_bound[sm] = f"s{sm}"
@@ -345,10 +344,9 @@ class RowTemplate(Template):
                 row_bound[sv] = f"s{sv}"
                 done.add(sv)
             elif p.online:
-                _online_combine(c, T, G, fast)
+                combine_state(c, online_state(fast), T)
                 if CL > 1:
-                    _cluster_online_combine(c, CL, slot, fast)
-                    slot += 2
+                    slot = cluster_combine_state(c, online_state(fast), CL, slot)
                 m, s = p.online
                 c(f"const float s{m} = om;", f"const float s{s} = os;")
                 row_bound[m], row_bound[s] = f"s{m}", f"s{s}"
@@ -407,76 +405,6 @@ def pass_hint(load: str, per_pass: list[set[int]], pi: int, nid: int,
         return cg.HINTS[load]
     again = shared or any(nid in s for s in per_pass[pi + 1:])
     return cg.HINTS["keep" if again else "stream"]
-
-
-def _online_combine(c: Code, T: int, G: int, fast: bool) -> None:
-    if T == 1:
-        return
-    off = min(T, 32) // 2
-    while off >= 1:
-        c(f"{{ const float qm_ = __shfl_xor_sync(0xffffffffu, om, {off}, {min(T, 32)}); "
-          f"const float qs_ = __shfl_xor_sync(0xffffffffu, os, {off}, {min(T, 32)}); "
-          + online_merge("om", "os", "qm_", "qs_", fast) + " }")
-        off //= 2
-    if T > 32:
-        W = T // 32
-        c("__syncthreads();")
-        c(f"if ((lane & 31) == 0) {{ ca_red[grp * {W} + (lane >> 5)] = om; "
-          f"ca_red2[grp * {W} + (lane >> 5)] = os; }}")
-        c("__syncthreads();")
-        c("om = -CA_INF; os = 0.f;")
-        c(f"for (int w_ = 0; w_ < {W}; ++w_) {{ const float qm_ = ca_red[grp * {W} + w_]; "
-          f"const float qs_ = ca_red2[grp * {W} + w_]; " + online_merge("om", "os", "qm_", "qs_", fast)
-          + " }")
-        c("__syncthreads();")
-
-
-def _welford_combine(c: Code, T: int, G: int) -> None:
-    """Every thread of a row group ends with the group's (wf_n, wf_m, wf_q): shuffles within a
-    warp, then the warps' parts through shared memory, merged in warp order."""
-    if T == 1:
-        return
-    off = min(T, 32) // 2
-    while off >= 1:
-        c(f"{{ const float qn_ = __shfl_xor_sync(0xffffffffu, wf_n, {off}, {min(T, 32)}); "
-          f"const float qm_ = __shfl_xor_sync(0xffffffffu, wf_m, {off}, {min(T, 32)}); "
-          f"const float qq_ = __shfl_xor_sync(0xffffffffu, wf_q, {off}, {min(T, 32)}); "
-          + welford_merge("qn_", "qm_", "qq_") + " }")
-        off //= 2
-    if T > 32:
-        W = T // 32
-        c("__syncthreads();")
-        c(f"if ((lane & 31) == 0) {{ ca_red[grp * {W} + (lane >> 5)] = wf_n; "
-          f"ca_red2[grp * {W} + (lane >> 5)] = wf_m; ca_red3[grp * {W} + (lane >> 5)] = wf_q; }}")
-        c("__syncthreads();")
-        c("wf_n = 0.f; wf_m = 0.f; wf_q = 0.f;")
-        c(f"for (int w_ = 0; w_ < {W}; ++w_) {{ const float qn_ = ca_red[grp * {W} + w_]; "
-          f"const float qm_ = ca_red2[grp * {W} + w_]; const float qq_ = ca_red3[grp * {W} + w_]; "
-          + welford_merge("qn_", "qm_", "qq_") + " }")
-        c("__syncthreads();")
-
-
-def _cluster_welford_combine(c: Code, CL: int, slot: int) -> None:
-    """The (wf_n, wf_m, wf_q) parts of the cluster's blocks, merged in rank order in every
-    block."""
-    c(f"if (threadIdx.x == 0) {{ ca_cl[{slot}] = wf_n; ca_cl[{slot + 1}] = wf_m; "
-      f"ca_cl[{slot + 2}] = wf_q; }}", "ca_cluster_sync();", "wf_n = 0.f; wf_m = 0.f; wf_q = 0.f;")
-    c.open(f"for (unsigned r_ = 0; r_ < {CL}u; ++r_)")
-    c(f"const float* q_ = ca_cluster_peer(ca_cl, r_); const float qn_ = q_[{slot}], "
-      f"qm_ = q_[{slot + 1}], qq_ = q_[{slot + 2}];")
-    c(welford_merge("qn_", "qm_", "qq_"))
-    c.close()
-
-
-def _cluster_online_combine(c: Code, CL: int, slot: int, fast: bool) -> None:
-    """The online softmax's (max, sum) pair over the cluster's blocks, as `_cluster_combine`."""
-    c(f"if (threadIdx.x == 0) {{ ca_cl[{slot}] = om; ca_cl[{slot + 1}] = os; }}",
-      "ca_cluster_sync();", "om = -CA_INF; os = 0.f;")
-    c.open(f"for (unsigned r_ = 0; r_ < {CL}u; ++r_)")
-    c(f"const float* q_ = ca_cluster_peer(ca_cl, r_); const float qm_ = q_[{slot}], "
-      f"qs_ = q_[{slot + 1}];")
-    c(online_merge("om", "os", "qm_", "qs_", fast))
-    c.close()
 
 
 def _segment(plan: KernelPlan, cfg: dict[str, Any]) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from ...ir.plan import KernelPlan
 from .. import codegen as cg
@@ -227,6 +228,70 @@ def online_merge(m: str, s: str, om: str, os_: str, fast: bool) -> str:
     return (f"{{ const float nm_ = ca_max({m}, {om}); "
             f"{s} = ({m} == -CA_INF ? 0.f : {s} * {ex}({m} - nm_)) + "
             f"({om} == -CA_INF ? 0.f : {os_} * {ex}({om} - nm_)); {m} = nm_; }}")
+
+
+@dataclass(frozen=True)
+class PartialState:
+    """A thread's partial result held in several floats with an associative, ordered merge:
+    the online softmax's (max, sum of exponentials), Welford's (count, mean, squared
+    deviations). `merge(other)` is code merging the part named `other` into `names`."""
+
+    names: tuple[str, ...]
+    reset: str  # the empty part
+    merge: Callable[[tuple[str, ...]], str]
+
+
+def welford_state() -> PartialState:
+    return PartialState(("wf_n", "wf_m", "wf_q"), "wf_n = 0.f; wf_m = 0.f; wf_q = 0.f;",
+                        lambda q: welford_merge(*q))
+
+
+def online_state(fast: bool) -> PartialState:
+    return PartialState(("om", "os"), "om = -CA_INF; os = 0.f;",
+                        lambda q: online_merge("om", "os", q[0], q[1], fast))
+
+
+def combine_state(c, st: PartialState, T: int) -> None:
+    """Every thread of a row group (T lanes) ends with the group's merged state: shuffles
+    within a warp, then the warps' parts through shared memory (ca_red, ca_red2, ...: one
+    array per float of the state), merged in warp order."""
+    if T == 1:
+        return
+    q = tuple(f"q{i}_" for i in range(len(st.names)))
+    width = min(T, 32)
+    off = width // 2
+    while off >= 1:
+        c("{ " + " ".join(f"const float {t} = __shfl_xor_sync(0xffffffffu, {v}, {off}, {width});"
+                          for t, v in zip(q, st.names)) + " " + st.merge(q) + " }")
+        off //= 2
+    if T > 32:
+        W = T // 32
+        arrays = [f"ca_red{i + 1 if i else ''}" for i in range(len(st.names))]
+        c("__syncthreads();")
+        c("if ((lane & 31) == 0) { " + " ".join(f"{a}[grp * {W} + (lane >> 5)] = {v};"
+                                                for a, v in zip(arrays, st.names)) + " }")
+        c("__syncthreads();")
+        c(st.reset)
+        c(f"for (int w_ = 0; w_ < {W}; ++w_) {{ " +
+          " ".join(f"const float {t} = {a}[grp * {W} + w_];" for t, a in zip(q, arrays)) +
+          " " + st.merge(q) + " }")
+        c("__syncthreads();")
+
+
+def cluster_combine_state(c, st: PartialState, CL: int, slot: int) -> int:
+    """The state over the cluster's CL blocks, merged in rank order in every block (each
+    publishes its part in shared-memory slots read through distributed shared memory).
+    Returns the next free slot."""
+    q = tuple(f"q{i}_" for i in range(len(st.names)))
+    c("if (threadIdx.x == 0) { " + " ".join(f"ca_cl[{slot + i}] = {v};"
+                                            for i, v in enumerate(st.names)) + " }",
+      "ca_cluster_sync();", st.reset)
+    c.open(f"for (unsigned r_ = 0; r_ < {CL}u; ++r_)")
+    c("const float* p_ = ca_cluster_peer(ca_cl, r_); " +
+      " ".join(f"const float {t} = p_[{slot + i}];" for i, t in enumerate(q)))
+    c(st.merge(q))
+    c.close()
+    return slot + len(st.names)
 
 
 def bind_reducers(c, reducers: list[Reducer], row_bound: dict[int, str], done: set[int]) -> None:
