@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 SECTIONS = ("SpeedOfLight", "MemoryWorkloadAnalysis", "Occupancy", "LaunchStats",
-            "WarpStateStats", "SchedulerStats")
+            "WarpStateStats", "SchedulerStats", "ComputeWorkloadAnalysis", "InstructionStats")
 
 COMPILED_RUN = r"""
 import sys, torch
