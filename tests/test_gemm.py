@@ -372,7 +372,9 @@ def test_generated_tensor_core_gemm_matches_torch(name):
     picked = [sp.default()] if sp.template_of(sp.default()).name == "gemm_tc" else []
     for pred in (lambda c: c["reduction.split"] > 1, lambda c: c["compute.unroll"] == "full",
                  lambda c: c["memory.stages"] == 2, lambda c: c["memory.stages"] == 4,
-                 lambda c: c["config.warp"] == "64x64", lambda c: c["config.raster"] == 8):
+                 lambda c: c["config.warp"] == "64x64", lambda c: c["config.raster"] == 8,
+                 lambda c: c["compute.fresh"] == 16,
+                 lambda c: c["compute.fresh"] == 16 and c["memory.bk"] == 16):
         some = [c for c in tc if pred(c) and c["config.bm"] * c["config.bn"] <= 128 * 128]
         picked += rng.sample(some, 1) if some else []
     assert len(picked) >= 3
@@ -380,6 +382,17 @@ def test_generated_tensor_core_gemm_matches_torch(name):
         err = cpu_exec.max_rel_error(sp.render(cfg), [xs[k].numpy() for k in plan.operands],
                                      want)
         assert err < 1e-5, (cfg.short(), err)
+
+
+def test_fresh_16_sums_two_steps_per_partial():
+    """compute.fresh 16: six mma (two 8-deep steps) per fresh partial, then one rounded add."""
+    sp = Space.for_plan(plan_of(lambda a, b: a @ b, (256, 128), (128, 192)), Target())
+    for fresh, mmas in ((8, 3), (16, 6)):
+        cfg = next(c for c in tc_configs(sp) if c["compute.fresh"] == fresh)
+        src = sp.render(cfg).source
+        body = src[src.index("float p_[4]"):src.index("acc[i][j][0] += p_[0]")]
+        assert body.count("ca_mma_tf32(p_,") == mmas, (fresh, body)
+        assert f"kk += {fresh})" in src
 
 
 @pytest.mark.skipif(not cpu_exec.available(), reason="needs g++ for the CPU emulator")

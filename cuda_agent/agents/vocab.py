@@ -57,6 +57,7 @@ VOCAB: dict[str, tuple[Any, ...]] = {
     "compute.tn": (4, 8),
     "compute.minblocks": (1, 2),
     "config.out_grid": ("chunks", "tiles"),
+    "compute.fresh": (8, 16),
 }
 # Decision order: the template first (it decides which other slots exist), then by agent.
 SLOT_ORDER: tuple[str, ...] = (SCOPE_SLOT,) + tuple(

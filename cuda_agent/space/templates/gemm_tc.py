@@ -82,7 +82,9 @@ def _layout(plan: KernelPlan, cfg: dict[str, Any]) -> dict[str, Any]:
 
 class GemmTensorCoreTemplate(Template):
     name = "gemm_tc"
-    version = "1"
+    version = "2"
+    # v2: compute.fresh (v1 summed every 8-deep step apart)
+    legacy = {"compute.fresh": 8}
 
     def applies(self, plan: KernelPlan) -> bool:
         return plan.kind in ("gemm", "conv")
@@ -100,6 +102,10 @@ class GemmTensorCoreTemplate(Template):
                                                         "(loads overlap the previous step's "
                                                         "mma), one at a time (fewer registers) "
                                                         "or two at a time"),
+            Slot("compute.fresh", (8, 16),
+                 "K depth the tensor core sums into a fresh partial before the rounded fp32 "
+                 "add into the total (16: half the adds and their waits on the mma, twice the "
+                 "truncating accumulations per partial, more live fragments)"),
             Slot("reduction.split", (1, 2, 4, 8, 16, 32, 64),
                  "blocks sharing one tile's K (split-K)"),
         ]
@@ -177,6 +183,7 @@ class _TensorCoreWriter(_GemmWriter):
         # "none": one 8-deep step at a time (fewer live fragments: no spills at big warp tiles)
         self.kk_unroll = {"full": "#pragma unroll", "none": "#pragma unroll 1"}.get(
             self.unroll, f"#pragma unroll {self.unroll}")
+        self.FRESH = cfg["compute.fresh"] // 8  # 8-deep steps per fresh partial sum
         self.SPLIT = cfg["reduction.split"]
         self.idx_t = "int" if _max_offset(g, plan) * self.SPLIT < 2**31 - 2**20 else "long long"
         self.minblocks = 1
@@ -400,7 +407,9 @@ class _TensorCoreWriter(_GemmWriter):
     def multiply(self, c: Code, buf: str) -> None:
         """One K slice: per 8-deep step, split this warp's A fragments (kept for the step) and
         each column tile's B fragment, three mma per tile into a fresh partial sum, then a
-        rounded fp32 add into the accumulator."""
+        rounded fp32 add into the accumulator. With `compute.fresh` 16, two 8-deep steps go
+        into one partial (fragments of both steps live at once; step f's named with suffix
+        f, the first step's names those of the 8-deep form)."""
         def a_at(m: str, k: str) -> str:
             return f"({m}) * {self.LDA} + ({k})" if self.a_rowk else \
                 f"({k}) * {self.LDA} + ({m})"
@@ -409,32 +418,38 @@ class _TensorCoreWriter(_GemmWriter):
             return f"({n}) * {self.LDB} + ({k})" if self.b_rowk else \
                 f"({k}) * {self.LDB} + ({n})"
 
+        steps = [("", "kk")] + [(str(f), f"kk + {8 * f}") for f in range(1, self.FRESH)]
         c.open("")
         c(f"const float* a_ = As + ({buf}) * {self.A_STAGE};",
           f"const float* b_ = Bs + ({buf}) * {self.B_STAGE};")
         c(self.kk_unroll)
-        c.open(f"for (int kk = 0; kk < {self.BK}; kk += 8)")
-        c(f"unsigned ab_[{self.MT}][4], as_[{self.MT}][4];")
+        c.open(f"for (int kk = 0; kk < {self.BK}; kk += {8 * self.FRESH})")
+        for sfx, _ in steps:
+            c(f"unsigned ab{sfx}_[{self.MT}][4], as{sfx}_[{self.MT}][4];")
         c("#pragma unroll")
         c.open(f"for (int i = 0; i < {self.MT}; ++i)")
         c("const int r_ = wm_ + i * 16 + g_;")
-        for q, (m, k) in enumerate((("r_", "kk + t_"), ("r_ + 8", "kk + t_"),
-                                    ("r_", "kk + t_ + 4"), ("r_ + 8", "kk + t_ + 4"))):
-            c(f"ca_split_tf32(a_[{a_at(m, k)}], ab_[i][{q}], as_[i][{q}]);")
+        for sfx, k0 in steps:
+            for q, (m, k) in enumerate((("r_", f"{k0} + t_"), ("r_ + 8", f"{k0} + t_"),
+                                        ("r_", f"{k0} + t_ + 4"), ("r_ + 8", f"{k0} + t_ + 4"))):
+                c(f"ca_split_tf32(a_[{a_at(m, k)}], ab{sfx}_[i][{q}], as{sfx}_[i][{q}]);")
         c.close()
         c("#pragma unroll")
         c.open(f"for (int j = 0; j < {self.NTL}; ++j)")
-        c("unsigned bb_[2], bs_[2];", "const int n_ = wn_ + j * 8 + g_;",
-          f"ca_split_tf32(b_[{b_at('kk + t_', 'n_')}], bb_[0], bs_[0]);",
-          f"ca_split_tf32(b_[{b_at('kk + t_ + 4', 'n_')}], bb_[1], bs_[1]);")
+        c("const int n_ = wn_ + j * 8 + g_;")
+        for sfx, k0 in steps:
+            c(f"unsigned bb{sfx}_[2], bs{sfx}_[2];",
+              f"ca_split_tf32(b_[{b_at(f'{k0} + t_', 'n_')}], bb{sfx}_[0], bs{sfx}_[0]);",
+              f"ca_split_tf32(b_[{b_at(f'{k0} + t_ + 4', 'n_')}], bb{sfx}_[1], bs{sfx}_[1]);")
         c("#pragma unroll")
         c.open(f"for (int i = 0; i < {self.MT}; ++i)")
         c("// the tensor core truncates as it adds: sum the step apart, then round into acc",
-          "float p_[4] = {0.f, 0.f, 0.f, 0.f};",
-          "ca_mma_tf32(p_, as_[i], bb_);",
-          "ca_mma_tf32(p_, ab_[i], bs_);",
-          "ca_mma_tf32(p_, ab_[i], bb_);",
-          "acc[i][j][0] += p_[0]; acc[i][j][1] += p_[1];",
+          "float p_[4] = {0.f, 0.f, 0.f, 0.f};")
+        for sfx, _ in steps:
+            c(f"ca_mma_tf32(p_, as{sfx}_[i], bb{sfx}_);",
+              f"ca_mma_tf32(p_, ab{sfx}_[i], bs{sfx}_);",
+              f"ca_mma_tf32(p_, ab{sfx}_[i], bb{sfx}_);")
+        c("acc[i][j][0] += p_[0]; acc[i][j][1] += p_[1];",
           "acc[i][j][2] += p_[2]; acc[i][j][3] += p_[3];")
         c.close().close().close().close()
 
