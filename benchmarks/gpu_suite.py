@@ -154,7 +154,8 @@ def recorded_best(name: str, n: int, vary: dict[str, list] | None = None) -> lis
 
 # configurations that differ only in these slots count as one seed shape (the model barely
 # tells pipeline depths, unrolling or cache hints apart)
-SEED_SHAPE = {"gemm_tc": ("config.bm", "config.bn", "config.warp", "memory.bk", "reduction.split"),
+SEED_SHAPE = {"gemm_tc": ("config.bm", "config.bn", "config.warp", "memory.bk", "reduction.split",
+                          "compute.fresh"),
               "gemm": ("config.bm", "config.bn", "config.warp", "memory.bk", "reduction.split"),
               "attention_tc": ("config.bm", "memory.bk", "memory.stages", "compute.fastmath")}
 SEED_SHAPE_DEFAULT = ("config.cluster", "config.block", "config.tpr", "memory.cache",
@@ -207,9 +208,9 @@ def template_seeds(path: Path, template: str, n: int,
     # tiles, 3-4 slices in flight, the step loop rolled), in their K-slice variants
     proto = [{"config.bm": bm, "config.bn": bn, "config.warp": "64x64", "memory.bk": bk,
               "memory.stages": st, "compute.unroll": "none", "reduction.split": 1,
-              "config.raster": 8, "reduction.scope": "gemm_tc"}
+              "config.raster": 8, "reduction.scope": "gemm_tc", "compute.fresh": fr}
              for bm, bn in ((128, 128), (256, 128), (128, 256)) for st in (3, 4)
-             for bk in (32, 16)] if template == "gemm_tc" else []
+             for bk in (32, 16) for fr in (8, 16)] if template == "gemm_tc" else []
     proto = [c for c in proto if all(c.get(k) in vs for k, vs in (where or {}).items())]
     return proto + picked[:max(0, n - len(proto))]
 
