@@ -170,9 +170,11 @@ def simulate_gemm_tc(rendered: Rendered, resources: dict | None, target: Target
     mt, nt = wm // 16, wn // 8
     warp_steps = blocks * (bm // wm) * (bn // wn) * (k_pad // 8)
     # per warp and step: 3 mma per tile on the tensor pipe; splits (2 cvt + 1 sub per
-    # fragment value), 4 partial-sum adds per tile and the fragment loads on the others
+    # fragment value), 4 partial-sum adds per tile per fresh partial (one partial spans
+    # `fresh_steps` 8-deep steps) and the fragment loads on the others
     mma_clk = 3 * mt * nt * 2048 / (MMA_SYNC_TF32_FLOPS / (target.sm_count * clk))
-    alu_instr = 3 * (4 * mt + 2 * nt) + 4 * mt * nt + (4 * mt + 2 * nt) + 6
+    fresh = int(f.get("fresh_steps", 1))
+    alu_instr = 3 * (4 * mt + 2 * nt) + 4 * mt * nt / fresh + (4 * mt + 2 * nt) + 6
     alu_clk = alu_instr / 4  # four schedulers per SM, one warp-instruction per clock each
     warps_sm = blocks_sm * threads // 32
     # the tensor and ALU pipes overlap across warps; few warps (or a rolled step) expose both
