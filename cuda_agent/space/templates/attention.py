@@ -238,7 +238,7 @@ class _AttentionWriter:
 
     # -- the kernel ------------------------------------------------------------------------------
     def render(self) -> Rendered:
-        plan, i = self.plan, self.info
+        plan = self.plan
         c = Code()
         c(cg.PRELUDE)
         c.open(f'extern "C" __global__ void __launch_bounds__({self.NT}) '
@@ -450,11 +450,16 @@ class _AttentionWriter:
         blocks = -(-i.Sq // self.BQ) * i.batch
         return Launch("ca_attention", (blocks, 1, 1), (self.NT, 1, 1), self.lay["bytes"])
 
+    def kv_tiles(self) -> int:
+        """Key/value tiles the blocks visit (a causal block stops at its diagonal)."""
+        i = self.info
+        return sum(-(-(min(i.Sk, (q + 1) * self.BQ) if i.causal else i.Sk) // self.BK)
+                   for q in range(-(-i.Sq // self.BQ))) * i.batch
+
     def facts(self) -> tuple[tuple[str, Any], ...]:
         i = self.info
         nqt = -(-i.Sq // self.BQ)
-        tiles = sum(-(-(min(i.Sk, (q + 1) * self.BQ) if i.causal else i.Sk) // self.BK)
-                    for q in range(nqt)) * i.batch
+        tiles = self.kv_tiles()
         return (("family", "attention"), ("threads", self.NT), ("blocks", nqt * i.batch),
                 ("bq", self.BQ), ("g", self.G), ("bk", self.BK), ("stages", self.ST),
                 ("vec", self.VEC), ("pad", self.cfg["memory.pad"]),

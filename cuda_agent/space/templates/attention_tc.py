@@ -22,7 +22,7 @@ from typing import Any
 from ...ir.attention import AttentionInfo
 from ...ir.plan import KernelPlan
 from .. import codegen as cg
-from ..slots import Launch, Rendered, Slot, Target
+from ..slots import Rendered, Slot, Target
 from .attention import _AttentionWriter, _vec_ok
 from .base import Code, Template
 from .gemm_tc import MMA
@@ -282,16 +282,10 @@ class _TensorCoreAttentionWriter(_AttentionWriter):
         c(f"out[n0] = {names[plan.output]};")
         c.close().close().close()
 
-    def launch(self) -> Launch:
-        i = self.info
-        blocks = -(-i.Sq // self.BQ) * i.batch
-        return Launch("ca_attention", (blocks, 1, 1), (self.NT, 1, 1), self.lay["bytes"])
-
     def facts(self) -> tuple[tuple[str, Any], ...]:
         i = self.info
         nqt = -(-i.Sq // self.BQ)
-        tiles = sum(-(-(min(i.Sk, (q + 1) * self.BQ) if i.causal else i.Sk) // self.BK)
-                    for q in range(nqt)) * i.batch
+        tiles = self.kv_tiles()
         return (("family", "attention"), ("mma", "tf32x3"), ("threads", self.NT),
                 ("blocks", nqt * i.batch), ("bq", self.BQ), ("g", 2), ("bk", self.BK),
                 ("stages", self.ST), ("vec", self.VEC), ("pad", PAD), ("cache", "smem"),
