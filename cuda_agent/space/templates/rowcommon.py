@@ -34,13 +34,20 @@ def online_softmax_pair(plan: KernelPlan, extras: bool = True) -> tuple[int, int
     return pair
 
 
-def _online_softmax_pair(plan: KernelPlan) -> tuple[int, int, int] | None:
+def _second_level_sum(plan: KernelPlan):
+    """The second level's reduction when it is alone there and a sum (both online pairs end
+    in one), else None."""
     if len(plan.levels) < 2 or len(plan.levels[1]) != 1:
         return None
-    g = plan.graph
-    s = g[plan.levels[1][0]]
-    if s.attr("kind") != "sum":
+    n = plan.graph[plan.levels[1][0]]
+    return n if n.attr("kind") == "sum" else None
+
+
+def _online_softmax_pair(plan: KernelPlan) -> tuple[int, int, int] | None:
+    s = _second_level_sum(plan)
+    if s is None:
         return None
+    g = plan.graph
     e = g[s.args[0]]
     if e.op != "exp":
         return None
@@ -61,12 +68,10 @@ def welford_pair(plan: KernelPlan) -> tuple[int, int, int, int] | None:
 
 
 def _welford_pair(plan: KernelPlan) -> tuple[int, int, int, int] | None:
-    if len(plan.levels) < 2 or len(plan.levels[1]) != 1:
+    v = _second_level_sum(plan)
+    if v is None:
         return None
     g = plan.graph
-    v = g[plan.levels[1][0]]
-    if v.attr("kind") != "sum":
-        return None
     sq = g[v.args[0]]
     squares = (sq.op == "mul" and sq.args[0] == sq.args[1]) or \
         (sq.op == "pow_scalar" and sq.attr("exponent") == 2.0)
