@@ -131,6 +131,12 @@ class Space:
                     d[slot.name] = t.legacy[slot.name]
                 else:
                     d[slot.name] = ABSENT
+        # in its canonical form: a slot that a later version found to have no effect there
+        # (the row loop's unrolling where the loop is unrolled whole) folds onto its twin
+        try:
+            d.update(t.canonical(self.plan, {k: v for k, v in d.items() if k in own}))
+        except (KeyError, TypeError, ValueError):
+            return None
         cfg = Config.of({k: v for k, v in d.items() if k in {s.name for s in self.slots}})
         return cfg if cfg in self.index else None
 

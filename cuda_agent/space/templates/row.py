@@ -24,6 +24,7 @@ from .rowcommon import (bind_reducers, carve_dynamic, cluster_combine, cluster_c
                         pass_roots, welford_finish, welford_state, welford_update)
 
 MAX_CACHED_REGS = 64  # floats per thread kept in registers across passes
+FULL_UNROLL_CHUNKS = 8  # a row loop of at most this many chunks is always unrolled whole
 CLUSTERS = (1, 2, 4, 8)  # 8: the largest portable cluster
 # Launches of fewer blocks than half the SMs leave the GPU idle; on large problems such
 # configurations are hopeless (minutes of measuring for nothing), so they are not in the space.
@@ -96,8 +97,8 @@ class RowTemplate(Template):
             cfg["reduction.combine"] = "shfl"
         if plan.output_is_row:
             cfg["memory.store"] = "default"  # one value per row: no stream to hint
-        if cfg["memory.cache"] == "regs" or self._nch(plan, cfg) == 1:
-            cfg["compute.unroll"] = 1
+        if cfg["memory.cache"] == "regs" or self._nch(plan, cfg) <= FULL_UNROLL_CHUNKS:
+            cfg["compute.unroll"] = 1  # the loop is unrolled whole: the slot has no effect
         G = max(1, cfg["config.block"] // cfg["config.tpr"])
         rows_blocks = -(-plan.O // G)
         if rows_blocks <= target_blocks(cfg["config.block"]):
@@ -250,7 +251,7 @@ class RowTemplate(Template):
                 c("float om = -CA_INF, os = 0.f;")
             for r in pass_extras(p):
                 c(*r.declare())
-            if cache == "regs" or nch <= 8:
+            if cache == "regs" or nch <= FULL_UNROLL_CHUNKS:
                 c("#pragma unroll")
             else:
                 c(f"#pragma unroll {cfg['compute.unroll']}")
