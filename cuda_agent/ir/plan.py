@@ -25,7 +25,7 @@ from typing import Any
 
 from ..errors import UnsupportedError
 from .graph import INDEX_DTYPE, Graph, Node
-from .ops import is_elementwise, uses_transcendental
+from .ops import is_elementwise, render, uses_transcendental
 
 FMap = tuple  # tuple[int | None, ...]
 # Plan kind of a reduction over a leading and a trailing run of dims around a kept middle run
@@ -125,6 +125,19 @@ class KernelPlan:
 
     def uses_transcendental(self) -> bool:
         return any(uses_transcendental(n.op) for n in self.live_nodes())
+
+    def fast_math_matters(self) -> bool:
+        """Whether some computed node renders differently under fast math (__expf,
+        __fdividef, ...): where none does, a fast-math slot would only make twin kernels
+        (x ** 2 is x * x either way; erff has no fast form)."""
+        def differs(n: Node) -> bool:
+            if not is_elementwise(n.op):
+                return False
+            args = ["a_", "b_", "c_"][:len(n.args)]
+            return render(n.op, args, dict(n.attrs), True) != render(n.op, args, dict(n.attrs),
+                                                                     False)
+        return self.cached("fast_math_matters",
+                           lambda: any(differs(n) for n in self.live_nodes()))
 
     def is_index_output(self) -> bool:
         return self.out_dtype == INDEX_DTYPE

@@ -232,3 +232,14 @@ def pow2_choices(lo: int, hi: int) -> tuple[int, ...]:
         out.append(v)
         v *= 2
     return tuple(out)
+
+
+#: the H200's figures, for the choices a template makes without a target (`canonical`)
+DEFAULT_SM_COUNT, DEFAULT_MAX_THREADS = 132, 2048
+
+
+def persistent_grid(exact_blocks: int, block: int, sm_count: int = DEFAULT_SM_COUNT,
+                    max_threads: int = DEFAULT_MAX_THREADS) -> int:
+    """Blocks of a persistent (one full wave, thread-limited occupancy) grid-stride launch:
+    the exact grid when that is no larger (then `grid=persistent` is the same kernel)."""
+    return min(exact_blocks, sm_count * max(1, max_threads // block))

@@ -38,10 +38,6 @@ def _sizes(plan: KernelPlan) -> tuple[int, int, int]:
             math.prod(F[d] for d in trail))
 
 
-def _has_fast_ops(plan: KernelPlan) -> bool:
-    return plan.cached("fast_ops", lambda: plan.uses_transcendental() or any(
-        n.op == "div" for n in plan.graph.live()))
-
 
 def _vector_ok(plan: KernelPlan, vec: int) -> bool:
     """Every operand varying along the reduced dims reads VEC consecutive b with one load, or
@@ -113,7 +109,7 @@ class ChanTemplate(Template):
     def canonical(self, plan: KernelPlan, cfg: dict[str, Any]) -> dict[str, Any]:
         cfg = dict(cfg)
         A, C, B = _sizes(plan)
-        if not _has_fast_ops(plan):
+        if not plan.fast_math_matters():
             cfg["compute.fastmath"] = 0
         if plan.output_is_row:
             cfg["memory.store"] = "default"  # one value per channel: no stream to hint
@@ -124,6 +120,8 @@ class ChanTemplate(Template):
         passes = make_passes(plan, False)
         if len(passes) < 2 or not operand_roles(plan, passes).cached:
             cfg["memory.cache"] = "reload"
+        if cfg["memory.cache"] == "regs":
+            cfg["compute.unroll"] = 1  # a row kept in registers is always unrolled whole
         return cfg
 
     def check(self, plan: KernelPlan, cfg: dict[str, Any], target: Target) -> str | None:

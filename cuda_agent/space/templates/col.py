@@ -56,10 +56,6 @@ def _wave(threads: int, target: Target) -> int:
                                         target.max_threads_per_sm // threads))
 
 
-def _has_fast_ops(plan: KernelPlan) -> bool:
-    return plan.cached("fast_ops", lambda: plan.uses_transcendental() or any(
-        n.op == "div" for n in plan.graph.live()))
-
 
 def _dims(plan: KernelPlan) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
     """(dims of O, dims of R, dims of I)."""
@@ -110,7 +106,7 @@ class ColTemplate(Template):
                  "where the tile is kept between passes"),
             Slot("memory.load", ("default", "ldg", "stream"), "load cache hint"),
             Slot("compute.unroll", (1, 2, 4), "unroll of the loop over the reduced run"),
-            Slot("compute.fastmath", (0, 1) if _has_fast_ops(plan) else (0,),
+            Slot("compute.fastmath", (0, 1) if plan.fast_math_matters() else (0,),
                  "hardware approximations of exp/log/div"),
             Slot("compute.algo", ("passes", "online") if online_softmax_pair(plan, extras=False) else
                  ("passes",), "softmax: separate max and sum passes, or one online pass"),
@@ -136,7 +132,7 @@ class ColTemplate(Template):
         passes = make_passes(plan, cfg["compute.algo"] == "online")
         if len(passes) < 2 or not operand_roles(plan, passes).cached:
             cfg["memory.cache"] = "reload"
-        if not _has_fast_ops(plan):
+        if not plan.fast_math_matters():
             cfg["compute.fastmath"] = 0
         if cfg["config.by"] == 1:
             cfg["reduction.combine"] = "smem_tree"

@@ -142,6 +142,11 @@ class GemmTemplate(Template):
         tiles_n = -(-g.N // cfg["config.bn"])
         if tiles_m <= 1 or tiles_n <= 1:
             cfg["config.raster"] = 1
+        if cfg["memory.stages"] > 2:  # cp.async copies 16 bytes only along a shared row
+            if _a_along(g) != "m":
+                cfg["memory.vec_a"] = 1
+            if _b_along(g) != "n":
+                cfg["memory.vec_b"] = 1
         return cfg
 
     def check(self, plan: KernelPlan, cfg: dict[str, Any], target: Target) -> str | None:

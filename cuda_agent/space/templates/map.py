@@ -12,7 +12,7 @@ from typing import Any
 from ...ir.plan import KernelPlan
 from .. import codegen as cg
 from ..slots import Launch, Rendered, Slot, Target
-from .base import Code, Template
+from .base import Code, Template, persistent_grid
 
 
 class MapTemplate(Template):
@@ -38,10 +38,13 @@ class MapTemplate(Template):
 
     def canonical(self, plan: KernelPlan, cfg: dict[str, Any]) -> dict[str, Any]:
         cfg = dict(cfg)
-        if not plan.cached("transc", plan.uses_transcendental) and not _has_div(plan):
+        if not plan.fast_math_matters():
             cfg["compute.fastmath"] = 0
         if cfg["config.items"] == 1:
             cfg["compute.unroll"] = "full"
+        exact = _exact_blocks(plan, cfg)
+        if persistent_grid(exact, cfg["config.block"]) == exact:
+            cfg["config.grid"] = "exact"  # one wave holds the grid: the same launch
         return cfg
 
     def check(self, plan: KernelPlan, cfg: dict[str, Any], target: Target) -> str | None:
@@ -62,12 +65,11 @@ class MapTemplate(Template):
         unrolled = cfg["compute.unroll"] == "full"
         N = plan.numel
         NV = N // vec
-        tile = block * items
-        exact_blocks = max(1, -(-NV // tile))
+        exact_blocks = _exact_blocks(plan, cfg)
+        grid = exact_blocks
         if cfg["config.grid"] == "persistent":
-            grid = min(exact_blocks, target.sm_count * max(1, target.max_threads_per_sm // block))
-        else:
-            grid = exact_blocks
+            grid = persistent_grid(exact_blocks, block, target.sm_count,
+                                   target.max_threads_per_sm)
 
         group = cg.Group("n0", tuple(range(len(plan.full_shape))))
         operands = [(k, cg.operand_node(plan, k)) for k in plan.operands]
@@ -158,5 +160,8 @@ class MapTemplate(Template):
         return Rendered(c.text(), (Launch("ca_map", (grid, 1, 1), (block, 1, 1)),), facts=facts)
 
 
-def _has_div(plan: KernelPlan) -> bool:
-    return plan.cached("has_div", lambda: any(n.op == "div" for n in plan.graph.live()))
+
+def _exact_blocks(plan: KernelPlan, cfg: dict[str, Any]) -> int:
+    """Blocks of the exact grid: one tile of block x items vectors each."""
+    return max(1, -(-(plan.numel // cfg["memory.vec"]) //
+                    (cfg["config.block"] * cfg["config.items"])))

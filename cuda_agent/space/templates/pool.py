@@ -23,7 +23,7 @@ from ...ir.pool import PoolInfo, window_info
 from ...ir.plan import KernelPlan
 from .. import codegen as cg
 from ..slots import Launch, Rendered, Slot, Target
-from .base import Code, Template
+from .base import Code, Template, persistent_grid
 
 MAX_SPAN = 64  # registers one thread may hold for a shared window row
 MAX_WEIGHTS = 64  # registers one thread may hold for a depthwise convolution's weights
@@ -70,8 +70,7 @@ class PoolTemplate(Template):
         info = window_info(plan)
         if info.kind == "wsum":
             cfg["compute.unroll"] = "full"  # the weights are registers: indices must be static
-        if info.kind != "avg" and not plan.cached("transc", plan.uses_transcendental) \
-                and not _has_div(plan):
+        if info.kind != "avg" and not plan.fast_math_matters():
             cfg["compute.fastmath"] = 0
         if cfg["config.items"] == 1:
             cfg["memory.cache"] = "reload"  # one window: nothing to share
@@ -79,6 +78,9 @@ class PoolTemplate(Template):
             cfg["compute.unroll"] = "full"  # no outer window loop; the row loops must unroll
         if not (vector_loads(info, cfg) or vector_stores(info, cfg)):
             cfg["memory.vec"] = 1
+        exact = _exact_blocks(info, cfg)
+        if persistent_grid(exact, cfg["config.block"]) == exact:
+            cfg["config.grid"] = "exact"  # one wave holds the grid: the same launch
         return cfg
 
     def check(self, plan: KernelPlan, cfg: dict[str, Any], target: Target) -> str | None:
@@ -122,10 +124,11 @@ class PoolTemplate(Template):
         chunks = -(-OW // items)
         rows = info.planes * math.prod(info.out_spatial[:-1])
         T = rows * chunks
-        exact_blocks = max(1, -(-T // block))
+        exact_blocks = _exact_blocks(info, cfg)
         grid = exact_blocks
         if cfg["config.grid"] == "persistent":
-            grid = min(exact_blocks, target.sm_count * max(1, target.max_threads_per_sm // block))
+            grid = persistent_grid(exact_blocks, block, target.sm_count,
+                                   target.max_threads_per_sm)
 
         c = Code()
         c(cg.PRELUDE)
@@ -343,5 +346,9 @@ def _extent(info: PoolInfo, j: int) -> int:
     return (info.kernel[j] - 1) * info.dilation[j] + 1
 
 
-def _has_div(plan: KernelPlan) -> bool:
-    return plan.cached("has_div", lambda: any(n.op == "div" for n in plan.live_nodes()))
+
+def _exact_blocks(info: PoolInfo, cfg: dict[str, Any]) -> int:
+    """Blocks of the exact grid: a thread per `items` outputs of an output row."""
+    rows = info.planes * math.prod(info.out_spatial[:-1])
+    chunks = -(-info.out_spatial[-1] // cfg["config.items"])
+    return max(1, -(-(rows * chunks) // cfg["config.block"]))

@@ -31,10 +31,6 @@ CLUSTERS = (1, 2, 4, 8)  # 8: the largest portable cluster
 UNDERFILL_MIN_ELEMS = 1 << 20
 
 
-def _has_fast_ops(plan: KernelPlan) -> bool:
-    return plan.cached("fast_ops", lambda: plan.uses_transcendental() or any(
-        n.op == "div" for n in plan.graph.live()))
-
 
 class RowTemplate(Template):
     name = "row"
@@ -91,7 +87,7 @@ class RowTemplate(Template):
             cfg["memory.load"] = "default"  # nothing is read twice: nothing to keep
         if not online_pair(plan):
             cfg["compute.algo"] = "passes"
-        if not _has_fast_ops(plan):
+        if not plan.fast_math_matters():
             cfg["compute.fastmath"] = 0
         if cfg["config.tpr"] == 1:
             cfg["reduction.combine"] = "shfl"

@@ -46,10 +46,6 @@ def _rows(plan: KernelPlan) -> bool:
     return _info(plan).I == 1
 
 
-def _has_fast_ops(plan: KernelPlan) -> bool:
-    return plan.cached("scan_fast_ops", lambda: plan.uses_transcendental() or any(
-        n.op == "div" for n in plan.live_nodes()))
-
 
 def _vector_ok(plan: KernelPlan, vec: int) -> bool:
     """Every operand reads `vec` consecutive elements along the vectorized dim (L for rows, I
@@ -99,7 +95,7 @@ class ScanTemplate(Template):
             Slot("memory.vec", (1, 2, 4), "elements per load/store along the contiguous dim"),
             Slot("memory.load", ("default", "ldg", "stream"), "load cache hint"),
             Slot("memory.store", ("default", "stream"), "store cache hint"),
-            Slot("compute.fastmath", (0, 1) if _has_fast_ops(plan) else (0,),
+            Slot("compute.fastmath", (0, 1) if plan.fast_math_matters() else (0,),
                  "hardware approximations of exp/log/div in the prologue and epilogue"),
             Slot("reduction.split", SPLITS,
                  "chunks of the scanned dim per row, scanned by different blocks (two-pass)"),
@@ -152,7 +148,7 @@ class ScanTemplate(Template):
 
     def canonical(self, plan: KernelPlan, cfg: dict[str, Any]) -> dict[str, Any]:
         cfg = dict(cfg)
-        if not _has_fast_ops(plan):
+        if not plan.fast_math_matters():
             cfg["compute.fastmath"] = 0
         return cfg
 

@@ -52,10 +52,6 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _has_fast_ops(plan: KernelPlan) -> bool:
-    return plan.cached("fast_ops", lambda: plan.uses_transcendental() or any(
-        n.op == "div" for n in plan.graph.live()))
-
 
 def _kinds(plan: KernelPlan) -> set[str]:
     return plan.cached("split_kinds", lambda: {
@@ -95,7 +91,7 @@ class SplitTemplate(Template):
             Slot("memory.vec", (1, 2, 4), "elements per load along the row"),
             Slot("memory.load", ("default", "ldg", "stream"), "load cache hint"),
             Slot("compute.unroll", (1, 2, 4), "unroll of the block-stride loop over a chunk"),
-            Slot("compute.fastmath", (0, 1) if _has_fast_ops(plan) else (0,),
+            Slot("compute.fastmath", (0, 1) if plan.fast_math_matters() else (0,),
                  "hardware approximations of exp/log/div"),
             Slot("reduction.cross", ("two_pass", "last_block", "atomic"),
                  "how the blocks of a row meet: fold kernel, last block folds, or atomics"),
@@ -111,7 +107,7 @@ class SplitTemplate(Template):
 
     def canonical(self, plan: KernelPlan, cfg: dict[str, Any]) -> dict[str, Any]:
         cfg = dict(cfg)
-        if not _has_fast_ops(plan):
+        if not plan.fast_math_matters():
             cfg["compute.fastmath"] = 0
         S, CH = self._split(plan, cfg)
         # waves that give the same split are the same kernel: keep the smallest
