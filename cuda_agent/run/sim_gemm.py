@@ -140,6 +140,9 @@ TC_TILE_FILL_BW = 2.5e12
 #: the mma): the limits overlap almost fully (the same searches: 128 x 128 tiles, whose copies
 #: take 70 % of the mma time, run as fast as 128 x 256 ones)
 TC_OVERLAP_SHARPNESS = 8.0
+#: warps per SM from which the tensor pipe and the ALU work (operand splits, partial-sum adds)
+#: of an unrolled step overlap fully (twice as many for a rolled step)
+TC_OVERLAP_WARPS = 4.0
 #: clocks a block waits at the end of each K slice (cp.async wait and barrier): the searches'
 #: 16-deep slices ran 1-4 % slower than 32-deep ones
 SLICE_SYNC_CLK = 100.0
@@ -178,7 +181,8 @@ def simulate_gemm_tc(rendered: Rendered, resources: dict | None, target: Target
     alu_clk = alu_instr / 4  # four schedulers per SM, one warp-instruction per clock each
     warps_sm = blocks_sm * threads // 32
     # the tensor and ALU pipes overlap across warps; few warps (or a rolled step) expose both
-    overlap = min(1.0, warps_sm / (4.0 if f.get("unroll") == "full" else 8.0))
+    overlap = min(1.0, warps_sm / (TC_OVERLAP_WARPS if f.get("unroll") == "full" else
+                                   2 * TC_OVERLAP_WARPS))
     step_clk = max(mma_clk, alu_clk) * overlap + (mma_clk + alu_clk) * (1 - overlap)
     compute_s = warp_steps * step_clk / (target.sm_count * clk)
     # each K slice ends in a cp.async wait and a barrier; another resident block covers it
