@@ -237,3 +237,15 @@ def test_benchmark_problems_plan_on_meta(path):
     expected = EXPECTED_BY_NAME.get(path.stem, EXPECTED_FAMILY[path.stem.split("_")[0]])
     assert expected is None or p.family == expected
     assert p.numel >= 1 and p.bytes_moved() > 0
+
+
+@pytest.mark.parametrize("f, matters", [
+    (lambda x: (x - 1.0) ** 2, False),  # x * x either way
+    (lambda x: torch.erf(x) + 1.0, False),  # erff has no fast form
+    (lambda x: torch.relu(x) * 2.0, False),
+    (lambda x: torch.exp(x), True),  # __expf
+    (lambda x: x / (x.abs() + 1.0), True),  # __fdividef
+    (lambda x: torch.softmax(x, -1), True),
+])
+def test_fast_math_matters_only_where_an_operation_has_a_fast_form(f, matters):
+    assert plan_of(f, (8, 32)).fast_math_matters() is matters
