@@ -81,7 +81,7 @@ class Space:
             raw = dict(zip(names, values))
             if t.excluded(raw):
                 continue
-            cfg = t.canonical(self.plan, raw)
+            cfg = t.canonical(self.plan, raw, self.target)
             if t.check(self.plan, cfg, self.target) is not None:
                 continue
             full = Config.of({**rest, **cfg})
@@ -134,7 +134,8 @@ class Space:
         # in its canonical form: a slot that a later version found to have no effect there
         # (the row loop's unrolling where the loop is unrolled whole) folds onto its twin
         try:
-            d.update(t.canonical(self.plan, {k: v for k, v in d.items() if k in own}))
+            d.update(t.canonical(self.plan, {k: v for k, v in d.items() if k in own},
+                                 self.target))
         except (KeyError, TypeError, ValueError):
             return None
         cfg = Config.of({k: v for k, v in d.items() if k in {s.name for s in self.slots}})
@@ -202,7 +203,7 @@ class Space:
         configuration instead."""
         out = []
         for t in self.templates:
-            cfg = t.canonical(self.plan, t.default(self.plan, self.target))
+            cfg = t.canonical(self.plan, t.default(self.plan, self.target), self.target)
             rest = {s.name: ABSENT for s in self.slots}
             if len(self.templates) > 1:
                 rest[SCOPE_SLOT] = t.name

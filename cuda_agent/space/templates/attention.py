@@ -114,7 +114,8 @@ class AttentionTemplate(Template):
                  "memory"),
         ]
 
-    def canonical(self, plan: KernelPlan, cfg: dict[str, Any]) -> dict[str, Any]:
+    def canonical(self, plan: KernelPlan, cfg: dict[str, Any], target: Target
+                  ) -> dict[str, Any]:
         cfg = dict(cfg)
         if cfg["config.tpr"] == 1:
             cfg["reduction.combine"] = "shfl"  # one thread per row: nothing to combine

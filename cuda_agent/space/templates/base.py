@@ -35,7 +35,8 @@ class Template(ABC):
         `check` run (enumeration speed only: `check` must reject them as well)."""
         return False
 
-    def canonical(self, plan: KernelPlan, cfg: dict[str, Any]) -> dict[str, Any]:
+    def canonical(self, plan: KernelPlan, cfg: dict[str, Any], target: Target
+                  ) -> dict[str, Any]:
         """Collapse slots that have no effect under `cfg` to one value, so that equal kernels
         are one configuration (the agents see these slots masked)."""
         return cfg
@@ -234,12 +235,7 @@ def pow2_choices(lo: int, hi: int) -> tuple[int, ...]:
     return tuple(out)
 
 
-#: the H200's figures, for the choices a template makes without a target (`canonical`)
-DEFAULT_SM_COUNT, DEFAULT_MAX_THREADS = 132, 2048
-
-
-def persistent_grid(exact_blocks: int, block: int, sm_count: int = DEFAULT_SM_COUNT,
-                    max_threads: int = DEFAULT_MAX_THREADS) -> int:
+def persistent_grid(exact_blocks: int, block: int, sm_count: int, max_threads: int) -> int:
     """Blocks of a persistent (one full wave, thread-limited occupancy) grid-stride launch:
     the exact grid when that is no larger (then `grid=persistent` is the same kernel)."""
     return min(exact_blocks, sm_count * max(1, max_threads // block))

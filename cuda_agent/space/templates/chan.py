@@ -106,7 +106,8 @@ class ChanTemplate(Template):
         # canonical() only ever sets the cache to reload, which a cluster does not allow
         return cfg["config.cluster"] > 1 and cfg["memory.cache"] == "reload"
 
-    def canonical(self, plan: KernelPlan, cfg: dict[str, Any]) -> dict[str, Any]:
+    def canonical(self, plan: KernelPlan, cfg: dict[str, Any], target: Target
+                  ) -> dict[str, Any]:
         cfg = dict(cfg)
         A, C, B = _sizes(plan)
         if not plan.fast_math_matters():
@@ -115,7 +116,7 @@ class ChanTemplate(Template):
             cfg["memory.store"] = "default"  # one value per channel: no stream to hint
         if -(-A * B // (cfg["config.block"] * cfg["memory.vec"])) <= 1:
             cfg["compute.unroll"] = 1  # one trip per thread: nothing to unroll
-        if C <= _wave(cfg["config.block"], Target()):
+        if C <= _wave(cfg["config.block"], target):
             cfg["config.grid"] = "exact"
         passes = make_passes(plan, False)
         if len(passes) < 2 or not operand_roles(plan, passes).cached:

@@ -125,7 +125,8 @@ class ColTemplate(Template):
     def _rows_per_split(self, plan: KernelPlan, cfg: dict[str, Any]) -> int:
         return _cdiv(plan.R, cfg["reduction.split"])
 
-    def canonical(self, plan: KernelPlan, cfg: dict[str, Any]) -> dict[str, Any]:
+    def canonical(self, plan: KernelPlan, cfg: dict[str, Any], target: Target
+                  ) -> dict[str, Any]:
         cfg = dict(cfg)
         if not online_softmax_pair(plan, extras=False):
             cfg["compute.algo"] = "passes"
@@ -146,7 +147,7 @@ class ColTemplate(Template):
         while cfg["compute.unroll"] > 1 and cfg["compute.unroll"] > trips:
             cfg["compute.unroll"] //= 2  # unrolling past the trip count changes nothing
         if cfg["reduction.split"] > 1 or self._tiles(plan, cfg) <= _wave(
-                cfg["config.bx"] * cfg["config.by"], Target()):
+                cfg["config.bx"] * cfg["config.by"], target):
             cfg["config.grid"] = "exact"
         return cfg
 

@@ -126,7 +126,8 @@ class GemmTemplate(Template):
                  "blocks sharing one tile's K (split-K)"),
         ]
 
-    def canonical(self, plan: KernelPlan, cfg: dict[str, Any]) -> dict[str, Any]:
+    def canonical(self, plan: KernelPlan, cfg: dict[str, Any], target: Target
+                  ) -> dict[str, Any]:
         g = _info(plan)
         cfg = dict(cfg)
         if cfg["compute.tm"] != 8 and cfg["compute.tn"] != 8:

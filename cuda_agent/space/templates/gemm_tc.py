@@ -110,7 +110,8 @@ class GemmTensorCoreTemplate(Template):
                  "blocks sharing one tile's K (split-K)"),
         ]
 
-    def canonical(self, plan: KernelPlan, cfg: dict[str, Any]) -> dict[str, Any]:
+    def canonical(self, plan: KernelPlan, cfg: dict[str, Any], target: Target
+                  ) -> dict[str, Any]:
         g = _info(plan)
         cfg = dict(cfg)
         if -(-g.M // cfg["config.bm"]) <= 1 or -(-g.N // cfg["config.bn"]) <= 1:

@@ -36,14 +36,16 @@ class MapTemplate(Template):
             Slot("compute.index", ("i32", "i64"), "index arithmetic width"),
         ]
 
-    def canonical(self, plan: KernelPlan, cfg: dict[str, Any]) -> dict[str, Any]:
+    def canonical(self, plan: KernelPlan, cfg: dict[str, Any], target: Target
+                  ) -> dict[str, Any]:
         cfg = dict(cfg)
         if not plan.fast_math_matters():
             cfg["compute.fastmath"] = 0
         if cfg["config.items"] == 1:
             cfg["compute.unroll"] = "full"
         exact = _exact_blocks(plan, cfg)
-        if persistent_grid(exact, cfg["config.block"]) == exact:
+        if persistent_grid(exact, cfg["config.block"], target.sm_count,
+                           target.max_threads_per_sm) == exact:
             cfg["config.grid"] = "exact"  # one wave holds the grid: the same launch
         return cfg
 

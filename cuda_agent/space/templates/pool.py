@@ -65,7 +65,8 @@ class PoolTemplate(Template):
             Slot("compute.index", ("i32", "i64"), "index arithmetic width"),
         ]
 
-    def canonical(self, plan: KernelPlan, cfg: dict[str, Any]) -> dict[str, Any]:
+    def canonical(self, plan: KernelPlan, cfg: dict[str, Any], target: Target
+                  ) -> dict[str, Any]:
         cfg = dict(cfg)
         info = window_info(plan)
         if info.kind == "wsum":
@@ -79,7 +80,8 @@ class PoolTemplate(Template):
         if not (vector_loads(info, cfg) or vector_stores(info, cfg)):
             cfg["memory.vec"] = 1
         exact = _exact_blocks(info, cfg)
-        if persistent_grid(exact, cfg["config.block"]) == exact:
+        if persistent_grid(exact, cfg["config.block"], target.sm_count,
+                           target.max_threads_per_sm) == exact:
             cfg["config.grid"] = "exact"  # one wave holds the grid: the same launch
         return cfg
 

@@ -77,7 +77,8 @@ class RowTemplate(Template):
         return cfg["config.cluster"] > 1 and (cfg["config.tpr"] != cfg["config.block"] or
                                               cfg["memory.cache"] == "reload")
 
-    def canonical(self, plan: KernelPlan, cfg: dict[str, Any]) -> dict[str, Any]:
+    def canonical(self, plan: KernelPlan, cfg: dict[str, Any], target: Target
+                  ) -> dict[str, Any]:
         cfg = dict(cfg)
         passes = make_passes(plan, cfg["compute.algo"] == "online")
         if len(passes) < 2 or not operand_roles(plan, passes).cached:
@@ -97,7 +98,8 @@ class RowTemplate(Template):
             cfg["compute.unroll"] = 1  # the loop is unrolled whole: the slot has no effect
         G = max(1, cfg["config.block"] // cfg["config.tpr"])
         rows_blocks = -(-plan.O // G)
-        if rows_blocks <= target_blocks(cfg["config.block"]):
+        if rows_blocks <= target_blocks(cfg["config.block"], target.sm_count,
+                                        target.max_threads_per_sm):
             cfg["config.grid"] = "exact"
         return cfg
 
@@ -411,6 +413,6 @@ def _segment(plan: KernelPlan, cfg: dict[str, Any]) -> int:
     return plan.R if CL == 1 else -(-plan.R // (CL * vec)) * vec
 
 
-def target_blocks(block: int, sm_count: int = 132, max_threads: int = 2048) -> int:
+def target_blocks(block: int, sm_count: int, max_threads: int) -> int:
     """Blocks in one full wave, assuming thread-limited occupancy."""
     return sm_count * max(1, min(32, max_threads // block))

@@ -146,7 +146,8 @@ class ScanTemplate(Template):
             return "unroll beyond the chunk length"
         return None
 
-    def canonical(self, plan: KernelPlan, cfg: dict[str, Any]) -> dict[str, Any]:
+    def canonical(self, plan: KernelPlan, cfg: dict[str, Any], target: Target
+                  ) -> dict[str, Any]:
         cfg = dict(cfg)
         if not plan.fast_math_matters():
             cfg["compute.fastmath"] = 0

@@ -105,7 +105,8 @@ class SplitTemplate(Template):
         return splits(plan, cfg["config.block"], cfg["memory.vec"], cfg["config.waves"],
                       sm_count)
 
-    def canonical(self, plan: KernelPlan, cfg: dict[str, Any]) -> dict[str, Any]:
+    def canonical(self, plan: KernelPlan, cfg: dict[str, Any], target: Target
+                  ) -> dict[str, Any]:
         cfg = dict(cfg)
         if not plan.fast_math_matters():
             cfg["compute.fastmath"] = 0
