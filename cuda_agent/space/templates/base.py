@@ -235,6 +235,12 @@ def pow2_choices(lo: int, hi: int) -> tuple[int, ...]:
     return tuple(out)
 
 
+def wave_blocks(threads: int, target: Target) -> int:
+    """Blocks in one full wave, assuming thread-limited occupancy."""
+    return target.sm_count * max(1, min(target.max_blocks_per_sm,
+                                        target.max_threads_per_sm // threads))
+
+
 def persistent_grid(exact_blocks: int, block: int, sm_count: int, max_threads: int) -> int:
     """Blocks of a persistent (one full wave, thread-limited occupancy) grid-stride launch:
     the exact grid when that is no larger (then `grid=persistent` is the same kernel)."""

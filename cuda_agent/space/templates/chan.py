@@ -19,7 +19,8 @@ from typing import Any
 from ...ir.plan import CHAN_REDUCE, KernelPlan
 from .. import codegen as cg
 from ..slots import Launch, Rendered, Slot, Target
-from .base import Code, Template, block_combine, pow2_ceil, smem_for_combine
+from .base import (Code, Template, block_combine, pow2_ceil, smem_for_combine,
+                   wave_blocks)
 from .rowcommon import (bind_reducers, carve_dynamic, cluster_combine, emit_new_row_values,
                         make_passes, operand_roles, pass_roots)
 
@@ -52,11 +53,6 @@ def _vector_ok(plan: KernelPlan, vec: int) -> bool:
                 return False
         return True
     return plan.cached(("chan_vector_ok", vec), check)
-
-
-def _wave(threads: int, target: Target) -> int:
-    return target.sm_count * max(1, min(target.max_blocks_per_sm,
-                                        target.max_threads_per_sm // threads))
 
 
 MAX_CACHED_REGS = 64  # floats per thread kept in registers across passes
@@ -116,7 +112,7 @@ class ChanTemplate(Template):
             cfg["memory.store"] = "default"  # one value per channel: no stream to hint
         if -(-A * B // (cfg["config.block"] * cfg["memory.vec"])) <= 1:
             cfg["compute.unroll"] = 1  # one trip per thread: nothing to unroll
-        if C <= _wave(cfg["config.block"], target):
+        if C <= wave_blocks(cfg["config.block"], target):
             cfg["config.grid"] = "exact"
         passes = make_passes(plan, False)
         if len(passes) < 2 or not operand_roles(plan, passes).cached:
@@ -186,7 +182,7 @@ class ChanTemplate(Template):
         first_use = {nid: min(i for i, s in enumerate(roles.per_pass) if nid in s)
                      for nid in roles.cached}
         grid = (C if cfg["config.grid"] == "exact" else
-                min(C, max(1, _wave(T, target) // CL))) * CL
+                min(C, max(1, wave_blocks(T, target) // CL))) * CL
         groups = [cg.Group("a", lead), cg.Group("o", kept), cg.Group("b", trail)]
         dyn = self._dyn_smem(plan, cfg)
 

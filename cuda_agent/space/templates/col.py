@@ -20,7 +20,7 @@ from typing import Any
 from ...ir.plan import KernelPlan
 from .. import codegen as cg
 from ..slots import Launch, Rendered, Slot, Target
-from .base import Code, Reducer, Template, pow2_ceil
+from .base import Code, Reducer, Template, pow2_ceil, wave_blocks
 from .rowcommon import (make_passes, online_merge, online_softmax_pair, online_update,
                         operand_roles, pass_roots, row_values_after)
 
@@ -48,12 +48,6 @@ class _LaneReducer(Reducer):
 
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
-
-
-def _wave(threads: int, target: Target) -> int:
-    """Blocks in one full wave, assuming thread-limited occupancy."""
-    return target.sm_count * max(1, min(target.max_blocks_per_sm,
-                                        target.max_threads_per_sm // threads))
 
 
 
@@ -146,7 +140,7 @@ class ColTemplate(Template):
             cfg["compute.unroll"] = 1  # the loop is unrolled fully
         while cfg["compute.unroll"] > 1 and cfg["compute.unroll"] > trips:
             cfg["compute.unroll"] //= 2  # unrolling past the trip count changes nothing
-        if cfg["reduction.split"] > 1 or self._tiles(plan, cfg) <= _wave(
+        if cfg["reduction.split"] > 1 or self._tiles(plan, cfg) <= wave_blocks(
                 cfg["config.bx"] * cfg["config.by"], target):
             cfg["config.grid"] = "exact"
         return cfg
@@ -183,7 +177,7 @@ class ColTemplate(Template):
                 return "split only for single-level reductions with row outputs"
             if S > plan.R or self._rows_per_split(plan, cfg) < BY:
                 return "fewer reduced elements per split than y threads"
-            if self._tiles(plan, cfg) * (S // 2) >= _wave(B, target):
+            if self._tiles(plan, cfg) * (S // 2) >= wave_blocks(B, target):
                 return "the grid already fills the GPU with half as many splits"
             if cfg["config.grid"] != "exact":
                 return "a split grid is exact"
@@ -245,7 +239,7 @@ class ColTemplate(Template):
         has_arg = any(r.is_arg for r in all_red)
         has_online = any(p.online for p in passes)
         idx_t = "int" if plan.numel + 4 * 1024 * 4 < 2**31 else "long long"
-        grid_x = tiles if cfg["config.grid"] == "exact" else min(tiles, _wave(B, target))
+        grid_x = tiles if cfg["config.grid"] == "exact" else min(tiles, wave_blocks(B, target))
         dyn = self._dyn_smem(plan, cfg, cached)
 
         c = Code()

@@ -15,8 +15,8 @@ from typing import Any
 from ...ir.plan import KernelPlan
 from .. import codegen as cg
 from ..slots import Launch, Rendered, Slot, Target
-from .base import (Code, Template, block_combine, pow2_ceil, pow2_choices,
-                   smem_for_combine)
+from .base import (Code, Template, block_combine, pow2_ceil, pow2_choices, smem_for_combine,
+                   wave_blocks)
 from .total import CROSS, Totals
 from .rowcommon import (bind_reducers, carve_dynamic, cluster_combine, cluster_combine_state,
                         combine_state, emit_new_row_values, make_passes, online_pair,
@@ -98,8 +98,7 @@ class RowTemplate(Template):
             cfg["compute.unroll"] = 1  # the loop is unrolled whole: the slot has no effect
         G = max(1, cfg["config.block"] // cfg["config.tpr"])
         rows_blocks = -(-plan.O // G)
-        if rows_blocks <= target_blocks(cfg["config.block"], target.sm_count,
-                                        target.max_threads_per_sm):
+        if rows_blocks <= wave_blocks(cfg["config.block"], target):
             cfg["config.grid"] = "exact"
         return cfg
 
@@ -177,7 +176,7 @@ class RowTemplate(Template):
         Rseg = _segment(plan, cfg)  # the row, or a cluster block's segment of it
         exact_blocks = -(-O // G) * CL
         grid = exact_blocks if cfg["config.grid"] == "exact" else min(exact_blocks, max(
-            CL, target_blocks(B, target.sm_count, target.max_threads_per_sm) // CL * CL))
+            CL, wave_blocks(B, target) // CL * CL))
         dyn = self._dyn_smem(plan, cfg, roles.cached)
         online = any(p.online for p in passes)
         welford = any(p.welford_shift is not None for p in passes)
@@ -413,6 +412,3 @@ def _segment(plan: KernelPlan, cfg: dict[str, Any]) -> int:
     return plan.R if CL == 1 else -(-plan.R // (CL * vec)) * vec
 
 
-def target_blocks(block: int, sm_count: int, max_threads: int) -> int:
-    """Blocks in one full wave, assuming thread-limited occupancy."""
-    return sm_count * max(1, min(32, max_threads // block))
