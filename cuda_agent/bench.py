@@ -1,6 +1,6 @@
 """`cuda-agent bench`: cuda-agent against the alternatives, same problems, same spaces, same budget.
 
-On `replay` every strategy searches the configurations a GPU sweep recorded, and is served
+Live on the GPU (or the simulator) the run is `bench_live.py`'s. On `replay` every strategy searches the configurations a GPU sweep recorded, and is served
 their recorded times: ours (random, genetic, the agents), Optuna's TPE, and Kernel Tuner's own
 strategies through its real API in simulation mode. For each problem and seed we keep the order
 in which a strategy measured configurations; every metric is computed from those orders
@@ -52,6 +52,8 @@ class Run:
     seed: int
     times: list[float | None]  # in measurement order; None for a failed candidate
     seconds: float
+    measured_s: float | None = None
+    """live runs: evaluation seconds of its measurements as first made (None on replay)"""
 
 
 @dataclass
@@ -61,17 +63,51 @@ class BenchResult:
     problems: dict[str, dict[str, Any]] = field(default_factory=dict)  # sweep facts
     trained_on: list[str] = field(default_factory=list)
     date: str = ""
+    skipped: dict[str, str] = field(default_factory=dict)  # problem -> why it is not compared
+    live: str | None = None
+    """the device every strategy was measured on in this run (cuda, sim); None on replay"""
+    provenance: dict[str, Any] = field(default_factory=dict)  # commit, torch, python
 
     def to_json(self) -> dict[str, Any]:
         return {"settings": asdict(self.settings), "runs": [asdict(r) for r in self.runs],
-                "problems": self.problems, "trained_on": self.trained_on, "date": self.date}
+                "problems": self.problems, "trained_on": self.trained_on, "date": self.date,
+                "skipped": self.skipped, "live": self.live, "provenance": self.provenance}
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> "BenchResult":
         s = d["settings"]
         s["strategies"] = tuple(s["strategies"])
         return BenchResult(BenchSettings(**s), [Run(**r) for r in d["runs"]], d["problems"],
-                           d.get("trained_on", []), d.get("date", ""))
+                           d.get("trained_on", []), d.get("date", ""), d.get("skipped", {}),
+                           d.get("live"), d.get("provenance", {}))
+
+
+def provenance() -> dict[str, Any]:
+    """What code ran: the commit, torch and Python versions."""
+    import platform
+
+    import torch
+
+    from .emit import git_commit
+
+    return {"commit": git_commit(), "torch": torch.__version__,
+            "python": platform.python_version()}
+
+
+def check_settings(settings: BenchSettings) -> None:
+    unknown = [s for s in settings.strategies if s not in DEFAULT_STRATEGIES]
+    if unknown:
+        raise SettingsError(f"unknown strategies {unknown}; choose from "
+                            f"{', '.join(DEFAULT_STRATEGIES)}")
+    if settings.budget < 1 or settings.seeds < 1:
+        raise SettingsError("--budget and --seeds must be at least 1")
+
+
+def problem_files(suite: str) -> list[Path]:
+    path = Path(suite)
+    if not path.exists():
+        raise SettingsError(f"--suite {suite}: no such file or directory")
+    return sorted(path.glob("*.py")) if path.is_dir() else [path]
 
 
 def _order_ask_tell(path: Path, strategy: str, device: Device, budget: int, seed: int,
@@ -100,26 +136,20 @@ def _order_kernel_tuner(records: list[dict[str, Any]], strategy: str, budget: in
 
 def run_bench(settings: BenchSettings,
               progress: Callable[[str, str, int], None] | None = None) -> BenchResult:
-    unknown = [s for s in settings.strategies if s not in DEFAULT_STRATEGIES]
-    if unknown:
-        raise SettingsError(f"unknown strategies {unknown}; choose from "
-                            f"{', '.join(DEFAULT_STRATEGIES)}")
-    if settings.budget < 1 or settings.seeds < 1:
-        raise SettingsError("--budget and --seeds must be at least 1")
+    check_settings(settings)
     root = Path(settings.replay_root) if settings.replay_root else None
     device = ReplayDevice(root)
-    result = BenchResult(settings, date=time.strftime("%Y-%m-%d"))
+    result = BenchResult(settings, date=time.strftime("%Y-%m-%d"), provenance=provenance())
     if settings.policy:
         from .agents import checkpoint
 
         result.trained_on = list(checkpoint.load(settings.policy)["meta"]["trained_on"])
-    suite = Path(settings.suite)
-    files = sorted(suite.glob("*.py")) if suite.is_dir() else [suite]
-    for path in files:
+    for path in problem_files(settings.suite):
         problem = load_problem(path)
         try:
             sweep = read_sweep(find_sweep(problem, root))
         except Exception:  # noqa: BLE001 - a problem without a recorded sweep is skipped
+            result.skipped[problem.name] = "no recorded sweep"
             continue
         ok = [r["time_ms"] for r in sweep["records"] if r.get("ok") and r.get("time_ms")]
         if not ok:
@@ -129,7 +159,9 @@ def run_bench(settings: BenchSettings,
 
         plan = make_plan(problem.graph())
         if isinstance(plan, ProgramPlan):
-            continue  # a multi-kernel program's sweep is stage by stage: not replayable
+            # a multi-kernel program's sweep is stage by stage: not replayable
+            result.skipped[problem.name] = "a multi-kernel program (sweeps are stage by stage)"
+            continue
         result.problems[problem.name] = {
             "family": plan.family, "best_ms": min(ok), "recorded": len(sweep["records"]),
             "eager_ms": (sweep.get("baselines") or {}).get("eager_ms"),
@@ -179,7 +211,9 @@ def summarize(result: BenchResult) -> dict[str, Any]:
         unseen = [e95[p] for p in probs if p not in result.trained_on]
         eager = [result.problems[p]["eager_ms"] for p in probs]
         comp = [result.problems[p]["compile_ms"] for p in probs]
+        comp_max = [result.problems[p].get("compile_max_ms") for p in probs]
         found = [best_ms[p] for p in probs]
+        cost = [r.measured_s for r in runs if r.measured_s is not None]
         out[s] = {
             "problems": len(probs),
             "median_evals_to_95": statistics.median(e95.values()) if e95 else None,
@@ -189,6 +223,14 @@ def summarize(result: BenchResult) -> dict[str, Any]:
             "fast_p_vs_compile": {str(p): metrics.fast_p(found, comp, p) for p in metrics.P},
             "geomean_speedup_vs_eager": metrics.geomean_speedup(found, eager),
             "geomean_speedup_vs_compile": metrics.geomean_speedup(found, comp),
+            "fast_p_vs_compile_max_autotune": (
+                {str(p): metrics.fast_p(found, comp_max, p) for p in metrics.P}
+                if any(comp_max) else None),
+            "geomean_speedup_vs_compile_max_autotune": metrics.geomean_speedup(found, comp_max),
+            # live runs: evaluation seconds of a whole search (first measurements' cost);
+            # replay: the search's own seconds (no GPU time is spent)
+            "median_search_seconds": statistics.median(
+                cost if cost else [r.seconds for r in runs]) if runs else None,
             "median_fraction_of_copy_bw": metrics.median_roofline(
                 found, [result.problems[p]["bytes"] for p in probs],
                 [result.problems[p]["copy_bw"] for p in probs]),

@@ -311,8 +311,9 @@ def failures(
 @app.command()
 def bench(
     suite: Path = typer.Option(Path("benchmarks/problems"), help="problems (directory or file)"),
-    device: str = typer.Option("replay", help="replay: recorded GPU sweeps (the GPU path is "
-                               "benchmarks/gpu_suite.py)"),
+    device: str = typer.Option("replay", help="replay: recorded GPU sweeps; cuda: every "
+                               "strategy and baseline measured on the GPU in this run; sim: "
+                               "the same live run on the simulated device"),
     replay_root: Optional[Path] = typer.Option(None, help="recorded sweeps (default "
                                                "benchmarks/data)"),
     budget: int = typer.Option(100, help="measurements per strategy, problem and seed"),
@@ -329,18 +330,25 @@ def bench(
     from .bench import BenchSettings, run_bench
     from .report.bench_report import write_report
 
-    if device != "replay":
-        fail("bench runs on --device replay here; GPU comparisons run through "
-             "benchmarks/gpu_suite.py")
+    if device not in ("replay", "cuda", "sim"):
+        fail(f"unknown device {device!r}; choose from replay, cuda, sim")
     settings = BenchSettings(suite=str(suite), replay_root=str(replay_root) if replay_root
                              else None, strategies=tuple(s for s in strategies.split(",") if s),
                              budget=budget, seeds=seeds, policy=str(policy) if policy else None,
                              out=str(out))
     try:
         with _progress() as bar:
-            task = bar.add_task("bench [replay]", total=None, status="")
-            result = run_bench(settings, lambda p, s, k: bar.update(
-                task, advance=1, status=f"{p} {s} seed {k}"))
+            task = bar.add_task(f"bench [{device}]", total=None, status="")
+
+            def step(p: str, s: str, k: int) -> None:
+                bar.update(task, advance=1, status=f"{p} {s} seed {k}")
+
+            if device == "replay":
+                result = run_bench(settings, step)
+            else:
+                from .bench_live import run_live_bench
+
+                result = run_live_bench(settings, device, step, notify=console.print)
     except CudaAgentError as exc:
         fail(str(exc))
         return

@@ -81,7 +81,7 @@ def test_lookup_returns_newest(store, pid):
     assert store.lookup("k1", "cuda", GPU, TC).time_ms == 2.0
 
 
-@pytest.mark.parametrize("kind", ["crash", "timeout"])
+@pytest.mark.parametrize("kind", ["crash", "timeout", "slow"])
 def test_transient_failures_not_reused(store, pid, kind):
     store.record(pid, "k1", "row", {}, Measurement.failure("k1", "cuda", kind, "died"), GPU, TC)
     assert store.lookup("k1", "cuda", GPU, TC) is None

@@ -34,18 +34,39 @@ def tables(result: BenchResult, summary: dict[str, Any]) -> list[tuple[str, list
                      _fmt(m["geomean_speedup_vs_eager"], 2, "x"),
                      _fmt(m["geomean_speedup_vs_compile"], 2, "x"),
                      *[_fmt(m["fast_p_vs_compile"][str(p)], 2) for p in P],
+                     _fmt(m.get("geomean_speedup_vs_compile_max_autotune"), 2, "x"),
                      _fmt(m["median_fraction_of_copy_bw"] and
-                          100 * m["median_fraction_of_copy_bw"], 0, "%")])
+                          100 * m["median_fraction_of_copy_bw"], 0, "%"),
+                     _fmt(m.get("median_search_seconds"), 1, " s")])
     header = ["strategy", "problems", "median measurements to 95%",
               "same, on the problems the policy never trained on", "geomean vs eager",
-              "geomean vs compile", *[f"fast_{p:g} vs compile" for p in P], "of copy bw"]
+              "geomean vs compile", *[f"fast_{p:g} vs compile" for p in P],
+              "geomean vs compile max-autotune", "of copy bw",
+              "median search time" + (" (GPU evaluation)" if result.live else "")]
     problems = sorted(result.problems)
     per = [[p, result.problems[p]["family"],
             *[_fmt(summary[s]["evals_to_95"].get(p), 1) for s in strategies]]
            for p in problems]
-    return [("Strategies at equal budgets", header, main),
-            ("Measurements to 95 % of the best recorded, per problem (median over seeds)",
-             ["problem", "family", *strategies], per)]
+    best_of = "found in this run" if result.live else "recorded"
+    base = []
+    for p in problems:
+        f = result.problems[p]
+        found = {s: min((t for r in result.runs if r.strategy == s and r.problem == p
+                         for t in r.times if t is not None), default=None) for s in strategies}
+        base.append([p, _fmt(f.get("eager_ms"), 4), _fmt(f.get("compile_ms"), 4),
+                     _fmt(f.get("compile_max_ms"), 4), _fmt(f["best_ms"], 4),
+                     _fmt(f.get("sweep_best_recorded_ms"), 4),
+                     *[_fmt(found[s], 4) for s in strategies]])
+    out = [("Strategies at equal budgets", header, main),
+           (f"Measurements to 95 % of the best {best_of}, per problem (median over seeds)",
+            ["problem", "family", *strategies], per),
+           ("Times per problem (ms): baselines, the optimum, each strategy's best",
+            ["problem", "eager", "torch.compile", "compile max-autotune", f"best {best_of}",
+             "sweep's best (recorded run)", *strategies], base)]
+    if result.skipped:
+        out.append(("Problems not compared", ["problem", "why"],
+                    [[p, why] for p, why in sorted(result.skipped.items())]))
+    return out
 
 
 def convergence_plot(result: BenchResult, path: Path) -> Path:
@@ -73,7 +94,7 @@ def convergence_plot(result: BenchResult, path: Path) -> Path:
         if curves:
             mean = [sum(c[k] for c in curves) / len(curves) for k in range(budget)]
             ax.plot(range(1, budget + 1), mean, label=s)
-    ax.set(xlabel="measurements", ylabel="best so far / best recorded (mean over problems)",
+    ax.set(xlabel="measurements", ylabel="best so far / optimum (mean over problems)",
            title="convergence", ylim=(0, 1.02))
     ax.axhline(0.95, color="gray", lw=0.8, ls="--")
     ax.legend(fontsize=8)
@@ -119,6 +140,16 @@ def _md_table(title: str, header: list[str], rows: list[list[str]]) -> str:
 def _provenance(result: BenchResult) -> str:
     gpus = sorted({str(f.get("gpu")) for f in result.problems.values()})
     sim = any(f.get("simulated") for f in result.problems.values())
+    if result.live:
+        return (f"Live run on {', '.join(gpus)}"
+                + (" (SIMULATED device: model estimates, not measurements; correctness not "
+                   "checked)" if sim else ": every strategy and baseline measured in this run")
+                + f"; {len(result.problems)} problems, budget {result.settings.budget} "
+                f"measurements, {result.settings.seeds} seeds, run {result.date}"
+                + "".join(f", {k} {v}" for k, v in result.provenance.items()) + ". The optimum "
+                "is the best time measured in this run (with the recorded sweep's best "
+                "configurations measured again where a sweep exists)."
+                + _trained_note(result))
     return (f"Replay of sweeps recorded on {', '.join(gpus)}"
             + (" (SIMULATED sweeps: model estimates, not measurements)" if sim else "")
             + f"; {len(result.problems)} problems, budget {result.settings.budget} "

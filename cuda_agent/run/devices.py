@@ -39,6 +39,8 @@ class Baselines:
     eager_spread_ms: float | None = None
     compile_spread_ms: float | None = None
     notes: dict[str, str] = field(default_factory=dict)
+    extra_ms: dict[str, float] = field(default_factory=dict)
+    """other baselines by name, e.g. "compile:max-autotune" (torch.compile's mode)"""
 
 
 class Device(ABC):
@@ -228,6 +230,8 @@ class CudaDevice(Device):
                 elif w == "compile":
                     out.compile_ms = reply["time_ms"]
                     out.compile_spread_ms = reply.get("spread_ms")
+                else:
+                    out.extra_ms[w] = reply["time_ms"]
                 out.notes[w] = f"setup {reply.get('setup_s', 0):.1f} s"
             else:
                 out.notes[w] = f"failed: {reply.get('error_msg')}"

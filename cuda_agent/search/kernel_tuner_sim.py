@@ -1,10 +1,20 @@
-"""Kernel Tuner's own strategies on a recorded sweep, through its real API in simulation mode.
+"""Kernel Tuner's own strategies, through its real API, on cuda-agent's configurations.
 
-The sweep becomes a Kernel Tuner cache file; the tunable parameters are the slots that vary among
-the recorded configurations, and a restriction admits exactly the recorded combinations, so
-Kernel Tuner searches the same configurations as every other strategy. `tune_kernel` runs with
-`simulation_mode=True` (nothing is compiled) and `max_fevals` as the budget; the order in which
-it evaluated configurations is what the comparison counts.
+The tunable parameters are the slots that vary among the configurations, and a restriction
+admits exactly those combinations, so Kernel Tuner searches the same configurations as every
+other strategy. `tune_kernel` runs in simulation mode (Kernel Tuner compiles nothing) with
+`max_fevals` as the budget; the order in which it evaluated configurations is what the
+comparison counts.
+
+Two sources of results:
+
+* `run` (replay): a recorded sweep becomes Kernel Tuner's cache file, as its simulation mode
+  expects.
+* `run_live` (cuda, sim): the cache starts empty and a configuration Kernel Tuner asks for is
+  measured by cuda-agent's own runner (the evaluation protocol of DESIGN.md) at the moment it
+  asks, then served to it from the cache. Kernel Tuner's simulation runner is swapped for one
+  subclass that fills its cache on a miss, so its strategies, budget accounting and
+  restrictions are its own code.
 """
 
 from __future__ import annotations
@@ -14,7 +24,8 @@ import os
 import random
 import tempfile
 import warnings
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -23,80 +34,201 @@ from ..space.slots import Config
 
 STRATEGIES = ("genetic_algorithm", "bayes_opt", "simulated_annealing", "random_sample")
 
+Record = dict[str, Any]
+"""{"config": {slot: value}, "ok": bool, "time_ms": float | None}"""
+
 
 def _key(values: list[Any]) -> str:
     return ",".join(str(v) for v in values)
 
 
-def run(records: list[dict[str, Any]], strategy: str, budget: int, seed: int
-        ) -> list[tuple[Config, dict[str, Any]]]:
-    """Configurations in the order Kernel Tuner evaluated them, with their recorded results."""
+class _Params:
+    """Kernel Tuner's view of a list of configurations: the varying slots as tunable
+    parameters (dots become '__': Kernel Tuner's names are Python identifiers)."""
+
+    def __init__(self, configs: list[dict[str, Any]]) -> None:
+        slots = sorted({k for c in configs for k in c})
+        distinct = {s: len({json.dumps(c.get(s)) for c in configs}) for s in slots}
+        # fewest values first: the order in which Kernel Tuner's constraint solver assigns
+        # parameters (see `_config_set`)
+        varying = sorted((s for s in slots if distinct[s] > 1), key=lambda s: distinct[s])
+        self.tune_params: dict[str, list] = {}
+        for s in varying:
+            vals: list[Any] = []
+            for c in configs:
+                if c.get(s) not in vals:
+                    vals.append(c.get(s))
+            self.tune_params[s.replace(".", "__")] = vals
+        self.names = list(self.tune_params)
+        self.by_key = {self.key_of(c): c for c in configs}
+
+    def restrictions(self) -> list[Any]:
+        """One constraint that admits exactly the configurations (see `_ConfigSet`)."""
+        return [_config_set(self)]
+
+    def key_of(self, cfg: dict[str, Any]) -> str:
+        return _key([cfg.get(n.replace("__", ".")) for n in self.names])
+
+    def entry(self, cfg: dict[str, Any], rec: Record) -> dict[str, Any]:
+        """A Kernel Tuner cache entry for one result."""
+        e: dict[str, Any] = {n: cfg.get(n.replace("__", ".")) for n in self.names}
+        e.update(compile_time=0.0, verification_time=0.0, benchmark_time=0.0,
+                 strategy_time=0.0, framework_time=0.0, timestamp="")
+        if rec.get("ok") and rec.get("time_ms") is not None:
+            e.update(time=float(rec["time_ms"]), times=[float(rec["time_ms"])])
+        else:
+            e["time"] = "RuntimeFailedConfig"
+            e["__error__"] = "RuntimeFailedConfig"
+        return e
+
+
+def _config_set(params: _Params) -> Any:
+    """A python-constraint constraint over every parameter that admits exactly the
+    configurations. Kernel Tuner builds its search space by backtracking over the parameters in
+    the solver's order (most constrained first, then fewest values: with one constraint on all,
+    `_Params`' order); checking each partial assignment against the configurations' prefixes
+    prunes a branch as soon as it matches none, so the solver enumerates the configurations and
+    not the product of every slot's values (hundreds of millions for a GEMM space)."""
+    from constraint import Constraint
+
+    names = params.names
+    prefixes = [{tuple(c.get(n.replace("__", ".")) for n in names[:i])
+                 for c in params.by_key.values()} for i in range(len(names) + 1)]
+
+    class ConfigSet(Constraint):  # type: ignore[misc]
+        def __call__(self, variables: Any, domains: Any, assignments: dict, forwardcheck: Any = False,
+                     _unassigned: Any = None) -> bool:
+            d = len(assignments)
+            if d == len(names):
+                return tuple(assignments[n] for n in names) in prefixes[d]
+            try:
+                key = tuple(assignments[n] for n in names[:d])
+            except KeyError:  # another order than expected: decided once all are assigned
+                return True
+            return key in prefixes[d]
+
+    return ConfigSet()
+
+
+@contextmanager
+def _measuring_runner(params: _Params, measure: Callable[[list[dict[str, Any]]], list[Record]]
+                      ) -> Iterator[list[Record]]:
+    """Within the block, Kernel Tuner's simulation runner measures what is not in its cache.
+    Yields the list of records measured, in order."""
+    from kernel_tuner.runners import simulation
+
+    measured: list[Record] = []
+    base = simulation.SimulationRunner
+
+    class MeasuringRunner(base):  # type: ignore[misc,valid-type]
+        def run(self, parameter_space: Any, tuning_options: Any) -> list:
+            parameter_space = list(parameter_space)
+            left = tuning_options.budget.get_evaluations_remaining()
+            if left is None:
+                left = len(parameter_space)
+            todo: list[str] = []
+            for element in parameter_space:
+                k = _key(list(element))
+                if len(todo) >= left:
+                    break
+                if k not in tuning_options.cache and k in params.by_key and k not in todo:
+                    todo.append(k)
+            if todo:
+                # one batch: cuda-agent builds a batch's kernels in parallel
+                recs = measure([params.by_key[k] for k in todo])
+                for k, rec in zip(todo, recs):
+                    tuning_options.cache[k] = params.entry(params.by_key[k], rec)
+                    measured.append(rec)
+            return super().run(parameter_space, tuning_options)
+
+    simulation.SimulationRunner = MeasuringRunner
+    try:
+        yield measured
+    finally:
+        simulation.SimulationRunner = base
+
+
+def _tune(params: _Params, cache: dict[str, Any], strategy: str, budget: int, seed: int
+          ) -> list[dict[str, Any]]:
+    """Kernel Tuner's `tune_kernel` in simulation mode on `cache`: its results, in order."""
     try:
         import kernel_tuner
     except ImportError:
         raise SettingsError("Kernel Tuner strategies need kernel_tuner: "
                             "pip install cuda-agent[tuners]") from None
-    configs = [r["config"] for r in records]
-    slots = sorted({k for c in configs for k in c})
-    varying = [s for s in slots if len({json.dumps(c[s]) for c in configs}) > 1]
-    fixed = {s: configs[0][s] for s in slots if s not in varying}
-    tune_params: dict[str, list] = {}
-    for s in varying:
-        vals = []
-        for c in configs:
-            if c[s] not in vals:
-                vals.append(c[s])
-        tune_params[s.replace(".", "__")] = vals
-    names = list(tune_params)
-    by_key: dict[str, dict[str, Any]] = {}
-    cache: dict[str, Any] = {}
-    for r in records:
-        vals = [r["config"][n.replace("__", ".")] for n in names]
-        k = _key(vals)
-        by_key[k] = r
-        entry: dict[str, Any] = dict(zip(names, vals))
-        entry.update(compile_time=0.0, verification_time=0.0, benchmark_time=0.0,
-                     strategy_time=0.0, framework_time=0.0, timestamp="")
-        if r.get("ok") and r.get("time_ms") is not None:
-            entry.update(time=float(r["time_ms"]), times=[float(r["time_ms"])])
-        else:
-            entry["time"] = "RuntimeFailedConfig"
-            entry["__error__"] = "RuntimeFailedConfig"
-        cache[k] = entry
-    recorded = set(by_key)
-
-    def restriction(p: dict[str, Any]) -> bool:
-        return _key([p[n] for n in names]) in recorded
-
+    if strategy not in STRATEGIES:
+        raise SettingsError(f"unknown Kernel Tuner strategy {strategy!r}; choose from "
+                            f"{', '.join(STRATEGIES)}")
+    restrictions = params.restrictions()
     fd, path = tempfile.mkstemp(prefix="cuda-agent-kt-", suffix=".json")
     os.close(fd)
     try:
         with open(path, "w") as f:
-            json.dump({"device_name": "replay", "kernel_name": "ca", "problem_size": [1, 1, 1],
-                       "tune_params_keys": names, "tune_params": tune_params,
-                       "objective": "time", "cache": cache}, f)
+            json.dump({"device_name": "cuda-agent", "kernel_name": "ca", "problem_size": [1, 1, 1],
+                       "tune_params_keys": params.names, "tune_params": params.tune_params,
+                       "objective": "time", "cache": cache}, f, indent=1)
+            # (indented: Kernel Tuner takes a file that does not end in "}\n}" or "}}}" for
+            # one left open and appends closing brackets, which an empty cache would not need)
         random.seed(seed)
         np.random.seed(seed)
         # Kernel Tuner warns about missing block-size parameters and its strategies' numerics;
-        # neither concerns a replayed search, and the warnings would bury the progress output
+        # neither concerns this search, and the warnings would bury the progress output
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
             results, _ = kernel_tuner.tune_kernel(
-                "ca", "__global__ void ca() {}", (1, 1, 1), [], tune_params, cache=path,
-                simulation_mode=True, restrictions=[restriction], strategy=strategy,
+                "ca", "__global__ void ca() {}", (1, 1, 1), [], params.tune_params, cache=path,
+                simulation_mode=True, restrictions=restrictions, strategy=strategy,
                 strategy_options={"max_fevals": budget}, quiet=True, verbose=False)
     finally:
         os.unlink(path)
-    order: list[tuple[Config, dict[str, Any]]] = []
+    return [r for r in results if r is not None]
+
+
+def _order(params: _Params, results: list[dict[str, Any]], lookup: Callable[[str], Record],
+           budget: int) -> list[tuple[Config, Record]]:
+    order: list[tuple[Config, Record]] = []
     seen = set()
     for res in results:
-        if res is None:
-            continue
-        k = _key([res[n] for n in names])
-        if k in seen or k not in by_key:
+        k = _key([res[n] for n in params.names])
+        if k in seen or k not in params.by_key:
             continue
         seen.add(k)
-        cfg = dict(fixed)
-        cfg.update({n.replace("__", "."): res[n] for n in names})
-        order.append((Config.of(cfg), by_key[k]))
+        order.append((Config.of(params.by_key[k]), lookup(k)))
     return order[:budget]
+
+
+def run(records: list[Record], strategy: str, budget: int, seed: int
+        ) -> list[tuple[Config, Record]]:
+    """Configurations in the order Kernel Tuner evaluated them, with their recorded results."""
+    if not records:
+        return []
+    params = _Params([r["config"] for r in records])
+    by_key = {params.key_of(r["config"]): r for r in records}
+    if not params.names:  # one configuration: nothing to search
+        return [(Config.of(records[0]["config"]), records[0])][:budget]
+    cache = {k: params.entry(r["config"], r) for k, r in by_key.items()}
+    results = _tune(params, cache, strategy, budget, seed)
+    return _order(params, results, by_key.__getitem__, budget)
+
+
+def run_live(configs: list[Config], strategy: str, budget: int, seed: int,
+             measure: Callable[[list[Config]], list[Record]]) -> list[tuple[Config, Record]]:
+    """Configurations in the order Kernel Tuner asked for them, each measured by `measure`
+    (a batch of configurations in, one record each out) when Kernel Tuner first asked."""
+    if not configs:
+        return []
+    params = _Params([c.as_dict() for c in configs])
+    if not params.names:  # one configuration: nothing to search
+        return [(configs[0], measure([configs[0]])[0])][:budget]
+    canon = {params.key_of(c.as_dict()): c for c in configs}
+    got: dict[str, Record] = {}
+
+    def measure_dicts(cfgs: list[dict[str, Any]]) -> list[Record]:
+        recs = measure([canon[params.key_of(c)] for c in cfgs])
+        for c, r in zip(cfgs, recs):
+            got[params.key_of(c)] = r
+        return recs
+
+    with _measuring_runner(params, measure_dicts):
+        results = _tune(params, {}, strategy, budget, seed)
+    return _order(params, results, got.__getitem__, budget)

@@ -1,0 +1,213 @@
+"""`cuda-agent bench --device cuda` (or `sim`): every strategy measured live, in one run.
+
+Per problem, on one device and one compile cache:
+
+* torch eager, torch.compile and torch.compile(mode="max-autotune"), timed by the same worker
+  with the same protocol as the kernels;
+* each strategy (ours through the ask/tell loop, Optuna's TPE, Kernel Tuner's own strategies
+  through its real API) searching the problem's full template space at the same measurement
+  budget; Kernel Tuner asks for a configuration and cuda-agent's runner measures it then
+  (`search/kernel_tuner_sim.run_live`);
+* where a sweep of the space was recorded, its best configurations measured again in this run,
+  so "the optimum" the metrics count against is a time of this run.
+
+Every strategy of a problem shares one measurement store: a configuration two strategies ask
+for is measured once and both are served that measurement (common random numbers: the
+comparison is not decided by which strategy drew the noisier timing of the same kernel). Each
+strategy's count is the number of configurations it asked for, as on `replay`; its cost is the
+evaluation time those measurements took when first made (`Run.measured_s`), so that sharing
+does not make a later strategy look faster.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from .bench import (KERNEL_TUNER, BenchResult, BenchSettings, Run, check_settings, problem_files,
+                    provenance)
+from .build.builder import Builder
+from .errors import CudaAgentError, SettingsError
+from .ir.partition import ProgramPlan
+from .ir.plan import make_plan
+from .problem import load_problem
+from .run.devices import Device
+from .run.replay import find_sweep, read_sweep
+from .space.slots import Config
+from .store import Store
+from .tuner import Tuner, TuneSettings, Trial, open_device
+
+BASELINES = ("eager", "compile", "compile:max-autotune")
+SWEEP_TOP = 3
+"""recorded configurations re-measured per swept problem (the recorded best and runners-up:
+timing noise between runs can reorder them)"""
+
+
+def _record(t: Trial) -> dict[str, Any]:
+    m = t.measurement
+    return {"ok": m.ok, "time_ms": m.time_ms if m.ok else None, "wall_s": m.wall_s,
+            "reused": m.reused}
+
+
+def _times(trials: list[Trial]) -> list[float | None]:
+    return [t.measurement.time_ms if t.measurement.ok else None for t in trials]
+
+
+def _measured_s(trials: list[Trial], first_cost: dict[str, float]) -> float:
+    """Evaluation seconds of these trials as first measured (a reused measurement costs what
+    it cost the strategy that made it)."""
+    return sum(first_cost.get(t.measurement.key, t.measurement.wall_s) for t in trials)
+
+
+class _ProblemBench:
+    """One problem on the shared device: its store, its measurer, its strategies' runs."""
+
+    def __init__(self, path: Path, settings: BenchSettings, device: Device,
+                 builder: Builder) -> None:
+        self.path = path
+        self.problem = load_problem(path)
+        self.plan = make_plan(self.problem.graph())
+        self.settings = settings
+        self.device = device
+        self.builder = builder
+        self.store = Store(":memory:")
+        self.first_cost: dict[str, float] = {}
+        self.ok_times: list[float] = []
+        self.measurer = self._tuner("random", 0)
+
+    def _tuner(self, strategy: str, seed: int) -> Tuner:
+        opts: dict[str, Any] = {}
+        if strategy == "marl":
+            opts = {"policy": self.settings.policy, "budget": self.settings.budget,
+                    "patience": 10**6}
+        s = TuneSettings(device=self.device.kind, strategy=strategy, budget=self.settings.budget,
+                         batch=4, seed=seed, baselines=False, include_default=False,
+                         strategy_options=opts)
+        return Tuner(self.problem, s, device=self.device, builder=self.builder, store=self.store)
+
+    def _note(self, trials: list[Trial]) -> None:
+        for t in trials:
+            m = t.measurement
+            if not m.reused:
+                self.first_cost.setdefault(m.key, m.wall_s)
+            if m.ok and m.time_ms is not None:
+                self.ok_times.append(m.time_ms)
+
+    def measure(self, configs: list[Config]) -> list[Trial]:
+        trials = self.measurer.measure(configs)
+        self._note(trials)
+        return trials
+
+    def run_strategy(self, strategy: str, seed: int) -> Run:
+        t0 = time.perf_counter()
+        if strategy.startswith("kt:"):
+            from .search import kernel_tuner_sim
+
+            trials: list[Trial] = []
+
+            def measure(cfgs: list[Config]) -> list[dict[str, Any]]:
+                got = self.measure(cfgs)
+                trials.extend(got)
+                return [_record(t) for t in got]
+
+            order = kernel_tuner_sim.run_live(self.measurer.space.configs,
+                                              strategy.split(":", 1)[1], self.settings.budget,
+                                              seed, measure)
+            by_config = {t.config: t for t in trials}
+            trials = [by_config[c] for c, _ in order]
+        else:
+            tuner = self._tuner(strategy, seed)
+            try:
+                trials = tuner.run().trials
+            finally:
+                tuner.close()
+            self._note(trials)
+        return Run(self.problem.name, strategy, seed, _times(trials), time.perf_counter() - t0,
+                   _measured_s(trials, self.first_cost))
+
+    def sweep_reference(self) -> float | None:
+        """Measure the recorded sweep's best configurations again; the recorded best time."""
+        try:
+            sweep = read_sweep(find_sweep(self.problem, Path(self.settings.replay_root)
+                                          if self.settings.replay_root else None))
+        except CudaAgentError:
+            return None
+        ok = sorted((r for r in sweep["records"] if r.get("ok") and r.get("time_ms")),
+                    key=lambda r: r["time_ms"])
+        configs = []
+        for r in ok:
+            cfg = self.measurer.space.upgrade(r["config"])
+            if cfg is not None and cfg not in configs:
+                configs.append(cfg)
+            if len(configs) == SWEEP_TOP:
+                break
+        if configs:
+            self.measure(configs)
+        return ok[0]["time_ms"] if ok else None
+
+    def close(self) -> None:
+        self.measurer.close()
+        self.store.close()
+
+
+def run_live_bench(settings: BenchSettings, device_name: str,
+                   progress: Callable[[str, str, int], None] | None = None,
+                   notify: Callable[[str], None] = lambda s: None) -> BenchResult:
+    """Every strategy of `settings` on every single-kernel problem of the suite, measured on
+    `device_name` (cuda or sim) in this run."""
+    if device_name not in ("cuda", "sim"):
+        raise SettingsError(f"live bench runs on cuda or sim, not {device_name!r}")
+    check_settings(settings)
+    files = problem_files(settings.suite)
+    result = BenchResult(settings, date=time.strftime("%Y-%m-%d"), provenance=provenance())
+    if settings.policy:
+        from .agents import checkpoint
+
+        result.trained_on = list(checkpoint.load(settings.policy)["meta"]["trained_on"])
+    device = open_device(device_name, TuneSettings(device=device_name), notify)
+    builder = Builder("nvrtc", None)
+    try:
+        for path in files:
+            bench = _ProblemBench(path, settings, device, builder)
+            try:
+                if isinstance(bench.plan, ProgramPlan):
+                    result.skipped[bench.problem.name] = (
+                        "a multi-kernel program: Kernel Tuner tunes one kernel's parameters")
+                    continue
+                device.ensure(bench.problem, bench.plan)
+                base = device.baselines(BASELINES)
+                sweep_best = bench.sweep_reference()
+                for strategy in settings.strategies:
+                    if strategy == "marl" and not settings.policy:
+                        continue  # the agents without a trained policy are not cuda-agent's offer
+                    for seed in range(settings.seeds):
+                        result.runs.append(bench.run_strategy(strategy, seed))
+                        if progress:
+                            progress(bench.problem.name, strategy, seed)
+                if not bench.ok_times:
+                    result.skipped[bench.problem.name] = "no configuration verified"
+                    continue
+                result.problems[bench.problem.name] = {
+                    "family": bench.plan.family, "best_ms": min(bench.ok_times),
+                    "optimum": "this run" + (f" (with the recorded sweep's best {SWEEP_TOP} "
+                                             "measured again)" if sweep_best else ""),
+                    "recorded": len(bench.measurer.space.configs),
+                    "eager_ms": base.eager_ms, "compile_ms": base.compile_ms,
+                    "compile_max_ms": base.extra_ms.get("compile:max-autotune"),
+                    "baseline_notes": base.notes, "sweep_best_recorded_ms": sweep_best,
+                    "bytes": bench.plan.bytes_moved(), "copy_bw": device.copy_bandwidth(),
+                    "gpu": device.gpu_name(), "simulated": device.simulated,
+                    "device": device.kind}
+            finally:
+                bench.close()
+    finally:
+        builder.close()
+        device.close()
+    if not result.problems:
+        raise SettingsError(f"no single-kernel problem of {settings.suite} could be measured")
+    result.live = device_name
+    return result
+
+
+__all__ = ["run_live_bench", "BASELINES", "KERNEL_TUNER"]
