@@ -82,6 +82,37 @@ class BenchResult:
                            d.get("live"), d.get("provenance", {}))
 
 
+def merge(results: list[BenchResult]) -> BenchResult:
+    """One comparison from several runs of the same settings on different problems (a GPU
+    reached through short calls benches a suite a few problems per call)."""
+    if not results:
+        raise SettingsError("nothing to merge")
+    first = results[0]
+    same = ("strategies", "budget", "seeds", "policy")
+    for r in results[1:]:
+        for k in same:
+            if getattr(r.settings, k) != getattr(first.settings, k):
+                raise SettingsError(f"cannot merge bench runs with different {k}: "
+                                    f"{getattr(first.settings, k)} and {getattr(r.settings, k)}")
+        if r.live != first.live:
+            raise SettingsError("cannot merge a live bench run with a replayed one")
+        clash = set(r.problems) & set(first.problems)
+        if clash:
+            raise SettingsError(f"problems benched twice: {', '.join(sorted(clash))}")
+    out = BenchResult(first.settings, date=", ".join(sorted({r.date for r in results})),
+                      trained_on=first.trained_on, live=first.live)
+    for r in results:
+        out.runs += r.runs
+        out.problems.update(r.problems)
+        out.skipped.update(r.skipped)
+        for k, v in r.provenance.items():
+            have = out.provenance.get(k)
+            vals = have.split(", ") if have else []
+            if str(v) not in vals:
+                out.provenance[k] = ", ".join(vals + [str(v)])
+    return out
+
+
 def provenance() -> dict[str, Any]:
     """What code ran: the commit, torch and Python versions."""
     import platform
@@ -185,6 +216,23 @@ def run_bench(settings: BenchSettings,
     if not result.problems:
         raise SettingsError(f"no recorded sweeps for the problems of {settings.suite}")
     return result
+
+
+PEERS = ("optuna",) + KERNEL_TUNER
+"""the classic autotuners cuda-agent is measured against (issue 5's target)"""
+
+
+def versus_peers(summary: dict[str, Any], ours: str = "marl") -> dict[str, Any] | None:
+    """cuda-agent's median measurements to 95 % against the best of Optuna's and Kernel
+    Tuner's strategies (by the same median), on the problems the policy never trained on."""
+    key = "median_evals_to_95_unseen"
+    peers = {s: summary[s][key] for s in PEERS if s in summary and summary[s][key] is not None}
+    if ours not in summary or summary[ours][key] is None or not peers:
+        return None
+    best = min(peers, key=peers.__getitem__)
+    return {"ours": ours, "ours_median": summary[ours][key], "best_peer": best,
+            "best_peer_median": peers[best],
+            "ratio": peers[best] / summary[ours][key] if summary[ours][key] else None}
 
 
 def summarize(result: BenchResult) -> dict[str, Any]:

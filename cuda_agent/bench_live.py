@@ -30,8 +30,8 @@ from .bench import (KERNEL_TUNER, BenchResult, BenchSettings, Run, check_setting
 from .build.builder import Builder
 from .errors import CudaAgentError, SettingsError
 from .ir.partition import ProgramPlan
-from .ir.plan import make_plan
-from .problem import load_problem
+from .ir.plan import KernelPlan, make_plan
+from .problem import Problem, load_problem
 from .run.devices import Device
 from .run.replay import find_sweep, read_sweep
 from .space.slots import Config
@@ -63,11 +63,10 @@ def _measured_s(trials: list[Trial], first_cost: dict[str, float]) -> float:
 class _ProblemBench:
     """One problem on the shared device: its store, its measurer, its strategies' runs."""
 
-    def __init__(self, path: Path, settings: BenchSettings, device: Device,
-                 builder: Builder) -> None:
-        self.path = path
-        self.problem = load_problem(path)
-        self.plan = make_plan(self.problem.graph())
+    def __init__(self, problem: Problem, plan: KernelPlan, settings: BenchSettings,
+                 device: Device, builder: Builder) -> None:
+        self.problem = problem
+        self.plan = plan
         self.settings = settings
         self.device = device
         self.builder = builder
@@ -169,12 +168,14 @@ def run_live_bench(settings: BenchSettings, device_name: str,
     builder = Builder("nvrtc", None)
     try:
         for path in files:
-            bench = _ProblemBench(path, settings, device, builder)
+            problem = load_problem(path)
+            plan = make_plan(problem.graph())
+            if isinstance(plan, ProgramPlan):
+                result.skipped[problem.name] = (
+                    "a multi-kernel program: Kernel Tuner tunes one kernel's parameters")
+                continue
+            bench = _ProblemBench(problem, plan, settings, device, builder)
             try:
-                if isinstance(bench.plan, ProgramPlan):
-                    result.skipped[bench.problem.name] = (
-                        "a multi-kernel program: Kernel Tuner tunes one kernel's parameters")
-                    continue
                 device.ensure(bench.problem, bench.plan)
                 base = device.baselines(BASELINES)
                 sweep_best = bench.sweep_reference()

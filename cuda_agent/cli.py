@@ -358,13 +358,23 @@ def bench(
 
 
 @app.command()
-def report(run: Path = typer.Argument(..., help="a bench output directory")) -> None:
-    """Rebuild a bench run's tables, plots and HTML page from its bench.json."""
-    from .report.bench_report import rebuild
+def report(runs: list[Path] = typer.Argument(..., help="bench output directories"),
+           out: Optional[Path] = typer.Option(None, help="merge the runs' problems into one "
+                                              "report here (several runs)")) -> None:
+    """Rebuild a bench run's tables, plots and HTML page from its bench.json, or merge several
+    runs of the same settings into one report."""
+    from .report.bench_report import merge_runs, rebuild
 
-    if not (run / "bench.json").exists():
-        fail(f"{run}: no bench.json (run cuda-agent bench first)")
-    files = rebuild(run)
+    for run in runs:
+        if not (run / "bench.json").exists():
+            fail(f"{run}: no bench.json (run cuda-agent bench first)")
+    if len(runs) > 1 and out is None:
+        fail("several runs: say where the merged report goes with --out")
+    try:
+        files = merge_runs(runs, out) if out is not None else rebuild(runs[0])
+    except CudaAgentError as exc:
+        fail(str(exc))
+        return
     console.print(f"wrote {files['html']}")
 
 

@@ -10,7 +10,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ..bench import BenchResult, summarize
+from ..bench import BenchResult, summarize, versus_peers
 from ..metrics import P
 
 
@@ -157,6 +157,15 @@ def _provenance(result: BenchResult) -> str:
             + _trained_note(result))
 
 
+def _peers_line(summary: dict[str, Any]) -> str:
+    v = versus_peers(summary)
+    if v is None:
+        return ""
+    return (f" The agents (marl) reach 95 % of the optimum in a median {v['ours_median']:g} "
+            f"measurements; the best of Optuna and Kernel Tuner ({v['best_peer']}) in "
+            f"{v['best_peer_median']:g}" + (f": {v['ratio']:.1f}x fewer." if v["ratio"] else "."))
+
+
 def _trained_note(result: BenchResult) -> str:
     if not result.trained_on:
         return ""
@@ -172,18 +181,20 @@ def write_report(result: BenchResult, out: Path) -> dict[str, Path]:
     """bench.json, bench.md, two PNG plots and a self-contained report.html."""
     out.mkdir(parents=True, exist_ok=True)
     summary = summarize(result)
-    (out / "bench.json").write_text(json.dumps({**result.to_json(), "summary": summary},
+    (out / "bench.json").write_text(json.dumps({**result.to_json(), "summary": summary,
+                                                "versus_peers": versus_peers(summary)},
                                                indent=2, default=str) + "\n")
     conv = convergence_plot(result, out / "convergence.png")
     best = min(summary, key=lambda s: summary[s]["median_evals_to_95"] or math.inf)
     spd = speedup_plot(result, summary, out / "speedup_by_family.png", best)
     tabs = tables(result, summary)
-    md = f"# cuda-agent bench\n\n{_provenance(result)}\n\n" + "\n".join(
+    head = _provenance(result) + _peers_line(summary)
+    md = f"# cuda-agent bench\n\n{head}\n\n" + "\n".join(
         _md_table(*t) for t in tabs) + "\n![convergence](convergence.png)\n" \
         "![speedup by family](speedup_by_family.png)\n"
     (out / "bench.md").write_text(md)
     img = {p.name: base64.b64encode(p.read_bytes()).decode() for p in (conv, spd)}
-    parts = [f"<h1>cuda-agent bench</h1><p>{html.escape(_provenance(result))}</p>"]
+    parts = [f"<h1>cuda-agent bench</h1><p>{html.escape(head)}</p>"]
     for title, header, rows in tabs:
         parts.append(f"<h2>{html.escape(title)}</h2><table><tr>" +
                      "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>" +
@@ -206,3 +217,12 @@ def rebuild(run_dir: Path) -> dict[str, Path]:
     """`cuda-agent report RUN`: the same files again from bench.json."""
     data = json.loads((run_dir / "bench.json").read_text())
     return write_report(BenchResult.from_json(data), run_dir)
+
+
+def merge_runs(run_dirs: list[Path], out: Path) -> dict[str, Path]:
+    """`cuda-agent report RUN... --out DIR`: one report over several runs' problems."""
+    from ..bench import merge
+
+    results = [BenchResult.from_json(json.loads((d / "bench.json").read_text()))
+               for d in run_dirs]
+    return write_report(merge(results), out)

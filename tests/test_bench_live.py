@@ -1,0 +1,178 @@
+"""`bench` measured live (`bench_live.py`): end to end on the simulated device with every
+strategy, Kernel Tuner driven through its real API on a cache filled as it asks, and the
+rules that keep the comparison fair (shared measurements neither shorten a strategy's count
+nor its cost; every configuration a strategy is credited with, it asked for)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cuda_agent.bench import BenchResult, BenchSettings, Run, merge
+from cuda_agent.errors import SettingsError
+from cuda_agent.space.slots import Config
+
+pytest.importorskip("kernel_tuner")
+
+ROOT = Path(__file__).resolve().parents[1]
+PROBLEMS = ROOT / "benchmarks" / "problems"
+POLICY = ROOT / "benchmarks" / "policies" / "h200-replay-multi.pt"
+CLI = shutil.which("cuda-agent") or str(Path(sys.executable).with_name("cuda-agent"))
+
+
+def _configs() -> list[Config]:
+    """A small space with a constraint: not every combination of the slot values is valid."""
+    out = []
+    for block in (64, 128, 256, 512):
+        for vec in (1, 2, 4):
+            for unroll in (1, 2, 4, 8):
+                if block * vec <= 1024 and not (vec == 4 and unroll == 8):
+                    out.append(Config.of({"config.block": block, "memory.vec": vec,
+                                          "compute.unroll": unroll, "reduction.combine": "shfl"}))
+    return out
+
+
+@pytest.mark.parametrize("strategy", ["genetic_algorithm", "bayes_opt", "simulated_annealing",
+                                      "random_sample"])
+def test_kernel_tuner_live_measures_only_what_it_asks_within_budget(strategy):
+    from cuda_agent.search import kernel_tuner_sim
+
+    configs = _configs()
+    valid = set(configs)
+    asked: list[Config] = []
+
+    def measure(cfgs: list[Config]) -> list[dict]:
+        assert all(c in valid for c in cfgs), "measured a configuration outside the space"
+        asked.extend(cfgs)
+        return [{"ok": True, "time_ms": 1.0 + c["config.block"] / 512 + c["memory.vec"] / 7
+                 + c["compute.unroll"] / 13} for c in cfgs]
+
+    order = kernel_tuner_sim.run_live(configs, strategy, 12, 0, measure)
+    assert 0 < len(order) <= 12
+    assert len(asked) == len(set(asked)) <= 12, "a configuration measured twice or past budget"
+    # what Kernel Tuner is credited with is exactly what it had measured, with its results
+    assert {c for c, _ in order} <= set(asked)
+    for c, rec in order:
+        assert rec["time_ms"] == pytest.approx(1.0 + c["config.block"] / 512
+                                               + c["memory.vec"] / 7 + c["compute.unroll"] / 13)
+
+
+def test_kernel_tuner_search_space_is_exactly_the_configurations():
+    """With the whole space as budget, Kernel Tuner's random sampling measures every
+    configuration once and nothing else: its constraint admits exactly our space."""
+    from cuda_agent.search import kernel_tuner_sim
+
+    configs = _configs()
+    seen: list[Config] = []
+    order = kernel_tuner_sim.run_live(configs, "random_sample", len(configs), 1,
+                                      lambda cs: (seen.extend(cs),
+                                                  [{"ok": True, "time_ms": 1.0}] * len(cs))[1])
+    assert sorted(seen, key=Config.key) == sorted(configs, key=Config.key)
+    assert len(order) == len(configs)
+
+
+def test_kernel_tuner_failures_reach_it_as_failures():
+    from cuda_agent.search import kernel_tuner_sim
+
+    configs = _configs()
+    order = kernel_tuner_sim.run_live(
+        configs, "random_sample", 10, 0,
+        lambda cs: [{"ok": c["memory.vec"] != 2, "time_ms": 1.0 if c["memory.vec"] != 2
+                     else None} for c in cs])
+    assert order and all((rec["time_ms"] is None) == (c["memory.vec"] == 2) for c, rec in order)
+
+
+@pytest.fixture(scope="module")
+def live_run(tmp_path_factory):
+    """One live bench on the simulated device: a small softmax (with a recorded sweep), and a
+    multi-kernel program that must be reported as not compared; every strategy, the agents'
+    shipped policy included."""
+    suite = tmp_path_factory.mktemp("suite")
+    for name in ("softmax_tinyrows_odd", "fused_mlp_relu"):
+        shutil.copy(PROBLEMS / f"{name}.py", suite)
+    out = tmp_path_factory.mktemp("out") / "bench"
+    strategies = ("random,genetic,optuna,marl,kt:genetic_algorithm,kt:bayes_opt,"
+                  "kt:simulated_annealing,kt:random_sample")
+    proc = subprocess.run([CLI, "bench", "--suite", str(suite), "--device", "sim", "--budget", "6",
+                           "--seeds", "1", "--strategies", strategies, "--policy", str(POLICY),
+                           "--out", str(out)], capture_output=True, text=True, timeout=1200,
+                          cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return out, json.loads((out / "bench.json").read_text())
+
+
+def test_live_bench_runs_every_strategy_and_reports(live_run):
+    out, data = live_run
+    for f in ("bench.json", "bench.md", "report.html", "convergence.png",
+              "speedup_by_family.png"):
+        assert (out / f).stat().st_size > 0
+    assert data["live"] == "sim"
+    assert set(data["problems"]) == {"softmax_tinyrows_odd"}
+    assert "fused_mlp_relu" in data["skipped"]
+    facts = data["problems"]["softmax_tinyrows_odd"]
+    assert facts["simulated"] is True and facts["device"] == "sim"
+    runs = data["runs"]
+    assert {r["strategy"] for r in runs} == {
+        "random", "genetic", "optuna", "marl", "kt:genetic_algorithm", "kt:bayes_opt",
+        "kt:simulated_annealing", "kt:random_sample"}
+    for r in runs:
+        assert 0 < len(r["times"]) <= 6
+        assert r["measured_s"] is not None and r["measured_s"] >= 0
+    # the optimum is a time of this run, no later than any strategy's best
+    found = [t for r in runs for t in r["times"] if t is not None]
+    assert facts["best_ms"] <= min(found)
+    md = (out / "bench.md").read_text()
+    assert "SIMULATED" in md and "not compared" in md
+
+
+def test_shared_measurements_cost_what_they_cost_first(tmp_path):
+    """A strategy served measurements another strategy made is charged their first cost, and
+    its count is the configurations it asked for: sharing cannot make it look cheaper."""
+    from cuda_agent.bench_live import _measured_s
+    from cuda_agent.run.records import Measurement
+    from cuda_agent.tuner import Trial
+
+    def trial(key: str, wall: float, reused: bool) -> Trial:
+        m = Measurement(key, "sim", True, 1.0, wall_s=wall, reused=reused)
+        return Trial(0, Config.of({"a": key}), "t", m)
+
+    first = {"k1": 0.5, "k2": 0.25}
+    assert _measured_s([trial("k1", 0.0, True), trial("k2", 0.0, True)], first) == 0.75
+    assert _measured_s([trial("k3", 0.125, False)], first) == 0.125
+
+
+def test_live_bench_refuses_a_missing_gpu(tmp_path):
+    from cuda_agent.run.devices import cuda_available
+
+    if cuda_available():
+        pytest.skip("a GPU is present")
+    out = tmp_path / "bench"
+    proc = subprocess.run([CLI, "bench", "--suite", str(PROBLEMS / "softmax_tinyrows_odd.py"),
+                           "--device", "cuda", "--out", str(out)], capture_output=True,
+                          text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode != 0
+    assert "no CUDA GPU" in proc.stderr + proc.stdout
+    assert not out.exists()
+
+
+def _result(problem: str, budget: int = 10) -> BenchResult:
+    facts = {"family": "norm", "best_ms": 1.0, "recorded": 5, "eager_ms": 2.0,
+             "compile_ms": 1.5, "bytes": 1e9, "copy_bw": 4e12, "gpu": "x", "simulated": False}
+    return BenchResult(BenchSettings(budget=budget, seeds=1, strategies=("random",)),
+                       [Run(problem, "random", 0, [2.0, 1.0], 0.1, 0.2)], {problem: facts},
+                       date="2026-11-30", live="cuda", provenance={"commit": "abc"})
+
+
+def test_merge_joins_runs_and_refuses_mismatches():
+    m = merge([_result("a"), _result("b")])
+    assert set(m.problems) == {"a", "b"} and len(m.runs) == 2 and m.live == "cuda"
+    assert m.provenance == {"commit": "abc"}
+    with pytest.raises(SettingsError, match="twice"):
+        merge([_result("a"), _result("a")])
+    with pytest.raises(SettingsError, match="budget"):
+        merge([_result("a"), _result("b", budget=20)])
