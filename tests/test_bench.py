@@ -106,7 +106,11 @@ def test_bench_on_replay_end_to_end(tmp_path):
     assert r.returncode == 0 and (out / "report.html").exists()
 
 
-def test_bench_refuses_a_non_replay_device(tmp_path):
-    r = subprocess.run([CLI, "bench", "--device", "sim", "--out", str(tmp_path / "o")],
+def test_bench_refuses_an_unknown_device_or_suite(tmp_path):
+    r = subprocess.run([CLI, "bench", "--device", "tpu", "--out", str(tmp_path / "o")],
                        capture_output=True, text=True)
-    assert r.returncode == 2 and "replay" in r.stderr and not (tmp_path / "o").exists()
+    assert r.returncode == 2 and "replay, cuda, sim" in r.stderr
+    assert not (tmp_path / "o").exists()
+    r = subprocess.run([CLI, "bench", "--device", "sim", "--suite", str(tmp_path / "none"),
+                        "--out", str(tmp_path / "o")], capture_output=True, text=True)
+    assert r.returncode == 2 and "no such file" in r.stderr and not (tmp_path / "o").exists()

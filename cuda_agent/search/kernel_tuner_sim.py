@@ -48,22 +48,20 @@ class _Params:
 
     def __init__(self, configs: list[dict[str, Any]]) -> None:
         slots = sorted({k for c in configs for k in c})
-        distinct = {s: len({json.dumps(c.get(s)) for c in configs}) for s in slots}
+        values: dict[str, list[Any]] = {}
+        for s in slots:
+            seen: set[str] = set()  # by JSON form: 1, 1.0 and True are three values here
+            values[s] = [v for c in configs for v in [c.get(s)]
+                         if not (json.dumps(v) in seen or seen.add(json.dumps(v)))]
         # fewest values first: the order in which Kernel Tuner's constraint solver assigns
         # parameters (see `_config_set`)
-        varying = sorted((s for s in slots if distinct[s] > 1), key=lambda s: distinct[s])
-        self.tune_params: dict[str, list] = {}
-        for s in varying:
-            vals: list[Any] = []
-            for c in configs:
-                if c.get(s) not in vals:
-                    vals.append(c.get(s))
-            self.tune_params[s.replace(".", "__")] = vals
+        varying = sorted((s for s in slots if len(values[s]) > 1), key=lambda s: len(values[s]))
+        self.tune_params: dict[str, list] = {s.replace(".", "__"): values[s] for s in varying}
         self.names = list(self.tune_params)
         self.by_key = {self.key_of(c): c for c in configs}
 
     def restrictions(self) -> list[Any]:
-        """One constraint that admits exactly the configurations (see `_ConfigSet`)."""
+        """One constraint that admits exactly the configurations (see `_config_set`)."""
         return [_config_set(self)]
 
     def key_of(self, cfg: dict[str, Any]) -> str:
@@ -92,17 +90,16 @@ def _config_set(params: _Params) -> Any:
     from constraint import Constraint
 
     names = params.names
-    prefixes = [{tuple(c.get(n.replace("__", ".")) for n in names[:i])
+    # keyed like the cache (str of each value): 1 and True are different values here
+    prefixes = [{_key([c.get(n.replace("__", ".")) for n in names[:i]])
                  for c in params.by_key.values()} for i in range(len(names) + 1)]
 
     class ConfigSet(Constraint):  # type: ignore[misc]
         def __call__(self, variables: Any, domains: Any, assignments: dict, forwardcheck: Any = False,
                      _unassigned: Any = None) -> bool:
             d = len(assignments)
-            if d == len(names):
-                return tuple(assignments[n] for n in names) in prefixes[d]
             try:
-                key = tuple(assignments[n] for n in names[:d])
+                key = _key([assignments[n] for n in names[:d]])
             except KeyError:  # another order than expected: decided once all are assigned
                 return True
             return key in prefixes[d]
