@@ -4,11 +4,13 @@ and logs), to be committed under benchmarks/data/ and benchmarks/results/.
 
     python3 benchmarks/gpu_suite.py --parts sweeps,faults,throughput,families --sample 100
     python3 benchmarks/gpu_suite.py --parts counters,agents      # issue 3
+    python3 benchmarks/gpu_suite.py --parts bench --bench-problems a.py,b.py \
+        --agent-policy benchmarks/policies/h200-replay-multi.pt   # issue 5 (wheels: README)
     python3 benchmarks/gpu_suite.py --parts gemm_tc,search --search-problems a.py,b.py \
         --search-warm 1 --search-seed-template gemm_tc           # a template the sweeps predate
 
 Parts: sweeps, faults, families, counters, gemm_tc (the tensor-core GEMM's accuracy test),
-cluster, direct (depthwise convolution, float4 pooling, L2 keep hint), search, throughput,
+cluster, direct (depthwise convolution, float4 pooling, L2 keep hint), search, bench, throughput,
 agents. Pass CUDA_AGENT_COMMIT=<hash> in the command: the GPU machine
 receives the tree without .git (search rows record it).
 
@@ -59,6 +61,8 @@ def pack(out: Path, final: Path) -> None:
     with tarfile.open(tmp, "w:gz") as tar:
         tar.add(out / "data", arcname="data")
         tar.add(out / "logs", arcname="logs")
+        if (out / "bench").exists():
+            tar.add(out / "bench", arcname="bench")
     os.replace(tmp, final / "results.tgz")
 
 
@@ -213,6 +217,40 @@ def template_seeds(path: Path, template: str, n: int,
              for bk in (32, 16) for fr in (8, 16)] if template == "gemm_tc" else []
     proto = [c for c in proto if all(c.get(k) in vs for k, vs in (where or {}).items())]
     return proto + picked[:max(0, n - len(proto))]
+
+
+def run_bench(out: Path, problems: list[Path], budget: int, policy: str | None,
+              deadline: float, per_problem: float) -> None:
+    """`cuda-agent bench --device cuda`, one problem at a time (each under its own time limit,
+    so that a long one cannot take the rest of the call), then one merged report in
+    out/bench. Kernel Tuner and Optuna must be importable (carried as wheels: README)."""
+    from cuda_agent.report.bench_report import merge_runs
+
+    done = []
+    for p in problems:
+        left = deadline - time.time()
+        if left < 60:
+            log(f"deadline: bench of {p.name} and later problems not run")
+            break
+        run_dir = out / "bench" / p.stem
+        cmd = [sys.executable, "-c", "from cuda_agent.cli import main; main()", "bench",
+               "--suite", str(p), "--device", "cuda", "--budget", str(budget), "--seeds", "1",
+               "--out", str(run_dir)] + (["--policy", policy] if policy else [])
+        t0 = time.time()
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True,
+                                  timeout=min(per_problem, left - 20))
+            rc = proc.returncode
+            (out / "logs" / f"bench-{p.stem}.log").write_text(proc.stdout[-20000:] +
+                                                              proc.stderr[-5000:])
+        except subprocess.TimeoutExpired:
+            rc = "timeout"
+        log(f"bench {p.stem}: exit {rc} in {time.time() - t0:.0f} s")
+        if rc == 0 and (run_dir / "bench.json").exists():
+            done.append(run_dir)
+    if done:
+        files = merge_runs(done, out / "bench")
+        log(f"bench: merged {len(done)} problems into {files['markdown']}")
 
 
 def run_search(out: Path, problems: list[Path], strategy: str, budget: int,
@@ -370,6 +408,11 @@ def main() -> None:
                     help="comma-separated operators the policies are compared on")
     ap.add_argument("--tests-k", default=None, help="pytest -k selection for the GPU tests")
     ap.add_argument("--search-problems", default="", help="comma-separated files (part search)")
+    ap.add_argument("--bench-problems", default="", help="comma-separated files (part bench; "
+                    "the policy is --agent-policy)")
+    ap.add_argument("--bench-budget", type=int, default=40)
+    ap.add_argument("--bench-per-problem", type=float, default=150.0,
+                    help="seconds one problem's bench may take")
     ap.add_argument("--search-strategy", default="genetic")
     ap.add_argument("--search-budget", type=int, default=160)
     ap.add_argument("--search-seed-template", default="",
@@ -431,6 +474,10 @@ def main() -> None:
                            slot_values(args.search_vary),
                            args.search_seed_template, args.search_seed_count,
                            slot_values(args.search_seed_where))
+            elif part == "bench":  # issue 5: every strategy and baseline, live
+                run_bench(out, [ROOT / q for q in args.bench_problems.split(",") if q],
+                          args.bench_budget, args.agent_policy, deadline - 10,
+                          args.bench_per_problem)
             elif part == "agents":
                 run_agents(out, deadline - 20, args.agent_iterations, args.agent_budget,
                            args.agent_profile_every, args.agent_policy,
