@@ -35,7 +35,7 @@ from .problem import Problem, load_problem
 from .run.devices import Device
 from .run.replay import find_sweep, read_sweep
 from .space.slots import Config
-from .store import Store
+from .store import TRANSIENT_KINDS, Store
 from .tuner import Tuner, TuneSettings, Trial, open_device
 
 BASELINES = ("eager", "compile", "compile:max-autotune")
@@ -55,9 +55,10 @@ def _times(trials: list[Trial]) -> list[float | None]:
 
 
 def _measured_s(trials: list[Trial], first_cost: dict[str, float]) -> float:
-    """Evaluation seconds of these trials as first measured (a reused measurement costs what
-    it cost the strategy that made it)."""
-    return sum(first_cost.get(t.measurement.key, t.measurement.wall_s) for t in trials)
+    """Evaluation seconds of these trials: a measurement made for them costs its own time, a
+    reused one what it cost the strategy that made it."""
+    return sum(first_cost.get(t.measurement.key, t.measurement.wall_s) if t.measurement.reused
+               else t.measurement.wall_s for t in trials)
 
 
 class _ProblemBench:
@@ -88,8 +89,8 @@ class _ProblemBench:
     def _note(self, trials: list[Trial]) -> None:
         for t in trials:
             m = t.measurement
-            if not m.reused:
-                self.first_cost.setdefault(m.key, m.wall_s)
+            if not m.reused and m.error_kind not in TRANSIENT_KINDS:
+                self.first_cost.setdefault(m.key, m.wall_s)  # what the store will serve
             if m.ok and m.time_ms is not None:
                 self.ok_times.append(m.time_ms)
 
