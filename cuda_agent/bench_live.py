@@ -28,7 +28,7 @@ from typing import Any, Callable
 from .bench import (KERNEL_TUNER, BenchResult, BenchSettings, Run, check_settings, problem_files,
                     provenance)
 from .build.builder import Builder
-from .errors import CudaAgentError, SettingsError
+from .errors import CudaAgentError, ProblemError, SettingsError, UnsupportedError, first_line
 from .ir.partition import ProgramPlan
 from .ir.plan import KernelPlan, make_plan
 from .problem import Problem, load_problem
@@ -160,6 +160,12 @@ def run_live_bench(settings: BenchSettings, device_name: str,
         raise SettingsError(f"live bench runs on cuda or sim, not {device_name!r}")
     check_settings(settings)
     files = problem_files(settings.suite)
+    if any(s.startswith("kt:") for s in settings.strategies):
+        try:
+            import kernel_tuner  # noqa: F401 - before any GPU time is spent
+        except ImportError:
+            raise SettingsError("Kernel Tuner strategies need kernel_tuner: "
+                                "pip install cuda-agent[tuners]") from None
     result = BenchResult(settings, date=time.strftime("%Y-%m-%d"), provenance=provenance())
     if settings.policy:
         from .agents import checkpoint
@@ -169,8 +175,14 @@ def run_live_bench(settings: BenchSettings, device_name: str,
     builder = Builder("nvrtc", None)
     try:
         for path in files:
-            problem = load_problem(path)
-            plan = make_plan(problem.graph())
+            try:
+                problem = load_problem(path)
+                plan = make_plan(problem.graph())
+            except (ProblemError, UnsupportedError) as exc:
+                # one bad file in a suite is reported, not the end of an hours-long run
+                result.skipped[path.stem] = first_line(exc)
+                notify(f"{path.name}: not compared ({first_line(exc)})")
+                continue
             if isinstance(plan, ProgramPlan):
                 result.skipped[problem.name] = (
                     "a multi-kernel program: Kernel Tuner tunes one kernel's parameters")

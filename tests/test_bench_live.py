@@ -89,12 +89,13 @@ def test_kernel_tuner_failures_reach_it_as_failures():
 
 @pytest.fixture(scope="module")
 def live_run(tmp_path_factory):
-    """One live bench on the simulated device: a small softmax (with a recorded sweep), and a
-    multi-kernel program that must be reported as not compared; every strategy, the agents'
-    shipped policy included."""
+    """One live bench on the simulated device: a small softmax (with a recorded sweep), a
+    multi-kernel program and a malformed file, both to be reported as not compared; every
+    strategy, the agents' shipped policy included."""
     suite = tmp_path_factory.mktemp("suite")
     for name in ("softmax_tinyrows_odd", "fused_mlp_relu"):
         shutil.copy(PROBLEMS / f"{name}.py", suite)
+    shutil.copy(ROOT / "tests" / "data" / "bad" / "no_model.py", suite)
     out = tmp_path_factory.mktemp("out") / "bench"
     strategies = ("random,genetic,optuna,marl,kt:genetic_algorithm,kt:bayes_opt,"
                   "kt:simulated_annealing,kt:random_sample")
@@ -114,6 +115,7 @@ def test_live_bench_runs_every_strategy_and_reports(live_run):
     assert data["live"] == "sim"
     assert set(data["problems"]) == {"softmax_tinyrows_odd"}
     assert "fused_mlp_relu" in data["skipped"]
+    assert "no_model" in data["skipped"], "a malformed file in the suite is reported as such"
     facts = data["problems"]["softmax_tinyrows_odd"]
     assert facts["simulated"] is True and facts["device"] == "sim"
     runs = data["runs"]
