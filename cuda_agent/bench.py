@@ -1,11 +1,11 @@
 """`cuda-agent bench`: cuda-agent against the alternatives, same problems, same spaces, same budget.
 
-Live on the GPU (or the simulator) the run is `bench_live.py`'s. On `replay` every strategy searches the configurations a GPU sweep recorded, and is served
-their recorded times: ours (random, genetic, the agents), Optuna's TPE, and Kernel Tuner's own
-strategies through its real API in simulation mode. For each problem and seed we keep the order
-in which a strategy measured configurations; every metric is computed from those orders
-(`metrics.py`), and the baselines (torch eager, torch.compile) are the ones timed in the sweep's
-own GPU run.
+Live on the GPU (or the simulator), the run is `bench_live.py`'s. On `replay` every strategy
+searches the configurations a GPU sweep recorded, and is served their recorded times: ours
+(random, genetic, the agents), Optuna's TPE, and Kernel Tuner's own strategies through its real
+API in simulation mode. For each problem and seed we keep the order in which a strategy
+measured configurations; every metric is computed from those orders (`metrics.py`), and the
+baselines (torch eager, torch.compile) are the ones timed in the sweep's own GPU run.
 """
 
 from __future__ import annotations
@@ -105,11 +105,9 @@ def merge(results: list[BenchResult]) -> BenchResult:
         out.runs += r.runs
         out.problems.update(r.problems)
         out.skipped.update(r.skipped)
-        for k, v in r.provenance.items():
-            have = out.provenance.get(k)
-            vals = have.split(", ") if have else []
-            if str(v) not in vals:
-                out.provenance[k] = ", ".join(vals + [str(v)])
+    keys = dict.fromkeys(k for r in results for k in r.provenance)
+    out.provenance = {k: ", ".join(dict.fromkeys(str(r.provenance[k]) for r in results
+                                                 if k in r.provenance)) for k in keys}
     return out
 
 
