@@ -95,8 +95,8 @@ def _config_set(params: _Params) -> Any:
                  for c in params.by_key.values()} for i in range(len(names) + 1)]
 
     class ConfigSet(Constraint):  # type: ignore[misc]
-        def __call__(self, variables: Any, domains: Any, assignments: dict, forwardcheck: Any = False,
-                     _unassigned: Any = None) -> bool:
+        def __call__(self, variables: Any, domains: Any, assignments: dict,
+                     forwardcheck: Any = False, _unassigned: Any = None) -> bool:
             d = len(assignments)
             try:
                 key = _key([assignments[n] for n in names[:d]])
@@ -109,12 +109,10 @@ def _config_set(params: _Params) -> Any:
 
 @contextmanager
 def _measuring_runner(params: _Params, measure: Callable[[list[dict[str, Any]]], list[Record]]
-                      ) -> Iterator[list[Record]]:
-    """Within the block, Kernel Tuner's simulation runner measures what is not in its cache.
-    Yields the list of records measured, in order."""
+                      ) -> Iterator[None]:
+    """Within the block, Kernel Tuner's simulation runner measures what is not in its cache."""
     from kernel_tuner.runners import simulation
 
-    measured: list[Record] = []
     base = simulation.SimulationRunner
 
     class MeasuringRunner(base):  # type: ignore[misc,valid-type]
@@ -135,12 +133,11 @@ def _measuring_runner(params: _Params, measure: Callable[[list[dict[str, Any]]],
                 recs = measure([params.by_key[k] for k in todo])
                 for k, rec in zip(todo, recs):
                     tuning_options.cache[k] = params.entry(params.by_key[k], rec)
-                    measured.append(rec)
             return super().run(parameter_space, tuning_options)
 
     simulation.SimulationRunner = MeasuringRunner
     try:
-        yield measured
+        yield
     finally:
         simulation.SimulationRunner = base
 
