@@ -139,14 +139,21 @@ def problem_files(suite: str) -> list[Path]:
     return sorted(path.glob("*.py")) if path.is_dir() else [path]
 
 
-def _order_ask_tell(path: Path, strategy: str, device: Device, budget: int, seed: int,
-                    policy: str | None) -> list[float | None]:
+def strategy_settings(device: Device, strategy: str, budget: int, seed: int,
+                      policy: str | None) -> TuneSettings:
+    """One ask/tell strategy's run in a comparison: no baselines, no default measured first
+    (every strategy starts from what it asks for), the agents without early stopping."""
     opts: dict[str, Any] = {}
     if strategy == "marl":
         opts = {"policy": policy, "budget": budget, "patience": 10**6}
-    settings = TuneSettings(device=device.kind, strategy=strategy, budget=budget, batch=4,
-                            seed=seed, baselines=False, include_default=False,
-                            strategy_options=opts)
+    return TuneSettings(device=device.kind, strategy=strategy, budget=budget, batch=4,
+                        seed=seed, baselines=False, include_default=False,
+                        strategy_options=opts)
+
+
+def _order_ask_tell(path: Path, strategy: str, device: Device, budget: int, seed: int,
+                    policy: str | None) -> list[float | None]:
+    settings = strategy_settings(device, strategy, budget, seed, policy)
     tuner = Tuner(load_problem(path), settings, device=device, store=Store(":memory:"))
     try:
         res = tuner.run()

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .bench import (KERNEL_TUNER, BenchResult, BenchSettings, Run, check_settings, problem_files,
-                    provenance)
+                    provenance, strategy_settings)
 from .build.builder import Builder
 from .errors import CudaAgentError, ProblemError, SettingsError, UnsupportedError, first_line
 from .ir.partition import ProgramPlan
@@ -77,13 +77,8 @@ class _ProblemBench:
         self.measurer = self._tuner("random", 0)
 
     def _tuner(self, strategy: str, seed: int) -> Tuner:
-        opts: dict[str, Any] = {}
-        if strategy == "marl":
-            opts = {"policy": self.settings.policy, "budget": self.settings.budget,
-                    "patience": 10**6}
-        s = TuneSettings(device=self.device.kind, strategy=strategy, budget=self.settings.budget,
-                         batch=4, seed=seed, baselines=False, include_default=False,
-                         strategy_options=opts)
+        s = strategy_settings(self.device, strategy, self.settings.budget, seed,
+                              self.settings.policy)
         return Tuner(self.problem, s, device=self.device, builder=self.builder, store=self.store)
 
     def _note(self, trials: list[Trial]) -> None:
