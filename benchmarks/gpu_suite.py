@@ -240,11 +240,13 @@ def run_bench(out: Path, problems: list[Path], budget: int, policy: str | None,
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True,
                                   timeout=min(per_problem, left - 20))
-            rc = proc.returncode
-            (out / "logs" / f"bench-{p.stem}.log").write_text(proc.stdout[-20000:] +
-                                                              proc.stderr[-5000:])
-        except subprocess.TimeoutExpired:
-            rc = "timeout"
+            rc, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
+        except subprocess.TimeoutExpired as exc:  # its output says how far it got
+            rc, stdout, stderr = "timeout", exc.stdout or "", exc.stderr or ""
+        if isinstance(stdout, bytes):
+            stdout, stderr = stdout.decode(errors="replace"), (stderr or b"").decode(
+                errors="replace")
+        (out / "logs" / f"bench-{p.stem}.log").write_text(stdout[-20000:] + stderr[-5000:])
         log(f"bench {p.stem}: exit {rc} in {time.time() - t0:.0f} s")
         if rc == 0 and (run_dir / "bench.json").exists():
             done.append(run_dir)

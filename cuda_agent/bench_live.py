@@ -183,15 +183,28 @@ def run_live_bench(settings: BenchSettings, device_name: str,
                     "a multi-kernel program: Kernel Tuner tunes one kernel's parameters")
                 continue
             bench = _ProblemBench(problem, plan, settings, device, builder)
+            # where a problem's wall time goes (a live bench of a whole suite takes hours)
+            phase_s: dict[str, float] = {}
             try:
+                t0 = time.perf_counter()
                 device.ensure(bench.problem, bench.plan)
+                phase_s["setup"] = time.perf_counter() - t0
+                t0 = time.perf_counter()
                 base = device.baselines(BASELINES)
+                phase_s["baselines"] = time.perf_counter() - t0
+                t0 = time.perf_counter()
                 sweep_best = bench.sweep_reference()
+                phase_s["recorded_best"] = time.perf_counter() - t0
+                notify(f"{problem.name}: " + ", ".join(f"{k} {v:.1f} s"
+                                                        for k, v in phase_s.items()))
                 for strategy in settings.strategies:
                     if strategy == "marl" and not settings.policy:
                         continue  # the agents without a trained policy are not cuda-agent's offer
                     for seed in range(settings.seeds):
-                        result.runs.append(bench.run_strategy(strategy, seed))
+                        run = bench.run_strategy(strategy, seed)
+                        result.runs.append(run)
+                        notify(f"{problem.name} {strategy} seed {seed}: {len(run.times)} "
+                               f"measurements in {run.seconds:.1f} s")
                         if progress:
                             progress(bench.problem.name, strategy, seed)
                 if not bench.ok_times:
@@ -207,7 +220,7 @@ def run_live_bench(settings: BenchSettings, device_name: str,
                     "baseline_notes": base.notes, "sweep_best_recorded_ms": sweep_best,
                     "bytes": bench.plan.bytes_moved(), "copy_bw": device.copy_bandwidth(),
                     "gpu": device.gpu_name(), "simulated": device.simulated,
-                    "device": device.kind}
+                    "device": device.kind, "phase_s": phase_s}
             finally:
                 bench.close()
     finally:
