@@ -265,6 +265,7 @@ def summarize(result: BenchResult) -> dict[str, Any]:
         eager = [result.problems[p]["eager_ms"] for p in probs]
         comp = [result.problems[p]["compile_ms"] for p in probs]
         comp_max = [result.problems[p].get("compile_max_ms") for p in probs]
+        comp_nocg = [result.problems[p].get("compile_max_nocg_ms") for p in probs]
         found = [best_ms[p] for p in probs]
         cost = [r.measured_s for r in runs if r.measured_s is not None]
         out[s] = {
@@ -280,6 +281,8 @@ def summarize(result: BenchResult) -> dict[str, Any]:
                 {str(p): metrics.fast_p(found, comp_max, p) for p in metrics.P}
                 if any(comp_max) else None),
             "geomean_speedup_vs_compile_max_autotune": metrics.geomean_speedup(found, comp_max),
+            "geomean_speedup_vs_compile_max_autotune_no_cudagraphs": metrics.geomean_speedup(
+                found, comp_nocg),
             # live runs: evaluation seconds of a whole search (first measurements' cost);
             # replay: the search's own seconds (no GPU time is spent)
             "median_search_seconds": statistics.median(

@@ -2,8 +2,8 @@
 
 Per problem, on one device and one compile cache:
 
-* torch eager, torch.compile and torch.compile(mode="max-autotune"), timed by the same worker
-  with the same protocol as the kernels;
+* torch eager, torch.compile and torch.compile(mode="max-autotune"), with and without CUDA
+  graphs, timed by the same worker with the same protocol as the kernels;
 * each strategy (ours through the ask/tell loop, Optuna's TPE, Kernel Tuner's own strategies
   through its real API) searching the problem's full template space at the same measurement
   budget; Kernel Tuner asks for a configuration and cuda-agent's runner measures it then
@@ -38,7 +38,10 @@ from .space.slots import Config
 from .store import TRANSIENT_KINDS, Store
 from .tuner import Tuner, TuneSettings, Trial, open_device
 
-BASELINES = ("eager", "compile", "compile:max-autotune")
+BASELINES = ("eager", "compile", "compile:max-autotune", "compile:max-autotune-no-cudagraphs")
+"""max-autotune turns on CUDA graphs, whose replay copies each new input into the graph's static
+buffers; the protocol feeds fresh inputs every call, so the same mode without graphs is timed
+too: it measures the kernels max-autotune picks"""
 SWEEP_TOP = 3
 """recorded configurations re-measured per swept problem (the recorded best and runners-up:
 timing noise between runs can reorder them)"""
@@ -217,6 +220,8 @@ def run_live_bench(settings: BenchSettings, device_name: str,
                     "recorded": len(bench.measurer.space.configs),
                     "eager_ms": base.eager_ms, "compile_ms": base.compile_ms,
                     "compile_max_ms": base.extra_ms.get("compile:max-autotune"),
+                    "compile_max_nocg_ms": base.extra_ms.get(
+                        "compile:max-autotune-no-cudagraphs"),
                     "baseline_notes": base.notes, "sweep_best_recorded_ms": sweep_best,
                     "bytes": bench.plan.bytes_moved(), "copy_bw": device.copy_bandwidth(),
                     "gpu": device.gpu_name(), "simulated": device.simulated,

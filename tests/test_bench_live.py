@@ -178,3 +178,22 @@ def test_merge_joins_runs_and_refuses_mismatches():
         merge([_result("a"), _result("a")])
     with pytest.raises(SettingsError, match="budget"):
         merge([_result("a"), _result("b", budget=20)])
+
+
+def test_max_autotune_baselines_with_and_without_cuda_graphs():
+    """Both max-autotune timings reach the summary and the report; a run recorded before the
+    graph-free mode was timed (merged with newer ones) counts only where it was measured."""
+    from cuda_agent.bench import summarize
+    from cuda_agent.report.bench_report import tables
+
+    a, b = _result("a"), _result("b")
+    a.problems["a"].update(compile_max_ms=4.0, compile_max_nocg_ms=2.0)
+    b.problems["b"].update(compile_max_ms=9.0)  # older run: no graph-free timing
+    m = merge([a, b])
+    s = summarize(m)["random"]
+    assert s["geomean_speedup_vs_compile_max_autotune"] == pytest.approx(6.0)  # sqrt(4 * 9)
+    assert s["geomean_speedup_vs_compile_max_autotune_no_cudagraphs"] == pytest.approx(2.0)
+    times = {title: (header, rows) for title, header, rows in tables(m, summarize(m))}
+    header, rows = next(v for k, v in times.items() if k.startswith("Times per problem"))
+    col = header.index("max-autotune without CUDA graphs")
+    assert [r[col] for r in rows] == ["2.0000", "-"]

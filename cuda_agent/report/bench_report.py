@@ -35,13 +35,16 @@ def tables(result: BenchResult, summary: dict[str, Any]) -> list[tuple[str, list
                      _fmt(m["geomean_speedup_vs_compile"], 2, "x"),
                      *[_fmt(m["fast_p_vs_compile"][str(p)], 2) for p in P],
                      _fmt(m.get("geomean_speedup_vs_compile_max_autotune"), 2, "x"),
+                     _fmt(m.get("geomean_speedup_vs_compile_max_autotune_no_cudagraphs"), 2,
+                          "x"),
                      _fmt(m["median_fraction_of_copy_bw"] and
                           100 * m["median_fraction_of_copy_bw"], 0, "%"),
                      _fmt(m.get("median_search_seconds"), 1, " s")])
     header = ["strategy", "problems", "median measurements to 95%",
               "same, on the problems the policy never trained on", "geomean vs eager",
               "geomean vs compile", *[f"fast_{p:g} vs compile" for p in P],
-              "geomean vs compile max-autotune", "of copy bw",
+              "geomean vs compile max-autotune",
+              "geomean vs max-autotune without CUDA graphs", "of copy bw",
               "median search time" + (" (GPU evaluation)" if result.live else "")]
     problems = sorted(result.problems)
     per = [[p, result.problems[p]["family"],
@@ -54,14 +57,16 @@ def tables(result: BenchResult, summary: dict[str, Any]) -> list[tuple[str, list
         found = {s: min((t for r in result.runs if r.strategy == s and r.problem == p
                          for t in r.times if t is not None), default=None) for s in strategies}
         base.append([p, _fmt(f.get("eager_ms"), 4), _fmt(f.get("compile_ms"), 4),
-                     _fmt(f.get("compile_max_ms"), 4), _fmt(f["best_ms"], 4),
+                     _fmt(f.get("compile_max_ms"), 4), _fmt(f.get("compile_max_nocg_ms"), 4),
+                     _fmt(f["best_ms"], 4),
                      _fmt(f.get("sweep_best_recorded_ms"), 4),
                      *[_fmt(found[s], 4) for s in strategies]])
     out = [("Strategies at equal budgets", header, main),
            (f"Measurements to 95 % of the best {best_of}, per problem (median over seeds)",
             ["problem", "family", *strategies], per),
            ("Times per problem (ms): baselines, the optimum, each strategy's best",
-            ["problem", "eager", "torch.compile", "compile max-autotune", f"best {best_of}",
+            ["problem", "eager", "torch.compile", "compile max-autotune",
+             "max-autotune without CUDA graphs", f"best {best_of}",
              "sweep's best (recorded run)", *strategies], base)]
     if result.skipped:
         out.append(("Problems not compared", ["problem", "why"],
