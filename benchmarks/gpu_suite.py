@@ -221,38 +221,37 @@ def template_seeds(path: Path, template: str, n: int,
 
 def run_bench(out: Path, problems: list[Path], budget: int, policy: str | None,
               deadline: float, per_problem: float) -> None:
-    """`cuda-agent bench --device cuda`, one problem at a time (each under its own time limit,
-    so that a long one cannot take the rest of the call), then one merged report in
-    out/bench. Kernel Tuner and Optuna must be importable (carried as wheels: README)."""
-    from cuda_agent.report.bench_report import merge_runs
-
-    done = []
+    """`cuda-agent bench --device cuda` over the problems in one process (its start, ~20 s of
+    torch, CUDA and the policy, is paid once), each problem given up inside it once it has run
+    `per_problem` seconds. Stopped at the call's deadline, the run keeps the problems it
+    finished (the bench keeps them on disk as it goes; `cuda-agent report` reads them).
+    Kernel Tuner and Optuna must be importable (carried as wheels: README)."""
+    suite = out / "bench-suite"  # the chosen problems as one suite directory
+    suite.mkdir(parents=True, exist_ok=True)
     for p in problems:
-        left = deadline - time.time()
-        if left < 60:
-            log(f"deadline: bench of {p.name} and later problems not run")
-            break
-        run_dir = out / "bench" / p.stem
-        cmd = [sys.executable, "-c", "from cuda_agent.cli import main; main()", "bench",
-               "--suite", str(p), "--device", "cuda", "--budget", str(budget), "--seeds", "1",
-               "--out", str(run_dir)] + (["--policy", policy] if policy else [])
-        t0 = time.time()
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True,
-                                  timeout=min(per_problem, left - 20))
-            rc, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
-        except subprocess.TimeoutExpired as exc:  # its output says how far it got
-            rc, stdout, stderr = "timeout", exc.stdout or "", exc.stderr or ""
-        if isinstance(stdout, bytes):
-            stdout, stderr = stdout.decode(errors="replace"), (stderr or b"").decode(
-                errors="replace")
-        (out / "logs" / f"bench-{p.stem}.log").write_text(stdout[-20000:] + stderr[-5000:])
-        log(f"bench {p.stem}: exit {rc} in {time.time() - t0:.0f} s")
-        if rc == 0 and (run_dir / "bench.json").exists():
-            done.append(run_dir)
-    if done:
-        files = merge_runs(done, out / "bench")
-        log(f"bench: merged {len(done)} problems into {files['markdown']}")
+        link = suite / p.name
+        if not link.exists():
+            link.symlink_to(p.resolve())
+    run_dir = out / "bench" / "run"
+    cli = [sys.executable, "-c", "from cuda_agent.cli import main; main()"]
+    cmd = cli + ["bench", "--suite", str(suite), "--device", "cuda", "--budget", str(budget),
+                 "--seeds", "1", "--problem-seconds", str(per_problem),
+                 "--out", str(run_dir)] + (["--policy", policy] if policy else [])
+    t0 = time.time()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True,
+                              timeout=max(deadline - time.time() - 15, 30))
+        rc, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
+    except subprocess.TimeoutExpired as exc:  # its output says how far it got
+        rc, stdout, stderr = "timeout", exc.stdout or "", exc.stderr or ""
+    if isinstance(stdout, bytes):
+        stdout, stderr = stdout.decode(errors="replace"), (stderr or b"").decode(
+            errors="replace")
+    (out / "logs" / "bench.log").write_text(stdout[-60000:] + stderr[-5000:])
+    log(f"bench of {len(problems)} problems: exit {rc} in {time.time() - t0:.0f} s")
+    if rc != 0 and (run_dir / "bench.partial.json").exists():
+        proc = subprocess.run(cli + ["report", str(run_dir)], capture_output=True, text=True)
+        log(f"bench stopped: reported the problems it finished (exit {proc.returncode})")
 
 
 def run_search(out: Path, problems: list[Path], strategy: str, budget: int,
@@ -414,7 +413,8 @@ def main() -> None:
                     "the policy is --agent-policy)")
     ap.add_argument("--bench-budget", type=int, default=40)
     ap.add_argument("--bench-per-problem", type=float, default=150.0,
-                    help="seconds one problem's bench may take")
+                    help="seconds after which a problem's bench is given up (checked between "
+                         "strategy runs)")
     ap.add_argument("--search-strategy", default="genetic")
     ap.add_argument("--search-budget", type=int, default=160)
     ap.add_argument("--search-seed-template", default="",

@@ -43,6 +43,10 @@ class BenchSettings:
     policy: str | None = None
     """agents checkpoint for `marl`; problems it was trained on are reported apart"""
     out: str = "runs/bench"
+    problem_seconds: float | None = None
+    """live runs: a problem still running after this many seconds is given up at the next
+    strategy run and listed among the problems not compared (one slow problem cannot take a
+    whole suite's time)"""
 
 
 @dataclass

@@ -151,9 +151,11 @@ class _ProblemBench:
 
 def run_live_bench(settings: BenchSettings, device_name: str,
                    progress: Callable[[str, str, int], None] | None = None,
-                   notify: Callable[[str], None] = lambda s: None) -> BenchResult:
+                   notify: Callable[[str], None] = lambda s: None,
+                   on_problem: Callable[[BenchResult], None] | None = None) -> BenchResult:
     """Every strategy of `settings` on every single-kernel problem of the suite, measured on
-    `device_name` (cuda or sim) in this run."""
+    `device_name` (cuda or sim) in this run. `on_problem` sees the result after each problem
+    (the CLI keeps it on disk, so a run stopped from outside keeps what it finished)."""
     if device_name not in ("cuda", "sim"):
         raise SettingsError(f"live bench runs on cuda or sim, not {device_name!r}")
     check_settings(settings)
@@ -164,7 +166,8 @@ def run_live_bench(settings: BenchSettings, device_name: str,
         except ImportError:
             raise SettingsError("Kernel Tuner strategies need kernel_tuner: "
                                 "pip install cuda-agent[tuners]") from None
-    result = BenchResult(settings, date=time.strftime("%Y-%m-%d"), provenance=provenance())
+    result = BenchResult(settings, date=time.strftime("%Y-%m-%d"), provenance=provenance(),
+                         live=device_name)
     if settings.policy:
         from .agents import checkpoint
 
@@ -188,6 +191,7 @@ def run_live_bench(settings: BenchSettings, device_name: str,
             bench = _ProblemBench(problem, plan, settings, device, builder)
             # where a problem's wall time goes (a live bench of a whole suite takes hours)
             phase_s: dict[str, float] = {}
+            started = time.perf_counter()
             try:
                 t0 = time.perf_counter()
                 device.ensure(bench.problem, bench.plan)
@@ -200,19 +204,28 @@ def run_live_bench(settings: BenchSettings, device_name: str,
                 phase_s["recorded_best"] = time.perf_counter() - t0
                 notify(f"{problem.name}: " + ", ".join(f"{k} {v:.1f} s"
                                                         for k, v in phase_s.items()))
-                for strategy in settings.strategies:
+                runs, late = [], None
+                for strategy, seed in ((st, k) for st in settings.strategies
+                                       for k in range(settings.seeds)):
                     if strategy == "marl" and not settings.policy:
                         continue  # the agents without a trained policy are not cuda-agent's offer
-                    for seed in range(settings.seeds):
-                        run = bench.run_strategy(strategy, seed)
-                        result.runs.append(run)
-                        notify(f"{problem.name} {strategy} seed {seed}: {len(run.times)} "
-                               f"measurements in {run.seconds:.1f} s")
-                        if progress:
-                            progress(bench.problem.name, strategy, seed)
-                if not bench.ok_times:
-                    result.skipped[bench.problem.name] = "no configuration verified"
+                    spent = time.perf_counter() - started
+                    if settings.problem_seconds is not None and spent > settings.problem_seconds:
+                        late = (f"given up after {spent:.0f} s (limit "
+                                f"{settings.problem_seconds:g} s), {len(runs)} strategy runs "
+                                "done: the strategies are compared on the same problems only")
+                        break
+                    run = bench.run_strategy(strategy, seed)
+                    runs.append(run)
+                    notify(f"{problem.name} {strategy} seed {seed}: {len(run.times)} "
+                           f"measurements in {run.seconds:.1f} s")
+                    if progress:
+                        progress(bench.problem.name, strategy, seed)
+                if late or not bench.ok_times:
+                    result.skipped[bench.problem.name] = late or "no configuration verified"
+                    notify(f"{problem.name}: not compared ({result.skipped[problem.name]})")
                     continue
+                result.runs += runs
                 result.problems[bench.problem.name] = {
                     "family": bench.plan.family, "best_ms": min(bench.ok_times),
                     "optimum": "this run" + (f" (with the recorded sweep's best {SWEEP_TOP} "
@@ -228,12 +241,13 @@ def run_live_bench(settings: BenchSettings, device_name: str,
                     "device": device.kind, "phase_s": phase_s}
             finally:
                 bench.close()
+                if on_problem:
+                    on_problem(result)
     finally:
         builder.close()
         device.close()
     if not result.problems:
         raise SettingsError(f"no single-kernel problem of {settings.suite} could be measured")
-    result.live = device_name
     return result
 
 

@@ -325,17 +325,22 @@ def bench(
     policy: Optional[Path] = typer.Option(None, help="trained agents checkpoint (for marl)"),
     out: Path = typer.Option(Path("runs/bench"), help="bench.json, bench.md, plots, "
                              "report.html"),
+    problem_seconds: Optional[float] = typer.Option(
+        None, help="live runs: give a problem up (listed as not compared) once it has run "
+                   "this long"),
 ) -> None:
     """Compare cuda-agent with random search, a genetic algorithm, Optuna and Kernel Tuner."""
     from .bench import BenchSettings, run_bench
-    from .report.bench_report import write_report
+    from .report.bench_report import PARTIAL, write_partial, write_report
 
     if device not in ("replay", "cuda", "sim"):
         fail(f"unknown device {device!r}; choose from replay, cuda, sim")
+    if problem_seconds is not None and problem_seconds <= 0:
+        fail(f"--problem-seconds must be positive, not {problem_seconds:g}")
     settings = BenchSettings(suite=str(suite), replay_root=str(replay_root) if replay_root
                              else None, strategies=tuple(s for s in strategies.split(",") if s),
                              budget=budget, seeds=seeds, policy=str(policy) if policy else None,
-                             out=str(out))
+                             out=str(out), problem_seconds=problem_seconds)
     try:
         with _progress() as bar:
             task = bar.add_task(f"bench [{device}]", total=None, status="")
@@ -348,11 +353,16 @@ def bench(
             else:
                 from .bench_live import run_live_bench
 
-                result = run_live_bench(settings, device, step, notify=console.print)
+                # what is finished stays on disk: a live run stopped from outside (a time
+                # limit) keeps its problems, and `cuda-agent report` reads them
+                result = run_live_bench(settings, device, step, notify=console.print,
+                                        on_problem=lambda r: write_partial(r, out))
     except CudaAgentError as exc:
+        (out / PARTIAL).unlink(missing_ok=True)
         fail(str(exc))
         return
     files = write_report(result, out)
+    (out / PARTIAL).unlink(missing_ok=True)
     console.print(files["markdown"].read_text().split("###")[1].split("\n", 1)[1])
     console.print(f"wrote {', '.join(str(p) for p in files.values())}")
 
@@ -363,10 +373,10 @@ def report(runs: list[Path] = typer.Argument(..., help="bench output directories
                                               "report here (several runs)")) -> None:
     """Rebuild a bench run's tables, plots and HTML page from its bench.json, or merge several
     runs of the same settings into one report."""
-    from .report.bench_report import merge_runs, rebuild
+    from .report.bench_report import PARTIAL, merge_runs, rebuild
 
     for run in runs:
-        if not (run / "bench.json").exists():
+        if not (run / "bench.json").exists() and not (run / PARTIAL).exists():
             fail(f"{run}: no bench.json (run cuda-agent bench first)")
     if len(runs) > 1 and out is None:
         fail("several runs: say where the merged report goes with --out")

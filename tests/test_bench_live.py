@@ -197,3 +197,55 @@ def test_max_autotune_baselines_with_and_without_cuda_graphs():
     header, rows = next(v for k, v in times.items() if k.startswith("Times per problem"))
     col = header.index("max-autotune without CUDA graphs")
     assert [r[col] for r in rows] == ["2.0000", "-"]
+
+
+def test_a_problem_past_its_time_is_given_up_and_kept_apart(tmp_path):
+    """--problem-seconds: a problem still running past it is listed as not compared (none of
+    its strategy runs count), and each problem's result is handed out as it ends."""
+    from cuda_agent.bench_live import run_live_bench
+
+    seen = []
+    settings = BenchSettings(suite=str(PROBLEMS / "softmax_tinyrows_odd.py"),
+                             strategies=("random", "genetic"), budget=3, seeds=1,
+                             out=str(tmp_path), problem_seconds=1e-9)
+    with pytest.raises(SettingsError, match="could be measured"):
+        run_live_bench(settings, "sim", on_problem=lambda r: seen.append(
+            (dict(r.skipped), len(r.runs))))
+    assert len(seen) == 1
+    skipped, runs = seen[0]
+    assert "given up after" in skipped["softmax_tinyrows_odd"] and runs == 0
+
+
+def test_a_stopped_run_keeps_what_it_finished(tmp_path):
+    """The partial result a live run keeps on disk is reported like a finished run, with the
+    suite's problems it did not finish listed as such; the partial file is then gone."""
+    from cuda_agent.report.bench_report import PARTIAL, rebuild, write_partial
+
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    for name in ("a", "b", "c"):
+        (suite / f"{name}.py").write_text("")
+    r = _result("a")
+    r.settings.suite = str(suite)
+    r.skipped["b"] = "a multi-kernel program"
+    run = tmp_path / "run"
+    write_partial(r, run)
+    assert json.loads((run / PARTIAL).read_text())["problems"].keys() == {"a"}
+    proc = subprocess.run([CLI, "report", str(run)], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    data = json.loads((run / "bench.json").read_text())
+    assert set(data["problems"]) == {"a"} and data["skipped"]["b"] == "a multi-kernel program"
+    assert data["skipped"]["c"].startswith("not finished")
+    assert not (run / PARTIAL).exists() and (run / "report.html").exists()
+    rebuild(run)  # a finished run's report is rebuilt from its bench.json as before
+    assert json.loads((run / "bench.json").read_text())["skipped"] == data["skipped"]
+
+
+def test_problem_seconds_must_be_positive(tmp_path):
+    out = tmp_path / "bench"
+    proc = subprocess.run([CLI, "bench", "--suite", str(PROBLEMS / "softmax_tinyrows_odd.py"),
+                           "--device", "sim", "--problem-seconds", "0", "--out", str(out)],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 2 and "--problem-seconds must be positive" in proc.stderr
+    assert not out.exists()

@@ -7,6 +7,7 @@ import base64
 import html
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -218,16 +219,49 @@ def write_report(result: BenchResult, out: Path) -> dict[str, Path]:
             "convergence": conv, "speedup": spd}
 
 
+PARTIAL = "bench.partial.json"
+"""a live run's problems so far, rewritten after each one and removed when the report is
+written: what is left of a run stopped before its end"""
+
+
+def write_partial(result: BenchResult, out: Path) -> None:
+    """The result so far, replaced atomically (a reader never sees half a file)."""
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = out / (PARTIAL + ".tmp")
+    tmp.write_text(json.dumps(result.to_json(), indent=1, default=str) + "\n")
+    os.replace(tmp, out / PARTIAL)
+
+
+def load_run(run_dir: Path) -> BenchResult:
+    """A run's result: its bench.json, or what a run stopped before its end had finished (the
+    suite's problems it did not reach are listed among those not compared)."""
+    from ..bench import problem_files
+    from ..errors import CudaAgentError
+
+    path = run_dir / "bench.json"
+    if path.exists() or not (run_dir / PARTIAL).exists():
+        return BenchResult.from_json(json.loads(path.read_text()))
+    result = BenchResult.from_json(json.loads((run_dir / PARTIAL).read_text()))
+    try:
+        files = problem_files(result.settings.suite)
+    except CudaAgentError:  # the suite is not on this machine: what was reached is all we know
+        files = []
+    for f in files:
+        if f.stem not in result.problems and f.stem not in result.skipped:
+            result.skipped[f.stem] = "not finished: the run was stopped before the end of this problem"
+    return result
+
+
 def rebuild(run_dir: Path) -> dict[str, Path]:
-    """`cuda-agent report RUN`: the same files again from bench.json."""
-    data = json.loads((run_dir / "bench.json").read_text())
-    return write_report(BenchResult.from_json(data), run_dir)
+    """`cuda-agent report RUN`: the same files again from bench.json (from the problems it
+    finished, for a run stopped before its end: its report replaces the partial file)."""
+    files = write_report(load_run(run_dir), run_dir)
+    (run_dir / PARTIAL).unlink(missing_ok=True)
+    return files
 
 
 def merge_runs(run_dirs: list[Path], out: Path) -> dict[str, Path]:
     """`cuda-agent report RUN... --out DIR`: one report over several runs' problems."""
     from ..bench import merge
 
-    results = [BenchResult.from_json(json.loads((d / "bench.json").read_text()))
-               for d in run_dirs]
-    return write_report(merge(results), out)
+    return write_report(merge([load_run(d) for d in run_dirs]), out)
