@@ -12,7 +12,11 @@ library alone, with nothing of cuda-agent's in it. Reports say which part is lib
 is generated (`facts`: ``library``).
 
 Slots: threads per block and elements per thread (config), vector width of the product's reads
-and the output's writes (memory). The library call itself has no slots.
+and the output's writes (memory). A convolution's library call has two more: the memory layout
+cuDNN works in (memory: the operands as given, or converted to channels-last and the product
+converted back; cuDNN's fast fp32 kernels differ by layout and shape, and torch.compile converts
+to channels-last itself) and how cuDNN picks its algorithm (compute: its heuristics, or timing
+every algorithm on the first call, `cudnn.benchmark`). A matrix product's call has no slots.
 """
 
 from __future__ import annotations
@@ -81,21 +85,38 @@ def library_call(plan: KernelPlan) -> dict[str, Any] | None:
             "N": g.N, "K": g.K, "a_strides": list(g.a_strides), "b_strides": list(g.b_strides)}
 
 
+def _conv_call(plan: KernelPlan) -> dict[str, Any] | None:
+    call = library_call(plan)
+    return call if call is not None and call["op"] in ("conv", "conv_transpose") else None
+
+
 class LibraryTemplate(Template):
     name = "lib"
     version = "1"
+    # recorded before the library call had slots: torch's layout, cuDNN's heuristics
+    legacy = {"memory.layout": "as_given", "compute.cudnn": "heuristic"}
 
     def applies(self, plan: KernelPlan) -> bool:
         return plan.kind in ("gemm", "conv") and _has_epilogue(plan) and \
             library_call(plan) is not None
 
     def slots(self, plan: KernelPlan, target: Target) -> list[Slot]:
-        return [
+        out = [
             Slot("config.block", (128, 256, 512), "threads per block of the epilogue kernel"),
             Slot("config.items", (1, 2, 4), "vectors of the product per thread"),
             Slot("memory.vec", (1, 4), "elements per load of the product and store of the "
                                        "output"),
         ]
+        conv = _conv_call(plan)
+        if conv is not None:
+            if conv["dims"] in (2, 3):  # torch has channels-last formats for 4-D and 5-D
+                out.append(Slot("memory.layout", ("as_given", "channels_last"),
+                                "the layout cuDNN computes in (channels_last: operands "
+                                "converted, the product converted back)"))
+            out.append(Slot("compute.cudnn", ("heuristic", "benchmark"),
+                            "cuDNN's algorithm: its heuristics' pick, or the fastest of all "
+                            "timed on the first call"))
+        return out
 
     def check(self, plan: KernelPlan, cfg: dict[str, Any], target: Target) -> str | None:
         if cfg["memory.vec"] == 4 and plan.numel % 4:
@@ -106,12 +127,20 @@ class LibraryTemplate(Template):
         return None
 
     def default(self, plan: KernelPlan, target: Target) -> dict[str, Any]:
-        return {"config.block": 256, "config.items": 1, "memory.vec": 1}
+        names = {s.name for s in self.slots(plan, target)}
+        return {"config.block": 256, "config.items": 1, "memory.vec": 1,
+                **{k: v for k, v in self.legacy.items() if k in names}}
 
     def render(self, plan: KernelPlan, cfg: dict[str, Any], target: Target) -> Rendered:
         g = _info(plan)
         call = library_call(plan)
         assert call is not None  # applies() guarantees it
+        # only what differs from torch's defaults is said, so a configuration recorded before
+        # these slots renders (and is cached) exactly as it was
+        if cfg.get("memory.layout", "as_given") != "as_given":
+            call["layout"] = cfg["memory.layout"]
+        if cfg.get("compute.cudnn", "heuristic") != "heuristic":
+            call["cudnn"] = cfg["compute.cudnn"]
         block, items, vec = cfg["config.block"], cfg["config.items"], cfg["memory.vec"]
         total = plan.numel
         per_block = block * items * vec
@@ -144,9 +173,13 @@ class LibraryTemplate(Template):
         launches = (Launch("torch_library", (1, 1, 1), (1, 1, 1), library=call),
                     Launch("ca_lib_epilogue", (grid, 1, 1), (block, 1, 1)))
         facts = (("family", "lib"), ("library", LIBRARY_NAMES[call["op"]]),
+                 ("library_layout", call.get("layout", "as_given")),
                  ("threads", block), ("vec", vec), ("items", items),
                  ("library_flops", plan.anchor_flops or 2 * g.batch * g.M * g.N * g.K),
-                 ("product_bytes", 4 * total))
+                 ("product_bytes", 4 * total),
+                 ("library_in_bytes", 4 * sum(math.prod(plan.graph[plan.operands[i]].shape)
+                                              for i in (call.get("x"), call.get("w"))
+                                              if i is not None)))
         return Rendered(c.text(), launches, facts=facts)
 
 
