@@ -57,6 +57,15 @@ def _times(trials: list[Trial]) -> list[float | None]:
     return [t.measurement.time_ms if t.measurement.ok else None for t in trials]
 
 
+def _timed(phases: dict[str, float], phase: str, fn: Callable[[], Any]) -> Any:
+    """fn(), its wall seconds recorded under `phase`."""
+    t0 = time.perf_counter()
+    try:
+        return fn()
+    finally:
+        phases[phase] = time.perf_counter() - t0
+
+
 def _measured_s(trials: list[Trial], first_cost: dict[str, float]) -> float:
     """Evaluation seconds of these trials: a measurement made for them costs its own time, a
     reused one what it cost the strategy that made it."""
@@ -193,15 +202,9 @@ def run_live_bench(settings: BenchSettings, device_name: str,
             phase_s: dict[str, float] = {}
             started = time.perf_counter()
             try:
-                t0 = time.perf_counter()
-                device.ensure(bench.problem, bench.plan)
-                phase_s["setup"] = time.perf_counter() - t0
-                t0 = time.perf_counter()
-                base = device.baselines(BASELINES)
-                phase_s["baselines"] = time.perf_counter() - t0
-                t0 = time.perf_counter()
-                sweep_best = bench.sweep_reference()
-                phase_s["recorded_best"] = time.perf_counter() - t0
+                _timed(phase_s, "setup", lambda: device.ensure(bench.problem, bench.plan))
+                base = _timed(phase_s, "baselines", lambda: device.baselines(BASELINES))
+                sweep_best = _timed(phase_s, "recorded_best", bench.sweep_reference)
                 notify(f"{problem.name}: " + ", ".join(f"{k} {v:.1f} s"
                                                         for k, v in phase_s.items()))
                 runs, late = [], None

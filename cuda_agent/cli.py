@@ -341,6 +341,7 @@ def bench(
                              else None, strategies=tuple(s for s in strategies.split(",") if s),
                              budget=budget, seeds=seeds, policy=str(policy) if policy else None,
                              out=str(out), problem_seconds=problem_seconds)
+    out_existed = out.exists()
     try:
         with _progress() as bar:
             task = bar.add_task(f"bench [{device}]", total=None, status="")
@@ -358,7 +359,9 @@ def bench(
                 result = run_live_bench(settings, device, step, notify=console.print,
                                         on_problem=lambda r: write_partial(r, out))
     except CudaAgentError as exc:
-        (out / PARTIAL).unlink(missing_ok=True)
+        (out / PARTIAL).unlink(missing_ok=True)  # nothing half-written is left behind
+        if not out_existed and out.exists() and not any(out.iterdir()):
+            out.rmdir()
         fail(str(exc))
         return
     files = write_report(result, out)

@@ -248,7 +248,8 @@ def load_run(run_dir: Path) -> BenchResult:
         files = []
     for f in files:
         if f.stem not in result.problems and f.stem not in result.skipped:
-            result.skipped[f.stem] = "not finished: the run was stopped before the end of this problem"
+            result.skipped[f.stem] = ("not finished: the run was stopped before the end of "
+                                      "this problem")
     return result
 
 

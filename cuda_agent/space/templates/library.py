@@ -85,11 +85,6 @@ def library_call(plan: KernelPlan) -> dict[str, Any] | None:
             "N": g.N, "K": g.K, "a_strides": list(g.a_strides), "b_strides": list(g.b_strides)}
 
 
-def _conv_call(plan: KernelPlan) -> dict[str, Any] | None:
-    call = library_call(plan)
-    return call if call is not None and call["op"] in ("conv", "conv_transpose") else None
-
-
 class LibraryTemplate(Template):
     name = "lib"
     version = "1"
@@ -107,9 +102,8 @@ class LibraryTemplate(Template):
             Slot("memory.vec", (1, 4), "elements per load of the product and store of the "
                                        "output"),
         ]
-        conv = _conv_call(plan)
-        if conv is not None:
-            if conv["dims"] in (2, 3):  # torch has channels-last formats for 4-D and 5-D
+        if plan.kind == "conv":  # cuDNN's call, direct or transposed (`library_call`)
+            if len(_info(plan).b_gather.kernel) in (2, 3):  # channels-last: 4-D and 5-D only
                 out.append(Slot("memory.layout", ("as_given", "channels_last"),
                                 "the layout cuDNN computes in (channels_last: operands "
                                 "converted, the product converted back)"))
