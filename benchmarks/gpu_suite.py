@@ -11,8 +11,9 @@ and logs), to be committed under benchmarks/data/ and benchmarks/results/.
 
 Parts: sweeps, faults, families, counters, gemm_tc (the tensor-core GEMM's accuracy test),
 cluster, direct (depthwise convolution, float4 pooling, L2 keep hint), search, bench, throughput,
-agents. Pass CUDA_AGENT_COMMIT=<hash> in the command: the GPU machine
-receives the tree without .git (search rows record it).
+agents, library (every configuration of the library template, with the baselines). Pass
+CUDA_AGENT_COMMIT=<hash> in the command: the GPU machine receives the tree without .git (search
+rows record it).
 
 Several invocations in one device call: give each its own OUT outside $OUT and pack them all
 at the end (`OUT=/tmp/o/a ...; OUT=/tmp/o/b ...; tar czf $OUT/all.tgz -C /tmp o`): the device
@@ -306,6 +307,62 @@ def run_search(out: Path, problems: list[Path], strategy: str, budget: int,
             f"{row['best_config']}")
 
 
+def run_library(out: Path, problems: list[Path], deadline: float) -> None:
+    """Every configuration of the library template (cuDNN/cuBLAS through torch, with the
+    generated epilogue) measured per problem, with eager, torch.compile and max-autotune
+    without CUDA graphs in the same run: what cuDNN's layout (as given or channels-last) and
+    algorithm choice (heuristics or cudnn.benchmark) are worth, slot by slot. For a
+    multi-kernel program the other stages stay at their defaults."""
+    from cuda_agent.problem import load_problem
+    from cuda_agent.run.devices import CudaDevice
+    from cuda_agent.tuner import Tuner, TuneSettings
+
+    device = CudaDevice()
+    rows = []
+    try:
+        for p in problems:
+            if time.time() > deadline - 30:
+                log(f"deadline: library configurations of {p.name} and later not measured")
+                break
+            t0 = time.time()
+            tuner = Tuner(load_problem(p), TuneSettings(device="cuda"), device=device)
+            try:
+                lib = [c for c in tuner.space.configs
+                       if tuner.space.template_of(c).name == "lib"]
+                trials = []
+                for i in range(0, len(lib), 24):
+                    if time.time() > deadline - 20:
+                        break
+                    trials += tuner.measure(lib[i:i + 24])
+                base = device.baselines(("eager", "compile",
+                                         "compile:max-autotune-no-cudagraphs"))
+            finally:
+                tuner.close()
+            ok = [t for t in trials if t.measurement.ok]
+            best = min(ok, key=lambda t: t.measurement.time_ms) if ok else None
+            row = {"problem": p.stem, "commit": os.environ.get("CUDA_AGENT_COMMIT", "unknown"),
+                   "configs": len(lib), "measured": len(trials), "ok": len(ok),
+                   "best_ms": best and best.measurement.time_ms,
+                   "best_config": best and best.config.short(),
+                   "eager_ms": base.eager_ms, "compile_ms": base.compile_ms,
+                   "compile_max_nocg_ms": base.extra_ms.get(
+                       "compile:max-autotune-no-cudagraphs"),
+                   "baseline_notes": base.notes,
+                   "trials": [[t.config.short(), t.measurement.time_ms if t.measurement.ok
+                               else t.measurement.error_kind] for t in trials],
+                   "wall_s": time.time() - t0}
+            rows.append(row)
+            (out / "logs" / "library.json").write_text(json.dumps(rows, indent=2))
+            log(f"library {p.stem}: {len(ok)}/{len(trials)} ok, best "
+                f"{row['best_ms'] and round(row['best_ms'], 4)} ms ({row['best_config']}); "
+                f"eager {base.eager_ms and round(base.eager_ms, 4)}, compile "
+                f"{base.compile_ms and round(base.compile_ms, 4)}, max-autotune-no-cg "
+                f"{row['compile_max_nocg_ms'] and round(row['compile_max_nocg_ms'], 4)} "
+                f"({row['wall_s']:.0f} s)")
+    finally:
+        device.close()
+
+
 AGENT_TRAIN = ("elementwise_bias_gelu", "elementwise_log_sqrt", "reduce_sum_lastdim",
                "reduce_mean_middim", "softmax_short_rows", "softmax_long_rows", "norm_layernorm",
                "norm_rms", "reduce_argmax_middim_odd", "norm_rms_tinyrows_odd")
@@ -480,6 +537,8 @@ def main() -> None:
                 run_bench(out, [ROOT / q for q in args.bench_problems.split(",") if q],
                           args.bench_budget, args.agent_policy, deadline - 10,
                           args.bench_per_problem)
+            elif part == "library":  # cuDNN's layout and algorithm slots, every value
+                run_library(out, problems, deadline - 10)
             elif part == "agents":
                 run_agents(out, deadline - 20, args.agent_iterations, args.agent_budget,
                            args.agent_profile_every, args.agent_policy,
