@@ -490,12 +490,15 @@ def main() -> None:
                     help="time limit of each problem's search")
     ap.add_argument("--per-problem", type=float, default=12.0,
                     help="seconds of candidate measurement per problem in sweeps")
+    ap.add_argument("--work", default="/tmp/gpu-suite",
+                    help="working folder (its own per invocation when several run at once, "
+                         "e.g. one per GPU with CUDA_VISIBLE_DEVICES)")
     args = ap.parse_args()
     start = time.time()
     deadline = start + args.deadline
     # work outside $OUT (only 8 files come back from it); one tarball goes there
     final = Path(os.environ.get("OUT", "/tmp/out"))
-    out = Path("/tmp/gpu-suite")
+    out = Path(args.work)
     (out / "logs").mkdir(parents=True, exist_ok=True)
     (out / "data").mkdir(parents=True, exist_ok=True)
     parts = args.parts.split(",")
