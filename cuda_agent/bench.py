@@ -244,6 +244,25 @@ def versus_peers(summary: dict[str, Any], ours: str = "marl") -> dict[str, Any] 
             "ratio": peers[best] / summary[ours][key] if summary[ours][key] else None}
 
 
+def best_of_run(result: BenchResult) -> dict[str, Any]:
+    """The fastest verified kernel measured per problem in the run (by any strategy, or the
+    sweep's recorded best measured again), against the baselines: what a user tuning the
+    problem gets back, whichever search found it."""
+    probs = [p for p, f in result.problems.items() if f.get("best_ms")]
+    found = [result.problems[p]["best_ms"] for p in probs]
+    comp = [result.problems[p].get("compile_ms") for p in probs]
+    eager = [result.problems[p].get("eager_ms") for p in probs]
+    return {
+        "problems": len(probs),
+        "fast_p_vs_compile": {str(p): metrics.fast_p(found, comp, p) for p in metrics.P},
+        "fast_p_vs_eager": {str(p): metrics.fast_p(found, eager, p) for p in metrics.P},
+        "geomean_speedup_vs_compile": metrics.geomean_speedup(found, comp),
+        "geomean_speedup_vs_eager": metrics.geomean_speedup(found, eager),
+        "not_faster_than_compile": sorted(p for p, t, c in zip(probs, found, comp)
+                                          if c is None or not t < c),
+    }
+
+
 def summarize(result: BenchResult) -> dict[str, Any]:
     """Per strategy: median measurements to 95 %, fast_p against eager and torch.compile,
     geometric-mean speedups, fraction of the copy-bandwidth roofline."""

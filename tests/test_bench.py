@@ -49,6 +49,25 @@ def test_median_roofline_by_hand():
     assert metrics.median_roofline([1.0, None], [10**9, 10**9], [2e12, 2e12]) == 0.5
 
 
+def test_best_of_run_by_hand():
+    """The run's fastest kernel per problem against the baselines; a tie with torch.compile
+    is not faster, and a problem without a compile time cannot count as faster."""
+    from cuda_agent.bench import BenchResult, BenchSettings, best_of_run
+
+    def facts(best, compile_ms):
+        return {"family": "norm", "best_ms": best, "eager_ms": 4.0, "compile_ms": compile_ms}
+
+    res = BenchResult(BenchSettings(budget=10, seeds=1), problems={
+        "a": facts(1.0, 2.0), "b": facts(1.0, 1.0), "c": facts(3.0, 1.0), "d": facts(1.0, None)})
+    b = best_of_run(res)
+    assert b["problems"] == 4
+    assert b["fast_p_vs_compile"]["1.0"] == 0.25  # a only
+    assert b["fast_p_vs_compile"]["0.0"] == 1.0
+    assert b["not_faster_than_compile"] == ["b", "c", "d"]
+    assert b["geomean_speedup_vs_compile"] == pytest.approx((2.0 * 1.0 * (1 / 3)) ** (1 / 3))
+    assert b["fast_p_vs_eager"]["2.0"] == 0.75  # 4x on a, b, d; 1.33x on c
+
+
 @pytest.mark.skipif(not H200.exists(), reason="no recorded H200 sweeps")
 def test_unseen_median_compares_every_strategy_on_the_same_problems():
     """marl's rows leave out the problems its policy trained on; the `unseen` median does so

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..bench import BenchResult, summarize, versus_peers
+from ..bench import BenchResult, best_of_run, summarize, versus_peers
 from ..metrics import P
 
 
@@ -172,6 +172,16 @@ def _peers_line(summary: dict[str, Any]) -> str:
             f"{v['best_peer_median']:g}" + (f": {v['ratio']:.1f}x fewer." if v["ratio"] else "."))
 
 
+def _best_line(best: dict[str, Any]) -> str:
+    if not best["problems"] or best["geomean_speedup_vs_compile"] is None:
+        return ""
+    n, slow = best["problems"], best["not_faster_than_compile"]
+    return (f" The fastest kernel measured in the run is faster than torch.compile on "
+            f"{n - len(slow)} of {n} problems (fast_1 {best['fast_p_vs_compile']['1.0']:.2f}, "
+            f"geomean {best['geomean_speedup_vs_compile']:.2f}x)"
+            + (f"; not on {', '.join(slow)}." if slow else "."))
+
+
 def _trained_note(result: BenchResult) -> str:
     if not result.trained_on:
         return ""
@@ -187,14 +197,16 @@ def write_report(result: BenchResult, out: Path) -> dict[str, Path]:
     """bench.json, bench.md, two PNG plots and a self-contained report.html."""
     out.mkdir(parents=True, exist_ok=True)
     summary = summarize(result)
+    best_found = best_of_run(result)
     (out / "bench.json").write_text(json.dumps({**result.to_json(), "summary": summary,
-                                                "versus_peers": versus_peers(summary)},
+                                                "versus_peers": versus_peers(summary),
+                                                "best_of_run": best_found},
                                                indent=2, default=str) + "\n")
     conv = convergence_plot(result, out / "convergence.png")
     best = min(summary, key=lambda s: summary[s]["median_evals_to_95"] or math.inf)
     spd = speedup_plot(result, summary, out / "speedup_by_family.png", best)
     tabs = tables(result, summary)
-    head = _provenance(result) + _peers_line(summary)
+    head = _provenance(result) + _peers_line(summary) + _best_line(best_found)
     md = f"# cuda-agent bench\n\n{head}\n\n" + "\n".join(
         _md_table(*t) for t in tabs) + "\n![convergence](convergence.png)\n" \
         "![speedup by family](speedup_by_family.png)\n"
