@@ -11,7 +11,8 @@ and logs), to be committed under benchmarks/data/ and benchmarks/results/.
 
 Parts: sweeps, faults, families, counters, gemm_tc (the tensor-core GEMM's accuracy test),
 cluster, direct (depthwise convolution, float4 pooling, L2 keep hint), search, bench, throughput,
-agents, library (every configuration of the library template, with the baselines). Pass
+agents, library (every configuration of the library template, with the baselines), cudnn
+(cudnn.benchmark against cuDNN's heuristics, each in a fresh process). Pass
 CUDA_AGENT_COMMIT=<hash> in the command: the GPU machine receives the tree without .git (search
 rows record it).
 
@@ -227,15 +228,10 @@ def run_bench(out: Path, problems: list[Path], budget: int, policy: str | None,
     `per_problem` seconds. Stopped at the call's deadline, the run keeps the problems it
     finished (the bench keeps them on disk as it goes; `cuda-agent report` reads them).
     Kernel Tuner and Optuna must be importable (carried as wheels: README)."""
-    suite = out / "bench-suite"  # the chosen problems as one suite directory
-    suite.mkdir(parents=True, exist_ok=True)
-    for p in problems:
-        link = suite / p.name
-        if not link.exists():
-            link.symlink_to(p.resolve())
+    suite = ",".join(str(p) for p in problems)  # run in the order given
     run_dir = out / "bench" / "run"
     cli = [sys.executable, "-c", "from cuda_agent.cli import main; main()"]
-    cmd = cli + ["bench", "--suite", str(suite), "--device", "cuda", "--budget", str(budget),
+    cmd = cli + ["bench", "--suite", suite, "--device", "cuda", "--budget", str(budget),
                  "--seeds", "1", "--problem-seconds", str(per_problem),
                  "--out", str(run_dir)] + (["--policy", policy] if policy else [])
     t0 = time.time()
@@ -310,9 +306,8 @@ def run_search(out: Path, problems: list[Path], strategy: str, budget: int,
 def run_library(out: Path, problems: list[Path], deadline: float) -> None:
     """Every configuration of the library template (cuDNN/cuBLAS through torch, with the
     generated epilogue) measured per problem, with eager, torch.compile and max-autotune
-    without CUDA graphs in the same run: what cuDNN's layout (as given or channels-last) and
-    algorithm choice (heuristics or cudnn.benchmark) are worth, slot by slot. For a
-    multi-kernel program the other stages stay at their defaults."""
+    without CUDA graphs in the same run: what cuDNN's layout (as given or channels-last) is
+    worth. For a multi-kernel program the other stages stay at their defaults."""
     from cuda_agent.problem import load_problem
     from cuda_agent.run.devices import CudaDevice
     from cuda_agent.tuner import Tuner, TuneSettings
@@ -542,6 +537,13 @@ def main() -> None:
                           args.bench_per_problem)
             elif part == "library":  # cuDNN's layout and algorithm slots, every value
                 run_library(out, problems, deadline - 10)
+            elif part == "cudnn":  # cudnn.benchmark against heuristics, fresh processes
+                try:  # the probe writes its rows as it goes: a cut run keeps what it did
+                    subprocess.run([sys.executable, str(ROOT / "benchmarks/cudnn_probe.py"),
+                                    *map(str, problems), "--out", str(out / "logs/cudnn.json")],
+                                   timeout=max(deadline - time.time() - 20, 10))
+                except subprocess.TimeoutExpired:
+                    log("cudnn probe: cut by the deadline")
             elif part == "agents":
                 run_agents(out, deadline - 20, args.agent_iterations, args.agent_budget,
                            args.agent_profile_every, args.agent_policy,

@@ -346,33 +346,28 @@ def _lib(sp):
     return [c for c in sp.configs if sp.template_of(c).name == "lib"]
 
 
-def test_library_convolution_layout_and_algorithm_search_are_slots():
-    """cuDNN's layout (memory agent) and algorithm choice (compute agent) are searched for a
-    convolution's library call; a matrix product's call has neither, a 1-D convolution no
-    channels-last layout (torch has none for 3-D tensors)."""
+def test_library_convolution_layout_is_a_slot():
+    """cuDNN's layout (memory agent) is searched for a 2-D/3-D convolution's library call; a
+    matrix product's call has no such slot, nor a 1-D convolution (torch has no channels-last
+    for 3-D tensors). cuDNN's algorithm choice is no slot (the library template's docstring:
+    torch keeps one algorithm per shape for the process, so it could not be measured fairly)."""
     sp2 = Space.for_plan(conv_plan("conv2d_stride_pad_bias")[0], Target())
-    assert {(c["memory.layout"], c["compute.cudnn"]) for c in _lib(sp2)} == {
-        ("as_given", "heuristic"), ("as_given", "benchmark"), ("channels_last", "heuristic"),
-        ("channels_last", "benchmark")}
+    assert {c["memory.layout"] for c in _lib(sp2)} == {"as_given", "channels_last"}
     sp1 = Space.for_plan(conv_plan("conv1d")[0], Target())
     assert {c.get("memory.layout", "-") for c in _lib(sp1)} == {"-"}
-    assert {c["compute.cudnn"] for c in _lib(sp1)} == {"heuristic", "benchmark"}
     f, shapes = LIB_CASES["linear_bias_relu"]
     mm = Space.for_plan(plan_of(f, *shapes), Target())
-    assert {(c.get("memory.layout", "-"), c.get("compute.cudnn", "-")) for c in _lib(mm)} == {
-        ("-", "-")}
-    # a configuration recorded before these slots: torch's layout and cuDNN's heuristics, and
-    # a render identical to the one it was measured with
-    old = next(c for c in _lib(sp2) if c["memory.layout"] == "as_given"
-               and c["compute.cudnn"] == "heuristic")
-    recorded = {k: v for k, v in old.as_dict().items()
-                if k not in ("memory.layout", "compute.cudnn")}
+    assert {c.get("memory.layout", "-") for c in _lib(mm)} == {"-"}
+    assert not any("compute.cudnn" in c.as_dict() for sp in (sp1, sp2, mm) for c in _lib(sp))
+    # a configuration recorded before the slot: torch's layout, and a render identical to the
+    # one it was measured with
+    old = next(c for c in _lib(sp2) if c["memory.layout"] == "as_given")
+    recorded = {k: v for k, v in old.as_dict().items() if k != "memory.layout"}
     assert sp2.upgrade(recorded) == old
     call = sp2.render(old).launches[0].library
-    assert "layout" not in call and "cudnn" not in call
-    new = sp2.render(next(c for c in _lib(sp2) if c["memory.layout"] == "channels_last"
-                          and c["compute.cudnn"] == "benchmark")).launches[0].library
-    assert new["layout"] == "channels_last" and new["cudnn"] == "benchmark"
+    assert "layout" not in call
+    new = sp2.render(next(c for c in _lib(sp2) if c["memory.layout"] == "channels_last"))
+    assert new.launches[0].library["layout"] == "channels_last"
 
 
 @pytest.mark.skipif(not cpu_exec.available(), reason="needs g++ for the CPU emulator")
@@ -381,23 +376,12 @@ def test_library_convolution_in_every_layout_matches_torch(name):
     plan, sp, by_index, want = conv_emulation_case(name, seed=5)
     seen = set()
     for cfg in _lib(sp):
-        variant = (cfg["memory.layout"], cfg["compute.cudnn"])
+        variant = cfg["memory.layout"]
         if variant in seen:
             continue
         seen.add(variant)
         assert cpu_exec.max_rel_error(sp.render(cfg), by_index, want) < 1e-5, variant
-    assert len(seen) == 4
-    assert torch.backends.cudnn.benchmark is False  # the library step leaves torch as it was
-
-
-def test_library_step_restores_cudnn_benchmark_when_it_fails():
-    from cuda_agent.run.launcher import run_library
-
-    call = {"op": "conv", "x": 0, "w": 1, "dims": 2, "stride": [1, 1], "padding": [0, 0],
-            "dilation": [1, 1], "groups": 1, "cudnn": "benchmark"}
-    with pytest.raises(RuntimeError):  # channels that do not match the weight
-        run_library(call, [torch.randn(1, 3, 5, 5), torch.randn(4, 2, 3, 3)])
-    assert torch.backends.cudnn.benchmark is False
+    assert len(seen) == 2
 
 
 def test_sim_prices_the_channels_last_conversion():
@@ -405,7 +389,7 @@ def test_sim_prices_the_channels_last_conversion():
 
     plan = conv_plan("conv2d_stride_pad_bias")[0]
     sp = Space.for_plan(plan, Target())
-    base = {"config.block": 256, "config.items": 1, "memory.vec": 1, "compute.cudnn": "heuristic"}
+    base = {"config.block": 256, "config.items": 1, "memory.vec": 1}
     times = {}
     for layout in ("as_given", "channels_last"):
         cfg = next(c for c in _lib(sp) if all(c[k] == v for k, v in base.items())

@@ -60,7 +60,6 @@ VOCAB: dict[str, tuple[Any, ...]] = {
     "compute.fresh": (8, 16),
     # the library step of a convolution
     "memory.layout": ("as_given", "channels_last"),
-    "compute.cudnn": ("heuristic", "benchmark"),
 }
 # Decision order: the template first (it decides which other slots exist), then by agent.
 SLOT_ORDER: tuple[str, ...] = (SCOPE_SLOT,) + tuple(

@@ -78,20 +78,13 @@ def run_library(call: dict, inputs: Sequence[torch.Tensor]) -> torch.Tensor:
     if call.get("layout") == "channels_last":  # cuDNN computes in NHWC; converted back below
         fmt = torch.channels_last if call["dims"] == 2 else torch.channels_last_3d
         x, w = x.contiguous(memory_format=fmt), w.contiguous(memory_format=fmt)
-    benchmark = torch.backends.cudnn.benchmark
-    # "benchmark": cuDNN times its algorithms on the first call of a shape and keeps the fastest
-    torch.backends.cudnn.benchmark = call.get("cudnn") == "benchmark"
-    try:
-        if call["op"] == "conv":
-            conv = getattr(torch.nn.functional, f"conv{call['dims']}d")
-            y = conv(x, w, None, call["stride"], call["padding"], call["dilation"],
-                     call["groups"])
-        else:
-            conv = getattr(torch.nn.functional, f"conv_transpose{call['dims']}d")
-            y = conv(x, w, None, call["stride"], call["padding"], call["output_padding"],
-                     call["groups"], call["dilation"])
-    finally:
-        torch.backends.cudnn.benchmark = benchmark
+    if call["op"] == "conv":
+        conv = getattr(torch.nn.functional, f"conv{call['dims']}d")
+        y = conv(x, w, None, call["stride"], call["padding"], call["dilation"], call["groups"])
+    else:
+        conv = getattr(torch.nn.functional, f"conv_transpose{call['dims']}d")
+        y = conv(x, w, None, call["stride"], call["padding"], call["output_padding"],
+                 call["groups"], call["dilation"])
     return y.contiguous()  # the kernels after it read the product in torch's default layout
 
 

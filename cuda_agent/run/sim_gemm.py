@@ -288,8 +288,8 @@ def simulate_library(plan, rendered: Rendered, target: Target) -> tuple[float, d
     epilogue_s = epilogue_bytes(plan) / (target.dram_bw * (0.92 if vec == 4 else 0.85))
     if f.get("library_layout") == "channels_last":
         # the operands converted to channels-last and the product back: each read and written
-        # once more. How cuDNN's algorithms differ by layout (or when timed instead of picked
-        # by heuristics) the model does not know: it prices them alike.
+        # once more. How cuDNN's algorithms differ by layout the model does not know: it
+        # prices them alike.
         product_s += (2 * float(f["product_bytes"]) + 2 * float(f.get("library_in_bytes", 0))
                       ) / target.dram_bw
     ms = (product_s + epilogue_s + 2 * LAUNCH_US * 1e-6) * 1e3

@@ -12,11 +12,17 @@ library alone, with nothing of cuda-agent's in it. Reports say which part is lib
 is generated (`facts`: ``library``).
 
 Slots: threads per block and elements per thread (config), vector width of the product's reads
-and the output's writes (memory). A convolution's library call has two more: the memory layout
-cuDNN works in (memory: the operands as given, or converted to channels-last and the product
-converted back; cuDNN's fast fp32 kernels differ by layout and shape, and torch.compile converts
-to channels-last itself) and how cuDNN picks its algorithm (compute: its heuristics, or timing
-every algorithm on the first call, `cudnn.benchmark`). A matrix product's call has no slots.
+and the output's writes (memory). A 2-D or 3-D convolution's library call has one more: the
+memory layout cuDNN works in (memory: the operands as given, or converted to channels-last and
+the product converted back; cuDNN's fast fp32 kernels differ by layout and shape, and
+torch.compile converts to channels-last itself). A matrix product's call has no slots.
+
+cuDNN's algorithm choice (its heuristics, or `cudnn.benchmark` timing every algorithm) is not a
+slot: torch keeps one algorithm per convolution shape and layout for the life of the process,
+found by whichever mode met that shape first, so in a worker that measures many candidates the
+flag changes nothing after the first and a candidate's time would depend on the ones measured
+before it (H200, 2026-11-30: every benchmark variant timed within 1 % of its heuristic twin,
+measured after it). cuDNN's heuristics it is, as for eager and torch.compile.
 """
 
 from __future__ import annotations
@@ -89,7 +95,7 @@ class LibraryTemplate(Template):
     name = "lib"
     version = "1"
     # recorded before the library call had slots: torch's layout, cuDNN's heuristics
-    legacy = {"memory.layout": "as_given", "compute.cudnn": "heuristic"}
+    legacy = {"memory.layout": "as_given"}
 
     def applies(self, plan: KernelPlan) -> bool:
         return plan.kind in ("gemm", "conv") and _has_epilogue(plan) and \
@@ -102,14 +108,11 @@ class LibraryTemplate(Template):
             Slot("memory.vec", (1, 4), "elements per load of the product and store of the "
                                        "output"),
         ]
-        if plan.kind == "conv":  # cuDNN's call, direct or transposed (`library_call`)
-            if len(_info(plan).b_gather.kernel) in (2, 3):  # channels-last: 4-D and 5-D only
-                out.append(Slot("memory.layout", ("as_given", "channels_last"),
-                                "the layout cuDNN computes in (channels_last: operands "
-                                "converted, the product converted back)"))
-            out.append(Slot("compute.cudnn", ("heuristic", "benchmark"),
-                            "cuDNN's algorithm: its heuristics' pick, or the fastest of all "
-                            "timed on the first call"))
+        # cuDNN's call, direct or transposed (`library_call`); channels-last: 4-D and 5-D only
+        if plan.kind == "conv" and len(_info(plan).b_gather.kernel) in (2, 3):
+            out.append(Slot("memory.layout", ("as_given", "channels_last"),
+                            "the layout cuDNN computes in (channels_last: operands converted, "
+                            "the product converted back)"))
         return out
 
     def check(self, plan: KernelPlan, cfg: dict[str, Any], target: Target) -> str | None:
@@ -133,8 +136,6 @@ class LibraryTemplate(Template):
         # these slots renders (and is cached) exactly as it was
         if cfg.get("memory.layout", "as_given") != "as_given":
             call["layout"] = cfg["memory.layout"]
-        if cfg.get("compute.cudnn", "heuristic") != "heuristic":
-            call["cudnn"] = cfg["compute.cudnn"]
         block, items, vec = cfg["config.block"], cfg["config.items"], cfg["memory.vec"]
         total = plan.numel
         per_block = block * items * vec
