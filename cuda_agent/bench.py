@@ -41,7 +41,9 @@ class BenchSettings:
     """measurements per strategy, problem and seed"""
     seeds: int = 5
     policy: str | None = None
-    """agents checkpoint for `marl`; problems it was trained on are reported apart"""
+    """agents checkpoint for `marl`, or several comma-separated (cross-fitted folds: each problem
+    is tuned by the first that never trained on it); problems every one was trained on are
+    reported apart"""
     out: str = "runs/bench"
     problem_seconds: float | None = None
     """live runs: a problem still running after this many seconds is given up at the next
@@ -137,10 +139,46 @@ def check_settings(settings: BenchSettings) -> None:
 
 
 def problem_files(suite: str) -> list[Path]:
+    """A directory's problem files by name, or the comma-separated files in the order given
+    (a live bench cut short by a deadline has then run the problems chosen first)."""
+    if "," in suite:
+        files = [Path(p) for p in suite.split(",") if p]
+        for f in files:
+            if not f.is_file():
+                raise SettingsError(f"--suite: {f}: no such file")
+        return files
     path = Path(suite)
     if not path.exists():
         raise SettingsError(f"--suite {suite}: no such file or directory")
     return sorted(path.glob("*.py")) if path.is_dir() else [path]
+
+
+class Policies:
+    """The trained policies of a comparison. With several (cross-fitted: each trained without
+    some of the suite), a problem is tuned by the first one that never trained on it, so the
+    agents are compared on every problem some policy never saw, not only on the few one policy
+    trained on most of the suite left out."""
+
+    def __init__(self, spec: str | None) -> None:
+        from .agents import checkpoint
+
+        self.paths = [p for p in (spec or "").split(",") if p]
+        self.trained = {p: set(checkpoint.load(p)["meta"]["trained_on"]) for p in self.paths}
+
+    def __bool__(self) -> bool:
+        return bool(self.paths)
+
+    def pick(self, problem: str) -> str | None:
+        """The policy that tunes `problem`: the first that never trained on it, else the
+        first."""
+        unseen = [p for p in self.paths if problem not in self.trained[p]]
+        return (unseen or self.paths or [None])[0]
+
+    def trained_on(self) -> list[str]:
+        """Problems every policy trained on: the agents' results on them are reported apart."""
+        if not self.paths:
+            return []
+        return sorted(set.intersection(*self.trained.values()))
 
 
 def strategy_settings(device: Device, strategy: str, budget: int, seed: int,
@@ -180,10 +218,8 @@ def run_bench(settings: BenchSettings,
     root = Path(settings.replay_root) if settings.replay_root else None
     device = ReplayDevice(root)
     result = BenchResult(settings, date=time.strftime("%Y-%m-%d"), provenance=provenance())
-    if settings.policy:
-        from .agents import checkpoint
-
-        result.trained_on = list(checkpoint.load(settings.policy)["meta"]["trained_on"])
+    policies = Policies(settings.policy)
+    result.trained_on = policies.trained_on()
     for path in problem_files(settings.suite):
         problem = load_problem(path)
         try:
@@ -208,8 +244,10 @@ def run_bench(settings: BenchSettings,
             "compile_ms": (sweep.get("baselines") or {}).get("compile_ms"),
             "bytes": plan.bytes_moved(), "copy_bw": sweep.get("copy_bw"),
             "gpu": sweep.get("gpu"), "simulated": bool(sweep.get("simulated"))}
+        if policies:  # which checkpoint the agents used (several: cross-fitted)
+            result.problems[problem.name]["policy"] = Path(policies.pick(problem.name)).name
         for strategy in settings.strategies:
-            if strategy == "marl" and not settings.policy:
+            if strategy == "marl" and not policies:
                 continue  # the agents without a trained policy are not cuda-agent's offer
             for seed in range(settings.seeds):
                 t0 = time.perf_counter()
@@ -217,7 +255,7 @@ def run_bench(settings: BenchSettings,
                     times = _order_kernel_tuner(sweep["records"], strategy, settings.budget, seed)
                 else:
                     times = _order_ask_tell(path, strategy, device, settings.budget, seed,
-                                            settings.policy)
+                                            policies.pick(problem.name))
                 result.runs.append(Run(problem.name, strategy, seed, times,
                                        time.perf_counter() - t0))
                 if progress:

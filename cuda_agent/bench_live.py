@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from .bench import (KERNEL_TUNER, BenchResult, BenchSettings, Run, check_settings, problem_files,
-                    provenance, strategy_settings)
+from .bench import (KERNEL_TUNER, BenchResult, BenchSettings, Policies, Run, check_settings,
+                    problem_files, provenance, strategy_settings)
 from .build.builder import Builder
 from .errors import CudaAgentError, ProblemError, SettingsError, UnsupportedError, first_line
 from .ir.partition import ProgramPlan
@@ -77,8 +77,9 @@ class _ProblemBench:
     """One problem on the shared device: its store, its measurer, its strategies' runs."""
 
     def __init__(self, problem: Problem, plan: KernelPlan, settings: BenchSettings,
-                 device: Device, builder: Builder) -> None:
+                 device: Device, builder: Builder, policy: str | None = None) -> None:
         self.problem = problem
+        self.policy = policy  # the agents' checkpoint for this problem (`Policies.pick`)
         self.plan = plan
         self.settings = settings
         self.device = device
@@ -90,7 +91,7 @@ class _ProblemBench:
 
     def _tuner(self, strategy: str, seed: int) -> Tuner:
         s = strategy_settings(self.device, strategy, self.settings.budget, seed,
-                              self.settings.policy)
+                              self.policy)
         return Tuner(self.problem, s, device=self.device, builder=self.builder, store=self.store)
 
     def _note(self, trials: list[Trial]) -> None:
@@ -177,10 +178,8 @@ def run_live_bench(settings: BenchSettings, device_name: str,
                                 "pip install cuda-agent[tuners]") from None
     result = BenchResult(settings, date=time.strftime("%Y-%m-%d"), provenance=provenance(),
                          live=device_name)
-    if settings.policy:
-        from .agents import checkpoint
-
-        result.trained_on = list(checkpoint.load(settings.policy)["meta"]["trained_on"])
+    policies = Policies(settings.policy)
+    result.trained_on = policies.trained_on()
     device = open_device(device_name, TuneSettings(device=device_name), notify)
     builder = Builder("nvrtc", None)
     try:
@@ -197,7 +196,8 @@ def run_live_bench(settings: BenchSettings, device_name: str,
                 result.skipped[problem.name] = (
                     "a multi-kernel program: Kernel Tuner tunes one kernel's parameters")
                 continue
-            bench = _ProblemBench(problem, plan, settings, device, builder)
+            bench = _ProblemBench(problem, plan, settings, device, builder,
+                                  policies.pick(problem.name))
             # where a problem's wall time goes (a live bench of a whole suite takes hours)
             phase_s: dict[str, float] = {}
             started = time.perf_counter()
@@ -210,7 +210,7 @@ def run_live_bench(settings: BenchSettings, device_name: str,
                 runs, late = [], None
                 for strategy, seed in ((st, k) for st in settings.strategies
                                        for k in range(settings.seeds)):
-                    if strategy == "marl" and not settings.policy:
+                    if strategy == "marl" and not policies:
                         continue  # the agents without a trained policy are not cuda-agent's offer
                     spent = time.perf_counter() - started
                     if settings.problem_seconds is not None and spent > settings.problem_seconds:
@@ -242,6 +242,8 @@ def run_live_bench(settings: BenchSettings, device_name: str,
                     "bytes": bench.plan.bytes_moved(), "copy_bw": device.copy_bandwidth(),
                     "gpu": device.gpu_name(), "simulated": device.simulated,
                     "device": device.kind, "phase_s": phase_s}
+                if bench.policy:  # which checkpoint the agents used (several: cross-fitted)
+                    result.problems[bench.problem.name]["policy"] = Path(bench.policy).name
             finally:
                 bench.close()
                 if on_problem:

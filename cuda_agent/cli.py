@@ -310,7 +310,8 @@ def failures(
 
 @app.command()
 def bench(
-    suite: Path = typer.Option(Path("benchmarks/problems"), help="problems (directory or file)"),
+    suite: Path = typer.Option(Path("benchmarks/problems"), help="problems: a directory, a file, "
+                               "or comma-separated files (run in that order)"),
     device: str = typer.Option("replay", help="replay: recorded GPU sweeps; cuda: every "
                                "strategy and baseline measured on the GPU in this run; sim: "
                                "the same live run on the simulated device"),
@@ -322,7 +323,9 @@ def bench(
                                              "kt:genetic_algorithm", "kt:bayes_opt",
                                              "kt:simulated_annealing", "kt:random_sample")),
                                    help="comma-separated"),
-    policy: Optional[Path] = typer.Option(None, help="trained agents checkpoint (for marl)"),
+    policy: Optional[Path] = typer.Option(None, help="trained agents checkpoint (for marl), or "
+                                          "several comma-separated: each problem tuned by one "
+                                          "that never trained on it"),
     out: Path = typer.Option(Path("runs/bench"), help="bench.json, bench.md, plots, "
                              "report.html"),
     problem_seconds: Optional[float] = typer.Option(

@@ -124,6 +124,44 @@ def test_bench_on_replay_end_to_end(tmp_path):
     r = subprocess.run([CLI, "report", str(out)], capture_output=True, text=True)
     assert r.returncode == 0 and (out / "report.html").exists()
 
+    # cross-fitted: a second policy that never trained on norm_l2 tunes it, so the agents are
+    # compared on all three problems
+    import torch
+
+    blob = torch.load(tmp_path / "p" / "policy.pt", weights_only=False)
+    blob["meta"]["trained_on"] = ["elementwise_swiglu"]
+    torch.save(blob, tmp_path / "fold1.pt")
+    out2 = tmp_path / "bench2"
+    r = subprocess.run([CLI, "bench", "--suite", str(suite), "--budget", "6", "--seeds", "1",
+                        "--strategies", "random,marl", "--replay-root", str(H200.parent),
+                        "--policy", f"{tmp_path / 'p' / 'policy.pt'},{tmp_path / 'fold1.pt'}",
+                        "--out", str(out2)], capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-2000:]
+    data = json.loads((out2 / "bench.json").read_text())
+    assert data["trained_on"] == [] and data["summary"]["marl"]["problems"] == 3
+    assert data["problems"]["norm_l2"]["policy"] == "fold1.pt"
+    assert {data["problems"][p]["policy"] for p in data["problems"] if p != "norm_l2"} == {
+        "policy.pt"}
+    assert "each problem is tuned by one that never trained on it" in (
+        out2 / "bench.md").read_text()
+
+
+def test_cross_fitted_policies_pick_one_that_never_trained_on_the_problem(tmp_path):
+    import torch
+
+    from cuda_agent.agents.checkpoint import FORMAT
+    from cuda_agent.bench import Policies
+
+    paths = []
+    for name, trained in (("a.pt", ["x", "y"]), ("b.pt", ["y", "z"])):
+        torch.save({"format": FORMAT, "meta": {"trained_on": trained}}, tmp_path / name)
+        paths.append(str(tmp_path / name))
+    pol = Policies(",".join(paths))
+    assert pol.pick("x") == paths[1] and pol.pick("z") == paths[0]
+    assert pol.pick("w") == paths[0]  # neither saw it: the first
+    assert pol.pick("y") == paths[0] and pol.trained_on() == ["y"]  # both did: reported apart
+    assert not Policies(None) and Policies(None).pick("x") is None
+
 
 def test_bench_refuses_an_unknown_device_or_suite(tmp_path):
     r = subprocess.run([CLI, "bench", "--device", "tpu", "--out", str(tmp_path / "o")],
@@ -133,3 +171,15 @@ def test_bench_refuses_an_unknown_device_or_suite(tmp_path):
     r = subprocess.run([CLI, "bench", "--device", "sim", "--suite", str(tmp_path / "none"),
                         "--out", str(tmp_path / "o")], capture_output=True, text=True)
     assert r.returncode == 2 and "no such file" in r.stderr and not (tmp_path / "o").exists()
+
+
+def test_suite_as_comma_separated_files_keeps_their_order(tmp_path):
+    from cuda_agent.bench import problem_files
+    from cuda_agent.errors import SettingsError
+
+    b, a = tmp_path / "b.py", tmp_path / "a.py"
+    b.write_text(""), a.write_text("")
+    assert problem_files(f"{b},{a}") == [b, a]  # not sorted: the order given
+    assert problem_files(str(tmp_path)) == [a, b]  # a directory: by name
+    with pytest.raises(SettingsError, match="missing.py: no such file"):
+        problem_files(f"{b},{tmp_path / 'missing.py'}")

@@ -183,6 +183,13 @@ def _best_line(best: dict[str, Any]) -> str:
 
 
 def _trained_note(result: BenchResult) -> str:
+    n = len((result.settings.policy or "").split(","))
+    if n > 1:  # cross-fitted policies
+        seen = [p for p in result.problems if p in result.trained_on]
+        return (f" The agents' {n} policies were each trained without a share of the suite, and "
+                "each problem is tuned by one that never trained on it"
+                + (f" (every one trained on {len(seen)} of these: marl's rows leave them out)."
+                   if seen else "."))
     if not result.trained_on:
         return ""
     seen = [p for p in result.problems if p in result.trained_on]

@@ -1,0 +1,74 @@
+"""Cross-fitted policies: the recorded problems split into folds, one multi-agent policy trained
+per fold without that fold's problems, so that every problem has a policy that never saw it.
+
+    python benchmarks/fold_policies.py [--folds 2] [--iterations 100]
+
+`cuda-agent bench --policy fold0.pt,fold1.pt` then tunes each problem with the policy that
+never trained on it, and the agents' rows count every problem (a single policy trained on most
+of the suite leaves few problems it never saw to be compared on). The split is by name within
+each family prefix (elementwise_, reduce_, ...), alternating, so every fold holds some of each
+family. Same training settings as benchmarks/policies/h200-replay-multi.pt (replayed H200
+sweeps, training seed 0). Writes benchmarks/policies/h200-replay-fold<k>.pt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import replace
+from itertools import groupby
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.agents_replay import DATA  # noqa: E402
+from cuda_agent.agents.train import TrainSettings, Trainer  # noqa: E402
+from cuda_agent.run.replay import ReplayDevice  # noqa: E402
+
+
+def recorded_problems() -> list[str]:
+    """The suite's problems with a recorded H200 sweep (what replay training can use)."""
+    sweeps = {p.name.removesuffix(".json.gz") for p in (DATA / "nvidia-h200").glob("*.json.gz")}
+    return sorted(p.stem for p in (ROOT / "benchmarks/problems").glob("*.py") if p.stem in sweeps)
+
+
+def folds(names: list[str], k: int) -> list[list[str]]:
+    """Names split into k folds, alternating within each family prefix (the name up to its
+    first underscore), so each fold has a share of every family."""
+    out: list[list[str]] = [[] for _ in range(k)]
+    turn = 0
+    for _, group in groupby(sorted(names), key=lambda n: n.split("_", 1)[0]):
+        for name in group:
+            out[turn % k].append(name)
+            turn += 1
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--folds", type=int, default=2)
+    ap.add_argument("--iterations", type=int, default=100)
+    ap.add_argument("--work", type=Path, default=Path("/tmp/fold-policies"))
+    args = ap.parse_args()
+    device = ReplayDevice(root=DATA)
+    for i, held in enumerate(folds(recorded_problems(), args.folds)):
+        s = TrainSettings(suite=str(ROOT / "benchmarks/problems"), holdout=tuple(held),
+                          device="replay", replay_root=str(DATA), iterations=args.iterations,
+                          episodes=4, steps=4, batch=8, seed=0, agents="multi",
+                          out=str(args.work / f"fold{i}"))
+        t0 = time.time()
+        tr = Trainer(s, device=device)
+        try:
+            tr.train()
+        finally:
+            tr.close()
+        dest = ROOT / "benchmarks/policies" / f"h200-replay-fold{i}.pt"
+        (args.work / f"fold{i}" / "policy.pt").replace(dest)
+        print(f"fold {i}: trained without {len(held)} problems in {time.time() - t0:.0f} s "
+              f"-> {dest.relative_to(ROOT)}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
