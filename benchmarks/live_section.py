@@ -15,7 +15,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from sections import write_section  # noqa: E402
+from sections import bench_section  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 # each live bench set: a folder of runs (one per problem, or one per device-tool call)
@@ -80,10 +80,7 @@ def main() -> None:
                          done=sum(1 for p in suite if p.stem in problems), total=len(suite),
                          max_ratio=ratio_range(problems, "compile_max_ms"),
                          nocg_ratio=ratio_range(problems, "compile_max_nocg_ms"))
-    body = (MERGED / "bench.md").read_text().split("\n", 2)[2]  # without the '# ' title
-    body = body.replace("\n### ", "\n#### ").replace("](", f"]({rel}/")
-    write_section(args.md, "<!-- bench-live:begin -->", "<!-- bench-live:end -->",
-                  ["<!-- bench-live:begin -->", intro, body.strip(), "<!-- bench-live:end -->"])
+    bench_section(args.md, "bench-live", intro, MERGED, ROOT)
     print(f"{args.md}: live bench section, {len(problems)} problems from {len(runs)} runs")
 
 
