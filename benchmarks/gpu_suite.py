@@ -251,6 +251,13 @@ def run_bench(out: Path, problems: list[Path], budget: int, policy: str | None,
         log(f"bench stopped: reported the problems it finished (exit {proc.returncode})")
 
 
+def trial_rows(trials: list) -> list[list]:
+    """Every measurement as [configuration, ms or failure kind], so a slot's effect can be read
+    afterwards."""
+    return [[t.config.short(), t.measurement.time_ms if t.measurement.ok
+             else t.measurement.error_kind] for t in trials]
+
+
 def run_search(out: Path, problems: list[Path], strategy: str, budget: int,
                deadline: float, warm: int = 0, seconds: float = 90.0,
                vary: dict[str, list] | None = None, seed_template: str = "",
@@ -291,9 +298,7 @@ def run_search(out: Path, problems: list[Path], strategy: str, budget: int,
                "eager_ms": r.baselines.eager_ms, "compile_ms": r.baselines.compile_ms,
                "flops": r.plan.flops(), "bytes": r.plan.bytes_moved(),
                "failures": sum(1 for t in r.trials if not t.measurement.ok),
-               # every measurement, so a slot's effect can be read afterwards
-               "trials": [[t.config.short(), t.measurement.time_ms if t.measurement.ok
-                           else t.measurement.error_kind] for t in r.trials],
+               "trials": trial_rows(r.trials),
                "wall_s": time.time() - t0}
         rows.append(row)
         (out / "logs" / "search.json").write_text(json.dumps(rows, indent=2))
@@ -343,8 +348,7 @@ def run_library(out: Path, problems: list[Path], deadline: float) -> None:
                    "compile_max_nocg_ms": base.extra_ms.get(
                        "compile:max-autotune-no-cudagraphs"),
                    "baseline_notes": base.notes,
-                   "trials": [[t.config.short(), t.measurement.time_ms if t.measurement.ok
-                               else t.measurement.error_kind] for t in trials],
+                   "trials": trial_rows(trials),
                    "wall_s": time.time() - t0}
             rows.append(row)
             (out / "logs" / "library.json").write_text(json.dumps(rows, indent=2))
