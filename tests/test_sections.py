@@ -1,0 +1,34 @@
+"""BENCHMARKS.md's script-owned sections: replaced where they stand, and the library section's
+reading of a measured table (hand-made cases)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from library_section import algorithm_pairs, best_per_layout  # noqa: E402
+from sections import write_section  # noqa: E402
+
+
+def test_a_section_is_replaced_where_it_stands(tmp_path):
+    md = tmp_path / "B.md"
+    md.write_text("# B\n\n<!-- a:begin -->\nold\n<!-- a:end -->\n\n## later\n")
+    write_section(md, "<!-- a:begin -->", "<!-- a:end -->",
+                  ["<!-- a:begin -->", "new", "<!-- a:end -->"])
+    assert md.read_text() == "# B\n\n<!-- a:begin -->\nnew\n<!-- a:end -->\n\n## later\n"
+    write_section(md, "<!-- b:begin -->", "<!-- b:end -->",
+                  ["<!-- b:begin -->", "added", "<!-- b:end -->"])
+    assert md.read_text().endswith("## later\n\n<!-- b:begin -->\nadded\n<!-- b:end -->\n")
+
+
+def test_library_table_reads_best_per_layout_and_algorithm_twins():
+    trials = [["cudnn=heuristic block=128 layout=as_given scope=lib", 2.0],
+              ["cudnn=benchmark block=128 layout=as_given scope=lib", 1.0],
+              ["cudnn=heuristic block=256 layout=channels_last scope=lib", 0.5],
+              ["cudnn=benchmark block=256 layout=channels_last scope=lib", "runtime"],
+              ["block=128 scope=lib", 3.0]]  # a 1-D convolution: no layout slot
+    assert best_per_layout(trials) == {"as_given": 1.0, "channels_last": 0.5}
+    assert algorithm_pairs(trials) == [2.0]  # the failed twin has no pair
