@@ -347,10 +347,16 @@ def bench(
     out_existed = out.exists()
     try:
         with _progress() as bar:
-            task = bar.add_task(f"bench [{device}]", total=None, status="")
+            task = bar.add_task(f"bench ({device})", total=None, status="")
+
+            started: set[str] = set()
 
             def step(p: str, s: str, k: int) -> None:
                 bar.update(task, advance=1, status=f"{p} {s} seed {k}")
+                if not console.is_terminal and p not in started:
+                    # a log file gets no live bar: one line per problem shows progress
+                    started.add(p)
+                    console.print(f"bench ({device}): {p} ({len(started)} problems begun)")
 
             if device == "replay":
                 result = run_bench(settings, step)
