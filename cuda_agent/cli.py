@@ -268,7 +268,7 @@ def train(
     sim = " (simulated)" if trainer.device.simulated else ""
     try:
         with _progress() as bar:
-            task = bar.add_task(f"train [{trainer.device.kind}{sim}]", total=iterations,
+            task = bar.add_task(f"train ({trainer.device.kind}{sim})", total=iterations,
                                 completed=trainer.iteration, status="")
 
             def on_iter(row: dict) -> None:
