@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -230,6 +231,9 @@ def run_bench(out: Path, problems: list[Path], budget: int, policy: str | None,
     Kernel Tuner and Optuna must be importable (carried as wheels: README)."""
     suite = ",".join(str(p) for p in problems)  # run in the order given
     run_dir = out / "bench" / "run"
+    # a machine kept warm between calls keeps the work folder: an earlier call's report there
+    # would stand in for this one's if this one is stopped before its end
+    shutil.rmtree(run_dir, ignore_errors=True)
     cli = [sys.executable, "-c", "from cuda_agent.cli import main; main()"]
     cmd = cli + ["bench", "--suite", suite, "--device", "cuda", "--budget", str(budget),
                  "--seeds", "1", "--problem-seconds", str(per_problem),

@@ -60,6 +60,9 @@ class Run:
     seconds: float
     measured_s: float | None = None
     """live runs: evaluation seconds of its measurements as first made (None on replay)"""
+    error: str | None = None
+    """the strategy stopped with this error (a peer's own failure; `times` holds what it
+    measured before, and a run that never reached 95 % counts as not reaching it)"""
 
 
 @dataclass
@@ -205,11 +208,16 @@ def _order_ask_tell(path: Path, strategy: str, device: Device, budget: int, seed
 
 
 def _order_kernel_tuner(records: list[dict[str, Any]], strategy: str, budget: int,
-                        seed: int) -> list[float | None]:
+                        seed: int) -> tuple[list[float | None], str | None]:
+    """Kernel Tuner's times in its order, and its error if it stopped with one."""
     from .search import kernel_tuner_sim
 
-    order = kernel_tuner_sim.run(records, strategy.split(":", 1)[1], budget, seed)
-    return [r["time_ms"] if r.get("ok") else None for _, r in order]
+    error = None
+    try:
+        order = kernel_tuner_sim.run(records, strategy.split(":", 1)[1], budget, seed)
+    except kernel_tuner_sim.StrategyFailed as exc:
+        order, error = exc.order, str(exc)
+    return [r["time_ms"] if r.get("ok") else None for _, r in order], error
 
 
 def run_bench(settings: BenchSettings,
@@ -250,14 +258,15 @@ def run_bench(settings: BenchSettings,
             if strategy == "marl" and not policies:
                 continue  # the agents without a trained policy are not cuda-agent's offer
             for seed in range(settings.seeds):
-                t0 = time.perf_counter()
+                t0, error = time.perf_counter(), None
                 if strategy.startswith("kt:"):
-                    times = _order_kernel_tuner(sweep["records"], strategy, settings.budget, seed)
+                    times, error = _order_kernel_tuner(sweep["records"], strategy,
+                                                       settings.budget, seed)
                 else:
                     times = _order_ask_tell(path, strategy, device, settings.budget, seed,
                                             policies.pick(problem.name))
                 result.runs.append(Run(problem.name, strategy, seed, times,
-                                       time.perf_counter() - t0))
+                                       time.perf_counter() - t0, error=error))
                 if progress:
                     progress(problem.name, strategy, seed)
     if not result.problems:

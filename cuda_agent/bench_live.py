@@ -108,7 +108,7 @@ class _ProblemBench:
         return trials
 
     def run_strategy(self, strategy: str, seed: int) -> Run:
-        t0 = time.perf_counter()
+        t0, error = time.perf_counter(), None
         if strategy.startswith("kt:"):
             from .search import kernel_tuner_sim
 
@@ -119,9 +119,12 @@ class _ProblemBench:
                 trials.extend(got)
                 return [_record(t) for t in got]
 
-            order = kernel_tuner_sim.run_live(self.measurer.space.configs,
-                                              strategy.split(":", 1)[1], self.settings.budget,
-                                              seed, measure)
+            try:
+                order = kernel_tuner_sim.run_live(self.measurer.space.configs,
+                                                  strategy.split(":", 1)[1],
+                                                  self.settings.budget, seed, measure)
+            except kernel_tuner_sim.StrategyFailed as exc:  # the peer's failure is data
+                order, error = exc.order, str(exc)
             by_config = {t.config: t for t in trials}
             trials = [by_config[c] for c, _ in order]
         else:
@@ -132,7 +135,7 @@ class _ProblemBench:
                 tuner.close()
             self._note(trials)
         return Run(self.problem.name, strategy, seed, _times(trials), time.perf_counter() - t0,
-                   _measured_s(trials, self.first_cost))
+                   _measured_s(trials, self.first_cost), error)
 
     def sweep_reference(self) -> float | None:
         """Measure the recorded sweep's best configurations again; the recorded best time."""

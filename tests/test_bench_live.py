@@ -87,6 +87,48 @@ def test_kernel_tuner_failures_reach_it_as_failures():
     assert order and all((rec["time_ms"] is None) == (c["memory.vec"] == 2) for c, rec in order)
 
 
+def test_kernel_tuner_genetic_algorithm_ends_on_a_space_it_cannot_breed_in():
+    """Kernel Tuner 1.5's genetic algorithm loops forever when its parents can make no child
+    new to the generation (a recorded sweep of 8 configurations ran the replay bench for 30
+    minutes, seed 1). Run in a child process with a deadline, so a regression fails here and
+    does not hang the suite; the search ends with what it evaluated, inside the space."""
+    code = """if True:
+        import gzip, json
+        from cuda_agent.search import kernel_tuner_sim
+        path = 'benchmarks/data/nvidia-h200/attention_causal.json.gz'
+        recs = json.load(gzip.open(path))['records']
+        keys = {json.dumps(r['config'], sort_keys=True) for r in recs}
+        for seed in range(4):
+            order = kernel_tuner_sim.run(recs, 'genetic_algorithm', 40, seed)
+            assert 1 <= len(order) <= len(recs), (seed, len(order))
+            assert all(json.dumps(c.as_dict(), sort_keys=True) in keys for c, _ in order)
+        print('ok')
+    """
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+
+
+def test_kernel_tuner_error_is_recorded_not_raised(tmp_path):
+    """Kernel Tuner's bayes_opt will not start on a space smaller than its initial sample: the
+    replay bench records the run as stopped with Kernel Tuner's message (no measurement
+    credited), the report lists it, and the other strategies' runs are unaffected."""
+    from cuda_agent.bench import run_bench
+    from cuda_agent.report.bench_report import write_report
+
+    settings = BenchSettings(suite=str(PROBLEMS / "attention_causal.py"),
+                             strategies=("random", "kt:bayes_opt"), budget=40, seeds=1,
+                             out=str(tmp_path))
+    result = run_bench(settings)
+    kt = [r for r in result.runs if r.strategy == "kt:bayes_opt"]
+    assert len(kt) == 1 and "Can't sample more than the size" in kt[0].error
+    assert [r.error for r in result.runs if r.strategy == "random"] == [None]
+    md = write_report(result, tmp_path)["markdown"].read_text()
+    assert "stopped with an error" in md and "Can't sample more" in md
+    again = BenchResult.from_json(json.loads((tmp_path / "bench.json").read_text()))
+    assert [r.error for r in again.runs] == [r.error for r in result.runs]
+
+
 @pytest.fixture(scope="module")
 def live_run(tmp_path_factory):
     """One live bench on the simulated device: a small softmax (with a recorded sweep), a
@@ -240,6 +282,25 @@ def test_a_stopped_run_keeps_what_it_finished(tmp_path):
     assert not (run / PARTIAL).exists() and (run / "report.html").exists()
     rebuild(run)  # a finished run's report is rebuilt from its bench.json as before
     assert json.loads((run / "bench.json").read_text())["skipped"] == data["skipped"]
+
+
+def test_a_stopped_run_in_a_used_folder_is_not_reported_as_the_earlier_run(tmp_path):
+    """A bench run into a folder holding an earlier run's bench.json, stopped before its end:
+    its report is of what it finished (the partial file, newer), not the earlier run's (a
+    reused work folder on the GPU machine lost a finished problem to exactly this)."""
+    import os
+
+    from cuda_agent.report.bench_report import PARTIAL, load_run, rebuild, write_partial
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "bench.json").write_text(json.dumps(_result("old").to_json()))
+    os.utime(run / "bench.json", ns=(1, 1))  # written long before
+    write_partial(_result("new"), run)
+    assert set(load_run(run).problems) == {"new"}
+    rebuild(run)
+    assert set(json.loads((run / "bench.json").read_text())["problems"]) == {"new"}
+    assert not (run / PARTIAL).exists()
 
 
 def test_problem_seconds_must_be_positive(tmp_path):

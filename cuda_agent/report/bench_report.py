@@ -69,6 +69,11 @@ def tables(result: BenchResult, summary: dict[str, Any]) -> list[tuple[str, list
             ["problem", "eager", "torch.compile", "compile max-autotune",
              "max-autotune without CUDA graphs", f"best {best_of}",
              "sweep's best (recorded run)", *strategies], base)]
+    stopped = [[r.problem, r.strategy, str(r.seed), str(len(r.times)), r.error]
+               for r in result.runs if r.error]
+    if stopped:  # a peer that stopped early is counted as it is, and says why
+        out.append(("Strategy runs that stopped with an error",
+                    ["problem", "strategy", "seed", "measurements", "error"], sorted(stopped)))
     if result.skipped:
         out.append(("Problems not compared", ["problem", "why"],
                     [[p, why] for p, why in sorted(result.skipped.items())]))
@@ -257,10 +262,12 @@ def load_run(run_dir: Path) -> BenchResult:
     from ..bench import problem_files
     from ..errors import CudaAgentError
 
-    path = run_dir / "bench.json"
-    if path.exists() or not (run_dir / PARTIAL).exists():
+    path, partial = run_dir / "bench.json", run_dir / PARTIAL
+    # a bench.json older than the partial file is an earlier run's, in a folder used again
+    if not partial.exists() or (path.exists()
+                                and path.stat().st_mtime_ns > partial.stat().st_mtime_ns):
         return BenchResult.from_json(json.loads(path.read_text()))
-    result = BenchResult.from_json(json.loads((run_dir / PARTIAL).read_text()))
+    result = BenchResult.from_json(json.loads(partial.read_text()))
     try:
         files = problem_files(result.settings.suite)
     except CudaAgentError:  # the suite is not on this machine: what was reached is all we know

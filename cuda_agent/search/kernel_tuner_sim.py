@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from ..errors import SettingsError
+from ..errors import SettingsError, first_line
 from ..space.slots import Config
 
 STRATEGIES = ("genetic_algorithm", "bayes_opt", "simulated_annealing", "random_sample")
@@ -142,6 +142,72 @@ def _measuring_runner(params: _Params, measure: Callable[[list[dict[str, Any]]],
         simulation.SimulationRunner = base
 
 
+class StrategyFailed(Exception):
+    """Kernel Tuner's strategy raised (bayes_opt will not start on a space smaller than its
+    initial sample, 20). Like a failing candidate, this is data about the peer, not an error of
+    the run: `order` holds what it evaluated before (what the bench credits it with), the
+    message what it said."""
+
+    def __init__(self, message: str, order: list[tuple[Config, "Record"]]) -> None:
+        super().__init__(message)
+        self.order = order
+
+
+class _Failed(Exception):
+    """`_tune`'s form of `StrategyFailed`: Kernel Tuner's results so far, not yet ordered."""
+
+    def __init__(self, message: str, results: list[dict[str, Any]]) -> None:
+        super().__init__(message)
+        self.results = results
+
+
+class _Stalled(Exception):
+    """Kernel Tuner's genetic algorithm can make no new generation (see `_stall_guard`)."""
+
+
+#: parent draws for one generation after which the genetic algorithm is taken to be stuck (a
+#: generation of 20 needs about 10 when its children are new; a stuck one draws forever)
+STALL_DRAWS = 2000
+
+
+@contextmanager
+def _stall_guard() -> Iterator[list[dict[str, Any]]]:
+    """Kernel Tuner 1.5's genetic algorithm fills each generation with children it has not yet
+    put in that generation, drawing parents until it has enough; on a small space (a recorded
+    sweep of 8 configurations) the children its parents can make may all be there already,
+    and the loop never ends (the replay bench ran 30 minutes on one problem). Within the
+    block every result its runner returns is recorded in order, and a generation that draws
+    parents `STALL_DRAWS` times raises `_Stalled`: the search ends there with what it
+    evaluated, as it would at its budget. Everything else is Kernel Tuner's own code."""
+    from kernel_tuner.runners import simulation
+    from kernel_tuner.strategies import genetic_algorithm as ga
+
+    evaluated: list[dict[str, Any]] = []
+    runner, choice = simulation.SimulationRunner, ga.GeneticAlgorithm.weighted_choice
+    draws: dict[str, Any] = {"generation": None, "count": 0}
+
+    class RecordingRunner(runner):  # type: ignore[misc,valid-type]
+        def run(self, parameter_space: Any, tuning_options: Any) -> list:
+            results = super().run(parameter_space, tuning_options)
+            evaluated.extend(results)
+            return results
+
+    def weighted_choice(self: Any, population: list, n: int) -> list:
+        if population is not draws["generation"]:  # each generation is a new list
+            draws.update(generation=population, count=0)
+        draws["count"] += 1
+        if draws["count"] > STALL_DRAWS:
+            raise _Stalled()
+        return choice(self, population, n)
+
+    simulation.SimulationRunner = RecordingRunner
+    ga.GeneticAlgorithm.weighted_choice = weighted_choice
+    try:
+        yield evaluated
+    finally:
+        simulation.SimulationRunner, ga.GeneticAlgorithm.weighted_choice = runner, choice
+
+
 def _tune(params: _Params, cache: dict[str, Any], strategy: str, budget: int, seed: int
           ) -> list[dict[str, Any]]:
     """Kernel Tuner's `tune_kernel` in simulation mode on `cache`: its results, in order."""
@@ -167,12 +233,19 @@ def _tune(params: _Params, cache: dict[str, Any], strategy: str, budget: int, se
         np.random.seed(seed)
         # Kernel Tuner warns about missing block-size parameters and its strategies' numerics;
         # neither concerns this search, and the warnings would bury the progress output
-        with warnings.catch_warnings(), np.errstate(all="ignore"):
+        with warnings.catch_warnings(), np.errstate(all="ignore"), _stall_guard() as evaluated:
             warnings.simplefilter("ignore")
-            results, _ = kernel_tuner.tune_kernel(
-                "ca", "__global__ void ca() {}", (1, 1, 1), [], params.tune_params, cache=path,
-                simulation_mode=True, restrictions=restrictions, strategy=strategy,
-                strategy_options={"max_fevals": budget}, quiet=True, verbose=False)
+            try:
+                results, _ = kernel_tuner.tune_kernel(
+                    "ca", "__global__ void ca() {}", (1, 1, 1), [], params.tune_params,
+                    cache=path, simulation_mode=True, restrictions=restrictions,
+                    strategy=strategy, strategy_options={"max_fevals": budget}, quiet=True,
+                    verbose=False)
+            except _Stalled:
+                results = list(evaluated)
+            except Exception as exc:  # noqa: BLE001 - the peer's own failure, kept as data
+                raise _Failed(f"Kernel Tuner {strategy}: {first_line(exc)}",
+                              list(evaluated)) from exc
     finally:
         os.unlink(path)
     return [r for r in results if r is not None]
@@ -201,7 +274,11 @@ def run(records: list[Record], strategy: str, budget: int, seed: int
     if not params.names:  # one configuration: nothing to search
         return [(Config.of(records[0]["config"]), records[0])][:budget]
     cache = {k: params.entry(r["config"], r) for k, r in by_key.items()}
-    results = _tune(params, cache, strategy, budget, seed)
+    try:
+        results = _tune(params, cache, strategy, budget, seed)
+    except _Failed as exc:
+        raise StrategyFailed(str(exc), _order(params, exc.results, by_key.__getitem__,
+                                              budget)) from exc
     return _order(params, results, by_key.__getitem__, budget)
 
 
@@ -224,5 +301,9 @@ def run_live(configs: list[Config], strategy: str, budget: int, seed: int,
         return recs
 
     with _measuring_runner(params, measure_dicts):
-        results = _tune(params, {}, strategy, budget, seed)
+        try:
+            results = _tune(params, {}, strategy, budget, seed)
+        except _Failed as exc:
+            raise StrategyFailed(str(exc), _order(params, exc.results, got.__getitem__,
+                                                  budget)) from exc
     return _order(params, results, got.__getitem__, budget)
