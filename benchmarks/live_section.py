@@ -1,6 +1,8 @@
-"""BENCHMARKS.md's live-bench section (issue 5): the merged report of every live bench run on
-the H200, with the method stated once above it. Rebuilds the merge from the run directories
-first (`cuda-agent report RUN... --out MERGED`), so the section is never pasted by hand.
+"""BENCHMARKS.md's live-bench sections (issue 5): the merged report of the live bench runs on
+the H200 made with one policy, and of those made with the cross-fitted fold policies (a merge
+needs one policy setting), with the method stated once above each, and the fastest kernel of
+either against torch.compile over every problem benched. Rebuilds each merge from the run
+directories first (`cuda-agent report RUN... --out MERGED`), so no section is pasted by hand.
 
     python benchmarks/live_section.py            # the committed runs, into BENCHMARKS.md
 """
@@ -15,13 +17,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from sections import bench_section  # noqa: E402
+from sections import bench_section, write_section  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 # each live bench set: a folder of runs (one per problem, or one per device-tool call)
 SETS = ("2026-11-30-h200-bench-live", "2026-11-30-h200-bench-live-s10",
         "2026-11-30-h200-bench-live-s11")
 MERGED = RESULTS / "2026-11-30-h200-bench-live-merged"
+# the same bench with the cross-fitted policies (benchmarks/fold_policies.py)
+FOLD_SETS = ("2026-11-30-h200-bench-live-s12",)
+FOLD_MERGED = RESULTS / "2026-11-30-h200-bench-live-folds-merged"
 
 INTRO = """\
 ## cuda-agent against the peers, live on the H200 (issue 5)
@@ -51,6 +56,62 @@ in full (the likely mechanism; not profiled).
 """
 
 
+FOLDS_INTRO = """\
+## The same live bench with the cross-fitted policies (issues 3, 5)
+
+As above (`benchmarks/gpu_suite.py --parts bench`, budget 40, one seed, every strategy on the
+problem's whole template space on the H200), with `--policy
+benchmarks/policies/h200-replay-fold0.pt,benchmarks/policies/h200-replay-fold1.pt`: each problem is
+tuned by the fold policy that never trained on it (its `policy` in bench.json), so every problem
+counts for the agents. Runs: {sets}, merged into `{merged}`. Benched: {done} problems, the
+fused chains and the single-operator problems the section above had not reached; the GEMM-based
+chains need about 250 s each (torch.compile's max-autotune and eight searches compiling GEMMs),
+and one finished in a call was lost to a report defect since fixed (an earlier call's report in a
+reused folder stood in for the stopped run's).
+"""
+
+UNION = """\
+<!-- bench-live-union:begin -->
+## Every problem benched live, both sections together (issue 5)
+
+The fastest kernel measured in the run (any strategy, or the sweep's best configurations measured
+again) against torch.compile's default mode timed in the same run, over the {n} problems of the
+two sections above ({total} in the suite; the rest not yet benched live: mostly GEMM, GEMM-based
+chains, attention and convolutions): faster on **{faster} of {n} (fast_1 {fast1:.2f}, geomean
+{geo:.2f}x)**; not faster on {slower}.
+<!-- bench-live-union:end -->"""
+
+
+def merge_set(sets: tuple[str, ...], merged: Path) -> dict:
+    """Rebuild one merged report from its sets' runs; its bench.json."""
+    runs = []
+    for name in sets:
+        # a set is either one run per problem folder or one run per call (runN/)
+        runs += sorted(p.parent for p in (RESULTS / name).glob("*/bench.json"))
+    cli = [sys.executable, "-c", "from cuda_agent.cli import main; main()"]
+    subprocess.run(cli + ["report", *map(str, runs), "--out", str(merged)], check=True,
+                   stdout=subprocess.DEVNULL)
+    return json.loads((merged / "bench.json").read_text())
+
+
+def union_section(md: Path, results: list[dict], total: int) -> int:
+    """The whole-suite sentence: best of run against torch.compile over both merges."""
+    from cuda_agent import metrics
+
+    facts = {p: f for r in results for p, f in r["problems"].items()
+             if f.get("best_ms") and f.get("compile_ms")}
+    found = [f["best_ms"] for f in facts.values()]
+    comp = [f["compile_ms"] for f in facts.values()]
+    slower = sorted(p for p, f in facts.items() if not f["best_ms"] < f["compile_ms"])
+    text = UNION.format(n=len(facts), total=total, faster=len(facts) - len(slower),
+                        fast1=metrics.fast_p(found, comp, 1.0),
+                        geo=metrics.geomean_speedup(found, comp),
+                        slower=", ".join(slower) or "none")
+    write_section(md, "<!-- bench-live-union:begin -->", "<!-- bench-live-union:end -->",
+                  text.splitlines())
+    return len(facts)
+
+
 def ratio_range(problems: dict, key: str) -> str:
     r = sorted(f[key] / f["compile_ms"] for f in problems.values()
                if f.get(key) and f.get("compile_ms"))
@@ -64,24 +125,23 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--md", type=Path, default=ROOT / "BENCHMARKS.md")
     args = ap.parse_args()
-    runs = []
-    for name in SETS:
-        d = RESULTS / name
-        # a set is either one run per problem folder or one run per call (runN/)
-        runs += sorted(p.parent for p in d.glob("*/bench.json"))
-    cli = [sys.executable, "-c", "from cuda_agent.cli import main; main()"]
-    subprocess.run(cli + ["report", *map(str, runs), "--out", str(MERGED)], check=True,
-                   stdout=subprocess.DEVNULL)
-    merged = json.loads((MERGED / "bench.json").read_text())
-    problems = merged["problems"]
     suite = list((ROOT / "benchmarks" / "problems").glob("*.py"))
-    rel = MERGED.relative_to(ROOT)
-    intro = INTRO.format(merged=rel, sets=", ".join(f"`benchmarks/results/{s}/`" for s in SETS),
+    merged = merge_set(SETS, MERGED)
+    problems = merged["problems"]
+    intro = INTRO.format(merged=MERGED.relative_to(ROOT),
+                         sets=", ".join(f"`benchmarks/results/{s}/`" for s in SETS),
                          done=sum(1 for p in suite if p.stem in problems), total=len(suite),
                          max_ratio=ratio_range(problems, "compile_max_ms"),
                          nocg_ratio=ratio_range(problems, "compile_max_nocg_ms"))
     bench_section(args.md, "bench-live", intro, MERGED, ROOT)
-    print(f"{args.md}: live bench section, {len(problems)} problems from {len(runs)} runs")
+    folds = merge_set(FOLD_SETS, FOLD_MERGED)
+    intro = FOLDS_INTRO.format(merged=FOLD_MERGED.relative_to(ROOT),
+                               sets=", ".join(f"`benchmarks/results/{s}/`" for s in FOLD_SETS),
+                               done=len(folds["problems"]))
+    bench_section(args.md, "bench-live-folds", intro, FOLD_MERGED, ROOT)
+    n = union_section(args.md, [merged, folds], len(suite))
+    print(f"{args.md}: live bench sections, {len(problems)} + {len(folds['problems'])} "
+          f"problems; {n} together")
 
 
 if __name__ == "__main__":
