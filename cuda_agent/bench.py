@@ -60,6 +60,11 @@ class Run:
     seconds: float
     measured_s: float | None = None
     """live runs: evaluation seconds of its measurements as first made (None on replay)"""
+    strategy_s: float | None = None
+    """live ask/tell runs: seconds inside the strategy itself (proposing; the agents also
+    learning online), apart from measuring and compiling"""
+    build_wait_s: float | None = None
+    """live ask/tell runs: seconds spent waiting for its candidates to compile"""
     error: str | None = None
     """the strategy stopped with this error (a peer's own failure; `times` holds what it
     measured before, and a run that never reached 95 % counts as not reaching it)"""
@@ -357,6 +362,11 @@ def summarize(result: BenchResult) -> dict[str, Any]:
             # replay: the search's own seconds (no GPU time is spent)
             "median_search_seconds": statistics.median(
                 cost if cost else [r.seconds for r in runs]) if runs else None,
+            # wall time of a whole search (measuring, compiling, the strategy's own work), and
+            # live ask/tell runs' seconds inside the strategy (proposing and learning)
+            "median_wall_seconds": statistics.median(r.seconds for r in runs) if runs else None,
+            "median_strategy_seconds": statistics.median(own) if (own := [
+                r.strategy_s for r in runs if r.strategy_s is not None]) else None,
             "median_fraction_of_copy_bw": metrics.median_roofline(
                 found, [result.problems[p]["bytes"] for p in probs],
                 [result.problems[p]["copy_bw"] for p in probs]),

@@ -109,6 +109,7 @@ class _ProblemBench:
 
     def run_strategy(self, strategy: str, seed: int) -> Run:
         t0, error = time.perf_counter(), None
+        timing: dict[str, float] = {}  # ask/tell strategies: where the time went
         if strategy.startswith("kt:"):
             from .search import kernel_tuner_sim
 
@@ -130,12 +131,14 @@ class _ProblemBench:
         else:
             tuner = self._tuner(strategy, seed)
             try:
-                trials = tuner.run().trials
+                res = tuner.run()
             finally:
                 tuner.close()
+            trials, timing = res.trials, res.timing
             self._note(trials)
         return Run(self.problem.name, strategy, seed, _times(trials), time.perf_counter() - t0,
-                   _measured_s(trials, self.first_cost), error)
+                   _measured_s(trials, self.first_cost), timing.get("strategy_s"),
+                   timing.get("build_wait_s"), error)
 
     def sweep_reference(self) -> float | None:
         """Measure the recorded sweep's best configurations again; the recorded best time."""

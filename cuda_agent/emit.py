@@ -230,7 +230,7 @@ def report_dict(result: Any) -> dict[str, Any]:
         "fraction_of_copy_bw": (achieved / copy_bw) if achieved and copy_bw else None,
         "evals_to_95": result.evals_to_fraction(0.95),
         "failures": _failure_counts(result.trials),
-        "wall_s": result.wall_s, "build_stats": result.build_stats,
+        "wall_s": result.wall_s, "build_stats": result.build_stats, "timing": result.timing,
         "candidates": [trial_json(t) for t in result.trials],
     }
 

@@ -90,6 +90,10 @@ class TuneResult:
     wall_s: float
     facts: dict[str, Any]
     build_stats: dict[str, Any]
+    timing: dict[str, float] = field(default_factory=dict)
+    """where the search's wall time went besides measuring: `strategy_s` inside the strategy's
+    ask and tell (proposing, and for the agents learning online), `build_wait_s` waiting for
+    candidates to compile"""
 
     @property
     def simulated(self) -> bool:
@@ -162,6 +166,7 @@ class Tuner:
         self.builder = builder or (None if isinstance(self.device, ReplayDevice) else
                                    Builder(settings.compiler, settings.workers))
         self._own_builder = builder is None
+        self.timing = {"strategy_s": 0.0, "build_wait_s": 0.0}  # see TuneResult.timing
         self.toolchain = (self.device.toolchain() if isinstance(self.device, ReplayDevice)
                           else self.builder.toolchain)
         self.store = store or Store(settings.store or ":memory:")
@@ -235,7 +240,7 @@ class Tuner:
         facts = self.device.facts()
         return TuneResult(self.problem, self.plan, self.space, self.device, s, trials, baselines,
                           default_trial, best, self.toolchain, time.perf_counter() - t0, facts,
-                          dict(self.builder.stats) if self.builder else {})
+                          dict(self.builder.stats) if self.builder else {}, dict(self.timing))
 
     def _search_stages(self, trials: list[Trial], t0: float,
                        progress: Callable[[Trial, "Trial | None"], None] | None
@@ -295,8 +300,10 @@ class Tuner:
                     if c not in seen and c not in out:
                         out.append(c)
                     continue
-                more = [c for c in self.strategy.ask(n - len(out))
-                        if c not in seen and c not in out]
+                t = time.perf_counter()
+                asked = self.strategy.ask(n - len(out))
+                self.timing["strategy_s"] += time.perf_counter() - t
+                more = [c for c in asked if c not in seen and c not in out]
                 if not more:
                     break
                 out.extend(more)
@@ -305,7 +312,9 @@ class Tuner:
         remaining = budget
         batch = ask(min(s.batch, remaining))
         while batch and remaining > 0:
+            t = time.perf_counter()
             cands = next_build.result() if next_build is not None else self._build(batch)
+            self.timing["build_wait_s"] += time.perf_counter() - t
             seen.update(batch)
             remaining -= len(batch)
             following = [] if adaptive or remaining <= 0 else ask(min(s.batch, remaining))
@@ -329,7 +338,9 @@ class Tuner:
                 results.append((cand.config, m))
                 if progress:
                     progress(trial, best)
+            t = time.perf_counter()
             self.strategy.tell(results)
+            self.timing["strategy_s"] += time.perf_counter() - t
             if self.strategy.done:
                 break  # the strategy says the search has plateaued
             if adaptive and remaining > 0:

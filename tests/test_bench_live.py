@@ -167,11 +167,17 @@ def test_live_bench_runs_every_strategy_and_reports(live_run):
     for r in runs:
         assert 0 < len(r["times"]) <= 6
         assert r["measured_s"] is not None and r["measured_s"] >= 0
+        # where an ask/tell search's wall time went: inside the strategy, waiting for builds
+        if r["strategy"].startswith("kt:"):
+            assert r["strategy_s"] is None and r["build_wait_s"] is None
+        else:
+            assert 0 <= r["strategy_s"] <= r["seconds"] and 0 <= r["build_wait_s"] <= r["seconds"]
     # the optimum is a time of this run, no later than any strategy's best
     found = [t for r in runs for t in r["times"] if t is not None]
     assert facts["best_ms"] <= min(found)
     md = (out / "bench.md").read_text()
     assert "SIMULATED" in md and "not compared" in md
+    assert "of which in the strategy itself" in md
 
 
 def test_shared_measurements_cost_what_they_cost_first(tmp_path):

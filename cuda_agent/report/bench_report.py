@@ -40,13 +40,17 @@ def tables(result: BenchResult, summary: dict[str, Any]) -> list[tuple[str, list
                           "x"),
                      _fmt(m["median_fraction_of_copy_bw"] and
                           100 * m["median_fraction_of_copy_bw"], 0, "%"),
-                     _fmt(m.get("median_search_seconds"), 1, " s")])
+                     _fmt(m.get("median_search_seconds"), 1, " s"),
+                     *([_fmt(m.get("median_wall_seconds"), 1, " s"),
+                        _fmt(m.get("median_strategy_seconds"), 1, " s")] if result.live else [])])
     header = ["strategy", "problems", "median measurements to 95%",
               "same, on the problems the policy never trained on", "geomean vs eager",
               "geomean vs compile", *[f"fast_{p:g} vs compile" for p in P],
               "geomean vs compile max-autotune",
               "geomean vs max-autotune without CUDA graphs", "of copy bw",
-              "median search time" + (" (GPU evaluation)" if result.live else "")]
+              "median search time" + (" (GPU evaluation)" if result.live else ""),
+              *(["median wall time per search", "of which in the strategy itself"]
+                if result.live else [])]
     problems = sorted(result.problems)
     per = [[p, result.problems[p]["family"],
             *[_fmt(summary[s]["evals_to_95"].get(p), 1) for s in strategies]]
