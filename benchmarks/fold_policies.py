@@ -1,14 +1,16 @@
 """Cross-fitted policies: the recorded problems split into folds, one multi-agent policy trained
 per fold without that fold's problems, so that every problem has a policy that never saw it.
 
-    python benchmarks/fold_policies.py [--folds 2] [--iterations 100]
+    python benchmarks/fold_policies.py [--folds 2] [--iterations 100] [--agents single]
 
 `cuda-agent bench --policy fold0.pt,fold1.pt` then tunes each problem with the policy that
 never trained on it, and the agents' rows count every problem (a single policy trained on most
 of the suite leaves few problems it never saw to be compared on). The split is by name within
 each family prefix (elementwise_, reduce_, ...), alternating, so every fold holds some of each
 family. Same training settings as benchmarks/policies/h200-replay-multi.pt (replayed H200
-sweeps, training seed 0). Writes benchmarks/policies/h200-replay-fold<k>.pt.
+sweeps, training seed 0). Writes benchmarks/policies/h200-replay-fold<k>.pt, or with
+`--agents single` (the single-agent ablation over the same slots, same folds and settings)
+benchmarks/policies/h200-replay-single-fold<k>.pt.
 """
 
 from __future__ import annotations
@@ -50,22 +52,24 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--folds", type=int, default=2)
     ap.add_argument("--iterations", type=int, default=100)
+    ap.add_argument("--agents", choices=("multi", "single"), default="multi")
     ap.add_argument("--work", type=Path, default=Path("/tmp/fold-policies"))
     args = ap.parse_args()
     device = ReplayDevice(root=DATA)
     for i, held in enumerate(folds(recorded_problems(), args.folds)):
         s = TrainSettings(suite=str(ROOT / "benchmarks/problems"), holdout=tuple(held),
                           device="replay", replay_root=str(DATA), iterations=args.iterations,
-                          episodes=4, steps=4, batch=8, seed=0, agents="multi",
-                          out=str(args.work / f"fold{i}"))
+                          episodes=4, steps=4, batch=8, seed=0, agents=args.agents,
+                          out=str(args.work / f"{args.agents}-fold{i}"))
         t0 = time.time()
         tr = Trainer(s, device=device)
         try:
             tr.train()
         finally:
             tr.close()
-        dest = ROOT / "benchmarks/policies" / f"h200-replay-fold{i}.pt"
-        (args.work / f"fold{i}" / "policy.pt").replace(dest)
+        kind = "" if args.agents == "multi" else "single-"
+        dest = ROOT / "benchmarks/policies" / f"h200-replay-{kind}fold{i}.pt"
+        (args.work / f"{args.agents}-fold{i}" / "policy.pt").replace(dest)
         print(f"fold {i}: trained without {len(held)} problems in {time.time() - t0:.0f} s "
               f"-> {dest.relative_to(ROOT)}", flush=True)
 

@@ -28,7 +28,7 @@ multi-agent policy is trained on each fold's complement with the settings of
 `h200-replay-multi.pt` (100 iterations, training seed 0, 68 problems each), and `cuda-agent bench
 --policy fold0.pt,fold1.pt` tunes every problem with the policy that never trained on it (each
 problem's `policy` in bench.json). Every strategy searches the same recorded configurations of
-each problem (32 to 100 per problem, measured on the H200); Optuna and Kernel Tuner through their
+each problem ({lo} to {hi} per problem, measured on the H200); Optuna and Kernel Tuner through their
 own APIs, Kernel Tuner in its simulation mode. Budget {budget} measurements, {seeds} seeds per
 problem and strategy; the optimum is the sweep's best. Full page:
 `{rel}/report.html`.
@@ -41,7 +41,9 @@ def main() -> None:
     ap.add_argument("--md", type=Path, default=ROOT / "BENCHMARKS.md")
     args = ap.parse_args()
     data = json.loads((args.run_dir / "bench.json").read_text())
+    recorded = [f["recorded"] for f in data["problems"].values()]
     intro = INTRO.format(budget=data["settings"]["budget"], seeds=data["settings"]["seeds"],
+                         lo=min(recorded), hi=max(recorded),
                          rel=args.run_dir.resolve().relative_to(ROOT))
     bench_section(args.md, "bench-replay-folds", intro, args.run_dir, ROOT)
     print(f"{args.md}: cross-fitted replay section, {len(data['problems'])} problems")

@@ -32,3 +32,20 @@ def test_library_table_reads_best_per_layout_and_algorithm_twins():
               ["block=128 scope=lib", 3.0]]  # a 1-D convolution: no layout slot
     assert best_per_layout(trials) == {"as_given": 1.0, "channels_last": 0.5}
     assert algorithm_pairs(trials) == [2.0]  # the failed twin has no pair
+
+
+def test_agents_folds_pairs_by_hand():
+    """Multi against single per problem: fewer, more, tied and the sign test on the untied
+    pairs (3 against 1 untied: two-sided binomial p = 0.625)."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.agents_folds import compare
+
+    multi = {"a": 2, "b": 5, "c": 41, "d": 3, "e": 7, "only_multi": 1}
+    single = {"a": 4, "b": 5, "c": 41, "d": 9, "e": 6, "f": 2}
+    c = compare(multi, single)
+    assert c["problems"] == 5 and (c["multi_fewer"], c["single_fewer"], c["tied"]) == (2, 1, 2)
+    assert c["median_multi"] == 5 and c["median_single"] == 6
+    assert abs(c["sign_test_p"] - 1.0) < 1e-9  # 2 of 3 untied: p = 1
+    c = compare({"a": 1, "b": 1, "c": 1, "d": 9}, {"a": 2, "b": 2, "c": 2, "d": 1})
+    assert (c["multi_fewer"], c["single_fewer"]) == (3, 1)
+    assert abs(c["sign_test_p"] - 0.625) < 1e-9
