@@ -60,10 +60,6 @@ def compare(multi: dict[str, float], single: dict[str, float]) -> dict:
     }
 
 
-def family(name: str) -> str:
-    return name.split("_", 1)[0]
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("multi_run", type=Path, help="replay bench with the multi-agent folds")
@@ -80,9 +76,10 @@ def main() -> None:
         if getattr(multi.settings, k) != getattr(single.settings, k):
             raise SystemExit(f"the runs differ in {k}")
     overall = compare(multi_e95["marl"], single_e95["marl"])
-    by_family = {f: compare({p: v for p, v in multi_e95["marl"].items() if family(p) == f},
-                            {p: v for p, v in single_e95["marl"].items() if family(p) == f})
-                 for f in sorted({family(p) for p in overall["per_problem"]})}
+    family = {p: f["family"] for p, f in multi.problems.items()}  # the plan's family
+    by_family = {f: compare({p: v for p, v in multi_e95["marl"].items() if family[p] == f},
+                            {p: v for p, v in single_e95["marl"].items() if family[p] == f})
+                 for f in sorted({family[p] for p in overall["per_problem"]})}
     random_e95 = multi_e95.get("random", {})
     out = {"date": time.strftime("%Y-%m-%d"), "multi_run": str(args.multi_run),
            "single_run": str(args.single_run), "budget": multi.settings.budget,

@@ -30,7 +30,11 @@ multi-agent policy is trained on each fold's complement with the settings of
 problem's `policy` in bench.json). Every strategy searches the same recorded configurations of
 each problem ({lo} to {hi} per problem, measured on the H200); Optuna and Kernel Tuner through their
 own APIs, Kernel Tuner in its simulation mode. Budget {budget} measurements, {seeds} seeds per
-problem and strategy; the optimum is the sweep's best. Full page:
+problem and strategy; the optimum is the sweep's best. Kernel Tuner's bayes_opt will not start
+on a space smaller than its initial sample (20 configurations): such runs are listed at the end
+with its message and count as never reaching 95 %. The times against torch.compile here are the
+sweeps' (a sample of each space, recorded with the templates of their day); the live sections
+above measure the current templates against the baselines in the same run. Full page:
 `{rel}/report.html`.
 """
 
