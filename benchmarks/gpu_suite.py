@@ -6,6 +6,9 @@ and logs), to be committed under benchmarks/data/ and benchmarks/results/.
     python3 benchmarks/gpu_suite.py --parts counters,agents      # issue 3
     python3 benchmarks/gpu_suite.py --parts bench --bench-problems a.py,b.py \
         --agent-policy benchmarks/policies/h200-replay-multi.pt   # issue 5 (wheels: README)
+    CUDA_VISIBLE_DEVICES=0 python3 benchmarks/gpu_suite.py --parts bench --work /tmp/w0 \
+        --bench-problems todo:0:2 --agent-policy $P/h200-replay-fold0.pt,$P/h200-replay-fold1.pt
+        # half of what no committed live bench has, cheapest first (todo:1:2 on the other GPU)
     python3 benchmarks/gpu_suite.py --parts gemm_tc,search --search-problems a.py,b.py \
         --search-warm 1 --search-seed-template gemm_tc           # a template the sweeps predate
 
@@ -255,6 +258,29 @@ def run_bench(out: Path, problems: list[Path], budget: int, policy: str | None,
         log(f"bench stopped: reported the problems it finished (exit {proc.returncode})")
 
 
+#: the order in which problems not yet benched live are taken (`--bench-problems todo`):
+#: cheapest to bench first (row kernels compile fast; GEMM-based problems need about 250 s:
+#: torch.compile's max-autotune and eight searches compiling GEMMs)
+BENCH_ORDER = ("fused_", "attention_", "conv", "gemm_")
+
+
+def bench_todo(shard: int = 0, shards: int = 1) -> list[Path]:
+    """The suite's problems no committed live bench has, cheapest first; every `shards`-th
+    from `shard` (one share per GPU when several bench at once)."""
+    done: set[str] = set()
+    for f in (ROOT / "benchmarks/results").glob("*-bench-live*/**/bench.json"):
+        done |= set(json.loads(f.read_text())["problems"])
+    left = [p for p in sorted((ROOT / "benchmarks/problems").glob("*.py")) if p.stem not in done]
+
+    def rank(p: Path) -> tuple[int, str]:
+        gemm_based = any(k in p.stem for k in ("linear", "matmul", "bmm", "mlp", "addmm"))
+        group = next((i for i, pre in enumerate(BENCH_ORDER) if p.stem.startswith(pre)),
+                     -1)  # single-operator row problems first
+        return (len(BENCH_ORDER) if gemm_based else group, p.stem)
+
+    return sorted(left, key=rank)[shard::shards]
+
+
 def trial_rows(trials: list) -> list[list]:
     """Every measurement as [configuration, ms or failure kind], so a slot's effect can be read
     afterwards."""
@@ -470,7 +496,8 @@ def main() -> None:
     ap.add_argument("--tests-k", default=None, help="pytest -k selection for the GPU tests")
     ap.add_argument("--search-problems", default="", help="comma-separated files (part search)")
     ap.add_argument("--bench-problems", default="", help="comma-separated files (part bench; "
-                    "the policy is --agent-policy)")
+                    "the policy is --agent-policy), or todo[:SHARD:SHARDS]: the problems no "
+                    "committed live bench has, cheapest first")
     ap.add_argument("--bench-budget", type=int, default=40)
     ap.add_argument("--bench-per-problem", type=float, default=150.0,
                     help="seconds after which a problem's bench is given up (checked between "
@@ -540,7 +567,10 @@ def main() -> None:
                            args.search_seed_template, args.search_seed_count,
                            slot_values(args.search_seed_where))
             elif part == "bench":  # issue 5: every strategy and baseline, live
-                run_bench(out, [ROOT / q for q in args.bench_problems.split(",") if q],
+                todo = args.bench_problems.split(":")
+                chosen = (bench_todo(*map(int, todo[1:])) if todo[0] == "todo" else
+                          [ROOT / q for q in args.bench_problems.split(",") if q])
+                run_bench(out, chosen,
                           args.bench_budget, args.agent_policy, deadline - 10,
                           args.bench_per_problem)
             elif part == "library":  # cuDNN's layout and algorithm slots, every value
