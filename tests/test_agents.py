@@ -426,3 +426,35 @@ def test_the_shipped_policies_load_with_this_build(name):
     from cuda_agent.agents import checkpoint
 
     checkpoint.policy_from(checkpoint.load(ROOT / "benchmarks" / "policies" / name))
+
+
+def test_the_agents_propose_and_learn_on_one_thread(monkeypatch):
+    """The strategy's policy work runs on one torch thread (more only contend with the
+    compile processes: 24 s against 4.3 s of a search on two busy cores), and the process's
+    setting is restored after each ask and tell."""
+    import torch
+
+    from cuda_agent.agents.strategy import AgentsStrategy
+    from cuda_agent.run.records import Measurement
+
+    seen: list[int] = []
+    strategy = AgentsStrategy(space_of(GOOD / "sum_small.py"), seed=0, budget=8)
+    for name in ("propose", "learn"):
+        original = getattr(strategy.episode, name)
+
+        def spy(*args, _original=original, **kwargs):
+            seen.append(torch.get_num_threads())
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(strategy.episode, name, spy)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        configs = strategy.ask(4)
+        assert torch.get_num_threads() == 2
+        strategy.tell([(c, Measurement(f"k{i}", "sim", True, 1.0 + i))
+                       for i, c in enumerate(configs)])
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [1, 1]
