@@ -32,26 +32,18 @@ sys.path.insert(0, str(ROOT))
 from scipy.stats import binomtest  # noqa: E402
 
 from benchmarks.sections import write_section  # noqa: E402
-from cuda_agent import metrics  # noqa: E402
-from cuda_agent.bench import BenchResult, summarize  # noqa: E402
+from cuda_agent.bench import BenchResult, evals_by_problem  # noqa: E402
 
 
-def evals_to_95(run_dir: Path) -> tuple[dict[str, dict[str, float]], BenchResult]:
-    """Per strategy, per problem: median measurements to 95 % (censored at budget + 1)."""
-    result = BenchResult.from_json(json.loads((run_dir / "bench.json").read_text()))
-    return {s: m["evals_to_95"] for s, m in summarize(result).items()}, result
+def load(run_dir: Path) -> BenchResult:
+    return BenchResult.from_json(json.loads((run_dir / "bench.json").read_text()))
 
 
 def evals_to(result: BenchResult, strategy: str, fraction: float) -> dict[str, float]:
-    """Per problem: median over seeds of the measurements to `fraction` of the best recorded
-    (censored at budget + 1), for a stricter cutoff than the bench's 95 %."""
-    per: dict[str, list[int]] = {}
-    for r in result.runs:
-        if r.strategy == strategy:
-            per.setdefault(r.problem, []).append(metrics.evals_to_fraction(
-                r.times, result.problems[r.problem]["best_ms"], fraction,
-                censor=result.settings.budget + 1))
-    return {p: statistics.median(v) for p, v in per.items()}
+    """Per problem: median over seeds of `strategy`'s measurements to `fraction` of the best
+    recorded (censored at budget + 1), as the bench counts them at 95 %."""
+    return evals_by_problem(result, [r for r in result.runs if r.strategy == strategy],
+                            fraction)
 
 
 def compare(multi: dict[str, float], single: dict[str, float]) -> dict:
@@ -79,8 +71,7 @@ def main() -> None:
     ap.add_argument("single_run", type=Path, help="replay bench with the single-agent folds")
     ap.add_argument("--md", type=Path, default=ROOT / "BENCHMARKS.md")
     args = ap.parse_args()
-    multi_e95, multi = evals_to_95(args.multi_run)
-    single_e95, single = evals_to_95(args.single_run)
+    multi, single = load(args.multi_run), load(args.single_run)
     for r, name in ((multi, "multi"), (single, "single")):
         if r.trained_on:
             raise SystemExit(f"{name} run: problems every policy trained on "
@@ -88,13 +79,14 @@ def main() -> None:
     for k in ("budget", "seeds"):
         if getattr(multi.settings, k) != getattr(single.settings, k):
             raise SystemExit(f"the runs differ in {k}")
-    overall = compare(multi_e95["marl"], single_e95["marl"])
+    multi_e95, single_e95 = evals_to(multi, "marl", 0.95), evals_to(single, "marl", 0.95)
+    overall = compare(multi_e95, single_e95)
     family = {p: f["family"] for p, f in multi.problems.items()}  # the plan's family
-    by_family = {f: compare({p: v for p, v in multi_e95["marl"].items() if family[p] == f},
-                            {p: v for p, v in single_e95["marl"].items() if family[p] == f})
+    by_family = {f: compare({p: v for p, v in multi_e95.items() if family[p] == f},
+                            {p: v for p, v in single_e95.items() if family[p] == f})
                  for f in sorted({family[p] for p in overall["per_problem"]})}
     strict = compare(evals_to(multi, "marl", 0.99), evals_to(single, "marl", 0.99))
-    random_e95 = multi_e95.get("random", {})
+    random_e95 = evals_to(multi, "random", 0.95)
     out = {"date": time.strftime("%Y-%m-%d"), "multi_run": str(args.multi_run),
            "single_run": str(args.single_run), "budget": multi.settings.budget,
            "seeds": multi.settings.seeds, "overall": overall,

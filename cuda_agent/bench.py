@@ -315,6 +315,18 @@ def best_of_run(result: BenchResult) -> dict[str, Any]:
     }
 
 
+def evals_by_problem(result: BenchResult, runs: list[Run], fraction: float
+                     ) -> dict[str, float]:
+    """Per problem of `runs`: median over its runs of the measurements to `fraction` of the
+    problem's best (a run that never got there counts as the budget + 1)."""
+    per: dict[str, list[int | None]] = {}
+    for r in runs:
+        per.setdefault(r.problem, []).append(metrics.evals_to_fraction(
+            r.times, result.problems[r.problem]["best_ms"], fraction,
+            censor=result.settings.budget + 1))
+    return {p: statistics.median(v) for p, v in per.items()}
+
+
 def summarize(result: BenchResult) -> dict[str, Any]:
     """Per strategy: median measurements to 95 %, fast_p against eager and torch.compile,
     geometric-mean speedups, fraction of the copy-bandwidth roofline."""
@@ -326,14 +338,9 @@ def summarize(result: BenchResult) -> dict[str, Any]:
         per_problem: dict[str, list[Run]] = {}
         for r in runs:
             per_problem.setdefault(r.problem, []).append(r)
-        e95, best_ms = {}, {}
-        for p, rs in per_problem.items():
-            facts = result.problems[p]
-            e95[p] = statistics.median(
-                metrics.evals_to_fraction(r.times, facts["best_ms"], 0.95,
-                                          censor=result.settings.budget + 1) for r in rs)
-            best_ms[p] = statistics.median(metrics.best_time(r.times) or float("inf")
-                                           for r in rs)
+        e95 = evals_by_problem(result, runs, 0.95)
+        best_ms = {p: statistics.median(metrics.best_time(r.times) or float("inf") for r in rs)
+                   for p, rs in per_problem.items()}
         probs = list(per_problem)
         # the same problems for every strategy: those the agents' policy never trained on
         unseen = [e95[p] for p in probs if p not in result.trained_on]

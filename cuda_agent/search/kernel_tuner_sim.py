@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from ..errors import SettingsError, first_line
+from ..errors import CudaAgentError, SettingsError, first_line
 from ..space.slots import Config
 
 STRATEGIES = ("genetic_algorithm", "bayes_opt", "simulated_annealing", "random_sample")
@@ -153,14 +153,6 @@ class StrategyFailed(Exception):
         self.order = order
 
 
-class _Failed(Exception):
-    """`_tune`'s form of `StrategyFailed`: Kernel Tuner's results so far, not yet ordered."""
-
-    def __init__(self, message: str, results: list[dict[str, Any]]) -> None:
-        super().__init__(message)
-        self.results = results
-
-
 class _Stalled(Exception):
     """Kernel Tuner's genetic algorithm can make no new generation (see `_stall_guard`)."""
 
@@ -209,8 +201,9 @@ def _stall_guard() -> Iterator[list[dict[str, Any]]]:
 
 
 def _tune(params: _Params, cache: dict[str, Any], strategy: str, budget: int, seed: int
-          ) -> list[dict[str, Any]]:
-    """Kernel Tuner's `tune_kernel` in simulation mode on `cache`: its results, in order."""
+          ) -> tuple[list[dict[str, Any]], str | None]:
+    """Kernel Tuner's `tune_kernel` in simulation mode on `cache`: its results, in order, and
+    its error when its strategy raised (the results then are what it evaluated before)."""
     try:
         import kernel_tuner
     except ImportError:
@@ -231,6 +224,7 @@ def _tune(params: _Params, cache: dict[str, Any], strategy: str, budget: int, se
             # one left open and appends closing brackets, which an empty cache would not need)
         random.seed(seed)
         np.random.seed(seed)
+        error = None
         # Kernel Tuner warns about missing block-size parameters and its strategies' numerics;
         # neither concerns this search, and the warnings would bury the progress output
         with warnings.catch_warnings(), np.errstate(all="ignore"), _stall_guard() as evaluated:
@@ -243,12 +237,13 @@ def _tune(params: _Params, cache: dict[str, Any], strategy: str, budget: int, se
                     verbose=False)
             except _Stalled:
                 results = list(evaluated)
+            except CudaAgentError:  # ours (the measuring side), not the peer's
+                raise
             except Exception as exc:  # noqa: BLE001 - the peer's own failure, kept as data
-                raise _Failed(f"Kernel Tuner {strategy}: {first_line(exc)}",
-                              list(evaluated)) from exc
+                results, error = list(evaluated), f"Kernel Tuner {strategy}: {first_line(exc)}"
     finally:
         os.unlink(path)
-    return [r for r in results if r is not None]
+    return [r for r in results if r is not None], error
 
 
 def _order(params: _Params, results: list[dict[str, Any]], lookup: Callable[[str], Record],
@@ -274,12 +269,11 @@ def run(records: list[Record], strategy: str, budget: int, seed: int
     if not params.names:  # one configuration: nothing to search
         return [(Config.of(records[0]["config"]), records[0])][:budget]
     cache = {k: params.entry(r["config"], r) for k, r in by_key.items()}
-    try:
-        results = _tune(params, cache, strategy, budget, seed)
-    except _Failed as exc:
-        raise StrategyFailed(str(exc), _order(params, exc.results, by_key.__getitem__,
-                                              budget)) from exc
-    return _order(params, results, by_key.__getitem__, budget)
+    results, error = _tune(params, cache, strategy, budget, seed)
+    order = _order(params, results, by_key.__getitem__, budget)
+    if error:
+        raise StrategyFailed(error, order)
+    return order
 
 
 def run_live(configs: list[Config], strategy: str, budget: int, seed: int,
@@ -301,9 +295,8 @@ def run_live(configs: list[Config], strategy: str, budget: int, seed: int,
         return recs
 
     with _measuring_runner(params, measure_dicts):
-        try:
-            results = _tune(params, {}, strategy, budget, seed)
-        except _Failed as exc:
-            raise StrategyFailed(str(exc), _order(params, exc.results, got.__getitem__,
-                                                  budget)) from exc
-    return _order(params, results, got.__getitem__, budget)
+        results, error = _tune(params, {}, strategy, budget, seed)
+    order = _order(params, results, got.__getitem__, budget)
+    if error:
+        raise StrategyFailed(error, order)
+    return order
