@@ -226,7 +226,7 @@ def template_seeds(path: Path, template: str, n: int,
 
 
 def run_bench(out: Path, problems: list[Path], budget: int, policy: str | None,
-              deadline: float, per_problem: float) -> None:
+              deadline: float, per_problem: float, parallel: int = 1) -> None:
     """`cuda-agent bench --device cuda` over the problems in one process (its start, ~20 s of
     torch, CUDA and the policy, is paid once), each problem given up inside it once it has run
     `per_problem` seconds. Stopped at the call's deadline, the run keeps the problems it
@@ -240,6 +240,7 @@ def run_bench(out: Path, problems: list[Path], budget: int, policy: str | None,
     cli = [sys.executable, "-c", "from cuda_agent.cli import main; main()"]
     cmd = cli + ["bench", "--suite", suite, "--device", "cuda", "--budget", str(budget),
                  "--seeds", "1", "--problem-seconds", str(per_problem),
+                 "--parallel", str(parallel),
                  "--out", str(run_dir)] + (["--policy", policy] if policy else [])
     t0 = time.time()
     try:
@@ -269,7 +270,11 @@ def bench_todo(shard: int = 0, shards: int = 1) -> list[Path]:
     from `shard` (one share per GPU when several bench at once)."""
     done: set[str] = set()
     for f in (ROOT / "benchmarks/results").glob("*-bench-live*/**/bench.json"):
-        done |= set(json.loads(f.read_text())["problems"])
+        run = json.loads(f.read_text())
+        done |= set(run["problems"])
+        # a multi-kernel program is never compared (Kernel Tuner tunes one kernel)
+        done |= {p for p, why in run.get("skipped", {}).items()
+                 if why.startswith("a multi-kernel program")}
     left = [p for p in sorted((ROOT / "benchmarks/problems").glob("*.py")) if p.stem not in done]
 
     def rank(p: Path) -> tuple[int, str]:
@@ -499,6 +504,10 @@ def main() -> None:
                     "the policy is --agent-policy), or todo[:SHARD:SHARDS]: the problems no "
                     "committed live bench has, cheapest first")
     ap.add_argument("--bench-budget", type=int, default=40)
+    ap.add_argument("--bench-parallel", type=int, default=8,
+                    help="strategy runs of a problem searching at once (`bench --parallel`): "
+                         "attention and convolution kernels take seconds each to compile, "
+                         "and one run at a time left the cores idle (a problem took 4 min)")
     ap.add_argument("--bench-per-problem", type=float, default=150.0,
                     help="seconds after which a problem's bench is given up (checked between "
                          "strategy runs)")
@@ -572,7 +581,7 @@ def main() -> None:
                           [ROOT / q for q in args.bench_problems.split(",") if q])
                 run_bench(out, chosen,
                           args.bench_budget, args.agent_policy, deadline - 10,
-                          args.bench_per_problem)
+                          args.bench_per_problem, args.bench_parallel)
             elif part == "library":  # cuDNN's layout and algorithm slots, every value
                 run_library(out, problems, deadline - 10)
             elif part == "cudnn":  # cudnn.benchmark against heuristics, fresh processes

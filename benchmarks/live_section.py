@@ -25,7 +25,7 @@ SETS = ("2026-11-30-h200-bench-live", "2026-11-30-h200-bench-live-s10",
         "2026-11-30-h200-bench-live-s11")
 MERGED = RESULTS / "2026-11-30-h200-bench-live-merged"
 # the same bench with the cross-fitted policies (benchmarks/fold_policies.py)
-FOLD_SETS = ("2026-11-30-h200-bench-live-s12",)
+FOLD_SETS = ("2026-11-30-h200-bench-live-s12", "2026-12-01-h200-bench-live-s13")
 FOLD_MERGED = RESULTS / "2026-11-30-h200-bench-live-folds-merged"
 
 INTRO = """\

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -49,6 +49,11 @@ class BenchSettings:
     """live runs: a problem still running after this many seconds is given up at the next
     strategy run and listed among the problems not compared (one slow problem cannot take a
     whole suite's time)"""
+    parallel: int = 1
+    """live runs: strategy runs of a problem searching at once. Their measurements still take
+    the GPU one at a time (a lock; timings never overlap); what overlaps is compiling and the
+    strategies' own work, which dominate a problem whose kernels take seconds to compile. A
+    run's wall time then includes waiting for the others' measurements."""
 
 
 @dataclass
@@ -113,7 +118,9 @@ def merge(results: list[BenchResult]) -> BenchResult:
         clash = set(r.problems) & set(first.problems)
         if clash:
             raise SettingsError(f"problems benched twice: {', '.join(sorted(clash))}")
-    out = BenchResult(first.settings, date=", ".join(sorted({r.date for r in results})),
+    # wall times of runs side by side include waiting for each other: the report says so
+    settings = replace(first.settings, parallel=max(r.settings.parallel for r in results))
+    out = BenchResult(settings, date=", ".join(sorted({r.date for r in results})),
                       trained_on=first.trained_on, live=first.live)
     for r in results:
         out.runs += r.runs
@@ -144,6 +151,8 @@ def check_settings(settings: BenchSettings) -> None:
                             f"{', '.join(DEFAULT_STRATEGIES)}")
     if settings.budget < 1 or settings.seeds < 1:
         raise SettingsError("--budget and --seeds must be at least 1")
+    if settings.parallel < 1:
+        raise SettingsError(f"--parallel must be at least 1, not {settings.parallel}")
 
 
 def problem_files(suite: str) -> list[Path]:

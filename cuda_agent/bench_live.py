@@ -17,11 +17,19 @@ comparison is not decided by which strategy drew the noisier timing of the same 
 strategy's count is the number of configurations it asked for, as on `replay`; its cost is the
 evaluation time those measurements took when first made (`Run.measured_s`), so that sharing
 does not make a later strategy look faster.
+
+With `--parallel N` a problem's strategy runs search N at once: the compiling and the
+strategies' own work overlap, the measurements do not (one lock per problem around the device
+and the store: a configuration two runs ask for is still measured once, by whichever asks
+first). Kernel Tuner's searches then run in processes of their own
+(`kernel_tuner_sim.run_live_isolated`): its strategies draw from process-wide generators.
 """
 
 from __future__ import annotations
 
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
@@ -85,6 +93,7 @@ class _ProblemBench:
         self.device = device
         self.builder = builder
         self.store = Store(":memory:")
+        self.device_lock = threading.RLock()  # every tuner of the problem measures through it
         self.first_cost: dict[str, float] = {}
         self.ok_times: list[float] = []
         self.measurer = self._tuner("random", 0)
@@ -92,7 +101,8 @@ class _ProblemBench:
     def _tuner(self, strategy: str, seed: int) -> Tuner:
         s = strategy_settings(self.device, strategy, self.settings.budget, seed,
                               self.policy)
-        return Tuner(self.problem, s, device=self.device, builder=self.builder, store=self.store)
+        return Tuner(self.problem, s, device=self.device, builder=self.builder, store=self.store,
+                     device_lock=self.device_lock)
 
     def _note(self, trials: list[Trial]) -> None:
         for t in trials:
@@ -107,7 +117,10 @@ class _ProblemBench:
         self._note(trials)
         return trials
 
-    def run_strategy(self, strategy: str, seed: int) -> Run:
+    def run_strategy(self, strategy: str, seed: int) -> tuple[Run, list[Trial]]:
+        """One strategy run and its trials; its `measured_s` is filled by `finish` once every
+        run of the problem is done (with runs side by side, the run that first made a
+        measurement another reuses may end later)."""
         t0, error = time.perf_counter(), None
         timing: dict[str, float] = {}  # ask/tell strategies: where the time went
         if strategy.startswith("kt:"):
@@ -120,10 +133,11 @@ class _ProblemBench:
                 trials.extend(got)
                 return [_record(t) for t in got]
 
+            search = (kernel_tuner_sim.run_live_isolated if self.settings.parallel > 1
+                      else kernel_tuner_sim.run_live)
             try:
-                order = kernel_tuner_sim.run_live(self.measurer.space.configs,
-                                                  strategy.split(":", 1)[1],
-                                                  self.settings.budget, seed, measure)
+                order = search(self.measurer.space.configs, strategy.split(":", 1)[1],
+                               self.settings.budget, seed, measure)
             except kernel_tuner_sim.StrategyFailed as exc:  # the peer's failure is data
                 order, error = exc.order, str(exc)
             by_config = {t.config: t for t in trials}
@@ -137,8 +151,12 @@ class _ProblemBench:
             trials, timing = res.trials, res.timing
             self._note(trials)
         return Run(self.problem.name, strategy, seed, _times(trials), time.perf_counter() - t0,
-                   _measured_s(trials, self.first_cost), timing.get("strategy_s"),
-                   timing.get("build_wait_s"), error)
+                   None, timing.get("strategy_s"), timing.get("build_wait_s"), error), trials
+
+    def finish(self, done: list[tuple[Run, list[Trial]]]) -> list[Run]:
+        for run, trials in done:
+            run.measured_s = _measured_s(trials, self.first_cost)
+        return [run for run, _ in done]
 
     def sweep_reference(self) -> float | None:
         """Measure the recorded sweep's best configurations again; the recorded best time."""
@@ -163,6 +181,43 @@ class _ProblemBench:
     def close(self) -> None:
         self.measurer.close()
         self.store.close()
+
+
+def _run_strategies(bench: _ProblemBench, jobs: list[tuple[str, int]], started: float,
+                    notify: Callable[[str], None],
+                    progress: Callable[[str, str, int], None] | None
+                    ) -> tuple[list[tuple[Run, list[Trial]]], str | None]:
+    """The problem's strategy runs, `parallel` at once, in `jobs`' order; and why the problem
+    was given up, if it was (no run is started after its time limit)."""
+    limit = bench.settings.problem_seconds
+    late: list[float] = []  # when the first run was refused its start
+
+    def one(job: tuple[str, int]) -> tuple[Run, list[Trial]] | None:
+        spent = time.perf_counter() - started
+        if late or (limit is not None and spent > limit):
+            late.append(spent)
+            return None
+        strategy, seed = job
+        run, trials = bench.run_strategy(strategy, seed)
+        notify(f"{bench.problem.name} {strategy} seed {seed}: {len(run.times)} "
+               f"measurements in {run.seconds:.1f} s")
+        if progress:
+            progress(bench.problem.name, strategy, seed)
+        return run, trials
+
+    if bench.settings.parallel > 1:
+        with ThreadPoolExecutor(bench.settings.parallel) as pool:
+            outs = list(pool.map(one, jobs))
+    else:
+        outs = []
+        for job in jobs:
+            outs.append(one(job))
+            if late:
+                break
+    done = [o for o in outs if o is not None]
+    return done, (f"given up after {late[0]:.0f} s (limit {limit:g} s), {len(done)} strategy "
+                  "runs done: the strategies are compared on the same problems only"
+                  if late else None)
 
 
 def run_live_bench(settings: BenchSettings, device_name: str,
@@ -213,23 +268,11 @@ def run_live_bench(settings: BenchSettings, device_name: str,
                 sweep_best = _timed(phase_s, "recorded_best", bench.sweep_reference)
                 notify(f"{problem.name}: " + ", ".join(f"{k} {v:.1f} s"
                                                         for k, v in phase_s.items()))
-                runs, late = [], None
-                for strategy, seed in ((st, k) for st in settings.strategies
-                                       for k in range(settings.seeds)):
-                    if strategy == "marl" and not policies:
-                        continue  # the agents without a trained policy are not cuda-agent's offer
-                    spent = time.perf_counter() - started
-                    if settings.problem_seconds is not None and spent > settings.problem_seconds:
-                        late = (f"given up after {spent:.0f} s (limit "
-                                f"{settings.problem_seconds:g} s), {len(runs)} strategy runs "
-                                "done: the strategies are compared on the same problems only")
-                        break
-                    run = bench.run_strategy(strategy, seed)
-                    runs.append(run)
-                    notify(f"{problem.name} {strategy} seed {seed}: {len(run.times)} "
-                           f"measurements in {run.seconds:.1f} s")
-                    if progress:
-                        progress(bench.problem.name, strategy, seed)
+                jobs = [(st, k) for st in settings.strategies for k in range(settings.seeds)
+                        # the agents without a trained policy are not cuda-agent's offer
+                        if st != "marl" or policies]
+                done, late = _run_strategies(bench, jobs, started, notify, progress)
+                runs = bench.finish(done)
                 if late or not bench.ok_times:
                     result.skipped[bench.problem.name] = late or "no configuration verified"
                     notify(f"{problem.name}: not compared ({result.skipped[problem.name]})")

@@ -331,6 +331,9 @@ def bench(
     problem_seconds: Optional[float] = typer.Option(
         None, help="live runs: give a problem up (listed as not compared) once it has run "
                    "this long"),
+    parallel: int = typer.Option(1, help="live runs: strategy runs searching at once per "
+                                 "problem (they compile side by side; measurements still take "
+                                 "the GPU one at a time)"),
 ) -> None:
     """Compare cuda-agent with random search, a genetic algorithm, Optuna and Kernel Tuner."""
     from .bench import BenchSettings, run_bench
@@ -343,7 +346,8 @@ def bench(
     settings = BenchSettings(suite=str(suite), replay_root=str(replay_root) if replay_root
                              else None, strategies=tuple(s for s in strategies.split(",") if s),
                              budget=budget, seeds=seeds, policy=str(policy) if policy else None,
-                             out=str(out), problem_seconds=problem_seconds)
+                             out=str(out), problem_seconds=problem_seconds,
+                             parallel=parallel)
     out_existed = out.exists()
     try:
         with _progress() as bar:

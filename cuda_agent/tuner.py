@@ -7,6 +7,7 @@ file, unknown strategy, missing device) stops it.
 
 from __future__ import annotations
 
+import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -135,7 +136,8 @@ class Tuner:
 
     def __init__(self, problem: Problem, settings: TuneSettings, device: Device | None = None,
                  builder: Builder | None = None, store: Store | None = None,
-                 notify: Callable[[str], None] = lambda s: None) -> None:
+                 notify: Callable[[str], None] = lambda s: None,
+                 device_lock: Any = None) -> None:
         if settings.budget < 1:
             raise SettingsError("--budget must be at least 1")
         if settings.batch < 1:
@@ -143,6 +145,9 @@ class Tuner:
         self.problem = problem
         self.settings = settings
         self.notify = notify
+        # tuners sharing a device from several threads share this lock: one measurement (and
+        # its store lookup and record) at a time, so timings never overlap on the GPU
+        self.device_lock = device_lock or threading.RLock()
         self.plan = make_plan(problem.graph())
         self.device = device or open_device(settings.device, settings, notify)
         self._own_device = device is None
@@ -151,7 +156,8 @@ class Tuner:
                 self.device.close()
             raise UnsupportedError("unsupported: replay of a multi-kernel program (sweeps "
                                    "record single-kernel spaces); use cuda or sim")
-        self.device.ensure(problem, self.plan)
+        with self.device_lock:
+            self.device.ensure(problem, self.plan)
         # a multi-kernel program is searched one stage at a time (`space/program.py`)
         self.stages: list[Space] = []
         if isinstance(self.plan, ProgramPlan):
@@ -204,6 +210,10 @@ class Tuner:
         return Measurement.failure(cand.key, self.device.kind, "compile", "no binary")
 
     def _measure_one(self, cand: Candidate, best_ms: float | None, index: int) -> Trial:
+        with self.device_lock:
+            return self._measure_one_locked(cand, best_ms, index)
+
+    def _measure_one_locked(self, cand: Candidate, best_ms: float | None, index: int) -> Trial:
         m = self._evaluate(cand, best_ms)
         m.simulated = self.device.simulated
         trial = Trial(index, cand.config, self.space.template_of(cand.config).name, m,

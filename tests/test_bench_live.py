@@ -316,3 +316,83 @@ def test_problem_seconds_must_be_positive(tmp_path):
                           capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert proc.returncode == 2 and "--problem-seconds must be positive" in proc.stderr
     assert not out.exists()
+
+
+def _speed(c: Config) -> dict:
+    return {"ok": True, "time_ms": 1.0 + c["config.block"] / 512 + c["memory.vec"] / 7
+            + c["compute.unroll"] / 13}
+
+
+@pytest.mark.parametrize("strategy", ["genetic_algorithm", "random_sample"])
+def test_kernel_tuner_in_its_own_process_searches_as_it_does_here(strategy):
+    """run_live_isolated: the same seed asks for the same configurations in the same order as
+    Kernel Tuner run in this process (its seeding and swapped classes are its own there), and
+    every measurement is made here, by the caller's function."""
+    from cuda_agent.search import kernel_tuner_sim
+
+    here: list[Config] = []
+    there: list[Config] = []
+    a = kernel_tuner_sim.run_live(_configs(), strategy, 12, 3,
+                                  lambda cs: (here.extend(cs), [_speed(c) for c in cs])[1])
+    b = kernel_tuner_sim.run_live_isolated(
+        _configs(), strategy, 12, 3, lambda cs: (there.extend(cs), [_speed(c) for c in cs])[1])
+    assert a == b and here == there and len(b) > 0
+
+
+def test_an_error_of_the_measuring_side_ends_kernel_tuners_process_and_is_raised():
+    from cuda_agent.errors import DeviceError
+    from cuda_agent.search import kernel_tuner_sim
+
+    def broken(cs: list[Config]) -> list[dict]:
+        raise DeviceError("the GPU worker could not start")
+
+    with pytest.raises(DeviceError, match="could not start"):
+        kernel_tuner_sim.run_live_isolated(_configs(), "random_sample", 5, 0, broken)
+
+
+def test_parallel_strategy_runs_measure_one_at_a_time_and_match_a_sequential_run(
+        tmp_path, monkeypatch):
+    """--parallel: strategy runs search side by side, but the device never times two
+    candidates at once; and on the deterministic simulator every run asks for and is served
+    exactly what it is in a run one strategy after another (the shared measurements and
+    Kernel Tuner's processes change nothing a run sees)."""
+    import threading
+    import time as _time
+
+    from cuda_agent.bench_live import run_live_bench
+    from cuda_agent.run.sim import SimDevice
+
+    inside, overlaps = [0], []
+    lock = threading.Lock()
+    evaluate = SimDevice.evaluate
+
+    def exclusive(self, cand, best_ms=None):
+        with lock:
+            inside[0] += 1
+            overlaps.append(inside[0] > 1)
+        _time.sleep(0.002)  # long enough for another thread to come in, were it let
+        try:
+            return evaluate(self, cand, best_ms)
+        finally:
+            with lock:
+                inside[0] -= 1
+
+    monkeypatch.setattr(SimDevice, "evaluate", exclusive)
+    strategies = ("random", "genetic", "optuna", "kt:random_sample", "kt:genetic_algorithm")
+    results = {}
+    for parallel in (1, 5):
+        settings = BenchSettings(suite=str(PROBLEMS / "softmax_tinyrows_odd.py"),
+                                 strategies=strategies, budget=10, seeds=1,
+                                 out=str(tmp_path / str(parallel)), parallel=parallel)
+        res = run_live_bench(settings, "sim")
+        results[parallel] = {(r.strategy, r.seed): r.times for r in res.runs}
+    assert overlaps and not any(overlaps), "two measurements overlapped on the device"
+    assert set(results[5]) == {(s, 0) for s in strategies}
+    assert results[5] == results[1]
+
+
+def test_parallel_must_be_positive():
+    from cuda_agent.bench_live import run_live_bench
+
+    with pytest.raises(SettingsError, match="--parallel"):
+        run_live_bench(BenchSettings(parallel=0), "sim")

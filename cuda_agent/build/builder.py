@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import tempfile
+import threading
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing import get_context
@@ -80,6 +81,8 @@ class Builder:
         self.cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
         self.workers = workers or max(1, (os.cpu_count() or 2))
         self._pool: ProcessPoolExecutor | None = None
+        # several threads may build at once (the bench's concurrent strategies): one pool
+        self._lock = threading.Lock()
         self.stats = {"compiled": 0, "cached": 0, "failed": 0, "compile_s": 0.0}
 
     def key(self, inp: BuildInput) -> str:
@@ -105,11 +108,12 @@ class Builder:
                            meta.get("per_kernel", {}))
 
     def _pool_get(self) -> ProcessPoolExecutor:
-        if self._pool is None:
-            # no max_tasks_per_child: on Python 3.11 retired workers are replaced only on
-            # submit(), so a long map() could wait forever (CPython gh-115634)
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=get_context("spawn"))
-        return self._pool
+        with self._lock:
+            if self._pool is None:
+                # no max_tasks_per_child: on Python 3.11 retired workers are replaced only on
+                # submit(), so a long map() could wait forever (CPython gh-115634)
+                self._pool = ProcessPoolExecutor(self.workers, mp_context=get_context("spawn"))
+            return self._pool
 
     def build(self, inputs: list[BuildInput],
               progress: Callable[[int], None] | None = None) -> list[BuildResult]:
@@ -123,7 +127,8 @@ class Builder:
             hit = self._cached(k)
             if hit is not None:
                 results[k] = hit
-                self.stats["cached"] += 1
+                with self._lock:
+                    self.stats["cached"] += 1
             else:
                 todo[k] = inp
         if progress:
@@ -131,7 +136,9 @@ class Builder:
         if todo:
             jobs = [(i.source, i.arch, i.options, self.backend, k, str(self.cache_dir))
                     for k, i in todo.items()]
-            if len(jobs) == 1 or self.workers == 1:
+            # one job compiles here unless the pool is up already: then other threads'
+            # compiles run beside it, not behind it on this process's interpreter lock
+            if self.workers == 1 or (len(jobs) == 1 and self._pool is None):
                 metas = map(_build_one, jobs)
             else:
                 metas = self._pool_get().map(_build_one, jobs, chunksize=1)
@@ -141,18 +148,19 @@ class Builder:
                                   meta["error_kind"], meta["error_msg"], meta["seconds"], False,
                                   resources_total(meta["per_kernel"]), meta["per_kernel"])
                 results[k] = res
-                self.stats["compiled"] += 1
-                self.stats["compile_s"] += meta["seconds"]
-                if not res.ok:
-                    self.stats["failed"] += 1
+                with self._lock:
+                    self.stats["compiled"] += 1
+                    self.stats["compile_s"] += meta["seconds"]
+                    self.stats["failed"] += not res.ok
                 if progress:
                     progress(1)
         return [results[k] for k in keys]
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(cancel_futures=True)
-            self._pool = None
+        with self._lock:
+            if self._pool is not None:
+                self._pool.shutdown(cancel_futures=True)
+                self._pool = None
 
     def __enter__(self) -> "Builder":
         return self

@@ -23,6 +23,12 @@ def _fmt(v: Any, digits: int = 2, suffix: str = "") -> str:
     return f"{v}{suffix}"
 
 
+def _wall_header(parallel: int) -> str:
+    return "median wall time per search" + (
+        f" (up to {parallel} runs at once: includes waiting for the others' measurements)"
+        if parallel > 1 else "")
+
+
 def tables(result: BenchResult, summary: dict[str, Any]) -> list[tuple[str, list[str],
                                                                        list[list[str]]]]:
     """(title, header, rows) for every table of the report."""
@@ -49,7 +55,7 @@ def tables(result: BenchResult, summary: dict[str, Any]) -> list[tuple[str, list
               "geomean vs compile max-autotune",
               "geomean vs max-autotune without CUDA graphs", "of copy bw",
               "median search time" + (" (GPU evaluation)" if result.live else ""),
-              *(["median wall time per search", "of which in the strategy itself"]
+              *([_wall_header(result.settings.parallel), "of which in the strategy itself"]
                 if result.live else [])]
     problems = sorted(result.problems)
     per = [[p, result.problems[p]["family"],

@@ -25,6 +25,7 @@ import random
 import tempfile
 import warnings
 from contextlib import contextmanager
+from multiprocessing import get_context
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -300,3 +301,78 @@ def run_live(configs: list[Config], strategy: str, budget: int, seed: int,
     if error:
         raise StrategyFailed(error, order)
     return order
+
+
+def run_live_isolated(configs: list[Config], strategy: str, budget: int, seed: int,
+                      measure: Callable[[list[Config]], list[Record]]
+                      ) -> list[tuple[Config, Record]]:
+    """`run_live` with Kernel Tuner in a process of its own; `measure` runs here, in the
+    calling thread, when the child asks. Kernel Tuner's strategies draw from the process-wide
+    `random` and numpy generators, and this module swaps classes in Kernel Tuner's modules for
+    the length of a search: two searches in one process at once would draw from each other's
+    stream and undo each other's swap. One process each lets several searches run beside
+    each other (the bench's concurrent strategies), each seeded and patched alone."""
+    if not configs:
+        return []
+    ctx = get_context("spawn")
+    here, there = ctx.Pipe()
+    child = ctx.Process(target=_child_search, daemon=True,
+                        args=(there, [c.as_dict() for c in configs], strategy, budget, seed))
+    child.start()
+    there.close()
+    asked: list[tuple[Config, Record]] = []  # what it was served, in order
+    try:
+        while True:
+            try:
+                kind, *payload = here.recv()
+            except EOFError:  # the peer's process died: what it had measured is its result
+                child.join(timeout=5)
+                raise StrategyFailed(f"Kernel Tuner {strategy}: its process ended (exit code "
+                                     f"{child.exitcode})", asked[:budget]) from None
+            if kind == "measure":
+                cfgs = [Config.of(c) for c in payload[0]]
+                recs = measure(cfgs)
+                asked.extend(zip(cfgs, recs))
+                here.send(recs)
+            elif kind == "done":
+                order = [(Config.of(c), r) for c, r in payload[0]]
+                if payload[1]:
+                    raise StrategyFailed(payload[1], order)
+                return order
+            else:  # an error of cuda-agent's own side in the child: raised here
+                raise (SettingsError if kind == "settings" else CudaAgentError)(payload[0])
+    finally:
+        here.close()
+        child.join(timeout=10)
+        if child.is_alive():
+            child.kill()
+            child.join()
+
+
+class _Abandoned(Exception):
+    """The parent stopped listening (its measuring raised): the child just ends."""
+
+
+def _child_search(conn: Any, configs: list[dict[str, Any]], strategy: str, budget: int,
+                  seed: int) -> None:
+    """The child's side of `run_live_isolated`."""
+    def measure(cfgs: list[Config]) -> list[Record]:
+        try:
+            conn.send(("measure", [c.as_dict() for c in cfgs]))
+            return conn.recv()
+        except (EOFError, OSError):
+            raise _Abandoned() from None
+
+    try:
+        order = run_live([Config.of(c) for c in configs], strategy, budget, seed, measure)
+        conn.send(("done", [(c.as_dict(), r) for c, r in order], None))
+    except StrategyFailed as exc:
+        conn.send(("done", [(c.as_dict(), r) for c, r in exc.order], str(exc)))
+    except SettingsError as exc:
+        conn.send(("settings", first_line(exc)))
+    except CudaAgentError as exc:
+        conn.send(("error", first_line(exc)))
+    except _Abandoned:
+        pass
+    finally:
+        conn.close()
