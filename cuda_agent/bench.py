@@ -73,6 +73,9 @@ class Run:
     error: str | None = None
     """the strategy stopped with this error (a peer's own failure; `times` holds what it
     measured before, and a run that never reached 95 % counts as not reaching it)"""
+    configs: list[str] | None = None
+    """live runs: each measured configuration (`Config.short()`), in the order of `times`: what
+    a strategy chose can be read afterwards (which template, which tile) without a GPU"""
 
 
 @dataclass

@@ -151,7 +151,8 @@ class _ProblemBench:
             trials, timing = res.trials, res.timing
             self._note(trials)
         return Run(self.problem.name, strategy, seed, _times(trials), time.perf_counter() - t0,
-                   None, timing.get("strategy_s"), timing.get("build_wait_s"), error), trials
+                   None, timing.get("strategy_s"), timing.get("build_wait_s"), error,
+                   [t.config.short() for t in trials]), trials
 
     def finish(self, done: list[tuple[Run, list[Trial]]]) -> list[Run]:
         for run, trials in done:

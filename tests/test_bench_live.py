@@ -385,7 +385,9 @@ def test_parallel_strategy_runs_measure_one_at_a_time_and_match_a_sequential_run
                                  strategies=strategies, budget=10, seeds=1,
                                  out=str(tmp_path / str(parallel)), parallel=parallel)
         res = run_live_bench(settings, "sim")
-        results[parallel] = {(r.strategy, r.seed): r.times for r in res.runs}
+        results[parallel] = {(r.strategy, r.seed): (r.times, r.configs) for r in res.runs}
+        assert all(len(r.configs) == len(r.times) and len(set(r.configs)) == len(r.configs)
+                   for r in res.runs), "each measured configuration is listed once, in order"
     assert overlaps and not any(overlaps), "two measurements overlapped on the device"
     assert set(results[5]) == {(s, 0) for s in strategies}
     assert results[5] == results[1]
