@@ -64,10 +64,17 @@ problem's whole template space on the H200), with `--policy
 benchmarks/policies/h200-replay-fold0.pt,benchmarks/policies/h200-replay-fold1.pt`: each problem is
 tuned by the fold policy that never trained on it (its `policy` in bench.json), so every problem
 counts for the agents. Runs: {sets}, merged into `{merged}`. Benched: {done} problems, the
-fused chains and the single-operator problems the section above had not reached; the GEMM-based
-chains need about 250 s each (torch.compile's max-autotune and eight searches compiling GEMMs),
-and one finished in a call was lost to a report defect since fixed (an earlier call's report in a
-reused folder stood in for the stopped run's).
+fused chains and the single-operator problems the section above had not reached. From
+2026-12-01 (runs 3 and 4 of the s13 set) the eight strategy runs of a problem search side by
+side (`bench --parallel 8`: compiling overlaps, measurements take the GPU one at a time under a
+lock): one GPU then benched three attention problems in a 10-minute call, and eight (attention_sdpa
+and seven convolutions) in the next, where two GPUs running one search at a time had finished two
+problems in one; their wall times per search include waiting for each other. Not yet benched live: the GEMM-based problems and
+chains (about 250 s each one run at a time: torch.compile's max-autotune and eight searches
+compiling GEMMs) and a few convolutions; the two multi-kernel programs are not compared (Kernel
+Tuner tunes one kernel). The agents lead on the small spaces and fall behind Kernel Tuner's
+bayes_opt on the convolution spaces (tens of thousands of configurations): see the per-problem
+table.
 """
 
 UNION = """\

@@ -22,7 +22,7 @@ from .problem import load_problem
 from .run.devices import Device
 from .run.replay import ReplayDevice, find_sweep, read_sweep
 from .store import Store
-from .tuner import Tuner, TuneSettings
+from .tuner import Tuner, TuneSettings, check_precision
 
 OURS = ("random", "genetic", "optuna", "marl")
 KERNEL_TUNER = tuple(f"kt:{s}" for s in ("genetic_algorithm", "bayes_opt",
@@ -49,6 +49,9 @@ class BenchSettings:
     """live runs: a problem still running after this many seconds is given up at the next
     strategy run and listed among the problems not compared (one slow problem cannot take a
     whole suite's time)"""
+    precision: str = "fp32"
+    """live runs: the kernels' numeric contract (`TuneSettings.precision`): "tf32" opts into
+    TF32 tensor-core products, with eager and torch.compile timed with TF32 on as well"""
     parallel: int = 1
     """live runs: strategy runs of a problem searching at once. Their measurements still take
     the GPU one at a time (a lock; timings never overlap); what overlaps is compiling and the
@@ -110,7 +113,7 @@ def merge(results: list[BenchResult]) -> BenchResult:
     if not results:
         raise SettingsError("nothing to merge")
     first = results[0]
-    same = ("strategies", "budget", "seeds", "policy")
+    same = ("strategies", "budget", "seeds", "policy", "precision")
     for r in results[1:]:
         for k in same:
             if getattr(r.settings, k) != getattr(first.settings, k):
@@ -156,6 +159,7 @@ def check_settings(settings: BenchSettings) -> None:
         raise SettingsError("--budget and --seeds must be at least 1")
     if settings.parallel < 1:
         raise SettingsError(f"--parallel must be at least 1, not {settings.parallel}")
+    check_precision(settings.precision)
 
 
 def problem_files(suite: str) -> list[Path]:
@@ -202,7 +206,7 @@ class Policies:
 
 
 def strategy_settings(device: Device, strategy: str, budget: int, seed: int,
-                      policy: str | None) -> TuneSettings:
+                      policy: str | None, precision: str = "fp32") -> TuneSettings:
     """One ask/tell strategy's run in a comparison: no baselines, no default measured first
     (every strategy starts from what it asks for), the agents without early stopping."""
     opts: dict[str, Any] = {}
@@ -210,7 +214,7 @@ def strategy_settings(device: Device, strategy: str, budget: int, seed: int,
         opts = {"policy": policy, "budget": budget, "patience": 10**6}
     return TuneSettings(device=device.kind, strategy=strategy, budget=budget, batch=4,
                         seed=seed, baselines=False, include_default=False,
-                        strategy_options=opts)
+                        strategy_options=opts, precision=precision)
 
 
 def _order_ask_tell(path: Path, strategy: str, device: Device, budget: int, seed: int,
@@ -240,6 +244,9 @@ def _order_kernel_tuner(records: list[dict[str, Any]], strategy: str, budget: in
 def run_bench(settings: BenchSettings,
               progress: Callable[[str, str, int], None] | None = None) -> BenchResult:
     check_settings(settings)
+    if settings.precision != "fp32":
+        raise SettingsError(f"--precision {settings.precision}: the recorded sweeps are strict "
+                            "fp32; bench on --device cuda or sim")
     root = Path(settings.replay_root) if settings.replay_root else None
     device = ReplayDevice(root)
     result = BenchResult(settings, date=time.strftime("%Y-%m-%d"), provenance=provenance())

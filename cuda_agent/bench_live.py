@@ -100,7 +100,7 @@ class _ProblemBench:
 
     def _tuner(self, strategy: str, seed: int) -> Tuner:
         s = strategy_settings(self.device, strategy, self.settings.budget, seed,
-                              self.policy)
+                              self.policy, self.settings.precision)
         return Tuner(self.problem, s, device=self.device, builder=self.builder, store=self.store,
                      device_lock=self.device_lock)
 
@@ -242,7 +242,8 @@ def run_live_bench(settings: BenchSettings, device_name: str,
                          live=device_name)
     policies = Policies(settings.policy)
     result.trained_on = policies.trained_on()
-    device = open_device(device_name, TuneSettings(device=device_name), notify)
+    device = open_device(device_name, TuneSettings(device=device_name,
+                                                    precision=settings.precision), notify)
     builder = Builder("nvrtc", None)
     try:
         for path in files:

@@ -146,6 +146,9 @@ def tune(
                                "(four agents) or single (one agent, the ablation)"),
     patience: int = typer.Option(3, help="with the agents: batches without improvement "
                                  "before stopping"),
+    precision: str = typer.Option("fp32", help="fp32: strict fp32 accuracy | tf32: opt into "
+                                  "TF32 tensor-core products (verified against torch's own TF32 "
+                                  "answer; eager and torch.compile timed with TF32 on)"),
 ) -> None:
     """Find a fast, verified kernel for PROBLEM and write model_new.py, kernel.cu, report.json."""
     try:
@@ -159,7 +162,7 @@ def tune(
                                         batch=batch, seed=seed, store=store or default_store(),
                                         baselines=baselines,
                                         replay_root=str(replay_root) if replay_root else None,
-                                        strategy_options=options),
+                                        strategy_options=options, precision=precision),
                           out)
     except CudaAgentError as exc:
         fail(str(exc))
@@ -334,6 +337,8 @@ def bench(
     parallel: int = typer.Option(1, help="live runs: strategy runs searching at once per "
                                  "problem (they compile side by side; measurements still take "
                                  "the GPU one at a time)"),
+    precision: str = typer.Option("fp32", help="live runs: fp32 (strict) | tf32 (TF32 "
+                                  "tensor-core products; baselines with TF32 on)"),
 ) -> None:
     """Compare cuda-agent with random search, a genetic algorithm, Optuna and Kernel Tuner."""
     from .bench import BenchSettings, run_bench
@@ -347,7 +352,7 @@ def bench(
                              else None, strategies=tuple(s for s in strategies.split(",") if s),
                              budget=budget, seeds=seeds, policy=str(policy) if policy else None,
                              out=str(out), problem_seconds=problem_seconds,
-                             parallel=parallel)
+                             parallel=parallel, precision=precision)
     out_existed = out.exists()
     try:
         with _progress() as bar:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -26,7 +26,8 @@ from .run.replay import ReplayDevice
 from .run.sim import SimDevice
 from .search import make_strategy
 from .space.program import StageSpace, stage_spaces
-from .space.slots import Config
+from .run.verify import VerifySettings
+from .space.slots import PRECISIONS, Config
 from .space.space import Space
 from .store import Store
 
@@ -63,6 +64,11 @@ class TuneSettings:
     """stop measuring new candidates after this many seconds (the budget still caps; the first
     batch is always measured)"""
     strategy_options: dict[str, Any] = field(default_factory=dict)
+    precision: str = "fp32"
+    """fp32: every kernel held to strict fp32 accuracy (tensor cores only error-compensated);
+    tf32: the user opts into TF32 tensor-core products, verified against torch's own TF32
+    answer, with eager and torch.compile timed with TF32 on as well (a like-for-like
+    comparison)"""
 
 
 @dataclass
@@ -112,6 +118,12 @@ class TuneResult:
             target, fraction)
 
 
+def check_precision(precision: str) -> None:
+    if precision not in PRECISIONS:
+        raise SettingsError(f"unknown precision {precision!r}; choose from "
+                            f"{', '.join(PRECISIONS)}")
+
+
 def open_device(name: str | None, settings: TuneSettings, notify: Callable[[str], None]) -> Device:
     if name is None:
         if cuda_available():
@@ -122,10 +134,15 @@ def open_device(name: str | None, settings: TuneSettings, notify: Callable[[str]
                    "Times are simulated, correctness is not checked.")
     if name not in DEVICES:
         raise SettingsError(f"unknown device {name!r}; choose from {', '.join(DEVICES)}")
+    check_precision(settings.precision)
+    if name == "replay" and settings.precision != "fp32":
+        raise SettingsError(f"--precision {settings.precision}: the recorded sweeps are strict "
+                            "fp32; use --device cuda or sim")
     if name == "cuda":
         if not cuda_available():
             raise DeviceError("--device cuda: no CUDA GPU is available on this machine")
-        return CudaDevice(profile_every=settings.profile_every)
+        return CudaDevice(profile_every=settings.profile_every,
+                          verify_settings=VerifySettings(precision=settings.precision))
     if name == "sim":
         return SimDevice()
     return ReplayDevice(Path(settings.replay_root) if settings.replay_root else None)
@@ -160,12 +177,20 @@ class Tuner:
             self.device.ensure(problem, self.plan)
         # a multi-kernel program is searched one stage at a time (`space/program.py`)
         self.stages: list[Space] = []
+        check_precision(settings.precision)
+        if isinstance(self.device, ReplayDevice) and settings.precision != "fp32":
+            if self._own_device:
+                self.device.close()
+            raise SettingsError(f"--precision {settings.precision}: the recorded sweeps are "
+                                "strict fp32; use --device cuda or sim")
+        # the device's GPU, built for the numeric contract the user chose
+        target = replace(self.device.target(), precision=settings.precision)
         if isinstance(self.plan, ProgramPlan):
-            self.stages = stage_spaces(self.plan, self.device.target())
+            self.stages = stage_spaces(self.plan, target)
             self.space = StageSpace.of(self.plan, 0, self.stages,
                                        [sp.default() for sp in self.stages])
         else:
-            self.space = Space.for_plan(self.plan, self.device.target())
+            self.space = Space.for_plan(self.plan, target)
         if isinstance(self.device, ReplayDevice):
             # like Kernel Tuner's simulation mode: search only what the sweep recorded
             self.space = self.space.restricted(self.device.recorded_configs(self.space))

@@ -167,6 +167,8 @@ def _provenance(result: BenchResult) -> str:
                    "checked)" if sim else ": every strategy and baseline measured in this run")
                 + f"; {len(result.problems)} problems, budget {result.settings.budget} "
                 f"measurements, {result.settings.seeds} seeds, run {result.date}"
+                + (", precision TF32 (opted in: TF32 tensor-core products, eager and "
+                   "torch.compile with TF32 on)" if result.settings.precision == "tf32" else "")
                 + "".join(f", {k} {v}" for k, v in result.provenance.items()) + ". The optimum "
                 "is the best time measured in this run (with the recorded sweep's best "
                 "configurations measured again where a sweep exists)."

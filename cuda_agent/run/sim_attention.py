@@ -92,21 +92,26 @@ def simulate_attention(rendered: Rendered, resources: dict | None, target: Targe
     hide = min(1.0, warps_sm * chains / LATENCY_WARPS)
     issue_s = (instr_qk / hide_qk + instr_pv / hide_pv + instr_rest / hide) / (
         FMA_LANES_PER_SM * sms * clk)
-    if f.get("mma") == "tf32x3":
-        # tensor cores: three mma a 16 x 8 x 8 tile (both products) on the tensor pipe, and per
-        # tile the operand splits, fragment loads and partial-sum adds on the FMA pipe (an
-        # estimate: the H200's mma.sync rate is `gemm_tc`'s measured constant)
+    tensor_cores = f.get("mma") in ("tf32x3", "tf32")
+    if tensor_cores:
+        # tensor cores: three mma a 16 x 8 x 8 tile (both products; one in TF32 by the user's
+        # choice) on the tensor pipe, and per tile the operand splits, fragment loads and
+        # partial-sum adds on the FMA pipe (an estimate: the H200's mma.sync rate is
+        # `gemm_tc`'s measured constant)
         from .sim_gemm import MMA_SYNC_TF32_FLOPS
-        mma_s = 3 * 2.0 * (fma_qk + fma_pv) / MMA_SYNC_TF32_FLOPS
+        terms = 3 if f.get("mma") == "tf32x3" else 1
+        mma_s = terms * 2.0 * (fma_qk + fma_pv) / MMA_SYNC_TF32_FLOPS
         # per 16 x 8 x 8 tile (1024 multiply-adds) a lane splits its B fragment, loads it and
-        # adds the partial: about 12 instructions, 384 lane operations
-        side = ((fma_qk + fma_pv) * 0.375 + instr_rest) / (FMA_LANES_PER_SM * sms * clk)
+        # adds the partial: about 12 instructions, 384 lane operations (a TF32 rounding in
+        # place of a split: about 8)
+        side = ((fma_qk + fma_pv) * (0.375 if terms == 3 else 0.25) + instr_rest) / (
+            FMA_LANES_PER_SM * sms * clk)
         issue_s = max(mma_s, side) + 0.3 * min(mma_s, side)
     # shared memory: one wavefront per warp request, times its bank conflicts
     k_ways = _conflict_ways(min(g, 32), D + pad)
     q_ways = 0 if f.get("cache") == "regs" else _conflict_ways(max(1, 32 // g), D + pad)
     wavefronts = (fma_qk * (k_ways + q_ways) + fma_pv * (1 + 1.0 / dpt) + copies) / 32
-    if f.get("mma") == "tf32x3":  # fragment reads: about 3 wavefronts a 16 x 8 x 8 tile
+    if tensor_cores:  # fragment reads: about 3 wavefronts a 16 x 8 x 8 tile
         wavefronts = (fma_qk + fma_pv) / 1024 * 3 + copies / 32
     smem_s = wavefronts / (LDS_WAVEFRONTS_PER_CLK * sms * clk)
     l2_s = copies * 4.0 * (1.0 + 0.25 * (vec == 1)) / L2_BW

@@ -53,7 +53,7 @@ def simulate_gemm(rendered: Rendered, resources: dict | None, target: Target
                   ) -> tuple[float, dict[str, float], str | None]:
     """(modelled ms, counters, failure message or None) of one GEMM candidate."""
     f = dict(rendered.facts)
-    if f.get("mma") == "tf32x3":
+    if f.get("mma") in ("tf32x3", "tf32"):
         return simulate_gemm_tc(rendered, resources, target)
     bm, bn, bk, tm, tn = (int(f[k]) for k in ("bm", "bn", "bk", "tm", "tn"))
     M, N, K, batch = (int(f[k]) for k in ("M", "N", "K", "batch"))
@@ -175,9 +175,11 @@ def simulate_gemm_tc(rendered: Rendered, resources: dict | None, target: Target
     # per warp and step: 3 mma per tile on the tensor pipe; splits (2 cvt + 1 sub per
     # fragment value), 4 partial-sum adds per tile per fresh partial (one partial spans
     # `fresh_steps` 8-deep steps) and the fragment loads on the others
-    mma_clk = 3 * mt * nt * 2048 / (MMA_SYNC_TF32_FLOPS / (target.sm_count * clk))
+    # (TF32 by the user's choice: one mma per tile and one cvt per fragment value)
+    terms = 3 if f.get("mma") == "tf32x3" else 1
+    mma_clk = terms * mt * nt * 2048 / (MMA_SYNC_TF32_FLOPS / (target.sm_count * clk))
     fresh = int(f.get("fresh_steps", 1))
-    alu_instr = 3 * (4 * mt + 2 * nt) + 4 * mt * nt / fresh + (4 * mt + 2 * nt) + 6
+    alu_instr = terms * (4 * mt + 2 * nt) + 4 * mt * nt / fresh + (4 * mt + 2 * nt) + 6
     alu_clk = alu_instr / 4  # four schedulers per SM, one warp-instruction per clock each
     warps_sm = blocks_sm * threads // 32
     # the tensor and ALU pipes overlap across warps; few warps (or a rolled step) expose both

@@ -48,6 +48,10 @@ class VerifySettings:
     elementwise error, its relative-norm error), so a kernel as accurate as torch's fp32 is
     not failed where fp32 itself cannot meet the fixed bounds"""
     seed: int = 0
+    precision: str = "fp32"
+    """the contract the kernels are held to: "fp32", or "tf32" where the user opted into TF32
+    tensor-core products; the GPU worker then computes the witness (and times the baselines)
+    with torch's TF32 on, so the bounds widen to a small multiple of TF32's own error"""
 
 
 @dataclass

@@ -24,10 +24,18 @@ from .timing import L2Flusher, TimingSettings, physical_floor_ms, time_runs
 from .verify import (CandidateError, CasePool, IndexDomain, ValueRange, VerifySettings,
                      check, make_case)
 
-# Kernels are strict fp32, so the fp32 witness and the eager/compile baselines are too: cuDNN
-# would otherwise run fp32 convolutions on TF32 tensor cores (its default), a different contract.
-torch.backends.cudnn.allow_tf32 = False
-torch.backends.cuda.matmul.allow_tf32 = False
+
+
+def use_precision(precision: str) -> None:
+    """The witness and the eager/compile baselines keep the kernels' contract: strict fp32
+    (cuDNN would otherwise run fp32 convolutions on TF32 tensor cores, its default), or TF32
+    products in cuBLAS and cuDNN where the user opted into TF32 (`--precision tf32`)."""
+    tf32 = precision == "tf32"
+    torch.backends.cudnn.allow_tf32 = tf32
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+
+
+use_precision("fp32")
 
 
 class ProblemState:
@@ -247,6 +255,7 @@ def worker_main(conn: Any, device_index: int, timing: TimingSettings,
                 verify_settings: VerifySettings) -> None:
     """Serve requests until told to quit; exit after a sticky CUDA error."""
     os.environ.setdefault("CUDA_MODULE_LOADING", "LAZY")
+    use_precision(verify_settings.precision)
     device = torch.device("cuda", device_index)
     torch.cuda.set_device(device)
     state: ProblemState | None = None

@@ -80,6 +80,10 @@ def expand_short(short: str, names: Iterable[str]) -> dict[str, Any]:
     return out
 
 
+PRECISIONS = ("fp32", "tf32")
+"""strict fp32 (the default), or TF32 tensor-core products when the user opts in"""
+
+
 @dataclass(frozen=True)
 class Target:
     """The GPU a candidate is built and laid out for. Defaults describe the H200 of DESIGN.md."""
@@ -97,9 +101,15 @@ class Target:
     dram_bw: float = 4.3e12  # bytes/s, device-to-device copy (read + write), measured
     fp32_flops: float = 50.5e12
     clock_hz: float = 1.98e9
+    precision: str = "fp32"
+    """the numeric contract the user asked for (`PRECISIONS`): "fp32" holds every kernel to
+    strict fp32 accuracy; "tf32" lets tensor-core products round their operands to TF32 once
+    (and is verified against torch's own TF32 answer)"""
 
     def key(self) -> str:
-        return f"{self.arch}/{self.sm_count}sm"
+        # a candidate rendered for another precision is another binary and another contract
+        return f"{self.arch}/{self.sm_count}sm" + (
+            "" if self.precision == "fp32" else f"/{self.precision}")
 
 
 @dataclass(frozen=True)

@@ -87,3 +87,40 @@ def test_tensor_core_gemm_is_as_accurate_as_cublas_fp32(name):
     err_direct = _rel(_run(dataclasses.replace(r, source=direct), xs, tuple(ref.shape)), ref)
     print(f"  accumulating in the tensor core: {err_direct:.3g}")
     assert err_direct > 4 * fp32, (err_direct, fp32)
+
+
+def test_tf32_opt_in_is_as_accurate_as_torchs_own_tf32():
+    """`--precision tf32`: one TF32 product per tile. Its error must be of TF32's order (the
+    verifier allows 4 times torch's own TF32 answer), and above the strict kernel's (it is
+    really the cheaper contract, not the strict kernel renamed)."""
+    f, shapes = CASES["linear_deep_k"]
+    g = capture(_Fn, [f], lambda: [torch.randn(*s) for s in shapes])
+    plan = make_plan(g)
+    strict, tf32 = Space.for_plan(plan, Target()), Space.for_plan(plan, Target(precision="tf32"))
+    torch.manual_seed(1)
+    xs = [torch.randn(*s, device="cuda") for s in shapes]
+    ref = f(*[x.double() for x in xs])
+    torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        torch_tf32 = _rel(f(*xs), ref)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = False
+    cfg = next(c for c in strict.configs if strict.template_of(c).name == "gemm_tc"
+               and c["reduction.split"] == 1 and c["config.warp"] == "64x64")
+    err_strict = _rel(_run(strict.render(cfg), xs, tuple(ref.shape)), ref)
+    err_tf32 = _rel(_run(tf32.render(cfg), xs, tuple(ref.shape)), ref)
+    print(f"torch TF32 {torch_tf32:.3g}, 1xTF32 kernel {err_tf32:.3g}, 3xTF32 {err_strict:.3g}")
+    assert err_tf32 <= 4 * torch_tf32 and err_tf32 > 10 * err_strict
+
+
+def test_tune_with_tf32_verifies_on_the_gpu(tmp_path):
+    from pathlib import Path
+
+    from cuda_agent.tuner import tune
+
+    root = Path(__file__).resolve().parents[2]
+    r = tune(root / "benchmarks/problems/gemm_odd.py", out=tmp_path / "o", device="cuda",
+             precision="tf32", budget=6, batch=6)
+    tc = [t for t in r.trials if t.template == "gemm_tc"]
+    assert tc and all(t.measurement.ok for t in tc), [t.measurement.error_msg for t in tc]
+    assert r.best is not None

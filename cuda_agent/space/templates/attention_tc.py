@@ -25,7 +25,7 @@ from .. import codegen as cg
 from ..slots import Rendered, Slot, Target
 from .attention import _AttentionWriter, _vec_ok
 from .base import Code, Template
-from .gemm_tc import MMA
+from .gemm_tc import MMA, mma_name, mma_products, mma_terms
 
 PAD = 4  # words of padding on shared rows: conflict-free fragment reads (see _layout)
 
@@ -95,14 +95,16 @@ class AttentionTensorCoreTemplate(Template):
         return {"config.bm": 64, "memory.bk": 64, "memory.stages": 1, "compute.fastmath": 0}
 
     def render(self, plan: KernelPlan, cfg: dict[str, Any], target: Target) -> Rendered:
-        return _TensorCoreAttentionWriter(plan, cfg).render()
+        return _TensorCoreAttentionWriter(plan, cfg, mma_terms(target)).render()
 
 
 class _TensorCoreAttentionWriter(_AttentionWriter):
     """The SIMT writer's operand pointers, tile copies and epilogue; mma tiles in between."""
 
-    def __init__(self, plan: KernelPlan, cfg: dict[str, Any]) -> None:  # noqa: super not called
+    def __init__(self, plan: KernelPlan, cfg: dict[str, Any],  # noqa: super not called
+                 terms: int = 3) -> None:
         self.plan, self.info = plan, _info(plan)
+        self.terms = terms
         self.BQ, self.BK = cfg["config.bm"], cfg["memory.bk"]
         self.ST = cfg["memory.stages"]
         self.VEC = 4 if _vec_ok(self.info) else 1
@@ -193,12 +195,11 @@ class _TensorCoreAttentionWriter(_AttentionWriter):
         c(f"s_[j][q] = keep ? {score} : -CA_INF;")
         c.close().close()
 
-    @staticmethod
-    def mma3(c: Code, acc: str, ab: str, as_: str, bb: str, bs: str) -> None:
-        """acc += A B in three TF32 products, summed apart and added in rounded fp32."""
+    def mma3(self, c: Code, acc: str, ab: str, as_: str, bb: str, bs: str) -> None:
+        """acc += A B in three TF32 products (one where the user opted into TF32), summed
+        apart and added in rounded fp32."""
         c("{ float p_[4] = {0.f, 0.f, 0.f, 0.f};",
-          f"  ca_mma_tf32(p_, {as_}, {bb}); ca_mma_tf32(p_, {ab}, {bs}); "
-          f"ca_mma_tf32(p_, {ab}, {bb});",
+          "  " + " ".join(mma_products("p_", ab, as_, bb, bs, self.terms)),
           f"  {acc}[0] += p_[0]; {acc}[1] += p_[1]; {acc}[2] += p_[2]; {acc}[3] += p_[3]; }}")
 
     def softmax_step(self, c: Code) -> None:
@@ -286,7 +287,7 @@ class _TensorCoreAttentionWriter(_AttentionWriter):
         i = self.info
         nqt = -(-i.Sq // self.BQ)
         tiles = self.kv_tiles()
-        return (("family", "attention"), ("mma", "tf32x3"), ("threads", self.NT),
+        return (("family", "attention"), ("mma", mma_name(self.terms)), ("threads", self.NT),
                 ("blocks", nqt * i.batch), ("bq", self.BQ), ("g", 2), ("bk", self.BK),
                 ("stages", self.ST), ("vec", self.VEC), ("pad", PAD), ("cache", "smem"),
                 ("unroll", "full"), ("fast", int(self.fast)), ("combine", "shfl"),

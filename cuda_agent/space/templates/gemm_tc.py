@@ -142,7 +142,27 @@ class GemmTensorCoreTemplate(Template):
                 "reduction.split": 1}
 
     def render(self, plan: KernelPlan, cfg: dict[str, Any], target: Target) -> Rendered:
-        return _TensorCoreWriter(plan, cfg).render()
+        return _TensorCoreWriter(plan, cfg, mma_terms(target)).render()
+
+
+def mma_terms(target: Target) -> int:
+    """TF32 products per tensor-core tile: three (error-compensated, strict fp32 accuracy), or
+    one where the user opted into TF32 (`--precision tf32`: the contract of torch's own
+    `allow_tf32`, verified against its TF32 answer)."""
+    return 1 if target.precision == "tf32" else 3
+
+
+def mma_name(terms: int) -> str:
+    return "tf32x3" if terms == 3 else "tf32"
+
+
+def mma_products(p: str, ab: str, as_: str, bb: str, bs: str, terms: int) -> list[str]:
+    """p += A B on the tensor core, one statement per mma: with three terms small*big +
+    big*small + big*big; with one, big*big (the small parts' values are then dead code, which
+    the compiler drops)."""
+    big = f"ca_mma_tf32({p}, {ab}, {bb});"
+    return [big] if terms == 1 else [f"ca_mma_tf32({p}, {as_}, {bb});",
+                                     f"ca_mma_tf32({p}, {ab}, {bs});", big]
 
 
 KTAB_MAX = 4096  # entries of the gather's __constant__ tables (two ints each: 32 KB)
@@ -171,8 +191,10 @@ class _TensorCoreWriter(_GemmWriter):
     """The SIMT writer's kernel skeleton (block order, zero tiles, K range, split-K, epilogue)
     with warp-level mma tiles and a cp.async pipeline in place of thread tiles."""
 
-    def __init__(self, plan: KernelPlan, cfg: dict[str, Any]) -> None:  # noqa: super not called
+    def __init__(self, plan: KernelPlan, cfg: dict[str, Any],  # noqa: super not called
+                 terms: int = 3) -> None:
         self.plan, self.g = plan, _info(plan)
+        self.terms = terms
         g = self.g
         self.BM, self.BN, self.BK = cfg["config.bm"], cfg["config.bn"], cfg["memory.bk"]
         self.WM, self.WN = _warp_tile(cfg)
@@ -447,9 +469,8 @@ class _TensorCoreWriter(_GemmWriter):
         c("// the tensor core truncates as it adds: sum the step apart, then round into acc",
           "float p_[4] = {0.f, 0.f, 0.f, 0.f};")
         for sfx, _ in steps:
-            c(f"ca_mma_tf32(p_, as{sfx}_[i], bb{sfx}_);",
-              f"ca_mma_tf32(p_, ab{sfx}_[i], bs{sfx}_);",
-              f"ca_mma_tf32(p_, ab{sfx}_[i], bb{sfx}_);")
+            c(*mma_products("p_", f"ab{sfx}_[i]", f"as{sfx}_[i]", f"bb{sfx}_", f"bs{sfx}_",
+                            self.terms))
         c("acc[i][j][0] += p_[0]; acc[i][j][1] += p_[1];",
           "acc[i][j][2] += p_[2]; acc[i][j][3] += p_[3];")
         c.close().close().close().close()
@@ -501,7 +522,7 @@ class _TensorCoreWriter(_GemmWriter):
             c(*self.ktab_decl())
         launches, ws = self.kernels(c)
         g = self.g
-        facts = (("family", "gemm"), ("mma", "tf32x3"), ("threads", self.NT),
+        facts = (("family", "gemm"), ("mma", mma_name(self.terms)), ("threads", self.NT),
                  ("blocks", launches[0].blocks), ("bm", self.BM), ("bn", self.BN),
                  ("bk", self.BK), ("wm", self.WM), ("wn", self.WN), ("stages", self.ST),
                  ("vec_a", self.AV), ("vec_b", self.BV), ("split", self.SPLIT),

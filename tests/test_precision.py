@@ -1,0 +1,151 @@
+"""`--precision tf32`: the user opts into TF32 tensor-core products. The tensor-core templates
+then take one mma per tile instead of three (no error compensation); the result is TF32-accurate
+and not fp32-accurate (executed on the CPU emulator); its candidates are other binaries (other
+content keys) than the strict ones; the replayed sweeps, all strict fp32, refuse it; the GPU
+worker holds kernels to torch's own TF32 answer and times the baselines with TF32 on."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import cpu_exec
+from test_attention import TC_CASES, _inputs, space_of
+from test_gemm import emulation_case, plan_of, tc_configs
+from cuda_agent.errors import SettingsError
+from cuda_agent.space.slots import Target
+from cuda_agent.space.space import Space
+
+ROOT = Path(__file__).resolve().parents[1]
+TF32 = Target(precision="tf32")
+
+
+def _products_per_step(source: str) -> int:
+    body = source[source.index("float p_[4]"):source.index("acc[i][j][0] += p_[0]")]
+    return body.count("ca_mma_tf32(p_,")
+
+
+def test_tf32_renders_one_product_per_tile_and_other_keys():
+    plan = plan_of(lambda a, b: a @ b, (256, 128), (128, 192))
+    strict, tf32 = Space.for_plan(plan, Target()), Space.for_plan(plan, TF32)
+    cfg = next(c for c in tc_configs(strict) if c["compute.fresh"] == 8)
+    assert _products_per_step(strict.render(cfg).source) == 3
+    assert _products_per_step(tf32.render(cfg).source) == 1
+    assert strict.render(cfg).fact("mma") == "tf32x3" and tf32.render(cfg).fact("mma") == "tf32"
+    # the same slots, another binary and another contract: never served each other's records
+    assert strict.key(cfg, "t") != tf32.key(cfg, "t")
+    # the SIMT template is fp32 whatever the precision, but its records are kept apart too
+    simt = next(c for c in strict.configs if strict.template_of(c).name == "gemm")
+    assert strict.render(simt).source == tf32.render(simt).source
+    assert strict.key(simt, "t") != tf32.key(simt, "t")
+    assert Target().key() == "sm_90/132sm"  # strict keys as recorded before precision existed
+
+
+@pytest.mark.skipif(not cpu_exec.available(), reason="needs g++ for the CPU emulator")
+def test_tf32_gemm_is_tf32_accurate_and_not_fp32_accurate():
+    plan, strict, xs, want = emulation_case(lambda a, b: a @ b + 1.0, [(64, 256), (256, 72)],
+                                            seed=4)
+    tf32 = Space.for_plan(plan, TF32)
+    args = [xs[k].numpy() for k in plan.operands]
+    cfgs = [c for c in tc_configs(strict) if c["config.bm"] * c["config.bn"] <= 64 * 64]
+    picked = [next(c for c in cfgs if c["reduction.split"] > 1),
+              next(c for c in cfgs if c["compute.fresh"] == 16)]
+    for cfg in picked:
+        assert cpu_exec.max_rel_error(strict.render(cfg), args, want) < 1e-5
+        err = cpu_exec.max_rel_error(tf32.render(cfg), args, want)
+        # TF32 keeps 11 significant bits: about 1e-3 off, never more than a few times that
+        assert 1e-5 < err < 5e-3, (cfg.short(), err)
+
+
+@pytest.mark.skipif(not cpu_exec.available(), reason="needs g++ for the CPU emulator")
+def test_tf32_attention_is_tf32_accurate():
+    f, shapes = TC_CASES["mask_scale"]
+    strict = space_of(f, *shapes)
+    tf32 = Space.for_plan(strict.plan, TF32)
+    xs = _inputs(shapes)
+    want = f(*[x.double() for x in xs]).float().numpy()
+    ins = [xs[k].numpy() for k in strict.plan.operands]
+    cfg = next(c for c in strict.configs if strict.template_of(c).name == "attention_tc")
+    assert tf32.render(cfg).fact("mma") == "tf32"
+    assert cpu_exec.max_rel_error(strict.render(cfg), ins, want) < 1e-5
+    assert 1e-5 < cpu_exec.max_rel_error(tf32.render(cfg), ins, want) < 5e-3
+
+
+def test_the_simulator_prices_one_product_below_three():
+    from cuda_agent.run.sim_model import simulate
+
+    plan = plan_of(lambda a, b: a @ b, (4096, 4096), (4096, 4096))
+    strict, tf32 = Space.for_plan(plan, Target()), Space.for_plan(plan, TF32)
+    cfg = next(c for c in tc_configs(strict) if c["reduction.split"] == 1 and
+               c["config.bm"] == c["config.bn"] == 128 and c["config.warp"] == "64x64")
+    slow = simulate(plan, strict.render(cfg), {}, Target()).time_ms
+    fast = simulate(plan, tf32.render(cfg), {}, TF32).time_ms
+    assert fast < 0.8 * slow
+
+
+def test_replay_refuses_tf32_and_sim_tunes_with_it(tmp_path):
+    from cuda_agent.tuner import tune
+
+    problem = ROOT / "benchmarks/problems/gemm_odd.py"
+    with pytest.raises(SettingsError, match="strict fp32"):
+        tune(problem, device="replay", precision="tf32", budget=2)
+    with pytest.raises(SettingsError, match="unknown precision"):
+        tune(problem, device="sim", precision="bf8", budget=2)
+    r = tune(problem, out=tmp_path / "o", device="sim", precision="tf32", budget=4, batch=4,
+             baselines=False)
+    assert r.space.target.precision == "tf32"
+    assert "Precision: TF32" in (tmp_path / "o" / "model_new.py").read_text()
+
+
+def test_cli_rejects_an_unknown_precision_in_one_line(tmp_path):
+    out = tmp_path / "never"
+    proc = subprocess.run([sys.executable, "-c", "from cuda_agent.cli import main; main()",
+                           "tune", str(ROOT / "benchmarks/problems/gemm_odd.py"), "--device",
+                           "sim", "--precision", "fp8", "--out", str(out)],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode != 0
+    err = proc.stderr.strip().splitlines()
+    assert len(err) == 1 and "unknown precision 'fp8'" in err[0]
+    assert not out.exists()
+
+
+def test_the_worker_times_and_witnesses_with_the_chosen_precision():
+    pytest.importorskip("cuda_agent.run.worker")
+    from cuda_agent.run.worker import use_precision
+
+    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    try:
+        use_precision("tf32")
+        assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+        use_precision("fp32")
+        assert not torch.backends.cuda.matmul.allow_tf32
+        assert not torch.backends.cudnn.allow_tf32
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+
+
+@pytest.mark.parametrize("backend", ["nvrtc", "nvcc"])
+def test_tf32_kernels_compile_for_sm90(tmp_path, backend):
+    """Every tensor-core configuration's TF32 form of a GEMM (a sample) and an attention
+    compiles, with NVRTC and the real nvcc; the binaries differ from the strict ones."""
+    from helpers import nvcc_available
+    from cuda_agent.build.builder import Builder, BuildInput
+
+    if backend == "nvcc" and not nvcc_available():
+        pytest.skip("nvcc is not on PATH")
+    import random as _random
+
+    gemm = Space.for_plan(plan_of(lambda x, w: x @ w.T + 1.0, (96, 72), (40, 72)), TF32)
+    f, shapes = TC_CASES["sdpa_4d"]
+    att = Space.for_plan(space_of(f, *shapes).plan, TF32)
+    picked = [(gemm, c) for c in _random.Random(0).sample(tc_configs(gemm), 4)]
+    picked += [(att, next(c for c in att.configs if att.template_of(c).name == "attention_tc"))]
+    rendered = [sp.render(c) for sp, c in picked]
+    assert all(r.fact("mma") == "tf32" for r in rendered)
+    with Builder(backend, 2, cache_dir=tmp_path) as b:
+        builds = b.build([BuildInput(r.source, "sm_90") for r in rendered])
+    assert all(x.ok for x in builds), [x.error_msg for x in builds if not x.ok]
