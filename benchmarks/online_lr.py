@@ -89,7 +89,8 @@ def summarize(runs: list[tuple[str, int, str, list[float | None] | None]], budge
         best = sweep_best(name)
         if best is None or set(d) != set(VARIANTS):
             continue
-        per[name] = {v: statistics.median(metrics.evals_to_fraction(r, best, 0.95) or budget + 1
+        per[name] = {v: statistics.median(metrics.evals_to_fraction(r, best, 0.95,
+                                                                    censor=budget + 1)
                                           for r in runs_) for v, runs_ in d.items()}
         reached = {v: statistics.median(min((t for t in r if t), default=math.inf) for r in rs)
                    for v, rs in d.items()}

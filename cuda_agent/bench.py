@@ -244,9 +244,7 @@ def _order_kernel_tuner(records: list[dict[str, Any]], strategy: str, budget: in
 def run_bench(settings: BenchSettings,
               progress: Callable[[str, str, int], None] | None = None) -> BenchResult:
     check_settings(settings)
-    if settings.precision != "fp32":
-        raise SettingsError(f"--precision {settings.precision}: the recorded sweeps are strict "
-                            "fp32; bench on --device cuda or sim")
+    check_precision(settings.precision, "replay")
     root = Path(settings.replay_root) if settings.replay_root else None
     device = ReplayDevice(root)
     result = BenchResult(settings, date=time.strftime("%Y-%m-%d"), provenance=provenance())

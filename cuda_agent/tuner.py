@@ -24,9 +24,9 @@ from .run.devices import Baselines, Candidate, CudaDevice, Device, cuda_availabl
 from .run.records import Measurement
 from .run.replay import ReplayDevice
 from .run.sim import SimDevice
+from .run.verify import VerifySettings
 from .search import make_strategy
 from .space.program import StageSpace, stage_spaces
-from .run.verify import VerifySettings
 from .space.slots import PRECISIONS, Config
 from .space.space import Space
 from .store import Store
@@ -118,10 +118,15 @@ class TuneResult:
             target, fraction)
 
 
-def check_precision(precision: str) -> None:
+def check_precision(precision: str, device: str | None = None) -> None:
+    """An unknown precision, or one the device cannot hold kernels to, is a settings error:
+    the recorded sweeps `replay` serves are strict fp32."""
     if precision not in PRECISIONS:
         raise SettingsError(f"unknown precision {precision!r}; choose from "
                             f"{', '.join(PRECISIONS)}")
+    if device == "replay" and precision != "fp32":
+        raise SettingsError(f"--precision {precision}: the recorded sweeps are strict fp32; "
+                            "use --device cuda or sim")
 
 
 def open_device(name: str | None, settings: TuneSettings, notify: Callable[[str], None]) -> Device:
@@ -134,10 +139,7 @@ def open_device(name: str | None, settings: TuneSettings, notify: Callable[[str]
                    "Times are simulated, correctness is not checked.")
     if name not in DEVICES:
         raise SettingsError(f"unknown device {name!r}; choose from {', '.join(DEVICES)}")
-    check_precision(settings.precision)
-    if name == "replay" and settings.precision != "fp32":
-        raise SettingsError(f"--precision {settings.precision}: the recorded sweeps are strict "
-                            "fp32; use --device cuda or sim")
+    check_precision(settings.precision, name)
     if name == "cuda":
         if not cuda_available():
             raise DeviceError("--device cuda: no CUDA GPU is available on this machine")
@@ -166,6 +168,8 @@ class Tuner:
         # its store lookup and record) at a time, so timings never overlap on the GPU
         self.device_lock = device_lock or threading.RLock()
         self.plan = make_plan(problem.graph())
+        if device is not None:  # (a device opened here is checked by open_device)
+            check_precision(settings.precision, device.kind)
         self.device = device or open_device(settings.device, settings, notify)
         self._own_device = device is None
         if isinstance(self.plan, ProgramPlan) and isinstance(self.device, ReplayDevice):
@@ -177,12 +181,6 @@ class Tuner:
             self.device.ensure(problem, self.plan)
         # a multi-kernel program is searched one stage at a time (`space/program.py`)
         self.stages: list[Space] = []
-        check_precision(settings.precision)
-        if isinstance(self.device, ReplayDevice) and settings.precision != "fp32":
-            if self._own_device:
-                self.device.close()
-            raise SettingsError(f"--precision {settings.precision}: the recorded sweeps are "
-                                "strict fp32; use --device cuda or sim")
         # the device's GPU, built for the numeric contract the user chose
         target = replace(self.device.target(), precision=settings.precision)
         if isinstance(self.plan, ProgramPlan):

@@ -25,7 +25,6 @@ from .verify import (CandidateError, CasePool, IndexDomain, ValueRange, VerifySe
                      check, make_case)
 
 
-
 def use_precision(precision: str) -> None:
     """The witness and the eager/compile baselines keep the kernels' contract: strict fp32
     (cuDNN would otherwise run fp32 convolutions on TF32 tensor cores, its default), or TF32
