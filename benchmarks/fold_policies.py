@@ -8,9 +8,10 @@ never trained on it, and the agents' rows count every problem (a single policy t
 of the suite leaves few problems it never saw to be compared on). The split is by name within
 each family prefix (elementwise_, reduce_, ...), alternating, so every fold holds some of each
 family. Same training settings as benchmarks/policies/h200-replay-multi.pt (replayed H200
-sweeps, training seed 0). Writes benchmarks/policies/h200-replay-fold<k>.pt, or with
-`--agents single` (the single-agent ablation over the same slots, same folds and settings)
-benchmarks/policies/h200-replay-single-fold<k>.pt.
+sweeps, training seed 0). Writes benchmarks/policies/<name>-fold<k>.pt, or with `--agents single`
+(the single-agent ablation over the same slots, same folds and settings)
+benchmarks/policies/<name>-single-fold<k>.pt; --name is h200-replay unless given (retrained on
+other sweeps: another name, e.g. h200-replay-1201, since bench results name their checkpoint).
 """
 
 from __future__ import annotations
@@ -54,6 +55,9 @@ def main() -> None:
     ap.add_argument("--iterations", type=int, default=100)
     ap.add_argument("--agents", choices=("multi", "single"), default="multi")
     ap.add_argument("--work", type=Path, default=Path("/tmp/fold-policies"))
+    ap.add_argument("--name", default="h200-replay",
+                    help="file name stem: a policy retrained on other sweeps gets a new name, "
+                         "so committed results keep naming the checkpoint they ran with")
     args = ap.parse_args()
     device = ReplayDevice(root=DATA)
     for i, held in enumerate(folds(recorded_problems(), args.folds)):
@@ -68,7 +72,7 @@ def main() -> None:
         finally:
             tr.close()
         kind = "" if args.agents == "multi" else "single-"
-        dest = ROOT / "benchmarks/policies" / f"h200-replay-{kind}fold{i}.pt"
+        dest = ROOT / "benchmarks/policies" / f"{args.name}-{kind}fold{i}.pt"
         (args.work / f"{args.agents}-fold{i}" / "policy.pt").replace(dest)
         print(f"fold {i}: trained without {len(held)} problems in {time.time() - t0:.0f} s "
               f"-> {dest.relative_to(ROOT)}", flush=True)
