@@ -27,6 +27,9 @@ MERGED = RESULTS / "2026-11-30-h200-bench-live-merged"
 # the same bench with the cross-fitted policies (benchmarks/fold_policies.py)
 FOLD_SETS = ("2026-11-30-h200-bench-live-s12", "2026-12-01-h200-bench-live-s13")
 FOLD_MERGED = RESULTS / "2026-11-30-h200-bench-live-folds-merged"
+# the same again with fold policies retrained on sweeps recorded with today's templates
+RETRAINED_SETS: tuple[str, ...] = ()
+RETRAINED_MERGED = RESULTS / "2026-12-01-h200-bench-live-retrained-merged"
 
 INTRO = """\
 ## cuda-agent against the peers, live on the H200 (issue 5)
@@ -77,15 +80,31 @@ bayes_opt on the convolution spaces (tens of thousands of configurations): see t
 table.
 """
 
+RETRAINED_INTRO = """\
+## The live bench with the fold policies retrained on today's sweeps (issues 3, 5)
+
+As the section above (budget 40, one seed, every strategy on the problem's whole template space
+on the H200, eight strategy runs side by side), with `--policy
+benchmarks/policies/h200-replay-1201-fold0.pt,benchmarks/policies/h200-replay-1201-fold1.pt`:
+the same folds and training settings (`benchmarks/fold_policies.py --name h200-replay-1201`),
+trained after the convolution sweeps were recorded again on 2026-12-01 with the templates of the
+day (`benchmarks/results/2026-12-01-h200-resweep-s14/`: 200 configurations each, stratified by
+template). The policies of the section above learned from convolution sweeps recorded before the
+tensor-core implicit GEMM existed, in which cuDNN was the fastest convolution. These runs also
+fine-tune online with the larger step of commit 4acdb23 (Adam 9e-3, 4 epochs; the section above
+ran with 9e-4, 2 epochs): the two changes are measured together. Runs: {sets},
+merged into `{merged}`. Benched: {done} problems.
+"""
+
 UNION = """\
 <!-- bench-live-union:begin -->
-## Every problem benched live, both sections together (issue 5)
+## Every problem benched live, the sections together (issue 5)
 
 The fastest kernel measured in the run (any strategy, or the sweep's best configurations measured
-again) against torch.compile's default mode timed in the same run, over the {n} problems of the
-two sections above ({total} in the suite; the rest not yet benched live: mostly GEMM, GEMM-based
-chains, attention and convolutions): faster on **{faster} of {n} (fast_1 {fast1:.2f}, geomean
-{geo:.2f}x)**; not faster on {slower}.
+again) against torch.compile's default mode timed in the same run (a problem benched in several
+sections: its latest run), over the {n} problems of the sections above ({total} in the suite;
+the rest not yet benched live: mostly GEMM and GEMM-based chains): faster on **{faster} of {n}
+(fast_1 {fast1:.2f}, geomean {geo:.2f}x)**; not faster on {slower}.
 <!-- bench-live-union:end -->"""
 
 
@@ -146,9 +165,17 @@ def main() -> None:
                                sets=", ".join(f"`benchmarks/results/{s}/`" for s in FOLD_SETS),
                                done=len(folds["problems"]))
     bench_section(args.md, "bench-live-folds", intro, FOLD_MERGED, ROOT)
-    n = union_section(args.md, [merged, folds], len(suite))
-    print(f"{args.md}: live bench sections, {len(problems)} + {len(folds['problems'])} "
-          f"problems; {n} together")
+    results = [merged, folds]
+    if RETRAINED_SETS:
+        retrained = merge_set(RETRAINED_SETS, RETRAINED_MERGED)
+        intro = RETRAINED_INTRO.format(
+            merged=RETRAINED_MERGED.relative_to(ROOT), done=len(retrained["problems"]),
+            sets=", ".join(f"`benchmarks/results/{s}/`" for s in RETRAINED_SETS))
+        bench_section(args.md, "bench-live-retrained", intro, RETRAINED_MERGED, ROOT)
+        results.append(retrained)  # last: a problem benched again counts with its latest run
+    n = union_section(args.md, results, len(suite))
+    print(f"{args.md}: live bench sections, "
+          f"{' + '.join(str(len(r['problems'])) for r in results)} problems; {n} together")
 
 
 if __name__ == "__main__":
