@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -28,7 +29,7 @@ MERGED = RESULTS / "2026-11-30-h200-bench-live-merged"
 FOLD_SETS = ("2026-11-30-h200-bench-live-s12", "2026-12-01-h200-bench-live-s13")
 FOLD_MERGED = RESULTS / "2026-11-30-h200-bench-live-folds-merged"
 # the same again with fold policies retrained on sweeps recorded with today's templates
-RETRAINED_SETS: tuple[str, ...] = ()
+RETRAINED_SETS: tuple[str, ...] = ("2026-12-01-h200-bench-live-s14",)
 RETRAINED_MERGED = RESULTS / "2026-12-01-h200-bench-live-retrained-merged"
 
 INTRO = """\
@@ -138,6 +139,29 @@ def union_section(md: Path, results: list[dict], total: int) -> int:
     return len(facts)
 
 
+def generations_table(old: dict, new: dict) -> list[str]:
+    """The problems benched with both policy generations: the agents' and the best peer's
+    measurements to 95 % in each run (each run has its own optimum and its own peers' searches,
+    so the peers' columns show how much of a change is the run's own noise)."""
+    peer = new["versus_peers"]["best_peer"]
+    both = sorted(set(old["problems"]) & set(new["problems"]))
+    if not both:
+        return []
+
+    def counts(r: dict, strategy: str) -> list[int]:
+        return [r["summary"][strategy]["evals_to_95"][p] for p in both]
+
+    cols = [counts(old, "marl"), counts(new, "marl"), counts(old, peer), counts(new, peer)]
+    rows = ["", f"The {len(both)} problems benched with both policy generations (measurements to "
+            f"95 % of each run's best; {peer}, the best peer here, searched again in each run):", "",
+            f"| problem | marl, first policies | marl, retrained | {peer}, first run | "
+            f"{peer}, this run |", "|---|---|---|---|---|"]
+    rows += [f"| {p} | " + " | ".join(str(c[i]) for c in cols) + " |"
+             for i, p in enumerate(both)]
+    rows.append("| median | " + " | ".join(f"{statistics.median(c):g}" for c in cols) + " |")
+    return rows
+
+
 def ratio_range(problems: dict, key: str) -> str:
     r = sorted(f[key] / f["compile_ms"] for f in problems.values()
                if f.get(key) and f.get("compile_ms"))
@@ -171,6 +195,7 @@ def main() -> None:
         intro = RETRAINED_INTRO.format(
             merged=RETRAINED_MERGED.relative_to(ROOT), done=len(retrained["problems"]),
             sets=", ".join(f"`benchmarks/results/{s}/`" for s in RETRAINED_SETS))
+        intro += "\n".join(generations_table(folds, retrained)) + "\n"
         bench_section(args.md, "bench-live-retrained", intro, RETRAINED_MERGED, ROOT)
         results.append(retrained)  # last: a problem benched again counts with its latest run
     n = union_section(args.md, results, len(suite))
