@@ -29,7 +29,7 @@ MERGED = RESULTS / "2026-11-30-h200-bench-live-merged"
 FOLD_SETS = ("2026-11-30-h200-bench-live-s12", "2026-12-01-h200-bench-live-s13")
 FOLD_MERGED = RESULTS / "2026-11-30-h200-bench-live-folds-merged"
 # the same again with fold policies retrained on sweeps recorded with today's templates
-RETRAINED_SETS: tuple[str, ...] = ("2026-12-01-h200-bench-live-s14",)
+RETRAINED_SETS = ("2026-12-01-h200-bench-live-s14",)
 RETRAINED_MERGED = RESULTS / "2026-12-01-h200-bench-live-retrained-merged"
 
 INTRO = """\
@@ -189,15 +189,13 @@ def main() -> None:
                                sets=", ".join(f"`benchmarks/results/{s}/`" for s in FOLD_SETS),
                                done=len(folds["problems"]))
     bench_section(args.md, "bench-live-folds", intro, FOLD_MERGED, ROOT)
-    results = [merged, folds]
-    if RETRAINED_SETS:
-        retrained = merge_set(RETRAINED_SETS, RETRAINED_MERGED)
-        intro = RETRAINED_INTRO.format(
-            merged=RETRAINED_MERGED.relative_to(ROOT), done=len(retrained["problems"]),
-            sets=", ".join(f"`benchmarks/results/{s}/`" for s in RETRAINED_SETS))
-        intro += "\n".join(generations_table(folds, retrained)) + "\n"
-        bench_section(args.md, "bench-live-retrained", intro, RETRAINED_MERGED, ROOT)
-        results.append(retrained)  # last: a problem benched again counts with its latest run
+    retrained = merge_set(RETRAINED_SETS, RETRAINED_MERGED)
+    intro = RETRAINED_INTRO.format(
+        merged=RETRAINED_MERGED.relative_to(ROOT), done=len(retrained["problems"]),
+        sets=", ".join(f"`benchmarks/results/{s}/`" for s in RETRAINED_SETS))
+    intro += "\n".join(generations_table(folds, retrained)) + "\n"
+    bench_section(args.md, "bench-live-retrained", intro, RETRAINED_MERGED, ROOT)
+    results = [merged, folds, retrained]  # last: a problem benched again counts by its latest
     n = union_section(args.md, results, len(suite))
     print(f"{args.md}: live bench sections, "
           f"{' + '.join(str(len(r['problems'])) for r in results)} problems; {n} together")

@@ -111,9 +111,9 @@ def test_kernel_tuner_genetic_algorithm_ends_on_a_space_it_cannot_breed_in():
 
 def test_kernel_tuner_error_is_recorded_not_raised(tmp_path):
     """Kernel Tuner's bayes_opt will not start on a space smaller than its initial sample (here
-    a sweep of 12 records, which is the space replay serves): the
-    replay bench records the run as stopped with Kernel Tuner's message (no measurement
-    credited), the report lists it, and the other strategies' runs are unaffected."""
+    a sweep of 12 records, which is the space replay serves): the replay bench records the run
+    as stopped with Kernel Tuner's message (no measurement credited), the report lists it, and
+    the other strategies' runs are unaffected."""
     from cuda_agent.bench import run_bench
     from cuda_agent.report.bench_report import write_report
 
