@@ -10,15 +10,16 @@ import numpy as np
 import pytest
 import torch
 
-from cuda_agent.agents.decode import domain_masks, ranked, sample, score_rows
+from cuda_agent.agents.decode import domain_masks, ranked, sample, sample_local, score_rows
 from cuda_agent.agents.episode import Episode
 from cuda_agent.agents.observe import OBS_DIM, observe
 from cuda_agent.agents.policy import SLOT_OFFSETS, MultiAgentPolicy
 from cuda_agent.agents.reward import RewardSettings
-from cuda_agent.agents.vocab import SLOT_ORDER, SpaceIndex
+from cuda_agent.agents.vocab import SLOT_ORDER, SpaceIndex, owner
 from cuda_agent.ir.plan import make_plan
 from cuda_agent.problem import load_problem
-from cuda_agent.space.slots import Target
+from cuda_agent.run.records import Measurement
+from cuda_agent.space.slots import AGENTS, Target
 from cuda_agent.space.space import Space
 
 GOOD = Path(__file__).resolve().parent / "data" / "good"
@@ -129,3 +130,59 @@ def test_episode_proposes_ranked_first_then_samples():
     obs = {g: observe(policy.obs_agent(g), fresh.state, fresh.index) for g in policy.groups}
     scored = score_rows(policy, obs, index, index.rows_excluding(exclude))
     assert out[:3] == [index.configs[int(scored.rows[k])] for k in ranked(scored, 3)]
+
+
+def changed_agents(a: np.ndarray, b: np.ndarray) -> set[str]:
+    return {owner(SLOT_ORDER[j]) for j in np.nonzero(a != b)[0]}
+
+
+@pytest.mark.parametrize("name", ["softmax_small", "sum_small"])
+def test_local_picks_change_one_agent_at_a_time_in_turn(name):
+    """Each local proposal differs from the best only in the slots of one agent, the agents
+    taking turns (an agent with no neighbour left passes); distinct, valid, not excluded."""
+    space = space_of(name)
+    index = SpaceIndex.of(space)
+    policy = sharp_policy(2)
+    scored = score_rows(policy, random_obs(policy), index, index.rows_excluding(None))
+    best = index.matrix[len(space.configs) // 2]
+    exclude = {len(space.configs) // 2}  # the best itself, already measured
+    picks = sample_local(scored, index.matrix, best, 12, np.random.default_rng(0), exclude)
+    assert picks and len(picks) == len(set(picks)) and not set(picks) & exclude
+    movers = []
+    for k in picks:
+        moved = changed_agents(index.matrix[int(scored.rows[k])], best)
+        assert len(moved) == 1, moved  # exactly one agent's slots changed
+        movers.append(moved.pop())
+    having = [a for a in AGENTS if any(
+        changed_agents(r, best) == {a} for r in index.matrix)]
+    assert len(having) >= 2  # the test means something: several agents can move
+    # turns: the first proposals visit the agents that have neighbours, in AGENTS order
+    assert movers[:len(having)] == having
+
+
+def test_local_picks_stop_when_every_neighbourhood_is_spent():
+    space = space_of("relu_small")
+    index = SpaceIndex.of(space)
+    policy = sharp_policy(3)
+    scored = score_rows(policy, random_obs(policy), index, index.rows_excluding(None))
+    best = index.matrix[0]
+    near = [r for r in range(len(index.configs))
+            if len(changed_agents(index.matrix[r], best)) == 1]
+    picks = sample_local(scored, index.matrix, best, len(index.configs),
+                         np.random.default_rng(1), {0})
+    assert sorted(picks) == sorted(near)  # every neighbour once, nothing else
+
+
+def test_episode_local_share_proposes_near_the_best_after_a_measurement():
+    space = space_of("softmax_small")
+    policy = sharp_policy(4)
+    ep = Episode(policy, space, 64, np.random.default_rng(0), RewardSettings(), 0)
+    first = ep.propose(4, local=2)  # no best yet: nothing local, all sampled
+    assert len(first) == 4
+    ep.observe([(c, Measurement(f"k{i}", "sim", True, 1.0 + i, 0.0, 1, None, True))
+                for i, c in enumerate(first)])
+    best = ep.index.matrix[ep.index.position[first[0]]]
+    out = ep.propose(4, exclude=set(first), local=2)
+    assert len(out) == len(set(out)) == 4 and not set(out) & set(first)
+    for c in out[:2]:
+        assert len(changed_agents(ep.index.matrix[ep.index.position[c]], best)) == 1

@@ -35,8 +35,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..space.slots import AGENTS
 from .policy import CTX_DIM, MASKED, SLOT_OFFSETS, Decision, MultiAgentPolicy
-from .vocab import SLOT_ORDER, SpaceIndex
+from .vocab import SLOT_ORDER, SpaceIndex, owner
 
 CHUNK = 4096  # rows scored per forward pass (bounds memory on large spaces)
 
@@ -133,6 +134,49 @@ def sample(scored: Scored, k: int, rng: np.random.Generator,
         lp = np.where(taken, -np.inf, scored.logp)
         p = np.exp(lp - lp.max())
         i = int(rng.choice(len(p), p=p / p.sum()))
+        out.append(i)
+        taken[i] = True
+    return out
+
+
+# per agent, the columns of the slots the *other* agents own: a neighbour of a configuration for
+# agent a agrees with it on all of them
+_OTHERS = {a: np.asarray([j for j, s in enumerate(SLOT_ORDER) if owner(s) != a])
+           for a in AGENTS}
+
+
+def neighbours(scored: Scored, matrix: np.ndarray, best: np.ndarray, agent: str,
+               taken: np.ndarray) -> np.ndarray:
+    """Positions (into `scored.rows`, not `taken`) of the configurations that differ from the
+    row `best` only in slots `agent` owns: that agent explores while the others keep the best
+    configuration's choices."""
+    cols = _OTHERS[agent]
+    same = (matrix[scored.rows][:, cols] == best[cols]).all(axis=1)
+    return np.nonzero(same & ~taken)[0]
+
+
+def sample_local(scored: Scored, matrix: np.ndarray, best: np.ndarray, k: int,
+                 rng: np.random.Generator, exclude: set[int], first_agent: int = 0) -> list[int]:
+    """k distinct positions near `best`, one agent at a time: the i-th is drawn, from the
+    policy's distribution conditioned on that neighbourhood, among the configurations that
+    change only agent ``AGENTS[(first_agent + i) % 4]``'s slots (an agent whose neighbourhood
+    is exhausted passes its turn to the next). Fewer than k when every neighbourhood is empty."""
+    taken = np.zeros(len(scored.logp), dtype=bool)
+    if exclude:
+        taken[list(exclude)] = True
+    out: list[int] = []
+    turn = first_agent
+    for _ in range(k):
+        for step in range(len(AGENTS)):
+            near = neighbours(scored, matrix, best, AGENTS[(turn + step) % len(AGENTS)], taken)
+            if len(near):
+                break
+        else:
+            break
+        turn += step + 1
+        lp = scored.logp[near]
+        p = np.exp(lp - lp.max())
+        i = int(near[rng.choice(len(near), p=p / p.sum())])
         out.append(i)
         taken[i] = True
     return out

@@ -16,7 +16,7 @@ from ..run.records import Measurement
 from ..space.slots import Config
 from ..space.space import Space
 from .decode import ranked as top_k
-from .decode import sample, score_rows
+from .decode import sample, sample_local, score_rows
 from .observe import SearchState, global_state, observe, problem_features
 from .policy import Decision, MultiAgentPolicy
 from .ppo import Buffer, PPOSettings, Transition, update
@@ -41,16 +41,19 @@ class Episode:
         self.buffer = Buffer()
         self.curve: list[tuple[int, float | None]] = []  # (measurements, best ms)
         self.rewards: list[float] = []
+        self.local_turn = 0  # the agent whose neighbourhood the next local proposal explores
 
     @property
     def groups(self) -> list[str]:
         return list(self.policy.groups)
 
     def propose(self, n: int, exclude: set[Config] | None = None,
-                temperature: dict[str, float] | None = None, ranked: int = 0) -> list[Config]:
+                temperature: dict[str, float] | None = None, ranked: int = 0,
+                local: int = 0) -> list[Config]:
         """Up to `n` distinct configurations not in `exclude`: the first `ranked` are the
-        policy's most probable remaining configurations (exploitation, see `decode.py`), the
-        rest are sampled from it."""
+        policy's most probable remaining configurations (exploitation, see `decode.py`), then
+        up to `local` are drawn near the best configuration so far, one agent's slots changed
+        at a time (`decode.sample_local`), and the rest are sampled from the whole space."""
         exclude = exclude or set()
         obs = {g: observe(self.policy.obs_agent(g), self.state, self.index) for g in self.groups}
         gstate = global_state(self.state, self.index)
@@ -64,8 +67,16 @@ class Episode:
         # every remaining configuration scored once; the first `ranked` are the most probable
         # (exploitation), the rest drawn from the policy conditioned on what remains
         scored = score_rows(self.policy, obs, self.index, rows, temperature)
-        first = top_k(scored, min(ranked, n))
-        picks = first + sample(scored, n - len(first), self.rng, exclude=set(first))
+        picks = top_k(scored, min(ranked, n))
+        best = self.state.best_config
+        if local and best is not None and best in self.index.position:
+            near = sample_local(scored, self.index.matrix,
+                                self.index.matrix[self.index.position[best]],
+                                min(local, n - len(picks)), self.rng, set(picks),
+                                self.local_turn)
+            self.local_turn += len(near)
+            picks += near
+        picks += sample(scored, n - len(picks), self.rng, exclude=set(picks))
         for k in picks:
             cfg = self.index.configs[int(scored.rows[k])]
             out.append(cfg)

@@ -18,7 +18,7 @@ from ..store import Store
 from ..tuner import Tuner, TuneSettings
 from . import checkpoint
 from .policy import MultiAgentPolicy
-from .strategy import RANKED_FIRST
+from .strategy import LOCAL_SHARE, RANKED_FIRST
 
 
 @dataclass
@@ -34,6 +34,8 @@ class Contender:
     ranked: int | None = None
     """the run's first `ranked` proposals are the policy's most probable configurations
     (default: `strategy.RANKED_FIRST` with a checkpoint, none for a fresh policy)"""
+    local_share: float = LOCAL_SHARE
+    """share of each batch drawn near the best so far (`strategy.LOCAL_SHARE`)"""
 
 
 @dataclass
@@ -62,7 +64,8 @@ def trajectory(problem_path: Path, contender: Contender, device: Device, budget:
         opts = {"policy": policy, "online": contender.online, "budget": budget,
                 "patience": 10**6, "temperature": contender.temperature,
                 "ranked": contender.ranked if contender.ranked is not None else
-                (RANKED_FIRST if contender.checkpoint else 0)}
+                (RANKED_FIRST if contender.checkpoint else 0),
+                "local_share": contender.local_share}
     settings = TuneSettings(device=device.kind, strategy=contender.strategy, budget=budget,
                             batch=4, seed=seed, baselines=False, strategy_options=opts)
     tuner = Tuner(load_problem(problem_path), settings, device=device, store=Store(":memory:"))

@@ -40,6 +40,10 @@ def one_thread() -> Iterator[None]:
         torch.set_num_threads(before)
 
 
+LOCAL_SHARE = 0.5
+"""share of each batch, once a best exists, drawn near the best configuration so far (one agent's
+slots changed at a time: `decode.sample_local`); the rest is sampled from the whole space"""
+
 RANKED_FIRST = 3
 """a trained policy's first proposals on a new operator: its most probable configurations"""
 
@@ -64,7 +68,8 @@ class AgentsStrategy(Strategy):
                  None = None, agents: str = "multi", online: bool = True, patience: int = 3,
                  budget: int = 64, reward: RewardSettings | None = None,
                  ppo: PPOSettings | None = None, temperature: float = 1.0,
-                 ranked: int | None = None, **options: Any) -> None:
+                 ranked: int | None = None, local_share: float = LOCAL_SHARE,
+                 **options: Any) -> None:
         super().__init__(space, seed, **options)
         torch.manual_seed(seed)
         if isinstance(policy, MultiAgentPolicy):
@@ -84,6 +89,9 @@ class AgentsStrategy(Strategy):
         self.stalled_batches = 0
         # below 1, a trained policy exploits what it learned more sharply
         self.temperature = {g: temperature for g in self.policy.groups}
+        if not 0.0 <= local_share <= 1.0:
+            raise ValueError(f"local_share must be in [0, 1], got {local_share}")
+        self.local_share = local_share
         # the first `ranked` proposals of the run are the policy's most probable
         # configurations, best first; sampling takes over after them (exploration)
         # (default: RANKED_FIRST with a trained checkpoint, none for a fresh policy, whose
@@ -95,7 +103,8 @@ class AgentsStrategy(Strategy):
     def ask(self, n: int) -> list[Config]:
         with one_thread():
             out = self.episode.propose(n, exclude=self.proposed, temperature=self.temperature,
-                                       ranked=self.ranked_left)
+                                       ranked=self.ranked_left,
+                                       local=round(n * self.local_share))
         self.ranked_left = max(0, self.ranked_left - len(out))
         self.proposed.update(out)
         return out

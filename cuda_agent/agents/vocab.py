@@ -105,13 +105,18 @@ class SpaceIndex:
             rows.append(row)
         return SpaceIndex(space, np.asarray(rows, dtype=np.int16), list(space.configs))
 
+    @property
+    def position(self) -> dict[Config, int]:
+        """Row of each configuration."""
+        if self._pos is None:
+            self._pos = {c: i for i, c in enumerate(self.configs)}
+        return self._pos
+
     def rows_excluding(self, exclude: set[Config] | None) -> np.ndarray:
         """Rows of the configurations not in `exclude` (e.g. those already measured)."""
         if not exclude:
             return np.arange(len(self.configs))
-        if getattr(self, "_pos", None) is None:
-            self._pos = {c: i for i, c in enumerate(self.configs)}
-        drop = [self._pos[c] for c in exclude if c in self._pos]
+        drop = [self.position[c] for c in exclude if c in self.position]
         keep = np.ones(len(self.configs), dtype=bool)
         keep[drop] = False
         return np.nonzero(keep)[0]
