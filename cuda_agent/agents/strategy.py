@@ -40,9 +40,15 @@ def one_thread() -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-LOCAL_SHARE = 0.5
+LOCAL_SHARE = 0.0
 """share of each batch, once a best exists, drawn near the best configuration so far (one agent's
-slots changed at a time: `decode.sample_local`); the rest is sampled from the whole space"""
+slots changed at a time: `decode.sample_local`); the rest is sampled from the whole space.
+Off: at 0.5, live on the H200 (2026-12-01, `benchmarks/results/2026-12-01-h200-bench-live-s15`,
+six convolutions, budget 40, same seeds and policies as the run without it) the agents needed
+as many or more measurements to reach 95 % of the run's best on every one (median 36.5 against
+30): the fold policies' first guesses are often cuDNN configurations, whose neighbours (the
+epilogue's block, items and vector width) all time the same, and the measurements spent there
+are lost."""
 
 RANKED_FIRST = 3
 """a trained policy's first proposals on a new operator: its most probable configurations"""
