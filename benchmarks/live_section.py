@@ -29,8 +29,10 @@ MERGED = RESULTS / "2026-11-30-h200-bench-live-merged"
 FOLD_SETS = ("2026-11-30-h200-bench-live-s12", "2026-12-01-h200-bench-live-s13")
 FOLD_MERGED = RESULTS / "2026-11-30-h200-bench-live-folds-merged"
 # the same again with fold policies retrained on sweeps recorded with today's templates
-RETRAINED_SETS = ("2026-12-01-h200-bench-live-s14",)
+RETRAINED_SETS = ("2026-12-01-h200-bench-live-s14", "2026-12-01-h200-bench-live-s15")
 RETRAINED_MERGED = RESULTS / "2026-12-01-h200-bench-live-retrained-merged"
+# an A/B on the GPU: the agents with half of each batch drawn near the best (`LOCAL_SHARE` 0.5)
+LOCAL_AB = RESULTS / "2026-12-01-h200-local-share-ab" / "run1"
 
 INTRO = """\
 ## cuda-agent against the peers, live on the H200 (issue 5)
@@ -94,7 +96,20 @@ template). The policies of the section above learned from convolution sweeps rec
 tensor-core implicit GEMM existed, in which cuDNN was the fastest convolution. These runs also
 fine-tune online with the larger step of commit 4acdb23 (Adam 9e-3, 4 epochs; the section above
 ran with 9e-4, 2 epochs): the two changes are measured together. Runs: {sets},
-merged into `{merged}`. Benched: {done} problems.
+merged into `{merged}`. Benched: {done} problems; the s15 runs are the first live bench of the
+single GEMMs and of conv3d_standard and conv_transpose3d (the GEMM-based fused chains are next:
+about 80 s each with eight searches side by side, so a 10-minute call benches five or six).
+"""
+
+LOCAL_AB_TEXT = """
+Local proposals, an A/B on the GPU: the agents drawing half of each batch near the best
+configuration so far, one agent's slots changed at a time (`agents/decode.sample_local`,
+`strategy.LOCAL_SHARE` 0.5 at commit 803230d; `{run}`), against the s14 run of
+the same problems, same policies and seeds (the other strategies are deterministic given their
+seed and searched the same configurations again: their columns show the run-to-run noise of the
+optimum). Fewer measurements nowhere, so the option is off by default (`LOCAL_SHARE`): the fold
+policies' first guesses on these convolutions are often cuDNN configurations, whose neighbours
+(the epilogue's block, items and vector width) all time the same.
 """
 
 UNION = """\
@@ -104,8 +119,13 @@ UNION = """\
 The fastest kernel measured in the run (any strategy, or the sweep's best configurations measured
 again) against torch.compile's default mode timed in the same run (a problem benched in several
 sections: its latest run), over the {n} problems of the sections above ({total} in the suite;
-the rest not yet benched live: mostly GEMM and GEMM-based chains): faster on **{faster} of {n}
+not yet benched live: {missing}): faster on **{faster} of {n}
 (fast_1 {fast1:.2f}, geomean {geo:.2f}x)**; not faster on {slower}.
+
+Measurements to 95 % of each run's best over the same runs (a problem's latest run; the agents
+counted only where their policy never trained on the problem: {unseen} problems), median over
+problems: {medians}. The agents against the best of them ({best_peer}): **{ratio:.1f}x fewer**
+(issue 5's target: 3x); per family, the agents' median against {best_peer}'s: {families}.
 <!-- bench-live-union:end -->"""
 
 
@@ -121,28 +141,66 @@ def merge_set(sets: tuple[str, ...], merged: Path) -> dict:
     return json.loads((merged / "bench.json").read_text())
 
 
-def union_section(md: Path, results: list[dict], total: int) -> int:
-    """The whole-suite sentence: best of run against torch.compile over both merges."""
+def union_section(md: Path, results: list[dict], total: int, suite: list[Path]) -> int:
+    """The whole-suite sentences over every merge (a problem by its latest run): the best of
+    run against torch.compile, and the measurements each strategy needed."""
     from cuda_agent import metrics
+    from cuda_agent.bench import PEERS
 
-    facts = {p: f for r in results for p, f in r["problems"].items()
-             if f.get("best_ms") and f.get("compile_ms")}
+    latest = {p: r for r in results for p in r["problems"]}  # later results override
+    facts = {p: r["problems"][p] for p, r in latest.items()
+             if r["problems"][p].get("best_ms") and r["problems"][p].get("compile_ms")}
     found = [f["best_ms"] for f in facts.values()]
     comp = [f["compile_ms"] for f in facts.values()]
     slower = sorted(p for p, f in facts.items() if not f["best_ms"] < f["compile_ms"])
+    # the agents' count where the run's policy never trained on the problem; the peers' on
+    # those same problems
+    unseen = {p: r for p, r in latest.items() if p not in set(r.get("trained_on", []))
+              and p in r["summary"].get("marl", {}).get("evals_to_95", {})}
+
+    def counts(strategy: str) -> list[int]:
+        return [r["summary"][strategy]["evals_to_95"][p] for p, r in unseen.items()
+                if p in r["summary"].get(strategy, {}).get("evals_to_95", {})]
+
+    med = {s: statistics.median(c) for s in ("marl",) + PEERS if (c := counts(s))}
+    best_peer = min((s for s in med if s != "marl"), key=med.__getitem__)
+    family = {}
+    for p, r in unseen.items():
+        family.setdefault(r["problems"][p].get("family", "?"), []).append(p)
+
+    def fam_median(strategy: str, probs: list[str]) -> float:
+        return statistics.median(unseen[p]["summary"][strategy]["evals_to_95"][p] for p in probs)
+
+    families = ", ".join(f"{f} {fam_median('marl', ps):g} against {fam_median(best_peer, ps):g}"
+                         f" ({len(ps)})" for f, ps in sorted(family.items()))
+    # a multi-kernel program is never compared (Kernel Tuner tunes one kernel's parameters)
+    multi = {p for r in results for p, why in r.get("skipped", {}).items()
+             if why.startswith("a multi-kernel program")}
+    missing = sorted(p.stem for p in suite if p.stem not in latest and p.stem not in multi)
+    if multi:
+        missing.append("and the multi-kernel programs, which are not compared "
+                       f"({', '.join(sorted(multi))})")
     text = UNION.format(n=len(facts), total=total, faster=len(facts) - len(slower),
                         fast1=metrics.fast_p(found, comp, 1.0),
                         geo=metrics.geomean_speedup(found, comp),
-                        slower=", ".join(slower) or "none")
+                        slower=", ".join(slower) or "none",
+                        missing=", ".join(missing) or "none", unseen=len(unseen),
+                        medians=", ".join(f"{s} {m:g}" for s, m in med.items()),
+                        best_peer=best_peer, ratio=med[best_peer] / med["marl"],
+                        families=families)
     write_section(md, "<!-- bench-live-union:begin -->", "<!-- bench-live-union:end -->",
                   text.splitlines())
     return len(facts)
 
 
-def generations_table(old: dict, new: dict) -> list[str]:
-    """The problems benched with both policy generations: the agents' and the best peer's
-    measurements to 95 % in each run (each run has its own optimum and its own peers' searches,
-    so the peers' columns show how much of a change is the run's own noise)."""
+def generations_table(old: dict, new: dict, labels: tuple[str, ...] = (
+        "policy generations", "first policies", "retrained", "first run", "this run"),
+        ) -> list[str]:
+    """The problems benched in both runs (two policy generations, or two settings of the
+    agents): the agents' and the best peer's measurements to 95 % in each run (each run has its
+    own optimum and its own peers' searches, so the peers' columns show how much of a change is
+    the run's own noise). `labels`: what the runs are, the agents' column name in the old and
+    the new run, then the peer's."""
     peer = new["versus_peers"]["best_peer"]
     both = sorted(set(old["problems"]) & set(new["problems"]))
     if not both:
@@ -152,10 +210,11 @@ def generations_table(old: dict, new: dict) -> list[str]:
         return [r["summary"][strategy]["evals_to_95"][p] for p in both]
 
     cols = [counts(old, "marl"), counts(new, "marl"), counts(old, peer), counts(new, peer)]
-    rows = ["", f"The {len(both)} problems benched with both policy generations (measurements to "
+    what, first, second, run1, run2 = labels
+    rows = ["", f"The {len(both)} problems benched with both {what} (measurements to "
             f"95 % of each run's best; {peer}, the best peer here, searched again in each run):", "",
-            f"| problem | marl, first policies | marl, retrained | {peer}, first run | "
-            f"{peer}, this run |", "|---|---|---|---|---|"]
+            f"| problem | marl, {first} | marl, {second} | {peer}, {run1} | "
+            f"{peer}, {run2} |", "|---|---|---|---|---|"]
     rows += [f"| {p} | " + " | ".join(str(c[i]) for c in cols) + " |"
              for i, p in enumerate(both)]
     rows.append("| median | " + " | ".join(f"{statistics.median(c):g}" for c in cols) + " |")
@@ -194,9 +253,15 @@ def main() -> None:
         merged=RETRAINED_MERGED.relative_to(ROOT), done=len(retrained["problems"]),
         sets=", ".join(f"`benchmarks/results/{s}/`" for s in RETRAINED_SETS))
     intro += "\n".join(generations_table(folds, retrained)) + "\n"
+    # the A/B run benched the problems of the s14 set's first call again
+    s14 = json.loads((RESULTS / RETRAINED_SETS[0] / "run1" / "bench.json").read_text())
+    local = json.loads((LOCAL_AB / "bench.json").read_text())
+    intro += LOCAL_AB_TEXT.format(run=LOCAL_AB.relative_to(ROOT)) + "\n".join(
+        generations_table(s14, local, ("settings", "without", "local 0.5", "s14 run",
+                                       "A/B run"))) + "\n"
     bench_section(args.md, "bench-live-retrained", intro, RETRAINED_MERGED, ROOT)
     results = [merged, folds, retrained]  # last: a problem benched again counts by its latest
-    n = union_section(args.md, results, len(suite))
+    n = union_section(args.md, results, len(suite), suite)
     print(f"{args.md}: live bench sections, "
           f"{' + '.join(str(len(r['problems'])) for r in results)} problems; {n} together")
 

@@ -132,6 +132,8 @@ def merge(results: list[BenchResult]) -> BenchResult:
         out.runs += r.runs
         out.problems.update(r.problems)
         out.skipped.update(r.skipped)
+    # a problem one call stopped before and a later call benched is compared, not skipped
+    out.skipped = {p: why for p, why in out.skipped.items() if p not in out.problems}
     keys = dict.fromkeys(k for r in results for k in r.provenance)
     out.provenance = {k: ", ".join(dict.fromkeys(str(r.provenance[k]) for r in results
                                                  if k in r.provenance)) for k in keys}

@@ -229,6 +229,15 @@ def test_merge_joins_runs_and_refuses_mismatches():
         merge([_result("a"), _result("b", budget=20)])
 
 
+def test_merge_drops_a_skip_that_a_later_run_benched():
+    """A call stopped before problem b (listed as not finished) and the next call benched it:
+    the merge compares b and no longer lists it as skipped; a problem no run benched stays."""
+    first, later = _result("a"), _result("b")
+    first.skipped = {"b": "not finished: the run was stopped", "c": "not finished: stopped"}
+    m = merge([first, later])
+    assert set(m.problems) == {"a", "b"} and m.skipped == {"c": "not finished: stopped"}
+
+
 def test_max_autotune_baselines_with_and_without_cuda_graphs():
     """Both max-autotune timings reach the summary and the report; a run recorded before the
     graph-free mode was timed (merged with newer ones) counts only where it was measured."""

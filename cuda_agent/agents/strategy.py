@@ -46,7 +46,7 @@ slots changed at a time: `decode.sample_local`); the rest is sampled from the wh
 Off: at 0.5, live on the H200 (2026-12-01, `benchmarks/results/2026-12-01-h200-bench-live-s15`,
 six convolutions, budget 40, same seeds and policies as the run without it) the agents needed
 as many or more measurements to reach 95 % of the run's best on every one (median 36.5 against
-30): the fold policies' first guesses are often cuDNN configurations, whose neighbours (the
+31): the fold policies' first guesses are often cuDNN configurations, whose neighbours (the
 epilogue's block, items and vector width) all time the same, and the measurements spent there
 are lost."""
 
