@@ -43,7 +43,7 @@ def one_thread() -> Iterator[None]:
 LOCAL_SHARE = 0.0
 """share of each batch, once a best exists, drawn near the best configuration so far (one agent's
 slots changed at a time: `decode.sample_local`); the rest is sampled from the whole space.
-Off: at 0.5, live on the H200 (2026-12-01, `benchmarks/results/2026-12-01-h200-bench-live-s15`,
+Off: at 0.5, live on the H200 (2026-12-01, `benchmarks/results/2026-12-01-h200-local-share-ab`,
 six convolutions, budget 40, same seeds and policies as the run without it) the agents needed
 as many or more measurements to reach 95 % of the run's best on every one (median 36.5 against
 31): the fold policies' first guesses are often cuDNN configurations, whose neighbours (the
