@@ -99,7 +99,13 @@ def main() -> None:
              "scored too: their sweeps searched one stage at a time, which is replayed to "
              "render each record as the whole program (`benchmarks/sim_cases.py`).", "",
              "Families whose sweeps mix the library-product template (`lib`) with generated "
-             "kernels (the fused linear/matmul problems, convolutions) are ranked across both."]
+             "kernels (the fused linear/matmul problems, convolutions) are ranked across both. "
+             "The library's rate per kind of call (dense, grouped, depthwise and transposed "
+             "convolution, matmul) and its call overhead were set on 2026-12-01 from these "
+             "sweeps' library records, the best one per problem (`run/sim_gemm.py`): on the "
+             "convolutions and fused chains those terms are in-sample. The SIMT template's cost "
+             "of a convolution's gathered loads (`GATHER_INSTR`) is the tensor-core template's "
+             "estimate, not fitted."]
     if calibrated:
         lines += ["", "*shipped*: the same with the calibrated constants the `sim` device "
                   "loads (`cuda_agent/run/sim_constants_h200.json`); they were fitted on half "

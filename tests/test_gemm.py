@@ -15,7 +15,7 @@ from cuda_agent.errors import UnsupportedError
 from cuda_agent.ir.capture import capture
 from cuda_agent.ir.gemm import _kept_in_triangle
 from cuda_agent.ir.plan import make_plan
-from cuda_agent.space.slots import Target
+from cuda_agent.space.slots import Rendered, Target
 from cuda_agent.space.space import Space
 
 
@@ -396,6 +396,50 @@ def test_sim_prices_the_channels_last_conversion():
                    and c["memory.layout"] == layout)
         times[layout] = simulate(plan, sp.render(cfg), {}, Target()).time_ms
     assert times["channels_last"] > times["as_given"]
+
+
+def test_sim_library_rates_by_kind_of_convolution():
+    """cuDNN's rate per flop, as the H200 sweeps measured it: a dense convolution fastest,
+    grouped slower, depthwise bound by memory at a fifth of the bandwidth; every call pays the
+    library's overhead."""
+    from cuda_agent.run import sim_gemm
+    from cuda_agent.run.sim_model import simulate
+
+    def lib_time(name):
+        plan = conv_plan(name)[0]
+        sp = Space.for_plan(plan, Target())
+        r = sp.render(next(c for c in _lib(sp) if c["memory.layout"] == "as_given"))
+        return plan, r, simulate(plan, r, {}, Target()).time_ms
+
+    per_flop = {}
+    for name in ("conv2d_pointwise", "conv2d_grouped", "conv2d_depthwise"):
+        plan, r, ms = lib_time(name)
+        assert ms * 1e3 > sim_gemm.LIBRARY_CALL_US  # tiny shapes: the call's overhead shows
+        f = dict(r.facts)
+        product_ms = ms - (2 * sim_gemm.LAUNCH_US + sim_gemm.LIBRARY_CALL_US) * 1e-3
+        per_flop[name] = product_ms / f["library_flops"]
+        if name == "conv2d_depthwise":
+            t = Target()
+            floor = (f["product_bytes"] + f["library_in_bytes"]) / (
+                sim_gemm.DEPTHWISE_BW_SHARE * t.dram_bw) * 1e3
+            assert product_ms >= floor
+    assert per_flop["conv2d_pointwise"] < per_flop["conv2d_grouped"] < per_flop["conv2d_depthwise"]
+
+
+def test_sim_charges_a_convolutions_gathered_loads():
+    """The SIMT template gathers a convolution's B element by element: the same tiles cost
+    more issue than a plain product of the same M, N, K would."""
+    from cuda_agent.run import sim_gemm
+
+    plan = conv_plan("conv2d_stride_pad_bias")[0]
+    sp = Space.for_plan(plan, Target())
+    r = sp.render(gemm_configs(sp)[0])
+    assert r.fact("gather_dims") == 2
+    plain = Rendered(r.source, r.launches, facts=tuple(
+        (k, 0 if k == "gather_dims" else v) for k, v in r.facts))
+    gathered_ms = sim_gemm.simulate_gemm(r, {}, Target())[0]
+    plain_ms = sim_gemm.simulate_gemm(plain, {}, Target())[0]
+    assert gathered_ms > plain_ms
 
 
 # -- the 3xTF32 tensor-core template ---------------------------------------------------------------

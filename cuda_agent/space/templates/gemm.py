@@ -760,5 +760,7 @@ class _GemmWriter:
                  ("pad", self.LDA - self.BM), ("raster", self.raster), ("warp", self.warp), ("M", g.M), ("N", g.N),
                  ("K", g.K), ("batch", g.batch), ("smem", self.smem),
                  ("a_along", _a_along(g)), ("b_along", _b_along(g)),
-                 ("skips_zero_tiles", int(self.zero_tile_test() is not None)))
+                 ("skips_zero_tiles", int(self.zero_tile_test() is not None)),
+                 # an implicit-GEMM convolution: B's elements gathered through the window
+                 ("gather_dims", len(g.b_gather.kernel) if g.b_gather is not None else 0))
         return Rendered(c.text(), tuple(launches), workspace_bytes=ws, facts=facts)
