@@ -98,7 +98,8 @@ fine-tune online with the larger step of commit 4acdb23 (Adam 9e-3, 4 epochs; th
 ran with 9e-4, 2 epochs): the two changes are measured together. Runs: {sets},
 merged into `{merged}`. Benched: {done} problems; the s15 runs are the first live bench of the
 single GEMMs and of conv3d_standard and conv_transpose3d (the GEMM-based fused chains are next:
-about 80 s each with eight searches side by side, so a 10-minute call benches five or six).
+80 to 120 s each with eight searches side by side, as the single GEMMs took, so a 10-minute
+call benches four to six).
 """
 
 LOCAL_AB_TEXT = """
