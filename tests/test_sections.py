@@ -49,3 +49,33 @@ def test_agents_folds_pairs_by_hand():
     c = compare({"a": 1, "b": 1, "c": 1, "d": 9}, {"a": 2, "b": 2, "c": 2, "d": 1})
     assert (c["multi_fewer"], c["single_fewer"]) == (3, 1)
     assert abs(c["sign_test_p"] - 0.625) < 1e-9
+
+
+def test_live_union_counts_each_problem_by_its_latest_run(tmp_path):
+    """The union of the live sections by hand: a problem benched twice counts by its later run,
+    the agents count only where their policy never trained on the problem (the peers on those
+    same problems), a multi-kernel program is named apart and not as missing."""
+    from live_section import union_section
+
+    def result(problems, marl, bayes, trained_on=(), skipped=None):
+        return {"problems": {p: {"best_ms": b, "compile_ms": c, "family": f}
+                             for p, (b, c, f) in problems.items()},
+                "trained_on": list(trained_on), "skipped": skipped or {},
+                "summary": {"marl": {"evals_to_95": marl},
+                            "kt:bayes_opt": {"evals_to_95": bayes}}}
+
+    first = result({"a": (1.0, 2.0, "gemm"), "b": (3.0, 2.0, "norm"), "c": (1.0, 1.5, "norm")},
+                   {"a": 40, "b": 2, "c": 1}, {"a": 10, "b": 20, "c": 30}, trained_on=["c"],
+                   skipped={"p": "a multi-kernel program (sweeps are stage by stage)"})
+    later = result({"a": (1.0, 3.0, "gemm")}, {"a": 4}, {"a": 12})
+    suite = [tmp_path / f"{n}.py" for n in ("a", "b", "c", "d", "p")]
+    md = tmp_path / "B.md"
+    assert union_section(md, [first, later], len(suite), suite) == 3
+    text = md.read_text()
+    assert "faster on **2 of 3" in text and "not faster on b." in text
+    # a: marl 4 / bayes 12 (the later run), b: 2 / 20; c is not counted (the policy trained on it)
+    assert "2 problems" in text and "marl 3, kt:bayes_opt 16" in text
+    assert "(kt:bayes_opt): **5.3x fewer**" in text
+    assert "gemm 4 against 12 (1), norm 2 against 20 (1)" in text
+    assert ("not yet benched live: d, and the multi-kernel programs, which are not compared (p)"
+            in text)
