@@ -29,7 +29,8 @@ MERGED = RESULTS / "2026-11-30-h200-bench-live-merged"
 FOLD_SETS = ("2026-11-30-h200-bench-live-s12", "2026-12-01-h200-bench-live-s13")
 FOLD_MERGED = RESULTS / "2026-11-30-h200-bench-live-folds-merged"
 # the same again with fold policies retrained on sweeps recorded with today's templates
-RETRAINED_SETS = ("2026-12-01-h200-bench-live-s14", "2026-12-01-h200-bench-live-s15")
+RETRAINED_SETS = ("2026-12-01-h200-bench-live-s14", "2026-12-01-h200-bench-live-s15",
+                  "2026-12-02-h200-bench-live-s16")
 RETRAINED_MERGED = RESULTS / "2026-12-01-h200-bench-live-retrained-merged"
 # an A/B on the GPU: the agents with half of each batch drawn near the best (`LOCAL_SHARE` 0.5)
 LOCAL_AB = RESULTS / "2026-12-01-h200-local-share-ab" / "run1"
@@ -97,9 +98,10 @@ tensor-core implicit GEMM existed, in which cuDNN was the fastest convolution. T
 fine-tune online with the larger step of commit 4acdb23 (Adam 9e-3, 4 epochs; the section above
 ran with 9e-4, 2 epochs): the two changes are measured together. Runs: {sets},
 merged into `{merged}`. Benched: {done} problems; the s15 runs are the first live bench of the
-single GEMMs and of conv3d_standard and conv_transpose3d (the GEMM-based fused chains are next:
-80 to 120 s each with eight searches side by side, as the single GEMMs took, so a 10-minute
-call benches four to six).
+single GEMMs and of conv3d_standard and conv_transpose3d, the s16 runs (2026-12-02, three calls)
+of the other six single GEMMs and the first seven GEMM-based fused chains (80 to 120 s each with
+eight searches side by side, most of it torch.compile's max-autotune and compiling GEMM
+candidates, so a 10-minute call benches three to six).
 """
 
 LOCAL_AB_TEXT = """
