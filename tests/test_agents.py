@@ -171,6 +171,29 @@ def test_rank_reward_is_scale_free_but_time_reward_is_not():
     assert f(small) != f(big)
 
 
+def test_rank_over_run_punishes_a_batch_worse_than_the_run_so_far():
+    history = [1.0, 1.1, 1.2, 1.3]
+    batch = [3.0, 2.0, None]
+    kinds = [None, None, "wrong"]
+    by_batch = rewards(batch, kinds, [{}] * 3, ["g"], 1.0, RewardSettings(), history=history)
+    by_run = rewards(batch, kinds, [{}] * 3, ["g"], 1.0, RewardSettings(rank_over="run"),
+                     history=history)
+    # within its batch the least bad of two poor candidates is rewarded +1 ...
+    assert [r["g"] for r in by_batch[:2]] == [-1.0, 1.0]
+    # ... against the run's history both are the slowest measured so far
+    assert [r["g"] for r in by_run[:2]] == [-1.0, -1.0]
+    assert by_run[2] == by_batch[2] == {"g": -1.0}  # a failure keeps its penalty
+    # a batch member faster than everything before: top rank plus the improvement bonus
+    best = rewards([0.5, 3.0], [None, None], [{}] * 2, ["g"], 1.0,
+                   RewardSettings(rank_over="run"), history=history)
+    assert best[0]["g"] == pytest.approx(1.5) and best[1]["g"] == -1.0
+    # no history yet: the same as ranking within the batch
+    assert rewards(batch, kinds, [{}] * 3, ["g"], None, RewardSettings(rank_over="run"),
+                   history=[]) == rewards(batch, kinds, [{}] * 3, ["g"], None, RewardSettings())
+    with pytest.raises(ValueError, match="rank_over"):
+        rewards(batch, kinds, [{}] * 3, ["g"], None, RewardSettings(rank_over="epoch"))
+
+
 def test_failures_get_their_penalty_and_aux_is_small_and_bounded():
     s = RewardSettings(aux_weight=0.05)
     out = rewards([1.0, None, 2.0], [None, "illegal_address", None],

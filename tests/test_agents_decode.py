@@ -186,3 +186,27 @@ def test_episode_local_share_proposes_near_the_best_after_a_measurement():
     assert len(out) == len(set(out)) == 4 and not set(out) & set(first)
     for c in out[:2]:
         assert len(changed_agents(ep.index.matrix[ep.index.position[c]], best)) == 1
+
+
+def test_episode_ranks_against_the_run_with_rank_over_run():
+    """A second batch slower than everything measured before: with rank_over="run" every one of
+    its proposals is punished (ranks 4 to 7 of 8: the ramp's lower half, then the bottom
+    quarter's -1); ranked within the batch its fastest would still earn +1."""
+    space = space_of("relu_small")
+
+    def second_batch_rewards(settings: RewardSettings) -> list[float]:
+        ep = Episode(sharp_policy(3), space, 32, np.random.default_rng(0), settings, 0)
+        first = ep.propose(4)
+        ep.observe([(c, Measurement(f"a{i}", "sim", True, 1.0 + 0.1 * i, 0.0, 1, None, True))
+                    for i, c in enumerate(first)])
+        second = ep.propose(4, exclude=set(first))
+        ep.observe([(c, Measurement(f"b{i}", "sim", True, 5.0 + i, 0.0, 1, None, True))
+                    for i, c in enumerate(second)])
+        assert len(ep.measured) == 8
+        return [t.reward["config"] for t in ep.buffer.transitions[4:]]
+
+    within = second_batch_rewards(RewardSettings(aux_weight=0.0))
+    across = second_batch_rewards(RewardSettings(aux_weight=0.0, rank_over="run"))
+    assert max(within) == 1.0
+    assert across == pytest.approx([1 - 2 * (4 / 7 - 0.25) / 0.5, 1 - 2 * (5 / 7 - 0.25) / 0.5,
+                                    -1.0, -1.0])

@@ -41,6 +41,7 @@ class Episode:
         self.buffer = Buffer()
         self.curve: list[tuple[int, float | None]] = []  # (measurements, best ms)
         self.rewards: list[float] = []
+        self.measured: list[float] = []  # every successful time so far (RewardSettings.rank_over)
         self.local_turn = 0  # the agent whose neighbourhood the next local proposal explores
 
     @property
@@ -90,7 +91,9 @@ class Episode:
         times = [m.time_ms if m.ok else None for _, m in results]
         kinds = [m.error_kind for _, m in results]
         counters = [m.counters for _, m in results]
-        per = rewards(times, kinds, counters, self.groups, self.state.best_ms, self.reward)
+        per = rewards(times, kinds, counters, self.groups, self.state.best_ms, self.reward,
+                      history=self.measured)
+        self.measured += [t for t in times if t is not None and np.isfinite(t)]
         improved = False
         for (cfg, m), r in zip(results, per):
             improved |= self.state.update(cfg, m.ok, m.time_ms, m.counters)

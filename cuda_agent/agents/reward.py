@@ -37,6 +37,11 @@ class RewardSettings:
     """weight of each agent's own-metric term"""
     improvement_bonus: float = 0.5
     """extra reward for beating the best time found so far on this operator"""
+    rank_over: str = "batch"
+    """batch: a candidate is ranked among the batch it was measured in; run: among every
+    candidate measured on this operator so far in the run, the batch included (a batch that is
+    uniformly worse than what the run already has is then punished, where within the batch
+    its least bad member would still get +1)"""
     penalties: dict[str, float] = field(default_factory=lambda: dict(FAILURE_PENALTY))
 
 
@@ -106,9 +111,17 @@ def aux_term(agent: str, counters: dict[str, Any] | None) -> float:
 
 def rewards(times: list[float | None], kinds: list[str | None],
             counters: list[dict[str, Any] | None], groups: list[str],
-            best_before: float | None, settings: RewardSettings) -> list[dict[str, float]]:
-    """Per candidate, per agent group: team rank reward + own auxiliary term, or the penalty."""
-    ranks = rank_rewards(times, settings)
+            best_before: float | None, settings: RewardSettings,
+            history: list[float] | None = None) -> list[dict[str, float]]:
+    """Per candidate, per agent group: team rank reward + own auxiliary term, or the penalty.
+    `history`: the times measured on this operator before this batch (ranked against with
+    `rank_over="run"`; ignored with "batch")."""
+    if settings.rank_over not in ("batch", "run"):
+        raise ValueError(f"rank_over must be 'batch' or 'run', got {settings.rank_over!r}")
+    if settings.rank_over == "run" and history:
+        ranks = rank_rewards(list(history) + list(times), settings)[len(history):]
+    else:
+        ranks = rank_rewards(times, settings)
     if settings.mode == "time":
         ranks = [None if r is None else -min(float(t), 100.0)  # type: ignore[arg-type]
                  for r, t in zip(ranks, times)]

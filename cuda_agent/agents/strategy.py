@@ -57,7 +57,7 @@ ONLINE_PPO = PPOSettings(epochs=4, lr=9e-3)
 """Online fine-tuning on the operator being tuned. With the training run's settings scaled down
 (2 epochs at 9e-4) the updates hardly moved the proposals: on conv2d_standard (sim) the agents
 proposed nearly the same 40 configurations with learning on and off, re-measuring cuDNN with
-different epilogues. Ten times the step and 4 epochs (`benchmarks/online_lr.py`, 2026-12-01:
+different epilogues. Ten times the step and 4 epochs (`benchmarks/agents_ab.py`, 2026-12-01:
 the 132 recorded H200 sweeps on replay, cross-fitted fold policies, budget 40, 2 seeds): 95 % of
 the sweep's best in fewer measurements on 23 problems, in more on 8, 101 tied (sign test
 p = 0.011; median 2 both, mean 6.7 against 6.9). Thirty times the step was tried too, without

@@ -1,0 +1,197 @@
+"""An A/B of the agents' search settings (issue 3): the same policies, problems and seeds, one
+setting changed, measurements to 95 % of the best compared problem by problem.
+
+    python benchmarks/agents_ab.py --variants before,online_ppo \
+        --policies benchmarks/policies/h200-replay-fold0.pt,benchmarks/policies/h200-replay-fold1.pt
+        # 2026-12-01's A/B (benchmarks/results/2026-12-01-online-lr.json; it ran without
+        # measuring the defaults first)
+    python benchmarks/agents_ab.py --variants online_ppo,run_rank --device sim \\
+        --problems scan_,softmax_ --seeds 2
+
+Each problem is tuned by the agents with the cross-fitted fold policies (each problem by the
+policy that never trained on it), batch 4, no early stop, the untuned default and each
+template's default measured first as `tune` does. `--device replay`: every recorded H200 sweep
+(the configurations the sweep measured; the optimum is the sweep's best). `--device sim`: the
+problem's whole template space on the simulated device, as a live run searches it; the optimum
+is the best time any variant reached on the problem (simulated times: a proxy for the GPU,
+whose rank correlation with it BENCHMARKS.md reports per family, never a GPU result).
+Reported per variant: median and mean measurements to 95 %, on how many problems each variant
+needs fewer than the first, a two-sided sign test on the untied ones, and the geometric mean
+of the best time reached (first over variant). Writes
+benchmarks/results/<date>-agents-ab-<device>-<variants>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+POLICIES = ",".join(f"benchmarks/policies/h200-replay-1201-fold{k}.pt" for k in (0, 1))
+
+
+def variant_options(name: str) -> dict[str, Any]:
+    """The marl strategy options of a named variant (the rest at their defaults)."""
+    from cuda_agent.agents.ppo import PPOSettings
+    from cuda_agent.agents.reward import RewardSettings
+
+    table: dict[str, dict[str, Any]] = {
+        # online fine-tuning before 2026-12-01 against ONLINE_PPO (its A/B: strategy.py)
+        "before": {"ppo": PPOSettings(epochs=2, lr=9e-4)},
+        "online_ppo": {},
+        # rank each candidate against the run's history instead of its batch
+        "run_rank": {"reward": RewardSettings(rank_over="run")},
+        # only the policy's single most probable configuration first, then sampling
+        "ranked1": {"ranked": 1},
+        "run_rank_ranked1": {"reward": RewardSettings(rank_over="run"), "ranked": 1},
+    }
+    if name not in table:
+        raise SystemExit(f"unknown variant {name!r}; known: {', '.join(table)}")
+    return table[name]
+
+
+def _run(job: tuple[str, int, str, int, str, str]) -> tuple[str, int, str,
+                                                            list[float | None] | None]:
+    """One agents' search; None when the problem has no usable sweep (replay)."""
+    path, seed, variant, budget, device, policies = job
+    import torch
+
+    torch.set_num_threads(1)
+    from cuda_agent.bench import Policies
+    from cuda_agent.errors import CudaAgentError
+    from cuda_agent.problem import load_problem
+    from cuda_agent.store import Store
+    from cuda_agent.tuner import Tuner, TuneSettings
+
+    checkpoints = ",".join(str(ROOT / p) for p in policies.split(","))
+    opts = {"policy": Policies(checkpoints).pick(Path(path).stem), "budget": budget,
+            "patience": 10**6, **variant_options(variant)}
+    settings = TuneSettings(device=device, strategy="marl", budget=budget, batch=4, seed=seed,
+                            baselines=False, strategy_options=opts)
+    try:
+        tuner = Tuner(load_problem(path), settings, store=Store(":memory:"))
+    except CudaAgentError:
+        return path, seed, variant, None
+    try:
+        res = tuner.run()
+    finally:
+        tuner.close()
+    return path, seed, variant, [t.measurement.time_ms if t.measurement.ok else None
+                                 for t in res.trials]
+
+
+def sweep_best(name: str) -> float | None:
+    from cuda_agent.errors import CudaAgentError
+    from cuda_agent.problem import load_problem
+    from cuda_agent.run.replay import find_sweep, read_sweep
+
+    try:
+        recs = read_sweep(find_sweep(load_problem(ROOT / "benchmarks/problems" / f"{name}.py"),
+                                     None))["records"]
+    except CudaAgentError:
+        return None
+    times = [r["time_ms"] for r in recs if r.get("ok") and r.get("time_ms")]
+    return min(times) if times else None
+
+
+def summarize(runs: list[tuple[str, int, str, list[float | None] | None]], budget: int,
+              variants: list[str], device: str) -> dict:
+    """Per problem, each variant's median measurements to 95 % of the optimum; the
+    comparison of every variant with the first."""
+    from scipy.stats import binomtest
+
+    from cuda_agent import metrics
+
+    by: dict[str, dict[str, list[list[float | None]]]] = {}
+    for path, _, variant, times in runs:
+        if times is not None:
+            by.setdefault(Path(path).stem, {}).setdefault(variant, []).append(times)
+    per: dict[str, dict[str, float]] = {}
+    reached: dict[str, dict[str, float]] = {}
+    for name, d in sorted(by.items()):
+        if set(d) != set(variants):
+            continue
+        everything = [t for rs in d.values() for r in rs for t in r if t]
+        best = sweep_best(name) if device == "replay" else min(everything, default=None)
+        if best is None:
+            continue
+        per[name] = {v: statistics.median(metrics.evals_to_fraction(r, best, 0.95,
+                                                                    censor=budget + 1)
+                                          for r in rs) for v, rs in d.items()}
+        reached[name] = {v: statistics.median(min((t for t in r if t), default=math.inf)
+                                              for r in rs) for v, rs in d.items()}
+    base = variants[0]
+    against: dict[str, dict[str, Any]] = {}
+    for v in variants[1:]:
+        fewer = sum(p[v] < p[base] for p in per.values())
+        more = sum(p[v] > p[base] for p in per.values())
+        ratios = [r[base] / r[v] for r in reached.values()
+                  if math.isfinite(r[base]) and math.isfinite(r[v])]
+        against[v] = {"fewer": fewer, "more": more, "tied": len(per) - fewer - more,
+                      "sign_test_p": binomtest(fewer, fewer + more).pvalue
+                      if fewer + more else None,
+                      f"geomean_best_ratio_{base}_over_{v}":
+                      math.exp(statistics.mean(map(math.log, ratios))) if ratios else None}
+    return {
+        "problems": len(per),
+        "median_evals_to_95": {v: statistics.median(p[v] for p in per.values()) for v in variants}
+        if per else {},
+        "mean_evals_to_95": {v: statistics.mean(p[v] for p in per.values()) for v in variants}
+        if per else {},
+        "against_" + base: against,
+        "per_problem": per}
+
+
+def main() -> None:
+    from rich.progress import track
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--variants", default="online_ppo,run_rank",
+                    help="comma-separated; the first is the baseline the others are compared to")
+    ap.add_argument("--device", choices=("replay", "sim"), default="replay")
+    ap.add_argument("--problems", default="",
+                    help="comma-separated name prefixes (default: every problem of the suite)")
+    ap.add_argument("--policies", default=POLICIES, help="the fold checkpoints, comma-separated")
+    ap.add_argument("--seeds", type=int, default=2)
+    ap.add_argument("--budget", type=int, default=40)
+    ap.add_argument("--jobs", type=int, default=2)
+    args = ap.parse_args()
+    variants = args.variants.split(",")
+    for v in variants:
+        variant_options(v)  # an unknown name fails before any work
+    files = sorted((ROOT / "benchmarks/problems").glob("*.py"))
+    if args.problems:
+        files = [f for f in files if f.stem.startswith(tuple(args.problems.split(",")))]
+    if not files:
+        raise SystemExit(f"no problem matches {args.problems!r}")
+    jobs = [(str(f), s, v, args.budget, args.device, args.policies) for f in files
+            for s in range(args.seeds) for v in variants]
+    with ProcessPoolExecutor(args.jobs) as pool:
+        runs = list(track(pool.map(_run, jobs), total=len(jobs),
+                          description=f"agents on {args.device}: {', '.join(variants)}"))
+    out = summarize(runs, args.budget, variants, args.device)
+    out.update(date=time.strftime("%Y-%m-%d"), seeds=args.seeds, budget=args.budget,
+               device=args.device, variants=variants, problems_given=args.problems or "all",
+               optimum="the sweep's best" if args.device == "replay" else
+               "the best time any variant reached (simulated)",
+               data="benchmarks/data/nvidia-h200 (replay)" if args.device == "replay" else
+               "simulated device", policies=args.policies)
+    path = (ROOT / "benchmarks/results" /
+            f"{out['date']}-agents-ab-{args.device}-{'-'.join(variants)}.json")
+    path.write_text(json.dumps(out, indent=1) + "\n")
+    print(f"{out['problems']} problems: median measurements to 95 % "
+          f"{out['median_evals_to_95']}, mean {out['mean_evals_to_95']}; against "
+          f"{variants[0]}: {out['against_' + variants[0]]}; wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
