@@ -53,6 +53,12 @@ def variant_options(name: str) -> dict[str, Any]:
         # only the policy's single most probable configuration first, then sampling
         "ranked1": {"ranked": 1},
         "run_rank_ranked1": {"reward": RewardSettings(rank_over="run"), "ranked": 1},
+        # after a batch without improvement one agent (in turn) samples at 2x or 3x its
+        # temperature (`AgentsStrategy.temperatures`)
+        "explore2": {"explore_temperature": 2.0},
+        "explore3": {"explore_temperature": 3.0},
+        "run_rank_explore3": {"reward": RewardSettings(rank_over="run"),
+                              "explore_temperature": 3.0},
     }
     if name not in table:
         raise SystemExit(f"unknown variant {name!r}; known: {', '.join(table)}")

@@ -481,3 +481,34 @@ def test_the_agents_propose_and_learn_on_one_thread(monkeypatch):
     finally:
         torch.set_num_threads(before)
     assert seen == [1, 1]
+
+
+def test_a_stalled_search_raises_one_agents_temperature_at_a_time():
+    """Targeted exploration while tuning: after each batch without improvement the next agent
+    (in turn) samples hotter, the others stay; an improving batch cools them all again."""
+    from cuda_agent.agents.strategy import AgentsStrategy
+    from cuda_agent.run.records import Measurement
+
+    strategy = AgentsStrategy(space_of(GOOD / "sum_small.py"), seed=0, budget=64,
+                              explore_temperature=3.0, patience=10**6)
+    groups = list(strategy.policy.groups)
+    assert strategy.temperatures() == {g: 1.0 for g in groups}
+
+    def batch(time_ms: float) -> None:
+        configs = strategy.ask(2)
+        strategy.tell([(c, Measurement(f"k{time_ms}{i}", "sim", True, time_ms))
+                       for i, c in enumerate(configs)])
+
+    batch(1.0)  # the first measurements improve on nothing: no stall
+    hot = []
+    for _ in range(len(groups) + 1):
+        batch(2.0)  # slower than the best: a stall
+        t = strategy.temperatures()
+        raised = [g for g in groups if t[g] != 1.0]
+        assert len(raised) == 1 and t[raised[0]] == 3.0
+        hot.append(raised[0])
+    assert hot == groups + groups[:1]
+    batch(0.5)
+    assert strategy.temperatures() == {g: 1.0 for g in groups}
+    with pytest.raises(ValueError, match="explore_temperature"):
+        AgentsStrategy(space_of(GOOD / "sum_small.py"), explore_temperature=0.5)

@@ -50,6 +50,9 @@ as many or more measurements to reach 95 % of the run's best on every one (media
 epilogue's block, items and vector width) all time the same, and the measurements spent there
 are lost."""
 
+EXPLORE_ON_STALL = 1.0
+"""the factor on one agent's temperature after a batch without improvement (1: off)"""
+
 RANKED_FIRST = 3
 """a trained policy's first proposals on a new operator: its most probable configurations"""
 
@@ -75,7 +78,7 @@ class AgentsStrategy(Strategy):
                  budget: int = 64, reward: RewardSettings | None = None,
                  ppo: PPOSettings | None = None, temperature: float = 1.0,
                  ranked: int | None = None, local_share: float = LOCAL_SHARE,
-                 **options: Any) -> None:
+                 explore_temperature: float = EXPLORE_ON_STALL, **options: Any) -> None:
         super().__init__(space, seed, **options)
         torch.manual_seed(seed)
         if isinstance(policy, MultiAgentPolicy):
@@ -98,6 +101,9 @@ class AgentsStrategy(Strategy):
         if not 0.0 <= local_share <= 1.0:
             raise ValueError(f"local_share must be in [0, 1], got {local_share}")
         self.local_share = local_share
+        if explore_temperature < 1.0:
+            raise ValueError(f"explore_temperature must be at least 1, got {explore_temperature}")
+        self.explore_temperature = explore_temperature
         # the first `ranked` proposals of the run are the policy's most probable
         # configurations, best first; sampling takes over after them (exploration)
         # (default: RANKED_FIRST with a trained checkpoint, none for a fresh policy, whose
@@ -106,9 +112,22 @@ class AgentsStrategy(Strategy):
             RANKED_FIRST if policy is not None and not isinstance(policy, MultiAgentPolicy)
             else 0)
 
+    def temperatures(self) -> dict[str, float]:
+        """Each agent's sampling temperature for the next batch: after a batch that did not
+        improve, one agent's is raised (`explore_temperature`), the next agent's after the
+        next such batch, in turn; the others keep theirs (training's targeted exploration,
+        `train.temperatures`, applied while tuning)."""
+        if self.explore_temperature == 1.0 or self.stalled_batches == 0:
+            return self.temperature
+        groups = list(self.policy.groups)
+        hot = groups[(self.stalled_batches - 1) % len(groups)]
+        return {g: t * (self.explore_temperature if g == hot else 1.0)
+                for g, t in self.temperature.items()}
+
     def ask(self, n: int) -> list[Config]:
         with one_thread():
-            out = self.episode.propose(n, exclude=self.proposed, temperature=self.temperature,
+            out = self.episode.propose(n, exclude=self.proposed,
+                                       temperature=self.temperatures(),
                                        ranked=self.ranked_left,
                                        local=round(n * self.local_share))
         self.ranked_left = max(0, self.ranked_left - len(out))
