@@ -36,6 +36,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.sections import write_section  # noqa: E402
+
+MARK_BEGIN, MARK_END = "<!-- agents-ab:begin -->", "<!-- agents-ab:end -->"
+
 POLICIES = ",".join(f"benchmarks/policies/h200-replay-1201-fold{k}.pt" for k in (0, 1))
 
 
@@ -157,6 +161,41 @@ def summarize(runs: list[tuple[str, int, str, list[float | None] | None]], budge
         "per_problem": per}
 
 
+def markdown() -> list[str]:
+    """BENCHMARKS.md's section: every committed A/B, one table each."""
+    lines = [MARK_BEGIN, "## The agents' search settings, A/B (issue 3)", "",
+             "`benchmarks/agents_ab.py`: the agents tune each problem with the cross-fitted "
+             "fold policies (the one that never trained on it), batch 4, budget 40, no early "
+             "stop, once per named setting with the same seeds; measurements to 95 % of the "
+             "optimum (41: not within 40), median over seeds, then over problems. On `replay` "
+             "the space is a recorded H200 sweep and the optimum its best; on `sim` the space "
+             "is the problem's whole template space on the simulated device and the optimum the "
+             "best time any setting reached there: **simulated times**, a proxy for a live "
+             "search (the live runs search whole spaces; the sweeps hold 8 to 200 "
+             "configurations of them), never a GPU result. Sign test: two-sided, over the "
+             "problems where the two settings differ.", ""]
+    for path in sorted((ROOT / "benchmarks/results").glob("*-agents-ab-*.json")):
+        res = json.loads(path.read_text())
+        base = res["variants"][0]
+        lines += [f"{res['date']}, `{res['device']}`, problems {res['problems_given']} "
+                  f"({res['problems']} compared), {res['seeds']} seeds, budget {res['budget']}, "
+                  f"policies `{res['policies']}` (`{path.relative_to(ROOT)}`):", "",
+                  f"| setting | median to 95 % | mean | fewer than {base} | more | tied | "
+                  f"sign test p | best reached, {base} over it |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for v in res["variants"]:
+            a = res["against_" + base].get(v)
+            cells = ["-"] * 5 if a is None else [
+                str(a["fewer"]), str(a["more"]), str(a["tied"]),
+                "-" if a["sign_test_p"] is None else f"{a['sign_test_p']:.3f}",
+                f"{a[f'geomean_best_ratio_{base}_over_{v}']:.3f}"
+                if a[f"geomean_best_ratio_{base}_over_{v}"] else "-"]
+            lines.append(f"| {v} | {res['median_evals_to_95'][v]:g} | "
+                         f"{res['mean_evals_to_95'][v]:.1f} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return lines + [MARK_END]
+
+
 def main() -> None:
     from rich.progress import track
 
@@ -170,7 +209,12 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=2)
     ap.add_argument("--budget", type=int, default=40)
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--markdown-only", action="store_true",
+                    help="rewrite BENCHMARKS.md's section from the committed results only")
     args = ap.parse_args()
+    if args.markdown_only:
+        write_section(ROOT / "BENCHMARKS.md", MARK_BEGIN, MARK_END, markdown())
+        return
     variants = args.variants.split(",")
     for v in variants:
         variant_options(v)  # an unknown name fails before any work
@@ -197,6 +241,7 @@ def main() -> None:
     print(f"{out['problems']} problems: median measurements to 95 % "
           f"{out['median_evals_to_95']}, mean {out['mean_evals_to_95']}; against "
           f"{variants[0]}: {out['against_' + variants[0]]}; wrote {path}")
+    write_section(ROOT / "BENCHMARKS.md", MARK_BEGIN, MARK_END, markdown())
 
 
 if __name__ == "__main__":
