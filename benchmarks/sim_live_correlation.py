@@ -1,0 +1,154 @@
+"""How well the simulator ranks the configurations the live bench measured: Spearman between
+`sim` and the H200's times on the configurations every strategy of a live run tried.
+
+    python benchmarks/sim_live_correlation.py [--sample 80]
+
+The recorded sweeps (`sim_correlation.py`) of the single GEMMs predate the tensor-core
+template and hold 10 to 48 configurations; the live bench runs since commit 3dbe27b keep each
+measurement's configuration (`Run.configs`), drawn by eight strategies from the problem's whole
+current template space. Per problem (its latest live run that has them): every configuration
+measured as verified, its median time where measured more than once, a deterministic sample of
+`--sample` of them (seeded shuffle), each rendered, compiled for its register report and
+simulated with the shipped constants (what the `sim` device uses). A configuration whose short
+form names more than one configuration of the space is left out (its template is not in the
+short form). Writes benchmarks/results/<date>-sim-live-correlation.json and its section of
+BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from scipy.stats import spearmanr
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.sections import write_section  # noqa: E402
+from cuda_agent.build.builder import Builder, BuildInput  # noqa: E402
+from cuda_agent.ir.partition import ProgramPlan  # noqa: E402
+from cuda_agent.ir.plan import make_plan  # noqa: E402
+from cuda_agent.problem import load_problem  # noqa: E402
+from cuda_agent.run.sim_model import SimConstants, simulate  # noqa: E402
+from cuda_agent.space.slots import Target  # noqa: E402
+from cuda_agent.space.space import Space  # noqa: E402
+
+MARK_BEGIN, MARK_END = "<!-- sim-live-correlation:begin -->", "<!-- sim-live-correlation:end -->"
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def measured_configs() -> dict[str, tuple[str, dict[str, float]]]:
+    """Per problem, from its latest live run that kept configurations: (run folder, {short
+    form: median verified ms})."""
+    latest: dict[str, tuple[str, str, dict[str, list[float]]]] = {}
+    for f in RESULTS.glob("*-bench-live*/**/bench.json"):
+        if "merged" in str(f):
+            continue
+        run = json.loads(f.read_text())
+        per: dict[str, dict[str, list[float]]] = {}
+        for r in run["runs"]:
+            configs, times = r.get("configs"), r.get("times")
+            if not configs or not times:
+                continue
+            for short, t in zip(configs, times):
+                if t is not None:
+                    per.setdefault(r["problem"], {}).setdefault(short, []).append(float(t))
+        for problem, d in per.items():
+            when = f"{run['date']} {f.parent.relative_to(ROOT)}"
+            if problem not in latest or when > latest[problem][0]:
+                latest[problem] = (when, str(f.parent.relative_to(ROOT)), d)
+    return {p: (where, {s: statistics.median(ts) for s, ts in d.items()})
+            for p, (_, where, d) in latest.items()}
+
+
+def correlate(problem: str, times: dict[str, float], sample: int, builder: Builder,
+              constants: SimConstants) -> dict | None:
+    plan = make_plan(load_problem(ROOT / "benchmarks/problems" / f"{problem}.py").graph())
+    if isinstance(plan, ProgramPlan):
+        return None  # not benched live (Kernel Tuner tunes one kernel)
+    target = Target()
+    space = Space.for_plan(plan, target)
+    by_short: dict[str, list] = {}
+    for c in space.configs:
+        by_short.setdefault(c.short(), []).append(c)
+    pairs = [(by_short[s][0], t) for s, t in sorted(times.items())
+             if len(by_short.get(s, ())) == 1]
+    random.Random(0).shuffle(pairs)
+    pairs = pairs[:sample]
+    if len(pairs) < 3:
+        return None
+    rendered = [space.render(c) for c, _ in pairs]
+    builds = builder.build([BuildInput(rd.source, target.arch) for rd in rendered])
+    sim, real = [], []
+    for (cfg, t), rd, b in zip(pairs, rendered, builds):
+        res = simulate(plan, rd, {**b.resources, "per_kernel": b.per_kernel}, target, constants)
+        if res.error_kind is None:
+            sim.append(res.time_ms)
+            real.append(t)
+    if len(sim) < 3:
+        return None
+    best_real = min(range(len(real)), key=real.__getitem__)
+    best_sim = min(range(len(sim)), key=sim.__getitem__)
+    return {"problem": problem, "family": plan.family, "measured": len(times),
+            "configs": len(sim), "spearman": spearmanr(sim, real).statistic,
+            "sim_pick_vs_best": real[best_sim] / real[best_real]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sample", type=int, default=80)
+    ap.add_argument("--problems", default="", help="comma-separated name prefixes (default: all)")
+    args = ap.parse_args()
+    found = measured_configs()
+    names = sorted(p for p in found if not args.problems
+                   or p.startswith(tuple(args.problems.split(","))))
+    constants = SimConstants.shipped()
+    rows = []
+    with Builder() as builder:
+        for name in names:
+            r = correlate(name, found[name][1], args.sample, builder, constants)
+            if r is None:
+                print(f"{name}: fewer than 3 usable configurations, skipped", flush=True)
+                continue
+            r["run"] = found[name][0]
+            rows.append(r)
+            print(f"{name:34s} {r['family']:8s} {r['configs']:4d} rho {r['spearman']:+.2f} "
+                  f"sim's pick {r['sim_pick_vs_best']:.2f}x", flush=True)
+    fams = sorted({r["family"] for r in rows})
+    by_family = {f: statistics.median(r["spearman"] for r in rows if r["family"] == f)
+                 for f in fams}
+    date = time.strftime("%Y-%m-%d")
+    out = {"date": date, "sample": args.sample, "constants": "shipped (the sim device's)",
+           "rows": rows, "median_spearman_by_family": by_family}
+    (RESULTS / f"{date}-sim-live-correlation.json").write_text(json.dumps(out, indent=2) + "\n")
+    lines = [MARK_BEGIN, "## How well the simulator ranks the live runs' configurations", "",
+             f"Run {date} on a CPU by `benchmarks/sim_live_correlation.py`: the configurations "
+             "the live bench's strategies measured on the H200 (each problem's latest live run "
+             "that kept them: the convolutions and GEMMs benched since 2026-12-01, drawn from "
+             "the whole current template space, tensor-core templates included), up to "
+             f"{args.sample} per problem (a seeded sample), simulated with the shipped "
+             "constants and ranked against their measured times. The recorded sweeps of the "
+             "section above are older for the GEMMs (SIMT templates only, 10 to 48 "
+             "configurations each); none of these configurations was used to set the "
+             "simulator's constants.", "",
+             "| family | problems | median Spearman |", "|---|---|---|"]
+    lines += [f"| {f} | {sum(r['family'] == f for r in rows)} | {by_family[f]:+.2f} |"
+              for f in fams]
+    lines += ["", "| problem | family | measured | simulated | Spearman | sim's pick | run |",
+              "|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['problem']} | {r['family']} | {r['measured']} | {r['configs']} | "
+              f"{r['spearman']:+.2f} | {r['sim_pick_vs_best']:.2f}x | `{r['run']}` |"
+              for r in rows]
+    lines += ["", MARK_END]
+    write_section(ROOT / "BENCHMARKS.md", MARK_BEGIN, MARK_END, lines)
+    print(by_family)
+
+
+if __name__ == "__main__":
+    main()
