@@ -172,8 +172,9 @@ def markdown() -> list[str]:
              "is the problem's whole template space on the simulated device and the optimum the "
              "best time any setting reached there: **simulated times**, a proxy for a live "
              "search (the live runs search whole spaces; the sweeps hold 8 to 200 "
-             "configurations of them), never a GPU result. Sign test: two-sided, over the "
-             "problems where the two settings differ.", ""]
+             "configurations of them), never a GPU result; there the optimum depends on the "
+             "settings run together, so a setting's figures differ between files. Sign test: "
+             "two-sided, over the problems where the two settings differ.", ""]
     for path in sorted((ROOT / "benchmarks/results").glob("*-agents-ab-*.json")):
         res = json.loads(path.read_text())
         base = res["variants"][0]

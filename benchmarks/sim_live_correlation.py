@@ -100,11 +100,42 @@ def correlate(problem: str, times: dict[str, float], sample: int, builder: Build
             "sim_pick_vs_best": real[best_sim] / real[best_real]}
 
 
+def markdown(out: dict) -> list[str]:
+    """BENCHMARKS.md's section from a result file's content."""
+    rows, by_family = out["rows"], out["median_spearman_by_family"]
+    lines = [MARK_BEGIN, "## How well the simulator ranks the live runs' configurations", "",
+             f"Run {out['date']} on a CPU by `benchmarks/sim_live_correlation.py --problems "
+             f"{out['problems_given']} --sample {out['sample']}`: the configurations the live "
+             "bench's strategies measured on the H200 (each problem's latest live run that kept "
+             "them, drawn by eight strategies from the whole current template space, "
+             f"tensor-core templates included), {out['sample']} per problem (a seeded sample), "
+             "simulated with the shipped constants and ranked against their measured times. "
+             "The recorded sweeps of the section above are older for the single GEMMs (SIMT "
+             "templates only, 10 to 48 configurations each); none of these configurations was "
+             "used to set the simulator's constants. A problem's family is its plan's: "
+             "gemm_diag_scale is an elementwise kernel, gemm_vecmat a reduction.", "",
+             "| family | problems | median Spearman |", "|---|---|---|"]
+    lines += [f"| {f} | {sum(r['family'] == f for r in rows)} | {v:+.2f} |"
+              for f, v in sorted(by_family.items())]
+    lines += ["", "| problem | family | measured | simulated | Spearman | sim's pick | run |",
+              "|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['problem']} | {r['family']} | {r['measured']} | {r['configs']} | "
+              f"{r['spearman']:+.2f} | {r['sim_pick_vs_best']:.2f}x | `{r['run']}` |"
+              for r in rows]
+    return lines + ["", MARK_END]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sample", type=int, default=80)
     ap.add_argument("--problems", default="", help="comma-separated name prefixes (default: all)")
+    ap.add_argument("--markdown-only", type=Path, default=None, metavar="RESULT_JSON",
+                    help="rewrite BENCHMARKS.md's section from a result file only")
     args = ap.parse_args()
+    if args.markdown_only:
+        write_section(ROOT / "BENCHMARKS.md", MARK_BEGIN, MARK_END,
+                      markdown(json.loads(args.markdown_only.read_text())))
+        return
     found = measured_configs()
     names = sorted(p for p in found if not args.problems
                    or p.startswith(tuple(args.problems.split(","))))
@@ -125,28 +156,10 @@ def main() -> None:
                  for f in fams}
     date = time.strftime("%Y-%m-%d")
     out = {"date": date, "sample": args.sample, "constants": "shipped (the sim device's)",
-           "rows": rows, "median_spearman_by_family": by_family}
+           "problems_given": args.problems or "all", "rows": rows,
+           "median_spearman_by_family": by_family}
     (RESULTS / f"{date}-sim-live-correlation.json").write_text(json.dumps(out, indent=2) + "\n")
-    lines = [MARK_BEGIN, "## How well the simulator ranks the live runs' configurations", "",
-             f"Run {date} on a CPU by `benchmarks/sim_live_correlation.py`: the configurations "
-             "the live bench's strategies measured on the H200 (each problem's latest live run "
-             "that kept them: the convolutions and GEMMs benched since 2026-12-01, drawn from "
-             "the whole current template space, tensor-core templates included), up to "
-             f"{args.sample} per problem (a seeded sample), simulated with the shipped "
-             "constants and ranked against their measured times. The recorded sweeps of the "
-             "section above are older for the GEMMs (SIMT templates only, 10 to 48 "
-             "configurations each); none of these configurations was used to set the "
-             "simulator's constants.", "",
-             "| family | problems | median Spearman |", "|---|---|---|"]
-    lines += [f"| {f} | {sum(r['family'] == f for r in rows)} | {by_family[f]:+.2f} |"
-              for f in fams]
-    lines += ["", "| problem | family | measured | simulated | Spearman | sim's pick | run |",
-              "|---|---|---|---|---|---|---|"]
-    lines += [f"| {r['problem']} | {r['family']} | {r['measured']} | {r['configs']} | "
-              f"{r['spearman']:+.2f} | {r['sim_pick_vs_best']:.2f}x | `{r['run']}` |"
-              for r in rows]
-    lines += ["", MARK_END]
-    write_section(ROOT / "BENCHMARKS.md", MARK_BEGIN, MARK_END, lines)
+    write_section(ROOT / "BENCHMARKS.md", MARK_BEGIN, MARK_END, markdown(out))
     print(by_family)
 
 
