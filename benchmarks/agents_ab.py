@@ -61,6 +61,8 @@ def variant_options(name: str) -> dict[str, Any]:
         # temperature (`AgentsStrategy.temperatures`)
         "explore2": {"explore_temperature": 2.0},
         "explore3": {"explore_temperature": 3.0},
+        # the first 8 sampled proposals at 3x every agent's temperature (a flatter first look)
+        "spread8": {"spread": 8},
         "run_rank_explore3": {"reward": RewardSettings(rank_over="run"),
                               "explore_temperature": 3.0},
     }

@@ -512,3 +512,27 @@ def test_a_stalled_search_raises_one_agents_temperature_at_a_time():
     assert strategy.temperatures() == {g: 1.0 for g in groups}
     with pytest.raises(ValueError, match="explore_temperature"):
         AgentsStrategy(space_of(GOOD / "sum_small.py"), explore_temperature=0.5)
+
+
+def test_the_first_sampled_proposals_spread_hotter_then_cool():
+    """`spread`: after the ranked proposals, the next N are drawn at every agent's temperature
+    times `spread_temperature`; then sampling returns to the agents' own temperatures."""
+    from cuda_agent.agents.strategy import AgentsStrategy
+
+    strategy = AgentsStrategy(space_of(GOOD / "sum_small.py"), seed=0, budget=64, ranked=2,
+                              spread=3, spread_temperature=4.0, patience=10**6)
+    seen: list[dict[str, float]] = []
+    original = strategy.episode.propose
+
+    def spy(*args, **kwargs):
+        seen.append(dict(kwargs["temperature"]))
+        return original(*args, **kwargs)
+
+    strategy.episode.propose = spy  # type: ignore[method-assign]
+    for _ in range(4):
+        strategy.ask(2)
+    hot = [set(t.values()) for t in seen]
+    # ranked batch at 1; two batches of spread (3 proposals: 2 then 1 left); then back to 1
+    assert hot == [{1.0}, {4.0}, {4.0}, {1.0}]
+    with pytest.raises(ValueError, match="spread"):
+        AgentsStrategy(space_of(GOOD / "sum_small.py"), spread=-1)

@@ -53,6 +53,9 @@ are lost."""
 EXPLORE_ON_STALL = 1.0
 """the factor on one agent's temperature after a batch without improvement (1: off)"""
 
+SPREAD = 0
+"""how many of the first sampled proposals are drawn hotter (`spread_temperature`; 0: none)"""
+
 RANKED_FIRST = 3
 """a trained policy's first proposals on a new operator: its most probable configurations"""
 
@@ -78,7 +81,8 @@ class AgentsStrategy(Strategy):
                  budget: int = 64, reward: RewardSettings | None = None,
                  ppo: PPOSettings | None = None, temperature: float = 1.0,
                  ranked: int | None = None, local_share: float = LOCAL_SHARE,
-                 explore_temperature: float = EXPLORE_ON_STALL, **options: Any) -> None:
+                 explore_temperature: float = EXPLORE_ON_STALL, spread: int = SPREAD,
+                 spread_temperature: float = 3.0, **options: Any) -> None:
         super().__init__(space, seed, **options)
         torch.manual_seed(seed)
         if isinstance(policy, MultiAgentPolicy):
@@ -104,6 +108,12 @@ class AgentsStrategy(Strategy):
         if explore_temperature < 1.0:
             raise ValueError(f"explore_temperature must be at least 1, got {explore_temperature}")
         self.explore_temperature = explore_temperature
+        if spread < 0 or spread_temperature < 1.0:
+            raise ValueError("spread must be at least 0 and spread_temperature at least 1")
+        # the first `spread` sampled proposals (after the ranked ones) are drawn with every
+        # agent's temperature times `spread_temperature`: a flatter first look at the space
+        self.spread_left = spread
+        self.spread_temperature = spread_temperature
         # the first `ranked` proposals of the run are the policy's most probable
         # configurations, best first; sampling takes over after them (exploration)
         # (default: RANKED_FIRST with a trained checkpoint, none for a fresh policy, whose
@@ -125,12 +135,18 @@ class AgentsStrategy(Strategy):
                 for g, t in self.temperature.items()}
 
     def ask(self, n: int) -> list[Config]:
+        temperature = self.temperatures()
+        spreading = self.ranked_left == 0 and self.spread_left > 0
+        if spreading:
+            temperature = {g: t * self.spread_temperature for g, t in temperature.items()}
         with one_thread():
             out = self.episode.propose(n, exclude=self.proposed,
-                                       temperature=self.temperatures(),
+                                       temperature=temperature,
                                        ranked=self.ranked_left,
                                        local=round(n * self.local_share))
         self.ranked_left = max(0, self.ranked_left - len(out))
+        if spreading:
+            self.spread_left = max(0, self.spread_left - len(out))
         self.proposed.update(out)
         return out
 
