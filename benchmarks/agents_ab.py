@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -65,6 +66,14 @@ def variant_options(name: str) -> dict[str, Any]:
         "spread8": {"spread": 8},
         "run_rank_explore3": {"reward": RewardSettings(rank_over="run"),
                               "explore_temperature": 3.0},
+        # the analytic model's estimate added to the proposals' scores at weight 1, 3, 10
+        # (`agents/prior.py`): a configuration r times slower in the model r**w times rarer
+        # (online_ppo: the defaults of the day; from 2026-12-02 they include the prior at 10)
+        "noprior": {"prior_weight": 0.0},
+        "prior1": {"prior_weight": 1.0},
+        "prior3": {"prior_weight": 3.0},
+        "prior10": {"prior_weight": 10.0},
+        "prior30": {"prior_weight": 30.0},
     }
     if name not in table:
         raise SystemExit(f"unknown variant {name!r}; known: {', '.join(table)}")
@@ -113,6 +122,12 @@ def sweep_best(name: str) -> float | None:
         return None
     times = [r["time_ms"] for r in recs if r.get("ok") and r.get("time_ms")]
     return min(times) if times else None
+
+
+def gpu_name() -> str:
+    import torch
+
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
 
 
 def summarize(runs: list[tuple[str, int, str, list[float | None] | None]], budget: int,
@@ -205,13 +220,19 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--variants", default="online_ppo,run_rank",
                     help="comma-separated; the first is the baseline the others are compared to")
-    ap.add_argument("--device", choices=("replay", "sim"), default="replay")
+    ap.add_argument("--device", choices=("replay", "sim", "cuda"), default="replay",
+                    help="cuda: live on the GPU, one search at a time (no two time at once); "
+                         "the optimum is the best time any variant reached")
     ap.add_argument("--problems", default="",
                     help="comma-separated name prefixes (default: every problem of the suite)")
     ap.add_argument("--policies", default=POLICIES, help="the fold checkpoints, comma-separated")
     ap.add_argument("--seeds", type=int, default=2)
     ap.add_argument("--budget", type=int, default=40)
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--deadline", type=float, default=0.0,
+                    help="seconds: start no problem after this (0: none); a problem's runs are "
+                         "kept together so each one compares every variant")
+    ap.add_argument("--out", default="", help="the result file (default: benchmarks/results/)")
     ap.add_argument("--markdown-only", action="store_true",
                     help="rewrite BENCHMARKS.md's section from the committed results only")
     args = ap.parse_args()
@@ -228,23 +249,40 @@ def main() -> None:
         raise SystemExit(f"no problem matches {args.problems!r}")
     jobs = [(str(f), s, v, args.budget, args.device, args.policies) for f in files
             for s in range(args.seeds) for v in variants]
-    with ProcessPoolExecutor(args.jobs) as pool:
-        runs = list(track(pool.map(_run, jobs), total=len(jobs),
-                          description=f"agents on {args.device}: {', '.join(variants)}"))
+    started = time.time()
+    if args.device == "cuda":  # one search at a time on the GPU, problem by problem
+        runs = []
+        for job in track(jobs, description=f"agents on cuda: {', '.join(variants)}"):
+            first_of_problem = not runs or runs[-1][0] != job[0]
+            if first_of_problem and args.deadline and time.time() - started > args.deadline:
+                break
+            runs.append(_run(job))
+    else:
+        with ProcessPoolExecutor(args.jobs) as pool:
+            runs = list(track(pool.map(_run, jobs), total=len(jobs),
+                              description=f"agents on {args.device}: {', '.join(variants)}"))
     out = summarize(runs, args.budget, variants, args.device)
     out.update(date=time.strftime("%Y-%m-%d"), seeds=args.seeds, budget=args.budget,
                device=args.device, variants=variants, problems_given=args.problems or "all",
-               optimum="the sweep's best" if args.device == "replay" else
-               "the best time any variant reached (simulated)",
-               data="benchmarks/data/nvidia-h200 (replay)" if args.device == "replay" else
-               "simulated device", policies=args.policies)
-    path = (ROOT / "benchmarks/results" /
-            f"{out['date']}-agents-ab-{args.device}-{'-'.join(variants)}.json")
+               optimum={"replay": "the sweep's best",
+                        "sim": "the best time any variant reached (simulated)",
+                        "cuda": "the best time any variant reached"}[args.device],
+               data={"replay": "benchmarks/data/nvidia-h200 (replay)",
+                     "sim": "simulated device",
+                     "cuda": f"measured live on the GPU ({gpu_name()})"}[args.device],
+               policies=args.policies, seconds=round(time.time() - started, 1))
+    if args.device == "cuda":  # every measurement, for a later look (None: failed)
+        out["trajectories"] = [[Path(p).stem, s, v, t] for p, s, v, t in runs]
+        out["commit"] = os.environ.get("CUDA_AGENT_COMMIT", "")
+    path = Path(args.out) if args.out else (
+        ROOT / "benchmarks/results" /
+        f"{out['date']}-agents-ab-{args.device}-{'-'.join(variants)}.json")
     path.write_text(json.dumps(out, indent=1) + "\n")
     print(f"{out['problems']} problems: median measurements to 95 % "
           f"{out['median_evals_to_95']}, mean {out['mean_evals_to_95']}; against "
           f"{variants[0]}: {out['against_' + variants[0]]}; wrote {path}")
-    write_section(ROOT / "BENCHMARKS.md", MARK_BEGIN, MARK_END, markdown())
+    if not args.out:
+        write_section(ROOT / "BENCHMARKS.md", MARK_BEGIN, MARK_END, markdown())
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from .errors import SettingsError
 from .problem import load_problem
 from .run.devices import Device
 from .run.replay import ReplayDevice, find_sweep, read_sweep
+from .search.base import is_agents
 from .store import Store
 from .tuner import Tuner, TuneSettings, check_precision
 
@@ -212,7 +213,7 @@ def strategy_settings(device: Device, strategy: str, budget: int, seed: int,
     """One ask/tell strategy's run in a comparison: no baselines, no default measured first
     (every strategy starts from what it asks for), the agents without early stopping."""
     opts: dict[str, Any] = {}
-    if strategy == "marl":
+    if is_agents(strategy):
         opts = {"policy": policy, "budget": budget, "patience": 10**6}
     return TuneSettings(device=device.kind, strategy=strategy, budget=budget, batch=4,
                         seed=seed, baselines=False, include_default=False,
@@ -279,7 +280,7 @@ def run_bench(settings: BenchSettings,
         if policies:  # which checkpoint the agents used (several: cross-fitted)
             result.problems[problem.name]["policy"] = Path(policies.pick(problem.name)).name
         for strategy in settings.strategies:
-            if strategy == "marl" and not policies:
+            if is_agents(strategy) and not policies:
                 continue  # the agents without a trained policy are not cuda-agent's offer
             for seed in range(settings.seeds):
                 t0, error = time.perf_counter(), None
@@ -353,7 +354,7 @@ def summarize(result: BenchResult) -> dict[str, Any]:
     strategies = list(dict.fromkeys(r.strategy for r in result.runs))
     for s in strategies:
         runs = [r for r in result.runs if r.strategy == s and not (
-            s == "marl" and r.problem in result.trained_on)]
+            is_agents(s) and r.problem in result.trained_on)]
         per_problem: dict[str, list[Run]] = {}
         for r in runs:
             per_problem.setdefault(r.problem, []).append(r)

@@ -42,6 +42,7 @@ from .ir.plan import KernelPlan, make_plan
 from .problem import Problem, load_problem
 from .run.devices import Device
 from .run.replay import find_sweep, read_sweep
+from .search.base import is_agents
 from .space.slots import Config
 from .store import TRANSIENT_KINDS, Store
 from .tuner import Tuner, TuneSettings, Trial, open_device
@@ -272,7 +273,7 @@ def run_live_bench(settings: BenchSettings, device_name: str,
                                                         for k, v in phase_s.items()))
                 jobs = [(st, k) for st in settings.strategies for k in range(settings.seeds)
                         # the agents without a trained policy are not cuda-agent's offer
-                        if st != "marl" or policies]
+                        if not is_agents(st) or policies]
                 done, late = _run_strategies(bench, jobs, started, notify, progress)
                 runs = bench.finish(done)
                 if late or not bench.ok_times:

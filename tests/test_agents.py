@@ -90,17 +90,18 @@ def test_buffer_deduplicates_by_content_key_and_drops_stale_versions():
 
 # -- masks and the vocabulary --------------------------------------------------------------------
 
-def test_every_benchmark_space_fits_the_vocabulary():
+# one test per problem: the spaces take minutes together, and parallel workers share them out
+@pytest.mark.parametrize("path", sorted(PROBLEMS.glob("*.py")), ids=lambda p: p.stem)
+def test_every_benchmark_space_fits_the_vocabulary(path):
     from cuda_agent.ir.partition import ProgramPlan
     from cuda_agent.space.program import stage_spaces
 
-    for path in sorted(PROBLEMS.glob("*.py")):
-        plan = make_plan(load_problem(path).graph())
-        # a multi-kernel program is searched stage by stage: each stage's space must fit
-        spaces = stage_spaces(plan, Target()) if isinstance(plan, ProgramPlan) else \
-            [Space.for_plan(plan, Target())]
-        for sp in spaces:
-            SpaceIndex.of(sp)  # raises if a slot value is missing from VOCAB
+    plan = make_plan(load_problem(path).graph())
+    # a multi-kernel program is searched stage by stage: each stage's space must fit
+    spaces = stage_spaces(plan, Target()) if isinstance(plan, ProgramPlan) else \
+        [Space.for_plan(plan, Target())]
+    for sp in spaces:
+        SpaceIndex.of(sp)  # raises if a slot value is missing from VOCAB
 
 
 def test_slots_are_partitioned_between_agents():

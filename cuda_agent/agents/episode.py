@@ -19,6 +19,7 @@ from .decode import ranked as top_k
 from .decode import sample, sample_local, score_rows
 from .observe import SearchState, global_state, observe, problem_features
 from .policy import Decision, MultiAgentPolicy
+from .prior import sim_prior
 from .ppo import Buffer, PPOSettings, Transition, update
 from .reward import RewardSettings, rewards
 from .vocab import SLOT_ORDER, SpaceIndex
@@ -27,7 +28,8 @@ from .vocab import SLOT_ORDER, SpaceIndex
 class Episode:
     def __init__(self, policy: MultiAgentPolicy, space: Space, budget: int,
                  rng: np.random.Generator, reward: RewardSettings, episode_id: int,
-                 version: int = 0, index: SpaceIndex | None = None) -> None:
+                 version: int = 0, index: SpaceIndex | None = None,
+                 prior_weight: float = 0.0) -> None:
         self.policy = policy
         self.space = space
         self.index = index or SpaceIndex.of(space)
@@ -43,6 +45,10 @@ class Episode:
         self.rewards: list[float] = []
         self.measured: list[float] = []  # every successful time so far (RewardSettings.rank_over)
         self.local_turn = 0  # the agent whose neighbourhood the next local proposal explores
+        # the analytic model's estimate added to the policy's scores (`prior.py`; 0: off),
+        # modelled once, at the first proposal
+        self.prior_weight = prior_weight
+        self.prior: np.ndarray | None = None
 
     @property
     def groups(self) -> list[str]:
@@ -68,6 +74,14 @@ class Episode:
         # every remaining configuration scored once; the first `ranked` are the most probable
         # (exploitation), the rest drawn from the policy conditioned on what remains
         scored = score_rows(self.policy, obs, self.index, rows, temperature)
+        if self.prior_weight:
+            if self.prior is None:
+                full = np.full(len(self.index.configs), -np.inf)
+                full[scored.rows] = scored.logp
+                self.prior = sim_prior(self.space, self.index.configs, full,
+                                       seed=int(self.rng.integers(2**31)))
+            # proposals only: the decisions keep the policy's own log-probabilities
+            scored.logp = scored.logp + self.prior_weight * self.prior[scored.rows]
         picks = top_k(scored, min(ranked, n))
         best = self.state.best_config
         if local and best is not None and best in self.index.position:

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..bench import BenchResult, best_of_run, summarize, versus_peers
 from ..metrics import P
+from ..search.base import is_agents
 
 
 def _fmt(v: Any, digits: int = 2, suffix: str = "") -> str:
@@ -102,7 +103,7 @@ def convergence_plot(result: BenchResult, path: Path) -> Path:
     for s in dict.fromkeys(r.strategy for r in result.runs):
         curves = []
         for r in result.runs:
-            if r.strategy != s or (s == "marl" and r.problem in result.trained_on):
+            if r.strategy != s or (is_agents(s) and r.problem in result.trained_on):
                 continue
             best = result.problems[r.problem]["best_ms"]
             run, curve = math.inf, []

@@ -47,9 +47,15 @@ class Strategy(ABC):
         """Default: nothing to learn."""
 
 
+def is_agents(name: str) -> bool:
+    """True for the learning agents' strategies ("marl" and its ablations, "marl_*"): they take
+    a policy checkpoint, and their runs on problems that policy trained on are reported apart."""
+    return name == "marl" or name.startswith("marl_")
+
+
 def make_strategy(name: str, space: Space, seed: int = 0, **options: Any) -> Strategy:
-    if name == "marl" and name not in STRATEGIES:
-        from ..agents import strategy as _agents  # noqa: F401  (registers "marl")
+    if is_agents(name) and name not in STRATEGIES:
+        from ..agents import strategy as _agents  # noqa: F401  (registers "marl", "marl_*")
     if name not in STRATEGIES:
         raise SettingsError(f"unknown strategy {name!r}; choose from {', '.join(sorted(STRATEGIES))}")
     return STRATEGIES[name](space, seed=seed, **options)

@@ -1,0 +1,109 @@
+"""The analytic model's prior on the agents' proposals (cuda_agent/agents/prior.py): its values
+are the model's own ranking, bounded; a large space is modelled on a pool; with a weight the
+episode's ranked proposals follow policy + prior while the decisions PPO learns from keep the
+policy's own log-probabilities."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from cuda_agent.agents import prior as prior_mod
+from cuda_agent.agents.decode import ranked, score_rows
+from cuda_agent.agents.episode import Episode
+from cuda_agent.agents.observe import observe
+from cuda_agent.agents.policy import MultiAgentPolicy
+from cuda_agent.agents.prior import FLOOR, sim_prior, simulated_times
+from cuda_agent.agents.reward import RewardSettings
+from cuda_agent.agents.strategy import AgentsStrategy
+from cuda_agent.ir.plan import make_plan
+from cuda_agent.problem import load_problem
+from cuda_agent.space.slots import Target
+from cuda_agent.space.space import Space
+
+GOOD = Path(__file__).resolve().parent / "data" / "good"
+
+
+def space_of(name: str) -> Space:
+    return Space.for_plan(make_plan(load_problem(GOOD / f"{name}.py").graph()), Target())
+
+
+def sharp_policy(seed: int = 0) -> MultiAgentPolicy:
+    torch.manual_seed(seed)
+    policy = MultiAgentPolicy("multi", hidden=16)
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.mul_(25.0)
+    return policy
+
+
+@pytest.mark.parametrize("name", ["relu_small", "sum_small"])
+def test_prior_is_the_models_ranking_bounded(name):
+    space = space_of(name)
+    configs = space.configs
+    assert len(configs) <= prior_mod.POOL  # modelled whole
+    prior = sim_prior(space, configs)
+    times = simulated_times(space, np.arange(len(configs)), configs)
+    ok = np.isfinite(times)
+    assert ok.sum() > 10 and len(set(np.round(times[ok], 9))) > 2  # the model tells them apart
+    assert prior.max() == 0.0 and prior.min() >= FLOOR
+    assert prior[int(np.nanargmin(times))] == 0.0
+    expect = np.maximum(FLOOR, -np.log(times[ok] / times[ok].min()))
+    assert prior[ok] == pytest.approx(expect)
+    assert (prior[~ok] == FLOOR).all()  # what the model rejects is the least likely
+    # the model's order is the prior's order
+    faster, slower = np.nanargmin(times), np.nanargmax(times)
+    assert prior[faster] > prior[slower]
+
+
+def test_a_large_space_is_modelled_on_a_pool_the_rest_neutral(monkeypatch):
+    space = space_of("relu_small")
+    configs = space.configs
+    n = len(configs)
+    pool = 16
+    modelled: list[np.ndarray] = []
+    real = prior_mod.simulated_times
+
+    def spy(space_, rows, configs_):
+        modelled.append(np.asarray(rows))
+        return real(space_, rows, configs_)
+
+    monkeypatch.setattr(prior_mod, "simulated_times", spy)
+    logp = np.arange(n, dtype=float)  # the policy prefers the last rows
+    prior = sim_prior(space, configs, logp, pool=pool, seed=3)
+    rows = modelled[0]
+    assert len(rows) == len(set(rows.tolist())) == pool
+    assert set(range(n - pool // 2, n)) <= set(rows.tolist())  # the policy's top half
+    outside = np.setdiff1d(np.arange(n), rows)
+    assert len(set(prior[outside])) == 1  # one neutral value: the pool's median
+    assert prior[outside][0] == pytest.approx(np.median(prior[rows]))
+
+
+def test_episode_ranks_by_policy_plus_prior_and_keeps_the_policys_logp():
+    space = space_of("sum_small")
+    policy = sharp_policy(7)
+    weight = 5.0
+    ep = Episode(policy, space, 32, np.random.default_rng(0), RewardSettings(), 0,
+                 prior_weight=weight)
+    out = ep.propose(4, ranked=4)
+    fresh = Episode(policy, space, 32, np.random.default_rng(0), RewardSettings(), 0)
+    obs = {g: observe(policy.obs_agent(g), fresh.state, fresh.index) for g in policy.groups}
+    index = fresh.index
+    scored = score_rows(policy, obs, index, index.rows_excluding(set()))
+    own = [index.configs[int(scored.rows[k])] for k in ranked(scored, 4)]
+    prior = sim_prior(space, index.configs)
+    scored.logp = scored.logp + weight * prior[scored.rows]
+    assert out == [index.configs[int(scored.rows[k])] for k in ranked(scored, 4)]
+    assert out != own  # the prior moved the policy's own first choices
+    for cfg in out:  # PPO's behaviour log-probabilities: the policy's alone
+        d = ep.pending[cfg][0]
+        alone = score_rows(policy, obs, index, np.asarray([index.position[cfg]]))
+        assert sum(d.logp.values()) == pytest.approx(float(alone.logp[0]))
+
+
+def test_strategy_rejects_a_negative_prior_weight():
+    with pytest.raises(ValueError, match="prior_weight"):
+        AgentsStrategy(space_of("relu_small"), prior_weight=-1.0)
