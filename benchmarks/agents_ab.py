@@ -80,10 +80,10 @@ def variant_options(name: str) -> dict[str, Any]:
     return table[name]
 
 
-def _run(job: tuple[str, int, str, int, str, str]) -> tuple[str, int, str,
+def _run(job: tuple[str, int, str, int, str, str, str | None]) -> tuple[str, int, str,
                                                             list[float | None] | None]:
     """One agents' search; None when the problem has no usable sweep (replay)."""
-    path, seed, variant, budget, device, policies = job
+    path, seed, variant, budget, device, policies, replay_root = job
     import torch
 
     torch.set_num_threads(1)
@@ -97,7 +97,7 @@ def _run(job: tuple[str, int, str, int, str, str]) -> tuple[str, int, str,
     opts = {"policy": Policies(checkpoints).pick(Path(path).stem), "budget": budget,
             "patience": 10**6, **variant_options(variant)}
     settings = TuneSettings(device=device, strategy="marl", budget=budget, batch=4, seed=seed,
-                            baselines=False, strategy_options=opts)
+                            baselines=False, strategy_options=opts, replay_root=replay_root)
     try:
         tuner = Tuner(load_problem(path), settings, store=Store(":memory:"))
     except CudaAgentError:
@@ -110,14 +110,14 @@ def _run(job: tuple[str, int, str, int, str, str]) -> tuple[str, int, str,
                                  for t in res.trials]
 
 
-def sweep_best(name: str) -> float | None:
+def sweep_best(name: str, root: str | None = None) -> float | None:
     from cuda_agent.errors import CudaAgentError
     from cuda_agent.problem import load_problem
     from cuda_agent.run.replay import find_sweep, read_sweep
 
     try:
         recs = read_sweep(find_sweep(load_problem(ROOT / "benchmarks/problems" / f"{name}.py"),
-                                     None))["records"]
+                                     Path(root) if root else None))["records"]
     except CudaAgentError:
         return None
     times = [r["time_ms"] for r in recs if r.get("ok") and r.get("time_ms")]
@@ -131,7 +131,7 @@ def gpu_name() -> str:
 
 
 def summarize(runs: list[tuple[str, int, str, list[float | None] | None]], budget: int,
-              variants: list[str], device: str) -> dict:
+              variants: list[str], device: str, replay_root: str | None = None) -> dict:
     """Per problem, each variant's median measurements to 95 % of the optimum; the
     comparison of every variant with the first."""
     from scipy.stats import binomtest
@@ -148,7 +148,8 @@ def summarize(runs: list[tuple[str, int, str, list[float | None] | None]], budge
         if set(d) != set(variants):
             continue
         everything = [t for rs in d.values() for r in rs for t in r if t]
-        best = sweep_best(name) if device == "replay" else min(everything, default=None)
+        best = (sweep_best(name, replay_root) if device == "replay"
+                else min(everything, default=None))
         if best is None:
             continue
         per[name] = {v: statistics.median(metrics.evals_to_fraction(r, best, 0.95,
@@ -190,12 +191,20 @@ def markdown() -> list[str]:
              "best time any setting reached there: **simulated times**, a proxy for a live "
              "search (the live runs search whole spaces; the sweeps hold 8 to 200 "
              "configurations of them), never a GPU result; there the optimum depends on the "
-             "settings run together, so a setting's figures differ between files. Sign test: "
-             "two-sided, over the problems where the two settings differ.", ""]
+             "settings run together, so a setting's figures differ between files. On `cuda` "
+             "the same as `sim` but live on the H200: every candidate compiled, verified and "
+             "timed, one search at a time, the optimum the best time any setting reached in "
+             "the run. `online_ppo` is the defaults of the file's day: from the prior's A/B on "
+             "(2026-12-02) they include the analytic model's prior at weight 10, and `noprior` "
+             "is the same without it. Sign test: two-sided, over the problems where the two "
+             "settings differ.", ""]
     for path in sorted((ROOT / "benchmarks/results").glob("*-agents-ab-*.json")):
         res = json.loads(path.read_text())
         base = res["variants"][0]
-        lines += [f"{res['date']}, `{res['device']}`, problems {res['problems_given']} "
+        served = (f" serving {res['data'].removesuffix(' (replay)')}"
+                  if res["device"] == "replay" and not res["data"].startswith("benchmarks/data")
+                  else "")
+        lines += [f"{res['date']}, `{res['device']}`{served}, problems {res['problems_given']} "
                   f"({res['problems']} compared), {res['seeds']} seeds, budget {res['budget']}, "
                   f"policies `{res['policies']}` (`{path.relative_to(ROOT)}`):", "",
                   f"| setting | median to 95 % | mean | fewer than {base} | more | tied | "
@@ -205,12 +214,35 @@ def markdown() -> list[str]:
             a = res["against_" + base].get(v)
             cells = ["-"] * 5 if a is None else [
                 str(a["fewer"]), str(a["more"]), str(a["tied"]),
-                "-" if a["sign_test_p"] is None else f"{a['sign_test_p']:.3f}",
+                "-" if a["sign_test_p"] is None else f"{a['sign_test_p']:.2g}",
                 f"{a[f'geomean_best_ratio_{base}_over_{v}']:.3f}"
                 if a[f"geomean_best_ratio_{base}_over_{v}"] else "-"]
             lines.append(f"| {v} | {res['median_evals_to_95'][v]:g} | "
                          f"{res['mean_evals_to_95'][v]:.1f} | " + " | ".join(cells) + " |")
         lines.append("")
+        if res["device"] == "cuda":  # a live run is small: each problem shown
+            lines += live_rows(res)
+    return lines + [MARK_END]
+
+
+def live_rows(res: dict) -> list[str]:
+    """A live A/B's problems: measurements to 95 % and the best time each setting reached."""
+    variants = res["variants"]
+    best: dict[str, dict[str, float]] = {}
+    for name, _, v, times in res["trajectories"]:
+        ok = [t for t in times or [] if t]
+        if ok:
+            best.setdefault(name, {})[v] = min(min(ok), best.get(name, {}).get(v, math.inf))
+    lines = [f"Live on the GPU in {res['seconds']:.0f} s (commit {res.get('commit') or '?'}); "
+             "per problem, measurements to 95 % of the best either reached (and each "
+             "one's best, ms); a problem the run's deadline left out is not listed:", "",
+             "| problem | " + " | ".join(variants) + " | " +
+             " | ".join(f"best ms, {v}" for v in variants) + " |",
+             "|---|" + "---|" * (2 * len(variants))]
+    for name, per in res["per_problem"].items():
+        lines.append(f"| {name} | " + " | ".join(f"{per[v]:g}" for v in variants) + " | " +
+                     " | ".join(f"{best[name][v]:.4f}" for v in variants) + " |")
+    return lines + [""]
     return lines + [MARK_END]
 
 
@@ -233,6 +265,9 @@ def main() -> None:
                     help="seconds: start no problem after this (0: none); a problem's runs are "
                          "kept together so each one compares every variant")
     ap.add_argument("--out", default="", help="the result file (default: benchmarks/results/)")
+    ap.add_argument("--replay-root", default="",
+                    help="replay: the sweeps to serve (default benchmarks/data; "
+                         "`benchmarks/live_sweeps.py` writes the live runs' measurements)")
     ap.add_argument("--markdown-only", action="store_true",
                     help="rewrite BENCHMARKS.md's section from the committed results only")
     args = ap.parse_args()
@@ -247,7 +282,8 @@ def main() -> None:
         files = [f for f in files if f.stem.startswith(tuple(args.problems.split(",")))]
     if not files:
         raise SystemExit(f"no problem matches {args.problems!r}")
-    jobs = [(str(f), s, v, args.budget, args.device, args.policies) for f in files
+    jobs = [(str(f), s, v, args.budget, args.device, args.policies, args.replay_root or None)
+            for f in files
             for s in range(args.seeds) for v in variants]
     started = time.time()
     if args.device == "cuda":  # one search at a time on the GPU, problem by problem
@@ -261,13 +297,14 @@ def main() -> None:
         with ProcessPoolExecutor(args.jobs) as pool:
             runs = list(track(pool.map(_run, jobs), total=len(jobs),
                               description=f"agents on {args.device}: {', '.join(variants)}"))
-    out = summarize(runs, args.budget, variants, args.device)
+    out = summarize(runs, args.budget, variants, args.device, args.replay_root or None)
     out.update(date=time.strftime("%Y-%m-%d"), seeds=args.seeds, budget=args.budget,
                device=args.device, variants=variants, problems_given=args.problems or "all",
                optimum={"replay": "the sweep's best",
                         "sim": "the best time any variant reached (simulated)",
                         "cuda": "the best time any variant reached"}[args.device],
-               data={"replay": "benchmarks/data/nvidia-h200 (replay)",
+               data={"replay": (f"{args.replay_root} (replay)" if args.replay_root else
+                                "benchmarks/data/nvidia-h200 (replay)"),
                      "sim": "simulated device",
                      "cuda": f"measured live on the GPU ({gpu_name()})"}[args.device],
                policies=args.policies, seconds=round(time.time() - started, 1))
@@ -276,7 +313,9 @@ def main() -> None:
         out["commit"] = os.environ.get("CUDA_AGENT_COMMIT", "")
     path = Path(args.out) if args.out else (
         ROOT / "benchmarks/results" /
-        f"{out['date']}-agents-ab-{args.device}-{'-'.join(variants)}.json")
+        f"{out['date']}-agents-ab-{args.device}"
+        f"{'-' + Path(args.replay_root).name if args.replay_root else ''}"
+        f"-{'-'.join(variants)}.json")
     path.write_text(json.dumps(out, indent=1) + "\n")
     print(f"{out['problems']} problems: median measurements to 95 % "
           f"{out['median_evals_to_95']}, mean {out['mean_evals_to_95']}; against "

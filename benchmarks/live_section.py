@@ -30,7 +30,7 @@ FOLD_SETS = ("2026-11-30-h200-bench-live-s12", "2026-12-01-h200-bench-live-s13")
 FOLD_MERGED = RESULTS / "2026-11-30-h200-bench-live-folds-merged"
 # the same again with fold policies retrained on sweeps recorded with today's templates
 RETRAINED_SETS = ("2026-12-01-h200-bench-live-s14", "2026-12-01-h200-bench-live-s15",
-                  "2026-12-02-h200-bench-live-s16")
+                  "2026-12-02-h200-bench-live-s16", "2026-12-02-h200-bench-live-s17")
 RETRAINED_MERGED = RESULTS / "2026-12-01-h200-bench-live-retrained-merged"
 # an A/B on the GPU: the agents with half of each batch drawn near the best (`LOCAL_SHARE` 0.5)
 LOCAL_AB = RESULTS / "2026-12-01-h200-local-share-ab" / "run1"
@@ -101,7 +101,8 @@ merged into `{merged}`. Benched: {done} problems; the s15 runs are the first liv
 single GEMMs and of conv3d_standard and conv_transpose3d, the s16 runs (2026-12-02, three calls)
 of the other six single GEMMs and the first seven GEMM-based fused chains (80 to 120 s each with
 eight searches side by side, most of it torch.compile's max-autotune and compiling GEMM
-candidates, so a 10-minute call benches three to six).
+candidates, so a 10-minute call benches three to six), the s17 runs (2026-12-02, two calls, commit
+fd49d38: before the agents' analytic-model prior) of seven more GEMM chains.
 """
 
 LOCAL_AB_TEXT = """

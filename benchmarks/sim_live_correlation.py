@@ -30,6 +30,7 @@ from scipy.stats import spearmanr
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.live_sweeps import live_measurements  # noqa: E402
 from benchmarks.sections import write_section  # noqa: E402
 from cuda_agent.build.builder import Builder, BuildInput  # noqa: E402
 from cuda_agent.ir.partition import ProgramPlan  # noqa: E402
@@ -46,25 +47,13 @@ RESULTS = ROOT / "benchmarks" / "results"
 def measured_configs() -> dict[str, tuple[str, dict[str, float]]]:
     """Per problem, from its latest live run that kept configurations: (run folder, {short
     form: median verified ms})."""
-    latest: dict[str, tuple[str, str, dict[str, list[float]]]] = {}
-    for f in RESULTS.glob("*-bench-live*/**/bench.json"):
-        if "merged" in str(f):
-            continue
-        run = json.loads(f.read_text())
-        per: dict[str, dict[str, list[float]]] = {}
-        for r in run["runs"]:
-            configs, times = r.get("configs"), r.get("times")
-            if not configs or not times:
-                continue
-            for short, t in zip(configs, times):
-                if t is not None:
-                    per.setdefault(r["problem"], {}).setdefault(short, []).append(float(t))
-        for problem, d in per.items():
-            when = f"{run['date']} {f.parent.relative_to(ROOT)}"
-            if problem not in latest or when > latest[problem][0]:
-                latest[problem] = (when, str(f.parent.relative_to(ROOT)), d)
-    return {p: (where, {s: statistics.median(ts) for s, ts in d.items()})
-            for p, (_, where, d) in latest.items()}
+    out = {}
+    for problem, (where, _, times) in live_measurements().items():
+        ok = {s: statistics.median(v) for s, ts in times.items()
+              if (v := [t for t in ts if t is not None])}
+        if ok:
+            out[problem] = (where, ok)
+    return out
 
 
 def correlate(problem: str, times: dict[str, float], sample: int, builder: Builder,

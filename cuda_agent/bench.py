@@ -29,6 +29,8 @@ OURS = ("random", "genetic", "optuna", "marl")
 KERNEL_TUNER = tuple(f"kt:{s}" for s in ("genetic_algorithm", "bayes_opt",
                                            "simulated_annealing", "random_sample"))
 DEFAULT_STRATEGIES = OURS + KERNEL_TUNER
+ABLATIONS = ("marl_noprior",)
+"""strategies run only when named: the agents without the analytic model's prior"""
 
 
 @dataclass
@@ -154,10 +156,10 @@ def provenance() -> dict[str, Any]:
 
 
 def check_settings(settings: BenchSettings) -> None:
-    unknown = [s for s in settings.strategies if s not in DEFAULT_STRATEGIES]
+    known = DEFAULT_STRATEGIES + ABLATIONS
+    unknown = [s for s in settings.strategies if s not in known]
     if unknown:
-        raise SettingsError(f"unknown strategies {unknown}; choose from "
-                            f"{', '.join(DEFAULT_STRATEGIES)}")
+        raise SettingsError(f"unknown strategies {unknown}; choose from {', '.join(known)}")
     if settings.budget < 1 or settings.seeds < 1:
         raise SettingsError("--budget and --seeds must be at least 1")
     if settings.parallel < 1:

@@ -125,7 +125,7 @@ def test_bench_on_replay_end_to_end(tmp_path):
     assert r.returncode == 0 and (out / "report.html").exists()
 
     # cross-fitted: a second policy that never trained on norm_l2 tunes it, so the agents are
-    # compared on all three problems
+    # compared on all three problems; with them their ablation without the model's prior
     import torch
 
     blob = torch.load(tmp_path / "p" / "policy.pt", weights_only=False)
@@ -133,12 +133,14 @@ def test_bench_on_replay_end_to_end(tmp_path):
     torch.save(blob, tmp_path / "fold1.pt")
     out2 = tmp_path / "bench2"
     r = subprocess.run([CLI, "bench", "--suite", str(suite), "--budget", "6", "--seeds", "1",
-                        "--strategies", "random,marl", "--replay-root", str(H200.parent),
+                        "--strategies", "random,marl,marl_noprior", "--replay-root",
+                        str(H200.parent),
                         "--policy", f"{tmp_path / 'p' / 'policy.pt'},{tmp_path / 'fold1.pt'}",
                         "--out", str(out2)], capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-2000:]
     data = json.loads((out2 / "bench.json").read_text())
     assert data["trained_on"] == [] and data["summary"]["marl"]["problems"] == 3
+    assert data["summary"]["marl_noprior"]["problems"] == 3
     assert data["problems"]["norm_l2"]["policy"] == "fold1.pt"
     assert {data["problems"][p]["policy"] for p in data["problems"] if p != "norm_l2"} == {
         "policy.pt"}

@@ -22,6 +22,7 @@ ERROR_KINDS = {
     "degenerate": "the checks could not tell the output from a trivial one",
     "timing_floor": "measured faster than the physical floor: a measurement error",
     "not_recorded": "the replayed sweep holds no measurement for this configuration",
+    "recorded_failure": "the replayed run recorded a failure without its kind",
     "cuda": "another CUDA error",
 }
 
