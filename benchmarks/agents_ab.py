@@ -124,6 +124,18 @@ def sweep_best(name: str, root: str | None = None) -> float | None:
     return min(times) if times else None
 
 
+def served(root: str) -> str:
+    """What a sweep root holds, for the reader: the live runs' measurements when
+    `benchmarks/live_sweeps.py` wrote it, else the path."""
+    from cuda_agent.run.replay import read_sweep
+
+    first = next(Path(root).glob("*/*.json.gz"), None)
+    if first is not None and str(read_sweep(first).get("source", "")).startswith("the live bench"):
+        return ("the configurations the live bench runs measured on the H200, as sweeps "
+                "(`benchmarks/live_sweeps.py`; the optimum: each run's best of them)")
+    return root
+
+
 def gpu_name() -> str:
     import torch
 
@@ -303,7 +315,7 @@ def main() -> None:
                optimum={"replay": "the sweep's best",
                         "sim": "the best time any variant reached (simulated)",
                         "cuda": "the best time any variant reached"}[args.device],
-               data={"replay": (f"{args.replay_root} (replay)" if args.replay_root else
+               data={"replay": (f"{served(args.replay_root)} (replay)" if args.replay_root else
                                 "benchmarks/data/nvidia-h200 (replay)"),
                      "sim": "simulated device",
                      "cuda": f"measured live on the GPU ({gpu_name()})"}[args.device],
