@@ -74,6 +74,7 @@ def variant_options(name: str) -> dict[str, Any]:
         "prior3": {"prior_weight": 3.0},
         "prior10": {"prior_weight": 10.0},
         "prior30": {"prior_weight": 30.0},
+        "prior100": {"prior_weight": 100.0},
     }
     if name not in table:
         raise SystemExit(f"unknown variant {name!r}; known: {', '.join(table)}")

@@ -605,3 +605,34 @@ def test_attention_rolled_loops_wait_on_shared_memory():
     assert len(times) >= 2
     order = [times[u] for u in ("full", 4, 1) if u in times]
     assert order == sorted(order), times
+
+
+def test_an_uncompiled_simt_gemm_spills_past_its_launch_bounds():
+    """Without a compile report the model estimates the registers (the agents' prior models
+    whole spaces without compiling): `__launch_bounds__(256, 2)` leaves 128 per thread, an 8 x 8
+    thread tile needs more, and the spills make it slower than the same tile at one block per
+    SM, as the H200 measured (gemm_odd, 128 x 128 blocks of 256 threads: 472 us at two blocks
+    per SM and a 448-byte stack of spills, 75 us at one)."""
+    from cuda_agent.run.sim_gemm import estimated_resources, simulate_gemm
+
+    path = "benchmarks/problems/gemm_odd.py"
+    plan = make_plan(load_problem(path).graph())
+    space = Space.for_plan(plan, Target())
+    pair = {}
+    for c in space.configs:
+        if space.template_of(c).name != "gemm":
+            continue
+        f = dict(space.render(c).facts)
+        if (f["threads"], f["tm"], f["tn"], f["bm"], f["bn"], f["bk"]) == (256, 8, 8, 128, 128, 16):
+            pair.setdefault(f["minblocks"], c)
+    assert set(pair) == {1, 2}
+    facts = {m: dict(space.render(c).facts) for m, c in pair.items()}
+    tight = estimated_resources(facts[2])
+    roomy = estimated_resources(facts[1])
+    assert tight["registers"] == 128 and tight["spill_stores"] > 0 and tight["stack"] > 0
+    assert roomy["registers"] > 128 and roomy["spill_stores"] == 0
+    ms = {m: simulate_gemm(space.render(c), None, Target())[0] for m, c in pair.items()}
+    assert ms[2] > 1.2 * ms[1]
+    # a compile report, when there is one, is used as it is
+    compiled = simulate_gemm(space.render(pair[2]), {"registers": 128}, Target())[0]
+    assert compiled < ms[2]
