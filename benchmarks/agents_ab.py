@@ -75,6 +75,10 @@ def variant_options(name: str) -> dict[str, Any]:
         "prior10": {"prior_weight": 10.0},
         "prior30": {"prior_weight": 30.0},
         "prior100": {"prior_weight": 100.0},
+        # the model alone: an untrained policy (near-uniform scores) under the prior, its
+        # three most probable first as a trained one does: what the trained policy adds
+        "prior30_untrained": {"prior_weight": 30.0, "policy": None, "ranked": 3},
+        "prior100_untrained": {"prior_weight": 100.0, "policy": None, "ranked": 3},
     }
     if name not in table:
         raise SystemExit(f"unknown variant {name!r}; known: {', '.join(table)}")
@@ -207,10 +211,11 @@ def markdown() -> list[str]:
              "settings run together, so a setting's figures differ between files. On `cuda` "
              "the same as `sim` but live on the H200: every candidate compiled, verified and "
              "timed, one search at a time, the optimum the best time any setting reached in "
-             "the run. `online_ppo` is the defaults of the file's day: from the prior's A/B on "
-             "(2026-12-02) they include the analytic model's prior at weight 10, and `noprior` "
-             "is the same without it. Sign test: two-sided, over the problems where the two "
-             "settings differ.", ""]
+             "the run. `online_ppo` is the defaults of the file's day: the 2026-12-02 files "
+             "with `prior*` or `noprior` ran with the analytic model's prior at weight 10 "
+             "(`agents/prior.py`; after these A/Bs the default is 100), `noprior` the same "
+             "without it, `priorN` at weight N, `priorN_untrained` an untrained policy under "
+             "it. Sign test: two-sided, over the problems where the two settings differ.", ""]
     for path in sorted((ROOT / "benchmarks/results").glob("*-agents-ab-*.json")):
         res = json.loads(path.read_text())
         base = res["variants"][0]

@@ -316,7 +316,10 @@ def test_trained_agents_beat_random_search_on_held_out_operators(tmp_path):
     assert not set(HOLDOUT) & set(checkpoint.load(tmp_path / "p" / "policy.pt")["meta"]
                                   ["trained_on"])
     res = compare([PROBLEMS / f"{h}.py" for h in HOLDOUT],
-                  [Contender("trained", "marl", str(tmp_path / "p" / "policy.pt"), online=False),
+                  # the policy alone: the analytic model's prior would beat random search
+                  # without any training (`agents/prior.py`)
+                  [Contender("trained", "marl", str(tmp_path / "p" / "policy.pt"), online=False,
+                             prior_weight=0.0),
                    Contender("random")], device, seeds=3)
     trained, random_ = res.median("trained"), res.median("random")
     print(f"median measurements to 95% of best, held-out: trained {trained}, random {random_}, "

@@ -18,7 +18,7 @@ from ..store import Store
 from ..tuner import Tuner, TuneSettings
 from . import checkpoint
 from .policy import MultiAgentPolicy
-from .strategy import LOCAL_SHARE, RANKED_FIRST
+from .strategy import LOCAL_SHARE, PRIOR_WEIGHT, RANKED_FIRST
 
 
 @dataclass
@@ -36,6 +36,9 @@ class Contender:
     (default: `strategy.RANKED_FIRST` with a checkpoint, none for a fresh policy)"""
     local_share: float = LOCAL_SHARE
     """share of each batch drawn near the best so far (`strategy.LOCAL_SHARE`)"""
+    prior_weight: float = PRIOR_WEIGHT
+    """the analytic model's prior on the proposals (`strategy.PRIOR_WEIGHT`; 0: the policy
+    alone, as a test of what it learned must run)"""
 
 
 @dataclass
@@ -65,7 +68,7 @@ def trajectory(problem_path: Path, contender: Contender, device: Device, budget:
                 "patience": 10**6, "temperature": contender.temperature,
                 "ranked": contender.ranked if contender.ranked is not None else
                 (RANKED_FIRST if contender.checkpoint else 0),
-                "local_share": contender.local_share}
+                "local_share": contender.local_share, "prior_weight": contender.prior_weight}
     settings = TuneSettings(device=device.kind, strategy=contender.strategy, budget=budget,
                             batch=4, seed=seed, baselines=False, strategy_options=opts)
     tuner = Tuner(load_problem(problem_path), settings, device=device, store=Store(":memory:"))
