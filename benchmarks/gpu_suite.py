@@ -11,6 +11,8 @@ and logs), to be committed under benchmarks/data/ and benchmarks/results/.
         # half of what no committed live bench has, cheapest first (todo:1:2 on the other GPU)
     python3 benchmarks/gpu_suite.py --parts gemm_tc,search --search-problems a.py,b.py \
         --search-warm 1 --search-seed-template gemm_tc           # a template the sweeps predate
+    python3 benchmarks/agents_ab.py --device cuda --variants online_ppo,noprior --seeds 1 \
+        --problems scan_,softmax_ --deadline 420 --out $OUT/ab.json  # an agents' setting, live
 
 Parts: sweeps, faults, families, counters, gemm_tc (the tensor-core GEMM's accuracy test),
 cluster, direct (depthwise convolution, float4 pooling, L2 keep hint), search, bench, throughput,
