@@ -211,11 +211,13 @@ def markdown() -> list[str]:
              "settings run together, so a setting's figures differ between files. On `cuda` "
              "the same as `sim` but live on the H200: every candidate compiled, verified and "
              "timed, one search at a time, the optimum the best time any setting reached in "
-             "the run. `online_ppo` is the defaults of the file's day: the 2026-12-02 files "
-             "with `prior*` or `noprior` ran with the analytic model's prior at weight 10 "
-             "(`agents/prior.py`; after these A/Bs the default is 100), `noprior` the same "
-             "without it, `priorN` at weight N, `priorN_untrained` an untrained policy under "
-             "it. Sign test: two-sided, over the problems where the two settings differ.", ""]
+             "the run. `online_ppo` is the defaults of the file's day: without the analytic "
+             "model's prior (`agents/prior.py`) up to the first of the prior's files "
+             "(`...-online_ppo-prior1-prior3-prior10.json`), at weight 10 in the other "
+             "2026-12-02 files with `prior*` or `noprior` (after these A/Bs the default is "
+             "100); `noprior` is without it, `priorN` at weight N, `priorN_untrained` an "
+             "untrained policy under it. Sign test: two-sided, over the problems where the two "
+             "settings differ.", ""]
     for path in sorted((ROOT / "benchmarks/results").glob("*-agents-ab-*.json")):
         res = json.loads(path.read_text())
         base = res["variants"][0]
