@@ -66,9 +66,9 @@ def variant_options(name: str) -> dict[str, Any]:
         "spread8": {"spread": 8},
         "run_rank_explore3": {"reward": RewardSettings(rank_over="run"),
                               "explore_temperature": 3.0},
-        # the analytic model's estimate added to the proposals' scores at weight 1, 3, 10
-        # (`agents/prior.py`): a configuration r times slower in the model r**w times rarer
-        # (online_ppo: the defaults of the day; from 2026-12-02 they include the prior at 10)
+        # the analytic model's estimate added to the proposals' scores at weight N
+        # (`agents/prior.py`): a configuration r times slower in the model r**N times rarer
+        # (online_ppo: the defaults of the day, `strategy.PRIOR_WEIGHT`)
         "noprior": {"prior_weight": 0.0},
         "prior1": {"prior_weight": 1.0},
         "prior3": {"prior_weight": 3.0},
@@ -263,7 +263,6 @@ def live_rows(res: dict) -> list[str]:
         lines.append(f"| {name} | " + " | ".join(f"{per[v]:g}" for v in variants) + " | " +
                      " | ".join(f"{best[name][v]:.4f}" for v in variants) + " |")
     return lines + [""]
-    return lines + [MARK_END]
 
 
 def main() -> None:

@@ -56,6 +56,15 @@ def live_measurements() -> dict[str, tuple[str, dict, dict[str, list[float | Non
     return {p: (where, entry, d) for p, (_, where, entry, d) in latest.items()}
 
 
+def configs_by_short(space) -> dict[str, list]:
+    """The space's configurations by the short form bench.json records (`Config.short`); a
+    form two configurations share names neither."""
+    by_short: dict[str, list] = {}
+    for c in space.configs:
+        by_short.setdefault(c.short(), []).append(c)
+    return by_short
+
+
 def write_live_sweeps(out: Path, names: list[str] | None = None) -> dict[str, int]:
     """One sweep file per problem under `out/<gpu>/`; returns the records written per problem
     (a configuration today's space no longer holds, or holds twice, is left out)."""
@@ -76,9 +85,7 @@ def write_live_sweeps(out: Path, names: list[str] | None = None) -> dict[str, in
             continue  # never benched live (Kernel Tuner tunes one kernel)
         target = Target()
         space = Space.for_plan(plan, target)
-        by_short: dict[str, list] = {}
-        for c in space.configs:
-            by_short.setdefault(c.short(), []).append(c)
+        by_short = configs_by_short(space)
         records = []
         for short, ts in sorted(times.items()):
             if len(by_short.get(short, ())) != 1:

@@ -30,7 +30,7 @@ from scipy.stats import spearmanr
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.live_sweeps import live_measurements  # noqa: E402
+from benchmarks.live_sweeps import configs_by_short, live_measurements  # noqa: E402
 from benchmarks.sections import write_section  # noqa: E402
 from cuda_agent.build.builder import Builder, BuildInput  # noqa: E402
 from cuda_agent.ir.partition import ProgramPlan  # noqa: E402
@@ -63,9 +63,7 @@ def correlate(problem: str, times: dict[str, float], sample: int, builder: Build
         return None  # not benched live (Kernel Tuner tunes one kernel)
     target = Target()
     space = Space.for_plan(plan, target)
-    by_short: dict[str, list] = {}
-    for c in space.configs:
-        by_short.setdefault(c.short(), []).append(c)
+    by_short = configs_by_short(space)
     pairs = [(by_short[s][0], t) for s, t in sorted(times.items())
              if len(by_short.get(s, ())) == 1]
     random.Random(0).shuffle(pairs)

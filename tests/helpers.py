@@ -5,6 +5,8 @@ shadowed by tests/gpu/conftest.py on sys.path).
   CUDA_AGENT_HOME), so tests never read or write ~/.cache/cuda-agent.
 * `write_problem` writes a tiny KernelBench-format problem into a directory.
 * `Fn` wraps a function as an nn.Module, for capturing small programs directly.
+* `good_space` is a tests/data/good problem's template space; `sharp_policy` an agents'
+  policy with sharpened weights (it would pile onto one configuration if it could).
 """
 
 from __future__ import annotations
@@ -82,3 +84,26 @@ def nvcc_available() -> bool:
 def nvrtc_available() -> bool:
     from cuda_agent.build.compiler import nvrtc_version
     return nvrtc_version() is not None
+
+
+def good_space(name: str):
+    """The template space of tests/data/good/<name>.py on the default target."""
+    from cuda_agent.ir.plan import make_plan
+    from cuda_agent.problem import load_problem
+    from cuda_agent.space.slots import Target
+    from cuda_agent.space.space import Space
+
+    return Space.for_plan(make_plan(load_problem(GOOD / f"{name}.py").graph()), Target())
+
+
+def sharp_policy(seed: int = 0):
+    """A small multi-agent policy, its weights scaled up: sharp, it would pile onto one
+    configuration if it could."""
+    from cuda_agent.agents.policy import MultiAgentPolicy
+
+    torch.manual_seed(seed)
+    policy = MultiAgentPolicy("multi", hidden=16)
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.mul_(25.0)
+    return policy

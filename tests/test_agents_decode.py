@@ -4,38 +4,21 @@ log-probabilities; on a sparse subset every agent still has a say."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
 
+from helpers import good_space, sharp_policy
 from cuda_agent.agents.decode import domain_masks, ranked, sample, sample_local, score_rows
 from cuda_agent.agents.episode import Episode
 from cuda_agent.agents.observe import OBS_DIM, observe
 from cuda_agent.agents.policy import SLOT_OFFSETS, MultiAgentPolicy
 from cuda_agent.agents.reward import RewardSettings
 from cuda_agent.agents.vocab import SLOT_ORDER, SpaceIndex, owner
-from cuda_agent.ir.plan import make_plan
-from cuda_agent.problem import load_problem
 from cuda_agent.run.records import Measurement
-from cuda_agent.space.slots import AGENTS, Target
-from cuda_agent.space.space import Space
+from cuda_agent.space.slots import AGENTS
 
-GOOD = Path(__file__).resolve().parent / "data" / "good"
-
-
-def space_of(name: str) -> Space:
-    return Space.for_plan(make_plan(load_problem(GOOD / f"{name}.py").graph()), Target())
-
-
-def sharp_policy(seed: int = 0) -> MultiAgentPolicy:
-    torch.manual_seed(seed)
-    policy = MultiAgentPolicy("multi", hidden=16)
-    with torch.no_grad():  # sharp: it would pile onto one configuration if it could
-        for p in policy.parameters():
-            p.mul_(25.0)
-    return policy
+space_of = good_space
 
 
 def random_obs(policy: MultiAgentPolicy, seed: int = 1) -> dict[str, np.ndarray]:

@@ -5,39 +5,19 @@ policy's own log-probabilities."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
-import torch
 
+from helpers import good_space, sharp_policy
 from cuda_agent.agents import prior as prior_mod
 from cuda_agent.agents.decode import ranked, score_rows
 from cuda_agent.agents.episode import Episode
 from cuda_agent.agents.observe import observe
-from cuda_agent.agents.policy import MultiAgentPolicy
 from cuda_agent.agents.prior import FLOOR, sim_prior, simulated_times
 from cuda_agent.agents.reward import RewardSettings
 from cuda_agent.agents.strategy import AgentsStrategy
-from cuda_agent.ir.plan import make_plan
-from cuda_agent.problem import load_problem
-from cuda_agent.space.slots import Target
-from cuda_agent.space.space import Space
 
-GOOD = Path(__file__).resolve().parent / "data" / "good"
-
-
-def space_of(name: str) -> Space:
-    return Space.for_plan(make_plan(load_problem(GOOD / f"{name}.py").graph()), Target())
-
-
-def sharp_policy(seed: int = 0) -> MultiAgentPolicy:
-    torch.manual_seed(seed)
-    policy = MultiAgentPolicy("multi", hidden=16)
-    with torch.no_grad():
-        for p in policy.parameters():
-            p.mul_(25.0)
-    return policy
+space_of = good_space
 
 
 @pytest.mark.parametrize("name", ["relu_small", "sum_small"])
