@@ -42,6 +42,9 @@ from benchmarks.sections import write_section  # noqa: E402
 MARK_BEGIN, MARK_END = "<!-- agents-ab:begin -->", "<!-- agents-ab:end -->"
 
 POLICIES = ",".join(f"benchmarks/policies/h200-replay-1201-fold{k}.pt" for k in (0, 1))
+# the same folds trained with the prior in the episodes' proposals (`fold_policies.py
+# --prior-weight 100 --name h200-replay-1202p`)
+PRIOR_TRAINED = ",".join(f"benchmarks/policies/h200-replay-1202p-fold{k}.pt" for k in (0, 1))
 
 
 def variant_options(name: str) -> dict[str, Any]:
@@ -79,6 +82,9 @@ def variant_options(name: str) -> dict[str, Any]:
         # three most probable first as a trained one does: what the trained policy adds
         "prior30_untrained": {"prior_weight": 30.0, "policy": None, "ranked": 3},
         "prior100_untrained": {"prior_weight": 100.0, "policy": None, "ranked": 3},
+        # policies trained with the prior in their episodes, tuning under it: what training
+        # for the model's misses adds (`TrainSettings.prior_weight`)
+        "prior100_priortrained": {"prior_weight": 100.0, "policies": PRIOR_TRAINED},
     }
     if name not in table:
         raise SystemExit(f"unknown variant {name!r}; known: {', '.join(table)}")
@@ -98,9 +104,11 @@ def _run(job: tuple[str, int, str, int, str, str, str | None]) -> tuple[str, int
     from cuda_agent.store import Store
     from cuda_agent.tuner import Tuner, TuneSettings
 
+    chosen = variant_options(variant)
+    policies = chosen.pop("policies", policies)  # a variant may bring its own checkpoints
     checkpoints = ",".join(str(ROOT / p) for p in policies.split(","))
     opts = {"policy": Policies(checkpoints).pick(Path(path).stem), "budget": budget,
-            "patience": 10**6, **variant_options(variant)}
+            "patience": 10**6, **chosen}
     settings = TuneSettings(device=device, strategy="marl", budget=budget, batch=4, seed=seed,
                             baselines=False, strategy_options=opts, replay_root=replay_root)
     try:
@@ -216,7 +224,9 @@ def markdown() -> list[str]:
              "(`...-online_ppo-prior1-prior3-prior10.json`), at weight 10 in the other "
              "2026-12-02 files with `prior*` or `noprior` (after these A/Bs the default is "
              "100); `noprior` is without it, `priorN` at weight N, `priorN_untrained` an "
-             "untrained policy under it. Sign test: two-sided, over the problems where the two "
+             "untrained policy under it, `prior100_priortrained` the fold policies trained "
+             "with the prior in their episodes' proposals (`fold_policies.py --prior-weight "
+             "100`), tuning under it. Sign test: two-sided, over the problems where the two "
              "settings differ.", ""]
     for path in sorted((ROOT / "benchmarks/results").glob("*-agents-ab-*.json")):
         res = json.loads(path.read_text())
@@ -226,7 +236,10 @@ def markdown() -> list[str]:
                   else "")
         lines += [f"{res['date']}, `{res['device']}`{served}, problems {res['problems_given']} "
                   f"({res['problems']} compared), {res['seeds']} seeds, budget {res['budget']}, "
-                  f"policies `{res['policies']}` (`{path.relative_to(ROOT)}`):", "",
+                  f"policies `{res['policies']}`"
+                  + "".join(f", {v} `{pol}`" for v, pol in res.get("variant_policies",
+                                                                    {}).items())
+                  + f" (`{path.relative_to(ROOT)}`):", "",
                   f"| setting | median to 95 % | mean | fewer than {base} | more | tied | "
                   f"sign test p | best reached, {base} over it |",
                   "|---|---|---|---|---|---|---|---|"]
@@ -326,7 +339,10 @@ def main() -> None:
                                 "benchmarks/data/nvidia-h200 (replay)"),
                      "sim": "simulated device",
                      "cuda": f"measured live on the GPU ({gpu_name()})"}[args.device],
-               policies=args.policies, seconds=round(time.time() - started, 1))
+               policies=args.policies, seconds=round(time.time() - started, 1),
+               # variants that tune with other checkpoints than --policies
+               variant_policies={v: o["policies"] for v in variants
+                                 if "policies" in (o := variant_options(v))})
     if args.device == "cuda":  # every measurement, for a later look (None: failed)
         out["trajectories"] = [[Path(p).stem, s, v, t] for p, s, v, t in runs]
         out["commit"] = os.environ.get("CUDA_AGENT_COMMIT", "")

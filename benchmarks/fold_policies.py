@@ -12,6 +12,8 @@ sweeps, training seed 0). Writes benchmarks/policies/<name>-fold<k>.pt, or with 
 (the single-agent ablation over the same slots, same folds and settings)
 benchmarks/policies/<name>-single-fold<k>.pt; --name is h200-replay unless given (retrained on
 other sweeps: another name, e.g. h200-replay-1201, since bench results name their checkpoint).
+`--prior-weight 100` trains with the analytic model's prior in the proposals, as tuning runs
+(h200-replay-1202p).
 """
 
 from __future__ import annotations
@@ -58,12 +60,20 @@ def main() -> None:
     ap.add_argument("--name", default="h200-replay",
                     help="file name stem: a policy retrained on other sweeps gets a new name, "
                          "so committed results keep naming the checkpoint they ran with")
+    ap.add_argument("--prior-weight", type=float, default=0.0,
+                    help="train with the analytic model's prior on the proposals, as tuning "
+                         "uses it (`TrainSettings.prior_weight`)")
+    ap.add_argument("--fold", type=int, default=None,
+                    help="train only this fold (folds are independent: one process each)")
     args = ap.parse_args()
     device = ReplayDevice(root=DATA)
     for i, held in enumerate(folds(recorded_problems(), args.folds)):
+        if args.fold is not None and i != args.fold:
+            continue
         s = TrainSettings(suite=str(ROOT / "benchmarks/problems"), holdout=tuple(held),
                           device="replay", replay_root=str(DATA), iterations=args.iterations,
                           episodes=4, steps=4, batch=8, seed=0, agents=args.agents,
+                          prior_weight=args.prior_weight,
                           out=str(args.work / f"{args.agents}-fold{i}"))
         t0 = time.time()
         tr = Trainer(s, device=device)

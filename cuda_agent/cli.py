@@ -245,6 +245,9 @@ def train(
     operators_per_iteration: int = typer.Option(
         0, help="operators an update's episodes share (0: each episode draws its own); on a "
         "GPU, 1 or 2 saves the set-up of a new problem for most episodes"),
+    prior_weight: float = typer.Option(
+        0.0, help="the analytic model's prior on the episodes' proposals, as `tune` adds it "
+        "(0: off; tune's default is 100): the policy then learns what the model misses"),
 ) -> None:
     """Train the agents across a suite of operators (multi-agent PPO)."""
     from .agents.reward import RewardSettings
@@ -256,12 +259,14 @@ def train(
                         ("batch", batch), ("samplers", samplers)):
         if value < 1:
             fail(f"--{name} must be at least 1")
+    if prior_weight < 0:
+        fail(f"--prior-weight must be at least 0, got {prior_weight}")
     settings = TrainSettings(
         suite=str(suite), device=device, replay_root=str(replay_root) if replay_root else None,
         agents=agents, iterations=iterations, episodes=episodes, steps=steps, batch=batch,
         holdout=tuple(h for h in holdout.split(",") if h), explore=explore, out=str(out),
         resume=resume, seed=seed, samplers=samplers,
-        operators_per_iteration=max(0, operators_per_iteration),
+        operators_per_iteration=max(0, operators_per_iteration), prior_weight=prior_weight,
         reward=RewardSettings(aux_weight=aux_weight))
     try:
         trainer = Trainer(settings, notify=lambda m: console.print(f"[yellow]{m}[/]"))

@@ -224,11 +224,13 @@ def test_missing_counters_are_flagged_not_zero():
 
 # -- training and tuning on sim ------------------------------------------------------------------
 
-def _train(tmp: Path, iterations: int, resume: bool = False, agents: str = "multi"):
+def _train(tmp: Path, iterations: int, resume: bool = False, agents: str = "multi",
+           prior_weight: float = 0.0):
     from cuda_agent.agents.train import TrainSettings, Trainer
 
     s = TrainSettings(suite=str(GOOD), device="sim", iterations=iterations, episodes=2, steps=2,
-                      batch=4, out=str(tmp), resume=resume, hidden=16, agents=agents)
+                      batch=4, out=str(tmp), resume=resume, hidden=16, agents=agents,
+                      prior_weight=prior_weight)
     tr = Trainer(s)
     try:
         curves = tr.train()
@@ -259,10 +261,12 @@ def test_single_agent_ablation_trains(tmp_path):
     assert set(curves[-1]["entropy"]) == {"single"}
 
 
-def test_resume_from_a_checkpoint_gives_the_same_state(tmp_path):
-    _, straight = _train(tmp_path / "a", 3)
-    _train(tmp_path / "b", 2)
-    _, resumed = _train(tmp_path / "b", 3, resume=True)
+@pytest.mark.parametrize("prior_weight", [0.0, 100.0])
+def test_resume_from_a_checkpoint_gives_the_same_state(tmp_path, prior_weight):
+    """Also with the prior in training, whose per-operator cache a resumed run starts without."""
+    _, straight = _train(tmp_path / "a", 3, prior_weight=prior_weight)
+    _train(tmp_path / "b", 2, prior_weight=prior_weight)
+    _, resumed = _train(tmp_path / "b", 3, resume=True, prior_weight=prior_weight)
     assert straight.keys() == resumed.keys()
     for k in straight:
         assert torch.equal(straight[k], resumed[k]), k
@@ -325,6 +329,37 @@ def test_trained_agents_beat_random_search_on_held_out_operators(tmp_path):
     print(f"median measurements to 95% of best, held-out: trained {trained}, random {random_}, "
           f"margin {random_ - trained:+.1f} ({random_ / trained:.2f}x)")
     assert 1.5 * trained <= random_
+
+
+def test_training_with_the_prior_samples_what_the_model_rates_best(tmp_path):
+    """`TrainSettings.prior_weight`: the episodes propose as tuning does, among the
+    configurations the analytic model rates near its best (on sim, the model is the device:
+    the first batch's best is the space's best within a few percent), and the operator keeps
+    its prior for later episodes; without it the untrained policy's first batch is blind."""
+    from cuda_agent.agents.prior import simulated_times
+    from cuda_agent.agents.train import TrainSettings, Trainer, run_episode
+
+    firsts = {}
+    for weight in (0.0, 100.0):
+        s = TrainSettings(suite=str(GOOD / "sum_small.py"), device="sim", iterations=1,
+                          episodes=1, steps=1, batch=4, prior_weight=weight,
+                          out=str(tmp_path / str(weight)))
+        tr = Trainer(s)
+        try:
+            op = tr.operators[0]
+            ranks = []
+            for seed in range(4):
+                ep = run_episode(tr.policy.state_dict(), tr.policy.describe(), op, s, seed, 0,
+                                 seed)
+                ranks.append(ep["best_ms"])
+            assert (op.prior is not None) == (weight > 0)
+            every = simulated_times(op.index.space, np.arange(len(op.index.configs)),
+                                    op.index.configs)  # the sim device's times, unmeasured
+            firsts[weight] = float(np.median(ranks)) / np.nanmin(every)
+        finally:
+            tr.close()
+    assert firsts[100.0] <= 1.05, firsts
+    assert firsts[0.0] > firsts[100.0], firsts
 
 
 def test_operators_per_iteration_groups_the_episodes(tmp_path):

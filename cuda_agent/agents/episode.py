@@ -49,6 +49,7 @@ class Episode:
         # modelled once, at the first proposal
         self.prior_weight = prior_weight
         self.prior: np.ndarray | None = None
+        self.prior_seed: int | None = None
 
     @property
     def groups(self) -> list[str]:
@@ -75,11 +76,14 @@ class Episode:
         # (exploitation), the rest drawn from the policy conditioned on what remains
         scored = score_rows(self.policy, obs, self.index, rows, temperature)
         if self.prior_weight:
+            if self.prior_seed is None:  # drawn even when the prior was given (a trainer's
+                # cache), so the episode's random stream does not depend on the cache
+                self.prior_seed = int(self.rng.integers(2**31))
             if self.prior is None:
                 full = np.full(len(self.index.configs), -np.inf)
                 full[scored.rows] = scored.logp
                 self.prior = sim_prior(self.space, self.index.configs, full,
-                                       seed=int(self.rng.integers(2**31)))
+                                       seed=self.prior_seed)
             # proposals only: the decisions keep the policy's own log-probabilities
             scored.logp = scored.logp + self.prior_weight * self.prior[scored.rows]
         picks = top_k(scored, min(ranked, n))

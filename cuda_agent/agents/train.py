@@ -34,6 +34,7 @@ from .episode import Episode
 from .fleet import LocalFleet
 from .policy import MultiAgentPolicy
 from .ppo import PPOSettings, update
+from .prior import POOL
 from .reward import RewardSettings
 from .vocab import SpaceIndex
 
@@ -74,6 +75,11 @@ class TrainSettings:
     """drop experience sampled by a policy more than this many versions old"""
     profile_every: int = 4
     """on cuda: the agents' local metrics come from Nsight Compute for every n-th candidate"""
+    prior_weight: float = 0.0
+    """the analytic model's estimate added to the episodes' proposal scores, as tuning adds it
+    (`prior.py`, `strategy.PRIOR_WEIGHT`); 0: off. With it the policy is trained on the
+    batches it will see when tuning: configurations the model already rates near the best, to
+    be told apart by what the model misses"""
     samplers: int = 1
     """episodes sampled concurrently (threads; one per GPU on the cuda device)"""
     out: str = "runs/train"
@@ -92,6 +98,9 @@ class Operator:
     tuner: Tuner
     index: SpaceIndex
     best_known: float | None = None  # best time seen in training, to normalise curves
+    prior: np.ndarray | None = None
+    """the analytic model's prior over `index` (`prior.py`), modelled by the first episode
+    that needs it and kept when it covers the whole space (it depends on nothing else)"""
 
 
 def suite_files(suite: str) -> list[Path]:
@@ -120,7 +129,8 @@ def run_episode(policy_state: dict[str, Any], policy_meta: dict[str, Any], op: O
     policy.load_state_dict(policy_state)
     rng = np.random.default_rng(seed)
     ep = Episode(policy, op.tuner.space, settings.steps * settings.batch, rng, settings.reward,
-                 episode_id, version, op.index)
+                 episode_id, version, op.index, prior_weight=settings.prior_weight)
+    ep.prior = op.prior
     seen: set = set()
     groups = list(policy.groups)
     for _ in range(settings.steps):
@@ -131,6 +141,8 @@ def run_episode(policy_state: dict[str, Any], policy_meta: dict[str, Any], op: O
         seen.update(configs)
         trials = op.tuner.measure(configs, ep.state.best_ms)
         ep.observe([(t.config, t.measurement) for t in trials])
+    if op.prior is None and ep.prior is not None and len(op.index.configs) <= POOL:
+        op.prior = ep.prior  # a pooled prior depends on the policy's scores: not kept
     return {"operator": op.name, "transitions": ep.buffer.transitions, "curve": ep.curve,
             "rewards": ep.rewards, "version": version, "best_ms": ep.state.best_ms}
 
