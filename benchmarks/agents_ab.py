@@ -41,10 +41,11 @@ from benchmarks.sections import write_section  # noqa: E402
 
 MARK_BEGIN, MARK_END = "<!-- agents-ab:begin -->", "<!-- agents-ab:end -->"
 
-POLICIES = ",".join(f"benchmarks/policies/h200-replay-1201-fold{k}.pt" for k in (0, 1))
-# the same folds trained with the prior in the episodes' proposals (`fold_policies.py
-# --prior-weight 100 --name h200-replay-1202p`)
+# the fold policies trained with the prior in the episodes' proposals (`fold_policies.py
+# --prior-weight 100 --name h200-replay-1202p`): the best of the 2026-12-02 A/Bs; the result
+# files name the checkpoints each ran with (before that day's last files: h200-replay-1201)
 PRIOR_TRAINED = ",".join(f"benchmarks/policies/h200-replay-1202p-fold{k}.pt" for k in (0, 1))
+POLICIES = PRIOR_TRAINED
 
 
 def variant_options(name: str) -> dict[str, Any]:
@@ -252,10 +253,31 @@ def markdown() -> list[str]:
                 if a[f"geomean_best_ratio_{base}_over_{v}"] else "-"]
             lines.append(f"| {v} | {res['median_evals_to_95'][v]:g} | "
                          f"{res['mean_evals_to_95'][v]:.1f} | " + " | ".join(cells) + " |")
+        lines += untrained_rows(res)
         lines.append("")
         if res["device"] == "cuda":  # a live run is small: each problem shown
             lines += live_rows(res)
     return lines + [MARK_END]
+
+
+def untrained_rows(res: dict) -> list[str]:
+    """Each trained variant against an untrained one of the same file, where the file has
+    both and the table above (every variant against the first) does not show it: what
+    training adds beside the prior."""
+    from scipy.stats import binomtest
+
+    per = res["per_problem"]
+    lines = []
+    for u in (v for v in res["variants"] if v.endswith("_untrained")):
+        for v in res["variants"][1:]:
+            if v == u or v.endswith("_untrained"):
+                continue
+            fewer = sum(p[v] < p[u] for p in per.values())
+            more = sum(p[v] > p[u] for p in per.values())
+            test = f"{binomtest(fewer, fewer + more).pvalue:.2g}" if fewer + more else "-"
+            lines.append(f"\n{v} against {u}: fewer on {fewer} problems, more on {more}, "
+                         f"tied on {len(per) - fewer - more} (sign test p {test}).")
+    return lines
 
 
 def live_rows(res: dict) -> list[str]:

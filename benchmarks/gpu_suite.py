@@ -7,7 +7,7 @@ and logs), to be committed under benchmarks/data/ and benchmarks/results/.
     python3 benchmarks/gpu_suite.py --parts bench --bench-problems a.py,b.py \
         --agent-policy benchmarks/policies/h200-replay-multi.pt   # issue 5 (wheels: README)
     CUDA_VISIBLE_DEVICES=0 python3 benchmarks/gpu_suite.py --parts bench --work /tmp/w0 \
-        --bench-problems todo:0:2 --agent-policy $P/h200-replay-fold0.pt,$P/h200-replay-fold1.pt
+        --bench-problems todo:0:2 --agent-policy $P/h200-replay-1202p-fold0.pt,$P/h200-replay-1202p-fold1.pt
         # half of what no committed live bench has, cheapest first (todo:1:2 on the other GPU)
     python3 benchmarks/gpu_suite.py --parts gemm_tc,search --search-problems a.py,b.py \
         --search-warm 1 --search-seed-template gemm_tc           # a template the sweeps predate

@@ -67,10 +67,13 @@ on the 132 recorded H200 sweeps weight 10 against none: fewer on 42 problems, mo
 against 7.75); on the configurations the live bench measured (43 GEMM and convolution
 problems, `benchmarks/live_sweeps.py`) 10 against none 18/6 (p = 0.02), 30 against 10 14/2,
 100 against 10 20/3 (p = 5e-4; median 5 against 8.5); live on the H200 (8 row problems, one
-seed) 10 against none: median 5.5 against 17.5. An untrained policy under the same prior (100)
-was not significantly worse on the live-bench configurations (13 fewer, 18 more, p = 0.47):
-what the trained policy adds beside the model is not shown. The policies are trained without
-it (`train.py`): it joins when they tune a new operator."""
+seed) 10 against none: median 5.5 against 17.5. What training adds beside the model: policies
+trained with the prior in their episodes (`TrainSettings.prior_weight` 100, fold policies
+h200-replay-1202p) against an untrained policy under the same prior: fewer on 46 of the 132
+recorded sweeps, more on 21 (p = 0.003), and on the 55 problems of the live-bench
+configurations fewer on 32, more on 8 (p = 2e-4; median 4 against 5.5); the same folds trained
+without the prior (h200-replay-1202) gained less (41/19 on the sweeps, 22/20 on the live-bench
+configurations, where the prior-trained ones beat them 31/7, p = 1e-4)."""
 
 RANKED_FIRST = 3
 """a trained policy's first proposals on a new operator: its most probable configurations"""
