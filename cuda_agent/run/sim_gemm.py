@@ -137,7 +137,10 @@ def simulate_gemm(rendered: Rendered, resources: dict | None, target: Target
     vec_pen = 1.0 + 0.25 * ((int(f.get("vec_a", 1)) == 1) + (int(f.get("vec_b", 1)) == 1))
     l2_s = panel * reuse * vec_pen / L2_BW
     out_bytes = batch * M * N * 4.0
-    dram_s = (batch * (M * K + K * N) * 4.0 + out_bytes * (1 + 2 * (split > 1))) / target.dram_bw
+    # split-K: each block writes its raw partial tile to the workspace (split partials per
+    # output element), which the summing kernel reads back (`split_sum_s`)
+    dram_s = (batch * (M * K + K * N) * 4.0 + out_bytes * split * (
+        SPLIT_PARTIAL_COST if split > 1 else 1.0)) / target.dram_bw
     # latency: a block's K step computes for `step_clk`; its next slice arrives after the
     # global latency, during the step with two buffers, after it with one. The other resident
     # blocks compute meanwhile, so the SM idles only when they cannot cover the wait.
@@ -152,14 +155,23 @@ def simulate_gemm(rendered: Rendered, resources: dict | None, target: Target
     main_s = _soft_max(limits) * quant
     latency_s = (fma_s / pipe_eff - fma_s) * quant  # exposed waits for K slices
     total_s = main_s + LAUNCH_US * 1e-6
-    if split > 1:
-        total_s += (split + 2) * out_bytes / target.dram_bw + LAUNCH_US * 1e-6
+    total_s += split_sum_s(split, out_bytes, target)
     occ = warps_sm / (target.max_threads_per_sm / 32)
     counters = _counters(occ, waves, vec_pen, dram_s, main_s, regs, resources,
                          bank=1.0 if transposed and not int(f.get("pad", 0)) else 0.0,
                          issue=fma_s, sync=(latency_s / total_s) if total_s else 0.0)
     return total_s * 1e3, counters, None
 
+
+#: split-K's workspace traffic over its bytes at the copy bandwidth: partial tiles written
+#: raw from the accumulators' layout (scattered sectors) and read back by a second kernel.
+#: On the live bench's GEMM configurations (2026-12-02, 28 problems, 30 each) 1 -> 3 moved
+#: gemm_odd's Spearman 0.09 -> 0.47, fused_linear_leaky_relu_odd 0.52 -> 0.74,
+#: gemm_transposed_both 0.57 -> 0.69, and the model's pick on fused_addmm_scaled from 1.47x
+#: the best to the best, on gemm_odd 1.94x -> 1.43x; gemm_4d_tensor_matrix fell 0.80 -> 0.66
+#: and the family's median 0.80 -> 0.79. Measured: split 16 cost 0.07 ms over split 1 on
+#: gemm_odd's 1001 x 997 output, 2.3x its workspace bytes at the copy bandwidth.
+SPLIT_PARTIAL_COST = 3.0
 
 #: mma.sync TF32 rate the template reaches on the H200, flop/s for the whole GPU: fitted to the
 #: prototype measured on 2026-11-30 (3xTF32 at 54 TFLOP/s of fp32 work; wgmma reaches ~384)
@@ -234,16 +246,26 @@ def simulate_gemm_tc(rendered: Rendered, resources: dict | None, target: Target
     # TC_TILE_FILL_BW (64 x 64 tiles of fused_linear_relu, 17.2 GB of tiles in 7.0 ms)
     l2_s = panel * vec_pen / TC_TILE_FILL_BW
     out_bytes = batch * M * N * 4.0
-    dram_s = (batch * (M * K + K * N) * 4.0 + out_bytes * (1 + 2 * (split > 1))) / target.dram_bw
+    # split-K: each block writes its raw partial tile to the workspace (split partials per
+    # output element), which the summing kernel reads back (`split_sum_s`)
+    dram_s = (batch * (M * K + K * N) * 4.0 + out_bytes * split * (
+        SPLIT_PARTIAL_COST if split > 1 else 1.0)) / target.dram_bw
     spill_s = _spill_time(resources, threads, blocks_sm, blocks * (k_pad // bk), target)
     main_s = _soft_max((compute_s, smem_s, l2_s, dram_s, spill_s), TC_OVERLAP_SHARPNESS) * quant
     total_s = main_s + LAUNCH_US * 1e-6
-    if split > 1:
-        total_s += (split + 2) * out_bytes / target.dram_bw + LAUNCH_US * 1e-6
+    total_s += split_sum_s(split, out_bytes, target)
     occ = warps_sm / (target.max_threads_per_sm / 32)
     counters = _counters(occ, waves, vec_pen, dram_s, main_s, regs, resources, bank=0.0,
                          issue=compute_s, sync=0.0)
     return total_s * 1e3, counters, None
+
+
+def split_sum_s(split: int, out_bytes: float, target: Target) -> float:
+    """Split-K's summing kernel: it reads the `split` partials of every output element and
+    writes the sum through the epilogue (0 without split-K)."""
+    if split <= 1:
+        return 0.0
+    return (split + 1) * out_bytes * SPLIT_PARTIAL_COST / target.dram_bw + LAUNCH_US * 1e-6
 
 
 def _counters(occ: float, waves: float, vec_pen: float, dram_s: float, main_s: float,
