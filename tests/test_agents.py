@@ -64,7 +64,7 @@ def test_clipping_stops_the_gradient_outside_the_trust_region():
     assert new.grad[0] == 0.0
     assert new.grad[1] != 0.0
     # value: -(min(r*A, clip(r)*A)).mean() = -(1.2*1 + 1*(-1)) / 2
-    assert float(loss) == pytest.approx(-(1.2 - 1.0) / 2)
+    assert float(loss.detach()) == pytest.approx(-(1.2 - 1.0) / 2)
 
 
 def test_advantages_combine_step_credit_and_within_batch_credit():
