@@ -156,12 +156,21 @@ def gpu_name() -> str:
     return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
 
 
+def sign_test(per: dict[str, dict[str, float]], v: str, base: str) -> dict[str, Any]:
+    """On how many problems `v` needed fewer measurements than `base`, more, the same, and the
+    two-sided sign test over the untied ones (None when all tie)."""
+    from scipy.stats import binomtest
+
+    fewer = sum(p[v] < p[base] for p in per.values())
+    more = sum(p[v] > p[base] for p in per.values())
+    return {"fewer": fewer, "more": more, "tied": len(per) - fewer - more,
+            "sign_test_p": binomtest(fewer, fewer + more).pvalue if fewer + more else None}
+
+
 def summarize(runs: list[tuple[str, int, str, list[float | None] | None]], budget: int,
               variants: list[str], device: str, replay_root: str | None = None) -> dict:
     """Per problem, each variant's median measurements to 95 % of the optimum; the
     comparison of every variant with the first."""
-    from scipy.stats import binomtest
-
     from cuda_agent import metrics
 
     by: dict[str, dict[str, list[list[float | None]]]] = {}
@@ -186,13 +195,9 @@ def summarize(runs: list[tuple[str, int, str, list[float | None] | None]], budge
     base = variants[0]
     against: dict[str, dict[str, Any]] = {}
     for v in variants[1:]:
-        fewer = sum(p[v] < p[base] for p in per.values())
-        more = sum(p[v] > p[base] for p in per.values())
         ratios = [r[base] / r[v] for r in reached.values()
                   if math.isfinite(r[base]) and math.isfinite(r[v])]
-        against[v] = {"fewer": fewer, "more": more, "tied": len(per) - fewer - more,
-                      "sign_test_p": binomtest(fewer, fewer + more).pvalue
-                      if fewer + more else None,
+        against[v] = {**sign_test(per, v, base),
                       f"geomean_best_ratio_{base}_over_{v}":
                       math.exp(statistics.mean(map(math.log, ratios))) if ratios else None}
     return {
@@ -264,19 +269,15 @@ def untrained_rows(res: dict) -> list[str]:
     """Each trained variant against an untrained one of the same file, where the file has
     both and the table above (every variant against the first) does not show it: what
     training adds beside the prior."""
-    from scipy.stats import binomtest
-
-    per = res["per_problem"]
     lines = []
     for u in (v for v in res["variants"] if v.endswith("_untrained")):
         for v in res["variants"][1:]:
             if v == u or v.endswith("_untrained"):
                 continue
-            fewer = sum(p[v] < p[u] for p in per.values())
-            more = sum(p[v] > p[u] for p in per.values())
-            test = f"{binomtest(fewer, fewer + more).pvalue:.2g}" if fewer + more else "-"
-            lines.append(f"\n{v} against {u}: fewer on {fewer} problems, more on {more}, "
-                         f"tied on {len(per) - fewer - more} (sign test p {test}).")
+            t = sign_test(res["per_problem"], v, u)
+            p = "-" if t["sign_test_p"] is None else f"{t['sign_test_p']:.2g}"
+            lines.append(f"\n{v} against {u}: fewer on {t['fewer']} problems, more on "
+                         f"{t['more']}, tied on {t['tied']} (sign test p {p}).")
     return lines
 
 

@@ -137,10 +137,7 @@ def simulate_gemm(rendered: Rendered, resources: dict | None, target: Target
     vec_pen = 1.0 + 0.25 * ((int(f.get("vec_a", 1)) == 1) + (int(f.get("vec_b", 1)) == 1))
     l2_s = panel * reuse * vec_pen / L2_BW
     out_bytes = batch * M * N * 4.0
-    # split-K: each block writes its raw partial tile to the workspace (split partials per
-    # output element), which the summing kernel reads back (`split_sum_s`)
-    dram_s = (batch * (M * K + K * N) * 4.0 + out_bytes * split * (
-        SPLIT_PARTIAL_COST if split > 1 else 1.0)) / target.dram_bw
+    dram_s = main_dram_s(batch, M, N, K, split, target)
     # latency: a block's K step computes for `step_clk`; its next slice arrives after the
     # global latency, during the step with two buffers, after it with one. The other resident
     # blocks compute meanwhile, so the SM idles only when they cannot cover the wait.
@@ -246,10 +243,7 @@ def simulate_gemm_tc(rendered: Rendered, resources: dict | None, target: Target
     # TC_TILE_FILL_BW (64 x 64 tiles of fused_linear_relu, 17.2 GB of tiles in 7.0 ms)
     l2_s = panel * vec_pen / TC_TILE_FILL_BW
     out_bytes = batch * M * N * 4.0
-    # split-K: each block writes its raw partial tile to the workspace (split partials per
-    # output element), which the summing kernel reads back (`split_sum_s`)
-    dram_s = (batch * (M * K + K * N) * 4.0 + out_bytes * split * (
-        SPLIT_PARTIAL_COST if split > 1 else 1.0)) / target.dram_bw
+    dram_s = main_dram_s(batch, M, N, K, split, target)
     spill_s = _spill_time(resources, threads, blocks_sm, blocks * (k_pad // bk), target)
     main_s = _soft_max((compute_s, smem_s, l2_s, dram_s, spill_s), TC_OVERLAP_SHARPNESS) * quant
     total_s = main_s + LAUNCH_US * 1e-6
@@ -258,6 +252,14 @@ def simulate_gemm_tc(rendered: Rendered, resources: dict | None, target: Target
     counters = _counters(occ, waves, vec_pen, dram_s, main_s, regs, resources, bank=0.0,
                          issue=compute_s, sync=0.0)
     return total_s * 1e3, counters, None
+
+
+def main_dram_s(batch: int, M: int, N: int, K: int, split: int, target: Target) -> float:
+    """The main GEMM kernel's DRAM time: A and B once, and the output, or with split-K each
+    block's raw partial tile to the workspace (split partials per output element, read back
+    by the summing kernel, `split_sum_s`)."""
+    out = batch * M * N * 4.0 * split * (SPLIT_PARTIAL_COST if split > 1 else 1.0)
+    return (batch * (M * K + K * N) * 4.0 + out) / target.dram_bw
 
 
 def split_sum_s(split: int, out_bytes: float, target: Target) -> float:
