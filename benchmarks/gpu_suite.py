@@ -228,7 +228,8 @@ def template_seeds(path: Path, template: str, n: int,
 
 
 def run_bench(out: Path, problems: list[Path], budget: int, policy: str | None,
-              deadline: float, per_problem: float, parallel: int = 1) -> None:
+              deadline: float, per_problem: float, parallel: int = 1,
+              strategies: str = "", single_policy: str | None = None) -> None:
     """`cuda-agent bench --device cuda` over the problems in one process (its start, ~20 s of
     torch, CUDA and the policy, is paid once), each problem given up inside it once it has run
     `per_problem` seconds. Stopped at the call's deadline, the run keeps the problems it
@@ -243,7 +244,9 @@ def run_bench(out: Path, problems: list[Path], budget: int, policy: str | None,
     cmd = cli + ["bench", "--suite", suite, "--device", "cuda", "--budget", str(budget),
                  "--seeds", "1", "--problem-seconds", str(per_problem),
                  "--parallel", str(parallel),
-                 "--out", str(run_dir)] + (["--policy", policy] if policy else [])
+                 "--out", str(run_dir)] + (["--policy", policy] if policy else []) + (
+                     ["--strategies", strategies] if strategies else []) + (
+                     ["--single-policy", single_policy] if single_policy else [])
     t0 = time.time()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True,
@@ -286,6 +289,33 @@ def bench_todo(shard: int = 0, shards: int = 1) -> list[Path]:
         return (len(BENCH_ORDER) if gemm_based else group, p.stem)
 
     return sorted(left, key=rank)[shard::shards]
+
+
+def heldout_sample(per_family: int, seed: int, shard: int = 0, shards: int = 1) -> list[Path]:
+    """`per_family` problems drawn at random (`seed`) from each family prefix (elementwise_,
+    gemm_, conv..., ...) of the problems with a recorded sweep, the multi-kernel programs left out: a
+    held-out set for the agents chosen by a rule, not by how they did. In rounds (one of each
+    family, then a second of each, ...); the `shard`-th of `shards` consecutive shares (one per
+    call: each share spans the families)."""
+    import random
+    import re
+    from itertools import groupby
+
+    from benchmarks.fold_policies import recorded_problems
+
+    multi_kernel = {"fused_conv2d_groupnorm_tanh", "fused_conv2d_relu_maxpool",
+                    "fused_linear_softmax", "fused_mlp_relu"}
+    names = [n for n in recorded_problems() if n not in multi_kernel]
+    rng = random.Random(seed)
+    def family(name: str) -> str:  # conv1d_, conv2d_, conv_transpose2d_: one family
+        return re.sub(r"\d.*", "", name.split("_", 1)[0])
+
+    families = [list(g) for _, g in groupby(sorted(names, key=family), key=family)]
+    drawn = [sorted(rng.sample(f, min(per_family, len(f)))) for f in families]
+    order = [n for i in range(per_family) for fam in drawn for n in fam[i:i + 1]]
+    size = -(-len(order) // shards)
+    return [ROOT / "benchmarks/problems" / f"{n}.py"
+            for n in order[shard * size:(shard + 1) * size]]
 
 
 def trial_rows(trials: list) -> list[list]:
@@ -497,14 +527,21 @@ def main() -> None:
     ap.add_argument("--agent-policy", default=None,
                     help="compare this checkpoint on the held-out operators; skip training")
     ap.add_argument("--agent-single-policy", default=None,
-                    help="with --agent-policy: the single-agent checkpoint to compare as well")
+                    help="with --agent-policy: the single-agent checkpoint to compare as well "
+                         "(part bench: checkpoints for marl_single, comma-separated folds)")
     ap.add_argument("--agent-heldout", default=",".join(AGENT_HELDOUT),
                     help="comma-separated operators the policies are compared on")
     ap.add_argument("--tests-k", default=None, help="pytest -k selection for the GPU tests")
     ap.add_argument("--search-problems", default="", help="comma-separated files (part search)")
     ap.add_argument("--bench-problems", default="", help="comma-separated files (part bench; "
                     "the policy is --agent-policy), or todo[:SHARD:SHARDS]: the problems no "
-                    "committed live bench has, cheapest first")
+                    "committed live bench has, cheapest first, or "
+                    "sample:PER_FAMILY:SEED[:SHARD:SHARDS]: problems drawn at random from "
+                    "each family (`heldout_sample`)")
+    ap.add_argument("--bench-strategies", default="",
+                    help="comma-separated (default: the bench's), e.g. "
+                         "marl,marl_untrained,marl_single,random,optuna: issue 3's comparison "
+                         "(marl_single's checkpoints: --agent-single-policy)")
     ap.add_argument("--bench-budget", type=int, default=40)
     ap.add_argument("--bench-parallel", type=int, default=8,
                     help="strategy runs of a problem searching at once (`bench --parallel`): "
@@ -580,10 +617,12 @@ def main() -> None:
             elif part == "bench":  # issue 5: every strategy and baseline, live
                 todo = args.bench_problems.split(":")
                 chosen = (bench_todo(*map(int, todo[1:])) if todo[0] == "todo" else
+                          heldout_sample(*map(int, todo[1:])) if todo[0] == "sample" else
                           [ROOT / q for q in args.bench_problems.split(",") if q])
                 run_bench(out, chosen,
                           args.bench_budget, args.agent_policy, deadline - 10,
-                          args.bench_per_problem, args.bench_parallel)
+                          args.bench_per_problem, args.bench_parallel,
+                          args.bench_strategies, args.agent_single_policy)
             elif part == "library":  # cuDNN's layout and algorithm slots, every value
                 run_library(out, problems, deadline - 10)
             elif part == "cudnn":  # cudnn.benchmark against heuristics, fresh processes

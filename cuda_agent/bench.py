@@ -29,8 +29,9 @@ OURS = ("random", "genetic", "optuna", "marl")
 KERNEL_TUNER = tuple(f"kt:{s}" for s in ("genetic_algorithm", "bayes_opt",
                                            "simulated_annealing", "random_sample"))
 DEFAULT_STRATEGIES = OURS + KERNEL_TUNER
-ABLATIONS = ("marl_noprior",)
-"""strategies run only when named: the agents without the analytic model's prior"""
+ABLATIONS = ("marl_noprior", "marl_untrained", "marl_single")
+"""strategies run only when named: the agents without the analytic model's prior, with a
+fresh policy, and the single-agent ablation (its checkpoints: `BenchSettings.single_policy`)"""
 
 
 @dataclass
@@ -47,6 +48,9 @@ class BenchSettings:
     """agents checkpoint for `marl`, or several comma-separated (cross-fitted folds: each problem
     is tuned by the first that never trained on it); problems every one was trained on are
     reported apart"""
+    single_policy: str | None = None
+    """single-agent checkpoint(s) for `marl_single`, as `policy` (the same folds: each problem
+    tuned by one that never trained on it)"""
     out: str = "runs/bench"
     problem_seconds: float | None = None
     """live runs: a problem still running after this many seconds is given up at the next
@@ -116,7 +120,7 @@ def merge(results: list[BenchResult]) -> BenchResult:
     if not results:
         raise SettingsError("nothing to merge")
     first = results[0]
-    same = ("strategies", "budget", "seeds", "policy", "precision")
+    same = ("strategies", "budget", "seeds", "policy", "single_policy", "precision")
     for r in results[1:]:
         for k in same:
             if getattr(r.settings, k) != getattr(first.settings, k):
@@ -162,6 +166,9 @@ def check_settings(settings: BenchSettings) -> None:
         raise SettingsError(f"unknown strategies {unknown}; choose from {', '.join(known)}")
     if settings.budget < 1 or settings.seeds < 1:
         raise SettingsError("--budget and --seeds must be at least 1")
+    if "marl_single" in settings.strategies and not settings.single_policy:
+        raise SettingsError("strategy marl_single needs --single-policy (a single-agent "
+                            "checkpoint, e.g. from `cuda-agent train --agents single`)")
     if settings.parallel < 1:
         raise SettingsError(f"--parallel must be at least 1, not {settings.parallel}")
     check_precision(settings.precision)
@@ -202,6 +209,11 @@ class Policies:
         first."""
         unseen = [p for p in self.paths if problem not in self.trained[p]]
         return (unseen or self.paths or [None])[0]
+
+    def for_strategy(self, strategy: str, problem: str, single: "Policies") -> str | None:
+        """The checkpoint `strategy` tunes `problem` with: the single-agent ablation's own
+        (`single`), every other strategy this set's."""
+        return (single if strategy == "marl_single" else self).pick(problem)
 
     def trained_on(self) -> list[str]:
         """Problems every policy trained on: the agents' results on them are reported apart."""
@@ -253,7 +265,7 @@ def run_bench(settings: BenchSettings,
     root = Path(settings.replay_root) if settings.replay_root else None
     device = ReplayDevice(root)
     result = BenchResult(settings, date=time.strftime("%Y-%m-%d"), provenance=provenance())
-    policies = Policies(settings.policy)
+    policies, single = Policies(settings.policy), Policies(settings.single_policy)
     result.trained_on = policies.trained_on()
     for path in problem_files(settings.suite):
         problem = load_problem(path)
@@ -291,7 +303,8 @@ def run_bench(settings: BenchSettings,
                                                        settings.budget, seed)
                 else:
                     times = _order_ask_tell(path, strategy, device, settings.budget, seed,
-                                            policies.pick(problem.name))
+                                            policies.for_strategy(strategy, problem.name,
+                                                                  single))
                 result.runs.append(Run(problem.name, strategy, seed, times,
                                        time.perf_counter() - t0, error=error))
                 if progress:

@@ -86,9 +86,11 @@ class _ProblemBench:
     """One problem on the shared device: its store, its measurer, its strategies' runs."""
 
     def __init__(self, problem: Problem, plan: KernelPlan, settings: BenchSettings,
-                 device: Device, builder: Builder, policy: str | None = None) -> None:
+                 device: Device, builder: Builder, policy: str | None = None,
+                 single_policy: str | None = None) -> None:
         self.problem = problem
         self.policy = policy  # the agents' checkpoint for this problem (`Policies.pick`)
+        self.single_policy = single_policy  # marl_single's (`BenchSettings.single_policy`)
         self.plan = plan
         self.settings = settings
         self.device = device
@@ -100,8 +102,9 @@ class _ProblemBench:
         self.measurer = self._tuner("random", 0)
 
     def _tuner(self, strategy: str, seed: int) -> Tuner:
-        s = strategy_settings(self.device, strategy, self.settings.budget, seed,
-                              self.policy, self.settings.precision)
+        policy = self.single_policy if strategy == "marl_single" else self.policy
+        s = strategy_settings(self.device, strategy, self.settings.budget, seed, policy,
+                              self.settings.precision)
         return Tuner(self.problem, s, device=self.device, builder=self.builder, store=self.store,
                      device_lock=self.device_lock)
 
@@ -241,7 +244,7 @@ def run_live_bench(settings: BenchSettings, device_name: str,
                                 "pip install cuda-agent[tuners]") from None
     result = BenchResult(settings, date=time.strftime("%Y-%m-%d"), provenance=provenance(),
                          live=device_name)
-    policies = Policies(settings.policy)
+    policies, single = Policies(settings.policy), Policies(settings.single_policy)
     result.trained_on = policies.trained_on()
     device = open_device(device_name, TuneSettings(device=device_name,
                                                     precision=settings.precision), notify)
@@ -261,7 +264,7 @@ def run_live_bench(settings: BenchSettings, device_name: str,
                     "a multi-kernel program: Kernel Tuner tunes one kernel's parameters")
                 continue
             bench = _ProblemBench(problem, plan, settings, device, builder,
-                                  policies.pick(problem.name))
+                                  policies.pick(problem.name), single.pick(problem.name))
             # where a problem's wall time goes (a live bench of a whole suite takes hours)
             phase_s: dict[str, float] = {}
             started = time.perf_counter()
@@ -296,6 +299,9 @@ def run_live_bench(settings: BenchSettings, device_name: str,
                     "device": device.kind, "phase_s": phase_s}
                 if bench.policy:  # which checkpoint the agents used (several: cross-fitted)
                     result.problems[bench.problem.name]["policy"] = Path(bench.policy).name
+                if bench.single_policy:
+                    result.problems[bench.problem.name]["single_policy"] = Path(
+                        bench.single_policy).name
             finally:
                 bench.close()
                 if on_problem:

@@ -330,10 +330,14 @@ def bench(
     strategies: str = typer.Option(",".join(("random", "genetic", "optuna", "marl",
                                              "kt:genetic_algorithm", "kt:bayes_opt",
                                              "kt:simulated_annealing", "kt:random_sample")),
-                                   help="comma-separated"),
+                                   help="comma-separated; the agents' ablations when named: "
+                                        "marl_noprior, marl_untrained, marl_single"),
     policy: Optional[Path] = typer.Option(None, help="trained agents checkpoint (for marl), or "
                                           "several comma-separated: each problem tuned by one "
                                           "that never trained on it"),
+    single_policy: Optional[str] = typer.Option(
+        None, help="single-agent checkpoint(s) for the ablation strategy marl_single, "
+                   "comma-separated as --policy"),
     out: Path = typer.Option(Path("runs/bench"), help="bench.json, bench.md, plots, "
                              "report.html"),
     problem_seconds: Optional[float] = typer.Option(
@@ -356,8 +360,9 @@ def bench(
     settings = BenchSettings(suite=str(suite), replay_root=str(replay_root) if replay_root
                              else None, strategies=tuple(s for s in strategies.split(",") if s),
                              budget=budget, seeds=seeds, policy=str(policy) if policy else None,
-                             out=str(out), problem_seconds=problem_seconds,
-                             parallel=parallel, precision=precision)
+                             single_policy=single_policy, out=str(out),
+                             problem_seconds=problem_seconds, parallel=parallel,
+                             precision=precision)
     out_existed = out.exists()
     try:
         with _progress() as bar:

@@ -575,3 +575,28 @@ def test_the_first_sampled_proposals_spread_hotter_then_cool():
     assert hot == [{1.0}, {4.0}, {4.0}, {1.0}]
     with pytest.raises(ValueError, match="spread"):
         AgentsStrategy(space_of(GOOD / "sum_small.py"), spread=-1)
+
+
+def test_the_untrained_and_single_agent_ablations_use_the_policy_they_name(tmp_path):
+    """`marl_untrained` is the trained strategy with fresh weights whatever checkpoint the
+    bench hands it; `marl_single` tunes with a single-agent checkpoint and refuses a four-agent
+    one (comparing the wrong policy would be a silent error in issue 3's comparison)."""
+    from cuda_agent.agents.strategy import SingleAgentStrategy, UntrainedAgentsStrategy
+
+    space = space_of(GOOD / "sum_small.py")
+    multi, single = MultiAgentPolicy("multi", 16), MultiAgentPolicy("single", 16)
+    with torch.no_grad():
+        for p in multi.parameters():
+            p.fill_(0.5)
+    checkpoint.save(tmp_path / "multi.pt", multi, {"trained_on": []})
+    checkpoint.save(tmp_path / "single.pt", single, {"trained_on": []})
+
+    untrained = UntrainedAgentsStrategy(space, seed=0, policy=str(tmp_path / "multi.pt"))
+    assert untrained.policy.mode == "multi" and untrained.ranked_left == 0
+    assert not any(torch.all(p == 0.5) for p in untrained.policy.parameters())
+
+    chosen = SingleAgentStrategy(space, seed=0, policy=str(tmp_path / "single.pt"))
+    assert chosen.policy.mode == "single" and chosen.ranked_left > 0
+    assert len(chosen.ask(4)) == 4
+    with pytest.raises(ValueError, match="single-agent checkpoint"):
+        SingleAgentStrategy(space, seed=0, policy=str(tmp_path / "multi.pt"))

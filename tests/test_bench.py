@@ -128,19 +128,29 @@ def test_bench_on_replay_end_to_end(tmp_path):
     # compared on all three problems; with them their ablation without the model's prior
     import torch
 
+    from cuda_agent.agents import checkpoint
+    from cuda_agent.agents.policy import MultiAgentPolicy
+
     blob = torch.load(tmp_path / "p" / "policy.pt", weights_only=False)
     blob["meta"]["trained_on"] = ["elementwise_swiglu"]
     torch.save(blob, tmp_path / "fold1.pt")
+    # and the single-agent ablation's checkpoint (fresh weights: what matters here is that
+    # marl_single tunes with it, and the other agents' strategies do not)
+    checkpoint.save(tmp_path / "single.pt", MultiAgentPolicy("single", 16),
+                    {"trained_on": ["norm_l2"]})
     out2 = tmp_path / "bench2"
     r = subprocess.run([CLI, "bench", "--suite", str(suite), "--budget", "6", "--seeds", "1",
-                        "--strategies", "random,marl,marl_noprior", "--replay-root",
-                        str(H200.parent),
+                        "--strategies", "random,marl,marl_noprior,marl_untrained,marl_single",
+                        "--replay-root", str(H200.parent),
                         "--policy", f"{tmp_path / 'p' / 'policy.pt'},{tmp_path / 'fold1.pt'}",
+                        "--single-policy", str(tmp_path / "single.pt"),
                         "--out", str(out2)], capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-2000:]
     data = json.loads((out2 / "bench.json").read_text())
     assert data["trained_on"] == [] and data["summary"]["marl"]["problems"] == 3
-    assert data["summary"]["marl_noprior"]["problems"] == 3
+    for ablation in ("marl_noprior", "marl_untrained", "marl_single"):
+        assert data["summary"][ablation]["problems"] == 3, ablation
+    assert data["settings"]["single_policy"] == str(tmp_path / "single.pt")
     assert data["problems"]["norm_l2"]["policy"] == "fold1.pt"
     assert {data["problems"][p]["policy"] for p in data["problems"] if p != "norm_l2"} == {
         "policy.pt"}
@@ -185,3 +195,14 @@ def test_suite_as_comma_separated_files_keeps_their_order(tmp_path):
     assert problem_files(str(tmp_path)) == [a, b]  # a directory: by name
     with pytest.raises(SettingsError, match="missing.py: no such file"):
         problem_files(f"{b},{tmp_path / 'missing.py'}")
+
+
+def test_the_single_agent_ablation_needs_its_checkpoint(tmp_path):
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "norm_l2.py").write_text((ROOT / "benchmarks/problems/norm_l2.py").read_text())
+    r = subprocess.run([CLI, "bench", "--suite", str(suite), "--strategies", "random,marl_single",
+                        "--out", str(tmp_path / "o")], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode != 0 and "marl_single needs --single-policy" in r.stderr + r.stdout
+    assert not (tmp_path / "o").exists()

@@ -192,3 +192,28 @@ class AgentsWithoutPriorStrategy(AgentsStrategy):
     def __init__(self, space: Space, seed: int = 0, **options: Any) -> None:
         options.setdefault("prior_weight", 0.0)
         super().__init__(space, seed, **options)
+
+
+@register("marl_untrained")
+class UntrainedAgentsStrategy(AgentsStrategy):
+    """The agents with a fresh policy and everything else as "marl" (the analytic model's
+    prior, online learning, the search settings): what training adds, measured beside the
+    trained policy in `cuda-agent bench --strategies marl,marl_untrained` (issue 3's "the
+    same policy untrained"). A checkpoint given to the bench is ignored here."""
+
+    def __init__(self, space: Space, seed: int = 0, **options: Any) -> None:
+        options["policy"] = None
+        super().__init__(space, seed, **options)
+
+
+@register("marl_single")
+class SingleAgentStrategy(AgentsStrategy):
+    """One agent over every slot, from a single-agent checkpoint (`cuda-agent bench
+    --single-policy`): the ablation of the split into four agents, run beside "marl"."""
+
+    def __init__(self, space: Space, seed: int = 0, **options: Any) -> None:
+        options.setdefault("agents", "single")
+        super().__init__(space, seed, **options)
+        if self.policy.mode != "single":
+            raise ValueError(f"marl_single needs a single-agent checkpoint; this one has "
+                             f"{self.policy.mode!r} agents")
