@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..bench import BenchResult, best_of_run, summarize, versus_peers
+from ..bench import PEERS, BenchResult, best_of_run, summarize, versus_peers
 from ..metrics import P
 from ..search.base import is_agents
 
@@ -167,7 +167,7 @@ def _provenance(result: BenchResult) -> str:
                 + (" (SIMULATED device: model estimates, not measurements; correctness not "
                    "checked)" if sim else ": every strategy and baseline measured in this run")
                 + f"; {len(result.problems)} problems, budget {result.settings.budget} "
-                f"measurements, {result.settings.seeds} seeds, run {result.date}"
+                f"measurements, {result.settings.seeds} seed{'s' if result.settings.seeds != 1 else ''}, run {result.date}"
                 + (", precision TF32 (opted in: TF32 tensor-core products, eager and "
                    "torch.compile with TF32 on)" if result.settings.precision == "tf32" else "")
                 + "".join(f", {k} {v}" for k, v in result.provenance.items()) + ". The optimum "
@@ -177,7 +177,7 @@ def _provenance(result: BenchResult) -> str:
     return (f"Replay of sweeps recorded on {', '.join(gpus)}"
             + (" (SIMULATED sweeps: model estimates, not measurements)" if sim else "")
             + f"; {len(result.problems)} problems, budget {result.settings.budget} "
-            f"measurements, {result.settings.seeds} seeds, run {result.date}."
+            f"measurements, {result.settings.seeds} seed{'s' if result.settings.seeds != 1 else ''}, run {result.date}."
             + _trained_note(result))
 
 
@@ -185,8 +185,10 @@ def _peers_line(summary: dict[str, Any]) -> str:
     v = versus_peers(summary)
     if v is None:
         return ""
+    ran = [s for s in PEERS if s in summary]
+    peers = ("the best of Optuna and Kernel Tuner" if len(ran) > 1 else "the one peer run")
     return (f" The agents (marl) reach 95 % of the optimum in a median {v['ours_median']:g} "
-            f"measurements; the best of Optuna and Kernel Tuner ({v['best_peer']}) in "
+            f"measurements; {peers} ({v['best_peer']}) in "
             f"{v['best_peer_median']:g}" + (f": {v['ratio']:.1f}x fewer." if v["ratio"] else "."))
 
 
