@@ -605,6 +605,8 @@ def main() -> None:
                 run_tests(out, "tests/gpu/test_clusters.py", min(left - 10, 150))
             elif part == "direct":  # depthwise, float4 pooling, L2 keep, online extras
                 run_tests(out, "tests/gpu/test_direct_and_hints.py", min(left - 10, 150))
+            elif part == "timing":  # the events time the GPU's work, not the host's
+                run_tests(out, "tests/gpu/test_timing_gpu.py", min(left - 10, 120))
             elif part == "counters":
                 run_tests(out, "tests/gpu/test_gpu_counters.py", min(left - 10, 120))
             elif part == "search":

@@ -176,7 +176,10 @@ class ProblemState:
                 "early_stopped": timing.early_stopped, "max_rel_err": result.max_rel_err,
                 "wall_s": time.perf_counter() - t0,
                 "counters": {"achieved_bw_fraction": self.bytes / (timing.median_ms * 1e-3)
-                             / self.copy_bw}}
+                             / self.copy_bw,
+                             # timed runs the host may have delayed (`TimingSettings.lead_us`)
+                             **({"timing_host_bound": timing.host_bound}
+                                if timing.host_bound else {})}}
 
     def _probe(self, kernels: launcher.LoadedKernels) -> float:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
