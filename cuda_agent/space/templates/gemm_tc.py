@@ -533,5 +533,6 @@ class _TensorCoreWriter(_GemmWriter):
                  ("skips_zero_tiles", int(self.zero_tile_test() is not None)),
                  ("computed_tiles", self.computed_tiles()),
                  ("gather_dims", len(g.b_gather.kernel) if g.b_gather is not None else 0),
-                 ("gather", "table" if self.ktab else "arith"))
+                 ("gather", "table" if self.ktab else "arith"),
+                 ("gather_transposed", int(g.b_gather is not None and g.b_gather.transposed)))
         return Rendered(c.text(), tuple(launches), workspace_bytes=ws, facts=facts)
