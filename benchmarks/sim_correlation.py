@@ -2,6 +2,11 @@
 recorded GPU sweeps, per problem and per family.
 
     python benchmarks/sim_correlation.py [--data benchmarks/data/nvidia-h200]
+    python benchmarks/sim_correlation.py --problems gemm_,fused_linear --update RESULT_JSON
+
+`--problems` scores only the sweeps whose names start so (a whole run compiles every recorded
+configuration: hours on two cores); with `--update` their rows replace those of an earlier
+result, which is written again under today's date with the rows' dates kept.
 
 Every recorded configuration is compiled (NVRTC, for the compiler's register and spill report),
 simulated with the default constants, and ranked against its measured time; multi-kernel
@@ -60,21 +65,34 @@ def correlate(path: Path, builder: Builder, constants: SimConstants | None = Non
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", type=Path, default=ROOT / "benchmarks/data/nvidia-h200")
+    ap.add_argument("--problems", default="", help="comma-separated name prefixes (default: all)")
+    ap.add_argument("--update", type=Path, default=None, metavar="RESULT_JSON",
+                    help="with --problems: replace these problems' rows of an earlier result")
     args = ap.parse_args()
+    prefixes = tuple(p for p in args.problems.split(",") if p)
+    today = time.strftime("%Y-%m-%d")
     shipped = SimConstants.shipped()
     calibrated = shipped != SimConstants()
     rows = []
     with Builder() as builder:
         for path in sorted(args.data.glob("*.json.gz")):
+            if prefixes and not path.name.startswith(prefixes):
+                continue
             r = correlate(path, builder, SimConstants())
             if r is None:
                 print(f"{path.name}: fewer than 3 usable records, skipped", flush=True)
                 continue
             if calibrated:
                 r["spearman_shipped"] = correlate(path, builder, shipped)["spearman"]
+            r["date"] = today
             rows.append(r)
             print(f"{r['problem']:32s} {r['family']:12s} rho {r['spearman']:+.2f}  sim's pick "
                   f"{r['sim_pick_vs_best']:.2f}x the best", flush=True)
+    if args.update:  # the rows not scored again stay as they were, with their date
+        redone = {r["problem"] for r in rows}
+        old = json.loads(args.update.read_text())
+        rows = sorted([{**r, "date": r.get("date", old["date"])} for r in old["rows"]
+                       if r["problem"] not in redone] + rows, key=lambda r: r["problem"])
     fams = sorted({r["family"] for r in rows})
 
     def medians(key: str) -> dict[str, float]:
@@ -82,7 +100,7 @@ def main() -> None:
                                       and r.get(key) is not None]) for f in fams}
 
     by_family = medians("spearman")
-    date = time.strftime("%Y-%m-%d")
+    date = today
     out = {"date": date, "data": str(args.data.relative_to(ROOT)), "rows": rows,
            "constants": "defaults (SimConstants(), no fit)",
            "median_spearman_by_family": by_family}
@@ -91,7 +109,10 @@ def main() -> None:
     (ROOT / "benchmarks/results" / f"{date}-sim-correlation.json").write_text(
         json.dumps(out, indent=2) + "\n")
     lines = [MARK_BEGIN, "## How well the simulator ranks configurations", "",
-             f"Run {date} on a CPU by `benchmarks/sim_correlation.py`: every configuration the "
+             f"Run {date} on a CPU by `benchmarks/sim_correlation.py`" + (
+                 f" (rows of {', '.join(sorted({r['date'] for r in rows}))}: the problems "
+                 f"named {args.problems} scored on {date}, the rest earlier with the model of "
+                 "then)" if args.update else "") + ": every configuration the "
              "H200 sweeps recorded as verified is simulated (the model's default constants, "
              "no fit, with the compiler's real register and spill counts) and ranked against "
              "its measured time. *sim's pick*: the measured time of the configuration the "
@@ -105,7 +126,9 @@ def main() -> None:
              "sweeps' library records, the best one per problem (`run/sim_gemm.py`): on the "
              "convolutions and fused chains those terms are in-sample. The SIMT template's cost "
              "of a convolution's gathered loads (`GATHER_INSTR`) is the tensor-core template's "
-             "estimate, not fitted."]
+             "estimate, not fitted. `SIMT_TIME_SCALE` and `TRANSPOSED_GATHER_INSTR` were "
+             "set on 2026-12-02 from the live bench's configurations (the section on them "
+             "below), not from these sweeps."]
     if calibrated:
         lines += ["", "*shipped*: the same with the calibrated constants the `sim` device "
                   "loads (`cuda_agent/run/sim_constants_h200.json`); they were fitted on half "
