@@ -217,11 +217,17 @@ class Tuner:
                           None if b.ok else (b.error_kind, b.error_msg))
                 for k, c, r, b in zip(keys, configs, rendered, builds)]
 
+    def _measured_with(self) -> str:
+        """The store's toolchain field for measurements: the compiler's, and the device's
+        timing protocol where it has one (a time taken another way is not served again)."""
+        protocol = self.device.measure_protocol
+        return f"{self.toolchain}+{protocol}" if protocol else self.toolchain
+
     def _evaluate(self, cand: Candidate, best_ms: float | None) -> Measurement:
         self.device.ensure(self.problem, self.plan)  # a shared device may have moved on
         gpu = self.device.gpu_name()
         if self.device.kind != "replay":
-            hit = self.store.lookup(cand.key, self.device.kind, gpu, self.toolchain)
+            hit = self.store.lookup(cand.key, self.device.kind, gpu, self._measured_with())
             if hit is not None:
                 return hit
         err = cand.build_error
@@ -246,7 +252,7 @@ class Tuner:
         for slot, value in cand.config.present().items():
             agents.setdefault(slot.split(".", 1)[0], {})[slot] = value
         self.store.record(self.problem_id, cand.key, trial.template, cand.config.as_dict(), m,
-                          self.device.gpu_name(), self.toolchain, self.settings.strategy,
+                          self.device.gpu_name(), self._measured_with(), self.settings.strategy,
                           cand.resources, agents)
         return trial
 

@@ -308,3 +308,20 @@ def test_model_new_imports_without_a_gpu(tmp_path):
     assert set(m.state_dict()) == {"ln.weight", "ln.bias"}
     with pytest.raises(TypeError, match="CUDA"):
         m(torch.randn(16, 96))
+
+
+def test_a_time_taken_under_another_timing_protocol_is_not_reused(tmp_path, monkeypatch):
+    """A store keeps times across runs; once the timing protocol changes what a time means
+    (`timing.TIMING_PROTOCOL`), the older times must be measured again, not mixed in."""
+    from cuda_agent.run.sim import SimDevice
+    from cuda_agent.tuner import tune
+
+    store = str(tmp_path / "s.db")
+    monkeypatch.setattr(SimDevice, "measure_protocol", "t1")
+    first = tune(GOOD / "sum_small.py", device="sim", budget=4, store=store)
+    monkeypatch.setattr(SimDevice, "measure_protocol", "t2")
+    again = tune(GOOD / "sum_small.py", device="sim", budget=4, store=store)
+    assert [t.config for t in first.trials] == [t.config for t in again.trials]
+    assert not any(t.measurement.reused for t in again.trials)
+    third = tune(GOOD / "sum_small.py", device="sim", budget=4, store=store)
+    assert all(t.measurement.reused for t in third.trials)

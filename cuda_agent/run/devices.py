@@ -16,7 +16,7 @@ from ..ir.plan import KernelPlan
 from ..problem import Problem
 from ..space.slots import Config, Rendered, Target
 from .records import Measurement
-from .timing import TimingSettings
+from .timing import TIMING_PROTOCOL, TimingSettings
 from .verify import VerifySettings
 
 
@@ -46,6 +46,9 @@ class Baselines:
 class Device(ABC):
     kind: str = "abstract"
     simulated: bool = False
+    measure_protocol: str = ""
+    """what a time from this device means (`timing.TIMING_PROTOCOL` on a GPU): a store serves
+    a measurement again only to a device of the same protocol"""
 
     @abstractmethod
     def target(self) -> Target: ...
@@ -84,6 +87,7 @@ class CudaDevice(Device):
     """Runs candidates in a worker process on one GPU; a hang or crash costs only the worker."""
 
     kind = "cuda"
+    measure_protocol = TIMING_PROTOCOL
 
     def __init__(self, index: int = 0, timing: TimingSettings | None = None,
                  verify_settings: VerifySettings | None = None, eval_timeout_s: float = 30.0,

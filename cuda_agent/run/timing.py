@@ -24,6 +24,11 @@ from typing import Callable
 import torch
 
 
+TIMING_PROTOCOL = "t2"
+"""Changed whenever the protocol changes what a time means, so that a store does not serve a
+time taken the older way (t2, 2026-12-02: the host's launch path kept out of the events)."""
+
+
 @dataclass
 class TimingSettings:
     """How candidates and baselines are timed (one protocol for both: STYLE lesson 7)."""
