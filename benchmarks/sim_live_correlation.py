@@ -147,7 +147,7 @@ def markdown(out: dict) -> list[str]:
              "in brackets; `-`: fewer than 10 in common), the ceiling for any model of the "
              "times: every problem repeats at 0.95 or better except conv2d_odd, whose 10 us "
              "kernels were timed with the host's launch path inside the events (the timing "
-             "protocol's lead-in, commit after 5fae39a, keeps it out; not yet rerun).", "",
+             "protocol's lead-in, commit 6ed05e0, keeps it out; not yet run on the GPU).", "",
              "| family | problems | median Spearman |", "|---|---|---|"]
     lines += [f"| {f} | {sum(r['family'] == f for r in rows)} | {v:+.2f} |"
               for f, v in sorted(by_family.items())]
