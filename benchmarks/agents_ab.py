@@ -86,6 +86,11 @@ def variant_options(name: str) -> dict[str, Any]:
         # policies trained with the prior in their episodes, tuning under it: what training
         # for the model's misses adds (`TrainSettings.prior_weight`)
         "prior100_priortrained": {"prior_weight": 100.0, "policies": PRIOR_TRAINED},
+        # issue 3's ablations: the same folds trained with the prior, each without one part
+        # of the method (`fold_policies.py --ablation`), tuning as prior100_priortrained does
+        **{f"ablate_{a}": {"prior_weight": 100.0, "policies": ",".join(
+            f"benchmarks/policies/h200-replay-1202p-{a}-fold{k}.pt" for k in (0, 1))}
+           for a in ("noaux", "noexplore", "timereward")},
     }
     if name not in table:
         raise SystemExit(f"unknown variant {name!r}; known: {', '.join(table)}")
@@ -232,8 +237,11 @@ def markdown() -> list[str]:
              "100); `noprior` is without it, `priorN` at weight N, `priorN_untrained` an "
              "untrained policy under it, `prior100_priortrained` the fold policies trained "
              "with the prior in their episodes' proposals (`fold_policies.py --prior-weight "
-             "100`), tuning under it. Sign test: two-sided, over the problems where the two "
-             "settings differ.", ""]
+             "100`), tuning under it; `ablate_noaux`, `ablate_noexplore`, `ablate_timereward` "
+             "the same folds trained (with the prior) without the auxiliary reward, without "
+             "the targeted exploration, and with the raw time as reward instead of the rank "
+             "within the batch (`fold_policies.py --ablation`): issue 3's ablations. Sign "
+             "test: two-sided, over the problems where the two settings differ.", ""]
     for path in sorted((ROOT / "benchmarks/results").glob("*-agents-ab-*.json")):
         res = json.loads(path.read_text())
         base = res["variants"][0]

@@ -13,7 +13,9 @@ sweeps, training seed 0). Writes benchmarks/policies/<name>-fold<k>.pt, or with 
 benchmarks/policies/<name>-single-fold<k>.pt; --name is h200-replay unless given (retrained on
 other sweeps: another name, e.g. h200-replay-1201, since bench results name their checkpoint).
 `--prior-weight 100` trains with the analytic model's prior in the proposals, as tuning runs
-(h200-replay-1202p).
+(h200-replay-1202p). `--ablation` trains without one part of the method (issue 3's
+ablations: no auxiliary reward, no targeted exploration, the raw time as reward instead of the
+rank within the batch); name it apart, e.g. --name h200-replay-1202p-noaux.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.agents_replay import DATA  # noqa: E402
+from cuda_agent.agents.reward import RewardSettings  # noqa: E402
 from cuda_agent.agents.train import TrainSettings, Trainer  # noqa: E402
 from cuda_agent.run.replay import ReplayDevice  # noqa: E402
 
@@ -51,6 +54,15 @@ def folds(names: list[str], k: int) -> list[list[str]]:
     return out
 
 
+ABLATIONS = {
+    "none": {},
+    "no_aux": {"reward": RewardSettings(aux_weight=0.0)},
+    "no_explore": {"explore": "none"},
+    "time_reward": {"reward": RewardSettings(mode="time")},
+}
+"""training settings of each ablation (as `agents_replay.py`'s variants)"""
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--folds", type=int, default=2)
@@ -63,6 +75,8 @@ def main() -> None:
     ap.add_argument("--prior-weight", type=float, default=0.0,
                     help="train with the analytic model's prior on the proposals, as tuning "
                          "uses it (`TrainSettings.prior_weight`)")
+    ap.add_argument("--ablation", choices=tuple(ABLATIONS), default="none",
+                    help="train without one part of the method (name the result apart)")
     ap.add_argument("--fold", type=int, default=None,
                     help="train only this fold (folds are independent: one process each)")
     args = ap.parse_args()
@@ -73,8 +87,8 @@ def main() -> None:
         s = TrainSettings(suite=str(ROOT / "benchmarks/problems"), holdout=tuple(held),
                           device="replay", replay_root=str(DATA), iterations=args.iterations,
                           episodes=4, steps=4, batch=8, seed=0, agents=args.agents,
-                          prior_weight=args.prior_weight,
-                          out=str(args.work / f"{args.agents}-fold{i}"))
+                          prior_weight=args.prior_weight, **ABLATIONS[args.ablation],
+                          out=str(args.work / f"{args.name}-{args.agents}-fold{i}"))
         t0 = time.time()
         tr = Trainer(s, device=device)
         try:
@@ -83,7 +97,7 @@ def main() -> None:
             tr.close()
         kind = "" if args.agents == "multi" else "single-"
         dest = ROOT / "benchmarks/policies" / f"{args.name}-{kind}fold{i}.pt"
-        (args.work / f"{args.agents}-fold{i}" / "policy.pt").replace(dest)
+        (args.work / f"{args.name}-{args.agents}-fold{i}" / "policy.pt").replace(dest)
         print(f"fold {i}: trained without {len(held)} problems in {time.time() - t0:.0f} s "
               f"-> {dest.relative_to(ROOT)}", flush=True)
 
