@@ -37,12 +37,12 @@ RETRAINED_MERGED = RESULTS / "2026-12-01-h200-bench-live-retrained-merged"
 # most measurements benched again
 PRIOR_SETS = ("2026-12-02-h200-bench-live-s18",)
 PRIOR_MERGED = RESULTS / "2026-12-02-h200-bench-live-prior-merged"
-# an A/B on the GPU: the agents with half of each batch drawn near the best (`LOCAL_SHARE` 0.5)
 # issue 3's comparison live: the trained agents, the same agents untrained, the single-agent
 # ablation, random search and Optuna on held-out problems drawn by rule (commit 5fae39a)
 ABLATION_SETS = ("2026-12-02-h200-bench-live-s19",)
 ABLATION_MERGED = RESULTS / "2026-12-02-h200-bench-live-ablations-merged"
 ABLATION_COLUMNS = ("marl", "marl_untrained", "marl_single", "random", "optuna")
+# an A/B on the GPU: the agents with half of each batch drawn near the best (`LOCAL_SHARE` 0.5)
 LOCAL_AB = RESULTS / "2026-12-01-h200-local-share-ab" / "run1"
 
 INTRO = """\

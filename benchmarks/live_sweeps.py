@@ -32,10 +32,10 @@ sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "benchmarks" / "results"
 
 
-def live_measurements() -> dict[str, tuple[str, dict, dict[str, list[float | None]]]]:
-    """Per problem, from its latest live run that kept configurations: (run folder, the
-    problem's entry in bench.json, {short form: every time measured, None for a failure})."""
-    latest: dict[str, tuple[str, str, dict, dict[str, list[float | None]]]] = {}
+def live_runs() -> dict[str, dict[str, tuple[str, dict, dict[str, list[float | None]]]]]:
+    """Per problem, every live run that kept configurations: {run folder: (its date, the
+    problem's entry in bench.json, {short form: every time measured, None for a failure})}."""
+    out: dict[str, dict[str, tuple[str, dict, dict[str, list[float | None]]]]] = {}
     for f in RESULTS.glob("*-bench-live*/**/bench.json"):
         if "merged" in str(f):
             continue
@@ -49,11 +49,19 @@ def live_measurements() -> dict[str, tuple[str, dict, dict[str, list[float | Non
                 per.setdefault(r["problem"], {}).setdefault(short, []).append(
                     None if t is None else float(t))
         for problem, d in per.items():
-            when = f"{run['date']} {f.parent.relative_to(ROOT)}"
-            if problem not in latest or when > latest[problem][0]:
-                latest[problem] = (when, str(f.parent.relative_to(ROOT)),
-                                   run["problems"].get(problem, {}), d)
-    return {p: (where, entry, d) for p, (_, where, entry, d) in latest.items()}
+            out.setdefault(problem, {})[str(f.parent.relative_to(ROOT))] = (
+                run["date"], run["problems"].get(problem, {}), d)
+    return out
+
+
+def live_measurements() -> dict[str, tuple[str, dict, dict[str, list[float | None]]]]:
+    """Per problem, from its latest live run that kept configurations: (run folder, the
+    problem's entry in bench.json, {short form: every time measured, None for a failure})."""
+    out = {}
+    for problem, runs in live_runs().items():
+        where = max(runs, key=lambda w: f"{runs[w][0]} {w}")
+        out[problem] = (where, runs[where][1], runs[where][2])
+    return out
 
 
 def configs_by_short(space) -> dict[str, list]:

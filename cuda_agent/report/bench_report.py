@@ -159,6 +159,11 @@ def _md_table(title: str, header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _seeds(result: BenchResult) -> str:
+    n = result.settings.seeds
+    return f"{n} seed" + ("" if n == 1 else "s")
+
+
 def _provenance(result: BenchResult) -> str:
     gpus = sorted({str(f.get("gpu")) for f in result.problems.values()})
     sim = any(f.get("simulated") for f in result.problems.values())
@@ -167,7 +172,7 @@ def _provenance(result: BenchResult) -> str:
                 + (" (SIMULATED device: model estimates, not measurements; correctness not "
                    "checked)" if sim else ": every strategy and baseline measured in this run")
                 + f"; {len(result.problems)} problems, budget {result.settings.budget} "
-                f"measurements, {result.settings.seeds} seed{'s' if result.settings.seeds != 1 else ''}, run {result.date}"
+                f"measurements, {_seeds(result)}, run {result.date}"
                 + (", precision TF32 (opted in: TF32 tensor-core products, eager and "
                    "torch.compile with TF32 on)" if result.settings.precision == "tf32" else "")
                 + "".join(f", {k} {v}" for k, v in result.provenance.items()) + ". The optimum "
@@ -177,7 +182,7 @@ def _provenance(result: BenchResult) -> str:
     return (f"Replay of sweeps recorded on {', '.join(gpus)}"
             + (" (SIMULATED sweeps: model estimates, not measurements)" if sim else "")
             + f"; {len(result.problems)} problems, budget {result.settings.budget} "
-            f"measurements, {result.settings.seeds} seed{'s' if result.settings.seeds != 1 else ''}, run {result.date}."
+            f"measurements, {_seeds(result)}, run {result.date}."
             + _trained_note(result))
 
 

@@ -23,6 +23,8 @@ from typing import Callable
 
 import torch
 
+from ..space.slots import Target
+
 
 TIMING_PROTOCOL = "t2"
 """Changed whenever the protocol changes what a time means, so that a store does not serve a
@@ -83,11 +85,9 @@ class CudaClock:
     """What `time_runs` needs of the GPU: a spin before the start event, timing events, a
     synchronize (a test substitutes a scripted clock)."""
 
-    BOOST_MHZ = 1980.0  # the H200's boost clock (DESIGN.md): spin cycles per microsecond
-
     def lead(self, us: float) -> None:
-        if us > 0:
-            torch.cuda._sleep(int(us * self.BOOST_MHZ))
+        if us > 0:  # spin cycles at the target's boost clock
+            torch.cuda._sleep(int(us * 1e-6 * Target().clock_hz))
 
     def event(self) -> "torch.cuda.Event":
         return torch.cuda.Event(enable_timing=True)
