@@ -438,12 +438,18 @@ AGENT_HELDOUT = ("elementwise_swiglu", "reduce_argmin_middim", "softmax_log_soft
 def run_agents(out: Path, deadline: float, iterations: int, budget: int,
                profile_every: int = 16, policy: str | None = None,
                single_policy: str | None = None,
-               heldout: tuple[str, ...] = AGENT_HELDOUT) -> None:
-    """Issue 3 on the GPU: train on 10 operators, then compare on 4 it never saw (trained,
-    untrained, random, single-agent) at equal budgets; best known = the recorded sweep's best.
+               heldout: tuple[str, ...] = AGENT_HELDOUT, train_only: bool = False) -> None:
+    """Issue 3 on the GPU: train on the 10 operators of AGENT_TRAIN (four agents, then the
+    single agent, each given half the time left), then compare on 4 they never saw (trained,
+    untrained, random, single-agent) at equal budgets; best known = the recorded sweep's best
+    or anything faster measured here. Training runs as tuning proposes: with the analytic
+    model's prior (`strategy.PRIOR_WEIGHT`), so the comparison's policies are used the way they
+    were trained. The checkpoints go back under logs/ (policy-multi.pt, policy-single.pt), so
+    that `train_only` runs and a later call compares with `policy`/`single_policy`.
     With `policy` (a checkpoint trained elsewhere, e.g. on replay of recorded sweeps that held
     these 4 operators out), training is skipped and only the comparison runs."""
     from cuda_agent.agents.evaluate import Contender, trajectory
+    from cuda_agent.agents.strategy import PRIOR_WEIGHT
     from cuda_agent.metrics import evals_to_fraction
     from cuda_agent.agents.train import TrainSettings, Trainer, write_curves
     from cuda_agent.run.devices import CudaDevice
@@ -456,19 +462,26 @@ def run_agents(out: Path, deadline: float, iterations: int, budget: int,
         ckpts = {"multi": policy} if policy else {}
         if policy and single_policy:
             ckpts["single"] = single_policy
-        for agents in () if policy else ("multi", "single"):
-            # one operator per iteration: its four episodes share one device set-up (a 2026-11-29
-            # run that switched operator every episode spent ~70 s per iteration setting up)
+        kinds = () if policy else ("multi", "single")
+        for i, agents in enumerate(kinds):
+            # two operators per iteration, their episodes grouped: one device set-up (inputs,
+            # reference answers) serves two episodes (a 2026-11-29 run that switched operator
+            # every episode spent ~70 s per iteration setting up)
             s = TrainSettings(suite=files, device="cuda", agents=agents, iterations=iterations,
-                              episodes=4, steps=3, batch=8, operators_per_iteration=1,
-                              profile_every=profile_every, out=str(out / f"train-{agents}"))
+                              episodes=4, steps=3, batch=6, operators_per_iteration=2,
+                              profile_every=profile_every, prior_weight=PRIOR_WEIGHT,
+                              out=str(out / f"train-{agents}"))
+            share = (deadline - time.time()) / (len(kinds) - i)
             tr = Trainer(s, device=device)
             try:
                 curves = tr.train(lambda r: log(f"train {agents} it {r['iteration']}: "
                                                 f"{r['measurements']} measurements, reward "
-                                                f"{r['mean_reward']}"))
+                                                f"{r['mean_reward']}, {r['seconds']:.0f} s"),
+                                  deadline=time.time() + share)
             finally:
                 tr.close()
+            ckpt = out / f"train-{agents}" / "policy.pt"
+            shutil.copy(ckpt, out / "logs" / f"policy-{agents}.pt")
             try:
                 write_curves(curves, out / "logs" / f"train-{agents}",
                              f"train on the H200 ({agents})")
@@ -476,9 +489,9 @@ def run_agents(out: Path, deadline: float, iterations: int, budget: int,
                 log(f"curves of {agents} not drawn: {type(exc).__name__}: {exc}")
                 (out / "logs" / f"train-{agents}.json").write_text(json.dumps(curves,
                                                                              default=str))
-            ckpts[agents] = str(out / f"train-{agents}" / "policy.pt")
-            if time.time() > deadline:
-                break
+            ckpts[agents] = str(ckpt)
+        if train_only:
+            return
         contenders = [Contender("trained", "marl", ckpts.get("multi")),
                       Contender("untrained", "marl"), Contender("random", "random")]
         if "single" in ckpts:
@@ -529,6 +542,8 @@ def main() -> None:
     ap.add_argument("--agent-single-policy", default=None,
                     help="with --agent-policy: the single-agent checkpoint to compare as well "
                          "(part bench: checkpoints for marl_single, comma-separated folds)")
+    ap.add_argument("--agent-train-only", action="store_true",
+                    help="part agents: train (checkpoints under logs/), compare nothing")
     ap.add_argument("--agent-heldout", default=",".join(AGENT_HELDOUT),
                     help="comma-separated operators the policies are compared on")
     ap.add_argument("--tests-k", default=None, help="pytest -k selection for the GPU tests")
@@ -637,7 +652,8 @@ def main() -> None:
             elif part == "agents":
                 run_agents(out, deadline - 20, args.agent_iterations, args.agent_budget,
                            args.agent_profile_every, args.agent_policy,
-                           args.agent_single_policy, tuple(args.agent_heldout.split(",")))
+                           args.agent_single_policy, tuple(args.agent_heldout.split(",")),
+                           args.agent_train_only)
             elif part == "throughput" and left > 70:
                 run_throughput(out, [ROOT / "tests/data/good/softmax_small.py",
                                      ROOT / "benchmarks/problems/norm_layernorm_odd.py"],

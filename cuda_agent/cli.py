@@ -11,6 +11,7 @@ import os
 import platform
 import shutil
 import sys
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -248,6 +249,9 @@ def train(
     prior_weight: float = typer.Option(
         0.0, help="the analytic model's prior on the episodes' proposals, as `tune` adds it "
         "(0: off; tune's default is 100): the policy then learns what the model misses"),
+    time_limit: Optional[float] = typer.Option(
+        None, help="seconds: no update is started that the last one's duration says would end "
+        "past it; the checkpoint is saved and --resume continues the run"),
 ) -> None:
     """Train the agents across a suite of operators (multi-agent PPO)."""
     from .agents.reward import RewardSettings
@@ -261,6 +265,9 @@ def train(
             fail(f"--{name} must be at least 1")
     if prior_weight < 0:
         fail(f"--prior-weight must be at least 0, got {prior_weight}")
+    if time_limit is not None and time_limit <= 0:
+        fail(f"--time-limit must be positive, got {time_limit}")
+    deadline = time.time() + time_limit if time_limit else None
     settings = TrainSettings(
         suite=str(suite), device=device, replay_root=str(replay_root) if replay_root else None,
         agents=agents, iterations=iterations, episodes=episodes, steps=steps, batch=batch,
@@ -283,9 +290,12 @@ def train(
                 ent = " ".join(f"{g[:4]} {v:.2f}" for g, v in row["entropy"].items())
                 bar.update(task, completed=row["iteration"],
                            status=f"reward {row['mean_reward'] or 0:+.3f} entropy {ent}")
-            curves = trainer.train(on_iter)
+            curves = trainer.train(on_iter, deadline=deadline)
     finally:
         trainer.close()
+    if len(curves) < iterations:
+        console.print(f"[yellow]stopped at iteration {len(curves)} of {iterations} by "
+                      "--time-limit; --resume continues[/]")
     png = write_curves(curves, out, f"cuda-agent train ({agents} agents, "
                                     f"{trainer.device.gpu_name()})")
     console.print(f"wrote {out}/policy.pt, curves.json, {png.name}{sim}")

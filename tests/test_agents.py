@@ -272,6 +272,28 @@ def test_resume_from_a_checkpoint_gives_the_same_state(tmp_path, prior_weight):
         assert torch.equal(straight[k], resumed[k]), k
 
 
+def test_a_deadline_stops_training_after_the_running_iteration_and_resume_continues(tmp_path):
+    """A deadline already past: the first iteration is finished and saved, no second one is
+    sampled; resuming runs the rest and ends in the state of an uninterrupted run."""
+    import time
+
+    from cuda_agent.agents.train import TrainSettings, Trainer
+
+    s = TrainSettings(suite=str(GOOD), device="sim", iterations=3, episodes=2, steps=2, batch=4,
+                      out=str(tmp_path / "d"), hidden=16)
+    tr = Trainer(s)
+    try:
+        curves = tr.train(deadline=time.time() - 1)
+    finally:
+        tr.close()
+    assert len(curves) == 1
+    assert checkpoint.load(tmp_path / "d" / "policy.pt")["meta"]["iteration"] == 1
+    _, straight = _train(tmp_path / "a", 3)
+    _, resumed = _train(tmp_path / "d", 3, resume=True)
+    for k in straight:
+        assert torch.equal(straight[k], resumed[k]), k
+
+
 def test_a_corrupt_checkpoint_is_a_clear_error(tmp_path):
     from cuda_agent.errors import SettingsError
 

@@ -250,8 +250,12 @@ class Trainer:
             (self.sampler_state, meta, self.operators[k], self.s, eid, version, seed)
             for k, eid, version, seed in self.pending_jobs])
 
-    def train(self, progress: Callable[[dict[str, Any]], None] | None = None
-              ) -> list[dict[str, Any]]:
+    def train(self, progress: Callable[[dict[str, Any]], None] | None = None,
+              deadline: float | None = None) -> list[dict[str, Any]]:
+        """Run the remaining iterations. `deadline` (a `time.time()` value): the next
+        iteration's episodes are not sampled when the last iteration's duration would carry it
+        past the deadline; the run stops there with its checkpoint saved, and `resume` continues
+        it (a GPU call has a hard time limit, and a cut run would lose its last update)."""
         fleet = LocalFleet(self.s.samplers if self.device.kind != "cuda" else 1)
         pending: list = []
         try:
@@ -270,7 +274,9 @@ class Trainer:
                 # run resumed with more iterations continues exactly as an uninterrupted one
                 self.sampler_state = copy.deepcopy(self.policy.state_dict())
                 self.pending_jobs = self._plan_jobs(self.iteration)
-                pending = self._submit(fleet) if self.iteration < self.s.iterations else []
+                more = self.iteration < self.s.iterations and (
+                    deadline is None or time.time() + time.perf_counter() - t0 < deadline)
+                pending = self._submit(fleet) if more else []
                 fresh = [t for ep in episodes for t in ep["transitions"]
                          if t.version >= self.version - self.s.max_staleness]
                 stale = sum(len(ep["transitions"]) for ep in episodes) - len(fresh)
@@ -281,6 +287,8 @@ class Trainer:
                 self.save()
                 if progress:
                     progress(self.curves[-1])
+                if not more:
+                    break
         finally:
             if pending:
                 fleet.gather(pending)
