@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.agents_replay import DATA  # noqa: E402
+from cuda_agent.agents import checkpoint  # noqa: E402
 from cuda_agent.agents.reward import RewardSettings  # noqa: E402
 from cuda_agent.agents.train import TrainSettings, Trainer  # noqa: E402
 from cuda_agent.run.replay import ReplayDevice  # noqa: E402
@@ -97,7 +98,10 @@ def main() -> None:
             tr.close()
         kind = "" if args.agents == "multi" else "single-"
         dest = ROOT / "benchmarks/policies" / f"{args.name}-{kind}fold{i}.pt"
-        (args.work / f"{args.name}-{args.agents}-fold{i}" / "policy.pt").replace(dest)
+        # published without the resume state (a quarter of the size; the GPU calls carry the
+        # policies within 64 MiB); the work folder keeps the resumable checkpoint
+        checkpoint.strip_for_inference(
+            args.work / f"{args.name}-{args.agents}-fold{i}" / "policy.pt", dest)
         print(f"fold {i}: trained without {len(held)} problems in {time.time() - t0:.0f} s "
               f"-> {dest.relative_to(ROOT)}", flush=True)
 

@@ -449,6 +449,7 @@ def run_agents(out: Path, deadline: float, iterations: int, budget: int,
     With `policy` (a checkpoint trained elsewhere, e.g. on replay of recorded sweeps that held
     these 4 operators out), training is skipped and only the comparison runs."""
     from cuda_agent.agents.evaluate import Contender, trajectory
+    from cuda_agent.agents.checkpoint import strip_for_inference
     from cuda_agent.agents.strategy import PRIOR_WEIGHT
     from cuda_agent.metrics import evals_to_fraction
     from cuda_agent.agents.train import TrainSettings, Trainer, write_curves
@@ -481,7 +482,7 @@ def run_agents(out: Path, deadline: float, iterations: int, budget: int,
             finally:
                 tr.close()
             ckpt = out / f"train-{agents}" / "policy.pt"
-            shutil.copy(ckpt, out / "logs" / f"policy-{agents}.pt")
+            strip_for_inference(ckpt, out / "logs" / f"policy-{agents}.pt")
             try:
                 write_curves(curves, out / "logs" / f"train-{agents}",
                              f"train on the H200 ({agents})")

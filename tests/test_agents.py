@@ -294,6 +294,27 @@ def test_a_deadline_stops_training_after_the_running_iteration_and_resume_contin
         assert torch.equal(straight[k], resumed[k]), k
 
 
+def test_a_published_policy_keeps_the_policy_and_refuses_to_resume(tmp_path):
+    from cuda_agent.agents.train import TrainSettings, Trainer
+    from cuda_agent.errors import SettingsError
+
+    _train(tmp_path / "t", 1)
+    src, dst = tmp_path / "t" / "policy.pt", tmp_path / "published.pt"
+    checkpoint.strip_for_inference(src, dst)
+    full, slim = checkpoint.load(src), checkpoint.load(dst)
+    assert dst.stat().st_size < src.stat().st_size / 2
+    assert full["policy"].keys() == slim["policy"].keys()
+    assert all(torch.equal(full["policy"][k], slim["policy"][k]) for k in full["policy"])
+    assert slim["meta"]["trained_on"] == full["meta"]["trained_on"]
+    assert "optimizer" not in slim and "sampler_state" not in slim["meta"]
+    (tmp_path / "r").mkdir()
+    dst.replace(tmp_path / "r" / "policy.pt")
+    s = TrainSettings(suite=str(GOOD), device="sim", iterations=2, episodes=2, steps=2, batch=4,
+                      out=str(tmp_path / "r"), resume=True, hidden=16)
+    with pytest.raises(SettingsError, match="cannot be resumed"):
+        Trainer(s)
+
+
 def test_a_corrupt_checkpoint_is_a_clear_error(tmp_path):
     from cuda_agent.errors import SettingsError
 

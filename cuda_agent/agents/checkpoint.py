@@ -28,6 +28,10 @@ def save(path: str | Path, policy: MultiAgentPolicy, meta: dict[str, Any],
             "meta": meta, "optimizer": optimizer.state_dict() if optimizer else None,
             "numpy_rng": rng.bit_generator.state if rng is not None else None,
             "torch_rng": torch.get_rng_state(), "python_rng": random.getstate()}
+    _write(blob, path)
+
+
+def _write(blob: dict[str, Any], path: Path) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".pt")
     os.close(fd)
     try:
@@ -49,6 +53,24 @@ def load(path: str | Path) -> dict[str, Any]:
     if not isinstance(blob, dict) or blob.get("format") != FORMAT:
         raise SettingsError(f"{path}: not a cuda-agent policy checkpoint")
     return blob
+
+
+# what only resuming a training run reads: a published policy (one that tuning loads) drops it,
+# which is three quarters of a checkpoint's size (Adam's two moments, the samplers' policy copy)
+RESUME_ONLY = ("optimizer", "numpy_rng", "torch_rng", "python_rng")
+RESUME_ONLY_META = ("sampler_state", "pending_jobs", "generator")
+
+
+def strip_for_inference(src: str | Path, dst: str | Path) -> Path:
+    """Write `src` without its resume state to `dst` (atomically; `dst` may be `src`): the
+    policy, its description and what it was trained on stay, so tuning, `bench` and the
+    held-out checks read it as before; `Trainer` refuses to resume from it."""
+    blob = load(src)
+    blob = {k: v for k, v in blob.items() if k not in RESUME_ONLY}
+    blob["meta"] = {k: v for k, v in blob["meta"].items() if k not in RESUME_ONLY_META}
+    blob["meta"]["resumable"] = False
+    _write(blob, Path(dst))
+    return Path(dst)
 
 
 def policy_from(blob: dict[str, Any]) -> MultiAgentPolicy:

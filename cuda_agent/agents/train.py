@@ -215,6 +215,10 @@ class Trainer:
     def _resume(self, path: Path) -> None:
         blob = checkpoint.load(path)
         meta = blob["meta"]
+        if meta.get("resumable") is False:
+            raise SettingsError(f"{path}: a published policy without its training state "
+                                "(optimizer, random states) cannot be resumed; pass it to "
+                                "`tune --policy`, or train anew")
         if meta["settings"]["agents"] != self.s.agents:
             raise SettingsError(f"{path}: trained with --agents {meta['settings']['agents']}")
         self.policy.load_state_dict(blob["policy"])
