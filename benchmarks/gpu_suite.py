@@ -328,12 +328,14 @@ def trial_rows(trials: list) -> list[list]:
 def run_search(out: Path, problems: list[Path], strategy: str, budget: int,
                deadline: float, warm: int = 0, seconds: float = 90.0,
                vary: dict[str, list] | None = None, seed_template: str = "",
-               seed_count: int = 0, seed_where: dict[str, list] | None = None) -> None:
+               seed_count: int = 0, seed_where: dict[str, list] | None = None,
+               precision: str = "fp32") -> None:
     """A guided search per problem (spaces of tens of thousands of GEMM configurations are
     sampled too thinly by a sweep), with eager and torch.compile timed in the same run.
     `warm` > 0: the genetic search starts from the recorded sweep's `warm` best
     configurations, measured again here (a sweep of a few percent of a space rarely holds
-    its best; the search continues from it)."""
+    its best; the search continues from it). `precision`: the numeric contract
+    (`TuneSettings.precision`); eager and torch.compile are timed under it too."""
     from cuda_agent.tuner import tune
 
     rows = []
@@ -351,13 +353,14 @@ def run_search(out: Path, problems: list[Path], strategy: str, budget: int,
             log(f"search {p.stem}: {len(seeds)} {seed_template} seeds")
         try:
             r = tune(p, device="cuda", strategy=strategy, budget=budget, batch=32,
-                     store=str(out / "store.sqlite"), strategy_options=opts,
+                     store=str(out / "store.sqlite"), strategy_options=opts, precision=precision,
                      time_limit_s=max(10.0, min(seconds, deadline - time.time() - 40)))
         except Exception as exc:  # noqa: BLE001 - one problem failing must not stop the rest
             log(f"search {p.name}: FAILED {type(exc).__name__}: {exc}")
             continue
         best = r.best.measurement.time_ms if r.best else None
         row = {"problem": p.stem, "family": r.plan.family, "strategy": strategy,
+               "precision": precision,
                "commit": os.environ.get("CUDA_AGENT_COMMIT", "unknown"),
                "warm_start": len(opts.get("initial", [])),
                "evals": len(r.trials), "best_ms": best,
@@ -368,8 +371,10 @@ def run_search(out: Path, problems: list[Path], strategy: str, budget: int,
                "trials": trial_rows(r.trials),
                "wall_s": time.time() - t0}
         rows.append(row)
-        (out / "logs" / "search.json").write_text(json.dumps(rows, indent=2))
-        log(f"search {p.stem} ({strategy}, {len(r.trials)} evals, {row['wall_s']:.0f}s): best "
+        # opted-in precisions apart: the strict tables (collect.py) read search.json alone
+        name = "search.json" if precision == "fp32" else f"search-{precision}.json"
+        (out / "logs" / name).write_text(json.dumps(rows, indent=2))
+        log(f"search {p.stem} ({strategy}, {precision}, {len(r.trials)} evals, {row['wall_s']:.0f}s): best "
             f"{best and round(best, 4)} ms, eager {r.baselines.eager_ms and round(r.baselines.eager_ms, 4)}"
             f", compile {r.baselines.compile_ms and round(r.baselines.compile_ms, 4)}; "
             f"{row['best_config']}")
@@ -572,6 +577,8 @@ def main() -> None:
                     help="genetic search: also start from this template's configurations "
                          "the simulator ranks first (a template the sweeps predate)")
     ap.add_argument("--search-seed-count", type=int, default=12)
+    ap.add_argument("--search-precision", default="fp32",
+                    help="part search: fp32 | tf32 | fp16 | bf16 (baselines under it too)")
     ap.add_argument("--search-seed-where", default="",
                     help="seed only from configurations with these slot values, e.g. "
                          "config.cluster=2,4,8 (slots separated by ';')")
@@ -631,7 +638,7 @@ def main() -> None:
                            args.search_warm, args.search_seconds,
                            slot_values(args.search_vary),
                            args.search_seed_template, args.search_seed_count,
-                           slot_values(args.search_seed_where))
+                           slot_values(args.search_seed_where), args.search_precision)
             elif part == "bench":  # issue 5: every strategy and baseline, live
                 todo = args.bench_problems.split(":")
                 chosen = (bench_todo(*map(int, todo[1:])) if todo[0] == "todo" else

@@ -57,8 +57,9 @@ class BenchSettings:
     strategy run and listed among the problems not compared (one slow problem cannot take a
     whole suite's time)"""
     precision: str = "fp32"
-    """live runs: the kernels' numeric contract (`TuneSettings.precision`): "tf32" opts into
-    TF32 tensor-core products, with eager and torch.compile timed with TF32 on as well"""
+    """live runs: the kernels' numeric contract (`TuneSettings.precision`): "tf32", "fp16" or
+    "bf16" opt into tensor-core products on operands of that type, with eager and torch.compile
+    timed with TF32 on or under autocast as well"""
     parallel: int = 1
     """live runs: strategy runs of a problem searching at once. Their measurements still take
     the GPU one at a time (a lock; timings never overlap); what overlaps is compiling and the

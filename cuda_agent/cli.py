@@ -147,9 +147,10 @@ def tune(
                                "(four agents) or single (one agent, the ablation)"),
     patience: int = typer.Option(3, help="with the agents: batches without improvement "
                                  "before stopping"),
-    precision: str = typer.Option("fp32", help="fp32: strict fp32 accuracy | tf32: opt into "
-                                  "TF32 tensor-core products (verified against torch's own TF32 "
-                                  "answer; eager and torch.compile timed with TF32 on)"),
+    precision: str = typer.Option("fp32", help="fp32: strict fp32 accuracy | tf32, fp16, bf16: "
+                                  "opt into tensor-core products on operands rounded to that "
+                                  "type (verified against torch's own answer with TF32 on or "
+                                  "under autocast; eager and torch.compile timed the same way)"),
 ) -> None:
     """Find a fast, verified kernel for PROBLEM and write model_new.py, kernel.cu, report.json."""
     try:
@@ -356,8 +357,9 @@ def bench(
     parallel: int = typer.Option(1, help="live runs: strategy runs searching at once per "
                                  "problem (they compile side by side; measurements still take "
                                  "the GPU one at a time)"),
-    precision: str = typer.Option("fp32", help="live runs: fp32 (strict) | tf32 (TF32 "
-                                  "tensor-core products; baselines with TF32 on)"),
+    precision: str = typer.Option("fp32", help="live runs: fp32 (strict) | tf32, fp16, bf16 "
+                                  "(tensor-core products on operands in that type; baselines "
+                                  "with TF32 on or under autocast)"),
 ) -> None:
     """Compare cuda-agent with random search, a genetic algorithm, Optuna and Kernel Tuner."""
     from .bench import BenchSettings, run_bench

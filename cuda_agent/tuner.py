@@ -68,7 +68,8 @@ class TuneSettings:
     """fp32: every kernel held to strict fp32 accuracy (tensor cores only error-compensated);
     tf32: the user opts into TF32 tensor-core products, verified against torch's own TF32
     answer, with eager and torch.compile timed with TF32 on as well (a like-for-like
-    comparison)"""
+    comparison); fp16, bf16: products on operands rounded to that type with fp32 accumulation,
+    verified against and timed beside torch under autocast in that dtype"""
 
 
 @dataclass

@@ -119,6 +119,65 @@ static inline void ca_mma_tf32(float* c, const unsigned* a, const unsigned* b) {
   ca_warp_barriers[w]->arrive_and_wait();
   for (int q = 0; q < 4; ++q) c[q] = r[q];
 }
+// fp16 and bf16 rounding to nearest even (cvt.rn: subnormals, overflow to infinity), their
+// values, and the warp-wide m16n8k8 mma on packed pairs (the lower k in the low half)
+static inline unsigned ca_f16_bits(float x) {
+  unsigned u; std::memcpy(&u, &x, 4);
+  const unsigned sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return sign | 0x7e00u;                 // NaN
+  if (a >= 0x477ff000u) return sign | 0x7c00u;                // 65520 and up: infinity
+  if (a < 0x38800000u) {                                       // below 2^-14: subnormal
+    float f; std::memcpy(&f, &a, 4);
+    return sign | (unsigned)std::nearbyint(f * 16777216.0f);  // units of 2^-24, ties even
+  }
+  unsigned m = a - 0x38000000u;                                // rebias 127 -> 15
+  m += 0xfffu + ((m >> 13) & 1u);
+  return sign | (m >> 13);
+}
+static inline float ca_f16_value(unsigned h) {
+  const unsigned e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+  float f;
+  if (e == 0) f = std::ldexp((float)m, -24);
+  else if (e == 31) f = m ? NAN : INFINITY;
+  else { const unsigned u = ((e + 112u) << 23) | (m << 13); std::memcpy(&f, &u, 4); }
+  return (h & 0x8000u) ? -f : f;
+}
+static inline unsigned ca_bf16_bits(float x) {
+  unsigned u; std::memcpy(&u, &x, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (u >> 16) | 0x40u;
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return u >> 16;
+}
+static inline float ca_bf16_value(unsigned h) { return ca_bits(h << 16); }
+static inline unsigned ca_pack_f16(float lo, float hi) {
+  return ca_f16_bits(lo) | (ca_f16_bits(hi) << 16); }
+static inline unsigned ca_pack_bf16(float lo, float hi) {
+  return ca_bf16_bits(lo) | (ca_bf16_bits(hi) << 16); }
+static inline void ca_mma_half(float* c, const unsigned* a, unsigned b,
+                               float (*value)(unsigned)) {
+  const int t = threadIdx.x, w = t / 32, base = w * 32, lane = t % 32;
+  ca_mma_a[t][0] = a[0]; ca_mma_a[t][1] = a[1]; ca_mma_b[t][0] = b;
+  ca_warp_barriers[w]->arrive_and_wait();
+  const int g = lane >> 2, tq = lane & 3;
+  float r[4];
+  for (int q = 0; q < 4; ++q) {
+    const int row = g + 8 * (q >= 2), col = 2 * tq + (q & 1);
+    double s = 0.0;
+    for (int k = 0; k < 8; ++k) {
+      const unsigned ar = ca_mma_a[base + (row % 8) * 4 + k / 2][row >= 8];
+      const unsigned br = ca_mma_b[base + col * 4 + k / 2][0];
+      s += (double)value((ar >> (16 * (k & 1))) & 0xffffu) *
+           (double)value((br >> (16 * (k & 1))) & 0xffffu);
+    }
+    r[q] = (float)(s + c[q]);
+  }
+  ca_warp_barriers[w]->arrive_and_wait();
+  for (int q = 0; q < 4; ++q) c[q] = r[q];
+}
+static inline void ca_mma_f16(float* c, const unsigned* a, unsigned b) {
+  ca_mma_half(c, a, b, ca_f16_value); }
+static inline void ca_mma_bf16(float* c, const unsigned* a, unsigned b) {
+  ca_mma_half(c, a, b, ca_bf16_value); }
 static inline float ca_exchange(float v, int src_lane, bool keep_own) {
   const int t = threadIdx.x, w = t / 32, base = w * 32;
   ca_slots[t] = v;
@@ -244,16 +303,7 @@ def run(rendered, inputs: list[np.ndarray], out_shape: tuple[int, ...]) -> np.nd
     src = SHIM + source.replace('extern "C"', "") + _launcher(
         len(inputs) + 1, [(L.kernel, L.grid, L.block, L.smem, L.args, L.cluster)
                           for L in launches])
-    key = hashlib.sha256(src.encode()).hexdigest()[:16]
-    work = Path(tempfile.gettempdir()) / "ca_emulator"
-    work.mkdir(exist_ok=True)
-    lib = work / f"k{key}.so"
-    if not lib.exists():
-        cpp = work / f"k{key}.cpp"
-        cpp.write_text(src)
-        subprocess.run(["g++", "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-w", "-fpermissive",
-                        "-o", str(lib), str(cpp)], check=True, capture_output=True, text=True)
-    fn = ctypes.CDLL(str(lib)).ca_run
+    fn = _build(src).ca_run
     arrays = [np.ascontiguousarray(x, dtype=np.int64 if np.asarray(x).dtype == np.int64
                                    else np.float32) for x in inputs]
     out = np.full(out_shape, np.nan, dtype=np.float32)
@@ -263,6 +313,39 @@ def run(rendered, inputs: list[np.ndarray], out_shape: tuple[int, ...]) -> np.nd
     fn.argtypes = [ctypes.c_void_p] * len(ptrs)
     fn(*ptrs)
     return out
+
+
+def _build(src: str) -> ctypes.CDLL:
+    key = hashlib.sha256(src.encode()).hexdigest()[:16]
+    work = Path(tempfile.gettempdir()) / "ca_emulator"
+    work.mkdir(exist_ok=True)
+    lib = work / f"k{key}.so"
+    if not lib.exists():
+        cpp = work / f"k{key}.cpp"
+        cpp.write_text(src)
+        subprocess.run(["g++", "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-w",
+                        "-fpermissive", "-o", str(lib), str(cpp)], check=True,
+                       capture_output=True, text=True)
+    return ctypes.CDLL(str(lib))
+
+
+def round_half(values: np.ndarray) -> dict[str, np.ndarray]:
+    """The shim's fp16 and bf16 conversions applied to `values` (float32): what the emulated
+    half-precision mma sees, to be checked against torch's rounding."""
+    src = SHIM + """
+extern "C" void ca_round(const float* x, float* h, float* b, long n) {
+  for (long i = 0; i < n; ++i) {
+    h[i] = ca_f16_value(ca_f16_bits(x[i]));
+    b[i] = ca_bf16_value(ca_bf16_bits(x[i]));
+  }
+}
+"""
+    fn = _build(src).ca_round
+    x = np.ascontiguousarray(values, dtype=np.float32)
+    h, b = np.empty_like(x), np.empty_like(x)
+    fn.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_long]
+    fn(*(a.ctypes.data_as(ctypes.c_void_p) for a in (x, h, b)), x.size)
+    return {"fp16": h, "bf16": b}
 
 
 def max_rel_error(rendered, inputs: list[np.ndarray], want: np.ndarray) -> float:

@@ -22,6 +22,7 @@ from cuda_agent.space.space import Space
 
 ROOT = Path(__file__).resolve().parents[1]
 TF32 = Target(precision="tf32")
+HALF = {"fp16": Target(precision="fp16"), "bf16": Target(precision="bf16")}
 
 
 def _products_per_step(source: str) -> int:
@@ -75,6 +76,63 @@ def test_tf32_attention_is_tf32_accurate():
     assert 1e-5 < cpu_exec.max_rel_error(tf32.render(cfg), ins, want) < 5e-3
 
 
+def test_half_precision_renders_one_half_product_per_tile_and_other_keys():
+    plan = plan_of(lambda a, b: a @ b, (256, 128), (128, 192))
+    strict = Space.for_plan(plan, Target())
+    spaces = {name: Space.for_plan(plan, t) for name, t in HALF.items()}
+    cfg = next(c for c in tc_configs(strict) if c["compute.fresh"] == 16)
+    keys = {strict.key(cfg, "t"), Space.for_plan(plan, TF32).key(cfg, "t")}
+    for name, sp in spaces.items():
+        r = sp.render(cfg)
+        mma = {"fp16": "f16", "bf16": "bf16"}[name]
+        assert r.fact("mma") == mma
+        body = r.source[r.source.index("float p_[4]"):r.source.index("acc[i][j][0] += p_[0]")]
+        # two 8-deep steps per fresh partial: two half-precision products, no TF32 ones
+        assert body.count(f"ca_mma_{mma}(p_,") == 2 and "ca_mma_tf32" not in body
+        keys.add(sp.key(cfg, "t"))
+    assert len(keys) == 4  # four contracts, four binaries: never served each other's records
+
+
+@pytest.mark.skipif(not cpu_exec.available(), reason="needs g++ for the CPU emulator")
+@pytest.mark.parametrize("name, bits", [("fp16", 11), ("bf16", 8)])
+def test_half_precision_gemm_has_the_error_of_its_operand_rounding(name, bits):
+    """Executed on the CPU emulator (its conversions round to nearest even as cvt.rn does):
+    each operand rounded once to the type, products summed in fp32; the error is that of
+    `bits` significant bits (fp16 11, bf16 8), above fp32's and within a small multiple of
+    the unit roundoff, over split-K and both fresh-partial depths, transposed B included."""
+    unit = 2.0 ** -bits
+    for f, shapes in ((lambda a, b: a @ b + 1.0, [(64, 256), (256, 72)]),
+                      (lambda x, w: x @ w.T, [(40, 96), (56, 96)])):
+        plan, strict, xs, want = emulation_case(f, shapes, seed=5)
+        half = Space.for_plan(plan, HALF[name])
+        args = [xs[k].numpy() for k in plan.operands]
+        cfgs = [c for c in tc_configs(strict) if c["config.bm"] * c["config.bn"] <= 64 * 64]
+        picked = [next(c for c in cfgs if c["reduction.split"] > 1),
+                  next(c for c in cfgs if c["compute.fresh"] == 16),
+                  next(c for c in cfgs if c["compute.fresh"] == 8)]
+        for cfg in picked:
+            err = cpu_exec.max_rel_error(half.render(cfg), args, want)
+            assert unit / 8 < err < 8 * unit, (name, cfg.short(), err)
+
+
+def test_emulated_half_rounding_matches_torch():
+    """The emulator's fp32 -> fp16/bf16 conversions (nearest even, subnormals, overflow) agree
+    bit for bit with torch's on edge cases and random values, so the emulated GEMM's error is
+    the GPU's."""
+    if not cpu_exec.available():
+        pytest.skip("needs g++ for the CPU emulator")
+    import numpy as np
+
+    edge = [0.0, -0.0, 1.0, 65504.0, 65519.99, 65520.0, 1e-8, 2.0 ** -24, 3 * 2.0 ** -25,
+            2.0 ** -14, 1.00048828125, 1.00146484375, 3.0e38, float("inf"), -7.3e-6]
+    xs = torch.tensor(edge + torch.randn(4000, generator=torch.Generator().manual_seed(1))
+                      .mul(torch.logspace(-9, 6, 4000)).tolist(), dtype=torch.float32)
+    got = cpu_exec.round_half(xs.numpy())
+    for name, dtype in (("fp16", torch.float16), ("bf16", torch.bfloat16)):
+        want = xs.to(dtype).float().numpy()
+        assert np.array_equal(got[name], want), name
+
+
 def test_the_simulator_prices_one_product_below_three():
     from cuda_agent.run.sim_model import simulate
 
@@ -85,20 +143,26 @@ def test_the_simulator_prices_one_product_below_three():
     slow = simulate(plan, strict.render(cfg), {}, Target()).time_ms
     fast = simulate(plan, tf32.render(cfg), {}, TF32).time_ms
     assert fast < 0.8 * slow
+    fp16 = Space.for_plan(plan, HALF["fp16"])
+    assert simulate(plan, fp16.render(cfg), {}, HALF["fp16"]).time_ms < fast
 
 
 def test_replay_refuses_tf32_and_sim_tunes_with_it(tmp_path):
     from cuda_agent.tuner import tune
 
     problem = ROOT / "benchmarks/problems/gemm_odd.py"
-    with pytest.raises(SettingsError, match="strict fp32"):
-        tune(problem, device="replay", precision="tf32", budget=2)
+    for precision in ("tf32", "fp16", "bf16"):
+        with pytest.raises(SettingsError, match="strict fp32"):
+            tune(problem, device="replay", precision=precision, budget=2)
     with pytest.raises(SettingsError, match="unknown precision"):
         tune(problem, device="sim", precision="bf8", budget=2)
     r = tune(problem, out=tmp_path / "o", device="sim", precision="tf32", budget=4, batch=4,
              baselines=False)
     assert r.space.target.precision == "tf32"
     assert "Precision: TF32" in (tmp_path / "o" / "model_new.py").read_text()
+    r = tune(problem, out=tmp_path / "h", device="sim", precision="bf16", budget=4, batch=4,
+             baselines=False)
+    assert "Precision: bf16 (opted in)" in (tmp_path / "h" / "model_new.py").read_text()
 
 
 def test_cli_rejects_an_unknown_precision_in_one_line(tmp_path):
@@ -126,12 +190,18 @@ def test_the_worker_times_and_witnesses_with_the_chosen_precision():
         assert not torch.backends.cudnn.allow_tf32
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+    from cuda_agent.run.worker import precision_context
+
+    for name, dtype in (("fp16", torch.float16), ("bf16", torch.bfloat16)):
+        ctx = precision_context(name)
+        assert isinstance(ctx, torch.autocast) and ctx.fast_dtype == dtype
+    assert not isinstance(precision_context("tf32"), torch.autocast)
 
 
 @pytest.mark.parametrize("backend", ["nvrtc", "nvcc"])
-def test_tf32_kernels_compile_for_sm90(tmp_path, backend):
-    """Every tensor-core configuration's TF32 form of a GEMM (a sample) and an attention
-    compiles, with NVRTC and the real nvcc; the binaries differ from the strict ones."""
+def test_lower_precision_kernels_compile_for_sm90(tmp_path, backend):
+    """The TF32, fp16 and bf16 forms of tensor-core GEMM configurations (a sample) and an
+    attention compile, with NVRTC and the real nvcc."""
     from helpers import nvcc_available
     from cuda_agent.build.builder import Builder, BuildInput
 
@@ -146,6 +216,12 @@ def test_tf32_kernels_compile_for_sm90(tmp_path, backend):
     picked += [(att, next(c for c in att.configs if att.template_of(c).name == "attention_tc"))]
     rendered = [sp.render(c) for sp, c in picked]
     assert all(r.fact("mma") == "tf32" for r in rendered)
+    for name, target in HALF.items():  # the half-precision products, and attention's TF32
+        half = Space.for_plan(gemm.plan, target)
+        rendered += [half.render(c) for c in _random.Random(1).sample(tc_configs(half), 3)]
+        hatt = Space.for_plan(att.plan, target)
+        rendered.append(hatt.render(picked[-1][1]))
+        assert rendered[-1].fact("mma") == "tf32"
     with Builder(backend, 2, cache_dir=tmp_path) as b:
         builds = b.build([BuildInput(r.source, "sm_90") for r in rendered])
     assert all(x.ok for x in builds), [x.error_msg for x in builds if not x.ok]

@@ -14,6 +14,7 @@ from typing import Any
 from ..bench import PEERS, BenchResult, best_of_run, summarize, versus_peers
 from ..metrics import P
 from ..search.base import is_agents
+from ..space.slots import PRECISION_NOTES
 
 
 def _fmt(v: Any, digits: int = 2, suffix: str = "") -> str:
@@ -173,8 +174,8 @@ def _provenance(result: BenchResult) -> str:
                    "checked)" if sim else ": every strategy and baseline measured in this run")
                 + f"; {len(result.problems)} problems, budget {result.settings.budget} "
                 f"measurements, {_seeds(result)}, run {result.date}"
-                + (", precision TF32 (opted in: TF32 tensor-core products, eager and "
-                   "torch.compile with TF32 on)" if result.settings.precision == "tf32" else "")
+                + (f", precision {PRECISION_NOTES[result.settings.precision]}"
+                   if result.settings.precision in PRECISION_NOTES else "")
                 + "".join(f", {k} {v}" for k, v in result.provenance.items()) + ". The optimum "
                 "is the best time measured in this run (with the recorded sweep's best "
                 "configurations measured again where a sweep exists)."

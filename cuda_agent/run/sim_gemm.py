@@ -111,7 +111,7 @@ def simulate_gemm(rendered: Rendered, resources: dict | None, target: Target
                   ) -> tuple[float, dict[str, float], str | None]:
     """(modelled ms, counters, failure message or None) of one GEMM candidate."""
     f = dict(rendered.facts)
-    if f.get("mma") in ("tf32x3", "tf32"):
+    if f.get("mma") in ("tf32x3", "tf32", "f16", "bf16"):
         return simulate_gemm_tc(rendered, resources, target)
     bm, bn, bk, tm, tn = (int(f[k]) for k in ("bm", "bn", "bk", "tm", "tn"))
     M, N, K, batch = (int(f[k]) for k in ("M", "N", "K", "batch"))
@@ -205,6 +205,9 @@ SPLIT_PARTIAL_COST = 3.0
 #: mma.sync TF32 rate the template reaches on the H200, flop/s for the whole GPU: fitted to the
 #: prototype measured on 2026-11-30 (3xTF32 at 54 TFLOP/s of fp32 work; wgmma reaches ~384)
 MMA_SYNC_TF32_FLOPS = 170e12
+#: the fp16/bf16 m16n8k8 mma against the TF32 one, per flop: the tensor core's dense half rate
+#: is twice its TF32 rate (H200 datasheet); an estimate until the half path is measured
+MMA_SYNC_HALF_SPEEDUP = 2.0
 #: L2 -> shared memory copy rate of the cp.async tile loads, bytes/s for the whole GPU (fitted to
 #: the H200 searches of 2026-11-30: smaller block tiles copy more per flop and slow down by it)
 TC_TILE_FILL_BW = 2.5e12
@@ -248,10 +251,14 @@ def simulate_gemm_tc(rendered: Rendered, resources: dict | None, target: Target
     # fragment value), 4 partial-sum adds per tile per fresh partial (one partial spans
     # `fresh_steps` 8-deep steps) and the fragment loads on the others
     # (TF32 by the user's choice: one mma per tile and one cvt per fragment value)
+    # (fp16/bf16 by the user's choice: one mma at the half rate, one cvt per pair of values)
+    half = f.get("mma") in ("f16", "bf16")
     terms = 3 if f.get("mma") == "tf32x3" else 1
-    mma_clk = terms * mt * nt * 2048 / (MMA_SYNC_TF32_FLOPS / (target.sm_count * clk))
+    rate = MMA_SYNC_TF32_FLOPS * (MMA_SYNC_HALF_SPEEDUP if half else 1.0)
+    mma_clk = terms * mt * nt * 2048 / (rate / (target.sm_count * clk))
     fresh = int(f.get("fresh_steps", 1))
-    alu_instr = terms * (4 * mt + 2 * nt) + 4 * mt * nt / fresh + (4 * mt + 2 * nt) + 6
+    cvt = (2 * mt + nt) if half else terms * (4 * mt + 2 * nt)
+    alu_instr = cvt + 4 * mt * nt / fresh + (4 * mt + 2 * nt) + 6
     alu_clk = alu_instr / 4  # four schedulers per SM, one warp-instruction per clock each
     warps_sm = blocks_sm * threads // 32
     # the tensor and ALU pipes overlap across warps; few warps (or a rolled step) expose both

@@ -49,9 +49,10 @@ class VerifySettings:
     not failed where fp32 itself cannot meet the fixed bounds"""
     seed: int = 0
     precision: str = "fp32"
-    """the contract the kernels are held to: "fp32", or "tf32" where the user opted into TF32
-    tensor-core products; the GPU worker then computes the witness (and times the baselines)
-    with torch's TF32 on, so the bounds widen to a small multiple of TF32's own error"""
+    """the contract the kernels are held to: "fp32", or "tf32", "fp16", "bf16" where the user
+    opted into tensor-core products on operands of that type; the GPU worker then computes the
+    witness (and times the baselines) with torch's TF32 on or under autocast in that dtype, so
+    the bounds widen to a small multiple of torch's own error at that precision"""
 
 
 @dataclass

@@ -8,6 +8,7 @@ Messages are plain dicts over a multiprocessing pipe.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import gc
 import os
@@ -28,10 +29,20 @@ from .verify import (CandidateError, CasePool, IndexDomain, ValueRange, VerifySe
 def use_precision(precision: str) -> None:
     """The witness and the eager/compile baselines keep the kernels' contract: strict fp32
     (cuDNN would otherwise run fp32 convolutions on TF32 tensor cores, its default), or TF32
-    products in cuBLAS and cuDNN where the user opted into TF32 (`--precision tf32`)."""
+    products in cuBLAS and cuDNN where the user opted into TF32 (`--precision tf32`). For fp16
+    and bf16 the products run under autocast (`precision_context`) and the rest stays fp32."""
     tf32 = precision == "tf32"
     torch.backends.cudnn.allow_tf32 = tf32
     torch.backends.cuda.matmul.allow_tf32 = tf32
+
+
+def precision_context(precision: str) -> Any:
+    """Where the witness and the baselines run: under `torch.autocast` in fp16 or bf16 when the
+    user opted into half-precision products (what a user of torch does to get them: matmuls and
+    convolutions in that dtype, reductions and norms kept in fp32), else as they are."""
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)
+    return (torch.autocast("cuda", dtype=dtype) if dtype is not None
+            else contextlib.nullcontext())
 
 
 use_precision("fp32")
@@ -45,6 +56,7 @@ class ProblemState:
         self.device = device
         self.timing = timing
         self.verify_settings = verify_settings
+        self.precision = verify_settings.precision
         self.problem = load_problem(path)
         self.graph = self.problem.graph()
         self.plan = make_plan(self.graph)
@@ -88,10 +100,12 @@ class ProblemState:
         return out
 
     def witness(self, tensors: list[torch.Tensor]) -> torch.Tensor:
-        """torch eager's own fp32 answer: the accuracy an fp32 kernel can be held to."""
+        """torch eager's own answer under the kernels' contract (fp32, TF32 or autocast): the
+        accuracy a kernel can be held to."""
         args, state = self._split(tensors, None)
-        with torch.no_grad():
-            return torch.func.functional_call(self.model, state, tuple(args))
+        with torch.no_grad(), precision_context(self.precision):
+            out = torch.func.functional_call(self.model, state, tuple(args))
+        return out.float() if out.dtype in (torch.float16, torch.bfloat16) else out
 
     def _split(self, tensors: list[torch.Tensor], dtype: torch.dtype | None
                ) -> tuple[list[torch.Tensor], dict[str, torch.Tensor]]:
@@ -202,7 +216,7 @@ class ProblemState:
             args, state = self._split(s, None)
             arg_sets.append(args)
         # parameters stay the model's own: baselines compute the same function on the same data
-        with torch.no_grad():
+        with torch.no_grad(), precision_context(self.precision):
             try:
                 model(*arg_sets[0])
                 torch.cuda.synchronize()

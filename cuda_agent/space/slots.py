@@ -80,8 +80,21 @@ def expand_short(short: str, names: Iterable[str]) -> dict[str, Any]:
     return out
 
 
-PRECISIONS = ("fp32", "tf32")
-"""strict fp32 (the default), or TF32 tensor-core products when the user opts in"""
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+"""strict fp32 (the default), or tensor-core products whose operands are rounded once to TF32,
+fp16 or bf16 (fp32 accumulation) when the user opts in; inputs and outputs stay fp32"""
+
+PRECISION_NOTES = {
+    "tf32": "TF32 (opted in): tensor-core products round their operands to TF32, as torch does "
+            "with allow_tf32; eager and torch.compile timed with TF32 on",
+    "fp16": "fp16 (opted in): tensor-core products round their operands to fp16 and accumulate "
+            "in fp32; verified against, and timed beside, eager and torch.compile under "
+            "torch.autocast(float16)",
+    "bf16": "bf16 (opted in): tensor-core products round their operands to bf16 and accumulate "
+            "in fp32; verified against, and timed beside, eager and torch.compile under "
+            "torch.autocast(bfloat16)",
+}
+"""what each opt-in precision means, as the reports and model_new.py say it"""
 
 
 @dataclass(frozen=True)
@@ -104,7 +117,8 @@ class Target:
     precision: str = "fp32"
     """the numeric contract the user asked for (`PRECISIONS`): "fp32" holds every kernel to
     strict fp32 accuracy; "tf32" lets tensor-core products round their operands to TF32 once
-    (and is verified against torch's own TF32 answer)"""
+    (verified against torch's own TF32 answer); "fp16" and "bf16" let them round to half
+    precision (verified against torch's autocast answer in that dtype)"""
 
     def key(self) -> str:
         # a candidate rendered for another precision is another binary and another contract

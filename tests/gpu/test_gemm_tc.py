@@ -124,3 +124,47 @@ def test_tune_with_tf32_verifies_on_the_gpu(tmp_path):
     tc = [t for t in r.trials if t.template == "gemm_tc"]
     assert tc and all(t.measurement.ok for t in tc), [t.measurement.error_msg for t in tc]
     assert r.best is not None
+
+
+@pytest.mark.parametrize("precision, dtype", [("fp16", torch.float16),
+                                              ("bf16", torch.bfloat16)])
+def test_half_opt_in_is_as_accurate_as_torchs_autocast(precision, dtype):
+    """`--precision fp16|bf16`: operands rounded once to the type, fp32 accumulation. The error
+    must be within the verifier's 4x of torch's own answer under autocast (which also rounds
+    its output to the type) and far above the strict kernel's (really the cheaper contract)."""
+    f, shapes = CASES["linear_deep_k"]
+    g = capture(_Fn, [f], lambda: [torch.randn(*s) for s in shapes])
+    plan = make_plan(g)
+    strict, half = Space.for_plan(plan, Target()), Space.for_plan(plan, Target(precision=precision))
+    torch.manual_seed(2)
+    xs = [torch.randn(*s, device="cuda") for s in shapes]
+    ref = f(*[x.double() for x in xs])
+    with torch.autocast("cuda", dtype=dtype):
+        torch_half = _rel(f(*xs).float(), ref)
+    tc = [c for c in strict.configs if strict.template_of(c).name == "gemm_tc"]
+    picked = [next(c for c in tc if c["reduction.split"] == 1 and c["config.warp"] == "64x64"),
+              next(c for c in tc if c["reduction.split"] > 1 and c["compute.fresh"] == 16)]
+    for cfg in picked:
+        r = half.render(cfg)
+        assert r.fact("mma") == {"fp16": "f16", "bf16": "bf16"}[precision]
+        err_strict = _rel(_run(strict.render(cfg), xs, tuple(ref.shape)), ref)
+        err_half = _rel(_run(r, xs, tuple(ref.shape)), ref)
+        print(f"{precision} {cfg.short()}: torch autocast {torch_half:.3g}, kernel "
+              f"{err_half:.3g}, 3xTF32 {err_strict:.3g}")
+        assert err_half <= 4 * torch_half and err_half > 10 * err_strict
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_tune_with_half_precision_verifies_on_the_gpu(tmp_path, precision):
+    from pathlib import Path
+
+    from cuda_agent.tuner import tune
+
+    root = Path(__file__).resolve().parents[2]
+    r = tune(root / "benchmarks/problems/gemm_odd.py", out=tmp_path / "o", device="cuda",
+             precision=precision, budget=6, batch=6)
+    tc = [t for t in r.trials if t.template == "gemm_tc"]
+    assert tc and all(t.measurement.ok for t in tc), [t.measurement.error_msg for t in tc]
+    assert r.best is not None and r.baselines.eager_ms
+    print(f"gemm_odd {precision}: best {r.best.measurement.time_ms:.4f} ms ({r.best.template}), "
+          f"eager under autocast {r.baselines.eager_ms:.4f} ms")

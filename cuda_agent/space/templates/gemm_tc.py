@@ -52,6 +52,30 @@ __device__ __forceinline__ void ca_mma_tf32(float* c, const unsigned* a, const u
                : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
+// half-precision operands (`--precision fp16|bf16`): two fp32 values rounded to nearest into
+// one register, the lower k in the low half; the m16n8k8 mma on them, fp32 accumulation
+__device__ __forceinline__ unsigned ca_pack_f16(float lo, float hi) {
+  unsigned r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+__device__ __forceinline__ unsigned ca_pack_bf16(float lo, float hi) {
+  unsigned r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+__device__ __forceinline__ void ca_mma_f16(float* c, const unsigned* a, unsigned b) {
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+               "{%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(b));
+}
+__device__ __forceinline__ void ca_mma_bf16(float* c, const unsigned* a, unsigned b) {
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+               "{%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(b));
+}
 #endif
 // x = big + small, both TF32: 22 significant bits together
 __device__ __forceinline__ void ca_split_tf32(float x, unsigned& big, unsigned& small) {
@@ -142,14 +166,20 @@ class GemmTensorCoreTemplate(Template):
                 "reduction.split": 1}
 
     def render(self, plan: KernelPlan, cfg: dict[str, Any], target: Target) -> Rendered:
-        return _TensorCoreWriter(plan, cfg, mma_terms(target)).render()
+        return _TensorCoreWriter(plan, cfg, mma_terms(target), half_mma(target)).render()
 
 
 def mma_terms(target: Target) -> int:
     """TF32 products per tensor-core tile: three (error-compensated, strict fp32 accuracy), or
-    one where the user opted into TF32 (`--precision tf32`: the contract of torch's own
-    `allow_tf32`, verified against its TF32 answer)."""
-    return 1 if target.precision == "tf32" else 3
+    one where the user opted into lower precision (`--precision tf32`: the contract of torch's
+    own `allow_tf32`, verified against its TF32 answer; fp16 and bf16 allow more error still,
+    so one TF32 product meets them where a template has no half-precision path)."""
+    return 3 if target.precision == "fp32" else 1
+
+
+def half_mma(target: Target) -> str | None:
+    """The half-precision operand type of the products (`--precision fp16|bf16`), else None."""
+    return {"fp16": "f16", "bf16": "bf16"}.get(target.precision)
 
 
 def mma_name(terms: int) -> str:
@@ -192,9 +222,9 @@ class _TensorCoreWriter(_GemmWriter):
     with warp-level mma tiles and a cp.async pipeline in place of thread tiles."""
 
     def __init__(self, plan: KernelPlan, cfg: dict[str, Any],  # noqa: super not called
-                 terms: int = 3) -> None:
+                 terms: int = 3, half: str | None = None) -> None:
         self.plan, self.g = plan, _info(plan)
-        self.terms = terms
+        self.terms, self.half = terms, half
         g = self.g
         self.BM, self.BN, self.BK = cfg["config.bm"], cfg["config.bn"], cfg["memory.bk"]
         self.WM, self.WN = _warp_tile(cfg)
@@ -442,6 +472,8 @@ class _TensorCoreWriter(_GemmWriter):
                 f"({k}) * {self.LDB} + ({n})"
 
         steps = [("", "kk")] + [(str(f), f"kk + {8 * f}") for f in range(1, self.FRESH)]
+        if self.half:
+            return self._multiply_half(c, buf, a_at, b_at, steps)
         c.open("")
         c(f"const float* a_ = As + ({buf}) * {self.A_STAGE};",
           f"const float* b_ = Bs + ({buf}) * {self.B_STAGE};")
@@ -471,6 +503,44 @@ class _TensorCoreWriter(_GemmWriter):
         for sfx, _ in steps:
             c(*mma_products("p_", f"ab{sfx}_[i]", f"as{sfx}_[i]", f"bb{sfx}_", f"bs{sfx}_",
                             self.terms))
+        c("acc[i][j][0] += p_[0]; acc[i][j][1] += p_[1];",
+          "acc[i][j][2] += p_[2]; acc[i][j][3] += p_[3];")
+        c.close().close().close().close()
+
+    def _multiply_half(self, c: Code, buf: str, a_at: Any, b_at: Any,
+                       steps: list[tuple[str, str]]) -> None:
+        """`multiply` with half-precision operands (`--precision fp16|bf16`): per 8-deep step
+        each lane packs two A values of each of its rows (k = 2t, 2t + 1) and two B values of
+        its column into f16x2 / bf16x2 registers, one m16n8k8 mma per tile, the step's partial
+        summed apart and added in rounded fp32 as in the strict form (the operands' rounding,
+        about 2^-11 or 2^-8 relative, is the contract; the accumulation stays fp32)."""
+        pack, mma = f"ca_pack_{self.half}", f"ca_mma_{self.half}"
+        c.open("")
+        c(f"const float* a_ = As + ({buf}) * {self.A_STAGE};",
+          f"const float* b_ = Bs + ({buf}) * {self.B_STAGE};")
+        c(self.kk_unroll)
+        c.open(f"for (int kk = 0; kk < {self.BK}; kk += {8 * self.FRESH})")
+        for sfx, _ in steps:
+            c(f"unsigned ah{sfx}_[{self.MT}][2];")
+        c("#pragma unroll")
+        c.open(f"for (int i = 0; i < {self.MT}; ++i)")
+        c("const int r_ = wm_ + i * 16 + g_;")
+        for sfx, k0 in steps:
+            for q, m in enumerate(("r_", "r_ + 8")):
+                c(f"ah{sfx}_[i][{q}] = {pack}(a_[{a_at(m, f'{k0} + 2 * t_')}], "
+                  f"a_[{a_at(m, f'{k0} + 2 * t_ + 1')}]);")
+        c.close()
+        c("#pragma unroll")
+        c.open(f"for (int j = 0; j < {self.NTL}; ++j)")
+        c("const int n_ = wn_ + j * 8 + g_;")
+        for sfx, k0 in steps:
+            c(f"const unsigned bh{sfx}_ = {pack}(b_[{b_at(f'{k0} + 2 * t_', 'n_')}], "
+              f"b_[{b_at(f'{k0} + 2 * t_ + 1', 'n_')}]);")
+        c("#pragma unroll")
+        c.open(f"for (int i = 0; i < {self.MT}; ++i)")
+        c("float p_[4] = {0.f, 0.f, 0.f, 0.f};")
+        for sfx, _ in steps:
+            c(f"{mma}(p_, ah{sfx}_[i], bh{sfx}_);")
         c("acc[i][j][0] += p_[0]; acc[i][j][1] += p_[1];",
           "acc[i][j][2] += p_[2]; acc[i][j][3] += p_[3];")
         c.close().close().close().close()
@@ -522,7 +592,8 @@ class _TensorCoreWriter(_GemmWriter):
             c(*self.ktab_decl())
         launches, ws = self.kernels(c)
         g = self.g
-        facts = (("family", "gemm"), ("mma", mma_name(self.terms)), ("threads", self.NT),
+        facts = (("family", "gemm"), ("mma", self.half or mma_name(self.terms)),
+                 ("threads", self.NT),
                  ("blocks", launches[0].blocks), ("bm", self.BM), ("bn", self.BN),
                  ("bk", self.BK), ("wm", self.WM), ("wn", self.WN), ("stages", self.ST),
                  ("vec_a", self.AV), ("vec_b", self.BV), ("split", self.SPLIT),
