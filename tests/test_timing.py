@@ -117,3 +117,17 @@ def test_early_stop_still_applies():
 @pytest.mark.parametrize("bytes_moved,expect_ms", [(4 * 10**9, 4e9 / (4e12 * 1.25) * 1e3)])
 def test_physical_floor_by_hand(bytes_moved, expect_ms):
     assert physical_floor_ms(bytes_moved, 0, 4e12, 60 * 2**20) == pytest.approx(expect_ms)
+
+
+def test_the_floor_follows_the_numeric_contract():
+    """A 4096^3 product (1.37e11 flop) at 0.3 ms runs at 458 TFLOP/s: impossible for strict fp32
+    (3xTF32 at most a third of the tensor cores' TF32 rate) and for TF32, within reach of fp16
+    and bf16 (a correct fp16 GEMM was once rejected by a floor that knew only fp32 FMA)."""
+    from cuda_agent.run.timing import PEAK_FLOPS
+
+    flops, ms = 2 * 4096**3, 0.3
+    floors = {p: physical_floor_ms(3 * 4096 * 4096 * 4, flops, 4e12, 60 * 2**20, peak)
+              for p, peak in PEAK_FLOPS.items()}
+    assert floors["fp32"] > ms and floors["tf32"] < ms  # 0.83 ms, 0.28 ms
+    assert floors["fp16"] < ms and floors["bf16"] < ms
+    assert floors["fp32"] > floors["tf32"] > floors["fp16"] == floors["bf16"]

@@ -145,8 +145,15 @@ def time_runs(run: Callable[[int], None], n_sets: int, settings: TimingSettings,
                   host_bound)
 
 
+#: the H200's dense peak arithmetic per numeric contract (datasheet, flop/s): what no correct
+#: kernel can beat. Strict fp32 counts 3xTF32 on tensor cores (a third of the TF32 rate, above
+#: the 67e12 of fp32 FMA); the opt-in contracts their tensor-core rates. A floor from the fp32
+#: FMA rate alone rejected a correct fp16 GEMM at 0.3 ms as "faster than physics" (2026-12-03).
+PEAK_FLOPS = {"fp32": 495e12 / 3, "tf32": 495e12, "fp16": 990e12, "bf16": 990e12}
+
+
 def physical_floor_ms(bytes_moved: int, flops: int, dram_bw: float, l2_bytes: int,
-                      peak_flops: float = 67e12) -> float:
+                      peak_flops: float = PEAK_FLOPS["fp32"]) -> float:
     """The least time a correct kernel can take; anything faster is a measurement error.
 
     Data larger than L2 must cross DRAM (a 25 % margin over the measured copy bandwidth: a

@@ -21,7 +21,7 @@ import torch
 from ..ir.plan import make_plan
 from ..problem import load_problem
 from . import launcher
-from .timing import L2Flusher, TimingSettings, physical_floor_ms, time_runs
+from .timing import PEAK_FLOPS, L2Flusher, TimingSettings, physical_floor_ms, time_runs
 from .verify import (CandidateError, CasePool, IndexDomain, ValueRange, VerifySettings,
                      check, make_case)
 
@@ -179,7 +179,8 @@ class ProblemState:
             return {"ok": False, "error_kind": exc.kind, "error_msg": str(exc),
                     "sticky": exc.sticky}
         kernels.close()
-        floor = physical_floor_ms(self.bytes, self.flops, self.copy_bw, self.l2_bytes)
+        floor = physical_floor_ms(self.bytes, self.flops, self.copy_bw, self.l2_bytes,
+                                  PEAK_FLOPS[self.precision])
         if timing.median_ms < floor:
             return {"ok": False, "error_kind": "timing_floor",
                     "error_msg": f"{timing.median_ms:.4f} ms is below the physical floor "
