@@ -315,6 +315,19 @@ def test_a_published_policy_keeps_the_policy_and_refuses_to_resume(tmp_path):
         Trainer(s)
 
 
+def test_an_old_checkpoint_loads_to_the_same_policy_every_time():
+    """h200-replay-multi.pt predates heads the template library added since: they start from
+    initial weights, which must not depend on the caller's random state."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks/policies/h200-replay-multi.pt"
+    blob = checkpoint.load(path)
+    torch.manual_seed(1)
+    a = checkpoint.policy_from(blob).state_dict()
+    torch.manual_seed(2)
+    b = checkpoint.policy_from(blob).state_dict()
+    assert set(a) - set(blob["policy"]), "no head added since: the test checks nothing"
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
 def test_a_corrupt_checkpoint_is_a_clear_error(tmp_path):
     from cuda_agent.errors import SettingsError
 

@@ -115,6 +115,32 @@ def test_half_precision_gemm_has_the_error_of_its_operand_rounding(name, bits):
             assert unit / 8 < err < 8 * unit, (name, cfg.short(), err)
 
 
+@pytest.mark.skipif(not cpu_exec.available(), reason="needs g++ for the CPU emulator")
+def test_the_library_product_runs_in_the_opted_in_half_type():
+    """Under fp16/bf16 the vendor-library template computes its product in that type, as torch
+    does under autocast (operands cast, product cast back): the result has that type's error,
+    the strict one fp32's; the simulator prices the half product below the strict one."""
+    from cuda_agent.run.sim_model import simulate
+
+    f = lambda x, w: torch.relu(x @ w.T + 1.0)  # noqa: E731
+    plan, strict, xs, want = emulation_case(f, [(48, 128), (40, 128)], seed=6)
+    args = [xs[k].numpy() for k in plan.operands]
+    cfg = next(c for c in strict.configs if strict.template_of(c).name == "lib")
+    assert "dtype" not in next(la.library for la in strict.render(cfg).launches if la.library)
+    assert cpu_exec.max_rel_error(strict.render(cfg), args, want) < 1e-5
+    for name, bits in (("fp16", 11), ("bf16", 8)):
+        half = Space.for_plan(plan, HALF[name])
+        r = half.render(cfg)
+        assert next(la.library for la in r.launches if la.library)["dtype"] == name
+        err = cpu_exec.max_rel_error(r, args, want)
+        assert 2.0 ** -bits / 8 < err < 8 * 2.0 ** -bits, (name, err)
+    big = plan_of(f, (4096, 4096), (4096, 4096))
+    s_strict, s_half = Space.for_plan(big, Target()), Space.for_plan(big, HALF["fp16"])
+    cfg = next(c for c in s_strict.configs if s_strict.template_of(c).name == "lib")
+    slow = simulate(big, s_strict.render(cfg), {}, Target()).time_ms
+    assert simulate(big, s_half.render(cfg), {}, HALF["fp16"]).time_ms < slow / 4
+
+
 def test_emulated_half_rounding_matches_torch():
     """The emulator's fp32 -> fp16/bf16 conversions (nearest even, subnormals, overflow) agree
     bit for bit with torch's on edge cases and random values, so the emulated GEMM's error is

@@ -75,7 +75,11 @@ def strip_for_inference(src: str | Path, dst: str | Path) -> Path:
 
 def policy_from(blob: dict[str, Any]) -> MultiAgentPolicy:
     meta = blob["policy_meta"]
-    policy = MultiAgentPolicy(meta["mode"], meta["hidden"])
+    # a fixed seed for the initial weights: where the checkpoint predates a head (the template
+    # library grew), that head keeps them, and the same checkpoint must load to the same policy
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        policy = MultiAgentPolicy(meta["mode"], meta["hidden"])
     try:
         policy.load_state_dict(blob["policy"])
     except RuntimeError:

@@ -63,8 +63,21 @@ def compile_for_device(source: str, device: torch.device) -> bytes:
 def run_library(call: dict, inputs: Sequence[torch.Tensor]) -> torch.Tensor:
     """A vendor-library step of a candidate, through torch on the current stream: cuBLAS for a
     (batched, strided) matrix product, cuDNN for a convolution, direct or transposed. Returns
-    the contiguous product, which the kernels after it read as their workspace."""
+    the contiguous product, which the kernels after it read as their workspace. With
+    `dtype` ("fp16" or "bf16", where the user opted into half-precision products) the operands
+    are cast to it and the product back to fp32, as torch.autocast computes it."""
+    half = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(call.get("dtype", ""))
+    if half is not None:
+        inputs = list(inputs)
+        for k in (call["a"], call["b"]) if call["op"] == "matmul" else (call["x"], call["w"]):
+            inputs[k] = inputs[k].to(half)
+        return _run_library(call, inputs).float().contiguous()
+    return _run_library(call, inputs)
+
+
+def _run_library(call: dict, inputs: Sequence[torch.Tensor]) -> torch.Tensor:
     if call["op"] == "matmul":
+        # a cast operand keeps its shape and contiguous layout: the strides hold for it too
         a = inputs[call["a"]].as_strided((call["batch"], call["M"], call["K"]),
                                          call["a_strides"])
         b = inputs[call["b"]].as_strided((call["batch"], call["K"], call["N"]),

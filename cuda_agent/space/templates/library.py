@@ -136,6 +136,10 @@ class LibraryTemplate(Template):
         # these slots renders (and is cached) exactly as it was
         if cfg.get("memory.layout", "as_given") != "as_given":
             call["layout"] = cfg["memory.layout"]
+        if target.precision in ("fp16", "bf16"):
+            # the user opted into half-precision products: the library computes in that type,
+            # as torch does under autocast (operands cast, the product cast back to fp32)
+            call["dtype"] = target.precision
         block, items, vec = cfg["config.block"], cfg["config.items"], cfg["memory.vec"]
         total = plan.numel
         per_block = block * items * vec
