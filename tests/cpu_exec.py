@@ -99,25 +99,30 @@ static inline unsigned ca_tf32(float x) {
   if ((u & 0x7f800000u) != 0x7f800000u) { u += 0x1000u; u &= 0xffffe000u; }
   return u; }
 static inline float ca_bits(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
-static inline void ca_mma_tf32(float* c, const unsigned* a, const unsigned* b) {
+// the warp meets (every lane has deposited its fragments), each lane computes its four outputs
+// of the m16n8k8 tile from the deposits: product(base, row, col) sums one row and column
+template <class Product>
+static inline void ca_mma_warp(float* c, Product product) {
   const int t = threadIdx.x, w = t / 32, base = w * 32, lane = t % 32;
-  for (int q = 0; q < 4; ++q) ca_mma_a[t][q] = a[q];
-  ca_mma_b[t][0] = b[0]; ca_mma_b[t][1] = b[1];
   ca_warp_barriers[w]->arrive_and_wait();
   const int g = lane >> 2, tq = lane & 3;
   float r[4];
-  for (int q = 0; q < 4; ++q) {
-    const int row = g + 8 * (q >= 2), col = 2 * tq + (q & 1);
-    double s = 0.0;
-    for (int k = 0; k < 8; ++k) {
-      const double av = ca_bits(ca_mma_a[base + (row % 8) * 4 + k % 4][(row >= 8) + 2 * (k >= 4)]);
-      const double bv = ca_bits(ca_mma_b[base + col * 4 + k % 4][k >= 4]);
-      s += av * bv;
-    }
-    r[q] = (float)(s + c[q]);
-  }
+  for (int q = 0; q < 4; ++q)
+    r[q] = (float)(product(base, g + 8 * (q >= 2), 2 * tq + (q & 1)) + c[q]);
   ca_warp_barriers[w]->arrive_and_wait();
   for (int q = 0; q < 4; ++q) c[q] = r[q];
+}
+static inline void ca_mma_tf32(float* c, const unsigned* a, const unsigned* b) {
+  const int t = threadIdx.x;
+  for (int q = 0; q < 4; ++q) ca_mma_a[t][q] = a[q];
+  ca_mma_b[t][0] = b[0]; ca_mma_b[t][1] = b[1];
+  ca_mma_warp(c, [](int base, int row, int col) {
+    double s = 0.0;
+    for (int k = 0; k < 8; ++k)
+      s += (double)ca_bits(ca_mma_a[base + (row % 8) * 4 + k % 4][(row >= 8) + 2 * (k >= 4)]) *
+           (double)ca_bits(ca_mma_b[base + col * 4 + k % 4][k >= 4]);
+    return s;
+  });
 }
 // fp16 and bf16 rounding to nearest even (cvt.rn: subnormals, overflow to infinity), their
 // values, and the warp-wide m16n8k8 mma on packed pairs (the lower k in the low half)
@@ -155,13 +160,9 @@ static inline unsigned ca_pack_bf16(float lo, float hi) {
   return ca_bf16_bits(lo) | (ca_bf16_bits(hi) << 16); }
 static inline void ca_mma_half(float* c, const unsigned* a, unsigned b,
                                float (*value)(unsigned)) {
-  const int t = threadIdx.x, w = t / 32, base = w * 32, lane = t % 32;
+  const int t = threadIdx.x;
   ca_mma_a[t][0] = a[0]; ca_mma_a[t][1] = a[1]; ca_mma_b[t][0] = b;
-  ca_warp_barriers[w]->arrive_and_wait();
-  const int g = lane >> 2, tq = lane & 3;
-  float r[4];
-  for (int q = 0; q < 4; ++q) {
-    const int row = g + 8 * (q >= 2), col = 2 * tq + (q & 1);
+  ca_mma_warp(c, [value](int base, int row, int col) {
     double s = 0.0;
     for (int k = 0; k < 8; ++k) {
       const unsigned ar = ca_mma_a[base + (row % 8) * 4 + k / 2][row >= 8];
@@ -169,10 +170,8 @@ static inline void ca_mma_half(float* c, const unsigned* a, unsigned b,
       s += (double)value((ar >> (16 * (k & 1))) & 0xffffu) *
            (double)value((br >> (16 * (k & 1))) & 0xffffu);
     }
-    r[q] = (float)(s + c[q]);
-  }
-  ca_warp_barriers[w]->arrive_and_wait();
-  for (int q = 0; q < 4; ++q) c[q] = r[q];
+    return s;
+  });
 }
 static inline void ca_mma_f16(float* c, const unsigned* a, unsigned b) {
   ca_mma_half(c, a, b, ca_f16_value); }

@@ -462,7 +462,10 @@ class _TensorCoreWriter(_GemmWriter):
         each column tile's B fragment, three mma per tile into a fresh partial sum, then a
         rounded fp32 add into the accumulator. With `compute.fresh` 16, two 8-deep steps go
         into one partial (fragments of both steps live at once; step f's named with suffix
-        f, the first step's names those of the 8-deep form)."""
+        f, the first step's names those of the 8-deep form). Under `--precision fp16|bf16`
+        the same skeleton packs two values of a row or column (k = 2t, 2t + 1) into one f16x2
+        or bf16x2 register each and runs one half-precision mma per tile: the operands' single
+        rounding is the contract, the accumulation stays fp32."""
         def a_at(m: str, k: str) -> str:
             return f"({m}) * {self.LDA} + ({k})" if self.a_rowk else \
                 f"({k}) * {self.LDA} + ({m})"
@@ -473,74 +476,68 @@ class _TensorCoreWriter(_GemmWriter):
 
         steps = [("", "kk")] + [(str(f), f"kk + {8 * f}") for f in range(1, self.FRESH)]
         if self.half:
-            return self._multiply_half(c, buf, a_at, b_at, steps)
+            # half-precision operands: two values of a row (k = 2t, 2t + 1) packed per register
+            pack, mma = f"ca_pack_{self.half}", f"ca_mma_{self.half}"
+
+            def declare(sfx: str) -> list[str]:
+                return [f"unsigned ah{sfx}_[{self.MT}][2];"]
+
+            def load_a(sfx: str, k0: str) -> list[str]:
+                return [f"ah{sfx}_[i][{q}] = {pack}(a_[{a_at(m, f'{k0} + 2 * t_')}], "
+                        f"a_[{a_at(m, f'{k0} + 2 * t_ + 1')}]);"
+                        for q, m in enumerate(("r_", "r_ + 8"))]
+
+            def load_b(sfx: str, k0: str) -> list[str]:
+                return [f"const unsigned bh{sfx}_ = {pack}(b_[{b_at(f'{k0} + 2 * t_', 'n_')}], "
+                        f"b_[{b_at(f'{k0} + 2 * t_ + 1', 'n_')}]);"]
+
+            def products(sfx: str) -> list[str]:
+                return [f"{mma}(p_, ah{sfx}_[i], bh{sfx}_);"]
+        else:
+            # TF32 operands split into big and small parts (k = t and t + 4 per register)
+            def declare(sfx: str) -> list[str]:
+                return [f"unsigned ab{sfx}_[{self.MT}][4], as{sfx}_[{self.MT}][4];"]
+
+            def load_a(sfx: str, k0: str) -> list[str]:
+                return [f"ca_split_tf32(a_[{a_at(m, k)}], ab{sfx}_[i][{q}], as{sfx}_[i][{q}]);"
+                        for q, (m, k) in enumerate(
+                            (("r_", f"{k0} + t_"), ("r_ + 8", f"{k0} + t_"),
+                             ("r_", f"{k0} + t_ + 4"), ("r_ + 8", f"{k0} + t_ + 4")))]
+
+            def load_b(sfx: str, k0: str) -> list[str]:
+                return [f"unsigned bb{sfx}_[2], bs{sfx}_[2];",
+                        f"ca_split_tf32(b_[{b_at(f'{k0} + t_', 'n_')}], bb{sfx}_[0], "
+                        f"bs{sfx}_[0]);",
+                        f"ca_split_tf32(b_[{b_at(f'{k0} + t_ + 4', 'n_')}], bb{sfx}_[1], "
+                        f"bs{sfx}_[1]);"]
+
+            def products(sfx: str) -> list[str]:
+                return mma_products("p_", f"ab{sfx}_[i]", f"as{sfx}_[i]", f"bb{sfx}_",
+                                    f"bs{sfx}_", self.terms)
         c.open("")
         c(f"const float* a_ = As + ({buf}) * {self.A_STAGE};",
           f"const float* b_ = Bs + ({buf}) * {self.B_STAGE};")
         c(self.kk_unroll)
         c.open(f"for (int kk = 0; kk < {self.BK}; kk += {8 * self.FRESH})")
         for sfx, _ in steps:
-            c(f"unsigned ab{sfx}_[{self.MT}][4], as{sfx}_[{self.MT}][4];")
+            c(*declare(sfx))
         c("#pragma unroll")
         c.open(f"for (int i = 0; i < {self.MT}; ++i)")
         c("const int r_ = wm_ + i * 16 + g_;")
         for sfx, k0 in steps:
-            for q, (m, k) in enumerate((("r_", f"{k0} + t_"), ("r_ + 8", f"{k0} + t_"),
-                                        ("r_", f"{k0} + t_ + 4"), ("r_ + 8", f"{k0} + t_ + 4"))):
-                c(f"ca_split_tf32(a_[{a_at(m, k)}], ab{sfx}_[i][{q}], as{sfx}_[i][{q}]);")
+            c(*load_a(sfx, k0))
         c.close()
         c("#pragma unroll")
         c.open(f"for (int j = 0; j < {self.NTL}; ++j)")
         c("const int n_ = wn_ + j * 8 + g_;")
         for sfx, k0 in steps:
-            c(f"unsigned bb{sfx}_[2], bs{sfx}_[2];",
-              f"ca_split_tf32(b_[{b_at(f'{k0} + t_', 'n_')}], bb{sfx}_[0], bs{sfx}_[0]);",
-              f"ca_split_tf32(b_[{b_at(f'{k0} + t_ + 4', 'n_')}], bb{sfx}_[1], bs{sfx}_[1]);")
+            c(*load_b(sfx, k0))
         c("#pragma unroll")
         c.open(f"for (int i = 0; i < {self.MT}; ++i)")
         c("// the tensor core truncates as it adds: sum the step apart, then round into acc",
           "float p_[4] = {0.f, 0.f, 0.f, 0.f};")
         for sfx, _ in steps:
-            c(*mma_products("p_", f"ab{sfx}_[i]", f"as{sfx}_[i]", f"bb{sfx}_", f"bs{sfx}_",
-                            self.terms))
-        c("acc[i][j][0] += p_[0]; acc[i][j][1] += p_[1];",
-          "acc[i][j][2] += p_[2]; acc[i][j][3] += p_[3];")
-        c.close().close().close().close()
-
-    def _multiply_half(self, c: Code, buf: str, a_at: Any, b_at: Any,
-                       steps: list[tuple[str, str]]) -> None:
-        """`multiply` with half-precision operands (`--precision fp16|bf16`): per 8-deep step
-        each lane packs two A values of each of its rows (k = 2t, 2t + 1) and two B values of
-        its column into f16x2 / bf16x2 registers, one m16n8k8 mma per tile, the step's partial
-        summed apart and added in rounded fp32 as in the strict form (the operands' rounding,
-        about 2^-11 or 2^-8 relative, is the contract; the accumulation stays fp32)."""
-        pack, mma = f"ca_pack_{self.half}", f"ca_mma_{self.half}"
-        c.open("")
-        c(f"const float* a_ = As + ({buf}) * {self.A_STAGE};",
-          f"const float* b_ = Bs + ({buf}) * {self.B_STAGE};")
-        c(self.kk_unroll)
-        c.open(f"for (int kk = 0; kk < {self.BK}; kk += {8 * self.FRESH})")
-        for sfx, _ in steps:
-            c(f"unsigned ah{sfx}_[{self.MT}][2];")
-        c("#pragma unroll")
-        c.open(f"for (int i = 0; i < {self.MT}; ++i)")
-        c("const int r_ = wm_ + i * 16 + g_;")
-        for sfx, k0 in steps:
-            for q, m in enumerate(("r_", "r_ + 8")):
-                c(f"ah{sfx}_[i][{q}] = {pack}(a_[{a_at(m, f'{k0} + 2 * t_')}], "
-                  f"a_[{a_at(m, f'{k0} + 2 * t_ + 1')}]);")
-        c.close()
-        c("#pragma unroll")
-        c.open(f"for (int j = 0; j < {self.NTL}; ++j)")
-        c("const int n_ = wn_ + j * 8 + g_;")
-        for sfx, k0 in steps:
-            c(f"const unsigned bh{sfx}_ = {pack}(b_[{b_at(f'{k0} + 2 * t_', 'n_')}], "
-              f"b_[{b_at(f'{k0} + 2 * t_ + 1', 'n_')}]);")
-        c("#pragma unroll")
-        c.open(f"for (int i = 0; i < {self.MT}; ++i)")
-        c("float p_[4] = {0.f, 0.f, 0.f, 0.f};")
-        for sfx, _ in steps:
-            c(f"{mma}(p_, ah{sfx}_[i], bh{sfx}_);")
+            c(*products(sfx))
         c("acc[i][j][0] += p_[0]; acc[i][j][1] += p_[1];",
           "acc[i][j][2] += p_[2]; acc[i][j][3] += p_[3];")
         c.close().close().close().close()
