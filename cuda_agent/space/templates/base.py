@@ -174,11 +174,13 @@ def block_combine(code: Code, reducers: list[Reducer], T: int, G: int, mode: str
                     code(f"{buf}_i[{grp} * {W} + ({lane} >> 5)] = {red.idx};")
                 code.close()
                 code("__syncthreads();")
-                code(*red.reset())
-                code.open(f"for (int w_ = 0; w_ < {W}; ++w_)")
-                code(red.combine_from(f"{buf}[{grp} * {W} + w_]",
-                                      f"{buf}_i[{grp} * {W} + w_]" if red.is_arg else "0"))
-                code.close()
+                # every warp folds the W warp parts as a shuffle tree (log2 W steps) rather
+                # than W serial steps per thread: at 16-32 warps a row the serial fold cost
+                # more instructions than the row's own loads and arithmetic
+                code(f"{red.acc} = {buf}[{grp} * {W} + ({lane} & {W - 1})];")
+                if red.is_arg:
+                    code(f"{red.idx} = {buf}_i[{grp} * {W} + ({lane} & {W - 1})];")
+                code(*red.shfl(W))
         else:  # smem_tree
             code("__syncthreads();")
             code(f"{buf}[threadIdx.x] = {red.acc};")

@@ -68,7 +68,7 @@ def _segment_vectors(plan: KernelPlan, cfg: dict[str, Any]) -> int:
 
 class ChanTemplate(Template):
     name = "chan"
-    version = "2"
+    version = "3"
     # version 1 re-read the channel on every pass, one block per channel
     legacy = {"memory.cache": "reload", "config.cluster": 1}
 

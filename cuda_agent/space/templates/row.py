@@ -34,8 +34,9 @@ UNDERFILL_MIN_ELEMS = 1 << 20
 
 class RowTemplate(Template):
     name = "row"
-    version = "3"
-    # version 1 stored with plain stores; version 2 had no clusters
+    version = "4"
+    # version 1 stored with plain stores; version 2 had no clusters; version 3 folded the
+    # warps' parts of a row serially
     legacy = {"memory.store": "default", "config.cluster": 1}
 
     def applies(self, plan: KernelPlan) -> bool:

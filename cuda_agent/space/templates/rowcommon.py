@@ -259,16 +259,20 @@ def online_state(fast: bool) -> PartialState:
 def combine_state(c, st: PartialState, T: int) -> None:
     """Every thread of a row group (T lanes) ends with the group's merged state: shuffles
     within a warp, then the warps' parts through shared memory (ca_red, ca_red2, ...: one
-    array per float of the state), merged in warp order."""
+    array per float of the state), merged as a shuffle tree in every warp."""
     if T == 1:
         return
     q = tuple(f"q{i}_" for i in range(len(st.names)))
-    width = min(T, 32)
-    off = width // 2
-    while off >= 1:
-        c("{ " + " ".join(f"const float {t} = __shfl_xor_sync(0xffffffffu, {v}, {off}, {width});"
-                          for t, v in zip(q, st.names)) + " " + st.merge(q) + " }")
-        off //= 2
+
+    def butterfly(width: int) -> None:
+        off = width // 2
+        while off >= 1:
+            c("{ " + " ".join(f"const float {t} = __shfl_xor_sync(0xffffffffu, {v}, {off}, "
+                              f"{width});" for t, v in zip(q, st.names)) + " " + st.merge(q) +
+              " }")
+            off //= 2
+
+    butterfly(min(T, 32))
     if T > 32:
         W = T // 32
         arrays = [f"ca_red{i + 1 if i else ''}" for i in range(len(st.names))]
@@ -276,10 +280,12 @@ def combine_state(c, st: PartialState, T: int) -> None:
         c("if ((lane & 31) == 0) { " + " ".join(f"{a}[grp * {W} + (lane >> 5)] = {v};"
                                                 for a, v in zip(arrays, st.names)) + " }")
         c("__syncthreads();")
-        c(st.reset)
-        c(f"for (int w_ = 0; w_ < {W}; ++w_) {{ " +
-          " ".join(f"const float {t} = {a}[grp * {W} + w_];" for t, a in zip(q, arrays)) +
-          " " + st.merge(q) + " }")
+        # every warp merges the W warp parts as a shuffle tree (log2 W merges, each with a
+        # division) rather than W serial merges per thread, which at 16 warps a row cost
+        # more than the row's loads and arithmetic
+        c(" ".join(f"{v} = {a}[grp * {W} + (lane & {W - 1})];"
+                   for a, v in zip(arrays, st.names)))
+        butterfly(W)
         c("__syncthreads();")
 
 

@@ -70,7 +70,7 @@ def splits(plan: KernelPlan, block: int, vec: int, waves: int, sm_count: int) ->
 
 class SplitTemplate(Template):
     name = "split"
-    version = "1"
+    version = "2"
     legacy = {"config.out_grid": "chunks"}
 
     def applies(self, plan: KernelPlan) -> bool:
