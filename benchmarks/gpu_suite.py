@@ -14,7 +14,7 @@ and logs), to be committed under benchmarks/data/ and benchmarks/results/.
     python3 benchmarks/agents_ab.py --device cuda --variants online_ppo,noprior --seeds 1 \
         --problems scan_,softmax_ --deadline 420 --out $OUT/ab.json  # an agents' setting, live
 
-Parts: sweeps, faults, families, counters, gemm_tc (the tensor-core GEMM's accuracy test),
+Parts: tests (every file of tests/gpu, or those --tests-k selects), sweeps, faults, families, counters, gemm_tc (the tensor-core GEMM's accuracy test),
 cluster, direct (depthwise convolution, float4 pooling, L2 keep hint), search, bench, throughput,
 agents, library (every configuration of the library template, with the baselines), cudnn
 (cudnn.benchmark against cuDNN's heuristics, each in a fresh process). Pass
@@ -437,6 +437,8 @@ def run_library(out: Path, problems: list[Path], deadline: float) -> None:
 AGENT_TRAIN = ("elementwise_bias_gelu", "elementwise_log_sqrt", "reduce_sum_lastdim",
                "reduce_mean_middim", "softmax_short_rows", "softmax_long_rows", "norm_layernorm",
                "norm_rms", "reduce_argmax_middim_odd", "norm_rms_tinyrows_odd")
+PARTS = ("tests", "sweeps", "faults", "families", "gemm_tc", "cluster", "direct", "timing",
+         "counters", "search", "bench", "library", "cudnn", "agents", "throughput")
 AGENT_HELDOUT = ("elementwise_swiglu", "reduce_argmin_middim", "softmax_log_softmax", "norm_l2")
 
 
@@ -603,6 +605,9 @@ def main() -> None:
     (out / "logs").mkdir(parents=True, exist_ok=True)
     (out / "data").mkdir(parents=True, exist_ok=True)
     parts = args.parts.split(",")
+    unknown = sorted(set(parts) - set(PARTS))
+    if unknown:  # a misspelt part used to be skipped silently, costing a device call
+        ap.error(f"unknown part(s) {', '.join(unknown)}; parts: {', '.join(PARTS)}")
     src = ROOT / args.problems
     problems = sorted(src.glob("*.py")) if src.is_dir() else \
         [ROOT / p for p in args.problems.split(",")]
@@ -618,6 +623,8 @@ def main() -> None:
                 continue
             if part == "sweeps":
                 run_sweeps(out, final, problems, args.sample, deadline - 20, args.per_problem)
+            elif part == "tests":  # every GPU test file (or those -k selects)
+                run_tests(out, "tests/gpu", left - 10, args.tests_k)
             elif part == "faults":
                 run_tests(out, "tests/gpu/test_faults.py", min(left - 10, 150), args.tests_k)
             elif part == "families":
