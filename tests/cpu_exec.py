@@ -49,14 +49,26 @@ static inline unsigned atomicAdd(unsigned* p, unsigned v) {
   return std::atomic_ref<unsigned>(*p).fetch_add(v); }
 static inline float atomicAdd(float* p, float v) {
   return std::atomic_ref<float>(*p).fetch_add(v); }
-// cp.async, synchronously: the copy (or the zero fill) happens at once, so commit and wait
-// have nothing to do; the barrier after the wait still orders the block's threads
+// cp.async, deferred: a thread's copies (or zero fills) are queued in commit groups and land
+// only at the wait that covers their group (cp.async.wait_group N: all but the newest N), so a
+// kernel that reads a copy before waiting for it reads what was there before and fails
 #define CA_EMULATED 1
-static inline void ca_cp16(float* dst, const float* src, bool in) {
-  for (int q = 0; q < 4; ++q) dst[q] = in ? src[q] : 0.f; }
-static inline void ca_cp4(float* dst, const float* src, bool in) { *dst = in ? *src : 0.f; }
-static inline void ca_cp_commit() {}
-template <int N> static inline void ca_cp_wait() {}
+struct ca_copy_ { float* dst; const float* src; int n; bool in; };
+static thread_local std::vector<std::vector<ca_copy_>> ca_cp_groups(1);
+static inline void ca_cp_queue(float* dst, const float* src, int n, bool in) {
+  ca_cp_groups.back().push_back({dst, src, n, in}); }
+static inline void ca_cp16(float* dst, const float* src, bool in) { ca_cp_queue(dst, src, 4, in); }
+static inline void ca_cp8(float* dst, const float* src, bool in) { ca_cp_queue(dst, src, 2, in); }
+static inline void ca_cp4(float* dst, const float* src, bool in) { ca_cp_queue(dst, src, 1, in); }
+static inline void ca_cp_commit() { ca_cp_groups.emplace_back(); }
+template <int N> static inline void ca_cp_wait() {
+  // the open (uncommitted) group is the last entry; committed groups precede it
+  const long done = (long)ca_cp_groups.size() - 1 - N;
+  for (long g = 0; g < done; ++g)
+    for (const ca_copy_& c : ca_cp_groups[g])
+      for (int q = 0; q < c.n; ++q) c.dst[q] = c.in ? c.src[q] : 0.f;
+  if (done > 0) ca_cp_groups.erase(ca_cp_groups.begin(), ca_cp_groups.begin() + done);
+}
 // a kernel argument of any element type (float inputs, int64 class indices, the output)
 struct ca_ptr { void* p; template <class T> operator T*() const { return (T*)p; } };
 static inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }

@@ -33,7 +33,7 @@ VOCAB: dict[str, tuple[Any, ...]] = {
     "memory.vec": (1, 2, 4),
     "memory.load": ("default", "ldg", "stream", "keep"),
     "memory.store": ("default", "stream"),
-    "memory.cache": ("regs", "smem", "reload"),
+    "memory.cache": ("regs", "smem", "reload", "async"),
     "compute.unroll": ("full", "none", 1, 2, 4, 8),
     "compute.fastmath": (0, 1),
     "compute.index": ("i32", "i64"),

@@ -780,9 +780,10 @@ def _combine_cycles(T: int, mode: str, c: SimConstants) -> float:
     steps = math.log2(T)
     if mode == "shfl":
         cyc = math.log2(min(T, 32)) * c.shfl_cycles
-        if T > 32:  # warp leaders through shared memory, then every thread folds T/32 values
+        if T > 32:  # warp leaders through shared memory, then every warp folds the T/32
+            # values as a shuffle tree
             cyc += (3 * c.barrier_cycles + 2 * c.smem_latency_cycles
-                    + (T // 32) * c.serial_step_cycles)
+                    + math.log2(T // 32) * c.shfl_cycles)
         return cyc
     if mode == "serial":  # one thread folds the T partials, then broadcasts
         return (3 * c.barrier_cycles + 2 * c.smem_latency_cycles + T * c.serial_step_cycles)
@@ -893,7 +894,8 @@ def _row_work(plan: KernelPlan, rendered: Rendered, resources: dict, target: Tar
     cached = int(rendered.fact("cached_operands", sh.n_full if passes > 1 else 0) or 0)
     mode = rendered.fact("combine", "shfl")
     reduce_passes = max(0, passes - (0 if plan.output_is_row else 1))
-    full_unroll = cache == "regs" or nch <= 8 or sh.unroll is None
+    # async: the row group's copies are all issued before any is waited for
+    full_unroll = cache in ("regs", "async") or nch <= 8 or sh.unroll is None
     chunks_in_flight = nch if full_unroll else min(nch, max(1, sh.unroll))
     n_ops = max(1, sh.n_full)
     N = O * R
@@ -918,6 +920,8 @@ def _row_work(plan: KernelPlan, rendered: Rendered, resources: dict, target: Tar
     w.store_bytes = float(sh.out_bytes)
     if cache == "regs":
         live = nch * vec * max(1, cached) + vec * n_ops
+    elif cache == "async":  # cp.async copies need no staging registers
+        live = vec * n_ops + vec
     else:
         live = chunks_in_flight * vec * n_ops + vec
     w.registers, w.spill_bytes, spilled = _registers(resources, live, B, c)
@@ -959,7 +963,7 @@ def _row_work(plan: KernelPlan, rendered: Rendered, resources: dict, target: Tar
         0.0 if plan.output_is_row else w.store_bytes, lines, 32 * vec * 4.0 * w.active_lanes, c)
     if plan.output_is_row:
         w.l2_requests += w.store_bytes / c.line_bytes
-    if cache == "smem" and cached:
+    if cache in ("smem", "async") and cached:
         q_stride = cached * R
         words = tuple((t // T) * q_stride + (t % T) * vec for t in range(32))
         wf, ideal = _bank_wavefronts(words, vec)

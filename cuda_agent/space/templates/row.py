@@ -15,6 +15,7 @@ from typing import Any
 from ...ir.plan import KernelPlan
 from .. import codegen as cg
 from ..slots import Launch, Rendered, Slot, Target
+from .gemm import CP_ASYNC
 from .base import (Code, Template, block_combine, pow2_ceil, pow2_choices, smem_for_combine,
                    wave_blocks)
 from .total import CROSS, Totals
@@ -30,6 +31,18 @@ CLUSTERS = (1, 2, 4, 8)  # 8: the largest portable cluster
 # configurations are hopeless (minutes of measuring for nothing), so they are not in the space.
 UNDERFILL_MIN_ELEMS = 1 << 20
 
+
+
+# cp.async of 8 bytes (a float2), beside gemm's 4- and 16-byte copies
+ROW_CP8 = r"""
+#ifndef CA_EMULATED
+__device__ __forceinline__ void ca_cp8(float* dst, const float* src, bool in) {
+  const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::
+               "r"(s), "l"(src), "r"(in ? 8 : 0));
+}
+#endif
+"""
 
 
 class RowTemplate(Template):
@@ -51,8 +64,9 @@ class RowTemplate(Template):
                  "blocks of a thread-block cluster that split one long row (each keeps its "
                  "segment; partial results meet in distributed shared memory)"),
             Slot("memory.vec", (1, 2, 4), "elements per load/store along the row"),
-            Slot("memory.cache", ("regs", "smem", "reload"),
-                 "where a row is kept between passes"),
+            Slot("memory.cache", ("regs", "smem", "reload", "async"),
+                 "where a row is kept between passes; async: in shared memory, copied there "
+                 "by cp.async while the block works on its previous row group (two buffers)"),
             Slot("memory.load", ("default", "ldg", "stream", "keep"),
                  "load cache hint; keep: a row re-read by a later pass (cache=reload) is read "
                  "with an L2 evict-last policy, and evict-first by the last pass reading it"),
@@ -76,7 +90,7 @@ class RowTemplate(Template):
         # canonical() never changes the block, the threads per row or the cluster, and only
         # ever sets the cache to reload
         return cfg["config.cluster"] > 1 and (cfg["config.tpr"] != cfg["config.block"] or
-                                              cfg["memory.cache"] == "reload")
+                                              cfg["memory.cache"] in ("reload", "async"))
 
     def canonical(self, plan: KernelPlan, cfg: dict[str, Any], target: Target
                   ) -> dict[str, Any]:
@@ -134,15 +148,21 @@ class RowTemplate(Template):
         nch = self._nch(plan, cfg)
         if cfg["memory.cache"] == "regs" and nch * vec * len(cached) > MAX_CACHED_REGS:
             return "row does not fit in registers"
-        if cfg["memory.cache"] == "smem" and self._dyn_smem(plan, cfg, cached) + 8192 > \
-                target.max_smem_per_block:
+        if cfg["memory.cache"] in ("smem", "async") and \
+                self._dyn_smem(plan, cfg, cached) + 8192 > target.max_smem_per_block:
             return "row group does not fit in shared memory"
+        if cfg["memory.cache"] == "async" and vec > 1 and not all(
+                cg.is_unit_stride(plan, nid, cg.Group("c", plan.reduce_dims), vec)
+                for nid in cached):
+            return "cp.async copies a vector only from contiguous elements"
         return None
 
     def _dyn_smem(self, plan: KernelPlan, cfg: dict[str, Any], cached: list[int]) -> int:
-        """Bytes of the row cache (shared-memory caching: a segment per operand and group)."""
+        """Bytes of the row cache (shared-memory caching: a segment per operand and group; two
+        sets of them when the next row group is copied in while this one is worked on)."""
         G = cfg["config.block"] // cfg["config.tpr"]
-        return G * len(cached) * _segment(plan, cfg) * 4 if cfg["memory.cache"] == "smem" else 0
+        copies = {"smem": 1, "async": 2}.get(cfg["memory.cache"], 0)
+        return copies * G * len(cached) * _segment(plan, cfg) * 4
 
     def default(self, plan: KernelPlan, target: Target) -> dict[str, Any]:
         # a block of 256 per row, scalar loads, re-reading the row each pass: the textbook kernel
@@ -184,6 +204,8 @@ class RowTemplate(Template):
 
         c = Code()
         c(cg.PRELUDE)
+        if cache == "async":
+            c(CP_ASYNC, ROW_CP8)
         if CL == 1:
             c.open(f'extern "C" __global__ void __launch_bounds__({B}) '
                    f'ca_row({cg.kernel_params(plan)})')
@@ -223,6 +245,31 @@ class RowTemplate(Template):
             if plan.outer else None
         if totals:
             totals.declare(c)
+        ncached = len(roles.cached)
+
+        def copy_rows(first: str, buf: str) -> None:
+            """cp.async copies of the cached operands of the row group starting at row `first`
+            into buffer `buf`; each thread copies the elements it reads later, so a wait for
+            its own copies suffices (no barrier)."""
+            c.open(f"if ({first} < {O}LL)")
+            c(f"const long long o = ({first}) + grp < {O}LL ? ({first}) + grp : {O - 1}LL;")
+            if nch <= FULL_UNROLL_CHUNKS:
+                c("#pragma unroll")
+            c.open(f"for (int j = 0; j < {nch}; ++j)")
+            c(f"const int c = (j * {T} + lane) * {vec};")
+            c.open(f"if (c < {R})")
+            for q, nid in enumerate(roles.cached):
+                off = cg.offset_expr(plan, nid, [ogrp, cgrp])
+                c(f"{ {1: 'ca_cp4', 2: 'ca_cp8', 4: 'ca_cp16'}[vec]}(ca_dyn + ((({buf}) * {G} + "
+                  f"grp) * {ncached} + {q}) * {Rseg} + c, in{op_index[nid]} + ({off}), true);")
+            c.close()
+            c.close()
+            c.close()
+            c("ca_cp_commit();")
+
+        if cache == "async":
+            c("int ca_buf = 0;  // the shared-memory buffer of this row group")
+            copy_rows(f"(long long)blockIdx.x * {G}", "0")
         if CL == 1:
             c.open(f"for (long long ob = (long long)blockIdx.x * {G}; ob < {O}LL; "
                    f"ob += (long long)gridDim.x * {G})")
@@ -231,6 +278,9 @@ class RowTemplate(Template):
                    f"ob += (long long)(gridDim.x / {CL}) * {G})")
         c("const long long o_ = ob + grp;", f"const bool active = o_ < {O}LL;",
           f"const long long o = active ? o_ : {O - 1}LL;")
+        if cache == "async":  # the next row group's copies fly while this one is worked on
+            copy_rows(f"ob + (long long)gridDim.x * {G}", "ca_buf ^ 1")
+            c("ca_cp_wait<1>();  // this row group's copies have landed")
         row_bound: dict[int, str] = {}
         for k, nid in roles.row:
             off = cg.offset_expr(plan, nid, [ogrp])
@@ -267,16 +317,18 @@ class RowTemplate(Template):
                 hint = pass_hint(cfg["memory.load"], roles.per_pass, pi, nid,
                                  shared=not cg.varies_along(plan, nid, ogrp.dims))
                 cached_here = nid in roles.cached and cache != "reload"
-                from_cache = cached_here and first_use[nid] < pi
+                from_cache = cached_here and (first_use[nid] < pi or cache == "async")
                 grp = cg.Group("c", plan.reduce_dims)
                 if from_cache and cache == "regs":
                     c(f"const {cg.vec_type(vec)} {name} = cr{k}[j];")
                     lanes[nid] = [cg.vec_get(name, vec, l) for l in range(vec)]
                     continue
                 q = roles.cached.index(nid) if nid in roles.cached else -1
-                sbase = (f"ca_dyn + ((grp * {len(roles.cached)} + {q}) * {Rseg} + "
+                sbase = (f"ca_dyn + ((grp * {ncached} + {q}) * {Rseg} + "
                          f"{'c' if CL == 1 else 'cs_'})")
-                if from_cache and cache == "smem":
+                if cache == "async":
+                    sbase = f"ca_dyn + (((ca_buf * {G} + grp) * {ncached} + {q}) * {Rseg} + c)"
+                if from_cache and cache in ("smem", "async"):
                     c(f"const {cg.vec_type(vec)} {name} = "
                       f"*reinterpret_cast<const {cg.vec_type(vec)}*>({sbase});")
                     lanes[nid] = [cg.vec_get(name, vec, l) for l in range(vec)]
@@ -371,6 +423,8 @@ class RowTemplate(Template):
             c.open("if (active && lane == 0" + (" && ca_rank == 0)" if CL > 1 else ")"))
             c(f"out[o] = {row_bound[plan.output]};")
             c.close()
+        if cache == "async":
+            c("ca_buf ^= 1;")
         if CL > 1:
             # the cluster's blocks are done reading each other's slots before the next row
             # overwrites them (and before any block exits, which would free its shared memory)
