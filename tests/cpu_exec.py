@@ -185,6 +185,28 @@ static inline void ca_mma_half(float* c, const unsigned* a, unsigned b,
     return s;
   });
 }
+// m16n8k16: a = {rows g, g + 8 at k 2t; the same at k 8 + 2t}, b = {k 2t, k 8 + 2t}
+static inline void ca_mma16_half(float* c, const unsigned* a, const unsigned* b,
+                                 float (*value)(unsigned)) {
+  const int t = threadIdx.x;
+  for (int q = 0; q < 4; ++q) ca_mma_a[t][q] = a[q];
+  ca_mma_b[t][0] = b[0]; ca_mma_b[t][1] = b[1];
+  ca_mma_warp(c, [value](int base, int row, int col) {
+    double s = 0.0;
+    for (int k = 0; k < 16; ++k) {
+      const int kk = k % 8, hi = k >= 8;
+      const unsigned ar = ca_mma_a[base + (row % 8) * 4 + kk / 2][(row >= 8) + 2 * hi];
+      const unsigned br = ca_mma_b[base + col * 4 + kk / 2][hi];
+      s += (double)value((ar >> (16 * (kk & 1))) & 0xffffu) *
+           (double)value((br >> (16 * (kk & 1))) & 0xffffu);
+    }
+    return s;
+  });
+}
+static inline void ca_mma16_f16(float* c, const unsigned* a, const unsigned* b) {
+  ca_mma16_half(c, a, b, ca_f16_value); }
+static inline void ca_mma16_bf16(float* c, const unsigned* a, const unsigned* b) {
+  ca_mma16_half(c, a, b, ca_bf16_value); }
 static inline void ca_mma_f16(float* c, const unsigned* a, unsigned b) {
   ca_mma_half(c, a, b, ca_f16_value); }
 static inline void ca_mma_bf16(float* c, const unsigned* a, unsigned b) {

@@ -17,7 +17,7 @@ import cpu_exec
 from test_attention import TC_CASES, _inputs, space_of
 from test_gemm import emulation_case, plan_of, tc_configs
 from cuda_agent.errors import SettingsError
-from cuda_agent.space.slots import Target
+from cuda_agent.space.slots import Config, Target
 from cuda_agent.space.space import Space
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -86,9 +86,14 @@ def test_half_precision_renders_one_half_product_per_tile_and_other_keys():
         r = sp.render(cfg)
         mma = {"fp16": "f16", "bf16": "bf16"}[name]
         assert r.fact("mma") == mma
-        body = r.source[r.source.index("float p_[4]"):r.source.index("acc[i][j][0] += p_[0]")]
-        # two 8-deep steps per fresh partial: two half-precision products, no TF32 ones
-        assert body.count(f"ca_mma_{mma}(p_,") == 2 and "ca_mma_tf32" not in body
+        at = r.source.index("for (int kk = 0;")
+        body = r.source[at:r.source.index("rd_ = rd_ + 1", at)]
+        # two 8-deep steps: one m16n8k16 half-precision product accumulating in the tensor
+        # core (no fresh partial, no TF32 product); one 8-deep step: one m16n8k8
+        assert body.count(f"ca_mma16_{mma}(acc[i][j], a4_, b2_)") == 1, body
+        assert "p_[" not in body and "ca_mma_tf32" not in body
+        r8 = sp.render(Config.of(dict(cfg.as_dict(), **{"compute.fresh": 8})))
+        assert f"ca_mma_{mma}(acc[i][j], ah_[i], bh_);" in r8.source
         keys.add(sp.key(cfg, "t"))
     assert len(keys) == 4  # four contracts, four binaries: never served each other's records
 
@@ -244,7 +249,10 @@ def test_lower_precision_kernels_compile_for_sm90(tmp_path, backend):
     assert all(r.fact("mma") == "tf32" for r in rendered)
     for name, target in HALF.items():  # the half-precision products, and attention's TF32
         half = Space.for_plan(gemm.plan, target)
-        rendered += [half.render(c) for c in _random.Random(1).sample(tc_configs(half), 3)]
+        sample = _random.Random(1).sample(tc_configs(half), 3)
+        sample += [next(c for c in tc_configs(half) if c["compute.fresh"] == fresh and
+                        c not in sample) for fresh in (8, 16)]  # both mma shapes
+        rendered += [half.render(c) for c in sample]
         hatt = Space.for_plan(att.plan, target)
         rendered.append(hatt.render(picked[-1][1]))
         assert rendered[-1].fact("mma") == "tf32"

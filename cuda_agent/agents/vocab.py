@@ -60,6 +60,8 @@ VOCAB: dict[str, tuple[Any, ...]] = {
     "compute.fresh": (8, 16),
     # the library step of a convolution
     "memory.layout": ("as_given", "channels_last"),
+    # blocks of a thread-block cluster sharing a row or channel (row, chan)
+    "config.cluster": (1, 2, 4, 8),
 }
 # Decision order: the template first (it decides which other slots exist), then by agent.
 SLOT_ORDER: tuple[str, ...] = (SCOPE_SLOT,) + tuple(
@@ -95,6 +97,9 @@ class SpaceIndex:
             d = cfg.as_dict()
             if len(space.templates) == 1:
                 d[SCOPE_SLOT] = space.templates[0].name
+            unknown = d.keys() - set(SLOT_ORDER)
+            if unknown:  # a slot the policies cannot see would make configurations alike
+                raise KeyError(f"slot(s) {sorted(unknown)} not in the agents' vocabulary")
             row = []
             for slot in SLOT_ORDER:
                 v = d.get(slot, ABSENT)

@@ -76,6 +76,20 @@ __device__ __forceinline__ void ca_mma_bf16(float* c, const unsigned* a, unsigne
                : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                : "r"(a[0]), "r"(a[1]), "r"(b));
 }
+// two 8-deep steps in one m16n8k16 mma: a = {rows g, g + 8 at k 2t; the same at k 8 + 2t},
+// b = {k 2t, k 8 + 2t}
+__device__ __forceinline__ void ca_mma16_f16(float* c, const unsigned* a, const unsigned* b) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+               "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+__device__ __forceinline__ void ca_mma16_bf16(float* c, const unsigned* a, const unsigned* b) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+               "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
 #endif
 // x = big + small, both TF32: 22 significant bits together
 __device__ __forceinline__ void ca_split_tf32(float x, unsigned& big, unsigned& small) {
@@ -106,8 +120,9 @@ def _layout(plan: KernelPlan, cfg: dict[str, Any]) -> dict[str, Any]:
 
 class GemmTensorCoreTemplate(Template):
     name = "gemm_tc"
-    version = "2"
-    # v2: compute.fresh (v1 summed every 8-deep step apart)
+    version = "3"
+    # v2: compute.fresh (v1 summed every 8-deep step apart); v3: half products accumulate in
+    # the tensor core, two 8-deep steps as one m16n8k16
     legacy = {"compute.fresh": 8}
 
     def applies(self, plan: KernelPlan) -> bool:
@@ -492,7 +507,16 @@ class _TensorCoreWriter(_GemmWriter):
                         f"b_[{b_at(f'{k0} + 2 * t_ + 1', 'n_')}]);"]
 
             def products(sfx: str) -> list[str]:
-                return [f"{mma}(p_, ah{sfx}_[i], bh{sfx}_);"]
+                # accumulated in the tensor core, as cuBLAS's half GEMMs do: the contract's
+                # error is the operands' rounding, far above the accumulation's; two 8-deep
+                # steps (compute.fresh 16) are one m16n8k16 mma
+                if self.FRESH == 1:
+                    return [f"{mma}(acc[i][j], ah_[i], bh_);"]
+                if sfx:
+                    return []
+                return [f"{{ const unsigned a4_[4] = {{ah_[i][0], ah_[i][1], ah1_[i][0], "
+                        f"ah1_[i][1]}}; const unsigned b2_[2] = {{bh_, bh1_}}; "
+                        f"ca_mma16_{self.half}(acc[i][j], a4_, b2_); }}"]
         else:
             # TF32 operands split into big and small parts (k = t and t + 4 per register)
             def declare(sfx: str) -> list[str]:
@@ -534,12 +558,16 @@ class _TensorCoreWriter(_GemmWriter):
             c(*load_b(sfx, k0))
         c("#pragma unroll")
         c.open(f"for (int i = 0; i < {self.MT}; ++i)")
-        c("// the tensor core truncates as it adds: sum the step apart, then round into acc",
-          "float p_[4] = {0.f, 0.f, 0.f, 0.f};")
-        for sfx, _ in steps:
-            c(*products(sfx))
-        c("acc[i][j][0] += p_[0]; acc[i][j][1] += p_[1];",
-          "acc[i][j][2] += p_[2]; acc[i][j][3] += p_[3];")
+        if self.half:
+            for sfx, _ in steps:
+                c(*products(sfx))
+        else:
+            c("// the tensor core truncates as it adds: sum the step apart, then round into acc",
+              "float p_[4] = {0.f, 0.f, 0.f, 0.f};")
+            for sfx, _ in steps:
+                c(*products(sfx))
+            c("acc[i][j][0] += p_[0]; acc[i][j][1] += p_[1];",
+              "acc[i][j][2] += p_[2]; acc[i][j][3] += p_[3];")
         c.close().close().close().close()
 
     def store_tile(self, c: Code, partial: bool) -> None:
