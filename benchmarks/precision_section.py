@@ -1,9 +1,10 @@
 """BENCHMARKS.md section `half-precision`: the opt-in fp16/bf16 tensor-core path (issue 4) on the
 H200, against torch under autocast in the same run and against the strict fp32 kernels.
 
-    python benchmarks/precision_section.py benchmarks/results/2026-12-03-h200-half-precision
+    python benchmarks/precision_section.py benchmarks/results/2026-12-03-h200-half-precision \
+        benchmarks/results/2026-12-03-h200-half-mma16
 
-Reads the folder's search-<precision>.json files (gpu_suite.py --parts search
+Reads the folders' search-<precision>.json files, in the order given, (gpu_suite.py --parts search
 --search-precision fp16|bf16) and, per problem, the latest strict search
 (benchmarks/results/*/search.json) for the strict column.
 """
@@ -41,7 +42,7 @@ def scope(config: str | None) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("run", type=Path)
+    ap.add_argument("runs", type=Path, nargs="+")
     ap.add_argument("--markdown", type=Path, default=ROOT / "BENCHMARKS.md")
     ap.add_argument("--exclude", default="search-fp16-floor-rejected.json",
                     help="comma-separated file names of the run folder left out of the table")
@@ -51,10 +52,11 @@ def main() -> None:
              "| vs eager | compile ms (autocast) | strict fp32 best ms (run) | vs strict | "
              "tensor-core candidates measured |", "|---" * 12 + "|"]
     rows = []
-    for f in sorted(args.run.glob("search-*.json")):
-        if f.name in args.exclude.split(","):  # a run kept for the record only
-            continue
-        rows += json.loads(f.read_text())
+    for run in args.runs:
+        for f in sorted(run.glob("search-*.json")):
+            if f.name in args.exclude.split(","):  # a run kept for the record only
+                continue
+            rows += json.loads(f.read_text())
     for r in rows:
         best, s = r["best_ms"], strict.get(r["problem"])
         tc = sum(1 for cfg, v in r["trials"] if "scope=gemm_tc" in cfg and
@@ -67,6 +69,9 @@ def main() -> None:
             (f"{s['best_ms']:.4f} ({s['run']}) | {s['best_ms'] / best:.2f}x" if s else "- | -") +
             f" | {tc} of {r['evals']} |")
     commits = ", ".join(dict.fromkeys(r["commit"] for r in rows))
+    square = [r for r in rows if r["problem"] == "gemm_square" and r["precision"] == "fp16"]
+    vs_cublas = (f"{square[-1]['best_ms'] / square[-1]['eager_ms']:.1f}x slower on gemm_square "
+                 f"at commit {square[-1]['commit']}" if square else "slower")
     text = [
         f"<!-- {NAME}:begin -->",
         "## fp16 and bf16 tensor-core products, opted in (issue 4)",
@@ -76,8 +81,10 @@ def main() -> None:
         "to 64 measurements, started from the strict sweep's best configurations). With "
         "`--precision fp16` or `bf16` the `gemm_tc` template rounds each operand once to the "
         "type (cvt.rn into f16x2/bf16x2 registers from the fp32 tiles in shared memory), runs "
-        "one m16n8k8 mma per 16 x 8 x 8 tile and adds each partial in fp32; inputs and output "
-        "stay fp32. Kernels are verified against torch's own answer under `torch.autocast` in "
+        "one m16n8k8 mma per 16 x 8 x 8 tile and adds each partial in fp32; from commit "
+        "8662a4d the products accumulate in the tensor core, as cuBLAS's half GEMMs do, and two "
+        "8-deep steps (compute.fresh 16) run as one m16n8k16 mma. Inputs and output stay "
+        "fp32. Kernels are verified against torch's own answer under `torch.autocast` in "
         "that dtype (4x its error allowed), and eager and torch.compile are timed under "
         "autocast in the same run (they cast to the half type and run cuBLAS's half-precision "
         "kernels). From commit ac00e3d the vendor-library template (fused chains: cuBLAS or "
@@ -91,11 +98,11 @@ def main() -> None:
         *lines,
         "",
         "The generated half path is 2.5x faster than the strict kernels on the large products, and "
-        "verified; it is not competitive with cuBLAS's half-precision GEMM (4x slower on "
-        "gemm_square): its operands stay fp32 in global and shared memory and are converted "
-        "at every fragment load, with mma.sync at half its largest shape, where cuBLAS reads "
-        "half-precision operands into wgmma. A template that stages half-precision tiles "
-        "(ldmatrix, m16n8k16 or wgmma) is what it would take; until then tuning under fp16 "
+        f"verified; it is not competitive with cuBLAS's half-precision GEMM ({vs_cublas}): "
+        "its operands stay fp32 in global and shared memory and are converted "
+        "at every fragment load, with mma.sync, where cuBLAS reads half-precision operands "
+        "into wgmma. A template that stages half-precision tiles (ldmatrix, wgmma) is what "
+        "it would take; until then tuning under fp16 "
         "or bf16 should be read as 'verified at that contract', not 'faster than torch'. "
         "With the library's half product fused_linear_relu drops from 1.80 to 0.59 ms, still "
         "0.75x of eager under autocast, which keeps the product in fp16 through its bias and "
