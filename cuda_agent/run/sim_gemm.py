@@ -9,17 +9,20 @@ of the streaming one in `sim_model`. The time of the main kernel is a soft maxim
   ones) and by the K-slice pipeline's efficiency: a block computes a slice while its next one
   is in flight (two buffers) or only after it arrived (one), and the other resident blocks
   (from the compiler's register count) cover the wait;
-* shared-memory bandwidth: the distinct bytes a warp reads per K step (lanes on one row of the
-  thread grid read the same A values, a broadcast), two wavefronts for a contiguous 8-wide
-  thread tile, plus bank conflicts of transposed stores;
+* shared-memory bandwidth: the wavefronts of the fragment loads per K step and of the tile
+  stores per K slice, counted bank by bank from the template's addresses (`smem_wavefronts`:
+  broadcasts, the two wavefronts of a contiguous 8-wide thread tile, the conflicts of
+  transposed stores without padding);
 * L2 traffic: every block re-reads its A and B panels; grouped rasters and L2 reuse cut it;
-* DRAM: the operands once and the output once;
+* DRAM: the operands once and the output once (twice its bytes where contiguous 8-wide
+  thread tiles half-write each sector a store touches);
 * spills: the compiler's spill bytes move per thread and K slice, through L1 while the stack
   frames of the resident threads fit there, else through L2,
 
 scaled by the wave quantization of tiles over SMs. Split-K adds partial sums through memory and
-a second launch. The constants are uncalibrated estimates; the model's rank correlation with the
-GPU is measured like the others' (`benchmarks/sim_correlation.py`).
+a second launch. Most constants are uncalibrated estimates (the fitted ones say on what data);
+the model's rank correlation with the GPU is measured like the others'
+(`benchmarks/sim_correlation.py`).
 
 The tensor-core template (`gemm_tc`, facts ``mma=tf32x3``) has its own model,
 `simulate_gemm_tc`: the tensor pipe against the operand splits and partial-sum adds per warp
@@ -30,6 +33,7 @@ exists yet); `benchmarks/sim_search_correlation.py` reports its ranking of them 
 
 from __future__ import annotations
 
+import functools
 import math
 from ..space.slots import Rendered, Target
 
@@ -102,9 +106,31 @@ def TC_GATHER_INSTR(dims: int, table: bool, transposed: bool) -> float:  # noqa:
 #: 0.82 -> 0.865).
 SIMT_TIME_SCALE = 1.25
 
+#: Clocks of an SM's shared-memory pipe per wavefront of the SIMT template's fragment loads and
+#: tile stores (`smem_wavefronts` counts the wavefronts bank by bank; the data sheet's 128 bytes
+#: per clock would be 1.0). Fitted on 2026-12-03 to the recorded H200 sweeps of the gemm family
+#: (29 problems, 1.0 / 1.25 / 1.5 / 2 tried): 1.5 ranks the 13 SIMT-only sweeps best (median
+#: Spearman 0.67 at 1.0, 0.74 at 1.5, 0.74 at 2); the convolution sweeps prefer 1.0 to 1.5 (2
+#: lowers conv_transpose2d_standard 0.66 -> 0.58). The excess over 1.0 stands for what the
+#: count leaves out: LDS.128 issue through the MIO queue, the K slice's barrier.
+SMEM_CLK_PER_WAVEFRONT = 1.5
+#: DRAM cost of the output tile, relative to its bytes, where a thread's 8 columns are
+#: contiguous (`frag=contig`, TN=8): the lanes of a float4 store are 32 bytes apart, so every
+#: 32-byte sector a warp instruction touches is only half written by it (twice the sectors per
+#: request; the other half comes from the thread's next store). 2: twice the write traffic.
+#: Matters where the output dominates the traffic: on gemm_tall_skinny (K=16, a 1 GiB output;
+#: contiguous 8-wide tiles measured up to 5x slower than split ones) it raised the Spearman
+#: 0.40 -> 0.59 (2026-12-03, 1 / 2 / 3 tried: 2 and 3 alike); the other sweeps barely move.
+CONTIG_STORE_COST = 2.0
 
-#: Sharpness of the soft maximum over the main kernel's limits (large: a plain maximum).
-OVERLAP_SHARPNESS = 3.0
+
+#: Sharpness of the soft maximum over the SIMT kernel's limits (FMA issue, shared memory, L2,
+#: DRAM, spills; large: a plain maximum). Was 3; at 2 more of the smaller limits shows through
+#: (a warp stalled on a shared-memory wavefront or a barrier issues no FMA meanwhile) fitted on
+#: 2026-12-03 on the same sweeps (1.5 / 2 / 2.5 / 3 tried; 3 -> 2 raised the 13 SIMT-only
+#: sweeps' median Spearman 0.70 -> 0.74 with the wavefront count and the store term; 1.5
+#: ranks alike).
+OVERLAP_SHARPNESS = 2.0
 
 
 def simulate_gemm(rendered: Rendered, resources: dict | None, target: Target
@@ -149,20 +175,18 @@ def simulate_gemm(rendered: Rendered, resources: dict | None, target: Target
     # 128 FMA lanes per clock and SM of the data sheet
     fma_per_clk = target.fp32_flops / 2 / (target.sm_count * clk)
     fma_s = fma / (fma_per_clk * target.sm_count * clk) / issue_eff
-    # shared memory: distinct bytes per warp per K step
-    lanes_n = 8 if f.get("warp") == "4x8" else min(32, bn // tn)
-    lanes_m = max(1, 32 // lanes_n)
-    # a contiguous 8-wide thread tile puts lanes 32 bytes apart: a quarter warp's LDS.128
-    # spans 256 bytes, two wavefronts instead of one (the split layout keeps 16-byte strides)
+    # shared memory: the wavefronts of a block's fragment loads per K step and of its tile
+    # stores per K slice, counted bank by bank from the template's addresses (a contiguous
+    # 8-wide thread tile puts lanes 32 bytes apart, two wavefronts per quarter warp; a
+    # transposed store without padding hits one bank per column)
     contig = f.get("frag") != "split"
-    conflict_m = 2.0 if contig and tm == 8 else 1.0
-    conflict_n = 2.0 if contig and tn == 8 else 1.0
-    warp_bytes = 4 * (lanes_m * tm * conflict_m + lanes_n * tn * conflict_n)
-    warp_steps = fma / (32 * tm * tn)
-    smem_s = warp_steps * warp_bytes / (SMEM_BYTES_PER_CLK * target.sm_count * clk)
+    frag_wf, store_wf = smem_wavefronts(bm, bn, bk, tm, tn, str(f.get("warp", "row")),
+                                        not contig, int(f.get("pad", 0)), stages,
+                                        str(f.get("a_along")), str(f.get("b_along")),
+                                        int(f.get("vec_a", 1)), int(f.get("vec_b", 1)))
+    smem_s = (blocks * (k_pad // bk) * (bk * frag_wf + store_wf) * SMEM_CLK_PER_WAVEFRONT
+              / (target.sm_count * clk))
     transposed = (f.get("a_along") == "k") + (f.get("b_along") == "k")
-    if transposed and not int(f.get("pad", 0)):
-        smem_s *= 1.0 + 0.35 * transposed
     # global traffic: each block reads its panels; vector loads issue 4x fewer requests
     panel = blocks * k_pad * (bm + bn) * 4.0
     reuse = 0.6 if int(f.get("raster", 1)) > 1 else 1.0
@@ -170,6 +194,8 @@ def simulate_gemm(rendered: Rendered, resources: dict | None, target: Target
     l2_s = panel * reuse * vec_pen / L2_BW
     out_bytes = batch * M * N * 4.0
     dram_s = main_dram_s(batch, M, N, K, split, target)
+    if contig and tn == 8:  # half-written sectors per store request
+        dram_s += out_bytes * (CONTIG_STORE_COST - 1) / target.dram_bw
     # latency: a block's K step computes for `step_clk`; its next slice arrives after the
     # global latency, during the step with two buffers, after it with one. The other resident
     # blocks compute meanwhile, so the SM idles only when they cannot cover the wait.
@@ -181,7 +207,7 @@ def simulate_gemm(rendered: Rendered, resources: dict | None, target: Target
     pipe_eff = min(1.0, blocks_sm * step_clk / max(wait_clk, 1.0))
     spill_s = _spill_time(resources, threads, blocks_sm, blocks * (k_pad // bk), target)
     limits = (fma_s / pipe_eff, smem_s, l2_s, dram_s, spill_s)
-    main_s = _soft_max(limits) * quant * SIMT_TIME_SCALE
+    main_s = _soft_max(limits, OVERLAP_SHARPNESS) * quant * SIMT_TIME_SCALE
     latency_s = (fma_s / pipe_eff - fma_s) * quant  # exposed waits for K slices
     total_s = main_s + LAUNCH_US * 1e-6
     total_s += split_sum_s(split, out_bytes, target)
@@ -444,3 +470,75 @@ def _library_efficiency(plan, call: dict) -> float:
     else:
         return LIBRARY_FP32_EFFICIENCY
     return eff * (GROUPED_CONV_FACTOR if groups > 1 else 1.0)
+
+
+def _wavefronts(words_per_lane: list[list[int]]) -> int:
+    """Shared-memory wavefronts of one warp instruction: each of the 32 banks serves one
+    distinct 4-byte word per wavefront (lanes reading the same word share it, a broadcast)."""
+    banks: dict[int, set[int]] = {}
+    for words in words_per_lane:
+        for w in words:
+            banks.setdefault(w % 32, set()).add(w)
+    return max(1, max((len(s) for s in banks.values()), default=1))
+
+
+@functools.lru_cache(maxsize=4096)
+def smem_wavefronts(bm: int, bn: int, bk: int, tm: int, tn: int, warp: str, split_frag: bool,
+                    pad: int, stages: int, a_along: str, b_along: str, vec_a: int, vec_b: int
+                    ) -> tuple[float, float]:
+    """(fragment-load wavefronts per K step, tile-store wavefronts per K slice) of one block,
+    counted lane by lane from the template's layout (`gemm._GemmWriter.fragment`,
+    `tile_stores`, `tile_async`), so conflicts of contiguous 8-wide tiles and of transposed
+    stores come out of the addresses instead of rules."""
+    wn, wm = bn // tn, bm // tm
+    nt = wn * wm
+    lda, ldb = bm + pad, bn + pad
+
+    def lane_xy(tid: int) -> tuple[int, int]:
+        if warp == "4x8":
+            w, lane = tid >> 5, tid & 31
+            return (w % (wn // 8)) * 8 + (lane & 7), (w // (wn // 8)) * 4 + (lane >> 3)
+        return tid % wn, tid // wn
+
+    def starts(idx: int, count: int, whole: int) -> list[int]:
+        if split_frag and count == 8:
+            return [idx * 4, whole // 2 + idx * 4]
+        return [idx * count + 4 * q for q in range(count // 4)]
+
+    frag = 0
+    warps = [list(range(w * 32, min(nt, w * 32 + 32))) for w in range(-(-nt // 32))]
+    for lanes in warps:
+        xy = [lane_xy(t) for t in lanes]
+        for q in range(len(starts(0, tm, bm))):
+            frag += _wavefronts([range(starts(y, tm, bm)[q], starts(y, tm, bm)[q] + 4)
+                                 for _, y in xy])
+        for q in range(len(starts(0, tn, bn))):
+            frag += _wavefronts([range(starts(x, tn, bn)[q], starts(x, tn, bn)[q] + 4)
+                                 for x, _ in xy])
+    store = 0
+    for row_dim, along, vec, rows, ld in (("m", a_along, vec_a, bm, lda),
+                                          ("n", b_along, vec_b, bn, ldb)):
+        if stages >= 3 and not (along == row_dim and vec == 4):
+            vec_eff, per_elem = 1, True  # cp.async element by element
+        else:
+            vec_eff, per_elem = vec, False
+        total = rows * bk // vec_eff
+        for j in range(max(1, total // nt)):
+            for lanes in warps:
+                addrs = []
+                for t in lanes:
+                    idx = t + j * nt
+                    if per_elem:
+                        r, kk = ((idx % rows, idx // rows) if along == row_dim
+                                 else (idx // bk, idx % bk))
+                    elif along == row_dim:
+                        r, kk = (idx % (rows // vec)) * vec, idx // (rows // vec)
+                    else:
+                        r, kk = idx // (bk // vec), (idx % (bk // vec)) * vec
+                    addrs.append((r, kk))
+                if along == row_dim and vec_eff == 4:
+                    store += _wavefronts([range(kk * ld + r, kk * ld + r + 4) for r, kk in addrs])
+                else:  # scalar stores, one per element of the vector
+                    for q in range(vec_eff):
+                        store += _wavefronts([[(kk + q) * ld + r] for r, kk in addrs])
+    return float(frag), float(store)
