@@ -96,15 +96,15 @@ class RowTemplate(Template):
                   ) -> dict[str, Any]:
         cfg = dict(cfg)
         passes = make_passes(plan, cfg["compute.algo"] == "online")
-        if len(passes) < 2 or not operand_roles(plan, passes).cached:
+        roles = operand_roles(plan, passes)
+        if len(passes) < 2 or not roles.cached:
             cfg["memory.cache"] = "reload"
         if cfg["memory.load"] == "keep" and (cfg["memory.cache"] != "reload" or
-                                             not operand_roles(plan, passes).cached):
+                                             not roles.cached):
             cfg["memory.load"] = "default"  # nothing is read twice: nothing to keep
-        if cfg["memory.cache"] == "async":
-            roles = operand_roles(plan, passes)
-            if not roles.row and all(nid in roles.cached for _, nid in roles.full):
-                cfg["memory.load"] = "default"  # every operand comes by cp.async: no hint
+        if cfg["memory.cache"] == "async" and not roles.row and all(
+                nid in roles.cached for _, nid in roles.full):
+            cfg["memory.load"] = "default"  # every operand comes by cp.async: no hint
         if not online_pair(plan):
             cfg["compute.algo"] = "passes"
         if not plan.fast_math_matters():
