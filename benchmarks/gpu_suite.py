@@ -277,9 +277,6 @@ def bench_todo(shard: int = 0, shards: int = 1) -> list[Path]:
     for f in (ROOT / "benchmarks/results").glob("*-bench-live*/**/bench.json"):
         run = json.loads(f.read_text())
         done |= set(run["problems"])
-        # a multi-kernel program is never compared (Kernel Tuner tunes one kernel)
-        done |= {p for p, why in run.get("skipped", {}).items()
-                 if why.startswith("a multi-kernel program")}
     left = [p for p in sorted((ROOT / "benchmarks/problems").glob("*.py")) if p.stem not in done]
 
     def rank(p: Path) -> tuple[int, str]:

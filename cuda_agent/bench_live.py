@@ -11,6 +11,11 @@ Per problem, on one device and one compile cache:
 * where a sweep of the space was recorded, its best configurations measured again in this run,
   so "the optimum" the metrics count against is a time of this run.
 
+A multi-kernel program (`space/program.py`) is searched one stage at a time by every strategy:
+the ask/tell ones through the tuner's own coordinate search, Kernel Tuner (which tunes one
+kernel's parameters) given each stage's space in turn with the same budget split
+(`_ProblemBench._kernel_tuner_stages`); every candidate is the whole program, timed end to end.
+
 Every strategy of a problem shares one measurement store: a configuration two strategies ask
 for is measured once and both are served that measurement (common random numbers: the
 comparison is not decided by which strategy drew the noisier timing of the same kernel). Each
@@ -43,6 +48,7 @@ from .problem import Problem, load_problem
 from .run.devices import Device
 from .run.replay import find_sweep, read_sweep
 from .search.base import is_agents
+from .space.program import StageSpace
 from .space.slots import Config
 from .store import TRANSIENT_KINDS, Store
 from .tuner import Tuner, TuneSettings, Trial, open_device
@@ -85,7 +91,7 @@ def _measured_s(trials: list[Trial], first_cost: dict[str, float]) -> float:
 class _ProblemBench:
     """One problem on the shared device: its store, its measurer, its strategies' runs."""
 
-    def __init__(self, problem: Problem, plan: KernelPlan, settings: BenchSettings,
+    def __init__(self, problem: Problem, plan: KernelPlan | ProgramPlan, settings: BenchSettings,
                  device: Device, builder: Builder, policy: str | None = None,
                  single_policy: str | None = None) -> None:
         self.problem = problem
@@ -128,24 +134,11 @@ class _ProblemBench:
         t0, error = time.perf_counter(), None
         timing: dict[str, float] = {}  # ask/tell strategies: where the time went
         if strategy.startswith("kt:"):
-            from .search import kernel_tuner_sim
-
-            trials: list[Trial] = []
-
-            def measure(cfgs: list[Config]) -> list[dict[str, Any]]:
-                got = self.measure(cfgs)
-                trials.extend(got)
-                return [_record(t) for t in got]
-
-            search = (kernel_tuner_sim.run_live_isolated if self.settings.parallel > 1
-                      else kernel_tuner_sim.run_live)
-            try:
-                order = search(self.measurer.space.configs, strategy.split(":", 1)[1],
-                               self.settings.budget, seed, measure)
-            except kernel_tuner_sim.StrategyFailed as exc:  # the peer's failure is data
-                order, error = exc.order, str(exc)
-            by_config = {t.config: t for t in trials}
-            trials = [by_config[c] for c, _ in order]
+            if isinstance(self.plan, ProgramPlan):
+                trials, error = self._kernel_tuner_stages(strategy, seed)
+            else:
+                trials, error = self._kernel_tuner(self.measurer, strategy,
+                                                   self.settings.budget, seed)
         else:
             tuner = self._tuner(strategy, seed)
             try:
@@ -156,7 +149,69 @@ class _ProblemBench:
             self._note(trials)
         return Run(self.problem.name, strategy, seed, _times(trials), time.perf_counter() - t0,
                    None, timing.get("strategy_s"), timing.get("build_wait_s"), error,
-                   [t.config.short() for t in trials]), trials
+                   [t.config.short() if t.stage is None else f"s{t.stage}:{t.config.short()}"
+                    for t in trials]), trials
+
+    def _kernel_tuner(self, measurer: Tuner, strategy: str, budget: int, seed: int
+                      ) -> tuple[list[Trial], str | None]:
+        """Kernel Tuner's strategy over `measurer`'s space through its real API, each
+        configuration measured by `measurer` when Kernel Tuner asks; the trials in its order,
+        and its own error if it stopped with one."""
+        from .search import kernel_tuner_sim
+
+        trials: list[Trial] = []
+
+        def measure(cfgs: list[Config]) -> list[dict[str, Any]]:
+            got = measurer.measure(cfgs)
+            self._note(got)
+            trials.extend(got)
+            return [_record(t) for t in got]
+
+        search = (kernel_tuner_sim.run_live_isolated if self.settings.parallel > 1
+                  else kernel_tuner_sim.run_live)
+        error = None
+        try:
+            order = search(measurer.space.configs, strategy.split(":", 1)[1], budget, seed,
+                           measure)
+        except kernel_tuner_sim.StrategyFailed as exc:  # the peer's failure is data
+            order, error = exc.order, str(exc)
+        by_config = {t.config: t for t in trials}
+        return [by_config[c] for c, _ in order], error
+
+    def _kernel_tuner_stages(self, strategy: str, seed: int) -> tuple[list[Trial], str | None]:
+        """Kernel Tuner on a multi-kernel program: it tunes one kernel's parameters, so it is
+        given the program one stage at a time, as cuda-agent's own search does
+        (`Tuner._search_stages`): the budget split evenly, each stage's space searched with the
+        other stages at their best so far (at first their defaults), every candidate timed end
+        to end. A stage where its strategy stops with an error keeps what it measured, and the
+        next stage is still searched (the error is reported)."""
+        measurer = self._tuner("random", seed)  # its own: its space moves from stage to stage
+        stages, budget = measurer.stages, self.settings.budget
+        fixed = [sp.default() for sp in stages]
+        trials: list[Trial] = []
+        errors: list[str] = []
+        best_ms = float("inf")
+        try:
+            for i in range(len(stages)):
+                share = budget // len(stages) + (1 if i < budget % len(stages) else 0)
+                if share < 1:
+                    continue
+                measurer.space = StageSpace.of(self.plan, i, stages, fixed)
+                got, error = self._kernel_tuner(measurer, strategy, share, seed + i)
+                if error:
+                    errors.append(f"stage {i}: {error}")
+                for t in got:
+                    t.stage = i
+                trials += got
+                ok = [t for t in got if t.measurement.ok and t.measurement.time_ms is not None]
+                if ok:
+                    top = min(ok, key=lambda t: t.measurement.time_ms)
+                    if top.measurement.time_ms < best_ms:
+                        best_ms = top.measurement.time_ms
+                        fixed = measurer.space.with_choice(top.config)
+        finally:
+            measurer.close()
+        return trials, "; ".join(errors) or None
 
     def finish(self, done: list[tuple[Run, list[Trial]]]) -> list[Run]:
         for run, trials in done:
@@ -164,7 +219,11 @@ class _ProblemBench:
         return [run for run, _ in done]
 
     def sweep_reference(self) -> float | None:
-        """Measure the recorded sweep's best configurations again; the recorded best time."""
+        """Measure the recorded sweep's best configurations again; the recorded best time.
+        None for a multi-kernel program: its sweep is stage by stage, each stage's records
+        timed with the other stages where that sweep had them, not where this run has them."""
+        if isinstance(self.plan, ProgramPlan):
+            return None
         try:
             sweep = read_sweep(find_sweep(self.problem, Path(self.settings.replay_root)
                                           if self.settings.replay_root else None))
@@ -182,6 +241,12 @@ class _ProblemBench:
         if configs:
             self.measure(configs)
         return ok[0]["time_ms"] if ok else None
+
+    def space_size(self) -> int:
+        """Configurations a search of the problem can draw from (a program: every stage's)."""
+        stages = self.measurer.stages
+        return sum(len(sp.configs) for sp in stages) if stages else len(
+            self.measurer.space.configs)
 
     def close(self) -> None:
         self.measurer.close()
@@ -229,7 +294,7 @@ def run_live_bench(settings: BenchSettings, device_name: str,
                    progress: Callable[[str, str, int], None] | None = None,
                    notify: Callable[[str], None] = lambda s: None,
                    on_problem: Callable[[BenchResult], None] | None = None) -> BenchResult:
-    """Every strategy of `settings` on every single-kernel problem of the suite, measured on
+    """Every strategy of `settings` on every problem of the suite, measured on
     `device_name` (cuda or sim) in this run. `on_problem` sees the result after each problem
     (the CLI keeps it on disk, so a run stopped from outside keeps what it finished)."""
     if device_name not in ("cuda", "sim"):
@@ -259,10 +324,6 @@ def run_live_bench(settings: BenchSettings, device_name: str,
                 result.skipped[path.stem] = first_line(exc)
                 notify(f"{path.name}: not compared ({first_line(exc)})")
                 continue
-            if isinstance(plan, ProgramPlan):
-                result.skipped[problem.name] = (
-                    "a multi-kernel program: Kernel Tuner tunes one kernel's parameters")
-                continue
             bench = _ProblemBench(problem, plan, settings, device, builder,
                                   policies.pick(problem.name), single.pick(problem.name))
             # where a problem's wall time goes (a live bench of a whole suite takes hours)
@@ -288,7 +349,7 @@ def run_live_bench(settings: BenchSettings, device_name: str,
                     "family": bench.plan.family, "best_ms": min(bench.ok_times),
                     "optimum": "this run" + (f" (with the recorded sweep's best {SWEEP_TOP} "
                                              "measured again)" if sweep_best else ""),
-                    "recorded": len(bench.measurer.space.configs),
+                    "recorded": bench.space_size(),
                     "eager_ms": base.eager_ms, "compile_ms": base.compile_ms,
                     "compile_max_ms": base.extra_ms.get("compile:max-autotune"),
                     "compile_max_nocg_ms": base.extra_ms.get(
@@ -310,7 +371,7 @@ def run_live_bench(settings: BenchSettings, device_name: str,
         builder.close()
         device.close()
     if not result.problems:
-        raise SettingsError(f"no single-kernel problem of {settings.suite} could be measured")
+        raise SettingsError(f"no problem of {settings.suite} could be measured")
     return result
 
 

@@ -81,6 +81,8 @@ class Trial:
     template: str
     measurement: Measurement
     resources: dict[str, Any] = field(default_factory=dict)
+    stage: int | None = None
+    """a multi-kernel program's stage whose space `config` belongs to (None: one kernel)"""
 
 
 @dataclass
@@ -301,8 +303,11 @@ class Tuner:
             self.space = StageSpace.of(self.plan, i, self.stages, fixed)
             self.strategy = make_strategy(s.strategy, self.space, seed=s.seed + i,
                                           **s.strategy_options)
+            first = len(trials)
             stage_best, stage_default = self._search(budget, s.include_default, trials, best,
                                                      t0, progress)
+            for t in trials[first:]:
+                t.stage = i
             default_trial = default_trial or stage_default
             if stage_best is not None and stage_best is not best:
                 best, best_space = stage_best, self.space

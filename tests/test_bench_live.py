@@ -130,14 +130,37 @@ def test_kernel_tuner_error_is_recorded_not_raised(tmp_path):
     assert [r.error for r in again.runs] == [r.error for r in result.runs]
 
 
+CONV_POOL = '''import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(8, 16, 3, padding=1)
+
+    def forward(self, x):
+        return F.max_pool2d(torch.relu(self.conv(x)), 2)
+
+
+def get_inputs():
+    return [torch.randn(4, 8, 32, 32)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
 @pytest.fixture(scope="module")
 def live_run(tmp_path_factory):
     """One live bench on the simulated device: a small softmax (with a recorded sweep), a
-    multi-kernel program and a malformed file, both to be reported as not compared; every
-    strategy, the agents' shipped policy included."""
+    small multi-kernel program (a convolution, then a pooling kernel) and a malformed file (to
+    be reported as not compared); every strategy, the agents' shipped policy included."""
     suite = tmp_path_factory.mktemp("suite")
-    for name in ("softmax_tinyrows_odd", "fused_mlp_relu"):
-        shutil.copy(PROBLEMS / f"{name}.py", suite)
+    shutil.copy(PROBLEMS / "softmax_tinyrows_odd.py", suite)
+    (suite / "conv_pool_small.py").write_text(CONV_POOL)
     shutil.copy(ROOT / "tests" / "data" / "bad" / "no_model.py", suite)
     out = tmp_path_factory.mktemp("out") / "bench"
     strategies = ("random,genetic,optuna,marl,kt:genetic_algorithm,kt:bayes_opt,"
@@ -156,9 +179,8 @@ def test_live_bench_runs_every_strategy_and_reports(live_run):
               "speedup_by_family.png"):
         assert (out / f).stat().st_size > 0
     assert data["live"] == "sim"
-    assert set(data["problems"]) == {"softmax_tinyrows_odd"}
-    assert "fused_mlp_relu" in data["skipped"]
-    assert "no_model" in data["skipped"], "a malformed file in the suite is reported as such"
+    assert set(data["problems"]) == {"softmax_tinyrows_odd", "conv_pool_small"}
+    assert set(data["skipped"]) == {"no_model"}, "a malformed file is reported as such"
     facts = data["problems"]["softmax_tinyrows_odd"]
     assert facts["simulated"] is True and facts["device"] == "sim"
     runs = data["runs"]
@@ -174,11 +196,37 @@ def test_live_bench_runs_every_strategy_and_reports(live_run):
         else:
             assert 0 <= r["strategy_s"] <= r["seconds"] and 0 <= r["build_wait_s"] <= r["seconds"]
     # the optimum is a time of this run, no later than any strategy's best
-    found = [t for r in runs for t in r["times"] if t is not None]
-    assert facts["best_ms"] <= min(found)
+    for name, facts in data["problems"].items():
+        found = [t for r in runs if r["problem"] == name for t in r["times"] if t is not None]
+        assert facts["best_ms"] <= min(found)
+    assert {r["strategy"] for r in runs if r["problem"] == "conv_pool_small"} == {
+        r["strategy"] for r in runs}, "every strategy searches the multi-kernel program too"
     md = (out / "bench.md").read_text()
     assert "SIMULATED" in md and "not compared" in md
     assert "of which in the strategy itself" in md
+
+
+def test_every_strategy_searches_a_program_stage_by_stage(live_run):
+    """On a multi-kernel program every strategy, Kernel Tuner's included, spends its budget
+    over the stages (3 + 3 of 6: the conv stage, then the pool stage), each configuration
+    named with its stage; the program's space counts every stage's configurations."""
+    _, data = live_run
+    facts = data["problems"]["conv_pool_small"]
+    assert facts["family"] == "conv+pool" and facts["sweep_best_recorded_ms"] is None
+    from cuda_agent.ir.plan import make_plan
+    from cuda_agent.problem import load_problem
+    from cuda_agent.space.program import stage_spaces
+    from cuda_agent.space.slots import Target
+
+    suite = Path(data["settings"]["suite"])
+    plan = make_plan(load_problem(suite / "conv_pool_small.py").graph())
+    assert facts["recorded"] == sum(len(sp.configs) for sp in stage_spaces(plan, Target()))
+    for r in (r for r in data["runs"] if r["problem"] == "conv_pool_small"):
+        stages = [c.split(":", 1)[0] for c in r["configs"]]
+        assert stages == sorted(stages) and set(stages) <= {"s0", "s1"}, r["strategy"]
+        if r["strategy"].startswith("kt:") and not r["error"]:
+            assert stages.count("s0") == 3 and stages.count("s1") == 3, r["strategy"]
+        assert "s1" in stages or r["error"], f"{r['strategy']} never searched the pool stage"
 
 
 def test_shared_measurements_cost_what_they_cost_first(tmp_path):

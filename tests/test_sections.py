@@ -79,3 +79,9 @@ def test_live_union_counts_each_problem_by_its_latest_run(tmp_path):
     assert "gemm 4 against 12 (1), norm 2 against 20 (1)" in text
     assert ("not yet benched live: d, and the multi-kernel programs, which are not compared (p)"
             in text)
+    # a program benched by a later run (its stages one at a time) is counted, not named apart
+    program = result({"p": (1.0, 2.0, "conv+pool")}, {"p": 3}, {"p": 9})
+    assert union_section(md, [first, later, program], len(suite), suite) == 4
+    text = md.read_text()
+    assert "not yet benched live: d)" in text, text
+    assert "multi-kernel programs, which are not compared" not in text
