@@ -37,6 +37,9 @@ RETRAINED_MERGED = RESULTS / "2026-12-01-h200-bench-live-retrained-merged"
 # most measurements benched again
 PRIOR_SETS = ("2026-12-02-h200-bench-live-s18",)
 PRIOR_MERGED = RESULTS / "2026-12-02-h200-bench-live-prior-merged"
+# the four multi-kernel programs, every strategy searching them stage by stage (commit 3eb0d7f)
+PROGRAM_SETS = ("2026-12-03-h200-bench-live-s20",)
+PROGRAM_MERGED = RESULTS / "2026-12-03-h200-bench-live-programs-merged"
 # issue 3's comparison live: the trained agents, the same agents untrained, the single-agent
 # ablation, random search and Optuna on held-out problems drawn by rule (commit 5fae39a)
 ABLATION_SETS = ("2026-12-02-h200-bench-live-s19",)
@@ -63,7 +66,8 @@ the ones it never saw, and the column 'never trained on' gives every strategy on
 problems. Benched so far: {done} of the suite's {total} problems. Not yet: the rest, mostly GEMM,
 attention and convolution (their searches compile for longer than a call leaves a problem;
 problems given up are listed at the end) and the fused chains (the multi-kernel programs among
-them are not compared: Kernel Tuner tunes one kernel's parameters).
+them were not compared in these runs: Kernel Tuner tunes one kernel's parameters; the
+programs section below benches them stage by stage).
 
 max-autotune (which turns on CUDA graphs) is slower than torch.compile's default mode on most
 operators here ({max_ratio}); without CUDA graphs it is as fast as the default mode in the median
@@ -88,8 +92,8 @@ lock): one GPU then benched three attention problems in a 10-minute call, and ei
 and seven convolutions) in the next, where two GPUs running one search at a time had finished two
 problems in one; their wall times per search include waiting for each other. Not yet benched live: the GEMM-based problems and
 chains (about 250 s each one run at a time: torch.compile's max-autotune and eight searches
-compiling GEMMs) and a few convolutions; the two multi-kernel programs are not compared (Kernel
-Tuner tunes one kernel). The agents lead on the small spaces and fall behind Kernel Tuner's
+compiling GEMMs) and a few convolutions; the multi-kernel programs were not compared in these
+runs (Kernel Tuner tunes one kernel; see the programs section below). The agents lead on the small spaces and fall behind Kernel Tuner's
 bayes_opt on the convolution spaces (tens of thousands of configurations): see the per-problem
 table.
 """
@@ -143,6 +147,24 @@ not chosen for the peer's counts. The earlier runs of the problems of runs 2 to 
 two sets: s12 (fold policies of 2026-11-30, before the tensor-core convolution templates and
 other changes) and s14 to s16 (the retrained fold policies used here), so the change is the
 prior together with whatever else changed since then.
+"""
+
+PROGRAMS_INTRO = """\
+## The multi-kernel programs live (issue 5)
+
+The suite's four problems that run as several kernels (`space/program.py`: a convolution or
+GEMM, then a pooling, normalization, softmax or second GEMM kernel, the values between them in
+workspace), benched as the sections above (budget 40, one seed, the fold policies with the
+prior, every strategy side by side on the H200) at commit 3eb0d7f. Earlier runs left them out,
+since Kernel Tuner tunes one kernel's parameters; now every strategy searches a program one stage
+at a time with the budget split evenly (20 + 20): the ask/tell strategies through the tuner's own
+coordinate search, Kernel Tuner's strategies given each stage's template space in turn through
+their API (`bench_live._kernel_tuner_stages`), the other stages at the best found so far (at
+first their defaults), every candidate the whole program verified and timed end to end. No
+recorded sweep is measured again for them (theirs are stage by stage, timed with other stages
+than this run's): the optimum is the best of this run. Neither fold policy trained on them (a
+program's sweep is not replayable), so every problem counts for the agents. Runs: {sets},
+merged into `{merged}`.
 """
 
 UNION = """\
@@ -397,11 +419,16 @@ def main() -> None:
     intro += "\n".join(generations_table(before, prior, (
         "settings", "before the prior", "with the prior", "earlier run", "this run"))) + "\n"
     bench_section(args.md, "bench-live-prior", intro, PRIOR_MERGED, ROOT)
+    programs = merge_set(PROGRAM_SETS, PROGRAM_MERGED)
+    intro = PROGRAMS_INTRO.format(
+        merged=PROGRAM_MERGED.relative_to(ROOT),
+        sets=", ".join(f"`benchmarks/results/{s}/`" for s in PROGRAM_SETS))
+    bench_section(args.md, "bench-live-programs", intro, PROGRAM_MERGED, ROOT)
     ablations = merge_set(ABLATION_SETS, ABLATION_MERGED)
     run4 = json.loads((RESULTS / ABLATION_SETS[0] / "run4" / "bench.json").read_text())
     bench_section(args.md, "bench-live-ablations", ablation_text(ablations, len(run4["problems"])),
                   ABLATION_MERGED, ROOT)
-    results = [merged, folds, retrained, prior]  # last: a problem benched again counts by its
+    results = [merged, folds, retrained, prior, programs]  # a problem benched again counts by its
     n = union_section(args.md, results, len(suite), suite, rebench=prior)  # latest run
     print(f"{args.md}: live bench sections, "
           f"{' + '.join(str(len(r['problems'])) for r in results)} problems; {n} together")
