@@ -1,7 +1,8 @@
 """Turn recorded GPU sweeps into the results file of DESIGN.md and regenerate BENCHMARKS.md.
 
     python benchmarks/collect.py --data benchmarks/data/nvidia-h200 [--throughput FILE]
-        [--search FILE... in the order the runs happened: a problem's last run decides]
+        [--search FILE... in the order the runs happened: a problem's last run decides;
+         default: every search run, in the order of benchmarks/search_order.py]
         [--gpu-tests LOG] --out benchmarks/results/2026-11-29-nvidia-h200.json
 
 Only sweeps measured on a real GPU are accepted (a simulated sweep is refused): every figure in
@@ -21,6 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.search_order import search_files  # noqa: E402
 from cuda_agent import metrics  # noqa: E402
 from cuda_agent.ir.plan import make_plan  # noqa: E402
 from cuda_agent.problem import load_problem  # noqa: E402
@@ -342,8 +344,9 @@ def main() -> None:
     ap.add_argument("--throughput", type=Path)
     ap.add_argument("--gpu-tests", type=Path, nargs="*", default=[])
     ap.add_argument("--markdown", type=Path, default=ROOT / "BENCHMARKS.md")
-    ap.add_argument("--search", type=Path, nargs="*", default=[],
-                    help="search.json files of gpu_suite.py --parts search (dated by folder)")
+    ap.add_argument("--search", type=Path, nargs="*", default=None,
+                    help="search.json files of gpu_suite.py --parts search in run order "
+                    "(default: every one, ordered by search_order.py)")
     ap.add_argument("--commit", help="commit that ran, where the sweeps say 'unknown' (the GPU "
                     "machine gets the working tree without .git)")
     args = ap.parse_args()
@@ -360,7 +363,7 @@ def main() -> None:
           and r["problem"].split("_")[0] in ISSUE2_PREFIXES]
     beats = [r for r in sn if beats_both(r)]
     searches = []
-    for path in args.search:
+    for path in search_files() if args.search is None else args.search:
         date = re.match(r"\d{4}-\d{2}-\d{2}", path.parent.name)
         for q in json.loads(path.read_text()):
             searches.append({**q, "date": date.group(0) if date else None})

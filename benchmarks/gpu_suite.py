@@ -366,7 +366,9 @@ def run_search(out: Path, problems: list[Path], strategy: str, budget: int,
                "flops": r.plan.flops(), "bytes": r.plan.bytes_moved(),
                "failures": sum(1 for t in r.trials if not t.measurement.ok),
                "trials": trial_rows(r.trials),
-               "wall_s": time.time() - t0}
+               "wall_s": time.time() - t0,
+               # the run order of searches (`search_order.py`): folder names carry only a date
+               "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         rows.append(row)
         # opted-in precisions apart: the strict tables (collect.py) read search.json alone
         name = "search.json" if precision == "fp32" else f"search-{precision}.json"

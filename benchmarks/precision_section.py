@@ -19,6 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.search_order import search_files  # noqa: E402
 from benchmarks.sections import write_section  # noqa: E402
 
 NAME = "half-precision"
@@ -26,9 +27,9 @@ KERNEL = {"gemm_tc": "tensor cores", "gemm": "SIMT fp32", "lib": "library + epil
 
 
 def latest_strict() -> dict[str, dict]:
-    """Per problem, the row of its latest strict-fp32 search (folders sort by date)."""
+    """Per problem, the row of its latest strict-fp32 search (`search_order.py`)."""
     out: dict[str, dict] = {}
-    for f in sorted((ROOT / "benchmarks/results").glob("*/search.json")):
+    for f in search_files():
         for r in json.loads(f.read_text()):
             if r.get("precision", "fp32") == "fp32" and r.get("best_ms"):
                 out[r["problem"]] = r | {"run": f.parent.name}
