@@ -12,10 +12,10 @@ import torch.nn.functional as F
 
 from cuda_agent.ir.capture import capture
 from cuda_agent.ir.plan import make_plan
-from cuda_agent.run import launcher
 from cuda_agent.space.slots import Target
 from cuda_agent.space.space import Space
 from helpers import Fn
+from kernel_checks import check_all
 
 pytestmark = pytest.mark.gpu
 
@@ -43,13 +43,6 @@ def _configs(sp: Space, name: str, vec: int) -> list:
     return out
 
 
-def _load(sp: Space, cfg, device):
-    r = sp.render(cfg)
-    image = launcher.compile_for_device(r.source, device)
-    return launcher.LoadedKernels(image, [l.__dict__ for l in r.launches], r.workspace_bytes,
-                                  r.zero_workspace)
-
-
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_multiwarp_groups_match_torch_on_the_gpu(name):
     f = CASES[name]
@@ -64,14 +57,7 @@ def test_multiwarp_groups_match_torch_on_the_gpu(name):
     want = f(x.double()).float().reshape(plan.out_shape)
     cfgs = _configs(sp, name, 1)
     assert {c["config.tpr"] for c in cfgs} >= {64, 512, 1024}
-    for cfg in cfgs:
-        kernels = _load(sp, cfg, x.device)
-        out = torch.full(plan.out_shape, float("nan"), device="cuda")
-        kernels([x], out)
-        torch.cuda.synchronize()
-        err = float((out.double() - want.double()).abs().max() / want.abs().max())
-        kernels.close()
-        assert err < 1e-5, (cfg.short(), err)
+    check_all(sp, cfgs, [x], want)
 
 
 def test_layer_norm_multiwarp_times():
@@ -81,7 +67,6 @@ def test_layer_norm_multiwarp_times():
     sp = Space.for_plan(plan, Target())
     x = torch.randn(*shape, device="cuda")
     want = f(x)
-    times = {}
     picked, seen = [], set()
     for c in sp.configs:  # both algorithms, rows in registers or re-read (plain or kept in L2)
         d = c.as_dict()
@@ -94,19 +79,6 @@ def test_layer_norm_multiwarp_times():
                 key not in seen):
             seen.add(key)
             picked.append(c)
-    for cfg in picked:
-        kernels = _load(sp, cfg, x.device)
-        out = torch.empty(plan.out_shape, device="cuda")
-        kernels([x], out)
-        torch.cuda.synchronize()
-        assert float((out - want).abs().max()) < 1e-3, cfg.short()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(20):
-            kernels([x], out)
-        end.record()
-        torch.cuda.synchronize()
-        times[cfg.short()] = start.elapsed_time(end) / 20
-        kernels.close()
+    times = check_all(sp, picked, [x], want, rel_tol=2e-4, timed=True)
     for k, t in sorted(times.items(), key=lambda kv: kv[1]):
         print(f"layer_norm {shape}: {t:.4f} ms  {k}")

@@ -11,10 +11,10 @@ import torch.nn.functional as F
 
 from cuda_agent.ir.capture import capture
 from cuda_agent.ir.plan import make_plan
-from cuda_agent.run import launcher
 from cuda_agent.space.slots import Target
 from cuda_agent.space.space import Space
 from helpers import Fn
+from kernel_checks import check_all
 
 pytestmark = pytest.mark.gpu
 
@@ -27,17 +27,6 @@ CASES = {
 SHAPES = [(5, 3001), (256, 65536)]
 CHAN = {"batch_norm": lambda x: F.batch_norm(x, None, None, training=True)}
 CHAN_SHAPES = [(3, 5, 1001), (32, 64, 8192)]
-
-
-def _time_ms(kernels, inputs, out, reps: int = 20) -> float:
-    kernels(inputs, out)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        kernels(inputs, out)
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / reps
 
 
 @pytest.mark.parametrize("name,shape",
@@ -62,18 +51,6 @@ def test_cluster_rows_match_torch_on_the_gpu(name, shape):
             seen.add(key)
             picked.append(c)
     assert any(c["config.cluster"] > 1 for c in picked)
-    times = {}
-    for cfg in picked:
-        r = sp.render(cfg)
-        image = launcher.compile_for_device(r.source, x.device)
-        kernels = launcher.LoadedKernels(image, [l.__dict__ for l in r.launches],
-                                         r.workspace_bytes, r.zero_workspace)
-        out = torch.full(plan.out_shape, float("nan"), device="cuda")
-        kernels([x], out)
-        torch.cuda.synchronize()
-        err = float((out.double() - want.double()).abs().max() / want.abs().max())
-        assert err < 1e-5, (cfg.short(), err)
-        times[cfg.short()] = _time_ms(kernels, [x], out)
-        kernels.close()
+    times = check_all(sp, picked, [x], want, timed=True)
     for k, t in sorted(times.items(), key=lambda kv: kv[1]):
         print(f"{name} {shape}: {t:.4f} ms  {k}")

@@ -12,10 +12,10 @@ import torch.nn.functional as F
 
 from cuda_agent.ir.capture import capture
 from cuda_agent.ir.plan import make_plan
-from cuda_agent.run import launcher
 from cuda_agent.space.slots import Target
 from cuda_agent.space.space import Space
 from helpers import Fn
+from kernel_checks import check_all
 
 pytestmark = pytest.mark.gpu
 
@@ -58,14 +58,4 @@ def test_new_configurations_match_torch_on_the_gpu(name):
     assert pool, f"no {slot}={value} configuration"
     picked = random.Random(name).sample(pool, min(8, len(pool)))
     ops = [xs[k].reshape(plan.operand_shapes[k]).contiguous() for k in plan.operands]
-    for cfg in picked:
-        r = sp.render(cfg)
-        image = launcher.compile_for_device(r.source, xs[0].device)
-        kernels = launcher.LoadedKernels(image, [l.__dict__ for l in r.launches],
-                                         r.workspace_bytes, r.zero_workspace)
-        out = torch.full(plan.out_shape, float("nan"), device="cuda")
-        kernels(ops, out)
-        torch.cuda.synchronize()
-        err = float((out.double() - want.double()).abs().max() / want.abs().max())
-        kernels.close()
-        assert err < 1e-5, (cfg.short(), err)
+    check_all(sp, picked, ops, want)

@@ -17,9 +17,9 @@ import torch.nn as nn
 
 from cuda_agent.ir.capture import capture
 from cuda_agent.ir.plan import make_plan
-from cuda_agent.run import launcher
 from cuda_agent.space.slots import Target
 from cuda_agent.space.space import Space
+from kernel_checks import load_rendered, run_once
 
 
 class _Fn(nn.Module):
@@ -32,14 +32,11 @@ class _Fn(nn.Module):
 
 
 def _run(rendered, inputs, out_shape):
-    image = launcher.compile_for_device(rendered.source, inputs[0].device)
-    kernels = launcher.LoadedKernels(image, [l.__dict__ for l in rendered.launches],
-                                     rendered.workspace_bytes, rendered.zero_workspace)
-    out = torch.full(out_shape, float("nan"), device="cuda")
-    kernels(inputs, out)
-    torch.cuda.synchronize()
-    kernels.close()
-    return out
+    kernels = load_rendered(rendered, inputs[0].device)
+    try:
+        return run_once(kernels, inputs, out_shape)
+    finally:
+        kernels.close()
 
 
 def _rel(got, ref):

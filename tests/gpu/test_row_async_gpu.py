@@ -11,10 +11,10 @@ import torch.nn.functional as F
 
 from cuda_agent.ir.capture import capture
 from cuda_agent.ir.plan import make_plan
-from cuda_agent.run import launcher
 from cuda_agent.space.slots import Config, Target
 from cuda_agent.space.space import Space
 from helpers import Fn
+from kernel_checks import check_all
 
 pytestmark = pytest.mark.gpu
 
@@ -23,13 +23,6 @@ CASES = {
     "layer_norm": lambda x: F.layer_norm(x, x.shape[-1:]),
     "rms_norm": lambda x: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6),
 }
-
-
-def _load(sp: Space, cfg, device):
-    r = sp.render(cfg)
-    image = launcher.compile_for_device(r.source, device)
-    return launcher.LoadedKernels(image, [l.__dict__ for l in r.launches], r.workspace_bytes,
-                                  r.zero_workspace)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -50,14 +43,7 @@ def test_async_rows_match_torch_on_the_gpu(name):
             seen.add(key)
             picked.append(c)
     assert {c["config.grid"] for c in picked} == {"exact", "persistent"}
-    for cfg in picked:
-        kernels = _load(sp, cfg, x.device)
-        out = torch.full(plan.out_shape, float("nan"), device="cuda")
-        kernels([x], out)
-        torch.cuda.synchronize()
-        err = float((out.double() - want.double()).abs().max() / want.abs().max())
-        kernels.close()
-        assert err < 1e-5, (cfg.short(), err)
+    check_all(sp, picked, [x], want)
 
 
 def test_layer_norm_async_times():
@@ -73,21 +59,7 @@ def test_layer_norm_async_times():
               and c["config.tpr"] >= 128 and c["reduction.combine"] == "shfl" and
               c["memory.load"] == "default" and c["compute.unroll"] == 1]
     picked += [c for c in sp.configs if c.short() == best_before]
-    times = {}
-    for cfg in picked:
-        kernels = _load(sp, cfg, x.device)
-        out = torch.empty(plan.out_shape, device="cuda")
-        kernels([x], out)
-        torch.cuda.synchronize()
-        assert float((out - want).abs().max()) < 1e-3, cfg.short()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(20):
-            kernels([x], out)
-        end.record()
-        torch.cuda.synchronize()
-        times[cfg.short()] = start.elapsed_time(end) / 20
-        kernels.close()
+    times = check_all(sp, picked, [x], want, rel_tol=2e-4, timed=True)
     for k, t in sorted(times.items(), key=lambda kv: kv[1])[:25]:
         print(f"layer_norm {shape}: {t:.4f} ms  {k}")
     print(f"layer_norm {shape}: {times.get(best_before, float('nan')):.4f} ms  (best before) "
