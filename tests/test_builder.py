@@ -218,3 +218,33 @@ def test_one_large_batch_does_not_hang(tmp_path):
         pytest.fail("Builder.build() of 1100 sources did not finish in 40 s (hung)")
     assert r.returncode == 0, r.stderr[-2000:]
     assert "built 1100 1100" in r.stdout
+
+
+def _dies_on_marker(job):
+    """A compile worker whose process dies on a source holding DIE_HERE (a compiler crash, or
+    the OOM killer), compiling every other source as the real worker does."""
+    import os
+
+    from cuda_agent.build.builder import _build_one
+
+    if "DIE_HERE" in job[0]:
+        os._exit(1)
+    return _build_one(job)
+
+
+def test_a_compile_process_that_dies_fails_only_its_source(tmp_path):
+    """A dying compile process breaks the whole pool; the batch is not lost with it: the other
+    sources still compile, the one that killed its process fails as a compile error, and the
+    crash is not cached (the next attempt may live), and the builder keeps working."""
+    dying = GOOD.replace("k_add", "k_dies") + "// DIE_HERE\n"
+    with Builder("nvrtc", workers=2, cache_dir=tmp_path) as b:
+        b._worker = _dies_on_marker
+        res = b.build([BuildInput(GOOD, "sm_90"), BuildInput(dying, "sm_90"),
+                       BuildInput(GOOD2, "sm_90")])
+        assert [r.ok for r in res] == [True, False, True]
+        assert res[1].error_kind == "compile" and "process died" in res[1].error_msg
+        assert b.stats["failed"] == 1
+        [again] = b.build([BuildInput(GOOD.replace("1.f", "3.f"), "sm_90")])
+        assert again.ok, "the builder keeps compiling after a broken pool"
+        assert [r.cached for r in b.build([BuildInput(GOOD, "sm_90")])] == [True]
+    assert not (tmp_path / res[1].key[:2] / (res[1].key + ".json")).exists()

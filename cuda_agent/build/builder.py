@@ -9,6 +9,7 @@ import os
 import tempfile
 import threading
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
@@ -71,8 +72,18 @@ def _build_one(args: tuple[str, str, tuple[str, ...], str, str, str]) -> dict[st
     return meta
 
 
+CRASHED = "the compiler's process died compiling this source (a crash, or killed for memory)"
+
+
 class Builder:
-    """Compiles batches of candidates; compile errors come back as results, never raised."""
+    """Compiles batches of candidates; compile errors come back as results, never raised.
+
+    A compile process that dies (the compiler crashing on a source, or the kernel's OOM killer)
+    breaks a process pool for every job in it: the batch's jobs not finished then are compiled
+    again one at a time, each in a process of its own, so that only the source that kills its
+    process fails (error kind "compile"; not cached, since the next attempt may live)."""
+
+    _worker = staticmethod(_build_one)  # tests swap in a worker that dies
 
     def __init__(self, backend: str = "nvrtc", workers: int | None = None,
                  cache_dir: str | Path | None = None) -> None:
@@ -139,9 +150,13 @@ class Builder:
             # one job compiles here unless the pool is up already: then other threads'
             # compiles run beside it, not behind it on this process's interpreter lock
             if self.workers == 1 or (len(jobs) == 1 and self._pool is None):
-                metas = map(_build_one, jobs)
+                metas = [self._worker(job) for job in jobs]
             else:
-                metas = self._pool_get().map(_build_one, jobs, chunksize=1)
+                try:
+                    metas = list(self._pool_get().map(self._worker, jobs, chunksize=1))
+                except BrokenProcessPool:
+                    self._drop_pool()
+                    metas = [self._isolated(job) for job in jobs]
             for (k, _), meta in zip(todo.items(), metas):
                 cubin = self.cache_dir / k[:2] / (k + ".cubin")
                 res = BuildResult(k, str(cubin) if meta["error_kind"] is None else None,
@@ -155,6 +170,26 @@ class Builder:
                 if progress:
                     progress(1)
         return [results[k] for k in keys]
+
+    def _isolated(self, job: tuple) -> dict[str, Any]:
+        """One job in a process of its own, after a pool broke: its cached result if an
+        earlier process finished it, else a fresh compile; a death here is this source's."""
+        hit = self._cached(job[4])
+        if hit is not None:
+            return {"error_kind": hit.error_kind, "error_msg": hit.error_msg,
+                    "seconds": hit.seconds, "per_kernel": hit.per_kernel}
+        with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as one:
+            try:
+                return one.submit(self._worker, job).result()
+            except BrokenProcessPool:
+                return {"error_kind": "compile", "error_msg": CRASHED, "seconds": 0.0,
+                        "per_kernel": {}}
+
+    def _drop_pool(self) -> None:
+        with self._lock:
+            if self._pool is not None:
+                self._pool.shutdown(wait=False, cancel_futures=True)
+                self._pool = None
 
     def close(self) -> None:
         with self._lock:
