@@ -48,7 +48,8 @@ def fmt(ms: float | None) -> str:
     return "-" if ms is None else f"{ms:.4f}"
 
 
-def section(rows: list[dict], source: str) -> list[str]:
+def section(rows: list[dict], source: str, probe: list[dict] | None = None,
+            probe_src: str = "") -> list[str]:
     commits = sorted({r["commit"] for r in rows})
     lines = ["<!-- library-slots:begin -->",
              "## cuDNN through the library template: the layout slot (issue 4)", "",
@@ -72,8 +73,10 @@ def section(rows: list[dict], source: str) -> list[str]:
         lines.append(f"| {r['problem']} | {fmt(r['eager_ms'])} | {fmt(r['compile_ms'])} | "
                      f"{fmt(r.get('compile_max_nocg_ms'))} | "
                      + " | ".join(fmt(best.get(p)) for p in LAYOUTS) + f" | {ratio} |")
-    lines += ["", summary(rows), "<!-- library-slots:end -->"]
-    return lines
+    lines += ["", summary(rows)]
+    if probe:
+        lines += probe_lines(probe, probe_src)
+    return lines + ["<!-- library-slots:end -->"]
 
 
 def summary(rows: list[dict]) -> str:
@@ -103,20 +106,55 @@ def summary(rows: list[dict]) -> str:
                  "shape and layout for the life of the process, found by whichever mode met "
                  "the shape first, so the flag changed nothing and a candidate's time would have "
                  "depended on the candidates before it: the slot was removed (cuDNN's heuristics "
-                 "it is, as for eager and torch.compile). What cudnn.benchmark would find in a "
-                 "fresh process is not measured yet.")
+                 "it is, as for eager and torch.compile).")
     return text
+
+
+def probe_lines(probe: list[dict], src: str) -> list[str]:
+    """What cudnn.benchmark finds where it meets each shape first: `cudnn_probe.py`'s rows
+    (each problem's eager model, each layout and mode in a fresh process)."""
+    modes = ("as_given/heuristic", "as_given/benchmark", "channels_last/heuristic",
+             "channels_last/benchmark")
+    lines = ["", f"What cudnn.benchmark finds in a fresh process (`benchmarks/cudnn_probe.py`, "
+             f"`{src}`: each problem's eager model, per layout and mode in a process of its own, "
+             "so each mode meets the shape first; median ms of 30 calls):", "",
+             "| problem | " + " | ".join(m.replace("/", ", ") for m in modes)
+             + " | heuristic / benchmark, as given |", "|" + "---|" * (len(modes) + 2)]
+    gains = []
+    for r in probe:
+        h, b = r.get(modes[0]), r.get(modes[1])
+        gain = h / b if h and b else None
+        if gain:
+            gains.append((r["problem"], gain))
+        lines.append(f"| {r['problem']} | " + " | ".join(fmt(r.get(m)) for m in modes)
+                     + f" | {f'{gain:.2f}x' if gain else '-'} |")
+    big = [(p, g) for p, g in gains if g > 1.1]
+    if big:
+        lines += ["", "Where cuDNN's heuristics pick a slow algorithm for a shape ("
+                  + ", ".join(f"{p} {g:.1f}x" for p, g in big) + "), timing every algorithm "
+                  "finds one as fast as channels-last or faster; on the others the two modes are "
+                  "within " + f"{max(abs(g - 1) for p, g in gains if (p, g) not in big):.0%}. "
+                  "These are the shapes where channels-last won above, and where the "
+                  "simulator's library model, which knows nothing of cuDNN's choice, ranks "
+                  "worst (its sections below). Using the benchmark mode needs each candidate "
+                  "process to meet the shape in that mode first; the baselines (eager, "
+                  "torch.compile) run the heuristics, the users' default."]
+    return lines
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("library_json", type=Path)
     ap.add_argument("--md", type=Path, default=ROOT / "BENCHMARKS.md")
+    ap.add_argument("--probe", type=Path, default=None,
+                    help="cudnn_probe.py's result (cudnn.benchmark in fresh processes)")
     args = ap.parse_args()
     rows = json.loads(args.library_json.read_text())
     src = args.library_json.resolve().relative_to(ROOT)
+    probe = json.loads(args.probe.read_text()) if args.probe else None
     write_section(args.md, "<!-- library-slots:begin -->", "<!-- library-slots:end -->",
-                  section(rows, str(src)))
+                  section(rows, str(src), probe,
+                          str(args.probe.resolve().relative_to(ROOT)) if args.probe else ""))
     print(f"{args.md}: library slots section, {len(rows)} problems")
 
 
