@@ -41,7 +41,8 @@ from typing import Any, Callable
 from .bench import (KERNEL_TUNER, BenchResult, BenchSettings, Policies, Run, check_settings,
                     problem_files, provenance, strategy_settings)
 from .build.builder import Builder
-from .errors import CudaAgentError, ProblemError, SettingsError, UnsupportedError, first_line
+from .errors import (CudaAgentError, DeviceError, ProblemError, SettingsError,
+                     UnsupportedError, first_line)
 from .ir.partition import ProgramPlan
 from .ir.plan import KernelPlan, make_plan
 from .problem import Problem, load_problem
@@ -143,9 +144,15 @@ class _ProblemBench:
             tuner = self._tuner(strategy, seed)
             try:
                 res = tuner.run()
+                trials, timing = res.trials, res.timing
+            except DeviceError:
+                raise  # the device is gone: no strategy can go on
+            except Exception as exc:  # noqa: BLE001 - one strategy's failure is data, as a
+                # peer's is: its run keeps what it measured, the bench goes on with the rest
+                trials, timing = list(tuner.trials), dict(tuner.timing)
+                error = first_line(exc)
             finally:
                 tuner.close()
-            trials, timing = res.trials, res.timing
             self._note(trials)
         return Run(self.problem.name, strategy, seed, _times(trials), time.perf_counter() - t0,
                    None, timing.get("strategy_s"), timing.get("build_wait_s"), error,

@@ -199,6 +199,7 @@ class Tuner:
                                    Builder(settings.compiler, settings.workers))
         self._own_builder = builder is None
         self.timing = {"strategy_s": 0.0, "build_wait_s": 0.0}  # see TuneResult.timing
+        self.trials: list[Trial] = []  # the current run's, as measured (`run`)
         self.toolchain = (self.device.toolchain() if isinstance(self.device, ReplayDevice)
                           else self.builder.toolchain)
         self.store = store or Store(settings.store or ":memory:")
@@ -270,7 +271,8 @@ class Tuner:
     def run(self, progress: Callable[[Trial, "Trial | None"], None] | None = None) -> TuneResult:
         t0 = time.perf_counter()
         s = self.settings
-        trials: list[Trial] = []
+        # kept on the tuner: a caller whose run raised can still read what was measured
+        trials = self.trials = []
         if not self.stages:
             best, default_trial = self._search(s.budget, s.include_default, trials, None, t0,
                                                progress)

@@ -322,6 +322,34 @@ def test_a_problem_past_its_time_is_given_up_and_kept_apart(tmp_path):
     assert "given up after" in skipped["softmax_tinyrows_odd"] and runs == 0
 
 
+def test_a_strategy_that_raises_is_recorded_and_the_bench_goes_on(tmp_path, monkeypatch):
+    """One strategy failing with a bug of its own (here the genetic search raising on its
+    second batch) is that run's error, kept with what it measured before; the other strategies
+    of the problem run and the bench ends normally."""
+    from cuda_agent.bench_live import run_live_bench
+    from cuda_agent.search import base
+    from cuda_agent.search.genetic import Genetic
+
+    class Breaks(Genetic):
+        def tell(self, results):
+            super().tell(results)
+            self.told = getattr(self, "told", 0) + 1
+            if self.told == 2:
+                raise RuntimeError("a bug in the strategy\nsecond line")
+
+    monkeypatch.setitem(base.STRATEGIES, "genetic", Breaks)
+    settings = BenchSettings(suite=str(PROBLEMS / "softmax_tinyrows_odd.py"),
+                             strategies=("random", "genetic"), budget=12, seeds=1,
+                             out=str(tmp_path))
+    result = run_live_bench(settings, "sim")
+    runs = {r.strategy: r for r in result.runs}
+    assert runs["random"].error is None and len(runs["random"].times) == 12
+    broken = runs["genetic"]
+    assert broken.error == "RuntimeError: a bug in the strategy"
+    assert 0 < len(broken.times) < 12, "what it measured before failing is kept"
+    assert set(result.problems) == {"softmax_tinyrows_odd"}
+
+
 def test_a_stopped_run_keeps_what_it_finished(tmp_path):
     """The partial result a live run keeps on disk is reported like a finished run, with the
     suite's problems it did not finish listed as such; the partial file is then gone."""
