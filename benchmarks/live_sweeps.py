@@ -90,7 +90,7 @@ def write_live_sweeps(out: Path, names: list[str] | None = None) -> dict[str, in
         prob = load_problem(ROOT / "benchmarks/problems" / f"{problem}.py")
         plan = make_plan(prob.graph())
         if isinstance(plan, ProgramPlan):
-            continue  # never benched live (Kernel Tuner tunes one kernel)
+            continue  # its live configurations are stage by stage (s0:, s1:): no one space
         target = Target()
         space = Space.for_plan(plan, target)
         by_short = configs_by_short(space)

@@ -60,7 +60,7 @@ def correlate(problem: str, times: dict[str, float], sample: int, builder: Build
               constants: SimConstants) -> dict | None:
     plan = make_plan(load_problem(ROOT / "benchmarks/problems" / f"{problem}.py").graph())
     if isinstance(plan, ProgramPlan):
-        return None  # not benched live (Kernel Tuner tunes one kernel)
+        return None  # measured stage by stage, each stage's times with the others' choices
     target = Target()
     space = Space.for_plan(plan, target)
     by_short = configs_by_short(space)
