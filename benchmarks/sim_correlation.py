@@ -38,6 +38,20 @@ from cuda_agent.run.sim_model import SimConstants, simulate  # noqa: E402
 from cuda_agent.space.slots import Target  # noqa: E402
 
 MARK_BEGIN, MARK_END = "<!-- sim-correlation:begin -->", "<!-- sim-correlation:end -->"
+TARGET = 0.8  # issue 5: the median Spearman of every family
+#: what is known of why a problem of a family below the target ranks as it does (analyses
+#: made by hand on its sweep; `benchmarks/results/2026-12-03-h200-cudnn-probe/`)
+SHORTFALLS = {
+    "fused_conv2d_relu_maxpool": (
+        "its sweep holds 17 library configurations in the layout given, measured at 2.3 ms "
+        "where the model says 0.56: cuDNN's heuristics pick an algorithm for this shape 4.0x "
+        "slower than the one cudnn.benchmark finds (the library section's probe), which no "
+        "rate per kind of call can know. With those records' model times set to their measured "
+        "times (scaled by the median model/measured ratio) the problem would rank at 0.72; with "
+        "every library record so, 0.77; with the pooling stage's records too, 0.83 (the model "
+        "prices a pooling thread's 8 outputs at about 0.13 ms more than its 1 to 2, the GPU at "
+        "0.02): the three parts of the gap."),
+}
 
 
 def correlate(path: Path, builder: Builder, constants: SimConstants | None = None
@@ -110,9 +124,9 @@ def main() -> None:
         json.dumps(out, indent=2) + "\n")
     lines = [MARK_BEGIN, "## How well the simulator ranks configurations", "",
              f"Run {date} on a CPU by `benchmarks/sim_correlation.py`" + (
-                 f" (rows of {', '.join(sorted({r['date'] for r in rows}))}: the problems "
-                 f"named {args.problems} scored on {date}, the rest earlier with the model of "
-                 "then)" if args.update else "") + ": every configuration the "
+                 f" (rows of {', '.join(sorted({r['date'] for r in rows}))}, each scored "
+                 f"with the model of its date; this run scored the problems named "
+                 f"{args.problems})" if args.update else "") + ": every configuration the "
              "H200 sweeps recorded as verified is simulated (the model's default constants, "
              "no fit, with the compiler's real register and spill counts) and ranked against "
              "its measured time. *sim's pick*: the measured time of the configuration the "
@@ -148,6 +162,13 @@ def main() -> None:
     shipped_by = out.get("median_spearman_by_family_shipped", {})
     lines += [f"| {f} | {sum(r['family'] == f for r in rows)} | {by_family[f]:+.2f} |"
               + (f" {shipped_by[f]:+.2f} |" if calibrated else "") for f in fams]
+    short = [f for f in fams if by_family[f] < TARGET]
+    if short:
+        lines += ["", f"Below {TARGET} (issue 5's target for every family): " + "; ".join(
+            f"{f} at {by_family[f]:+.2f}" for f in short) + "."]
+        lines += [f"{r['problem']} ({r['family']}, {r['spearman']:+.2f}): "
+                  f"{SHORTFALLS[r['problem']]}"
+                  for r in rows if r["family"] in short and r["problem"] in SHORTFALLS]
     lines += ["", "| problem | family | configs | Spearman | sim's pick |", "|---|---|---|---|---|"]
     lines += [f"| {r['problem']} | {r['family']} | {r['configs']} | {r['spearman']:+.2f} | "
               f"{r['sim_pick_vs_best']:.2f}x |" for r in rows]
