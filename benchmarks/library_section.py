@@ -49,7 +49,7 @@ def fmt(ms: float | None) -> str:
 
 
 def section(rows: list[dict], source: str, probe: list[dict] | None = None,
-            probe_src: str = "") -> list[str]:
+            probe_src: str = "", best_ms: dict[str, float] | None = None) -> list[str]:
     commits = sorted({r["commit"] for r in rows})
     lines = ["<!-- library-slots:begin -->",
              "## cuDNN through the library template: the layout slot (issue 4)", "",
@@ -75,7 +75,7 @@ def section(rows: list[dict], source: str, probe: list[dict] | None = None,
                      + " | ".join(fmt(best.get(p)) for p in LAYOUTS) + f" | {ratio} |")
     lines += ["", summary(rows)]
     if probe:
-        lines += probe_lines(probe, probe_src)
+        lines += probe_lines(probe, probe_src, best_ms)
     return lines + ["<!-- library-slots:end -->"]
 
 
@@ -110,9 +110,11 @@ def summary(rows: list[dict]) -> str:
     return text
 
 
-def probe_lines(probe: list[dict], src: str) -> list[str]:
+def probe_lines(probe: list[dict], src: str, best: dict[str, float] | None = None
+                ) -> list[str]:
     """What cudnn.benchmark finds where it meets each shape first: `cudnn_probe.py`'s rows
-    (each problem's eager model, each layout and mode in a fresh process)."""
+    (each problem's eager model, each layout and mode in a fresh process); with `best` (the
+    fastest kernel cuda-agent measured per problem), eager in that mode against it."""
     modes = ("as_given/heuristic", "as_given/benchmark", "channels_last/heuristic",
              "channels_last/benchmark")
     lines = ["", f"What cudnn.benchmark finds in a fresh process (`benchmarks/cudnn_probe.py`, "
@@ -139,6 +141,15 @@ def probe_lines(probe: list[dict], src: str) -> list[str]:
                   "worst (its sections below). Using the benchmark mode needs each candidate "
                   "process to meet the shape in that mode first; the baselines (eager, "
                   "torch.compile) run the heuristics, the users' default."]
+    vs = [(r["problem"], best[r["problem"]], r[modes[1]]) for r in probe
+          if best and r["problem"] in best and r.get(modes[1])]
+    if vs:
+        lines += ["", "Eager with cudnn.benchmark on (as given) against the fastest kernel "
+                  "cuda-agent measured for the problem (the main table's *best*): " + ", ".join(
+                      f"{p} {b:.4f} ms against {e:.4f} ({e / b:.2f}x)" for p, b, e in vs)
+                  + ". Where that ratio is below 1, a user who turns the benchmark mode on "
+                  "gets a faster convolution from torch than from cuda-agent; the main "
+                  "table's eager column is the default mode."]
     return lines
 
 
@@ -148,13 +159,18 @@ def main() -> None:
     ap.add_argument("--md", type=Path, default=ROOT / "BENCHMARKS.md")
     ap.add_argument("--probe", type=Path, default=None,
                     help="cudnn_probe.py's result (cudnn.benchmark in fresh processes)")
+    ap.add_argument("--results", type=Path, default=None,
+                    help="collect.py's results file: each problem's best kernel, to compare")
     args = ap.parse_args()
     rows = json.loads(args.library_json.read_text())
     src = args.library_json.resolve().relative_to(ROOT)
     probe = json.loads(args.probe.read_text()) if args.probe else None
     write_section(args.md, "<!-- library-slots:begin -->", "<!-- library-slots:end -->",
                   section(rows, str(src), probe,
-                          str(args.probe.resolve().relative_to(ROOT)) if args.probe else ""))
+                          str(args.probe.resolve().relative_to(ROOT)) if args.probe else "",
+                          {r["problem"]: r["best_ms"] for r in json.loads(
+                              args.results.read_text())["rows"] if r.get("best_ms")}
+                          if args.results else None))
     print(f"{args.md}: library slots section, {len(rows)} problems")
 
 
