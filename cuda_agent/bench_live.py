@@ -46,7 +46,7 @@ from .errors import (CudaAgentError, DeviceError, ProblemError, SettingsError,
 from .ir.partition import ProgramPlan
 from .ir.plan import KernelPlan, make_plan
 from .problem import Problem, load_problem
-from .run.devices import Device
+from .run.devices import CUDNN_BENCHMARK, Device, cudnn_baselines
 from .run.replay import find_sweep, read_sweep
 from .search.base import is_agents
 from .space.program import StageSpace
@@ -338,7 +338,8 @@ def run_live_bench(settings: BenchSettings, device_name: str,
             started = time.perf_counter()
             try:
                 _timed(phase_s, "setup", lambda: device.ensure(bench.problem, bench.plan))
-                base = _timed(phase_s, "baselines", lambda: device.baselines(BASELINES))
+                base = _timed(phase_s, "baselines", lambda: device.baselines(
+                    BASELINES + cudnn_baselines(plan)))
                 sweep_best = _timed(phase_s, "recorded_best", bench.sweep_reference)
                 notify(f"{problem.name}: " + ", ".join(f"{k} {v:.1f} s"
                                                         for k, v in phase_s.items()))
@@ -361,6 +362,7 @@ def run_live_bench(settings: BenchSettings, device_name: str,
                     "compile_max_ms": base.extra_ms.get("compile:max-autotune"),
                     "compile_max_nocg_ms": base.extra_ms.get(
                         "compile:max-autotune-no-cudagraphs"),
+                    "eager_cudnn_benchmark_ms": base.extra_ms.get(CUDNN_BENCHMARK),
                     "baseline_notes": base.notes, "sweep_best_recorded_ms": sweep_best,
                     "bytes": bench.plan.bytes_moved(), "copy_bw": device.copy_bandwidth(),
                     "gpu": device.gpu_name(), "simulated": device.simulated,

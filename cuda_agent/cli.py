@@ -94,7 +94,10 @@ def _row(r) -> dict:  # noqa: ANN001 - a TuneResult
         "device": r.device.gpu_name() + (" (cuda)" if r.device.kind == "cuda" else ""),
         "best": _fmt_ms(d["best_ms"], sim),
         "default config": _fmt_ms(r.default.measurement.time_ms if r.default else None, sim),
-        "torch eager": _fmt_ms(d["eager_ms"]), "torch.compile": _fmt_ms(d["compile_ms"]),
+        "torch eager": _fmt_ms(d["eager_ms"]),
+        **({"eager, cudnn.benchmark": _fmt_ms(d["eager_cudnn_benchmark_ms"])}
+           if d.get("eager_cudnn_benchmark_ms") else {}),
+        "torch.compile": _fmt_ms(d["compile_ms"]),
         "vs eager": f"{d['speedup_vs_eager']:.2f}x" if d["speedup_vs_eager"] else "-",
         "vs compile": f"{d['speedup_vs_compile']:.2f}x" if d["speedup_vs_compile"] else "-",
         "of copy bw": (f"{100 * d['fraction_of_copy_bw']:.0f}%" + (" (sim)" if sim else ""))

@@ -20,7 +20,8 @@ from .errors import DeviceError, SettingsError, UnsupportedError
 from .ir.partition import ProgramPlan
 from .ir.plan import KernelPlan, make_plan
 from .problem import Problem, load_problem
-from .run.devices import Baselines, Candidate, CudaDevice, Device, cuda_available
+from .run.devices import (Baselines, Candidate, CudaDevice, Device, cuda_available,
+                          cudnn_baselines)
 from .run.records import Measurement
 from .run.replay import ReplayDevice
 from .run.sim import SimDevice
@@ -280,7 +281,7 @@ class Tuner:
             best, default_trial = self._search_stages(trials, t0, progress)
         baselines = Baselines()
         if s.baselines:
-            baselines = self.device.baselines()
+            baselines = self.device.baselines(("eager", "compile") + cudnn_baselines(self.plan))
         facts = self.device.facts()
         return TuneResult(self.problem, self.plan, self.space, self.device, s, trials, baselines,
                           default_trial, best, self.toolchain, time.perf_counter() - t0, facts,

@@ -305,6 +305,36 @@ def test_max_autotune_baselines_with_and_without_cuda_graphs():
     assert [r[col] for r in rows] == ["2.0000", "-"]
 
 
+def test_eager_with_cudnn_benchmark_is_a_baseline_of_convolutions_only():
+    """Convolutions (a plan's or a program's) get eager with cuDNN's benchmark mode as one
+    more baseline, and the times table a column for it only where one was measured."""
+    from cuda_agent.bench import summarize
+    from cuda_agent.ir.plan import make_plan
+    from cuda_agent.problem import load_problem
+    from cuda_agent.report.bench_report import tables
+    from cuda_agent.run.devices import CUDNN_BENCHMARK, cudnn_baselines
+
+    def plan(name):
+        return make_plan(load_problem(PROBLEMS / f"{name}.py").graph())
+
+    assert cudnn_baselines(plan("conv_transpose2d_odd")) == (CUDNN_BENCHMARK,)
+    assert cudnn_baselines(plan("fused_conv2d_relu_maxpool")) == (CUDNN_BENCHMARK,)
+    assert cudnn_baselines(plan("gemm_square")) == cudnn_baselines(plan("softmax_short_rows")) \
+        == ()
+
+    def times(result):
+        found = {t: (h, rows) for t, h, rows in tables(result, summarize(result))}
+        return next(v for k, v in found.items() if k.startswith("Times per problem"))
+
+    a, b = _result("a"), _result("b")
+    header, _ = times(merge([a, b]))
+    assert "eager, cudnn.benchmark on" not in header
+    a.problems["a"]["eager_cudnn_benchmark_ms"] = 0.5
+    header, rows = times(merge([a, b]))
+    col = header.index("eager, cudnn.benchmark on")
+    assert [r[col] for r in rows] == ["0.5000", "-"] and header[col - 1] == "eager"
+
+
 def test_a_problem_past_its_time_is_given_up_and_kept_apart(tmp_path):
     """--problem-seconds: a problem still running past it is listed as not compared (none of
     its strategy runs count), and each problem's result is handed out as it ends."""

@@ -64,12 +64,16 @@ def tables(result: BenchResult, summary: dict[str, Any]) -> list[tuple[str, list
             *[_fmt(summary[s]["evals_to_95"].get(p), 1) for s in strategies]]
            for p in problems]
     best_of = "found in this run" if result.live else "recorded"
+    # convolutions benched live since 2026-12-04: eager with cuDNN's benchmark mode as well
+    cudnn = any(result.problems[p].get("eager_cudnn_benchmark_ms") for p in problems)
     base = []
     for p in problems:
         f = result.problems[p]
         found = {s: min((t for r in result.runs if r.strategy == s and r.problem == p
                          for t in r.times if t is not None), default=None) for s in strategies}
-        base.append([p, _fmt(f.get("eager_ms"), 4), _fmt(f.get("compile_ms"), 4),
+        base.append([p, _fmt(f.get("eager_ms"), 4),
+                     *([_fmt(f.get("eager_cudnn_benchmark_ms"), 4)] if cudnn else []),
+                     _fmt(f.get("compile_ms"), 4),
                      _fmt(f.get("compile_max_ms"), 4), _fmt(f.get("compile_max_nocg_ms"), 4),
                      _fmt(f["best_ms"], 4),
                      _fmt(f.get("sweep_best_recorded_ms"), 4),
@@ -78,7 +82,8 @@ def tables(result: BenchResult, summary: dict[str, Any]) -> list[tuple[str, list
            (f"Measurements to 95 % of the best {best_of}, per problem (median over seeds)",
             ["problem", "family", *strategies], per),
            ("Times per problem (ms): baselines, the optimum, each strategy's best",
-            ["problem", "eager", "torch.compile", "compile max-autotune",
+            ["problem", "eager", *(["eager, cudnn.benchmark on"] if cudnn else []),
+             "torch.compile", "compile max-autotune",
              "max-autotune without CUDA graphs", f"best {best_of}",
              "sweep's best (recorded run)", *strategies], base)]
     stopped = [[r.problem, r.strategy, str(r.seed), str(len(r.times)), r.error]

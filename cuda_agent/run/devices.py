@@ -32,6 +32,19 @@ class Candidate:
     build_error: tuple[str | None, str | None] | None = None  # (kind, message) when not built
 
 
+CUDNN_BENCHMARK = "eager:cudnn-benchmark"
+"""the eager baseline with torch.backends.cudnn.benchmark on: each convolution shape gets the
+algorithm cuDNN finds fastest by timing them all, not its heuristics' pick (the default). torch
+keeps the algorithm found per shape for the life of the process, so it runs in a worker of its
+own (`CudaDevice.baselines`)"""
+
+
+def cudnn_baselines(plan: Any) -> tuple[str, ...]:
+    """(CUDNN_BENCHMARK,) where the reference runs a convolution (a plan's or a program's
+    graph), else nothing: elsewhere cuDNN's algorithm choice cannot matter."""
+    return (CUDNN_BENCHMARK,) if any(n.op == "conv" for n in plan.graph.live()) else ()
+
+
 @dataclass
 class Baselines:
     eager_ms: float | None = None
@@ -225,9 +238,11 @@ class CudaDevice(Device):
     def baselines(self, which: tuple[str, ...] = ("eager", "compile")) -> Baselines:
         out = Baselines()
         for w in which:
+            if w == CUDNN_BENCHMARK:
+                self._restart()  # a process whose convolutions meet cuDNN in this mode first
             reply = self._call({"op": "baseline", "which": w}, self.setup_timeout_s)
-            if reply.get("dead"):
-                self._restart()
+            if reply.get("dead") or w == CUDNN_BENCHMARK:
+                self._restart()  # candidates run where cuDNN picks as eager's default does
             if reply.get("ok"):
                 if w == "eager":
                     out.eager_ms, out.eager_spread_ms = reply["time_ms"], reply.get("spread_ms")

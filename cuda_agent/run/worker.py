@@ -21,6 +21,7 @@ import torch
 from ..ir.plan import make_plan
 from ..problem import load_problem
 from . import launcher
+from .devices import CUDNN_BENCHMARK
 from .timing import PEAK_FLOPS, L2Flusher, TimingSettings, physical_floor_ms, time_runs
 from .verify import (CandidateError, CasePool, IndexDomain, ValueRange, VerifySettings,
                      check, make_case)
@@ -209,7 +210,12 @@ class ProblemState:
         """Time torch eager or torch.compile on the same inputs, with the same protocol."""
         t0 = time.perf_counter()
         model = self.model
-        if which.startswith("compile"):
+        if which == CUDNN_BENCHMARK:
+            # cuDNN times every algorithm for each convolution shape it meets first; the
+            # device runs this in a fresh worker and starts another after it (`CudaDevice`),
+            # since torch keeps the algorithm found per shape for the process's life
+            torch.backends.cudnn.benchmark = True
+        elif which.startswith("compile"):
             mode = None if which == "compile" else which.split(":", 1)[1]
             model = torch.compile(self.model, mode=mode)
         arg_sets = []
