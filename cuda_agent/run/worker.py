@@ -211,10 +211,10 @@ class ProblemState:
         t0 = time.perf_counter()
         model = self.model
         if which == CUDNN_BENCHMARK:
-            # cuDNN times every algorithm for each convolution shape it meets first; the
-            # device runs this in a fresh worker and starts another after it (`CudaDevice`),
-            # since torch keeps the algorithm found per shape for the process's life
-            torch.backends.cudnn.benchmark = True
+            # eager as it is, in a worker set up in that mode (`CudaDevice.baselines`)
+            if not torch.backends.cudnn.benchmark:
+                return {"ok": False, "error_msg": "the worker was not set up in cuDNN's "
+                        "benchmark mode"}
         elif which.startswith("compile"):
             mode = None if which == "compile" else which.split(":", 1)[1]
             model = torch.compile(self.model, mode=mode)
@@ -298,6 +298,9 @@ def worker_main(conn: Any, device_index: int, timing: TimingSettings,
                 state = None
                 gc.collect()  # the previous problem's tensors, even if a cycle holds them
                 torch.cuda.empty_cache()
+                # before the reference first runs: the mode that meets a convolution's shape
+                # first decides its algorithm for the process's life (CUDNN_BENCHMARK)
+                torch.backends.cudnn.benchmark = bool(msg.get("cudnn_benchmark", False))
                 state = ProblemState(msg["path"], device, timing, verify_settings)
                 conn.send({"ok": True, "copy_bw": state.copy_bw, **gpu_facts(device)})
             elif op == "eval":

@@ -38,5 +38,8 @@ def test_benchmark_mode_baseline_runs_apart_from_the_default():
     print(f"conv_transpose2d_odd: eager {before.eager_ms:.4f} ms, benchmark mode "
           f"{mode_ms:.4f} ms, eager again {after.eager_ms:.4f} ms")
     assert mode_ms and mode_ms > 0, bench.notes
+    # that the mode took effect shows only in the time: cuDNN's heuristics pick a slow
+    # algorithm for this shape (3.5x in the fresh-process probe, 2026-12-03)
+    assert mode_ms < 0.8 * before.eager_ms, "the benchmark mode did not take effect"
     # the worker after it picks algorithms as the default eager does, not in benchmark mode
     assert abs(after.eager_ms - before.eager_ms) < 0.25 * before.eager_ms
