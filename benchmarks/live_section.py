@@ -185,9 +185,10 @@ problems: {medians}. The agents against the best of them ({best_peer}): **{ratio
 <!-- bench-live-union:end -->"""
 
 REBENCH = """
-{k} of these problems were benched again with the agents' prior (the section above), chosen
-for the agents' high counts before it, which favours the agents in a latest-run union; the
-same union with each problem's latest run before that section: agents {before_marl:g},
+{k} of these problems were benched again with the agents' prior (the prior's section above),
+chosen for the agents' high counts before it, which favours the agents in a latest-run union;
+the same union with each problem's latest run outside that section (those {k} by their runs
+before it; the programs, benched later, by theirs): agents {before_marl:g},
 {before_peer} {before_peer_med:g} ({before_ratio:.1f}x fewer)."""
 
 
