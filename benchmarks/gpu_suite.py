@@ -650,10 +650,13 @@ def main() -> None:
                 chosen = (bench_todo(*map(int, todo[1:])) if todo[0] == "todo" else
                           heldout_sample(*map(int, todo[1:])) if todo[0] == "sample" else
                           [ROOT / q for q in args.bench_problems.split(",") if q])
-                run_bench(out, chosen,
-                          args.bench_budget, args.agent_policy, deadline - 10,
-                          args.bench_per_problem, args.bench_parallel,
-                          args.bench_strategies, args.agent_single_policy)
+                if not chosen:  # `todo` once every problem has a committed live bench
+                    log(f"bench: no problem to bench for --bench-problems {args.bench_problems}")
+                else:
+                    run_bench(out, chosen,
+                              args.bench_budget, args.agent_policy, deadline - 10,
+                              args.bench_per_problem, args.bench_parallel,
+                              args.bench_strategies, args.agent_single_policy)
             elif part == "library":  # cuDNN's layout and algorithm slots, every value
                 run_library(out, problems, deadline - 10)
             elif part == "cudnn":  # cudnn.benchmark against heuristics, fresh processes
