@@ -310,8 +310,8 @@ def union_section(md: Path, results: list[dict], total: int, suite: list[Path],
 
     families = ", ".join(f"{f} {fam_median('marl', ps):g} against {fam_median(best_peer, ps):g}"
                          f" ({len(ps)})" for f, ps in sorted(family.items()))
-    # runs before 2026-12-04 left the multi-kernel programs out (Kernel Tuner tunes one
-    # kernel's parameters); a later run gives it their stages one at a time
+    # runs before commit 3eb0d7f left the multi-kernel programs out (Kernel Tuner tunes one
+    # kernel's parameters); later runs give it a program's stages one at a time
     multi = {p for r in results for p, why in r.get("skipped", {}).items()
              if why.startswith("a multi-kernel program")} - set(latest)
     missing = sorted(p.stem for p in suite if p.stem not in latest and p.stem not in multi)

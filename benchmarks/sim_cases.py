@@ -19,7 +19,7 @@ from cuda_agent.ir.partition import ProgramPlan
 from cuda_agent.ir.plan import make_plan
 from cuda_agent.problem import load_problem
 from cuda_agent.run.replay import read_sweep
-from cuda_agent.space.program import StageSpace, stage_spaces
+from cuda_agent.space.program import StageSpace, stage_budget, stage_spaces
 from cuda_agent.space.slots import Rendered, Target
 from cuda_agent.space.space import Space
 
@@ -45,7 +45,7 @@ def _program(plan: ProgramPlan, records: list[dict], target: Target
     best_ms = float("inf")
     out, start = [], 0
     for i in range(n):
-        share = budget // n + (1 if i < budget % n else 0)
+        share = stage_budget(budget, n, i)
         stage = StageSpace.of(plan, i, spaces, fixed)
         stage_best = None
         for r in records[start:start + share]:

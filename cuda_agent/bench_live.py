@@ -49,7 +49,7 @@ from .problem import Problem, load_problem
 from .run.devices import CUDNN_BENCHMARK, Device, cudnn_baselines
 from .run.replay import find_sweep, read_sweep
 from .search.base import is_agents
-from .space.program import StageSpace
+from .space.program import StageSpace, stage_budget
 from .space.slots import Config
 from .store import TRANSIENT_KINDS, Store
 from .tuner import Tuner, TuneSettings, Trial, open_device
@@ -200,7 +200,7 @@ class _ProblemBench:
         best_ms = float("inf")
         try:
             for i in range(len(stages)):
-                share = budget // len(stages) + (1 if i < budget % len(stages) else 0)
+                share = stage_budget(budget, len(stages), i)
                 if share < 1:
                     continue
                 measurer.space = StageSpace.of(self.plan, i, stages, fixed)

@@ -27,7 +27,7 @@ from .run.replay import ReplayDevice
 from .run.sim import SimDevice
 from .run.verify import VerifySettings
 from .search import make_strategy
-from .space.program import StageSpace, stage_spaces
+from .space.program import StageSpace, stage_budget, stage_spaces
 from .space.slots import PRECISIONS, Config
 from .space.space import Space
 from .store import Store
@@ -300,7 +300,7 @@ class Tuner:
         best_space: StageSpace | None = None
         default_trial: Trial | None = None
         for i in range(n):
-            budget = s.budget // n + (1 if i < s.budget % n else 0)
+            budget = stage_budget(s.budget, n, i)
             if budget < 1:
                 continue
             self.space = StageSpace.of(self.plan, i, self.stages, fixed)

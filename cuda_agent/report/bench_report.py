@@ -64,7 +64,7 @@ def tables(result: BenchResult, summary: dict[str, Any]) -> list[tuple[str, list
             *[_fmt(summary[s]["evals_to_95"].get(p), 1) for s in strategies]]
            for p in problems]
     best_of = "found in this run" if result.live else "recorded"
-    # convolutions benched live since 2026-12-04: eager with cuDNN's benchmark mode as well
+    # convolutions benched live since commit f2c2c30: eager with cuDNN's benchmark mode too
     cudnn = any(result.problems[p].get("eager_cudnn_benchmark_ms") for p in problems)
     base = []
     for p in problems:

@@ -31,6 +31,13 @@ def _aligned(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
 
 
+def stage_budget(budget: int, stages: int, stage: int) -> int:
+    """Measurements of `budget` that stage `stage` of `stages` gets: an even split, the
+    remainder to the first stages (every strategy's coordinate search uses it, so that all
+    of them spend the same on each stage)."""
+    return budget // stages + (1 if stage < budget % stages else 0)
+
+
 def stage_spaces(plan: ProgramPlan, target: Target) -> list[Space]:
     return [Space.for_plan(s.plan, target) for s in plan.program.stages]
 
