@@ -141,7 +141,10 @@ def model_new_source(result: Any) -> str:
         library_note=_program_note(space, best.config) + (
             f"Vendor library: {', '.join(library_parts(rendered))} computes the main product; "
             "the generated kernels compute everything else.\n"
-            if library_parts(rendered) else ""),
+            if library_parts(rendered) else "") + (
+            "Its convolution runs in cuDNN's benchmark mode, as it was measured: the first call "
+            "of a shape times cuDNN's algorithms (unless this process already ran the shape on "
+            "the heuristics).\n" if _convolution_library(rendered) and find else ""),
         precision_note=(f"Precision: {PRECISION_NOTES[result.settings.precision]}.\n"
                         if result.settings.precision in PRECISION_NOTES else ""),
         device=("the simulated device (analytic model)" if simulated
@@ -151,11 +154,12 @@ def model_new_source(result: Any) -> str:
                        "Verified against the reference on random inputs."),
         time=_ms(best.measurement.time_ms) + (" (simulated)" if simulated else ""),
         eager=_ms(result.baselines.eager_ms), compiled=_ms(result.baselines.compile_ms))
+    find = _cudnn_benchmark(result.device)
     launcher_src = _strip_future(Path(launcher.__file__).read_text())
     launcher_src = launcher_src.split('"""', 2)[2] if launcher_src.startswith('"""') else launcher_src
     body = MODEL_NEW.format(
         source=rendered.source, arch=result.device.target().arch, cubin=cubin_b64,
-        launches=[l.__dict__ for l in rendered.launches], workspace=rendered.workspace_bytes,
+        launches=module_launches(rendered, find), workspace=rendered.workspace_bytes,
         zero_ws=rendered.zero_workspace, operands=operands,
         operand_shapes=[tuple(plan.operand_shapes[k]) for k in plan.operands],
         operand_dtypes=[plan.graph.inputs[k].dtype for k in plan.operands],
@@ -166,6 +170,32 @@ def model_new_source(result: Any) -> str:
             + _strip_future(result.problem.source).rstrip() + "\n\n"
             "# ---- kernel runtime (cuda_agent/run/launcher.py) --------------------------------\n"
             + launcher_src.rstrip() + "\n" + body)
+
+
+def _cudnn_benchmark(device: Any) -> bool:
+    """Whether the device ran the candidates' library convolutions in cuDNN's benchmark mode
+    (a CUDA device's set-up for the problem; a replay, the recorded run's facts)."""
+    if device.kind == "cuda":
+        return bool(getattr(device, "candidates_cudnn_benchmark", False))
+    return device.kind == "replay" and bool(device.facts().get("cudnn_benchmark"))
+
+
+def _convolution_library(rendered: Any) -> bool:
+    return any(l.library and l.library.get("op") in ("conv", "conv_transpose")
+               for l in rendered.launches)
+
+
+def module_launches(rendered: Any, cudnn_benchmark: bool) -> list[dict[str, Any]]:
+    """The launches model_new.py runs: its library convolutions marked to run in cuDNN's
+    benchmark mode where the tuner measured them so (`launcher.run_library`)."""
+    out = []
+    for launch in rendered.launches:
+        d = dict(launch.__dict__)
+        lib = d.get("library")
+        if cudnn_benchmark and lib and lib.get("op") in ("conv", "conv_transpose"):
+            d["library"] = {**lib, "cudnn_benchmark": True}
+        out.append(d)
+    return out
 
 
 def library_parts(rendered: Any) -> list[str]:

@@ -38,6 +38,10 @@ algorithm cuDNN finds fastest by timing them all, not its heuristics' pick (the 
 keeps the algorithm found per shape for the life of the process, so it runs in a worker of its
 own (`CudaDevice.baselines`)"""
 
+CUDNN_FIND_PROTOCOL = "cudnn-find"
+"""the part of a CUDA device's measure protocol saying that candidates' library convolutions ran
+on the algorithm cuDNN's benchmark mode found (`CudaDevice(library_cudnn_benchmark=True)`)"""
+
 
 def cudnn_baselines(plan: Any) -> tuple[str, ...]:
     """(CUDNN_BENCHMARK,) where the reference runs a convolution (a plan's or a program's
@@ -104,8 +108,19 @@ class CudaDevice(Device):
 
     def __init__(self, index: int = 0, timing: TimingSettings | None = None,
                  verify_settings: VerifySettings | None = None, eval_timeout_s: float = 30.0,
-                 setup_timeout_s: float = 600.0, profile_every: int = 0) -> None:
+                 setup_timeout_s: float = 600.0, profile_every: int = 0,
+                 library_cudnn_benchmark: bool = True) -> None:
         self.index = index
+        # Candidates of a problem with a convolution run in a worker set up in cuDNN's benchmark
+        # mode: a library step then gets the algorithm cuDNN finds fastest for its shape, not
+        # its heuristics' pick, which on the H200 was 3.5-4x slower on two of five probed shapes
+        # (benchmarks/results/2026-12-03-h200-cudnn-probe). The baselines still run as a user
+        # runs them (`baselines`): eager and torch.compile on the heuristics.
+        self.library_cudnn_benchmark = library_cudnn_benchmark
+        self.measure_protocol = (f"{TIMING_PROTOCOL}+{CUDNN_FIND_PROTOCOL}"
+                                 if library_cudnn_benchmark else TIMING_PROTOCOL)
+        self._candidate_mode = False  # the cuDNN mode candidates of the current problem run in
+        self._worker_mode = False  # the mode the running worker was set up in
         self.timing = timing or TimingSettings()
         self.verify_settings = verify_settings or VerifySettings()
         self.eval_timeout_s = eval_timeout_s
@@ -123,6 +138,11 @@ class CudaDevice(Device):
         if not reply.get("ok"):
             raise DeviceError(f"the GPU worker could not start: {reply.get('error_msg')}")
         self._facts = reply
+
+    @property
+    def candidates_cudnn_benchmark(self) -> bool:
+        """Whether the current problem's candidates run in cuDNN's benchmark mode."""
+        return self._candidate_mode
 
     # -- worker management -----------------------------------------------------------------------
     def _start(self) -> None:
@@ -143,15 +163,17 @@ class CudaDevice(Device):
             self._proc.join(timeout=10)
         self._proc = None
 
-    def _restart(self, cudnn_benchmark: bool = False) -> None:
-        """A fresh worker, set up for the current problem (in cuDNN's benchmark mode if asked:
-        only the eager baseline of that name runs in such a worker)."""
+    def _restart(self, cudnn_benchmark: bool | None = None) -> None:
+        """A fresh worker, set up for the current problem in the given cuDNN mode (None: the
+        mode the problem's candidates run in)."""
         self._kill()
         self.restarts += 1
         self._start()
+        mode = self._candidate_mode if cudnn_benchmark is None else cudnn_benchmark
+        self._worker_mode = mode
         if self._problem_path:
             reply = self._call({"op": "setup", "path": self._problem_path,
-                                "cudnn_benchmark": cudnn_benchmark}, self.setup_timeout_s)
+                                "cudnn_benchmark": mode}, self.setup_timeout_s)
             if not reply.get("ok"):
                 raise DeviceError(f"the GPU worker failed to set up again: "
                                   f"{reply.get('error_msg')}")
@@ -186,10 +208,13 @@ class CudaDevice(Device):
 
     def setup(self, problem: Problem, plan: KernelPlan) -> None:
         self._problem_path = str(problem.path)
-        reply = self._call({"op": "setup", "path": self._problem_path}, self.setup_timeout_s)
+        self._candidate_mode = self.library_cudnn_benchmark and bool(cudnn_baselines(plan))
+        self._worker_mode = self._candidate_mode
+        msg = {"op": "setup", "path": self._problem_path, "cudnn_benchmark": self._candidate_mode}
+        reply = self._call(msg, self.setup_timeout_s)
         if reply.get("dead"):
             self._start()
-            reply = self._call({"op": "setup", "path": self._problem_path}, self.setup_timeout_s)
+            reply = self._call(msg, self.setup_timeout_s)
         if not reply.get("ok"):
             # a failed set-up may leave the worker's CUDA context unusable (a device-side assert
             # in the reference is sticky): the next problem gets a fresh worker
@@ -241,13 +266,15 @@ class CudaDevice(Device):
     def baselines(self, which: tuple[str, ...] = ("eager", "compile")) -> Baselines:
         out = Baselines()
         for w in which:
-            if w == CUDNN_BENCHMARK:
-                # a process whose convolutions meet cuDNN in this mode first, its reference
-                # run included
-                self._restart(cudnn_benchmark=True)
+            # CUDNN_BENCHMARK in a process whose convolutions meet cuDNN in that mode first,
+            # its reference run included; the others where cuDNN picks as a user's default
+            # process does (a fresh worker whenever the running one was set up otherwise)
+            mode = w == CUDNN_BENCHMARK
+            if mode != self._worker_mode:
+                self._restart(cudnn_benchmark=mode)
             reply = self._call({"op": "baseline", "which": w}, self.setup_timeout_s)
-            if reply.get("dead") or w == CUDNN_BENCHMARK:
-                self._restart()  # candidates run where cuDNN picks as eager's default does
+            if reply.get("dead"):
+                self._restart(cudnn_benchmark=mode)
             if reply.get("ok"):
                 if w == "eager":
                     out.eager_ms, out.eager_spread_ms = reply["time_ms"], reply.get("spread_ms")
@@ -259,6 +286,8 @@ class CudaDevice(Device):
                 out.notes[w] = f"setup {reply.get('setup_s', 0):.1f} s"
             else:
                 out.notes[w] = f"failed: {reply.get('error_msg')}"
+        if self._worker_mode != self._candidate_mode:
+            self._restart()  # the candidates' mode again
         return out
 
     def close(self) -> None:

@@ -65,7 +65,17 @@ def run_library(call: dict, inputs: Sequence[torch.Tensor]) -> torch.Tensor:
     (batched, strided) matrix product, cuDNN for a convolution, direct or transposed. Returns
     the contiguous product, which the kernels after it read as their workspace. With
     `dtype` ("fp16" or "bf16", where the user opted into half-precision products) the operands
-    are cast to it and the product back to fp32, as torch.autocast computes it."""
+    are cast to it and the product back to fp32, as torch.autocast computes it. With
+    `cudnn_benchmark` (a model_new.py whose kernel was measured so) a convolution runs in
+    cuDNN's benchmark mode, the process's own mode restored after it."""
+    if call.get("cudnn_benchmark") and not torch.backends.cudnn.benchmark:
+        # the first call of a shape times cuDNN's algorithms and keeps the fastest for the
+        # process's life, unless the process already met the shape on the heuristics
+        torch.backends.cudnn.benchmark = True
+        try:
+            return run_library({k: v for k, v in call.items() if k != "cudnn_benchmark"}, inputs)
+        finally:
+            torch.backends.cudnn.benchmark = False
     half = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(call.get("dtype", ""))
     if half is not None:
         inputs = list(inputs)

@@ -114,7 +114,10 @@ class ReplayDevice(Device):
 
     def facts(self) -> dict[str, Any]:
         return {"gpu": self.gpu_name(), "device": "replay", "recorded_on": self.data.get("gpu"),
-                "recorded_date": self.data.get("date"), "copy_bw": self.data.get("copy_bw")}
+                "recorded_date": self.data.get("date"), "copy_bw": self.data.get("copy_bw"),
+                # the cuDNN mode the recorded candidates ran in (absent before it was recorded:
+                # the heuristics)
+                "cudnn_benchmark": bool((self.data.get("facts") or {}).get("cudnn_benchmark"))}
 
     def copy_bandwidth(self) -> float | None:
         return self.data.get("copy_bw")

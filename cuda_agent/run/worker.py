@@ -215,6 +215,10 @@ class ProblemState:
             if not torch.backends.cudnn.benchmark:
                 return {"ok": False, "error_msg": "the worker was not set up in cuDNN's "
                         "benchmark mode"}
+        elif torch.backends.cudnn.benchmark:
+            # eager and torch.compile are timed as a user's process runs them: on the heuristics
+            return {"ok": False, "error_msg": f"baseline {which!r} asked of a worker set up in "
+                    "cuDNN's benchmark mode"}
         elif which.startswith("compile"):
             mode = None if which == "compile" else which.split(":", 1)[1]
             model = torch.compile(self.model, mode=mode)
@@ -302,7 +306,8 @@ def worker_main(conn: Any, device_index: int, timing: TimingSettings,
                 # first decides its algorithm for the process's life (CUDNN_BENCHMARK)
                 torch.backends.cudnn.benchmark = bool(msg.get("cudnn_benchmark", False))
                 state = ProblemState(msg["path"], device, timing, verify_settings)
-                conn.send({"ok": True, "copy_bw": state.copy_bw, **gpu_facts(device)})
+                conn.send({"ok": True, "copy_bw": state.copy_bw, **gpu_facts(device),
+                           "cudnn_benchmark": torch.backends.cudnn.benchmark})
             elif op == "eval":
                 assert state is not None, "setup first"
                 reply = state.evaluate(msg)
