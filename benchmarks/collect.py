@@ -71,7 +71,21 @@ def row_for(path: Path) -> dict:
         "gpu": data.get("gpu"), "date": data.get("date"), "commit": data.get("commit"),
         "copy_tbps": copy_bw / 1e12 if copy_bw else None,
         "torch": (data.get("facts") or {}).get("torch"),
+        # the candidates' library convolutions in cuDNN's benchmark mode (recorded since
+        # commit 5f16faf; before, on its heuristics)
+        "cudnn_benchmark": bool((data.get("facts") or {}).get("cudnn_benchmark")),
     }
+
+
+def _cudnn_mode_note(rows: list[dict]) -> str:
+    swept = sorted(r["problem"] for r in rows if r.get("cudnn_benchmark"))
+    if not swept:
+        return ""
+    return (" The candidates' library convolutions ran in cuDNN's benchmark mode (the "
+            "algorithm it finds fastest by timing them, the default since commit 5f16faf; "
+            "eager and torch.compile stay on its heuristics, as a user's process runs them) in "
+            f"the sweeps of {', '.join(swept)}; the other convolutions' sweeps are older and "
+            "ran them on the heuristics.")
 
 
 def fmt(v: float | None, unit: str = "", digits: int = 4) -> str:
@@ -100,7 +114,7 @@ def markdown(results: dict, throughput: list[dict] | None, tests_tail: str | Non
         "in strict fp32 like the kernels (TF32 off in cuBLAS and cuDNN). `(lib)`: the fastest "
         "candidate keeps the vendor library (cuBLAS or cuDNN through torch) for the matrix "
         "product or convolution and generates the epilogue after it; the issue-4 table below "
-        "also gives the best fully generated kernel.",
+        "also gives the best fully generated kernel." + _cudnn_mode_note(rows),
         "",
         "| problem | family | best ms | eager ms | compile ms | vs eager | vs compile | "
         "of copy bw | default ms | evals | to 95% | worst/best | failures |",

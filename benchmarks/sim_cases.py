@@ -26,19 +26,21 @@ from cuda_agent.space.space import Space
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _single(plan: Any, records: list[dict], target: Target) -> list[tuple[Rendered, float]]:
+def _single(plan: Any, records: list[dict], target: Target
+            ) -> list[tuple[Rendered, float, int]]:
     space = Space.for_plan(plan, target)
     out = []
     for r in records:
         cfg = space.upgrade(r["config"]) if r.get("ok") and r.get("time_ms") else None
         if cfg is not None:
-            out.append((space.render(cfg), float(r["time_ms"])))
+            out.append((space.render(cfg), float(r["time_ms"]), 0))
     return out
 
 
 def _program(plan: ProgramPlan, records: list[dict], target: Target
-             ) -> list[tuple[Rendered, float]]:
-    """Replay the tuner's coordinate search over the stages (see the module's docstring)."""
+             ) -> list[tuple[Rendered, float, int]]:
+    """Replay the tuner's coordinate search over the stages (see the module's docstring):
+    (the whole program rendered, measured ms, the stage searched) per record."""
     spaces = stage_spaces(plan, target)
     n, budget = len(spaces), len(records)
     fixed = [sp.default() for sp in spaces]
@@ -53,7 +55,7 @@ def _program(plan: ProgramPlan, records: list[dict], target: Target
             if cfg is None:  # not this stage's space: the replay lost its way, use nothing
                 return []
             if r.get("ok") and r.get("time_ms"):
-                out.append((stage.render(cfg), float(r["time_ms"])))
+                out.append((stage.render(cfg), float(r["time_ms"]), i))
                 if stage_best is None or r["time_ms"] < stage_best[1]:
                     stage_best = (cfg, r["time_ms"])
         start += share
@@ -64,8 +66,9 @@ def _program(plan: ProgramPlan, records: list[dict], target: Target
 
 
 def load_case(path: Path, builder: Builder, target: Target | None = None) -> dict | None:
-    """{name, family, plan, items: [(rendered, resources, measured ms)]} of one sweep, or None
-    when fewer than 3 records can be read as current configurations."""
+    """{name, family, plan, items: [(rendered, resources, measured ms)], stages: the stage
+    each item's record searched (0 for a single kernel)} of one sweep, or None when fewer
+    than 3 records can be read as current configurations."""
     target = target or Target()
     data = read_sweep(path)
     problem = load_problem(ROOT / "benchmarks" / "problems" / f"{data['problem']}.py")
@@ -76,8 +79,9 @@ def load_case(path: Path, builder: Builder, target: Target | None = None) -> dic
         pairs = _single(plan, data["records"], target)
     if len(pairs) < 3:
         return None
-    builds = builder.build([BuildInput(rd.source, target.arch) for rd, _ in pairs])
+    builds = builder.build([BuildInput(rd.source, target.arch) for rd, _, _ in pairs])
     # a program's stages are simulated with their own kernels' compile reports
     items = [(rd, {**b.resources, "per_kernel": b.per_kernel}, t)
-             for (rd, t), b in zip(pairs, builds)]
-    return {"name": data["problem"], "family": plan.family, "plan": plan, "items": items}
+             for (rd, t, _), b in zip(pairs, builds)]
+    return {"name": data["problem"], "family": plan.family, "plan": plan, "items": items,
+            "stages": [stage for _, _, stage in pairs]}
