@@ -4,8 +4,9 @@ sim_calibrate.py, so that both judge the simulator on the same configurations.
 A single-kernel problem's records are configurations of its space (records of older template
 versions are read through `Space.upgrade`). A multi-kernel program was swept the way the tuner
 searches it (`Tuner._search_program`): one stage's space at a time, the sample budget split
-evenly over the stages in order, the other stages fixed at the best configuration found so far
-(every stage's default at first). Its records are replayed the same way to know what each
+evenly over the stages in order (since stages hand a settled search's share on, each record
+says its stage), the other stages fixed at the best configuration found so far (every stage's
+default at first). Its records are replayed the same way to know what each
 measured candidate was, and every candidate is rendered as the whole program.
 """
 
@@ -47,7 +48,10 @@ def _program(plan: ProgramPlan, records: list[dict], target: Target
     best_ms = float("inf")
     out, start = [], 0
     for i in range(n):
-        share = stage_budget(budget, n, i)
+        if all("stage" in r for r in records):  # recorded since stages hand over when settled
+            share = sum(1 for r in records if r["stage"] == i)
+        else:  # older sweeps: the even split they were searched with
+            share = stage_budget(budget, n, i)
         stage = StageSpace.of(plan, i, spaces, fixed)
         stage_best = None
         for r in records[start:start + share]:

@@ -22,6 +22,7 @@ from .problem import load_problem
 from .run.devices import Device
 from .run.replay import ReplayDevice, find_sweep, read_sweep
 from .search.base import is_agents
+from .space.program import STAGE_PATIENCE
 from .store import Store
 from .tuner import Tuner, TuneSettings, check_precision
 
@@ -60,6 +61,9 @@ class BenchSettings:
     """live runs: the kernels' numeric contract (`TuneSettings.precision`): "tf32", "fp16" or
     "bf16" opt into tensor-core products on operands of that type, with eager and torch.compile
     timed with TF32 on or under autocast as well"""
+    stage_patience: int | None = STAGE_PATIENCE
+    """live runs, multi-kernel programs: measurements a stage may go without progress before
+    every strategy hands the rest of its share to the next stage (None: an even split)"""
     parallel: int = 1
     """live runs: strategy runs of a problem searching at once. Their measurements still take
     the GPU one at a time (a lock; timings never overlap); what overlaps is compiling and the
@@ -224,15 +228,18 @@ class Policies:
 
 
 def strategy_settings(device: Device, strategy: str, budget: int, seed: int,
-                      policy: str | None, precision: str = "fp32") -> TuneSettings:
+                      policy: str | None, precision: str = "fp32",
+                      stage_patience: int | None = STAGE_PATIENCE) -> TuneSettings:
     """One ask/tell strategy's run in a comparison: no baselines, no default measured first
-    (every strategy starts from what it asks for), the agents without early stopping."""
+    (every strategy starts from what it asks for), the agents without early stopping (a
+    program's stages hand over alike for every strategy: `stage_patience`)."""
     opts: dict[str, Any] = {}
     if is_agents(strategy):
         opts = {"policy": policy, "budget": budget, "patience": 10**6}
     return TuneSettings(device=device.kind, strategy=strategy, budget=budget, batch=4,
                         seed=seed, baselines=False, include_default=False,
-                        strategy_options=opts, precision=precision)
+                        strategy_options=opts, precision=precision,
+                        stage_patience=stage_patience)
 
 
 def _order_ask_tell(path: Path, strategy: str, device: Device, budget: int, seed: int,

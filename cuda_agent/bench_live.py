@@ -49,7 +49,7 @@ from .problem import Problem, load_problem
 from .run.devices import CUDNN_BENCHMARK, Device, cudnn_baselines
 from .run.replay import find_sweep, read_sweep
 from .search.base import is_agents
-from .space.program import StageSpace, stage_budget
+from .space.program import StagePlateau, StageSpace, stage_share
 from .space.slots import Config
 from .store import TRANSIENT_KINDS, Store
 from .tuner import Tuner, TuneSettings, Trial, open_device
@@ -61,6 +61,11 @@ too: it measures the kernels max-autotune picks"""
 SWEEP_TOP = 3
 """recorded configurations re-measured per swept problem (the recorded best and runners-up:
 timing noise between runs can reorder them)"""
+
+
+class _StageSettled(CudaAgentError):
+    """A program's stage has settled (`StagePlateau`): Kernel Tuner's search of it ends here
+    (an error of cuda-agent's side, so Kernel Tuner's wrapper lets it through)."""
 
 
 def _record(t: Trial) -> dict[str, Any]:
@@ -111,7 +116,7 @@ class _ProblemBench:
     def _tuner(self, strategy: str, seed: int) -> Tuner:
         policy = self.single_policy if strategy == "marl_single" else self.policy
         s = strategy_settings(self.device, strategy, self.settings.budget, seed, policy,
-                              self.settings.precision)
+                              self.settings.precision, self.settings.stage_patience)
         return Tuner(self.problem, s, device=self.device, builder=self.builder, store=self.store,
                      device_lock=self.device_lock)
 
@@ -159,19 +164,31 @@ class _ProblemBench:
                    [t.config.short() if t.stage is None else f"s{t.stage}:{t.config.short()}"
                     for t in trials]), trials
 
-    def _kernel_tuner(self, measurer: Tuner, strategy: str, budget: int, seed: int
-                      ) -> tuple[list[Trial], str | None]:
+    def _kernel_tuner(self, measurer: Tuner, strategy: str, budget: int, seed: int,
+                      plateau: StagePlateau | None = None) -> tuple[list[Trial], str | None]:
         """Kernel Tuner's strategy over `measurer`'s space through its real API, each
         configuration measured by `measurer` when Kernel Tuner asks; the trials in its order,
-        and its own error if it stopped with one."""
+        and its own error if it stopped with one. With `plateau` (a program's stage), the
+        search is ended once that says the stage has settled, as cuda-agent's own is."""
         from .search import kernel_tuner_sim
 
         trials: list[Trial] = []
 
+        settled: list[bool] = []
+
+        def stop(t: Trial) -> bool:
+            """A program's stage: settled at this trial (the rest of the batch not measured)."""
+            if plateau is not None and plateau.update(
+                    t.measurement.time_ms if t.measurement.ok else None):
+                settled.append(True)
+            return bool(settled)
+
         def measure(cfgs: list[Config]) -> list[dict[str, Any]]:
-            got = measurer.measure(cfgs)
+            got = measurer.measure(cfgs, stop=stop if plateau is not None else None)
             self._note(got)
             trials.extend(got)
+            if settled:
+                raise _StageSettled()
             return [_record(t) for t in got]
 
         search = (kernel_tuner_sim.run_live_isolated if self.settings.parallel > 1
@@ -182,29 +199,36 @@ class _ProblemBench:
                            measure)
         except kernel_tuner_sim.StrategyFailed as exc:  # the peer's failure is data
             order, error = exc.order, str(exc)
+        except _StageSettled:  # what it asked for so far, in its order
+            return trials, None
         by_config = {t.config: t for t in trials}
         return [by_config[c] for c, _ in order], error
 
     def _kernel_tuner_stages(self, strategy: str, seed: int) -> tuple[list[Trial], str | None]:
         """Kernel Tuner on a multi-kernel program: it tunes one kernel's parameters, so it is
         given the program one stage at a time, as cuda-agent's own search does
-        (`Tuner._search_stages`): the budget split evenly, each stage's space searched with the
-        other stages at their best so far (at first their defaults), every candidate timed end
-        to end. A stage where its strategy stops with an error keeps what it measured, and the
-        next stage is still searched (the error is reported)."""
+        (`Tuner._search_stages`): each stage an even share of what is left, handed on when it
+        settles, each stage's space searched with the other stages at their best so far (at
+        first their defaults), every candidate timed end to end. A stage where its strategy
+        stops with an error keeps what it measured, and the next stage is still searched (the
+        error is reported)."""
         measurer = self._tuner("random", seed)  # its own: its space moves from stage to stage
         stages, budget = measurer.stages, self.settings.budget
+        n = len(stages)
         fixed = [sp.default() for sp in stages]
         trials: list[Trial] = []
         errors: list[str] = []
         best_ms = float("inf")
         try:
-            for i in range(len(stages)):
-                share = stage_budget(budget, len(stages), i)
+            for i in range(n):
+                share = stage_share(budget - len(trials), n - i)
                 if share < 1:
                     continue
                 measurer.space = StageSpace.of(self.plan, i, stages, fixed)
-                got, error = self._kernel_tuner(measurer, strategy, share, seed + i)
+                patience = measurer.settings.stage_patience
+                plateau = None if i == n - 1 or patience is None else StagePlateau(
+                    best_ms if best_ms < float("inf") else None, patience)
+                got, error = self._kernel_tuner(measurer, strategy, share, seed + i, plateau)
                 if error:
                     errors.append(f"stage {i}: {error}")
                 for t in got:

@@ -22,6 +22,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
 from rich.table import Table
 
 from .errors import CudaAgentError
+from .space.program import STAGE_PATIENCE
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="cuda-agent: fast CUDA kernels for PyTorch reference programs, found by "
@@ -154,8 +155,14 @@ def tune(
                                   "opt into tensor-core products on operands rounded to that "
                                   "type (verified against torch's own answer with TF32 on or "
                                   "under autocast; eager and torch.compile timed the same way)"),
+    stage_patience: int = typer.Option(
+        STAGE_PATIENCE, help="multi-kernel programs: measurements a stage may go without "
+        "progress before it hands the rest of its share to the next stage (0: split the "
+        "budget evenly)"),
 ) -> None:
     """Find a fast, verified kernel for PROBLEM and write model_new.py, kernel.cu, report.json."""
+    if stage_patience < 0:
+        fail(f"--stage-patience must be 0 or more, not {stage_patience}")
     try:
         out = out or Path("runs") / problem.stem
         options: dict = {}
@@ -167,7 +174,8 @@ def tune(
                                         batch=batch, seed=seed, store=store or default_store(),
                                         baselines=baselines,
                                         replay_root=str(replay_root) if replay_root else None,
-                                        strategy_options=options, precision=precision),
+                                        strategy_options=options, precision=precision,
+                                        stage_patience=stage_patience or None),
                           out)
     except CudaAgentError as exc:
         fail(str(exc))
@@ -363,6 +371,10 @@ def bench(
     precision: str = typer.Option("fp32", help="live runs: fp32 (strict) | tf32, fp16, bf16 "
                                   "(tensor-core products on operands in that type; baselines "
                                   "with TF32 on or under autocast)"),
+    stage_patience: int = typer.Option(
+        STAGE_PATIENCE, help="multi-kernel programs: measurements a stage may go without "
+        "progress before it hands the rest of its share to the next stage (0: split the "
+        "budget evenly)"),
 ) -> None:
     """Compare cuda-agent with random search, a genetic algorithm, Optuna and Kernel Tuner."""
     from .bench import BenchSettings, run_bench
@@ -372,12 +384,14 @@ def bench(
         fail(f"unknown device {device!r}; choose from replay, cuda, sim")
     if problem_seconds is not None and problem_seconds <= 0:
         fail(f"--problem-seconds must be positive, not {problem_seconds:g}")
+    if stage_patience < 0:
+        fail(f"--stage-patience must be 0 or more, not {stage_patience}")
     settings = BenchSettings(suite=str(suite), replay_root=str(replay_root) if replay_root
                              else None, strategies=tuple(s for s in strategies.split(",") if s),
                              budget=budget, seeds=seeds, policy=str(policy) if policy else None,
                              single_policy=single_policy, out=str(out),
                              problem_seconds=problem_seconds, parallel=parallel,
-                             precision=precision)
+                             precision=precision, stage_patience=stage_patience or None)
     out_existed = out.exists()
     try:
         with _progress() as bar:

@@ -25,7 +25,11 @@ def sweep_data(r: TuneResult, sampled: bool) -> dict[str, Any]:
                           "notes": r.baselines.notes},
             "date": time.strftime("%Y-%m-%d"), "commit": git_commit(), "sampled": sampled,
             "space_size": len(r.space), "wall_s": r.wall_s, "build_stats": r.build_stats,
-            "records": [measurement_record(t.config, t.measurement) for t in r.trials]}
+            # a program's records say which stage's space each belongs to (its search hands
+            # a settled stage's share on, so the split is not known beforehand)
+            "records": [{**measurement_record(t.config, t.measurement),
+                         **({"stage": t.stage} if t.stage is not None else {})}
+                        for t in r.trials]}
 
 
 def sweep_problem(path: str | Path, out_root: Path, device: str | None = None,
@@ -46,7 +50,7 @@ def sweep_problem(path: str | Path, out_root: Path, device: str | None = None,
     settings = TuneSettings(device=device, strategy="random" if sample else "exhaustive",
                             strategy_options={"stratified": True} if sample else {},
                             budget=sample or 10**9, seed=seed, store=store, batch=32,
-                            time_limit_s=time_limit_s)
+                            time_limit_s=time_limit_s, stage_patience=None)
     tuner = Tuner(load_problem(path), settings, device=shared_device, notify=notify)
     try:
         if tuner.device.kind == "replay":

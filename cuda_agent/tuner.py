@@ -27,7 +27,8 @@ from .run.replay import ReplayDevice
 from .run.sim import SimDevice
 from .run.verify import VerifySettings
 from .search import make_strategy
-from .space.program import StageSpace, stage_budget, stage_spaces
+from .space.program import (STAGE_PATIENCE, StagePlateau, StageSpace, stage_share,
+                             stage_spaces)
 from .space.slots import PRECISIONS, Config
 from .space.space import Space
 from .store import Store
@@ -65,6 +66,10 @@ class TuneSettings:
     """stop measuring new candidates after this many seconds (the budget still caps; the first
     batch is always measured)"""
     strategy_options: dict[str, Any] = field(default_factory=dict)
+    stage_patience: int | None = STAGE_PATIENCE
+    """a multi-kernel program: measurements a stage may go without progress before it hands
+    the rest of its share to the next (`space/program.StagePlateau`); None: never (an even
+    split, as sweeps sample each stage)"""
     precision: str = "fp32"
     """fp32: every kernel held to strict fp32 accuracy (tensor cores only error-compensated);
     tf32: the user opts into TF32 tensor-core products, verified against torch's own TF32
@@ -261,11 +266,16 @@ class Tuner:
                           cand.resources, agents)
         return trial
 
-    def measure(self, configs: list[Config], best_ms: float | None = None) -> list[Trial]:
-        """Build and measure configurations outside the ask/tell loop (training uses this)."""
+    def measure(self, configs: list[Config], best_ms: float | None = None,
+                stop: Callable[[Trial], bool] | None = None) -> list[Trial]:
+        """Build and measure configurations outside the ask/tell loop (training and the live
+        bench's Kernel Tuner runs use this): built side by side, measured in order, up to and
+        including the first trial `stop` says ends the batch."""
         out = []
         for cand in self._build(configs):
             out.append(self._measure_one(cand, best_ms, 0))
+            if stop is not None and stop(out[-1]):
+                break
         return out
 
     # -- the loop ---------------------------------------------------------------------------------
@@ -291,24 +301,29 @@ class Tuner:
                        progress: Callable[[Trial, "Trial | None"], None] | None
                        ) -> tuple[Trial | None, Trial | None]:
         """Coordinate search over a program's stages: each stage's space in turn, the others
-        fixed at their best so far; the budget split evenly. The first candidate is every
-        stage's default (the untuned baseline); each later stage starts from the best."""
+        fixed at their best so far. Each stage gets an even share of what is left; one that has
+        settled (`StagePlateau`) or run out of configurations hands the rest on, the last stage
+        takes all that remains. The first candidate is every stage's default (the untuned
+        baseline); each later stage starts from the best."""
         s = self.settings
         n = len(self.stages)
         fixed = [sp.default() for sp in self.stages]
         best: Trial | None = None
         best_space: StageSpace | None = None
         default_trial: Trial | None = None
+        start = len(trials)
         for i in range(n):
-            budget = stage_budget(s.budget, n, i)
+            budget = stage_share(s.budget - (len(trials) - start), n - i)
             if budget < 1:
                 continue
             self.space = StageSpace.of(self.plan, i, self.stages, fixed)
             self.strategy = make_strategy(s.strategy, self.space, seed=s.seed + i,
                                           **s.strategy_options)
             first = len(trials)
+            plateau = None if i == n - 1 or s.stage_patience is None else StagePlateau(
+                best.measurement.time_ms if best else None, s.stage_patience)
             stage_best, stage_default = self._search(budget, s.include_default, trials, best,
-                                                     t0, progress)
+                                                     t0, progress, plateau)
             for t in trials[first:]:
                 t.stage = i
             default_trial = default_trial or stage_default
@@ -321,10 +336,11 @@ class Tuner:
 
     def _search(self, budget: int, include_default: bool, trials: list[Trial],
                 best: Trial | None, t0: float,
-                progress: Callable[[Trial, "Trial | None"], None] | None
-                ) -> tuple[Trial | None, Trial | None]:
+                progress: Callable[[Trial, "Trial | None"], None] | None,
+                plateau: StagePlateau | None = None) -> tuple[Trial | None, Trial | None]:
         """The ask/tell loop over `self.space` with `self.strategy`: appends to `trials`;
-        returns the best trial (starting from `best`) and the default's trial."""
+        returns the best trial (starting from `best`) and the default's trial. With
+        `plateau` (a program's stage), it stops once that says the stage has settled."""
         s = self.settings
         first = len(trials)
         default_trial: Trial | None = None
@@ -367,7 +383,7 @@ class Tuner:
             remaining -= len(batch)
             following = [] if adaptive or remaining <= 0 else ask(min(s.batch, remaining))
             next_build = pool.submit(self._build, following) if following else None
-            results = []
+            results, settled = [], False
             # past the time limit, stop; but never before a first batch is measured (its build
             # alone can outlast a short limit: a sweep of slow-compiling kernels measured none)
             if s.time_limit_s is not None and time.perf_counter() - t0 > s.time_limit_s \
@@ -386,11 +402,15 @@ class Tuner:
                 results.append((cand.config, m))
                 if progress:
                     progress(trial, best)
+                settled = plateau is not None and plateau.update(
+                    m.time_ms if m.ok else None)
+                if settled:
+                    break  # the rest of this stage's share goes to the next stage
             t = time.perf_counter()
             self.strategy.tell(results)
             self.timing["strategy_s"] += time.perf_counter() - t
-            if self.strategy.done:
-                break  # the strategy says the search has plateaued
+            if self.strategy.done or settled:
+                break  # the strategy says the search has plateaued, or the stage has
             if adaptive and remaining > 0:
                 following = ask(min(s.batch, remaining))
                 next_build = pool.submit(self._build, following) if following else None

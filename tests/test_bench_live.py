@@ -514,3 +514,30 @@ def test_parallel_must_be_positive():
 
     with pytest.raises(SettingsError, match="--parallel"):
         run_live_bench(BenchSettings(parallel=0), "sim")
+
+
+def test_every_strategy_hands_a_settled_stage_on_alike(tmp_path):
+    """With a stage patience of 2, each strategy, Kernel Tuner's included, ends the conv
+    stage where the plateau rule says (or at its share) and spends the rest on the pool stage;
+    no run measures past the budget."""
+    from cuda_agent.bench import BenchSettings
+    from cuda_agent.bench_live import run_live_bench
+    from cuda_agent.space.program import StagePlateau
+
+    (tmp_path / "conv_pool_small.py").write_text(CONV_POOL)
+    settings = BenchSettings(suite=str(tmp_path / "conv_pool_small.py"), budget=12, seeds=1,
+                             strategies=("random", "kt:random_sample", "kt:genetic_algorithm"),
+                             out=str(tmp_path / "out"), stage_patience=2)
+    result = run_live_bench(settings, "sim")
+    assert {r.strategy for r in result.runs} == set(settings.strategies)
+    conv_stage = {r.strategy: sum(c.startswith("s0:") for c in r.configs) for r in result.runs}
+    assert min(conv_stage.values()) < 6, f"no stage settled early here: {conv_stage}"
+    for r in result.runs:
+        stages = [c.split(":", 1)[0] for c in r.configs]
+        assert stages == sorted(stages) and len(stages) <= 12, r.strategy
+        first = [t for t, s in zip(r.times, stages) if s == "s0"]
+        plateau = StagePlateau(None, 2)
+        settled = next((k + 1 for k, ms in enumerate(first) if plateau.update(ms)), None)
+        # the stage ends at the measurement it settled at, or its share (6 of 12)
+        assert len(first) == min(settled or 6, 6), (r.strategy, first)
+        assert "s1" in stages, f"{r.strategy} never reached the pool stage"

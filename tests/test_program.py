@@ -176,3 +176,82 @@ def test_replay_refuses_programs(tmp_path):
         "def get_init_inputs():\n    return []\n")
     with pytest.raises(UnsupportedError, match="multi-kernel"):
         Tuner(load_problem(path), TuneSettings(device="replay", replay_root=str(tmp_path)))
+
+
+CONV_POOL_SRC = (
+    "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\n"
+    "class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+    "        self.conv = nn.Conv2d(8, 16, 3, padding=1)\n\n"
+    "    def forward(self, x):\n        return F.max_pool2d(torch.relu(self.conv(x)), 2)\n\n\n"
+    "def get_inputs():\n    return [torch.randn(4, 8, 32, 32)]\n\n\n"
+    "def get_init_inputs():\n    return []\n")
+
+
+def test_stage_plateau_counts_measurements_without_real_progress():
+    from cuda_agent.space.program import StagePlateau, stage_budget, stage_share
+
+    p = StagePlateau(None, patience=3, gain=0.01)
+    assert not p.update(1.0)  # the first time is progress from nothing
+    assert not p.update(0.995)  # within 1 %: noise, not progress (1 of 3)
+    assert not p.update(None)  # a failed candidate is no progress either (2 of 3)
+    assert not p.update(0.9)  # progress: the count starts again from 0.9
+    assert [p.update(t) for t in (0.95, 0.899, 0.5)] == [False, False, False]
+    assert [p.update(t) for t in (0.6, 0.7, 0.8)] == [False, False, True]
+    # a later stage starts from the program's best so far
+    assert StagePlateau(0.5, patience=1).update(0.6) is True
+    assert StagePlateau(0.5, patience=1).update(0.4) is False
+    # with nothing handed on, the shares are the even split the older sweeps used
+    for budget in (1, 6, 7, 40, 41, 200):
+        for n in (1, 2, 3):
+            left, shares = budget, []
+            for i in range(n):
+                shares.append(stage_share(left, n - i))
+                left -= shares[-1]
+            assert shares == [stage_budget(budget, n, i) for i in range(n)], (budget, n)
+
+
+def test_a_settled_stage_hands_the_rest_of_its_share_to_the_next(tmp_path):
+    """With a patience of 2 the conv stage stops where its plateau says, not at half the
+    budget, and the pool stage gets the rest: the budget is spent in full either way."""
+    from cuda_agent.space.program import StagePlateau
+    from cuda_agent.tuner import tune
+
+    path = tmp_path / "conv_pool.py"
+    path.write_text(CONV_POOL_SRC)
+    res = tune(str(path), device="sim", budget=16, batch=4, stage_patience=2, baselines=False,
+               store=":memory:")
+    stages = [t.stage for t in res.trials]
+    assert len(stages) == 16 and stages == sorted(stages) and set(stages) == {0, 1}
+    first = [t.measurement.time_ms if t.measurement.ok else None
+             for t in res.trials if t.stage == 0]
+    plateau = StagePlateau(None, 2)
+    settled_at = next(k + 1 for k, ms in enumerate(first) if plateau.update(ms))
+    assert len(first) == settled_at < 8, "the conv stage ran past its plateau"
+
+    even = tune(str(path), device="sim", budget=16, batch=4, stage_patience=None,
+                baselines=False, store=":memory:")
+    assert [t.stage for t in even.trials] == [0] * 8 + [1] * 8
+
+
+def test_a_program_sweep_splits_evenly_and_records_each_records_stage(tmp_path):
+    import gzip
+    import json
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from benchmarks.sim_cases import _program
+    from cuda_agent.problem import load_problem
+    from cuda_agent.space.slots import Target
+    from cuda_agent.sweep import sweep_problem
+
+    path = tmp_path / "conv_pool.py"
+    path.write_text(CONV_POOL_SRC)
+    _, written = sweep_problem(path, tmp_path / "data", device="sim", sample=10,
+                               store=":memory:")
+    records = json.loads(gzip.open(written).read())["records"]
+    assert [r["stage"] for r in records] == [0] * 5 + [1] * 5
+    plan = make_plan(load_problem(path).graph())
+    # the replay follows the recorded stages (here the even split too)
+    assert [s for _, _, s in _program(plan, records, Target())] == \
+        [r["stage"] for r in records if r.get("ok") and r.get("time_ms")]
