@@ -3,10 +3,10 @@ sim_calibrate.py, so that both judge the simulator on the same configurations.
 
 A single-kernel problem's records are configurations of its space (records of older template
 versions are read through `Space.upgrade`). A multi-kernel program was swept the way the tuner
-searches it (`Tuner._search_program`): one stage's space at a time, the sample budget split
-evenly over the stages in order (since stages hand a settled search's share on, each record
-says its stage), the other stages fixed at the best configuration found so far (every stage's
-default at first). Its records are replayed the same way to know what each
+searches it (`Tuner._search_stages`): one stage's space at a time, the sample budget split
+evenly over the stages in order (sweeps do not hand a settled stage's share on; since they
+could, each record says its stage), the other stages fixed at the best configuration found so
+far (every stage's default at first). Its records are replayed the same way to know what each
 measured candidate was, and every candidate is rendered as the whole program.
 """
 

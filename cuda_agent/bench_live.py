@@ -13,8 +13,9 @@ Per problem, on one device and one compile cache:
 
 A multi-kernel program (`space/program.py`) is searched one stage at a time by every strategy:
 the ask/tell ones through the tuner's own coordinate search, Kernel Tuner (which tunes one
-kernel's parameters) given each stage's space in turn with the same budget split
-(`_ProblemBench._kernel_tuner_stages`); every candidate is the whole program, timed end to end.
+kernel's parameters) given each stage's space in turn with the same budget shares and the same
+hand-over of a settled stage (`_ProblemBench._kernel_tuner_stages`, `space/program.StagePlateau`);
+every candidate is the whole program, timed end to end.
 
 Every strategy of a problem shares one measurement store: a configuration two strategies ask
 for is measured once and both are served that measurement (common random numbers: the
