@@ -40,6 +40,10 @@ PRIOR_MERGED = RESULTS / "2026-12-02-h200-bench-live-prior-merged"
 # the four multi-kernel programs, every strategy searching them stage by stage (commit 3eb0d7f)
 PROGRAM_SETS = ("2026-12-03-h200-bench-live-s20",)
 PROGRAM_MERGED = RESULTS / "2026-12-03-h200-bench-live-programs-merged"
+# the four programs again with a settled stage handing its share on (commit 3becbaa), and the
+# convolutions whose library calls now run in cuDNN's benchmark mode (commit 5f16faf)
+HANDOFF_SETS = ("2026-12-03-h200-bench-live-s21",)
+HANDOFF_MERGED = RESULTS / "2026-12-03-h200-bench-live-handoff-merged"
 # issue 3's comparison live: the trained agents, the same agents untrained, the single-agent
 # ablation, random search and Optuna on held-out problems drawn by rule (commit 5fae39a)
 ABLATION_SETS = ("2026-12-02-h200-bench-live-s19",)
@@ -165,6 +169,23 @@ recorded sweep is measured again for them (theirs are stage by stage, timed with
 than this run's): the optimum is the best of this run. Neither fold policy trained on them (a
 program's sweep is not replayable), so every problem counts for the agents. Runs: {sets},
 merged into `{merged}`.
+"""
+
+HANDOFF_INTRO = """\
+## Programs with stage hand-off, convolutions with cuDNN's benchmark mode (issue 5)
+
+As the programs section above (budget 40, one seed, the same fold policies, every strategy side
+by side on the H200), at commit 3becbaa, where a program's stage that has gone 8 measurements
+without the best falling 1 % hands the rest of its share to the next stage
+(`space/program.StagePlateau`), for every strategy alike: the ask/tell ones in the tuner's
+coordinate search, Kernel Tuner's by ending its search of the stage there. The even split had put
+a floor of about 21 measurements under any program whose optimum needs its second stage. The
+candidates of a problem with a convolution also run in a worker set up in cuDNN's benchmark mode
+since commit 5f16faf (the library template gets cuDNN's fastest algorithm; eager and
+torch.compile are still timed on its heuristics, eager in the benchmark mode beside them): run 1
+benches conv_transpose2d_odd again for it, whose library candidates had run 3.5x slower on the
+heuristics' algorithm. Runs: {sets}, merged into `{merged}`. Same-problem reruns carry the run's
+own noise: the best peer's counts in both runs are given beside the agents'.
 """
 
 UNION = """\
@@ -425,11 +446,18 @@ def main() -> None:
         merged=PROGRAM_MERGED.relative_to(ROOT),
         sets=", ".join(f"`benchmarks/results/{s}/`" for s in PROGRAM_SETS))
     bench_section(args.md, "bench-live-programs", intro, PROGRAM_MERGED, ROOT)
+    handoff = merge_set(HANDOFF_SETS, HANDOFF_MERGED)
+    intro = HANDOFF_INTRO.format(
+        merged=HANDOFF_MERGED.relative_to(ROOT),
+        sets=", ".join(f"`benchmarks/results/{s}/`" for s in HANDOFF_SETS))
+    intro += "\n".join(generations_table(programs, handoff, (
+        "stage settings", "even split", "hand-off", "even-split run", "this run"))) + "\n"
+    bench_section(args.md, "bench-live-handoff", intro, HANDOFF_MERGED, ROOT)
     ablations = merge_set(ABLATION_SETS, ABLATION_MERGED)
     run4 = json.loads((RESULTS / ABLATION_SETS[0] / "run4" / "bench.json").read_text())
     bench_section(args.md, "bench-live-ablations", ablation_text(ablations, len(run4["problems"])),
                   ABLATION_MERGED, ROOT)
-    results = [merged, folds, retrained, prior, programs]  # a problem benched again counts by its
+    results = [merged, folds, retrained, prior, programs, handoff]  # a problem benched again counts by its
     n = union_section(args.md, results, len(suite), suite, rebench=prior)  # latest run
     print(f"{args.md}: live bench sections, "
           f"{' + '.join(str(len(r['problems'])) for r in results)} problems; {n} together")

@@ -114,6 +114,8 @@ class BenchResult:
     def from_json(d: dict[str, Any]) -> "BenchResult":
         s = d["settings"]
         s["strategies"] = tuple(s["strategies"])
+        # runs written before stages could hand over (commit 3becbaa) split programs evenly
+        s.setdefault("stage_patience", None)
         return BenchResult(BenchSettings(**s), [Run(**r) for r in d["runs"]], d["problems"],
                            d.get("trained_on", []), d.get("date", ""), d.get("skipped", {}),
                            d.get("live"), d.get("provenance", {}))
@@ -125,7 +127,8 @@ def merge(results: list[BenchResult]) -> BenchResult:
     if not results:
         raise SettingsError("nothing to merge")
     first = results[0]
-    same = ("strategies", "budget", "seeds", "policy", "single_policy", "precision")
+    same = ("strategies", "budget", "seeds", "policy", "single_policy", "precision",
+            "stage_patience")
     for r in results[1:]:
         for k in same:
             if getattr(r.settings, k) != getattr(first.settings, k):

@@ -275,6 +275,17 @@ def test_merge_joins_runs_and_refuses_mismatches():
         merge([_result("a"), _result("a")])
     with pytest.raises(SettingsError, match="budget"):
         merge([_result("a"), _result("b", budget=20)])
+    even = _result("b")
+    even.settings.stage_patience = None
+    with pytest.raises(SettingsError, match="stage_patience"):
+        merge([_result("a"), even])
+
+
+def test_a_run_written_before_stages_handed_over_reads_as_an_even_split():
+    d = json.loads(json.dumps(_result("a").to_json()))
+    del d["settings"]["stage_patience"]
+    assert BenchResult.from_json(d).settings.stage_patience is None
+    assert BenchResult.from_json(_result("a").to_json()).settings.stage_patience == 8
 
 
 def test_merge_drops_a_skip_that_a_later_run_benched():
