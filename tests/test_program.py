@@ -144,17 +144,20 @@ def test_stage_candidates_differ_by_key_and_keep_the_library_step():
     assert after.args[-1] == ["product"]
 
 
+CONV_POOL_SRC = (
+    "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\n"
+    "class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+    "        self.conv = nn.Conv2d(8, 16, 3, padding=1)\n\n"
+    "    def forward(self, x):\n        return F.max_pool2d(torch.relu(self.conv(x)), 2)\n\n\n"
+    "def get_inputs():\n    return [torch.randn(4, 8, 32, 32)]\n\n\n"
+    "def get_init_inputs():\n    return []\n")
+
+
 def test_tune_on_sim_searches_every_stage_and_emits(tmp_path):
     from cuda_agent.tuner import tune
 
     path = tmp_path / "conv_pool.py"
-    path.write_text(
-        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\n"
-        "class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
-        "        self.conv = nn.Conv2d(8, 16, 3, padding=1)\n\n"
-        "    def forward(self, x):\n        return F.max_pool2d(torch.relu(self.conv(x)), 2)\n\n\n"
-        "def get_inputs():\n    return [torch.randn(4, 8, 32, 32)]\n\n\n"
-        "def get_init_inputs():\n    return []\n")
+    path.write_text(CONV_POOL_SRC)
     res = tune(str(path), device="sim", budget=12, batch=4, out=tmp_path / "out")
     assert len(res.trials) == 12 and res.best is not None
     assert res.plan.family == "conv+pool"
@@ -176,15 +179,6 @@ def test_replay_refuses_programs(tmp_path):
         "def get_init_inputs():\n    return []\n")
     with pytest.raises(UnsupportedError, match="multi-kernel"):
         Tuner(load_problem(path), TuneSettings(device="replay", replay_root=str(tmp_path)))
-
-
-CONV_POOL_SRC = (
-    "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\n"
-    "class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
-    "        self.conv = nn.Conv2d(8, 16, 3, padding=1)\n\n"
-    "    def forward(self, x):\n        return F.max_pool2d(torch.relu(self.conv(x)), 2)\n\n\n"
-    "def get_inputs():\n    return [torch.randn(4, 8, 32, 32)]\n\n\n"
-    "def get_init_inputs():\n    return []\n")
 
 
 def test_stage_plateau_counts_measurements_without_real_progress():
