@@ -135,6 +135,7 @@ def model_new_source(result: Any) -> str:
         gin = plan.graph.inputs[k]
         operands.append(("input", gin.arg_index) if gin.role == "input" else (gin.role, gin.target))
     simulated = result.simulated
+    find = _cudnn_benchmark(result.device)  # how its library convolution was measured
     header = TEMPLATE_HEADER.format(
         version=__version__, date=_dt.date.today().isoformat(), problem=result.problem.name,
         family=plan.family, template=best.template, config=best.config.short(),
@@ -154,7 +155,6 @@ def model_new_source(result: Any) -> str:
                        "Verified against the reference on random inputs."),
         time=_ms(best.measurement.time_ms) + (" (simulated)" if simulated else ""),
         eager=_ms(result.baselines.eager_ms), compiled=_ms(result.baselines.compile_ms))
-    find = _cudnn_benchmark(result.device)
     launcher_src = _strip_future(Path(launcher.__file__).read_text())
     launcher_src = launcher_src.split('"""', 2)[2] if launcher_src.startswith('"""') else launcher_src
     body = MODEL_NEW.format(

@@ -129,3 +129,19 @@ def test_model_new_runs_its_convolution_in_the_mode_it_was_measured_in(monkeypat
     launcher.run_library(marked[0], inputs)
     launcher.run_library({k: v for k, v in marked[0].items() if k != "cudnn_benchmark"}, inputs)
     assert seen == [True, False] and torch.backends.cudnn.benchmark is False
+
+
+def test_the_emitted_module_follows_the_devices_mode():
+    """A CUDA device says how its candidates' convolutions ran; a replay, its recorded run."""
+    from types import SimpleNamespace
+
+    from cuda_agent.emit import _cudnn_benchmark
+
+    cuda = SimpleNamespace(kind="cuda", candidates_cudnn_benchmark=True)
+    assert _cudnn_benchmark(cuda) is True
+    assert _cudnn_benchmark(SimpleNamespace(kind="cuda", candidates_cudnn_benchmark=False)) is False
+    replay = SimpleNamespace(kind="replay", facts=lambda: {"cudnn_benchmark": True})
+    assert _cudnn_benchmark(replay) is True
+    old = SimpleNamespace(kind="replay", facts=lambda: {})  # recorded before the mode
+    assert _cudnn_benchmark(old) is False
+    assert _cudnn_benchmark(SimpleNamespace(kind="sim")) is False
