@@ -457,8 +457,9 @@ def main() -> None:
     run4 = json.loads((RESULTS / ABLATION_SETS[0] / "run4" / "bench.json").read_text())
     bench_section(args.md, "bench-live-ablations", ablation_text(ablations, len(run4["problems"])),
                   ABLATION_MERGED, ROOT)
-    results = [merged, folds, retrained, prior, programs, handoff]  # a problem benched again counts by its
-    n = union_section(args.md, results, len(suite), suite, rebench=prior)  # latest run
+    # a problem benched again counts by its latest run
+    results = [merged, folds, retrained, prior, programs, handoff]
+    n = union_section(args.md, results, len(suite), suite, rebench=prior)
     print(f"{args.md}: live bench sections, "
           f"{' + '.join(str(len(r['problems'])) for r in results)} problems; {n} together")
 

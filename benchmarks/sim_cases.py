@@ -47,8 +47,9 @@ def _program(plan: ProgramPlan, records: list[dict], target: Target
     fixed = [sp.default() for sp in spaces]
     best_ms = float("inf")
     out, start = [], 0
+    staged = all("stage" in r for r in records)  # recorded since stages could hand over
     for i in range(n):
-        if all("stage" in r for r in records):  # recorded since stages hand over when settled
+        if staged:
             share = sum(1 for r in records if r["stage"] == i)
         else:  # older sweeps: the even split they were searched with
             share = stage_budget(budget, n, i)

@@ -175,20 +175,15 @@ class _ProblemBench:
 
         trials: list[Trial] = []
 
-        settled: list[bool] = []
-
         def stop(t: Trial) -> bool:
             """A program's stage: settled at this trial (the rest of the batch not measured)."""
-            if plateau is not None and plateau.update(
-                    t.measurement.time_ms if t.measurement.ok else None):
-                settled.append(True)
-            return bool(settled)
+            return plateau.update(t.measurement.time_ms if t.measurement.ok else None)
 
         def measure(cfgs: list[Config]) -> list[dict[str, Any]]:
             got = measurer.measure(cfgs, stop=stop if plateau is not None else None)
             self._note(got)
             trials.extend(got)
-            if settled:
+            if plateau is not None and plateau.settled:
                 raise _StageSettled()
             return [_record(t) for t in got]
 

@@ -180,9 +180,12 @@ def _cudnn_benchmark(device: Any) -> bool:
     return device.kind == "replay" and bool(device.facts().get("cudnn_benchmark"))
 
 
+def _is_convolution(library: dict | None) -> bool:
+    return bool(library) and library.get("op") in ("conv", "conv_transpose")
+
+
 def _convolution_library(rendered: Any) -> bool:
-    return any(l.library and l.library.get("op") in ("conv", "conv_transpose")
-               for l in rendered.launches)
+    return any(_is_convolution(l.library) for l in rendered.launches)
 
 
 def module_launches(rendered: Any, cudnn_benchmark: bool) -> list[dict[str, Any]]:
@@ -192,7 +195,7 @@ def module_launches(rendered: Any, cudnn_benchmark: bool) -> list[dict[str, Any]
     for launch in rendered.launches:
         d = dict(launch.__dict__)
         lib = d.get("library")
-        if cudnn_benchmark and lib and lib.get("op") in ("conv", "conv_transpose"):
+        if cudnn_benchmark and _is_convolution(lib):
             d["library"] = {**lib, "cudnn_benchmark": True}
         out.append(d)
     return out

@@ -68,13 +68,17 @@ class StagePlateau:
         self.patience, self.gain = patience, gain
         self.since = 0
 
+    @property
+    def settled(self) -> bool:
+        return self.since >= self.patience
+
     def update(self, time_ms: float | None) -> bool:
         """Count one measurement (None: failed); True once the stage has settled."""
         if time_ms is not None and time_ms < self.mark * (1 - self.gain):
             self.mark, self.since = time_ms, 0
         else:
             self.since += 1
-        return self.since >= self.patience
+        return self.settled
 
 
 def stage_spaces(plan: ProgramPlan, target: Target) -> list[Space]:
