@@ -70,13 +70,16 @@ def _program(plan: ProgramPlan, records: list[dict], target: Target
     return out
 
 
-def load_case(path: Path, builder: Builder, target: Target | None = None) -> dict | None:
+def load_case(path: Path, builder: Builder, target: Target | None = None,
+              problems: Path | None = None) -> dict | None:
     """{name, family, plan, items: [(rendered, resources, measured ms)], stages: the stage
     each item's record searched (0 for a single kernel)} of one sweep, or None when fewer
-    than 3 records can be read as current configurations."""
+    than 3 records can be read as current configurations. The problem's file is looked up
+    in `problems` (default: the suite's benchmarks/problems)."""
     target = target or Target()
     data = read_sweep(path)
-    problem = load_problem(ROOT / "benchmarks" / "problems" / f"{data['problem']}.py")
+    problem = load_problem((problems or ROOT / "benchmarks" / "problems")
+                           / f"{data['problem']}.py")
     plan = make_plan(problem.graph())
     if isinstance(plan, ProgramPlan):
         pairs = _program(plan, data["records"], target)
