@@ -188,8 +188,9 @@ def main() -> None:
              "not see (+0.01 to +0.04 median). The pooling model's `l1_inflight_merge` (L1 "
              "serves most of the rest of a sector a thread's row loads re-touch; 0.8) was "
              "chosen the same day on the 13 pooling sweeps and this conv+pool one (the best "
-             "mean Spearman of the 14): their figures are in-sample for it. Held-out shapes "
-             "swept after both changes: the section on them below."]
+             "mean Spearman of the 14): their figures are in-sample for it. Shapes outside the "
+             "suite, swept after the tensor-core change: the section on them (*The simulator "
+             "on held-out shapes*) below."]
     if calibrated:
         lines += ["", "*shipped*: the same with the calibrated constants the `sim` device "
                   "loads (`cuda_agent/run/sim_constants_h200.json`); they were fitted on half "
