@@ -85,3 +85,27 @@ def test_live_union_counts_each_problem_by_its_latest_run(tmp_path):
     text = md.read_text()
     assert "not yet benched live: d)" in text, text
     assert "multi-kernel programs, which are not compared" not in text
+
+
+def test_live_union_without_the_reruns_chosen_for_the_agents(tmp_path):
+    """Problems benched again because the agents had needed many measurements (two such
+    sections) are also counted by their runs before: both sections left out together."""
+    from live_section import union_section
+
+    def result(problems, marl, bayes):
+        return {"problems": {p: {"best_ms": 1.0, "compile_ms": 2.0, "family": "gemm"}
+                             for p in problems}, "trained_on": [], "skipped": {},
+                "summary": {"marl": {"evals_to_95": marl},
+                            "kt:bayes_opt": {"evals_to_95": bayes}}}
+
+    first = result("abc", {"a": 40, "b": 30, "c": 2}, {"a": 10, "b": 10, "c": 10})
+    rerun_one = result("a", {"a": 1}, {"a": 10})
+    rerun_two = result("b", {"b": 1}, {"b": 10})
+    suite = [tmp_path / f"{n}.py" for n in "abc"]
+    md = tmp_path / "B.md"
+    union_section(md, [first, rerun_one, rerun_two], len(suite), suite,
+                  rebench=(rerun_one, rerun_two))
+    text = " ".join(md.read_text().split())
+    assert "marl 1, kt:bayes_opt 10" in text  # a and b by their reruns
+    assert "2 of these problems were benched again" in text
+    assert "agents 30, kt:bayes_opt 10 (0.3x fewer)" in text  # a: 40, b: 30, c: 2
