@@ -99,12 +99,16 @@ def main() -> None:
         json.dumps(out, indent=2) + "\n")
     lines = [MARK_BEGIN, f"## How well the simulator ranks `{args.template}` (search trials)", "",
              f"Run {date} by `benchmarks/sim_search_correlation.py`. The tensor-core template "
-             "came after the sweeps, so its only GPU data are the searches' trials (each run a "
-             "genetic search near its best: narrow spreads, a hard ranking test). The model's "
-             "constants for it (`MMA_SYNC_TF32_FLOPS`, `TC_TILE_FILL_BW`, "
+             "came after the suite's GEMM sweeps, so its first GPU data were the searches' "
+             "trials (each run a genetic search near its best: narrow spreads, a hard ranking "
+             "test). The model's first constants for it (`MMA_SYNC_TF32_FLOPS`, "
              "`TC_OVERLAP_SHARPNESS`, `SLICE_SYNC_CLK` in `cuda_agent/run/sim_gemm.py`) were "
-             "set from these same trials, so the figures are in-sample; a sweep of the template "
-             "will test them out of sample.", "",
+             "set from these same trials, so the figures are in-sample; "
+             "`TC_TILE_FILL_BW` and `TC_LONE_BLOCK_OVERLAP` were refitted on 2026-12-03 on the "
+             "live runs and the convolution sweeps (`benchmarks/sim_tc_fit.py`; the median "
+             "here was +0.65 over the 63 runs of 2026-11-30 with the model before). Sweeps of "
+             "shapes outside the suite test the model out of sample (`sim_validation.py`, its "
+             "section below).", "",
              f"Median Spearman over {len(rows)} runs: **{median:+.2f}**.", "",
              "| run | problem | configs | spread | Spearman | sim's pick |",
              "|---|---|---|---|---|---|"]
