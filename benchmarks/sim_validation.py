@@ -76,7 +76,7 @@ def markdown(out: dict) -> list[str]:
              "(`benchmarks/validation/problems`), measured after the simulator's changes of "
              "2026-12-03 were made and never used to set a constant (the first four were "
              "swept before the pooling model's `l1_inflight_merge` was chosen and looked at "
-             "while choosing it; the other four after). *before*: the model before those "
+             "while choosing it; the others after). *before*: the model before those "
              "changes (the tensor-core template's lone-block overlap, fill rate and spill "
              "waits; the pooling rows' in-flight sector sharing).", "",
              "| problem | family | configs (tensor-core) | Spearman | before | sim's pick | "
@@ -85,8 +85,13 @@ def markdown(out: dict) -> list[str]:
               f"| {r['spearman']:+.2f} | {r['spearman_before']:+.2f} | "
               f"{r['sim_pick_vs_best']:.2f}x | {r['sim_pick_vs_best_before']:.2f}x |"
               for r in out["rows"]]
-    lines += ["", f"Median Spearman {out['median']:+.2f} (before {out['median_before']:+.2f}).",
-              "", MARK_END]
+    fams = sorted({r["family"] for r in out["rows"]})
+    per = "; ".join(
+        f"{f} {statistics.median(r['spearman'] for r in out['rows'] if r['family'] == f):+.2f} "
+        f"(before {statistics.median(r['spearman_before'] for r in out['rows'] if r['family'] == f):+.2f}, "
+        f"{sum(r['family'] == f for r in out['rows'])})" for f in fams)
+    lines += ["", f"Median Spearman {out['median']:+.2f} (before {out['median_before']:+.2f}); "
+              f"per family: {per}.", "", MARK_END]
     return lines
 
 
