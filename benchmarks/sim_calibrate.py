@@ -25,9 +25,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.sections import write_section  # noqa: E402
-from benchmarks.sim_cases import load_case  # noqa: E402
+from benchmarks.sim_cases import load_case, simulated  # noqa: E402
 from cuda_agent.build.builder import Builder  # noqa: E402
-from cuda_agent.run.sim_model import SimConstants, simulate  # noqa: E402
+from cuda_agent.run.sim_model import SimConstants  # noqa: E402
 from cuda_agent.space.slots import Target  # noqa: E402
 
 FIT = ("dram_peak_fraction", "dram_latency_ns", "saturation_sharpness", "gather_lines_per_request",
@@ -52,12 +52,7 @@ def score(cases: list[dict], constants: SimConstants) -> dict[str, float]:
     target = Target()
     out = {}
     for c in cases:
-        sim, real = [], []
-        for rendered, resources, t in c["items"]:
-            res = simulate(c["plan"], rendered, resources, target, constants)
-            if res.error_kind is None:
-                sim.append(res.time_ms)
-                real.append(t)
+        sim, real, _ = simulated(c, target, constants)
         rho = spearmanr(sim, real).statistic if len(sim) > 2 else 0.0
         out[c["name"]] = 0.0 if rho != rho else float(rho)  # NaN (constant input) counts as 0
     return out

@@ -21,6 +21,7 @@ from cuda_agent.ir.plan import make_plan
 from cuda_agent.problem import load_problem
 from cuda_agent.run.replay import read_sweep
 from cuda_agent.space.program import StageSpace, stage_budget, stage_spaces
+from cuda_agent.run.sim_model import SimConstants, simulate
 from cuda_agent.space.slots import Rendered, Target
 from cuda_agent.space.space import Space
 
@@ -93,3 +94,17 @@ def load_case(path: Path, builder: Builder, target: Target | None = None,
              for (rd, t, _), b in zip(pairs, builds)]
     return {"name": data["problem"], "family": plan.family, "plan": plan, "items": items,
             "stages": [stage for _, _, stage in pairs]}
+
+
+def simulated(case: dict, target: Target, constants: SimConstants | None = None
+              ) -> tuple[list[float], list[float], list[int]]:
+    """(modelled ms, measured ms, stage) of each of a case's records the model accepts (a
+    configuration it rejects, e.g. one that does not fit an SM, is left out of both)."""
+    sim, real, stages = [], [], []
+    for (rendered, resources, t), stage in zip(case["items"], case["stages"]):
+        res = simulate(case["plan"], rendered, resources, target, constants)
+        if res.error_kind is None:
+            sim.append(res.time_ms)
+            real.append(t)
+            stages.append(stage)
+    return sim, real, stages

@@ -32,9 +32,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.sections import write_section  # noqa: E402
-from benchmarks.sim_cases import load_case  # noqa: E402
+from benchmarks.sim_cases import load_case, simulated  # noqa: E402
 from cuda_agent.build.builder import Builder  # noqa: E402
-from cuda_agent.run.sim_model import SimConstants, simulate  # noqa: E402
+from cuda_agent.run.sim_model import SimConstants  # noqa: E402
 from cuda_agent.space.slots import Target  # noqa: E402
 
 MARK_BEGIN, MARK_END = "<!-- sim-correlation:begin -->", "<!-- sim-correlation:end -->"
@@ -61,14 +61,7 @@ def correlate(path: Path, builder: Builder, constants: SimConstants | None = Non
     case = load_case(path, builder)
     if case is None:  # no ranking to judge (records the current templates no longer read)
         return None
-    target = Target()
-    sim, real, stages = [], [], []
-    for (rendered, resources, t), stage in zip(case["items"], case["stages"]):
-        res = simulate(case["plan"], rendered, resources, target, constants)
-        if res.error_kind is None:
-            sim.append(res.time_ms)
-            real.append(t)
-            stages.append(stage)
+    sim, real, stages = simulated(case, Target(), constants)
     if len(sim) < 3:
         return None
     rho = spearmanr(sim, real).statistic

@@ -29,10 +29,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.sections import write_section  # noqa: E402
-from benchmarks.sim_cases import load_case  # noqa: E402
+from benchmarks.sim_cases import load_case, simulated  # noqa: E402
 from cuda_agent.build.builder import Builder  # noqa: E402
 from cuda_agent.run import sim_gemm  # noqa: E402
-from cuda_agent.run.sim_model import SimConstants, simulate  # noqa: E402
+from cuda_agent.run.sim_model import SimConstants  # noqa: E402
 from cuda_agent.space.slots import Target  # noqa: E402
 
 MARK_BEGIN, MARK_END = "<!-- sim-validation:begin -->", "<!-- sim-validation:end -->"
@@ -44,12 +44,7 @@ BEFORE_CONSTANTS = {"l1_inflight_merge": 0.0}
 def _rank(case: dict, target: Target, constants: SimConstants | None = None
           ) -> tuple[float, float]:
     """(Spearman, the measured time of the model's pick over the measured best)."""
-    sim, real = [], []
-    for rendered, resources, t in case["items"]:
-        res = simulate(case["plan"], rendered, resources, target, constants)
-        if res.error_kind is None:
-            sim.append(res.time_ms)
-            real.append(t)
+    sim, real, _ = simulated(case, target, constants)
     pick = min(range(len(sim)), key=sim.__getitem__)
     return float(spearmanr(sim, real).statistic), real[pick] / min(real)
 
