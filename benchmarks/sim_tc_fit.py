@@ -16,7 +16,8 @@ it is re-priced alone (`simulate_gemm_tc`) and the rest of the candidate's time 
 covers `TC_LONE_BLOCK_OVERLAP` and `TC_TILE_FILL_BW`; the pick is the point with the highest
 median Spearman over the problems not held out (the held-out ones are reported, not used).
 Two-fold cross-validation by problem (3 seeded splits) says how much of the gain over the
-constants before the fit (`PREVIOUS`) survives on problems the pick did not see. Writes benchmarks/results/<date>-sim-tc-fit.json.
+constants before the fit (`PREVIOUS`) survives on problems the pick did not see. Writes
+benchmarks/results/<date>-sim-tc-fit.json.
 """
 
 from __future__ import annotations

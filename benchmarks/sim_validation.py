@@ -81,10 +81,12 @@ def markdown(out: dict) -> list[str]:
               f"{r['sim_pick_vs_best']:.2f}x | {r['sim_pick_vs_best_before']:.2f}x |"
               for r in out["rows"]]
     fams = sorted({r["family"] for r in out["rows"]})
-    per = "; ".join(
-        f"{f} {statistics.median(r['spearman'] for r in out['rows'] if r['family'] == f):+.2f} "
-        f"(before {statistics.median(r['spearman_before'] for r in out['rows'] if r['family'] == f):+.2f}, "
-        f"{sum(r['family'] == f for r in out['rows'])})" for f in fams)
+    def family_median(f: str, key: str) -> float:
+        return statistics.median(r[key] for r in out["rows"] if r["family"] == f)
+
+    per = "; ".join(f"{f} {family_median(f, 'spearman'):+.2f} (before "
+                    f"{family_median(f, 'spearman_before'):+.2f}, "
+                    f"{sum(r['family'] == f for r in out['rows'])})" for f in fams)
     lines += ["", f"Median Spearman {out['median']:+.2f} (before {out['median_before']:+.2f}); "
               f"per family: {per}.", "", MARK_END]
     return lines

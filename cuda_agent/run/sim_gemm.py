@@ -260,8 +260,9 @@ SLICE_SYNC_CLK = 100.0
 #: 128 x 128 tiles of 256 threads measured 0.53-0.57 ms against 0.47 for 128 x 64 tiles
 #: of 128 threads, two per SM. Fitted with `TC_TILE_FILL_BW` (`benchmarks/sim_tc_fit.py`,
 #: grid 0-1 x 2.5e12-5e12, the best median Spearman over 60 problems, that problem held out):
-#: median 0.89 -> 0.90, and each of six cross-validation halves gains on the half it did not
-#: see; the held-out problem's sweep 0.60 -> 0.80.
+#: median 0.88 -> 0.90, and each of six cross-validation halves gains on the half it did not
+#: see; the held-out problem's sweep 0.61 -> 0.80 (0.86 with the pooling model's
+#: `l1_inflight_merge` of the same day).
 TC_LONE_BLOCK_OVERLAP = 0.25
 #: load-to-use latency of a local (spilled) value, clocks, from L1 and from L2 (H100-class
 #: microbenchmark figures)

@@ -1275,8 +1275,8 @@ def _pool_work(plan: KernelPlan, rendered: Rendered, resources: dict, target: Ta
     times more sectors and L1 lines than a unit-stride one; the rest of each sector is used by
     the thread's later loads of the same window row, issued with the first (L1 serves most of
     them, `l1_inflight_merge`), and by other windows only if L1 still holds it, which depends
-    on the sectors all resident warps keep in use. Misses go back to L2 (whole sectors), not DRAM: the input is
-    read from DRAM once (overlapping windows of other threads hit L2)."""
+    on the sectors all resident warps keep in use. Misses go back to L2 (whole sectors), not
+    DRAM: the input is read from DRAM once (overlapping windows of other threads hit L2)."""
     from ..ir.pool import window_info
     from ..space.templates.pool import span
 
