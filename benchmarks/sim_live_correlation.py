@@ -56,12 +56,14 @@ def measured_configs() -> dict[str, tuple[str, dict[str, float]]]:
     return out
 
 
-def correlate(problem: str, times: dict[str, float], sample: int, builder: Builder,
-              constants: SimConstants) -> dict | None:
+def sampled_case(problem: str, times: dict[str, float], sample: int, builder: Builder,
+                 target: Target) -> tuple | None:
+    """(plan, [(rendered, compile report, measured ms)]) of a seeded sample of `sample` of a
+    single-kernel problem's live-measured configurations, each compiled for its register
+    report; None for a program (measured stage by stage) or fewer than 3 configurations."""
     plan = make_plan(load_problem(ROOT / "benchmarks/problems" / f"{problem}.py").graph())
     if isinstance(plan, ProgramPlan):
         return None  # measured stage by stage, each stage's times with the others' choices
-    target = Target()
     space = Space.for_plan(plan, target)
     by_short = configs_by_short(space)
     pairs = [(by_short[s][0], t) for s, t in sorted(times.items())
@@ -72,9 +74,20 @@ def correlate(problem: str, times: dict[str, float], sample: int, builder: Build
         return None
     rendered = [space.render(c) for c, _ in pairs]
     builds = builder.build([BuildInput(rd.source, target.arch) for rd in rendered])
+    return plan, [(rd, {**b.resources, "per_kernel": b.per_kernel}, t)
+                  for (_, t), rd, b in zip(pairs, rendered, builds)]
+
+
+def correlate(problem: str, times: dict[str, float], sample: int, builder: Builder,
+              constants: SimConstants) -> dict | None:
+    target = Target()
+    found = sampled_case(problem, times, sample, builder, target)
+    if found is None:
+        return None
+    plan, items = found
     sim, real = [], []
-    for (cfg, t), rd, b in zip(pairs, rendered, builds):
-        res = simulate(plan, rd, {**b.resources, "per_kernel": b.per_kernel}, target, constants)
+    for rd, resources, t in items:
+        res = simulate(plan, rd, resources, target, constants)
         if res.error_kind is None:
             sim.append(res.time_ms)
             real.append(t)

@@ -37,17 +37,12 @@ from scipy.stats import spearmanr
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.live_sweeps import configs_by_short  # noqa: E402
 from benchmarks.sim_cases import load_case  # noqa: E402
-from benchmarks.sim_live_correlation import measured_configs  # noqa: E402
-from cuda_agent.build.builder import Builder, BuildInput  # noqa: E402
-from cuda_agent.ir.partition import ProgramPlan  # noqa: E402
-from cuda_agent.ir.plan import make_plan  # noqa: E402
-from cuda_agent.problem import load_problem  # noqa: E402
+from benchmarks.sim_live_correlation import measured_configs, sampled_case  # noqa: E402
+from cuda_agent.build.builder import Builder  # noqa: E402
 from cuda_agent.run import sim_gemm  # noqa: E402
 from cuda_agent.run.sim_model import _stage_resources, simulate  # noqa: E402
 from cuda_agent.space.slots import Target  # noqa: E402
-from cuda_agent.space.space import Space  # noqa: E402
 
 LIVE_PREFIXES = ("gemm_", "fused_linear", "fused_matmul", "fused_bmm", "fused_addmm", "conv",
                  "fused_conv")
@@ -84,22 +79,15 @@ def live_records(builder: Builder, sample: int, target: Target) -> list[dict]:
     for name, (_, times) in sorted(measured_configs().items()):
         if not name.startswith(LIVE_PREFIXES):
             continue
-        plan = make_plan(load_problem(ROOT / "benchmarks/problems" / f"{name}.py").graph())
-        if isinstance(plan, ProgramPlan):
+        found = sampled_case(name, times, sample, builder, target)
+        if found is None:
             continue
-        space = Space.for_plan(plan, target)
-        by_short = configs_by_short(space)
-        pairs = [(by_short[s][0], t) for s, t in sorted(times.items())
-                 if len(by_short.get(s, ())) == 1]
-        random.Random(0).shuffle(pairs)
-        rendered = [space.render(c) for c, _ in pairs[:sample]]
-        builds = builder.build([BuildInput(rd.source, target.arch) for rd in rendered])
-        for (_, t), rd, b in zip(pairs, rendered, builds):
-            rec = _record("live", name, plan.family, plan, rd,
-                          {**b.resources, "per_kernel": b.per_kernel}, t, target)
+        plan, items = found
+        for rd, resources, t in items:
+            rec = _record("live", name, plan.family, plan, rd, resources, t, target)
             if rec:
                 out.append(rec)
-        print(f"live  {name:34s} {len(rendered):4d}", flush=True)
+        print(f"live  {name:34s} {len(items):4d}", flush=True)
     return out
 
 
