@@ -72,7 +72,7 @@ def test_live_union_counts_each_problem_by_its_latest_run(tmp_path):
     md = tmp_path / "B.md"
     assert union_section(md, [first, later], len(suite), suite) == 3
     text = md.read_text()
-    assert "faster on **2 of 3" in text and "not faster on b." in text
+    assert "faster on **2 of 3" in text and "not faster on b (0 of these" in text
     # a: marl 4 / bayes 12 (the later run), b: 2 / 20; c is not counted (the policy trained on it)
     assert "2 problems" in text and "marl 3, kt:bayes_opt 16" in text
     assert "(kt:bayes_opt): **5.3x fewer**" in text
@@ -109,3 +109,53 @@ def test_live_union_without_the_reruns_chosen_for_the_agents(tmp_path):
     assert "marl 1, kt:bayes_opt 10" in text  # a and b by their reruns
     assert "2 of these problems were benched again" in text
     assert "agents 30, kt:bayes_opt 10 (0.3x fewer)" in text  # a: 40, b: 30, c: 2
+
+
+def test_rule_drawn_sample_text_by_hand():
+    """The rule-drawn sample's sentences by hand: medians, the best peer by median, the peers'
+    per-problem minimum, the sign test, the target met or not, and identical Kernel Tuner
+    columns named."""
+    from live_section import sample_text
+
+    def merged(marl, optuna, bayes, ga, rs):
+        names = list(marl)
+        return {"problems": {p: {"best_ms": 1.0, "compile_ms": 2.0, "family": "gemm"}
+                             for p in names}, "trained_on": [], "skipped": {},
+                "summary": {"marl": {"evals_to_95": marl},
+                            "optuna": {"evals_to_95": optuna},
+                            "kt:bayes_opt": {"evals_to_95": bayes},
+                            "kt:genetic_algorithm": {"evals_to_95": ga},
+                            "kt:random_sample": {"evals_to_95": rs}}}
+
+    # medians: marl 2, optuna 12, bayes 20; per-problem peer minimum 3, 8, 12 -> 8
+    text = " ".join(sample_text(merged({"a": 1, "b": 2, "c": 5}, {"a": 12, "b": 8, "c": 30},
+                                       {"a": 3, "b": 20, "c": 12}, {"a": 41, "b": 41, "c": 41},
+                                       {"a": 41, "b": 41, "c": 41})).split())
+    assert "over the 3 problems: marl 2, optuna 12, kt:genetic_algorithm 41" in text
+    assert "(optuna): **6.0x fewer** (target 3x: met)" in text
+    assert "median 8): 4.0x fewer" in text
+    assert "fewer on 3, more on 0, tied on 0 (two-sided p 0.25)" in text
+    assert "kt:genetic_algorithm and kt:random_sample needed the same count" in text
+    # the agents behind: not met, and no identical columns
+    text = " ".join(sample_text(merged({"a": 9, "b": 9, "c": 9}, {"a": 12, "b": 8, "c": 30},
+                                       {"a": 3, "b": 20, "c": 12}, {"a": 41, "b": 40, "c": 41},
+                                       {"a": 41, "b": 41, "c": 41})).split())
+    assert "(target 3x: not met)" in text and "same count" not in text
+
+
+def test_live_union_names_ties_with_torch_compile(tmp_path):
+    """A problem not faster than torch.compile by less than 1 % is counted as a tie a rerun can
+    flip; one clearly slower is not."""
+    from live_section import union_section
+
+    def result(problems):
+        return {"problems": {p: {"best_ms": b, "compile_ms": 1.0, "family": "norm"}
+                             for p, b in problems.items()}, "trained_on": [], "skipped": {},
+                "summary": {"marl": {"evals_to_95": {p: 1 for p in problems}},
+                            "optuna": {"evals_to_95": {p: 3 for p in problems}}}}
+
+    suite = [tmp_path / f"{n}.py" for n in "abc"]
+    md = tmp_path / "B.md"
+    union_section(md, [result({"a": 0.5, "b": 1.005, "c": 1.2})], len(suite), suite)
+    text = " ".join(md.read_text().split())
+    assert "not faster on b, c (1 of these within 1 %" in text
