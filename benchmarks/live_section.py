@@ -48,12 +48,19 @@ HANDOFF_MERGED = RESULTS / "2026-12-03-h200-bench-live-handoff-merged"
 # GEMMs on which the agents had needed more measurements than Optuna in their latest run
 TC_SETS = ("2026-12-03-h200-bench-live-s24",)
 TC_MERGED = RESULTS / "2026-12-03-h200-bench-live-tcmodel-merged"
-# issue 5's 3x target on problems drawn by rule, not by how the agents had done: one per family,
-# seed 1204 (the next after the ablations' 1202 and 1203, fixed before the runs), every
-# strategy (commit 9c9f377)
-SAMPLE_SETS = ("2026-12-03-h200-bench-live-sample1204",)
-SAMPLE_MERGED = RESULTS / "2026-12-03-h200-bench-live-sample1204-merged"
-SAMPLE_SEED = 1204
+# issue 5's 3x target on problems drawn by rule, not by how the agents had done: one per family
+# (`gpu_suite.heldout_sample`), each seed fixed before its runs, every strategy; per draw: its
+# set, its merge, how it was run
+SAMPLE_DRAWS = (
+    ("2026-12-03-h200-bench-live-sample1204",
+     RESULTS / "2026-12-03-h200-bench-live-sample1204-merged",
+     "seed 1204 (the next after the ablations' 1202 and 1203), its three shares, commit 9c9f377"),
+    ("2026-12-03-h200-bench-live-sample1205",
+     RESULTS / "2026-12-03-h200-bench-live-sample1205-merged",
+     "seed 1205, its third share then its second (the cheaper first; the session's GPU time ended "
+     "inside the second; the first share, the attention, convolution, elementwise and fused "
+     "product draws, was not run), commit 84f4973"),
+)
 # issue 3's comparison live: the trained agents, the same agents untrained, the single-agent
 # ablation, random search and Optuna on held-out problems drawn by rule (commit 5fae39a)
 ABLATION_SETS = ("2026-12-02-h200-bench-live-s19",)
@@ -215,20 +222,23 @@ SAMPLE_INTRO = """\
 
 The union above counts each problem by its latest run, and some problems were benched again
 because the agents had needed many measurements, which favours the agents. This section settles
-issue 5's target without that choice: {n} problems drawn at random, one from each name family of
+issue 5's target without that choice: problems drawn at random, one from each name family of
 the recorded problems (multi-kernel programs left out; `gpu_suite.py --bench-problems
-sample:1:{seed}:K:3`, seed {seed} fixed before the runs, the next after the ablations' 1202 and
-1203), benched on the H200 with every strategy side by side as in the sections above (budget
-40, one seed, commit 9c9f377, the fold policies: each problem tuned by the one that never
-trained on it). Runs: {sets}, merged into `{merged}`.
+sample:1:SEED:K:3`), benched on the H200 with every strategy side by side as in the sections
+above (budget 40, one seed, the fold policies: each problem tuned by the one that never trained
+on it). Cells: measurements to 95 % of the run's best, 41 when not reached in 40.
 
-Median measurements to 95 % of each run's best over the {n} problems: {medians}. The agents
-against the best of Optuna and Kernel Tuner's strategies ({best_peer}): **{ratio:.1f}x fewer**
-(target 3x: {met}); against the fewest any of those five peers needed on each problem (the
-peers' per-problem oracle, median {oracle:g}): {oracle_ratio:.1f}x fewer. Sign test of the
-agents against {best_peer}: fewer on {fewer}, more on {more}, tied on {tied} (two-sided p
-{p:.2g}). {ties}One seed per problem and twelve problems: the ratio's spread across seeds
-was not measured.
+{draws}
+
+Both draws together ({n} problem runs{dups}): {pooled} {ties}One seed per problem: the spread
+of the ratio across seeds was not measured. Runs: {sets}, merged per draw into {merged}; the
+first draw's report follows, the second's is the next section.
+"""
+
+SAMPLE2_INTRO = """\
+## The 3x target on problems drawn by rule: the second draw (issue 5)
+
+The second draw of the section above ({what}). Runs: {sets}, merged into `{merged}`.
 """
 
 UNION = """\
@@ -318,36 +328,65 @@ def ablation_text(merged: dict, cut: int) -> str:
         sets=", ".join(f"`benchmarks/results/{s}/`" for s in ABLATION_SETS))
 
 
-def sample_text(merged: dict) -> str:
-    """The rule-drawn sample's text: each strategy's median measurements to 95 %, the agents
-    against the best peer by median and against the peers' per-problem minimum, a sign test."""
-    from agents_ab import sign_test
+def sample_rows(merged: dict) -> list[tuple[str, dict[str, int]]]:
+    """A draw's problems the policy never trained on, each with the agents' and the peers'
+    measurements to 95 %."""
     from cuda_agent.bench import PEERS
 
-    unseen, med, best_peer = evals_medians(latest_runs([merged]))
-    per = {p: {s: r["summary"][s]["evals_to_95"][p] for s in ("marl",) + PEERS
-               if p in r["summary"].get(s, {}).get("evals_to_95", {})}
-           for p, r in unseen.items()}
-    oracle = statistics.median(min(v for s, v in c.items() if s != "marl")
-                               for c in per.values())
-    sign = sign_test(per, "marl", best_peer)
+    unseen, _, _ = evals_medians(latest_runs([merged]))
+    return [(p, {s: r["summary"][s]["evals_to_95"][p] for s in ("marl",) + PEERS
+                 if p in r["summary"].get(s, {}).get("evals_to_95", {})})
+            for p, r in sorted(unseen.items())]
+
+
+def sample_comparison(rows: list[tuple[str, dict[str, int]]]) -> str:
+    """Medians over `rows` (a problem may come twice), the agents against the best peer by
+    median and against the peers' per-problem minimum, the sign test against the best peer."""
+    from agents_ab import sign_test
+
+    strategies = [s for s in rows[0][1] if all(s in c for _, c in rows)]
+    med = {s: statistics.median(c[s] for _, c in rows) for s in strategies}
+    best_peer = min((s for s in med if s != "marl"), key=med.__getitem__)
+    oracle = statistics.median(min(v for s, v in c.items() if s != "marl") for _, c in rows)
+    sign = sign_test({str(i): c for i, (_, c) in enumerate(rows)}, "marl", best_peer)
+    p = "-" if sign["sign_test_p"] is None else f"{sign['sign_test_p']:.2g}"
+    met = "met" if med[best_peer] >= 3 * med["marl"] else "not met"
+    return (f"medians {', '.join(f'{s} {m:g}' for s, m in med.items())}; the agents against "
+            f"the best of Optuna and Kernel Tuner's strategies ({best_peer}): "
+            f"**{med[best_peer] / med['marl']:.1f}x fewer** (target 3x: {met}); against the "
+            f"fewest any peer needed on each problem (median {oracle:g}): "
+            f"{oracle / med['marl']:.1f}x fewer; against {best_peer} fewer on {sign['fewer']}, "
+            f"more on {sign['more']}, tied on {sign['tied']} (sign test, two-sided p {p}).")
+
+
+def sample_text(draws: list[dict]) -> str:
+    """The rule-drawn samples' text (one merged report per draw, `SAMPLE_DRAWS`' order)."""
+    from cuda_agent.bench import PEERS
+
+    per_draw = [sample_rows(m) for m in draws]
+    lines = []
+    for i, ((_, _, what), merged, rows) in enumerate(zip(SAMPLE_DRAWS, draws, per_draw), 1):
+        unfinished = sorted(merged.get("skipped", {}))
+        cut = f"; not finished: {', '.join(unfinished)}" if unfinished else ""
+        lines.append(f"Draw {i}, {what} ({len(rows)} problems{cut}): "
+                     + sample_comparison(rows))
+    pooled = [r for rows in per_draw for r in rows]
+    names = [p for p, _ in pooled]
+    twice = sorted({p for p in names if names.count(p) > 1})
     kt = [s for s in PEERS if s.startswith("kt:")]
     same = [f"{a} and {b}" for i, a in enumerate(kt) for b in kt[i + 1:]
-            if all(c.get(a) == c.get(b) for c in per.values())]
+            if all(c.get(a) == c.get(b) for _, c in per_draw[0])]
     ties = ""
     if same:  # Kernel Tuner's genetic algorithm starts from the random sampler's draws
-        ties = (f"{'; '.join(same)} needed the same count on every problem here: under one "
-                "seed Kernel Tuner's genetic algorithm begins with the random sampler's "
-                "draws. ")
+        ties = (f"In the first draw {'; '.join(same)} needed the same count on every problem: "
+                "under one seed Kernel Tuner's genetic algorithm begins with the random "
+                "sampler's draws. ")
     return SAMPLE_INTRO.format(
-        n=len(per), seed=SAMPLE_SEED, merged=SAMPLE_MERGED.relative_to(ROOT),
-        sets=", ".join(f"`benchmarks/results/{s}/`" for s in SAMPLE_SETS),
-        medians=", ".join(f"{s} {m:g}" for s, m in med.items()), best_peer=best_peer,
-        ratio=med[best_peer] / med["marl"],
-        met="met" if med[best_peer] >= 3 * med["marl"] else "not met",
-        oracle=oracle, oracle_ratio=oracle / med["marl"], fewer=sign["fewer"],
-        more=sign["more"], tied=sign["tied"], p=sign["sign_test_p"] if sign["sign_test_p"] is not None else 1.0,
-        ties=ties)
+        draws="\n\n".join(lines), n=len(pooled), ties=ties,
+        dups=f"; {', '.join(twice)} drawn in both, counted once per run" if twice else "",
+        pooled=sample_comparison(pooled),
+        sets=", ".join(f"`benchmarks/results/{s}/`" for s, _, _ in SAMPLE_DRAWS),
+        merged=", ".join(f"`{m.relative_to(ROOT)}`" for _, m, _ in SAMPLE_DRAWS))
 
 
 def merge_set(sets: tuple[str, ...], merged: Path) -> dict:
@@ -549,11 +588,15 @@ def main() -> None:
     run4 = json.loads((RESULTS / ABLATION_SETS[0] / "run4" / "bench.json").read_text())
     bench_section(args.md, "bench-live-ablations", ablation_text(ablations, len(run4["problems"])),
                   ABLATION_MERGED, ROOT)
-    sample = merge_set(SAMPLE_SETS, SAMPLE_MERGED)
-    bench_section(args.md, "bench-live-sample", sample_text(sample), SAMPLE_MERGED, ROOT)
+    samples = [merge_set((name,), path) for name, path, _ in SAMPLE_DRAWS]
+    bench_section(args.md, "bench-live-sample", sample_text(samples), SAMPLE_DRAWS[0][1], ROOT)
+    name, path, what = SAMPLE_DRAWS[1]
+    bench_section(args.md, "bench-live-sample2", SAMPLE2_INTRO.format(
+        what=what, sets=f"`benchmarks/results/{name}/`", merged=path.relative_to(ROOT)),
+        path, ROOT)
     # a problem benched again counts by its latest run (the sample's draws were not chosen
     # for the agents' counts: they stay in the union without the reruns)
-    results = [merged, folds, retrained, prior, programs, handoff, tcmodel, sample]
+    results = [merged, folds, retrained, prior, programs, handoff, tcmodel, *samples]
     n = union_section(args.md, results, len(suite), suite, rebench=(prior, tcmodel))
     print(f"{args.md}: live bench sections, "
           f"{' + '.join(str(len(r['problems'])) for r in results)} problems; {n} together")

@@ -112,35 +112,41 @@ def test_live_union_without_the_reruns_chosen_for_the_agents(tmp_path):
 
 
 def test_rule_drawn_sample_text_by_hand():
-    """The rule-drawn sample's sentences by hand: medians, the best peer by median, the peers'
-    per-problem minimum, the sign test, the target met or not, and identical Kernel Tuner
-    columns named."""
-    from live_section import sample_text
+    """The rule-drawn samples' sentences by hand: medians, the best peer by median, the peers'
+    per-problem minimum, the sign test, the target met or not, a problem drawn twice counted
+    once per run, identical Kernel Tuner columns named."""
+    from live_section import sample_comparison, sample_text
 
-    def merged(marl, optuna, bayes, ga, rs):
-        names = list(marl)
+    def merged(marl, optuna, bayes, ga, rs, skipped=None):
         return {"problems": {p: {"best_ms": 1.0, "compile_ms": 2.0, "family": "gemm"}
-                             for p in names}, "trained_on": [], "skipped": {},
+                             for p in marl}, "trained_on": [], "skipped": skipped or {},
                 "summary": {"marl": {"evals_to_95": marl},
                             "optuna": {"evals_to_95": optuna},
                             "kt:bayes_opt": {"evals_to_95": bayes},
                             "kt:genetic_algorithm": {"evals_to_95": ga},
                             "kt:random_sample": {"evals_to_95": rs}}}
 
-    # medians: marl 2, optuna 12, bayes 20; per-problem peer minimum 3, 8, 12 -> 8
-    text = " ".join(sample_text(merged({"a": 1, "b": 2, "c": 5}, {"a": 12, "b": 8, "c": 30},
-                                       {"a": 3, "b": 20, "c": 12}, {"a": 41, "b": 41, "c": 41},
-                                       {"a": 41, "b": 41, "c": 41})).split())
-    assert "over the 3 problems: marl 2, optuna 12, kt:genetic_algorithm 41" in text
+    # medians: marl 2, optuna 12, bayes 12, ga/rs 41; per-problem peer minimum 3, 8, 12 -> 8
+    first = merged({"a": 1, "b": 2, "c": 5}, {"a": 12, "b": 8, "c": 30},
+                   {"a": 3, "b": 20, "c": 12}, {"a": 41, "b": 41, "c": 41},
+                   {"a": 41, "b": 41, "c": 41})
+    # the agents behind on the second draw; "a" drawn again
+    second = merged({"a": 9, "d": 9}, {"a": 1, "d": 2}, {"a": 41, "d": 41},
+                    {"a": 41, "d": 40}, {"a": 41, "d": 41}, skipped={"e": "not finished"})
+    text = " ".join(sample_text([first, second]).split())
+    assert ("(3 problems): medians marl 2, optuna 12, kt:genetic_algorithm 41, kt:bayes_opt 12"
+            in text)
     assert "(optuna): **6.0x fewer** (target 3x: met)" in text
-    assert "median 8): 4.0x fewer" in text
-    assert "fewer on 3, more on 0, tied on 0 (two-sided p 0.25)" in text
+    assert "(median 8): 4.0x fewer" in text
+    assert "fewer on 3, more on 0, tied on 0 (sign test, two-sided p 0.25)" in text
+    assert "(2 problems; not finished: e): medians marl 9, optuna 1.5" in text
+    assert "**0.2x fewer** (target 3x: not met)" in text
+    # pooled: marl 1,2,5,9,9 -> 5; optuna 12,8,30,1,2 -> 8
+    assert ("(5 problem runs; a drawn in both, counted once per run): medians marl 5, optuna 8"
+            in text)
     assert "kt:genetic_algorithm and kt:random_sample needed the same count" in text
-    # the agents behind: not met, and no identical columns
-    text = " ".join(sample_text(merged({"a": 9, "b": 9, "c": 9}, {"a": 12, "b": 8, "c": 30},
-                                       {"a": 3, "b": 20, "c": 12}, {"a": 41, "b": 40, "c": 41},
-                                       {"a": 41, "b": 41, "c": 41})).split())
-    assert "(target 3x: not met)" in text and "same count" not in text
+    rows = [("x", {"marl": 3, "optuna": 3, "kt:bayes_opt": 3})]
+    assert "tied on 1 (sign test, two-sided p -)" in sample_comparison(rows)
 
 
 def test_live_union_names_ties_with_torch_compile(tmp_path):
