@@ -333,10 +333,9 @@ def sample_rows(merged: dict) -> list[tuple[str, dict[str, int]]]:
     measurements to 95 %."""
     from cuda_agent.bench import PEERS
 
-    unseen, _, _ = evals_medians(latest_runs([merged]))
     return [(p, {s: r["summary"][s]["evals_to_95"][p] for s in ("marl",) + PEERS
                  if p in r["summary"].get(s, {}).get("evals_to_95", {})})
-            for p, r in sorted(unseen.items())]
+            for p, r in sorted(never_trained(latest_runs([merged])).items())]
 
 
 def sample_comparison(rows: list[tuple[str, dict[str, int]]]) -> str:
@@ -359,13 +358,13 @@ def sample_comparison(rows: list[tuple[str, dict[str, int]]]) -> str:
             f"more on {sign['more']}, tied on {sign['tied']} (sign test, two-sided p {p}).")
 
 
-def sample_text(draws: list[dict]) -> str:
-    """The rule-drawn samples' text (one merged report per draw, `SAMPLE_DRAWS`' order)."""
+def sample_text(draws: list[tuple[str, dict]]) -> str:
+    """The rule-drawn samples' text; `draws`: each draw's description and merged report."""
     from cuda_agent.bench import PEERS
 
-    per_draw = [sample_rows(m) for m in draws]
+    per_draw = [sample_rows(m) for _, m in draws]
     lines = []
-    for i, ((_, _, what), merged, rows) in enumerate(zip(SAMPLE_DRAWS, draws, per_draw), 1):
+    for i, ((what, merged), rows) in enumerate(zip(draws, per_draw), 1):
         unfinished = sorted(merged.get("skipped", {}))
         cut = f"; not finished: {', '.join(unfinished)}" if unfinished else ""
         lines.append(f"Draw {i}, {what} ({len(rows)} problems{cut}): "
@@ -406,6 +405,13 @@ def latest_runs(results: list[dict]) -> dict[str, dict]:
     return {p: r for r in results for p in r["problems"]}
 
 
+def never_trained(latest: dict[str, dict]) -> dict[str, dict]:
+    """The problems (with their runs) whose run's policy never trained on them and where the
+    agents were counted."""
+    return {p: r for p, r in latest.items() if p not in set(r.get("trained_on", []))
+            and p in r["summary"].get("marl", {}).get("evals_to_95", {})}
+
+
 def evals_medians(latest: dict[str, dict]) -> tuple[dict, dict[str, float], str]:
     """The problems whose run's policy never trained on them, the median measurements to 95 %
     of each strategy on those, and the best peer (fewest of Optuna and Kernel Tuner)."""
@@ -413,8 +419,7 @@ def evals_medians(latest: dict[str, dict]) -> tuple[dict, dict[str, float], str]
 
     # the agents' count where the run's policy never trained on the problem; the peers' on
     # those same problems
-    unseen = {p: r for p, r in latest.items() if p not in set(r.get("trained_on", []))
-              and p in r["summary"].get("marl", {}).get("evals_to_95", {})}
+    unseen = never_trained(latest)
 
     def counts(strategy: str) -> list[int]:
         return [r["summary"][strategy]["evals_to_95"][p] for p, r in unseen.items()
@@ -589,7 +594,9 @@ def main() -> None:
     bench_section(args.md, "bench-live-ablations", ablation_text(ablations, len(run4["problems"])),
                   ABLATION_MERGED, ROOT)
     samples = [merge_set((name,), path) for name, path, _ in SAMPLE_DRAWS]
-    bench_section(args.md, "bench-live-sample", sample_text(samples), SAMPLE_DRAWS[0][1], ROOT)
+    bench_section(args.md, "bench-live-sample",
+                  sample_text([(what, m) for (_, _, what), m in zip(SAMPLE_DRAWS, samples)]),
+                  SAMPLE_DRAWS[0][1], ROOT)
     name, path, what = SAMPLE_DRAWS[1]
     bench_section(args.md, "bench-live-sample2", SAMPLE2_INTRO.format(
         what=what, sets=f"`benchmarks/results/{name}/`", merged=path.relative_to(ROOT)),

@@ -133,7 +133,7 @@ def test_rule_drawn_sample_text_by_hand():
     # the agents behind on the second draw; "a" drawn again
     second = merged({"a": 9, "d": 9}, {"a": 1, "d": 2}, {"a": 41, "d": 41},
                     {"a": 41, "d": 40}, {"a": 41, "d": 41}, skipped={"e": "not finished"})
-    text = " ".join(sample_text([first, second]).split())
+    text = " ".join(sample_text([("one", first), ("two", second)]).split())
     assert ("(3 problems): medians marl 2, optuna 12, kt:genetic_algorithm 41, kt:bayes_opt 12"
             in text)
     assert "(optuna): **6.0x fewer** (target 3x: met)" in text
