@@ -190,6 +190,8 @@ def flags() -> dict:
 def float64_fits(inputs: list, peak_extra: int, device: str) -> str | None:
     """None when a float64 copy of the reference's forward should fit on the device, else why
     not: its inputs twice the size, its working memory about twice eager's, 1 GiB of slack."""
+    if not is_cuda(device):
+        return None
     need = 2 * tensor_bytes(inputs) + 2 * peak_extra + (1 << 30)
     free = torch.cuda.mem_get_info(device)[0]
     return None if free > need else (f"needs about {need / 2**30:.1f} GiB, "
@@ -218,6 +220,8 @@ def float64_check(model_cls: type, init: list, state: dict, inputs: list, output
 
 def peak_of(fn: Callable[[], Any], device: str) -> tuple[Any, int]:
     """fn()'s result and the device memory it allocated at its peak beyond what was held."""
+    if not is_cuda(device):
+        return fn(), 0
     torch.cuda.synchronize()
     before = torch.cuda.memory_allocated(device)
     torch.cuda.reset_peak_memory_stats(device)
@@ -226,10 +230,16 @@ def peak_of(fn: Callable[[], Any], device: str) -> tuple[Any, int]:
     return result, torch.cuda.max_memory_allocated(device) - before
 
 
+def is_cuda(device: str) -> bool:
+    return torch.device(device).type == "cuda"
+
+
 def run(problem_path: Path, model_new_path: Path, seeds: list[int], device: str = "cuda",
         time_budget_s: float = 1.0) -> dict:
+    """The row for one problem; on a CPU `device` (the CPU tests) the checks alone, untimed."""
+    gpu = torch.cuda.get_device_name(device) if is_cuda(device) else "cpu"
     row: dict[str, Any] = {"problem": problem_path.stem, "status": "error", "message": "",
-                           "gpu": torch.cuda.get_device_name(device), "torch": torch.__version__,
+                           "gpu": gpu, "torch": torch.__version__,
                            "cuda": torch.version.cuda, "flags": flags(), "seeds": seeds,
                            "atol": ATOL, "rtol": RTOL}
     t0 = time.time()
@@ -242,7 +252,8 @@ def run(problem_path: Path, model_new_path: Path, seeds: list[int], device: str 
             raise Verdict("error", f"loading: {first_line(exc)}")
         if not hasattr(new_mod, "ModelNew"):
             raise Verdict("error", f"{model_new_path.name} defines no ModelNew")
-        row["copy_tbps"] = copy_bandwidth(device)
+        if is_cuda(device):
+            row["copy_tbps"] = copy_bandwidth(device)
         init = list(prob.get_init_inputs())
         phase = "building the modules"
         ref = build(prob.Model, init, device)
@@ -300,7 +311,8 @@ def run(problem_path: Path, model_new_path: Path, seeds: list[int], device: str 
         if msg:
             raise Verdict("wrong", msg)
         phase = "timing"
-        row.update(timings(prob, ref, new, device, seeds, time_budget_s))
+        if is_cuda(device):
+            row.update(timings(prob, ref, new, device, seeds, time_budget_s))
         row["flags_after"] = flags()
         if row["flags_after"] != row["flags"]:
             row["message"] = "numeric settings changed during the run"

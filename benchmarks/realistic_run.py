@@ -326,8 +326,8 @@ def results_doc(rows: dict[str, dict], manifest: list[dict], settings: RunSettin
 def write_results(s: RunSettings, rows: dict[str, dict], manifest: list[dict]) -> None:
     """realistic.json (work and $OUT) and the logs' tarball, replaced whole each time."""
     text = json.dumps(results_doc(rows, manifest, s), indent=1, default=str) + "\n"
-    s.final.mkdir(parents=True, exist_ok=True)
     for folder in (s.work, s.final):
+        folder.mkdir(parents=True, exist_ok=True)
         tmp = folder / "realistic.json.tmp"
         tmp.write_text(text)
         os.replace(tmp, folder / "realistic.json")
