@@ -205,6 +205,8 @@ def classify_tune(rc: int | str, output: str, report: dict | None,
         return "oom", oom[:300]
     if message.lower().startswith("unsupported") or "unsupported:" in message.lower():
         return "unsupported", message[:300]
+    if "time limit" in message.lower():  # stopped by its own limit with nothing verified
+        return "timeout", message[:300]
     if rc == 0:
         message = f"exit 0 but no model_new.py was written ({message})"
     return "error", message[:300]

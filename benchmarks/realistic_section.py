@@ -131,15 +131,23 @@ def _err(f64: dict) -> str:
     return "-" if new is None else f"{new:.1e}" + (f" ({ref:.1e})" if ref is not None else "")
 
 
+def eager_peak(r: dict) -> int | None:
+    """Eager's device memory at its peak in the harness: the inputs, and what its forward
+    allocated beyond them (the bound of issue 33 item 1 starts from it)."""
+    if r.get("eager_peak_bytes") is None or r.get("harness_input_bytes") is None:
+        return None
+    return r["harness_input_bytes"] + r["eager_peak_bytes"]
+
+
 def table_lines(rows: dict[str, dict], manifest: list[dict]) -> list[str]:
-    lines = ["| problem | input GiB | family | status | tune s | tune peak GiB | kernel ms "
-             "(harness) | eager ms | compile ms | vs compile | rel err vs fp64 (torch's) | "
-             "message |", "|---" * 12 + "|"]
+    lines = ["| problem | input GiB | family | status | tune s | tune peak GiB | eager peak "
+             "GiB | kernel ms (harness) | eager ms | compile ms | vs compile | rel err vs fp64 "
+             "(torch's) | message |", "|---" * 13 + "|"]
     for e in manifest:
         r = rows.get(e["problem"])
         if r is None:
             lines.append(f"| {e['problem']} | {_gib(e['input_bytes'])} | {e['family']} | "
-                         "not run | - | - | - | - | - | - | - | |")
+                         "not run | - | - | - | - | - | - | - | - | |")
             continue
         err = _err(r.get("float64") or {})
         vs = (r["compile_ms"] / r["new_ms"] if r.get("status") == "ok" and r.get("new_ms")
@@ -148,7 +156,8 @@ def table_lines(rows: dict[str, dict], manifest: list[dict]) -> list[str]:
         lines.append(
             f"| {e['problem']} | {_gib(e['input_bytes'])} | {r.get('family') or e['family']} | "
             f"{r.get('status', '?')} | {_secs(r.get('tune_wall_s'))} | "
-            f"{_gib(r.get('tune_peak_gpu_bytes'))} | {_ms(r.get('new_ms'))} | "
+            f"{_gib(r.get('tune_peak_gpu_bytes'))} | {_gib(eager_peak(r))} | "
+            f"{_ms(r.get('new_ms'))} | "
             f"{_ms(r.get('eager_ms'))} | {_ms(r.get('compile_ms'))} | {_x(vs)} | {err} | "
             f"{msg[:120]} |")
     return lines
@@ -179,7 +188,8 @@ def section_lines(s: dict, rows: dict[str, dict], manifest: list[dict],
         "median). Statuses: oom, timeout (the tune past its limit plus a grace, or the "
         "harness past its own), wrong, unsupported (the tool's refusal), error. Tune peak: "
         "the GPU's memory in use during the tune, sampled by nvidia-smi, less what was in use "
-        "before.",
+        "before; eager peak: torch's allocator at the peak of the harness's eager forward, "
+        "inputs included.",
         "",
         (f"Run {runs_text(docs)}." if docs else "No GPU run yet."),
         "",

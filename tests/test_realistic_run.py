@@ -35,6 +35,8 @@ def test_a_tune_outcome_becomes_a_status():
         {"ok": False, "error_msg": "mismatch"}]}, False) == (
         "error", "no candidate passed verification")
     assert rr.classify_tune(0, "done", None, False)[0] == "error"  # no kernel written
+    assert rr.classify_tune(1, "error: the time limit (45 s) passed before any candidate was "
+                            "verified", None, False)[0] == "timeout"
 
 
 def test_report_fields_keep_the_memory_section_and_its_peak():

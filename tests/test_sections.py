@@ -202,6 +202,7 @@ def test_realistic_section_counts_by_hand(tmp_path):
     assert "over the 2 verified and timed: **1.00x** (against eager 1.41x)" in flat
     assert "Not run yet: 1 problems." in flat and "1-24 GiB" in flat
     assert "| p_notrun | 24.0 | f | not run |" in text
+    assert "| p_fast | 2.0 | softmax | ok | 40 | 3.0 | 4.0 | 1.000 |" in text
     assert "| p_timeout | 1.0 | conv | timeout |" in text
     assert "| 2.0e-07 (1.0e-07) |" in text and "| skipped |" in text
     assert "commits fixture, fixture2" in flat and "not_in_manifest" not in text
