@@ -38,6 +38,7 @@ from benchmarks import realistic_suite  # noqa: E402
 STATUSES = ("ok", "oom", "timeout", "wrong", "unsupported", "error")
 CLI = [sys.executable, "-c", "from cuda_agent.cli import main; main()"]
 DEFAULT_POLICY = "benchmarks/policies/h200-gpu-1203-multi.pt"
+TARBALL_LIMIT = 15 << 20  # past it, the logs' tarball leaves out the emitted modules
 # the row's fields that are the harness's to fill (the tune's eager/compile are not timed)
 HARNESS_OWNS = ("status", "message", "eager_ms", "compile_ms")
 
@@ -334,11 +335,15 @@ def write_results(s: RunSettings, rows: dict[str, dict], manifest: list[dict]) -
         tmp.write_text(text)
         os.replace(tmp, folder / "realistic.json")
     tmp = s.final / "realistic-logs.tgz.tmp"
-    with tarfile.open(tmp, "w:gz") as tar:
-        for d in sorted((s.work / "realistic").glob("*")):
-            for f in sorted(d.rglob("*")):
-                if f.is_file() and "store.sqlite" not in f.name:
-                    tar.add(f, arcname=str(f.relative_to(s.work / "realistic")))
+    for kernels in (True, False):  # the device tool brings back files of at most 16 MiB
+        with tarfile.open(tmp, "w:gz") as tar:
+            for d in sorted((s.work / "realistic").glob("*")):
+                for f in sorted(d.rglob("*")):
+                    if f.is_file() and "store.sqlite" not in f.name and (
+                            kernels or f.name not in ("model_new.py", "kernel.cu")):
+                        tar.add(f, arcname=str(f.relative_to(s.work / "realistic")))
+        if tmp.stat().st_size < TARBALL_LIMIT:
+            break
     os.replace(tmp, s.final / "realistic-logs.tgz")
 
 
