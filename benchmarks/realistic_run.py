@@ -358,7 +358,7 @@ def table(rows: list[dict]) -> str:
     for r in rows:
         vs = r.get("speedup_vs_compile")
         lines.append(f"{r['problem'][:40]:40s} {r['status']:11s} "
-                     f"{ms(r.get('tune_wall_s')):>7s} {ms(r.get('new_ms')):>9s} "
+                     f"{r.get('tune_wall_s') or 0:>7.0f} {ms(r.get('new_ms')):>9s} "
                      f"{ms(r.get('compile_ms')):>10s} "
                      f"{(f'{vs:.2f}x' if vs else '-'):>10s}  {(r.get('message') or '')[:70]}")
     return "\n".join(lines)
