@@ -7,7 +7,7 @@ emitted module runs without cuda-agent installed. Keep it free of cuda_agent imp
 from __future__ import annotations
 
 import ctypes
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
@@ -208,6 +208,26 @@ class LoadedKernels:
 
     def __del__(self) -> None:
         self.close()
+
+
+def update_state(updates: Sequence[dict], workspace: torch.Tensor,
+                 buffer: Callable[[str], torch.Tensor]) -> None:
+    """Apply a candidate's module-state updates after its kernels ran (`program.state_updates`):
+    BatchNorm's running statistics in training mode, from the batch mean and biased variance
+    the kernels left in the workspace, as torch computes them (the variance made unbiased,
+    count / (count - 1)); and counters such as num_batches_tracked. `buffer` maps a
+    state_dict name to the tensor to update. Part of every timed run of such a candidate."""
+    for u in updates:
+        if u["op"] == "increment":
+            buffer(u["target"]).add_(u["by"])
+            continue
+        m, n = float(u["momentum"]), int(u["count"])
+        for key, stat, scale in (("running_mean", "mean", m), ("running_var", "var",
+                                                               m * n / (n - 1))):
+            start, numel = u[stat]
+            value = workspace[start:start + 4 * numel].view(torch.float32)
+            running = buffer(u[key])
+            running.mul_(1.0 - m).add_(value.view(running.shape), alpha=scale)
 
 
 def synchronize(device: torch.device) -> None:
