@@ -179,6 +179,19 @@ def test_a_running_statistic_passed_as_an_argument_is_refused():
         capture(ArgStats, [], lambda: [torch.randn(3, 4, 5), torch.zeros(4), torch.ones(4)])
 
 
+def test_a_buffer_read_and_counted_in_place_is_refused():
+    class Counted(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("seen", torch.zeros(()))
+
+        def forward(self, x):
+            self.seen.add_(1)
+            return x * self.seen
+    with pytest.raises(UnsupportedError, match="reads buffer seen and also updates it"):
+        capture(Counted, [], lambda: [torch.randn(3, 4)])
+
+
 # -- the generated program on the CPU emulator, with the state update -------------------------
 
 def _run_program(name: str, seed: int = 0):

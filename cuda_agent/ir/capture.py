@@ -417,10 +417,13 @@ def _inplace_add(lw: _Lowering, node, args, kwargs):
     (num_batches_tracked), recorded as an `Increment` of that buffer."""
     target = lw.buffer_target(args[0], "forward() updates a tensor")
     by = args[1] if len(args) > 1 else None
-    if isinstance(by, bool) or not isinstance(by, (int, float)) or kwargs.get("alpha", 1) != 1 \
-            or node.users:
+    if isinstance(by, bool) or not isinstance(by, (int, float)) or kwargs.get("alpha", 1) != 1:
         raise UnsupportedError(f"unsupported: forward() updates buffer {target} in place "
                                "other than by adding a constant")
+    if node.users or any(u is not node for u in args[0].users):
+        # the graph would read the value before the update where torch reads it after
+        raise UnsupportedError(f"unsupported: forward() reads buffer {target} and also updates "
+                               "it in place")
     lw.g.updates.append(Increment(target, by))
     return None
 
