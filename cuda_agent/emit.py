@@ -4,6 +4,11 @@
 same constructor and parameters), the launcher runtime, the kernel source and its cubin. It runs
 without cuda-agent installed: torch and cuda-bindings are enough. Files are written to a temporary
 directory and moved into place together, so a failed run leaves nothing half-written.
+
+`ModelNew.forward` does what the tuner measured and verified: the kernels, then any update of
+module state forward() makes (training-mode BatchNorm's running statistics,
+`launcher.update_state`). It refuses inputs whose whole shape differs from the tuned one, and a
+module whose train/eval mode changed since it was tuned where the computation depends on it.
 """
 
 from __future__ import annotations

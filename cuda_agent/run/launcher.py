@@ -222,12 +222,15 @@ def update_state(updates: Sequence[dict], workspace: torch.Tensor,
             buffer(u["target"]).add_(u["by"])
             continue
         m, n = float(u["momentum"]), int(u["count"])
-        for key, stat, scale in (("running_mean", "mean", m), ("running_var", "var",
-                                                               m * n / (n - 1))):
-            start, numel = u[stat]
-            value = workspace[start:start + 4 * numel].view(torch.float32)
-            running = buffer(u[key])
-            running.mul_(1.0 - m).add_(value.view(running.shape), alpha=scale)
+        mean, var = (_floats(workspace, *u[stat]) for stat in ("mean", "var"))
+        running_mean, running_var = buffer(u["running_mean"]), buffer(u["running_var"])
+        # four small launches in all (with the counter's): (1 - m) * r + m * statistic
+        running_mean.lerp_(mean.view(running_mean.shape), m)
+        running_var.mul_(1.0 - m).add_(var.view(running_var.shape), alpha=m * n / (n - 1))
+
+
+def _floats(workspace: torch.Tensor, start: int, numel: int) -> torch.Tensor:
+    return workspace[start:start + 4 * numel].view(torch.float32)
 
 
 def synchronize(device: torch.device) -> None:
