@@ -87,8 +87,9 @@ class ModelNew(Model):
     def forward(self, *args):
         if MODES is not None and tuple(m.training for m in self.modules()) != MODES:
             raise RuntimeError("this kernel was tuned for the module in the train/eval mode "
-                               "Model(*get_init_inputs()) is in; .train() or .eval() changed "
-                               "what it computes: tune a problem in the new mode")
+                               "Model(*get_init_inputs()) leaves it in, and what it computes "
+                               "depends on the mode: tune a problem that holds it in the new "
+                               "mode")
         given = [args[ref] if role == "input" else self.get_parameter(ref)
                  if role == "parameter" else self.get_buffer(ref) for role, ref in OPERANDS]
         for (role, ref), t, arg_shape in zip(OPERANDS, given, ARG_SHAPES):

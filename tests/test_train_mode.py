@@ -129,6 +129,18 @@ def test_graphs_without_mode_dependent_ops_record_no_modes():
     assert g.modes is None and g.updates == []
 
 
+def test_a_forward_that_reads_its_own_mode_records_the_modes():
+    class Branchy(nn.Module):
+        def forward(self, x):
+            return torch.relu(x) * (2.0 if self.training else 3.0)
+    g = capture(Branchy, [], lambda: [torch.randn(4, 5)])
+    assert g.modes == (True,) and g.updates == []
+    # torch's own modules are told apart by their ops: p = 0 dropout depends on no mode
+    g = capture(lambda: nn.Sequential(nn.Dropout(0.0), nn.Tanh()), [],
+                lambda: [torch.randn(4, 5)])
+    assert g.modes is None
+
+
 def test_batch_norm_without_running_statistics_updates_nothing():
     g = capture(lambda: nn.BatchNorm2d(4, track_running_stats=False), [],
                 lambda: [torch.randn(3, 4, 5, 5)])

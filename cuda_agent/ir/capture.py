@@ -12,9 +12,10 @@ outside it raises `UnsupportedError` naming the op: there is no silent fallback 
 from __future__ import annotations
 
 import dataclasses
-
+import inspect
 import math
 import operator
+import re
 import warnings
 from typing import Any, Callable
 
@@ -839,7 +840,28 @@ def capture(model_cls: type, init_inputs: list, make_inputs: Callable[[], list])
     except Exception as exc:  # noqa: BLE001 - tracing failures are the user's to see
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ProblemError(f"could not trace Model.forward with torch.export: {msg}")
-    return lower(exported, tuple(m.training for m in model.modules()))
+    modes = tuple(m.training for m in model.modules())
+    graph = lower(exported, modes)
+    if graph.modes is None and _reads_mode(model):
+        graph.modes = modes  # its own forward() may branch on self.training
+    return graph
+
+
+def _reads_mode(model: torch.nn.Module) -> bool:
+    """Whether a module class of the problem's own (not torch's: their mode-dependent ops are
+    told apart in the lowering) reads `self.training` in forward(): the trace followed one
+    branch, so the emitted module must refuse another mode."""
+    for m in model.modules():
+        cls = type(m)
+        if cls.__module__.startswith("torch."):
+            continue
+        try:
+            source = inspect.getsource(cls.forward)
+        except (OSError, TypeError):
+            continue
+        if re.search(r"\btraining\b", source):
+            return True
+    return False
 
 
 def check_modes(model: torch.nn.Module) -> None:
