@@ -105,7 +105,8 @@ def _row(r) -> dict:  # noqa: ANN001 - a TuneResult
         if d["fraction_of_copy_bw"] else "-",
         "evals": str(d["evals"]),
         "failed": ", ".join(f"{k} {v}" for k, v in d["failures"].items()) or "0",
-        "verification": f"{d['verification']['mode']}: {d['verification']['tolerance']}",
+        "verification": "not run (simulated)" if sim else
+        f"{d['verification']['mode']}: {d['verification']['tolerance']}",
     }
 
 
