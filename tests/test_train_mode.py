@@ -12,6 +12,7 @@ runs the same on the GPU.
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import types
 
@@ -297,6 +298,87 @@ def test_the_worker_times_a_candidate_with_its_state_update():
     torch.testing.assert_close(state["rm"], torch.tensor([0.5, 1.0]))
     torch.testing.assert_close(state["rv"], torch.tensor([4.5, 4.5]))  # 0.5 + 0.5 * 4 * 2
     assert int(state["n"]) == 1
+
+
+def _worker_state(tmp_path, conformance: bool):
+    """The GPU worker's reference half of `ProblemState` for a conv -> BatchNorm problem, on the
+    CPU (its timing half needs a GPU): the attributes its reference methods read."""
+    from cuda_agent.problem import load_problem
+    from cuda_agent.run.verify import KERNELBENCH
+
+    path = write_problem(tmp_path, "conv_bn_w", "torch.relu(self.bn(self.conv(x)))",
+                         "torch.randn(3, 2, 6, 7)", init_sig=", c",
+                         init_body="self.conv = nn.Conv2d(2, c, 3)\nself.bn = nn.BatchNorm2d(c)",
+                         init_inputs="4")
+    st = types.SimpleNamespace()
+    st.problem = load_problem(path)
+    st.graph = st.problem.graph()
+    st.plan = make_plan(st.graph)
+    st.model = st.problem.make_model("cpu")
+    st.ref_model = copy.deepcopy(st.model).double()
+    st.conformance = conformance
+    st.updates = state_updates(st.plan)
+    st.mutable = {"bn.running_mean", "bn.running_var", "bn.num_batches_tracked"}
+    for name in ("_split", "_reference_run", "reference", "run_candidate", "check_state",
+                 "kernel_inputs"):
+        setattr(st, name, getattr(ProblemState, name).__get__(st))
+    settings = VerifySettings(tolerance=KERNELBENCH if conformance else None)
+    return st, settings
+
+
+@pytest.mark.parametrize("conformance", [False, True], ids=["strict", "conformance"])
+def test_worker_reference_is_the_held_module_and_never_mutates_a_case(tmp_path, conformance):
+    st, _ = _worker_state(tmp_path, conformance)
+    assert st.model.training
+    state = {**dict(st.model.named_parameters()), **dict(st.model.named_buffers())}
+    x = torch.randn(3, 2, 6, 7)
+    tensors = [x if g.role == "input" else state[g.target].detach().clone()
+               for g in st.graph.inputs]
+    before = [t.clone() for t in tensors]
+    out, updated = st._reference_run(tensors)
+    assert out.dtype == (torch.float32 if conformance else torch.float64)
+    for t, t0 in zip(tensors, before):
+        assert torch.equal(t, t0)  # the running statistics were updated on copies
+    model = copy.deepcopy(st.model)
+    with torch.no_grad():
+        want = model(x)  # training mode: batch statistics
+    torch.testing.assert_close(out.float(), want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(updated["bn.running_mean"].float(), model.bn.running_mean)
+    torch.testing.assert_close(updated["bn.running_var"].float(), model.bn.running_var)
+
+
+def test_worker_checks_a_candidate_s_state_update(tmp_path, monkeypatch):
+    """`ProblemState.check_state`: a program whose update reads wrong statistics fails, one
+    whose statistics are right passes (the candidate here: torch, writing the workspace)."""
+    from cuda_agent.run.verify import CasePool
+
+    st, settings = _worker_state(tmp_path, False)
+    st.device = torch.device("cpu")
+    st.out_shape, st.out_dtype = tuple(st.plan.out_shape), torch.float32
+    st.timing_state, st._state_want = {}, None
+    examples = [(torch.randn(3, 2, 6, 7) if g.role == "input" else
+                 dict(st.model.state_dict())[g.target]).float() for g in st.graph.inputs]
+    st.pool = CasePool(st.reference, examples, st.out_shape, torch.float32, settings,
+                       [g.role != "input" for g in st.graph.inputs])
+    spec = next(u for u in st.updates if u["op"] == "running_stats")
+
+    class Kernels:
+        def __init__(self, skew: float) -> None:
+            self.skew = skew
+            self.workspace = torch.zeros(1 << 16, dtype=torch.uint8)
+
+        def __call__(self, inputs, out):
+            case = st.pool.cases[0].inputs
+            args, params = st._split(case, None)
+            y = F.conv2d(args[0], params["conv.weight"], params["conv.bias"])
+            mean, var = y.mean(dim=(0, 2, 3)), y.var(dim=(0, 2, 3), unbiased=False)
+            for (start, n), v in ((spec["mean"], mean), (spec["var"], var * self.skew)):
+                self.workspace[start:start + 4 * n].view(torch.float32).copy_(v)
+
+    monkeypatch.setattr("cuda_agent.run.launcher.synchronize", lambda device: None)
+    assert st.check_state(Kernels(1.0)).ok
+    bad = st.check_state(Kernels(1.05))
+    assert not bad.ok and bad.kind == "wrong" and "bn.running_var" in bad.msg
 
 
 def test_check_state_rejects_a_wrong_running_statistic():
