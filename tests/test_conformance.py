@@ -144,7 +144,7 @@ def test_conformance_calls_trivial_outputs_inconclusive():
     assert verify(exact, tiny, [torch.randn(16, 32)], (16, 32), torch.float32).ok
 
 
-# -- tune and its report ----------------------------------------------------------------------------
+# -- tune and its report --------------------------------------------------------------------------
 
 def test_report_states_the_tolerance(tmp_path):
     from cuda_agent.tuner import tune

@@ -4,9 +4,10 @@ Tracing runs on the meta device, so a problem that moves gigabytes on the GPU is
 without allocating them. The module is traced in the mode `Model(*get_init_inputs())` leaves it
 in, as the field's harness runs it: training mode unless its constructor calls `.eval()`
 (batch norm then normalises by the batch's statistics and updates its running ones; dropout
-with p > 0 is random and refused). Composite ops (softmax, layer norm, vector norms, ...) are expanded into
-elementwise ops and single-kind reductions here, so templates see one small vocabulary. Any op
-outside it raises `UnsupportedError` naming the op: there is no silent fallback to torch.
+with p > 0 is random and refused). Composite ops (softmax, layer norm, vector norms, ...) are
+expanded into elementwise ops and single-kind reductions here, so templates see one small
+vocabulary. Any op outside it raises `UnsupportedError` naming the op: there is no silent
+fallback to torch.
 """
 
 from __future__ import annotations

@@ -107,7 +107,7 @@ class Graph:
     nodes: list[Node] = field(default_factory=list)
     inputs: list[GraphInput] = field(default_factory=list)
     output: int = -1
-    updates: list = field(default_factory=list)
+    updates: list[RunningStats | Increment] = field(default_factory=list)
     """state forward() updates in place (`RunningStats`, `Increment`), in program order"""
     modes: tuple[bool, ...] | None = None
     """where the computation depends on train/eval mode (batch norm, dropout): the `training`
