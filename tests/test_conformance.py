@@ -191,3 +191,20 @@ def test_cli_rejects_a_malformed_tolerance_in_one_line(tmp_path):
     err = proc.stderr.strip().splitlines()
     assert len(err) == 1 and "--tolerance" in err[0]
     assert not out.exists()
+
+
+def test_the_conformance_reference_runs_at_pytorch_s_defaults():
+    """The worker holds strict fp32 (TF32 off) for its witness and baselines; conformance
+    mode's reference runs under PyTorch's own defaults (cuDNN TF32 on, matmul TF32 off), read
+    before the worker changed them, and the worker's settings come back after it."""
+    from cuda_agent.run.worker import _TORCH_DEFAULTS, torch_defaults, use_precision
+
+    assert _TORCH_DEFAULTS == {"cudnn": True, "matmul": False}  # torch's documented defaults
+    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    try:
+        use_precision("fp32")
+        with torch_defaults():
+            assert torch.backends.cudnn.allow_tf32 and not torch.backends.cuda.matmul.allow_tf32
+        assert not torch.backends.cudnn.allow_tf32 and not torch.backends.cuda.matmul.allow_tf32
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
