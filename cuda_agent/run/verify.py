@@ -14,6 +14,13 @@ is a Python stand-in, and the same checks run. For each of several trials:
   (the "fp32 witness"), never below the dtype's tolerance;
 * one extra trial perturbs a single input element: a kernel that replays an earlier result fails;
 * if zeros, a constant or an input would pass every trial, the check is called inconclusive.
+
+Conformance mode (`VerifySettings.tolerance`, `tune --tolerance kernelbench`) replaces the
+comparison only: a trial passes when torch.allclose(out, ref, atol, rtol) holds (NaN where the
+reference has NaN counts as equal), as the field's common harness (KernelBench) checks, and the
+reference is the user's module run in fp32 with PyTorch's default settings (the GPU worker's
+`ProblemState`). Every other protection above stays: fresh and perturbed cases, poisoned
+outputs, the mutation check, the inconclusive verdict on trivial outputs.
 """
 
 from __future__ import annotations
@@ -24,11 +31,71 @@ from typing import Callable, Sequence, Union
 
 import torch
 
+from ..errors import SettingsError
+
 POISON_BITS = 0x7FC0DEAD  # a quiet NaN no arithmetic produces
 INT_POISON = -0x5A5A5A5A5A5A5A5A
 
 # float64 reference against fp32 kernels: relative-norm tolerance per output dtype
 TOLERANCE = {torch.float32: 1e-4}
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Conformance mode's acceptance test: |out - ref| <= atol + rtol * |ref| elementwise
+    (torch.allclose) against the user's module in fp32 at PyTorch's default settings."""
+
+    atol: float
+    rtol: float
+
+    def describe(self) -> str:
+        return f"allclose(atol={self.atol:g}, rtol={self.rtol:g})"
+
+
+#: what KernelBench accepts: torch.allclose(out, ref, atol=1e-2, rtol=1e-2)
+KERNELBENCH = Tolerance(1e-2, 1e-2)
+STRICT = "strict"
+
+
+def parse_tolerance(text: str) -> Tolerance | None:
+    """`--tolerance`: "strict" (None: the strict protocol), "kernelbench" (atol=rtol=1e-2), or
+    "atol=A,rtol=R"; anything else is a one-line SettingsError."""
+    text = text.strip().lower()
+    if text == STRICT:
+        return None
+    if text == "kernelbench":
+        return KERNELBENCH
+    values: dict[str, float] = {}
+    for part in text.split(","):
+        key, eq, value = part.partition("=")
+        try:
+            number = float(value)
+        except ValueError:
+            number = math.nan
+        if not eq or key.strip() not in ("atol", "rtol") or not math.isfinite(number) \
+                or number < 0 or key.strip() in values:
+            raise SettingsError(f"--tolerance {text!r}: expected strict, kernelbench, or "
+                                "atol=A,rtol=R with A, R >= 0")
+        values[key.strip()] = number
+    if set(values) != {"atol", "rtol"}:
+        raise SettingsError(f"--tolerance {text!r}: give both atol and rtol (atol=A,rtol=R)")
+    return Tolerance(values["atol"], values["rtol"])
+
+
+def describe_verification(settings: "VerifySettings") -> dict[str, str]:
+    """How candidates were checked, for reports: the mode, the reference, the tolerance."""
+    tol = settings.tolerance
+    if tol is not None:
+        return {"mode": "conformance", "tolerance": tol.describe(),
+                "reference": "the module as the user holds it (its train/eval mode), in fp32 "
+                             "with PyTorch's default settings"}
+    rtol = settings.rtol if settings.rtol is not None else TOLERANCE[torch.float32]
+    return {"mode": STRICT,
+            "tolerance": f"relative-norm error <= {rtol:g}, elementwise <= "
+                         f"{settings.elem_factor * rtol:g} x (|ref| + rms(ref)); no tighter "
+                         f"than {settings.witness_factor:g}x torch's own error at the chosen "
+                         "precision",
+            "reference": "the module as the user holds it (its train/eval mode), in float64"}
 
 
 @dataclass
@@ -53,6 +120,10 @@ class VerifySettings:
     opted into tensor-core products on operands of that type; the GPU worker then computes the
     witness (and times the baselines) with torch's TF32 on or under autocast in that dtype, so
     the bounds widen to a small multiple of torch's own error at that precision"""
+    tolerance: Tolerance | None = None
+    """conformance mode: accept a trial when torch.allclose(out, ref, atol, rtol) holds against
+    the module in fp32 at PyTorch's default settings (KernelBench's check), instead of the
+    strict bounds against a float64 reference; None: the strict protocol"""
 
 
 @dataclass
@@ -239,9 +310,11 @@ def witness_slack(witness: torch.Tensor, ref: torch.Tensor, factor: float) -> Sl
 
 
 def compare(out: torch.Tensor, ref: torch.Tensor, rtol: float, elem_factor: float,
-            slack: Slack = NO_SLACK) -> tuple[str | None, str, float]:
+            slack: Slack = NO_SLACK, tolerance: Tolerance | None = None
+            ) -> tuple[str | None, str, float]:
     """(error kind or None, message, relative error) of `out` against the float64 `ref`;
-    `slack` (from an fp32 witness) is a floor under both bounds."""
+    `slack` (from an fp32 witness) is a floor under both bounds. With `tolerance` (conformance
+    mode) the bounds are torch.allclose's instead."""
     if tuple(out.shape) != tuple(ref.shape):
         return "wrong", f"shape {tuple(out.shape)} != {tuple(ref.shape)}", math.inf
     unwritten = _unwritten(out)
@@ -274,6 +347,12 @@ def compare(out: torch.Tensor, ref: torch.Tensor, rtol: float, elem_factor: floa
     diff = o - r
     r_norm = float(torch.linalg.vector_norm(r, dtype=torch.float64))
     rel = float(torch.linalg.vector_norm(diff, dtype=torch.float64)) / max(r_norm, 1e-300)
+    if tolerance is not None:
+        bad = diff.abs_() > tolerance.atol + tolerance.rtol * r.abs()
+        if bool(bad.any()):
+            return "wrong", f"{int(bad.sum())} of {r.numel()} elements fail " \
+                f"{tolerance.describe()}", rel
+        return None, "", rel
     if rel > max(rtol, slack.rel):
         return "wrong", f"relative error {rel:.3g} > {max(rtol, slack.rel):.1g}", rel
     rms = r_norm / math.sqrt(r.numel())
@@ -288,8 +367,6 @@ def compare(out: torch.Tensor, ref: torch.Tensor, rtol: float, elem_factor: floa
     return None, "", rel
 
 
-def _passes(candidate: torch.Tensor, trial: "Trial", rtol: float, ef: float) -> bool:
-    return compare(candidate, trial.ref, rtol, ef, trial.slack)[0] is None
 
 
 # -- the protocol --------------------------------------------------------------------------------
@@ -326,6 +403,7 @@ class CasePool:
         self.out_shape, self.out_dtype = tuple(out_shape), out_dtype
         self.device = examples[0].device
         self.rtol = s.rtol if s.rtol is not None else TOLERANCE.get(out_dtype, 1e-4)
+        self.tolerance = s.tolerance
         n = max(s.trials, s.pool)
         self.cases: list[Trial] = []
         for t in range(n):
@@ -344,10 +422,18 @@ class CasePool:
                 twin = Trial(case.tensors, ref, f"perturbed-input trial (from trial {t})",
                              self._slack(witness, case.tensors, ref))
                 # a replay of the base's answer must fail on the twin
-                if compare(base.ref, ref, self.rtol, s.elem_factor, twin.slack)[0] is not None:
+                if self.compare(base.ref, twin)[0] is not None:
                     break
             self.perturbed.append(twin)
         self.weak = self._weak_checks()
+
+    def compare(self, out: torch.Tensor, trial: "Trial") -> tuple[str | None, str, float]:
+        """`compare` of `out` against a trial's reference, by this pool's criterion."""
+        return compare(out, trial.ref, self.rtol, self.settings.elem_factor, trial.slack,
+                       self.tolerance)
+
+    def _passes(self, candidate: torch.Tensor, trial: "Trial") -> bool:
+        return self.compare(candidate, trial)[0] is None
 
     def _ref(self, reference: Callable, tensors: list[torch.Tensor]) -> torch.Tensor:
         with torch.no_grad():
@@ -366,7 +452,6 @@ class CasePool:
         return witness_slack(answer, ref, self.settings.witness_factor)
 
     def _weak_checks(self) -> list[str]:
-        rtol, ef = self.rtol, self.settings.elem_factor
         passed = {"zeros": True, "constant": True, "identity": True}
         # the constant is fixed before seeing the other trials: a kernel cannot know each
         # trial's answer, so a single-element output is not trivially "constant"
@@ -379,11 +464,10 @@ class CasePool:
         for trial in self.cases + self.perturbed:
             ref = trial.ref
             if self.out_dtype.is_floating_point:
-                passed["zeros"] &= _passes(torch.zeros_like(ref), trial, rtol, ef)
-                passed["constant"] &= _passes(torch.full_like(ref, const), trial, rtol, ef)
+                passed["zeros"] &= self._passes(torch.zeros_like(ref), trial)
+                passed["constant"] &= self._passes(torch.full_like(ref, const), trial)
                 same = [x for x in trial.inputs if tuple(x.shape) == tuple(ref.shape)]
-                passed["identity"] &= bool(same) and _passes(same[0].to(ref.dtype), trial, rtol,
-                                                             ef)
+                passed["identity"] &= bool(same) and self._passes(same[0].to(ref.dtype), trial)
             else:
                 passed["zeros"] &= bool((ref == 0).all())
                 passed["constant"] &= bool((ref == const).all())
@@ -425,11 +509,26 @@ def check(run: Callable[[list[torch.Tensor], torch.Tensor], None], pool: CasePoo
             if not torch.equal(_bits(x), _bits(x0)):
                 _restore(trial.inputs, snapshot)
                 return VerifyResult(False, "mutated_input", f"input {k} was modified", worst)
-        kind, msg, rel = compare(out, trial.ref, pool.rtol, pool.settings.elem_factor,
-                                 trial.slack)
+        kind, msg, rel = pool.compare(out, trial)
         worst = max(worst, rel)
         if kind:
             return VerifyResult(False, kind, f"{trial.label}: {msg}", worst)
+    return VerifyResult(True, None, "", worst)
+
+
+def check_state(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor], pool: CasePool
+                ) -> VerifyResult:
+    """The module state a candidate updated (BatchNorm's running statistics, from the batch
+    statistics its kernels left in memory) against the reference's own update on the same
+    case, by the pool's criterion."""
+    worst = 0.0
+    for name in sorted(want):
+        ref = want[name].to(got[name].dtype)
+        kind, msg, rel = compare(got[name], ref, pool.rtol, pool.settings.elem_factor,
+                                 NO_SLACK, pool.tolerance)
+        worst = max(worst, rel)
+        if kind:
+            return VerifyResult(False, "wrong", f"updated state {name}: {msg}", worst)
     return VerifyResult(True, None, "", worst)
 
 

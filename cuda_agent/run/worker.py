@@ -20,11 +20,12 @@ import torch
 
 from ..ir.plan import make_plan
 from ..problem import load_problem
+from ..space.program import state_updates
 from . import launcher
 from .devices import CUDNN_BENCHMARK
 from .timing import PEAK_FLOPS, L2Flusher, TimingSettings, physical_floor_ms, time_runs
-from .verify import (CandidateError, CasePool, IndexDomain, ValueRange, VerifySettings,
-                     check, make_case)
+from .verify import (CandidateError, CasePool, IndexDomain, ValueRange, VerifyResult,
+                     VerifySettings, check, check_state, make_case, poisoned_output)
 
 
 def use_precision(precision: str) -> None:
@@ -46,11 +47,36 @@ def precision_context(precision: str) -> Any:
             else contextlib.nullcontext())
 
 
+# PyTorch's own settings, read before the worker changes them: conformance mode's reference
+# runs under them, as a user's process does (`torch_defaults`)
+_TORCH_DEFAULTS = {"cudnn": torch.backends.cudnn.allow_tf32,
+                   "matmul": torch.backends.cuda.matmul.allow_tf32}
+
+
+@contextlib.contextmanager
+def torch_defaults() -> Any:
+    """Run under PyTorch's default TF32 settings (cuDNN convolutions may use TF32, matrix
+    products may not), whatever contract the kernels are held to; restored after."""
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = _TORCH_DEFAULTS["cudnn"]
+    torch.backends.cuda.matmul.allow_tf32 = _TORCH_DEFAULTS["matmul"]
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
 use_precision("fp32")
 
 
 class ProblemState:
-    """Everything about one problem that lives on the GPU between candidates."""
+    """Everything about one problem that lives on the GPU between candidates.
+
+    The model is held as `Model(*get_init_inputs())` leaves it (training mode unless its
+    constructor says otherwise), as the user and the field's harness hold it. Where forward()
+    updates module state (BatchNorm's running statistics in training mode), each reference run
+    updates copies, never a case's tensors, and a candidate's timed runs include its update.
+    """
 
     def __init__(self, path: str, device: torch.device, timing: TimingSettings,
                  verify_settings: VerifySettings) -> None:
@@ -63,6 +89,14 @@ class ProblemState:
         self.plan = make_plan(self.graph)
         self.model = self.problem.make_model(device)
         self.ref_model = copy.deepcopy(self.model).double()
+        self.conformance = verify_settings.tolerance is not None
+        # module state forward() updates in place, applied after a candidate's kernels
+        self.updates = state_updates(self.plan)
+        self.mutable = {u[k] for u in self.updates for k in ("target", "running_mean",
+                                                            "running_var") if k in u}
+        buffers = dict(self.model.named_buffers())
+        self.timing_state = {name: buffers[name].detach().clone() for name in self.mutable}
+        self._state_want: dict[str, torch.Tensor] | None = None  # `check_state`'s reference
         example_args = self.problem.make_inputs(device)
         params = dict(self.model.named_parameters())
         params.update(dict(self.model.named_buffers()))
@@ -89,16 +123,31 @@ class ProblemState:
         self.flops = self.plan.flops()
         # parameters and buffers are drawn signed whatever their initial values
         signed = [gin.role != "input" for gin in self.graph.inputs]
+        # conformance mode checks against the module itself in fp32, so no witness is needed
         self.pool = CasePool(self.reference, self.examples, self.out_shape, self.out_dtype,
-                             verify_settings, signed, witness=self.witness, domains=domains)
+                             verify_settings, signed,
+                             witness=None if self.conformance else self.witness,
+                             domains=domains)
         self.evaluated = 0
 
     # -- reference -----------------------------------------------------------------------------
     def reference(self, tensors: list[torch.Tensor]) -> torch.Tensor:
-        args, state = self._split(tensors, torch.float64)
-        with torch.no_grad():
-            out = torch.func.functional_call(self.ref_model, state, tuple(args))
-        return out
+        return self._reference_run(tensors)[0]
+
+    def _reference_run(self, tensors: list[torch.Tensor]
+                       ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The reference's output and the state it updated: a float64 copy of the module
+        (strict protocol), or the module itself in fp32 at PyTorch's default settings
+        (conformance mode)."""
+        if self.conformance:
+            args, state = self._split(tensors, None)
+            with torch.no_grad(), torch_defaults():
+                out = torch.func.functional_call(self.model, state, tuple(args))
+        else:
+            args, state = self._split(tensors, torch.float64)
+            with torch.no_grad():
+                out = torch.func.functional_call(self.ref_model, state, tuple(args))
+        return out, {k: v for k, v in state.items() if k in self.mutable}
 
     def witness(self, tensors: list[torch.Tensor]) -> torch.Tensor:
         """torch eager's own answer under the kernels' contract (fp32, TF32 or autocast): the
@@ -118,11 +167,45 @@ class ProblemState:
             if gin.role == "input":
                 args[gin.arg_index] = t
             else:
-                state[gin.target] = t
+                # forward() updates these in place: a copy, so a case's tensors never change
+                state[gin.target] = t.clone() if gin.target in self.mutable else t
         return args, state
 
     def kernel_inputs(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
         return [tensors[k] for k in self.plan.operands]
+
+    def run_candidate(self, kernels: launcher.LoadedKernels, inputs: list[torch.Tensor],
+                      out: torch.Tensor, state: dict[str, torch.Tensor] | None = None) -> None:
+        """One run as the emitted module makes it: the kernels, then the module-state update
+        (on `state`, default the timing copies), so that a timed run costs what it costs
+        in `model_new.py`."""
+        kernels(inputs, out)
+        if self.updates:
+            launcher.update_state(self.updates, kernels.workspace,
+                                  (self.timing_state if state is None else state).__getitem__)
+
+    def check_state(self, kernels: launcher.LoadedKernels) -> VerifyResult:
+        """Where forward() updates module state: the candidate's update on the first case
+        against the reference's (a running mean is taken from statistics only the program's
+        buffers hold; the output checks them only through the normalisation)."""
+        if not self.mutable:
+            return VerifyResult(True)
+        case = self.pool.cases[0].inputs
+        if self._state_want is None:  # the reference's update, once per problem
+            self._state_want = self._reference_run(case)[1]
+        want = self._state_want
+        _, start = self._split(case, None)
+        buffers = dict(self.model.named_buffers())
+        got = {name: (start[name] if name in start else buffers[name]).detach().clone()
+               for name in self.mutable}
+        out = poisoned_output(self.out_shape, self.out_dtype, self.device)
+        try:
+            self.run_candidate(kernels, self.kernel_inputs(case), out, got)
+            launcher.synchronize(self.device)
+        except launcher.KernelLaunchError as exc:
+            return VerifyResult(False, exc.kind, str(exc))
+        floats = {k: v for k, v in want.items() if v.is_floating_point()}
+        return check_state({k: got[k] for k in floats}, floats, self.pool)
 
     # -- candidates ----------------------------------------------------------------------------
     def evaluate(self, msg: dict[str, Any]) -> dict[str, Any]:
@@ -159,6 +242,8 @@ class ProblemState:
                 raise CandidateError(exc.kind, str(exc), exc.sticky) from None
 
         result = check(run, self.pool, self.pool.trials_for(self.evaluated))
+        if result.ok:
+            result = self.check_state(kernels)
         self.evaluated += 1
         if not result.ok:
             sticky = result.kind in ("illegal_address", "misaligned", "timeout")
@@ -170,7 +255,7 @@ class ProblemState:
         inputs_by_set = [self.kernel_inputs(s) for s in self.sets]
 
         def timed(k: int) -> None:
-            kernels(inputs_by_set[k], self.set_outs[k])
+            self.run_candidate(kernels, inputs_by_set[k], self.set_outs[k])
 
         try:
             timing = time_runs(timed, len(self.sets), self.timing, self.flusher,
@@ -200,7 +285,7 @@ class ProblemState:
     def _probe(self, kernels: launcher.LoadedKernels) -> float:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        kernels(self.kernel_inputs(self.sets[0]), self.set_outs[0])
+        self.run_candidate(kernels, self.kernel_inputs(self.sets[0]), self.set_outs[0])
         end.record()
         launcher.synchronize(self.device)
         return start.elapsed_time(end)
