@@ -58,7 +58,7 @@ def tf32_advice(rec: dict[str, Any], best_ms: float | None, precision: str,
             f"{best_ms:.4f} ms: there {what} run on TF32 tensor cores ({strict_ms:.4f} ms "
             f"without TF32, under the kernels' strict fp32 contract"
             + (", which this kernel beats)." if best_ms <= strict_ms else ").")
-            + (f" torch's TF32 answer differs from its strict fp32 one by {diff:.2g} "
+            + (f" torch's TF32 answer differs from its strict fp32 one by {diff:.1e} "
                "(relative norm)." if diff is not None else "")
             + " For TF32 numerics in the kernels too, tune again with --precision tf32: "
             + tolerance_text(verify) + ".")
