@@ -71,8 +71,20 @@ _TF32_PARENTS = (("generic", "all"), ("cuda", "all"), ("mkldnn", "all"))
 _TF32_CHILDREN = tuple((b, op) for b in ("cuda", "mkldnn") for op in ("matmul", "conv", "rnn"))
 
 
+_SLOT_API: list = []
+
+
 def _slot_api() -> bool:
-    return hasattr(torch._C, "_get_fp32_precision_getter")
+    """Whether this torch has the fp32_precision slots, the convolution's and the matrix
+    product's among them (checked once)."""
+    if not _SLOT_API:
+        try:
+            get = torch._C._get_fp32_precision_getter
+            _SLOT_API.append(all(isinstance(get(b, op), str) for b, op in
+                                 _TF32_PARENTS[:2] + _TF32_CHILDREN[:2]))
+        except (AttributeError, RuntimeError, ValueError, TypeError):
+            _SLOT_API.append(False)
+    return _SLOT_API[0]
 
 
 def tf32_flags() -> dict:
