@@ -157,7 +157,7 @@ def model_new_source(result: Any) -> str:
                        "Verified against the reference on random inputs."),
         time=_ms(best.measurement.time_ms) + (" (simulated)" if simulated else ""),
         eager=_ms(result.baselines.eager_ms), compiled=_ms(result.baselines.compile_ms),
-        matched=_matched_note(result.baselines),
+        matched=_matched_note(result.baselines, result.settings.precision),
         advice=_wrap(advice["text"]) + "\n" if (advice := tf32_offer(result)) else "")
     launcher_src = _strip_future(Path(launcher.__file__).read_text())
     launcher_src = launcher_src.split('"""', 2)[2] if launcher_src.startswith('"""') else launcher_src
@@ -176,13 +176,15 @@ def model_new_source(result: Any) -> str:
             + launcher_src.rstrip() + "\n" + body)
 
 
-def _matched_note(b: Any) -> str:
+def _matched_note(b: Any, precision: str) -> str:
     """The matched figures beside the defaults' in model_new.py's header, where they differ."""
     if (b.settings or {}).get("same") is not False or (
             b.eager_matched_ms is None and b.compile_matched_ms is None):
         return ""
-    return (f"; under the kernels' contract (TF32 as --precision says) eager "
-            f"{_ms(b.eager_matched_ms)}, torch.compile {_ms(b.compile_matched_ms)}")
+    what = {"fp32": "strict fp32, TF32 off", "tf32": "TF32 on"}.get(
+        precision, f"autocast {precision}")
+    return (f";\nmatched to the kernels' contract ({what}): eager {_ms(b.eager_matched_ms)}, "
+            f"torch.compile {_ms(b.compile_matched_ms)}")
 
 
 def _wrap(text: str, width: int = 96) -> str:

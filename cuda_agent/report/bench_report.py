@@ -221,8 +221,9 @@ def _baselines_line(result: BenchResult) -> str:
     known = [f["baseline_settings"]["defaults"] for f in result.problems.values()
              if (f.get("baseline_settings") or {}).get("defaults")]
     if not known:
-        return (" Baselines: timed under the kernels' contract only (the run predates timing "
-                "them at PyTorch's defaults): the 'matched' columns.")
+        return (" Baselines: none at PyTorch's defaults in this run (recorded before they were "
+                "timed so, or not measured): the 'matched' columns are torch under the kernels' "
+                "contract, strict fp32.")
     flags = sorted({(d.get("conv_tf32"), d.get("matmul_tf32")) for d in known})
     said = "; ".join(f"cuDNN TF32 {'on' if c else 'off'}, matmul TF32 {'on' if m else 'off'}"
                      for c, m in flags)
