@@ -87,7 +87,7 @@ def test_the_defaults_baselines_run_with_tf32_and_the_matched_without():
         assert d["autocast"] is None and m["autocast"] is None
         # each output against the strict witness: TF32's error, or none to speak of
         assert d["rel_diff"] > 5e-5, (name, d)
-        assert m["rel_diff"] < 5e-6, (name, m)
+        assert m["rel_diff"] < 2e-5, (name, m)
     # what TF32 is worth to torch on this convolution (issue 33 saw 1.5-8x)
     assert base.eager_ms < 0.9 * base.eager_matched_ms, (base.eager_ms, base.eager_matched_ms)
 
