@@ -378,10 +378,12 @@ def best_of_run(result: BenchResult) -> dict[str, Any]:
             f"fast_p_vs_eager{sfx}": _fast_p(found, eager),
             f"geomean_speedup_vs_compile{sfx}": metrics.geomean_speedup(found, comp),
             f"geomean_speedup_vs_eager{sfx}": metrics.geomean_speedup(found, eager),
-            # a problem without the figure (its compile failed) is not counted faster
+            # a problem without the figure (its compile failed, or its run predates the
+            # setting) is not counted faster; which ones those are is said apart
             f"not_faster_than_compile{sfx}": sorted(
                 p for p, t, c in zip(probs, found, comp) if c is None or not t < c)
             if any(comp) else None,
+            f"without_compile{sfx}": sorted(p for p, c in zip(probs, comp) if c is None),
         })
     return out
 

@@ -355,3 +355,32 @@ def test_report_headline_is_at_the_defaults_with_the_matched_beside(tmp_path):
     row = _row(res)
     assert row["vs compile"] == "0.50x" and row["vs compile, matched"] == "2.00x"
     assert row["matched settings"] == "strict fp32, TF32 off"
+
+
+def test_a_bench_report_over_old_and_new_runs_keeps_each_figure_in_its_setting():
+    """Merged: a run from before the defaults were timed and one after. The old run's figures
+    land in the matched columns only, and the headline names the problem without a defaults
+    figure apart from those not faster."""
+    from cuda_agent.bench import BenchResult, BenchSettings, Run, best_of_run, merge, summarize
+    from cuda_agent.report.bench_report import _best_line, tables
+
+    def run(problem, facts):
+        base = {"family": "conv", "best_ms": 1.0, "recorded": 5, "bytes": 1e9,
+                "copy_bw": 4e12, "gpu": "x", "simulated": False}
+        return BenchResult(BenchSettings(budget=10, seeds=1, strategies=("random",)),
+                           [Run(problem, "random", 0, [2.0, 1.0], 0.1)],
+                           {problem: {**base, **facts}}, live="cuda")
+
+    new = run("a", _fields(0.8, 1.5, eager_ms=0.9, eager_matched_ms=2.0))
+    old = run("b", {"eager_ms": 2.0, "compile_ms": 1.5})
+    m = merge([new, old])
+    found = {t: (h, rows) for t, h, rows in tables(m, summarize(m))}
+    header, rows = next(v for k, v in found.items() if k.startswith("Times per problem"))
+    cells = {r[0]: dict(zip(header, r)) for r in rows}
+    assert (cells["a"]["torch.compile"], cells["a"]["torch.compile, matched"]) == \
+        ("0.8000", "1.5000")
+    assert (cells["b"]["torch.compile"], cells["b"]["torch.compile, matched"]) == \
+        ("-", "1.5000")
+    line = _best_line(best_of_run(m))
+    assert "(PyTorch's defaults) on 0 of 2 problems" in line and "not on a;" in line
+    assert "no such figure for b" in line and "(matched) on 2 of 2 problems" in line

@@ -71,13 +71,13 @@ def tables(result: BenchResult, summary: dict[str, Any]) -> list[tuple[str, list
     # each baseline at PyTorch's defaults, then matched (columns no problem has are left out:
     # eager in cuDNN's benchmark mode is timed for convolutions only, since commit f2c2c30)
     cols = [(label, key) for label, key in BASELINE_COLUMNS
-            if any(f.get(key) for f in result.problems.values())]
+            if any(_baseline(f, key) for f in result.problems.values())]
     base = []
     for p in problems:
         f = result.problems[p]
         found = {s: min((t for r in result.runs if r.strategy == s and r.problem == p
                          for t in r.times if t is not None), default=None) for s in strategies}
-        base.append([p, *[_fmt(f.get(key), 4) for _, key in cols],
+        base.append([p, *[_fmt(_baseline(f, key), 4) for _, key in cols],
                      _fmt(f["best_ms"], 4),
                      _fmt(f.get("sweep_best_recorded_ms"), 4),
                      *[_fmt(found[s], 4) for s in strategies]])
@@ -107,6 +107,14 @@ def _baseline_columns() -> list[tuple[str, str]]:
              "compile_max_nocg_ms")
     return ([(labels[k], k) for k in order]
             + [(f"{labels[k]}, matched", matched_field(k)) for k in order])
+
+
+def _baseline(facts: dict[str, Any], key: str) -> float | None:
+    """A problem's figure for column `key`: at the defaults, or matched ("..._matched_ms"),
+    read so that an old run's figures land in the matched columns."""
+    if key.endswith("_matched_ms"):
+        return matched_ms(facts, key.replace("_matched_ms", "_ms"))
+    return headline_ms(facts, key)
 
 
 BASELINE_COLUMNS = _baseline_columns()
@@ -254,9 +262,12 @@ def _best_line(best: dict[str, Any]) -> str:
             best.get(f"not_faster_than_compile{sfx}")
         if geo is None or slow is None:
             continue
-        parts.append(f"faster than {what} on {n - len(slow)} of {n} problems (fast_1 "
-                     f"{best[f'fast_p_vs_compile{sfx}']['1.0']:.2f}, geomean {geo:.2f}x)"
-                     + (f"; not on {', '.join(slow)}" if slow else ""))
+        missing = best.get(f"without_compile{sfx}") or []
+        slow = [p for p in slow if p not in missing]
+        parts.append(f"faster than {what} on {n - len(slow) - len(missing)} of {n} problems "
+                     f"(fast_1 {best[f'fast_p_vs_compile{sfx}']['1.0']:.2f}, geomean "
+                     f"{geo:.2f}x)" + (f"; not on {', '.join(slow)}" if slow else "")
+                     + (f"; no such figure for {', '.join(missing)}" if missing else ""))
     if not parts:
         return ""
     return (" The fastest kernel measured in the run is " + "; it is ".join(parts)
