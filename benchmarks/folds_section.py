@@ -33,7 +33,8 @@ own APIs, Kernel Tuner in its simulation mode. Budget {budget} measurements, {se
 problem and strategy; the optimum is the sweep's best. Kernel Tuner's bayes_opt will not start
 on a space smaller than its initial sample (20 configurations): such runs are listed at the end
 with its message and count as never reaching 95 %. The times against torch.compile here are the
-sweeps' (a sample of each space, recorded with the templates of their day); the live sections
+sweeps' (a sample of each space, recorded with the templates of their day, torch timed under strict
+fp32 only: the report's matched columns); the live sections
 above measure the current templates against the baselines in the same run. Full page:
 `{rel}/report.html`.
 """

@@ -367,7 +367,8 @@ def run_search(out: Path, problems: list[Path], strategy: str, budget: int,
                "warm_start": len(opts.get("initial", [])),
                "evals": len(r.trials), "best_ms": best,
                "best_config": r.best.config.short() if r.best else None,
-               "eager_ms": r.baselines.eager_ms, "compile_ms": r.baselines.compile_ms,
+               # eager_ms, compile_ms at PyTorch's defaults, *_matched_ms, baseline_settings
+               **r.baselines.fields(),
                "flops": r.plan.flops(), "bytes": r.plan.bytes_moved(),
                "failures": sum(1 for t in r.trials if not t.measurement.ok),
                "trials": trial_rows(r.trials),
@@ -390,6 +391,7 @@ def run_library(out: Path, problems: list[Path], deadline: float) -> None:
     without CUDA graphs in the same run: what cuDNN's layout (as given or channels-last) is
     worth. For a multi-kernel program the other stages stay at their defaults."""
     from cuda_agent.problem import load_problem
+    from cuda_agent.run.baselines import with_matched
     from cuda_agent.run.devices import CudaDevice
     from cuda_agent.tuner import Tuner, TuneSettings
 
@@ -410,8 +412,8 @@ def run_library(out: Path, problems: list[Path], deadline: float) -> None:
                     if time.time() > deadline - 20:
                         break
                     trials += tuner.measure(lib[i:i + 24])
-                base = device.baselines(("eager", "compile",
-                                         "compile:max-autotune-no-cudagraphs"))
+                base = device.baselines(with_matched((
+                    "eager", "compile", "compile:max-autotune-no-cudagraphs")))
             finally:
                 tuner.close()
             ok = [t for t in trials if t.measurement.ok]
@@ -420,9 +422,7 @@ def run_library(out: Path, problems: list[Path], deadline: float) -> None:
                    "configs": len(lib), "measured": len(trials), "ok": len(ok),
                    "best_ms": best and best.measurement.time_ms,
                    "best_config": best and best.config.short(),
-                   "eager_ms": base.eager_ms, "compile_ms": base.compile_ms,
-                   "compile_max_nocg_ms": base.extra_ms.get(
-                       "compile:max-autotune-no-cudagraphs"),
+                   **base.fields(),  # at PyTorch's defaults, *_matched_ms, baseline_settings
                    "baseline_notes": base.notes,
                    "trials": trial_rows(trials),
                    "wall_s": time.time() - t0}

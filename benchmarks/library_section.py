@@ -14,9 +14,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT))
+from cuda_agent.run.baselines import headline_ms, matched_ms  # noqa: E402
 from sections import write_section  # noqa: E402
 
 LAYOUTS = ("as_given", "channels_last")
+BASELINES = (("eager", "eager_ms"), ("torch.compile", "compile_ms"),
+             ("max-autotune without CUDA graphs", "compile_max_nocg_ms"))
 
 
 def best_per_layout(trials: list[list]) -> dict[str, float]:
@@ -48,6 +52,10 @@ def fmt(ms: float | None) -> str:
     return "-" if ms is None else f"{ms:.4f}"
 
 
+def ratio(base: float | None, best: float) -> str:
+    return f"{base / best:.2f}x" if base else "-"
+
+
 def section(rows: list[dict], source: str, probe: list[dict] | None = None,
             probe_src: str = "", best_ms: dict[str, float] | None = None) -> list[str]:
     commits = sorted({r["commit"] for r in rows})
@@ -57,22 +65,27 @@ def section(rows: list[dict], source: str, probe: list[dict] | None = None,
              f"epilogue after it) measured and verified per problem on one NVIDIA H200, torch "
              f"2.11, commit {', '.join(commits)}, by `benchmarks/gpu_suite.py --parts library`, "
              f"with eager, torch.compile and max-autotune without CUDA graphs timed by the same "
-             f"worker in the same run (`{source}`). Times in ms; each cell is the best over the "
-             "epilogue's own slots. A multi-kernel program's other stages stay at their "
-             "defaults. Problems without an epilogue have no library template (a bare library "
-             "call is not a generated kernel).", "",
-             "| problem | eager | torch.compile | max-autotune without CUDA graphs | "
-             + " | ".join(LAYOUTS) + " | best / compile |",
-             "|" + "---|" * (5 + len(LAYOUTS))]
+             f"worker in the same run (`{source}`), each at PyTorch's defaults (as a user's "
+             "process runs them: cuDNN's TF32 on) and matched to the kernels' strict fp32 "
+             "contract (cuDNN's TF32 off; rows measured before issue 33 have only these). Times "
+             "in ms; each cell is the best over the epilogue's own slots. A multi-kernel "
+             "program's other stages stay at their defaults. Problems without an epilogue have "
+             "no library template (a bare library call is not a generated kernel).", "",
+             "| problem | " + " | ".join(f"{name}, defaults | {name}, matched"
+                                         for name, _ in BASELINES) + " | "
+             + " | ".join(LAYOUTS) + " | best / compile, defaults | best / compile, matched |",
+             "|" + "---|" * (3 + 2 * len(BASELINES) + len(LAYOUTS))]
     for r in rows:
         best = best_per_layout(r["trials"])
         if not best:
             continue
         top = min(best.values())
-        ratio = f"{r['compile_ms'] / top:.2f}x" if r.get("compile_ms") else "-"
-        lines.append(f"| {r['problem']} | {fmt(r['eager_ms'])} | {fmt(r['compile_ms'])} | "
-                     f"{fmt(r.get('compile_max_nocg_ms'))} | "
-                     + " | ".join(fmt(best.get(p)) for p in LAYOUTS) + f" | {ratio} |")
+        comp, comp_m = headline_ms(r, "compile_ms"), matched_ms(r, "compile_ms")
+        lines.append(f"| {r['problem']} | "
+                     + " | ".join(f"{fmt(headline_ms(r, key))} | {fmt(matched_ms(r, key))}"
+                                  for _, key in BASELINES) + " | "
+                     + " | ".join(fmt(best.get(p)) for p in LAYOUTS)
+                     + f" | {ratio(comp, top)} | {ratio(comp_m, top)} |")
     lines += ["", summary(rows)]
     if probe:
         lines += probe_lines(probe, probe_src, best_ms)

@@ -79,6 +79,7 @@ def write_live_sweeps(out: Path, names: list[str] | None = None) -> dict[str, in
     from cuda_agent.ir.partition import ProgramPlan
     from cuda_agent.ir.plan import make_plan
     from cuda_agent.problem import load_problem
+    from cuda_agent.run.baselines import read_record
     from cuda_agent.run.replay import sweep_path, write_sweep
     from cuda_agent.space.slots import Target
     from cuda_agent.space.space import Space
@@ -112,8 +113,8 @@ def write_live_sweeps(out: Path, names: list[str] | None = None) -> dict[str, in
             "problem": problem, "source_hash": prob.source_hash,
             "fingerprint": prob.graph().fingerprint(), "space_version": None, "gpu": gpu,
             "toolchain": "live bench", "target": None, "copy_bw": entry.get("copy_bw"),
-            "baselines": {"eager_ms": entry.get("eager_ms"),
-                          "compile_ms": entry.get("compile_ms")},
+            # both settings as the bench recorded them (an old entry: matched figures only)
+            "baselines": read_record(entry).fields(),
             "date": where, "commit": None, "sampled": True, "space_size": len(space.configs),
             "records": records, "source": f"the live bench run {where}"})
         written[problem] = len(records)

@@ -48,6 +48,10 @@ def _fmt_ms(v: Optional[float], simulated: bool = False) -> str:
     return f"{v:.4f} ms" + (" (sim)" if simulated else "")
 
 
+def _fmt_x(v: Optional[float]) -> str:
+    return f"{v:.2f}x" if v else "-"
+
+
 def _progress() -> Progress:
     return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                     TextColumn("{task.fields[status]}"), TimeElapsedColumn(), console=console,
@@ -95,12 +99,19 @@ def _row(r) -> dict:  # noqa: ANN001 - a TuneResult
         "device": r.device.gpu_name() + (" (cuda)" if r.device.kind == "cuda" else ""),
         "best": _fmt_ms(d["best_ms"], sim),
         "default config": _fmt_ms(r.default.measurement.time_ms if r.default else None, sim),
+        # as a user's process runs them (PyTorch's defaults), then under the kernels' contract
         "torch eager": _fmt_ms(d["eager_ms"]),
         **({"eager, cudnn.benchmark": _fmt_ms(d["eager_cudnn_benchmark_ms"])}
            if d.get("eager_cudnn_benchmark_ms") else {}),
         "torch.compile": _fmt_ms(d["compile_ms"]),
-        "vs eager": f"{d['speedup_vs_eager']:.2f}x" if d["speedup_vs_eager"] else "-",
-        "vs compile": f"{d['speedup_vs_compile']:.2f}x" if d["speedup_vs_compile"] else "-",
+        "vs eager": _fmt_x(d["speedup_vs_eager"]),
+        "vs compile": _fmt_x(d["speedup_vs_compile"]),
+        "matched settings": _matched_settings(d),
+        "torch eager, matched": _fmt_ms(d["eager_matched_ms"]),
+        **({"eager, cudnn.benchmark, matched": _fmt_ms(d["eager_cudnn_benchmark_matched_ms"])}
+           if d.get("eager_cudnn_benchmark_matched_ms") else {}),
+        "torch.compile, matched": _fmt_ms(d["compile_matched_ms"]),
+        "vs compile, matched": _fmt_x(d["speedup_vs_compile_matched"]),
         "of copy bw": (f"{100 * d['fraction_of_copy_bw']:.0f}%" + (" (sim)" if sim else ""))
         if d["fraction_of_copy_bw"] else "-",
         "evals": str(d["evals"]),
@@ -108,6 +119,22 @@ def _row(r) -> dict:  # noqa: ANN001 - a TuneResult
         "verification": "not run (simulated)" if sim else
         f"{d['verification']['mode']}: {d['verification']['tolerance']}",
     }
+
+
+def _matched_settings(d: dict) -> str:
+    """What the matched baselines ran under: the kernels' contract (--precision)."""
+    what = {"fp32": "strict fp32, TF32 off", "tf32": "TF32 on",
+            "fp16": "autocast fp16", "bf16": "autocast bf16"}.get(d["precision"], d["precision"])
+    same = (d.get("baseline_settings") or {}).get("same")
+    return what + (" (the same as PyTorch's defaults for this problem)" if same else "")
+
+
+def _tf32_note(r) -> str | None:  # noqa: ANN001 - a TuneResult
+    """The report's offer of --precision tf32, where torch beats the kernel through TF32."""
+    from .emit import tf32_offer
+
+    advice = tf32_offer(r)
+    return advice["text"] if advice else None
 
 
 def summary_table(results: list, title: str) -> Table:
@@ -120,8 +147,8 @@ def summary_table(results: list, title: str) -> Table:
         for k, v in rows[0].items():
             table.add_row(k, v)
         return table
-    cols = ("problem", "best", "torch eager", "torch.compile", "vs compile", "of copy bw",
-            "evals", "failed")
+    cols = ("problem", "best", "torch eager", "torch.compile", "vs compile",
+            "vs compile, matched", "of copy bw", "evals", "failed")
     table = Table(title=title)
     for c in cols:
         table.add_column(c, justify="left" if c in ("problem", "failed") else "right")
@@ -156,7 +183,8 @@ def tune(
     precision: str = typer.Option("fp32", help="fp32: strict fp32 accuracy | tf32, fp16, bf16: "
                                   "opt into tensor-core products on operands rounded to that "
                                   "type (verified against torch's own answer with TF32 on or "
-                                  "under autocast; eager and torch.compile timed the same way)"),
+                                  "under autocast; eager and torch.compile timed that way too, "
+                                  "as 'matched', beside PyTorch's defaults)"),
     stage_patience: int = typer.Option(
         STAGE_PATIENCE, help="multi-kernel programs: measurements a stage may go without "
         "progress before it hands the rest of its share to the next stage (0: split the "
@@ -189,6 +217,9 @@ def tune(
         fail(str(exc))
         return
     console.print(summary_table([result], "cuda-agent tune"))
+    advice = _tf32_note(result)
+    if advice:
+        console.print(f"[yellow]{advice}[/]", highlight=False)
     if result.best is None:
         fail("no candidate passed verification; see report.json for every failure", 1)
     note = " [yellow](simulated: not verified, times are model estimates)[/]" \
@@ -377,8 +408,8 @@ def bench(
                                  "problem (they compile side by side; measurements still take "
                                  "the GPU one at a time)"),
     precision: str = typer.Option("fp32", help="live runs: fp32 (strict) | tf32, fp16, bf16 "
-                                  "(tensor-core products on operands in that type; baselines "
-                                  "with TF32 on or under autocast)"),
+                                  "(tensor-core products on operands in that type; matched "
+                                  "baselines with TF32 on or under autocast)"),
     stage_patience: int = typer.Option(
         STAGE_PATIENCE, help="multi-kernel programs: measurements a stage may go without "
         "progress before it hands the rest of its share to the next stage (0: split the "

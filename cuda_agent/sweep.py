@@ -21,8 +21,7 @@ def sweep_data(r: TuneResult, sampled: bool) -> dict[str, Any]:
             "gpu": r.device.gpu_name(), "device": r.device.kind, "simulated": r.simulated,
             "toolchain": r.toolchain, "target": r.device.target().__dict__,
             "copy_bw": r.device.copy_bandwidth(), "facts": r.facts,
-            "baselines": {"eager_ms": r.baselines.eager_ms, "compile_ms": r.baselines.compile_ms,
-                          "notes": r.baselines.notes},
+            "baselines": {**r.baselines.fields(), "notes": r.baselines.notes},
             "date": time.strftime("%Y-%m-%d"), "commit": git_commit(), "sampled": sampled,
             "space_size": len(r.space), "wall_s": r.wall_s, "build_stats": r.build_stats,
             # a program's records say which stage's space each belongs to (its search hands

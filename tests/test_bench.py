@@ -49,16 +49,24 @@ def test_median_roofline_by_hand():
     assert metrics.median_roofline([1.0, None], [10**9, 10**9], [2e12, 2e12]) == 0.5
 
 
+SETTINGS = {"headline": "defaults", "defaults": {"conv_tf32": True, "matmul_tf32": False},
+            "matched": {"conv_tf32": False, "matmul_tf32": False}, "same": False}
+
+
 def test_best_of_run_by_hand():
-    """The run's fastest kernel per problem against the baselines; a tie with torch.compile
-    is not faster, and a problem without a compile time cannot count as faster."""
+    """The run's fastest kernel per problem against the baselines at PyTorch's defaults (the
+    headline) and matched; a tie with torch.compile is not faster, and a problem without a
+    compile time cannot count as faster."""
     from cuda_agent.bench import BenchResult, BenchSettings, best_of_run
 
-    def facts(best, compile_ms):
-        return {"family": "norm", "best_ms": best, "eager_ms": 4.0, "compile_ms": compile_ms}
+    def facts(best, compile_ms, matched_ms):
+        return {"family": "norm", "best_ms": best, "eager_ms": 4.0, "compile_ms": compile_ms,
+                "eager_matched_ms": 8.0, "compile_matched_ms": matched_ms,
+                "baseline_settings": SETTINGS}
 
     res = BenchResult(BenchSettings(budget=10, seeds=1), problems={
-        "a": facts(1.0, 2.0), "b": facts(1.0, 1.0), "c": facts(3.0, 1.0), "d": facts(1.0, None)})
+        "a": facts(1.0, 2.0, 4.0), "b": facts(1.0, 1.0, 2.0), "c": facts(3.0, 1.0, 6.0),
+        "d": facts(1.0, None, None)})
     b = best_of_run(res)
     assert b["problems"] == 4
     assert b["fast_p_vs_compile"]["1.0"] == 0.25  # a only
@@ -66,6 +74,32 @@ def test_best_of_run_by_hand():
     assert b["not_faster_than_compile"] == ["b", "c", "d"]
     assert b["geomean_speedup_vs_compile"] == pytest.approx((2.0 * 1.0 * (1 / 3)) ** (1 / 3))
     assert b["fast_p_vs_eager"]["2.0"] == 0.75  # 4x on a, b, d; 1.33x on c
+    # the same kernels against the matched (strict fp32) figures: faster on a, b and c
+    assert b["fast_p_vs_compile_matched"]["1.0"] == 0.75
+    assert b["not_faster_than_compile_matched"] == ["d"]
+    assert b["geomean_speedup_vs_compile_matched"] == pytest.approx((4 * 2 * 2) ** (1 / 3))
+    assert b["fast_p_vs_eager_matched"]["2.0"] == 1.0  # 8x on a, b, d; 2.67x on c
+
+
+def test_an_old_run_has_matched_figures_only():
+    """A bench run recorded before the baselines were timed at PyTorch's defaults: its
+    compile_ms was timed under strict fp32, so it is read as the matched figure, and the
+    headline (against the defaults) is unknown, not taken from it."""
+    from cuda_agent.bench import BenchResult, BenchSettings, Run, best_of_run, summarize
+
+    old = {"family": "norm", "best_ms": 1.0, "recorded": 10, "eager_ms": 4.0,
+           "compile_ms": 2.0, "bytes": 1e9, "copy_bw": 4e12, "gpu": "x", "simulated": False}
+    res = BenchResult(BenchSettings(budget=10, seeds=1), problems={"a": old})
+    res.runs = [Run("a", "random", 0, [3.0, 1.0], 0.0)]
+    b = best_of_run(res)
+    assert b["fast_p_vs_compile"] is None and b["geomean_speedup_vs_compile"] is None
+    assert b["not_faster_than_compile"] is None
+    assert b["fast_p_vs_compile_matched"]["1.0"] == 1.0
+    assert b["geomean_speedup_vs_compile_matched"] == pytest.approx(2.0)
+    s = summarize(res)["random"]
+    assert s["geomean_speedup_vs_compile"] is None and s["fast_p_vs_compile"] is None
+    assert s["geomean_speedup_vs_compile_matched"] == pytest.approx(2.0)
+    assert s["geomean_speedup_vs_eager_matched"] == pytest.approx(4.0)
 
 
 @pytest.mark.skipif(not H200.exists(), reason="no recorded H200 sweeps")

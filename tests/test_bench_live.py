@@ -260,8 +260,10 @@ def test_live_bench_refuses_a_missing_gpu(tmp_path):
 
 
 def _result(problem: str, budget: int = 10) -> BenchResult:
+    # a problem as a live run records it: baselines at PyTorch's defaults, say so
     facts = {"family": "norm", "best_ms": 1.0, "recorded": 5, "eager_ms": 2.0,
-             "compile_ms": 1.5, "bytes": 1e9, "copy_bw": 4e12, "gpu": "x", "simulated": False}
+             "compile_ms": 1.5, "bytes": 1e9, "copy_bw": 4e12, "gpu": "x", "simulated": False,
+             "baseline_settings": {"headline": "defaults", "same": True}}
     return BenchResult(BenchSettings(budget=budget, seeds=1, strategies=("random",)),
                        [Run(problem, "random", 0, [2.0, 1.0], 0.1, 0.2)], {problem: facts},
                        date="2026-11-30", live="cuda", provenance={"commit": "abc"})

@@ -33,7 +33,11 @@ def test_the_latest_search_replaces_the_sweep_row_whole():
                     "best_config": "bm=128 scope=gemm_tc"},
               "b": {"best_ms": None, "eager_ms": 9.0, "compile_ms": 9.0}}  # found nothing
     a, b = collect.current(rows, latest)
-    assert (a["best_ms"], a["eager_ms"], a["compile_ms"]) == (1.5, 2.1, 2.4)
+    # a search from before issue 33 timed its baselines under strict fp32 only: read as such,
+    # with no figure at PyTorch's defaults
+    assert (a["best_ms"], collect.strict(a, "eager_ms"), collect.strict(a, "compile_ms")) == \
+        (1.5, 2.1, 2.4)
+    assert a["eager_ms"] is None and a["compile_ms"] is None
     assert a["kernel"] == "3xTF32 tensor cores" and not a["library"]
     assert b == rows[1]  # a search without a result leaves the sweep's comparison
 
@@ -43,7 +47,8 @@ def test_suite_section_fast_p_by_hand():
     rows = [row("a", 1.0, 1.0, 2.0), row("b", 1.0, 1.0, 1.25), row("c", 2.0, 1.0, 1.0),
             row("d", 0.5, 1.0, 1.0, verified=False)]
     text = "\n".join(collect.suite_section(rows))
-    compile_line = next(l for l in text.splitlines() if l.startswith("| torch.compile"))
+    compile_line = next(l for l in text.splitlines()
+                        if l.startswith("| torch.compile, strict fp32"))
     cells = [c.strip() for c in compile_line.strip("|").split("|")]
     # fast_0: 3 of 4 verified; fast_1: a, b; fast_1.5: a; fast_2: none (2.0 is not > 2)
     assert cells[1:5] == ["0.75", "0.50", "0.25", "0.00"]
@@ -56,3 +61,18 @@ def test_suite_section_names_the_leads_within_timing_noise():
     text = "\n".join(collect.suite_section(rows))
     assert "0.67 (not met)" in text
     assert "beyond timing noise): 0.33, the 1 between: a 1.015x" in text
+
+
+def test_suite_section_against_torch_compile_at_the_defaults():
+    """Rows of runs since issue 33 carry torch.compile at PyTorch's defaults beside the strict
+    figure: the suite's table gives both, the defaults' over the problems that have it."""
+    new = {"headline": "defaults", "same": False}
+    rows = [{**row("a", 1.0, None, 0.5), "compile_matched_ms": 2.0, "eager_matched_ms": 1.0,
+             "baseline_settings": new},
+            row("b", 1.0, 1.0, 1.25)]  # an old row: strict only
+    text = "\n".join(collect.suite_section(rows))
+    strict = next(l for l in text.splitlines() if l.startswith("| torch.compile, strict"))
+    defaults = next(l for l in text.splitlines() if l.startswith("| torch.compile at"))
+    assert [c.strip() for c in strict.strip("|").split("|")][1:3] == ["1.00", "1.00"]
+    cells = [c.strip() for c in defaults.strip("|").split("|")]
+    assert "1 of 2 problems" in cells[0] and cells[1:3] == ["1.00", "0.00"]

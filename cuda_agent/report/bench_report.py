@@ -13,6 +13,7 @@ from typing import Any
 
 from ..bench import PEERS, BenchResult, best_of_run, summarize, versus_peers
 from ..metrics import P
+from ..run.baselines import headline_ms, matched_field, matched_ms
 from ..search.base import is_agents
 from ..space.slots import PRECISION_NOTES
 
@@ -42,10 +43,12 @@ def tables(result: BenchResult, summary: dict[str, Any]) -> list[tuple[str, list
                      _fmt(m.get("median_evals_to_95_unseen"), 1),
                      _fmt(m["geomean_speedup_vs_eager"], 2, "x"),
                      _fmt(m["geomean_speedup_vs_compile"], 2, "x"),
-                     *[_fmt(m["fast_p_vs_compile"][str(p)], 2) for p in P],
+                     *[_fmt((m["fast_p_vs_compile"] or {}).get(str(p)), 2) for p in P],
                      _fmt(m.get("geomean_speedup_vs_compile_max_autotune"), 2, "x"),
                      _fmt(m.get("geomean_speedup_vs_compile_max_autotune_no_cudagraphs"), 2,
                           "x"),
+                     _fmt(m.get("geomean_speedup_vs_compile_matched"), 2, "x"),
+                     _fmt((m.get("fast_p_vs_compile_matched") or {}).get("1.0"), 2),
                      _fmt(m["median_fraction_of_copy_bw"] and
                           100 * m["median_fraction_of_copy_bw"], 0, "%"),
                      _fmt(m.get("median_search_seconds"), 1, " s"),
@@ -55,7 +58,8 @@ def tables(result: BenchResult, summary: dict[str, Any]) -> list[tuple[str, list
               "same, on the problems the policy never trained on", "geomean vs eager",
               "geomean vs compile", *[f"fast_{p:g} vs compile" for p in P],
               "geomean vs compile max-autotune",
-              "geomean vs max-autotune without CUDA graphs", "of copy bw",
+              "geomean vs max-autotune without CUDA graphs",
+              "geomean vs compile, matched", "fast_1 vs compile, matched", "of copy bw",
               "median search time" + (" (GPU evaluation)" if result.live else ""),
               *([_wall_header(result.settings.parallel), "of which in the strategy itself"]
                 if result.live else [])]
@@ -64,27 +68,25 @@ def tables(result: BenchResult, summary: dict[str, Any]) -> list[tuple[str, list
             *[_fmt(summary[s]["evals_to_95"].get(p), 1) for s in strategies]]
            for p in problems]
     best_of = "found in this run" if result.live else "recorded"
-    # convolutions benched live since commit f2c2c30: eager with cuDNN's benchmark mode too
-    cudnn = any(result.problems[p].get("eager_cudnn_benchmark_ms") for p in problems)
+    # each baseline at PyTorch's defaults, then matched (columns no problem has are left out:
+    # eager in cuDNN's benchmark mode is timed for convolutions only, since commit f2c2c30)
+    cols = [(label, key) for label, key in BASELINE_COLUMNS
+            if any(_baseline(f, key) for f in result.problems.values())]
     base = []
     for p in problems:
         f = result.problems[p]
         found = {s: min((t for r in result.runs if r.strategy == s and r.problem == p
                          for t in r.times if t is not None), default=None) for s in strategies}
-        base.append([p, _fmt(f.get("eager_ms"), 4),
-                     *([_fmt(f.get("eager_cudnn_benchmark_ms"), 4)] if cudnn else []),
-                     _fmt(f.get("compile_ms"), 4),
-                     _fmt(f.get("compile_max_ms"), 4), _fmt(f.get("compile_max_nocg_ms"), 4),
+        base.append([p, *[_fmt(_baseline(f, key), 4) for _, key in cols],
                      _fmt(f["best_ms"], 4),
                      _fmt(f.get("sweep_best_recorded_ms"), 4),
                      *[_fmt(found[s], 4) for s in strategies]])
     out = [("Strategies at equal budgets", header, main),
            (f"Measurements to 95 % of the best {best_of}, per problem (median over seeds)",
             ["problem", "family", *strategies], per),
-           ("Times per problem (ms): baselines, the optimum, each strategy's best",
-            ["problem", "eager", *(["eager, cudnn.benchmark on"] if cudnn else []),
-             "torch.compile", "compile max-autotune",
-             "max-autotune without CUDA graphs", f"best {best_of}",
+           ("Times per problem (ms): baselines at PyTorch's defaults and matched to the "
+            "kernels' contract, the optimum, each strategy's best",
+            ["problem", *[label for label, _ in cols], f"best {best_of}",
              "sweep's best (recorded run)", *strategies], base)]
     stopped = [[r.problem, r.strategy, str(r.seed), str(len(r.times)), r.error]
                for r in result.runs if r.error]
@@ -95,6 +97,30 @@ def tables(result: BenchResult, summary: dict[str, Any]) -> list[tuple[str, list
         out.append(("Problems not compared", ["problem", "why"],
                     [[p, why] for p, why in sorted(result.skipped.items())]))
     return out
+
+
+def _baseline_columns() -> list[tuple[str, str]]:
+    labels = {"eager_ms": "eager", "eager_cudnn_benchmark_ms": "eager, cudnn.benchmark on",
+              "compile_ms": "torch.compile", "compile_max_ms": "compile max-autotune",
+              "compile_max_nocg_ms": "max-autotune without CUDA graphs"}
+    order = ("eager_ms", "eager_cudnn_benchmark_ms", "compile_ms", "compile_max_ms",
+             "compile_max_nocg_ms")
+    return ([(labels[k], k) for k in order]
+            + [(f"{labels[k]}, matched", matched_field(k)) for k in order])
+
+
+def _baseline(facts: dict[str, Any], key: str) -> float | None:
+    """A problem's figure for column `key`: at the defaults, or matched ("..._matched_ms"),
+    read so that an old run's figures land in the matched columns."""
+    if key.endswith("_matched_ms"):
+        return matched_ms(facts, key.replace("_matched_ms", "_ms"))
+    return headline_ms(facts, key)
+
+
+BASELINE_COLUMNS = _baseline_columns()
+"""(column, record field) of the per-problem table: each baseline as a user's process runs it
+(PyTorch's defaults), then under the kernels' contract ("matched"; a run recorded before the
+defaults were timed has these alone, `bench.baseline_column`)"""
 
 
 def convergence_plot(result: BenchResult, path: Path) -> Path:
@@ -140,18 +166,24 @@ def speedup_plot(result: BenchResult, summary: dict[str, Any], path: Path,
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    # against torch.compile at PyTorch's defaults; a run from before they were timed, matched
+    defaults = any(headline_ms(f) for f in result.problems.values())
+    read = headline_ms if defaults else matched_ms
     fams: dict[str, list[float]] = {}
     for p, facts in result.problems.items():
         runs = [r for r in result.runs if r.strategy == strategy and r.problem == p]
         found = [min((t for t in r.times if t is not None), default=math.inf) for r in runs]
-        if found and facts.get("compile_ms") and math.isfinite(min(found)):
-            fams.setdefault(facts["family"], []).append(facts["compile_ms"] / min(found))
+        comp = read(facts, "compile_ms")
+        if found and comp and math.isfinite(min(found)):
+            fams.setdefault(facts["family"], []).append(comp / min(found))
     fig, ax = plt.subplots(figsize=(7, 4))
     names = sorted(fams)
     geo = [math.exp(sum(math.log(v) for v in fams[f]) / len(fams[f])) for f in names]
     ax.bar(names, geo)
     ax.axhline(1.0, color="gray", lw=0.8)
-    ax.set(ylabel="speedup over torch.compile (geomean)", title=f"{strategy}: speedup per family")
+    ax.set(ylabel="speedup over torch.compile (geomean)" + (
+        "" if defaults else ", matched"), title=f"{strategy}: speedup per family against "
+        + ("torch.compile at PyTorch's defaults" if defaults else "the matched torch.compile"))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -192,6 +224,22 @@ def _provenance(result: BenchResult) -> str:
             + _trained_note(result))
 
 
+def _baselines_line(result: BenchResult) -> str:
+    """What the baselines' two settings were: PyTorch's defaults (the headline), matched."""
+    known = [f["baseline_settings"]["defaults"] for f in result.problems.values()
+             if (f.get("baseline_settings") or {}).get("defaults")]
+    if not known:
+        return (" Baselines: none at PyTorch's defaults in this run (recorded before they were "
+                "timed so, or not measured): the 'matched' columns are torch under the kernels' "
+                "contract, strict fp32.")
+    flags = sorted({(d.get("conv_tf32"), d.get("matmul_tf32")) for d in known})
+    said = "; ".join(f"cuDNN TF32 {'on' if c else 'off'}, matmul TF32 {'on' if m else 'off'}"
+                     for c, m in flags)
+    return (" Baselines: torch eager and torch.compile as a user's process runs them, at "
+            f"PyTorch's defaults ({said}; the headline, 'vs compile'), and beside them under "
+            "the kernels' contract ('matched': strict fp32 unless --precision says otherwise).")
+
+
 def _peers_line(summary: dict[str, Any]) -> str:
     v = versus_peers(summary)
     if v is None:
@@ -204,13 +252,27 @@ def _peers_line(summary: dict[str, Any]) -> str:
 
 
 def _best_line(best: dict[str, Any]) -> str:
-    if not best["problems"] or best["geomean_speedup_vs_compile"] is None:
+    n = best["problems"]
+    if not n:
         return ""
-    n, slow = best["problems"], best["not_faster_than_compile"]
-    return (f" The fastest kernel measured in the run is faster than torch.compile on "
-            f"{n - len(slow)} of {n} problems (fast_1 {best['fast_p_vs_compile']['1.0']:.2f}, "
-            f"geomean {best['geomean_speedup_vs_compile']:.2f}x)"
-            + (f"; not on {', '.join(slow)}." if slow else "."))
+    parts = []
+    for sfx, what in (("", "torch.compile as a user's process runs it (PyTorch's defaults)"),
+                      ("_matched", "torch.compile under the kernels' contract (matched)")):
+        geo, slow = best.get(f"geomean_speedup_vs_compile{sfx}"), \
+            best.get(f"not_faster_than_compile{sfx}")
+        if geo is None or slow is None:
+            continue
+        missing = best.get(f"without_compile{sfx}") or []
+        slow = [p for p in slow if p not in missing]
+        parts.append(f"faster than {what} on {n - len(slow) - len(missing)} of {n} problems "
+                     f"(fast_1 {best[f'fast_p_vs_compile{sfx}']['1.0']:.2f}, geomean "
+                     f"{geo:.2f}x)" + (f"; not on {', '.join(slow)}" if slow else "")
+                     + (f"; no such figure for {', '.join(missing)}" if missing else ""))
+    if not parts:
+        return ""
+    return (" The fastest kernel measured in the run is " + "; it is ".join(parts)
+            + ("" if best.get("geomean_speedup_vs_compile") else
+               " (torch.compile was not timed at PyTorch's defaults in this run)") + ".")
 
 
 def _trained_note(result: BenchResult) -> str:
@@ -244,7 +306,8 @@ def write_report(result: BenchResult, out: Path) -> dict[str, Path]:
     best = min(summary, key=lambda s: summary[s]["median_evals_to_95"] or math.inf)
     spd = speedup_plot(result, summary, out / "speedup_by_family.png", best)
     tabs = tables(result, summary)
-    head = _provenance(result) + _peers_line(summary) + _best_line(best_found)
+    head = (_provenance(result) + _baselines_line(result) + _peers_line(summary)
+            + _best_line(best_found))
     md = f"# cuda-agent bench\n\n{head}\n\n" + "\n".join(
         _md_table(*t) for t in tabs) + "\n![convergence](convergence.png)\n" \
         "![speedup by family](speedup_by_family.png)\n"

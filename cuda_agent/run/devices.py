@@ -15,6 +15,8 @@ from ..errors import DeviceError
 from ..ir.plan import KernelPlan
 from ..problem import Problem
 from ..space.slots import Config, Rendered, Target
+from .baselines import (CUDNN_BENCHMARK, MATCHED, Baselines, split_setting,  # noqa: F401
+                        with_matched)
 from .records import Measurement
 from .timing import TIMING_PROTOCOL, TimingSettings
 from .verify import VerifySettings
@@ -32,12 +34,6 @@ class Candidate:
     build_error: tuple[str | None, str | None] | None = None  # (kind, message) when not built
 
 
-CUDNN_BENCHMARK = "eager:cudnn-benchmark"
-"""the eager baseline with torch.backends.cudnn.benchmark on: each convolution shape gets the
-algorithm cuDNN finds fastest by timing them all, not its heuristics' pick (the default). torch
-keeps the algorithm found per shape for the life of the process, so it runs in a worker of its
-own (`CudaDevice.baselines`)"""
-
 CUDNN_FIND_PROTOCOL = "cudnn-find"
 """the part of a CUDA device's measure protocol saying that candidates' library convolutions ran
 on the algorithm cuDNN's benchmark mode found (`CudaDevice(library_cudnn_benchmark=True)`)"""
@@ -47,17 +43,6 @@ def cudnn_baselines(plan: Any) -> tuple[str, ...]:
     """(CUDNN_BENCHMARK,) where the reference runs a convolution (a plan's or a program's
     graph), else nothing: elsewhere cuDNN's algorithm choice cannot matter."""
     return (CUDNN_BENCHMARK,) if any(n.op == "conv" for n in plan.graph.live()) else ()
-
-
-@dataclass
-class Baselines:
-    eager_ms: float | None = None
-    compile_ms: float | None = None
-    eager_spread_ms: float | None = None
-    compile_spread_ms: float | None = None
-    notes: dict[str, str] = field(default_factory=dict)
-    extra_ms: dict[str, float] = field(default_factory=dict)
-    """other baselines by name, e.g. "compile:max-autotune" (torch.compile's mode)"""
 
 
 class Device(ABC):
@@ -87,7 +72,10 @@ class Device(ABC):
     @abstractmethod
     def evaluate(self, cand: Candidate, best_ms: float | None = None) -> Measurement: ...
 
-    def baselines(self, which: tuple[str, ...] = ("eager", "compile")) -> Baselines:
+    def baselines(self, which: tuple[str, ...] = with_matched(("eager", "compile"))
+                  ) -> Baselines:
+        """The torch baselines named in `which` ("compile", "compile@matched", ...: see
+        `run/baselines.py`)."""
         return Baselines(notes={w: f"not measured on the {self.kind} device" for w in which})
 
     def copy_bandwidth(self) -> float | None:
@@ -263,27 +251,38 @@ class CudaDevice(Device):
                            reply.get("samples", 0), True, False, counters=counters,
                            max_rel_err=reply.get("max_rel_err"), wall_s=wall)
 
-    def baselines(self, which: tuple[str, ...] = ("eager", "compile")) -> Baselines:
-        out = Baselines()
+    def baselines(self, which: tuple[str, ...] = with_matched(("eager", "compile"))
+                  ) -> Baselines:
+        settings = self._facts.get("baseline_settings")
+        out = Baselines(settings=dict(settings, observed={}) if settings else None)
         for w in which:
+            name, setting = split_setting(w)
+            if setting == MATCHED and settings and settings.get("same") and \
+                    out.ms(name) is not None:
+                # the two settings agree on every TF32 flag the problem's ops read, and neither
+                # autocasts: one measurement is both figures
+                out.set(w, out.ms(name))
+                out.notes[w] = f"the measurement of {name}: the same settings for this problem"
+                continue
             # CUDNN_BENCHMARK in a process whose convolutions meet cuDNN in that mode first,
             # its reference run included; the others where cuDNN picks as a user's default
-            # process does (a fresh worker whenever the running one was set up otherwise)
-            mode = w == CUDNN_BENCHMARK
+            # process does (a fresh worker whenever the running one was set up otherwise).
+            # Both settings share a worker: cuDNN keeps an algorithm per shape and TF32 flag.
+            mode = name == CUDNN_BENCHMARK
             if mode != self._worker_mode:
                 self._restart(cudnn_benchmark=mode)
-            reply = self._call({"op": "baseline", "which": w}, self.setup_timeout_s)
+            reply = self._call({"op": "baseline", "which": name, "settings": setting},
+                               self.setup_timeout_s)
             if reply.get("dead"):
                 self._restart(cudnn_benchmark=mode)
             if reply.get("ok"):
-                if w == "eager":
-                    out.eager_ms, out.eager_spread_ms = reply["time_ms"], reply.get("spread_ms")
-                elif w == "compile":
-                    out.compile_ms = reply["time_ms"]
-                    out.compile_spread_ms = reply.get("spread_ms")
-                else:
-                    out.extra_ms[w] = reply["time_ms"]
+                out.set(w, reply["time_ms"], reply.get("spread_ms"))
                 out.notes[w] = f"setup {reply.get('setup_s', 0):.1f} s"
+                if out.settings is not None:
+                    # what the timed runs ran under, as the worker saw it, and how far their
+                    # answer is from the contract's
+                    out.settings["observed"][w] = {**(reply.get("flags") or {}),
+                                                   "rel_diff": reply.get("rel_diff")}
             else:
                 out.notes[w] = f"failed: {reply.get('error_msg')}"
         if self._worker_mode != self._candidate_mode:

@@ -60,6 +60,127 @@ def compile_for_device(source: str, device: torch.device) -> bytes:
     return cubin
 
 
+# -- TF32 flags -----------------------------------------------------------------------------------
+# torch keeps whether fp32 convolutions (cuDNN) and matrix products (cuBLAS) may run on TF32 tensor
+# cores in process-wide flags, in two APIs: the legacy booleans (`cudnn.allow_tf32`,
+# `set_float32_matmul_precision`) and, since torch 2.9, per-backend `fp32_precision` slots where
+# a parent ("generic"/"cuda" "all") overrides its children. Reading a legacy flag raises once the
+# two disagree, so a snapshot reads the slots raw and the legacy values where they read.
+# (set_float32_matmul_precision writes mkldnn's matmul slot too: a snapshot keeps the CPU's)
+_TF32_PARENTS = (("generic", "all"), ("cuda", "all"), ("mkldnn", "all"))
+_TF32_CHILDREN = tuple((b, op) for b in ("cuda", "mkldnn") for op in ("matmul", "conv", "rnn"))
+
+
+_SLOT_API: list = []
+
+
+def _slot_api() -> bool:
+    """Whether this torch has the fp32_precision slots, the convolution's and the matrix
+    product's among them (checked once)."""
+    if not _SLOT_API:
+        try:
+            get = torch._C._get_fp32_precision_getter
+            _SLOT_API.append(all(isinstance(get(b, op), str) for b, op in
+                                 _TF32_PARENTS[:2] + _TF32_CHILDREN[:2]))
+        except (AttributeError, RuntimeError, ValueError, TypeError):
+            _SLOT_API.append(False)
+    return _SLOT_API[0]
+
+
+def tf32_flags() -> dict:
+    """The process's TF32 flags as they are: {"slots": {"backend/op": value}, "cudnn_allow_tf32":
+    bool or None, "float32_matmul_precision": str or None} (None: unreadable, a mixed state)."""
+    slots = {}
+    if _slot_api():
+        for b, op in _TF32_PARENTS + _TF32_CHILDREN:
+            try:
+                slots[f"{b}/{op}"] = torch._C._get_fp32_precision_getter(b, op)
+            except (RuntimeError, ValueError, TypeError):  # one this torch does not know
+                pass
+    out = {"slots": slots, "cudnn_allow_tf32": None, "float32_matmul_precision": None}
+    for key, read in (("cudnn_allow_tf32", torch._C._get_cudnn_allow_tf32),
+                      ("float32_matmul_precision", torch.get_float32_matmul_precision)):
+        try:
+            out[key] = read()
+        except RuntimeError:  # the legacy and new APIs disagree: the slots say it all
+            pass
+    return out
+
+
+def conv_tf32(flags: dict) -> bool:
+    """Whether fp32 convolutions may use TF32 under `flags` (a `tf32_flags()` snapshot)."""
+    if "cuda/conv" in flags["slots"]:
+        return flags["slots"]["cuda/conv"] == "tf32"
+    return bool(flags["cudnn_allow_tf32"])
+
+
+def matmul_tf32(flags: dict) -> bool:
+    """Whether fp32 matrix products may use TF32 (or lower) under `flags`."""
+    if "cuda/matmul" in flags["slots"]:
+        return flags["slots"]["cuda/matmul"] == "tf32"
+    return flags["float32_matmul_precision"] not in (None, "highest")
+
+
+def tf32_state() -> tuple[bool, bool]:
+    """(convolutions, matrix products): whether each may use TF32 now; cheaper than a
+    snapshot, for the check before every library step."""
+    if _slot_api():
+        get = torch._C._get_fp32_precision_getter
+        return get("cuda", "conv") == "tf32", get("cuda", "matmul") == "tf32"
+    return (bool(torch._C._get_cudnn_allow_tf32()),
+            torch.get_float32_matmul_precision() != "highest")
+
+
+def restore_tf32_flags(flags: dict) -> None:
+    """Put back a `tf32_flags()` snapshot: the parents first (setting one resets its
+    children), then the legacy values, then the children."""
+    setter = getattr(torch._C, "_set_fp32_precision_setter", None)
+    slots = flags["slots"]
+    for key in [f"{b}/{op}" for b, op in _TF32_PARENTS]:
+        if setter is not None and key in slots:
+            setter(*key.split("/"), slots[key])
+    if flags["cudnn_allow_tf32"] is not None:
+        torch._C._set_cudnn_allow_tf32(flags["cudnn_allow_tf32"])
+    if flags["float32_matmul_precision"] is not None:
+        torch.set_float32_matmul_precision(flags["float32_matmul_precision"])
+    for key in [f"{b}/{op}" for b, op in _TF32_CHILDREN]:
+        if setter is not None and key in slots:
+            setter(*key.split("/"), slots[key])
+
+
+def set_tf32(conv: bool, matmul: bool) -> None:
+    """Allow TF32 in fp32 convolutions and matrix products, or not, whatever the state before:
+    a parent slot set by the new API would override the legacy flags, so it is cleared first."""
+    if _slot_api():
+        for b, op in _TF32_PARENTS:
+            if torch._C._get_fp32_precision_getter(b, op) != "none":
+                torch._C._set_fp32_precision_setter(b, op, "none")
+    torch._C._set_cudnn_allow_tf32(bool(conv))
+    torch.set_float32_matmul_precision("high" if matmul else "highest")
+
+
+class tf32_mode:
+    """`with tf32_mode(conv, matmul):` TF32 allowed (or not) in fp32 convolutions and matrix
+    products inside, the flags as they were restored after (nests; exceptions pass through).
+    `tf32_mode(flags=snapshot)` puts a whole `tf32_flags()` snapshot in place instead."""
+
+    def __init__(self, conv: bool = False, matmul: bool = False,
+                 flags: dict | None = None) -> None:
+        self.conv, self.matmul, self.flags = conv, matmul, flags
+        self.saved: list = []
+
+    def __enter__(self) -> "tf32_mode":
+        self.saved.append(tf32_flags())
+        if self.flags is not None:
+            restore_tf32_flags(self.flags)
+        else:
+            set_tf32(self.conv, self.matmul)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        restore_tf32_flags(self.saved.pop())
+
+
 def run_library(call: dict, inputs: Sequence[torch.Tensor]) -> torch.Tensor:
     """A vendor-library step of a candidate, through torch on the current stream: cuBLAS for a
     (batched, strided) matrix product, cuDNN for a convolution, direct or transposed. Returns
@@ -67,13 +188,25 @@ def run_library(call: dict, inputs: Sequence[torch.Tensor]) -> torch.Tensor:
     `dtype` ("fp16" or "bf16", where the user opted into half-precision products) the operands
     are cast to it and the product back to fp32, as torch.autocast computes it. With
     `cudnn_benchmark` (a model_new.py whose kernel was measured so) a convolution runs in
-    cuDNN's benchmark mode, the process's own mode restored after it."""
+    cuDNN's benchmark mode, the process's own mode restored after it. cuDNN and cuBLAS round
+    fp32 operands to TF32 only with `tf32` (the user opted in: `--precision tf32`); otherwise the
+    step runs strict fp32, as it was verified, whatever the process's own TF32 flags (torch's
+    default lets cuDNN use TF32), which are restored after it."""
+    tf32 = bool(call.get("tf32"))
+    if tf32_state() != (tf32, tf32):
+        with tf32_mode(tf32, tf32):
+            return _run_library_as_set(call, inputs)
+    return _run_library_as_set(call, inputs)
+
+
+def _run_library_as_set(call: dict, inputs: Sequence[torch.Tensor]) -> torch.Tensor:
     if call.get("cudnn_benchmark") and not torch.backends.cudnn.benchmark:
         # the first call of a shape times cuDNN's algorithms and keeps the fastest for the
         # process's life, unless the process already met the shape on the heuristics
         torch.backends.cudnn.benchmark = True
         try:
-            return run_library({k: v for k, v in call.items() if k != "cudnn_benchmark"}, inputs)
+            return _run_library_as_set({k: v for k, v in call.items()
+                                        if k != "cudnn_benchmark"}, inputs)
         finally:
             torch.backends.cudnn.benchmark = False
     half = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(call.get("dtype", ""))

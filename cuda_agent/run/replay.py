@@ -6,7 +6,9 @@ A sweep file is gzipped JSON under ``benchmarks/data/<gpu-slug>/<problem>.json.g
 ``{"format": 1, "problem", "source_hash", "fingerprint", "space_version", "gpu", "toolchain",
 "target": {...}, "copy_bw", "baselines": {...}, "date", "commit", "sampled": bool,
 "space_size", "records": [{"config": {...}, "ok", "time_ms", "spread_ms", "error_kind",
-"verified", "counters"}]}``.
+"verified", "counters"}]}``. The baselines are `run/baselines.Baselines.fields()`; a sweep
+recorded before the baselines at PyTorch's defaults has only "eager_ms" and "compile_ms", which
+are matched figures.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from ..errors import DeviceError
 from ..ir.plan import KernelPlan
 from ..problem import Problem
 from ..space.slots import Config, Target
-from .devices import Baselines, Candidate, Device
+from .baselines import Baselines, read_record, with_matched
+from .devices import Candidate, Device
 from .records import Measurement
 
 FORMAT = 1
@@ -155,10 +158,13 @@ class ReplayDevice(Device):
                            rec.get("samples", 0), rec.get("verified"), self.simulated,
                            counters=dict(rec.get("counters") or {}))
 
-    def baselines(self, which: tuple[str, ...] = ("eager", "compile")) -> Baselines:
-        b = self.data.get("baselines") or {}
-        return Baselines(eager_ms=b.get("eager_ms"), compile_ms=b.get("compile_ms"),
-                         notes={w: "replayed from the sweep's GPU run" for w in which})
+    def baselines(self, which: tuple[str, ...] = with_matched(("eager", "compile"))
+                  ) -> Baselines:
+        # a sweep recorded before baselines at PyTorch's defaults has matched figures only
+        # (`read_record`): the defaults stay unknown rather than taken from them
+        out = read_record(self.data.get("baselines") or {})
+        out.notes = {w: "replayed from the sweep's GPU run" for w in which}
+        return out
 
 
 def measurement_record(config: Config, m: Measurement) -> dict[str, Any]:

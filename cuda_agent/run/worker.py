@@ -22,51 +22,64 @@ from ..ir.plan import make_plan
 from ..problem import load_problem
 from ..space.program import state_updates
 from . import launcher
-from .devices import CUDNN_BENCHMARK
+from .baselines import (CUDNN_BENCHMARK, DEFAULTS, MATCHED, contract_tf32, settings_record,
+                        tf32_reads)
 from .timing import PEAK_FLOPS, L2Flusher, TimingSettings, physical_floor_ms, time_runs
 from .verify import (CandidateError, CasePool, IndexDomain, ValueRange, VerifyResult,
                      VerifySettings, check, check_state, make_case, poisoned_output)
 
 
+TORCH_DEFAULTS = launcher.tf32_flags()
+"""PyTorch's TF32 flags as this process found them: read at import, before anything here sets
+them. In a worker (a fresh spawned process) they are torch's own defaults, the flags a user's
+process runs with, and the baselines at the defaults run under them (`ProblemState.baseline`)."""
+
+
 def use_precision(precision: str) -> None:
-    """The witness and the eager/compile baselines keep the kernels' contract: strict fp32
-    (cuDNN would otherwise run fp32 convolutions on TF32 tensor cores, its default), or TF32
-    products in cuBLAS and cuDNN where the user opted into TF32 (`--precision tf32`). For fp16
-    and bf16 the products run under autocast (`precision_context`) and the rest stays fp32."""
-    tf32 = precision == "tf32"
-    torch.backends.cudnn.allow_tf32 = tf32
-    torch.backends.cuda.matmul.allow_tf32 = tf32
+    """The worker's flags, process-wide: the kernels' contract, which the witness, the
+    verification and the candidates' library steps run under. Strict fp32 (cuDNN would
+    otherwise run fp32 convolutions on TF32 tensor cores, its default), or TF32 products in
+    cuBLAS and cuDNN where the user opted into TF32 (`--precision tf32`). For fp16 and bf16 the
+    products run under autocast (`precision_context`) and the rest stays fp32."""
+    tf32 = contract_tf32(precision)
+    launcher.set_tf32(tf32, tf32)
 
 
 def precision_context(precision: str) -> Any:
-    """Where the witness and the baselines run: under `torch.autocast` in fp16 or bf16 when the
-    user opted into half-precision products (what a user of torch does to get them: matmuls and
-    convolutions in that dtype, reductions and norms kept in fp32), else as they are."""
+    """Where the witness and the matched baselines run: under `torch.autocast` in fp16 or bf16
+    when the user opted into half-precision products (what a user of torch does to get them:
+    matmuls and convolutions in that dtype, reductions and norms kept in fp32), else as they
+    are."""
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)
     return (torch.autocast("cuda", dtype=dtype) if dtype is not None
             else contextlib.nullcontext())
 
 
-# PyTorch's own settings, read before the worker changes them: conformance mode's reference
-# runs under them, as a user's process does (`torch_defaults`)
-_TORCH_DEFAULTS = {"cudnn": torch.backends.cudnn.allow_tf32,
-                   "matmul": torch.backends.cuda.matmul.allow_tf32}
+def observed_flags() -> dict[str, Any]:
+    """The TF32 flags and autocast in effect where a baseline runs (its reply says them)."""
+    flags = launcher.tf32_flags()
+    return {"conv_tf32": launcher.conv_tf32(flags), "matmul_tf32": launcher.matmul_tf32(flags),
+            "autocast": str(torch.get_autocast_dtype("cuda")).replace("torch.", "")
+            if torch.is_autocast_enabled("cuda") else None}
 
 
-@contextlib.contextmanager
+def fresh_compile() -> Any:
+    """torch.compile's persistent caches off: a compiled graph's cache key leaves out cuDNN's
+    TF32 flag, which max-autotune bakes into the convolution templates it generates and
+    benchmarks, so a graph compiled under one setting must not be served under the other."""
+    from torch._inductor import config
+
+    off = {k: False for k in ("fx_graph_cache", "fx_graph_remote_cache", "autotune_local_cache",
+                              "autotune_remote_cache", "bundled_autotune_remote_cache")
+           if hasattr(config, k)}
+    return config.patch(off)
+
+
 def torch_defaults() -> Any:
-    """Run under PyTorch's default TF32 settings (cuDNN convolutions may use TF32, matrix
-    products may not), whatever contract the kernels are held to; restored after."""
-    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cudnn.allow_tf32 = _TORCH_DEFAULTS["cudnn"]
-    torch.backends.cuda.matmul.allow_tf32 = _TORCH_DEFAULTS["matmul"]
-    try:
-        yield
-    finally:
-        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
-
-
-use_precision("fp32")
+    """Run under PyTorch's default TF32 settings as a fresh process has them (cuDNN
+    convolutions may use TF32, matrix products may not, on torch 2.x), whatever contract the
+    kernels are held to; restored after. Conformance mode's reference runs under them."""
+    return launcher.tf32_mode(flags=TORCH_DEFAULTS)
 
 
 class ProblemState:
@@ -291,10 +304,20 @@ class ProblemState:
         return start.elapsed_time(end)
 
     # -- baselines -----------------------------------------------------------------------------
-    def baseline(self, which: str) -> dict[str, Any]:
-        """Time torch eager or torch.compile on the same inputs, with the same protocol."""
-        t0 = time.perf_counter()
-        model = self.model
+    def baseline_settings(self) -> dict[str, Any]:
+        """What the two settings of the baselines are for this problem (`settings_record`)."""
+        defaults = {"conv": launcher.conv_tf32(TORCH_DEFAULTS),
+                    "matmul": launcher.matmul_tf32(TORCH_DEFAULTS)}
+        return settings_record(defaults, self.precision,
+                               tf32_reads({n.op for n in self.graph.live()}))
+
+    def baseline(self, which: str, settings: str = DEFAULTS) -> dict[str, Any]:
+        """Time torch eager or torch.compile on the same inputs, with the same protocol, under
+        `settings`: DEFAULTS, PyTorch's own flags as a fresh process has them and no autocast
+        (a user's process); MATCHED, the kernels' contract (the worker's flags, autocast in
+        fp16/bf16). The flags are process-wide: they are put in place for this call only."""
+        if settings not in (DEFAULTS, MATCHED):
+            return {"ok": False, "error_msg": f"unknown baseline settings {settings!r}"}
         if which == CUDNN_BENCHMARK:
             # eager as it is, in a worker set up in that mode (`CudaDevice.baselines`)
             if not torch.backends.cudnn.benchmark:
@@ -304,7 +327,33 @@ class ProblemState:
             # eager and torch.compile are timed as a user's process runs them: on the heuristics
             return {"ok": False, "error_msg": f"baseline {which!r} asked of a worker set up in "
                     "cuDNN's benchmark mode"}
-        elif which.startswith("compile"):
+        tf32 = contract_tf32(self.precision)
+        flags = (launcher.tf32_mode(flags=TORCH_DEFAULTS) if settings == DEFAULTS
+                 else launcher.tf32_mode(tf32, tf32))
+        numerics = (contextlib.nullcontext() if settings == DEFAULTS
+                    else precision_context(self.precision))
+        compiled = which.startswith("compile")
+        with flags, fresh_compile() if compiled else contextlib.nullcontext():
+            reply = self._time_baseline(which, numerics)
+        out = reply.pop("output", None)
+        if reply.get("ok"):
+            # its output beside the witness's (the contract's answer, under the worker's own
+            # flags again): how far this setting's numerics are from the contract's
+            try:
+                reply["rel_diff"] = self._rel_diff(out)
+            except Exception as exc:  # noqa: BLE001 - informative only: the time stands
+                reply["rel_diff"], reply["rel_diff_error"] = None, f"{type(exc).__name__}"
+            del out
+            torch.cuda.empty_cache()
+        return reply
+
+    def _time_baseline(self, which: str, numerics: Any) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        model = self.model
+        if which.startswith("compile"):
+            # a fresh compile under the flags in effect: dynamo's cache would serve a graph
+            # compiled under the other setting, whose decisions may depend on the flags
+            torch._dynamo.reset()
             mode = None if which == "compile" else which.split(":", 1)[1]
             model = torch.compile(self.model, mode=mode)
         arg_sets = []
@@ -312,17 +361,43 @@ class ProblemState:
             args, state = self._split(s, None)
             arg_sets.append(args)
         # parameters stay the model's own: baselines compute the same function on the same data
-        with torch.no_grad(), precision_context(self.precision):
+        with torch.no_grad(), numerics:
             try:
                 model(*arg_sets[0])
                 torch.cuda.synchronize()
             except Exception as exc:  # noqa: BLE001 - a failing baseline is reported, not fatal
                 return {"ok": False, "error_msg": f"{type(exc).__name__}: {exc}"[:300]}
             compile_s = time.perf_counter() - t0
+            seen = observed_flags()  # where the timed runs run, checked, not assumed
             timing = time_runs(lambda k: model(*arg_sets[k]), len(arg_sets), self.timing,
                                self.flusher)
+            out = model(*arg_sets[0])
+            if not isinstance(out, torch.Tensor):
+                out = None
+            elif which.startswith("compile"):
+                out = out.clone()  # CUDA-graph modes hand out a buffer the next replay reuses
+        if which.startswith("compile"):
+            torch._dynamo.reset()  # its graphs, compiled under this call's flags, go with it
         return {"ok": True, "time_ms": timing.median_ms, "spread_ms": timing.spread_ms,
-                "samples": timing.samples, "setup_s": compile_s}
+                "samples": timing.samples, "setup_s": compile_s, "flags": seen, "output": out}
+
+    def _rel_diff(self, out: torch.Tensor | None) -> float | None:
+        """Relative-norm difference of a baseline's output from the witness's on the same
+        input set (None for an integer output), summed in float64 a slice at a time: no more
+        than the two outputs on the device."""
+        if out is None or not out.is_floating_point():
+            return None
+        ref = self.witness(self.sets[0])
+        if tuple(ref.shape) != tuple(out.shape) or not ref.is_floating_point():
+            return None
+        o, r = out.reshape(-1), ref.reshape(-1)
+        num = den = 0.0
+        step = 1 << 24
+        for i in range(0, r.numel(), step):
+            rs = r[i:i + step].double()
+            den += float(rs.square().sum())
+            num += float((o[i:i + step].double() - rs).square().sum())
+        return (num / den) ** 0.5 if den > 0 else num ** 0.5
 
 
 _COPY_BW: dict[str, float] = {}
@@ -392,7 +467,8 @@ def worker_main(conn: Any, device_index: int, timing: TimingSettings,
                 torch.backends.cudnn.benchmark = bool(msg.get("cudnn_benchmark", False))
                 state = ProblemState(msg["path"], device, timing, verify_settings)
                 conn.send({"ok": True, "copy_bw": state.copy_bw, **gpu_facts(device),
-                           "cudnn_benchmark": torch.backends.cudnn.benchmark})
+                           "cudnn_benchmark": torch.backends.cudnn.benchmark,
+                           "baseline_settings": state.baseline_settings()})
             elif op == "eval":
                 assert state is not None, "setup first"
                 reply = state.evaluate(msg)
@@ -401,7 +477,7 @@ def worker_main(conn: Any, device_index: int, timing: TimingSettings,
                     return  # the context is poisoned: the supervisor starts a fresh worker
             elif op == "baseline":
                 assert state is not None, "setup first"
-                conn.send(state.baseline(msg["which"]))
+                conn.send(state.baseline(msg["which"], msg.get("settings", DEFAULTS)))
             else:
                 conn.send({"ok": False, "error_kind": "cuda", "error_msg": f"unknown op {op}"})
         except Exception as exc:  # noqa: BLE001 - report and carry on (or die if sticky)

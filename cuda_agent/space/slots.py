@@ -86,12 +86,12 @@ fp16 or bf16 (fp32 accumulation) when the user opts in; inputs and outputs stay 
 
 PRECISION_NOTES = {
     "tf32": "TF32 (opted in): tensor-core products round their operands to TF32, as torch does "
-            "with allow_tf32; eager and torch.compile timed with TF32 on",
+            "with allow_tf32; the matched eager and torch.compile timed with TF32 on",
     "fp16": "fp16 (opted in): tensor-core products round their operands to fp16 and accumulate "
-            "in fp32; verified against, and timed beside, eager and torch.compile under "
+            "in fp32; verified against, and matched to, eager and torch.compile under "
             "torch.autocast(float16)",
     "bf16": "bf16 (opted in): tensor-core products round their operands to bf16 and accumulate "
-            "in fp32; verified against, and timed beside, eager and torch.compile under "
+            "in fp32; verified against, and matched to, eager and torch.compile under "
             "torch.autocast(bfloat16)",
 }
 """what each opt-in precision means, as the reports and model_new.py say it"""

@@ -142,6 +142,12 @@ class LibraryTemplate(Template):
         # these slots renders (and is cached) exactly as it was
         if cfg.get("memory.layout", "as_given") != "as_given":
             call["layout"] = cfg["memory.layout"]
+        if target.precision == "tf32":
+            # the user opted into TF32 products: cuDNN and cuBLAS may round the operands to
+            # TF32, in the worker and in model_new.py alike (`launcher.run_library`); without
+            # it the call runs strict fp32 whatever the process's flags (a user's process lets
+            # cuDNN use TF32 by default)
+            call["tf32"] = True
         if target.precision in ("fp16", "bf16"):
             # the user opted into half-precision products: the library computes in that type,
             # as torch does under autocast (operands cast, the product cast back to fp32)
