@@ -177,6 +177,7 @@ class CudaDevice(Device):
             if not reply.get("ok"):
                 raise DeviceError(f"the GPU worker failed to set up again: "
                                   f"{reply.get('error_msg')}")
+            self._note_peak(reply)
 
     def _call(self, msg: dict[str, Any], timeout: float) -> dict[str, Any]:
         """Send a request; a timeout or a dead worker becomes a reply with an error kind."""
@@ -215,13 +216,27 @@ class CudaDevice(Device):
         if reply.get("dead"):
             self._start()
             reply = self._call(msg, self.setup_timeout_s)
+        if reply.get("refused"):  # cannot fit: the worker is sound, the problem is refused
+            self._problem_path = None
+            raise DeviceError(str(reply.get("error_msg")))
         if not reply.get("ok"):
             # a failed set-up may leave the worker's CUDA context unusable (a device-side assert
             # in the reference is sticky): the next problem gets a fresh worker
             self._problem_path = None
             self._restart()
             raise DeviceError(f"GPU setup failed for {problem.name}: {reply.get('error_msg')}")
-        self._facts.update({k: v for k, v in reply.items() if k != "ok"})
+        self._facts.update({k: v for k, v in reply.items() if k not in ("ok", "memory")})
+        self._facts["memory"] = dict(reply.get("memory") or {})
+
+    def _note_peak(self, reply: dict[str, Any]) -> None:
+        """The worker's peak GPU memory so far, kept as the most any worker of this problem
+        reached (a restarted worker counts from zero)."""
+        mem = self._facts.get("memory")
+        peak = reply.get("peak_bytes") or (reply.get("memory") or {}).get("peak_bytes")
+        if mem is not None and peak:
+            mem["peak_bytes"] = max(int(mem.get("peak_bytes") or 0), int(peak))
+            if mem.get("bound_bytes"):
+                mem["within_bound"] = mem["peak_bytes"] <= mem["bound_bytes"]
 
     def copy_bandwidth(self) -> float | None:
         return self._facts.get("copy_bw")
@@ -236,6 +251,7 @@ class CudaDevice(Device):
                "zero_workspace": cand.rendered.zero_workspace}
         reply = self._call(msg, self.eval_timeout_s)
         wall = time.perf_counter() - t0
+        self._note_peak(reply)
         if reply.get("dead") or reply.get("sticky"):
             self._restart()
         counters = dict(reply.get("counters", {}))
@@ -273,6 +289,7 @@ class CudaDevice(Device):
             if mode != self._worker_mode:
                 self._restart(cudnn_benchmark=mode)
             reply = self._call({"op": "baseline", "which": w}, self.setup_timeout_s)
+            self._note_peak(reply)
             if reply.get("dead"):
                 self._restart(cudnn_benchmark=mode)
             if reply.get("ok"):

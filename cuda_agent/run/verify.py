@@ -604,8 +604,8 @@ class CasePool:
     its error on each case sets that case's slack (VerifySettings.witness_factor).
 
     Memory (`budget`): what does not fit is not held but regenerated. Cases then share one set
-    of input buffers (`buffers`, timing set 0's too) and are drawn again from their seeds when
-    used; a perturbed twin is its base case with one element moved. References are kept on the
+    of input buffers (`buffers`, which timing set 0 uses too) and are drawn again from their
+    seeds when used; a perturbed twin is its base case with one element moved. References are kept on the
     device while they fit, then in host memory, else recomputed per use; with a `split` the
     reference is computed `chunk_rows` rows at a time and compared chunk by chunk. Whatever is
     kept, every check is the same: the norms and bounds add up over pieces (`Comparison`).
@@ -617,7 +617,8 @@ class CasePool:
                  signed: Sequence[bool] | None = None,
                  witness: Callable[[list[torch.Tensor]], torch.Tensor] | None = None,
                  domains: Sequence[Domain] | None = None, *, budget: PoolBudget | None = None,
-                 split: Split | None = None, chunk_rows: int | None = None) -> None:
+                 buffers: Sequence[torch.Tensor] | None = None, split: Split | None = None,
+                 chunk_rows: int | None = None) -> None:
         self.settings = s = settings or VerifySettings()
         self.reference = reference  # kept: a reference not held is recomputed when compared
         self.metas = [InputMeta.of(e) for e in examples]
@@ -642,7 +643,8 @@ class CasePool:
         self._device_left = None if room is None else room - (
             2 * n * in_bytes if self.holds_inputs else 0)
         self._host_left = self.budget.host_bytes
-        self.buffers = None if self.holds_inputs else self._alloc()
+        self.buffers = Buffers(buffers) if buffers is not None else (
+            None if self.holds_inputs else self._alloc())
         self.cases: list[Trial] = []
         self.perturbed: list[Trial] = []
         alive = {"zeros", "constant"} | ({"identity"} if out_dtype.is_floating_point else set())
@@ -725,7 +727,7 @@ class CasePool:
         """Input set `k` of the timing rotation: drawn from its own seed (1234), in the shared
         buffers for set 0 where cases share them, so that timing needs no inputs of its own."""
         if k not in self._timing:
-            shared = k == 0 and not self.holds_inputs and self.buffers is not None
+            shared = k == 0 and self.buffers is not None
             self._timing[k] = Trial(self.buffers if shared else self._alloc(), None,
                                     f"timing set {k}", draw=(k, 1234, False))
         return self._timing[k]
