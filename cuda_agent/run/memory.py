@@ -31,7 +31,7 @@ GiB = 1 << 30
 
 SCRATCH_BYTES = 256 << 20
 """working memory for one piece of a draw, a hash or a comparison (verify.PoolBudget)"""
-HOLD_BYTES = 256 << 20
+HOLD_BYTES = 1 << 30
 """room for references beyond one output's worth: every reference of a small problem is held"""
 SAFETY_BYTES = 1 << 30
 """what the plan leaves of the GPU's free memory unused: the allocator's rounding and

@@ -146,7 +146,8 @@ class ProblemState:
         # one set of inputs: timing set 0, and where the cases do not all fit, the buffers
         # each case is drawn into when it is used
         self.buffers = [torch.empty(m.shape, dtype=m.dtype, device=device) for m in self.metas]
-        split, rows, host_bytes = self._reference_plan()
+        with refusing(self.problem.name, "planning the float64 reference"):
+            split, rows, host_bytes = self._reference_plan()
         budget = PoolBudget(self.memory.hold_room(), host_bytes, memory.SCRATCH_BYTES)
         with refusing(self.problem.name, "drawing the verification cases"):
             self.pool = CasePool(self.reference, self.metas, self.out_shape, self.out_dtype,
