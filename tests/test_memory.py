@@ -171,3 +171,13 @@ def test_the_report_carries_the_footprint():
     assert report["memory"]["within_bound"] is True and "memory" not in report["facts"]
     assert report["memory"]["eager_peak_bytes"] == 12 * GiB
     assert report["memory"]["verification"] == "full"
+
+
+def test_the_footprint_is_described_in_one_line():
+    plan = elementwise(6)
+    plan.peak_bytes = 20 * GiB
+    plan.verification, plan.chunk = "chunked", "250 of 24576 along output dim 0"
+    line = memory.describe(plan.as_dict())
+    assert line.startswith("GPU memory: peak 20.00 GiB, eager's peak 12.00 GiB, bound 25.")
+    assert "chunked (250 of 24576 along output dim 0)" in line and "\n" not in line
+    assert memory.describe(None) is None

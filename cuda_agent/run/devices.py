@@ -228,6 +228,14 @@ class CudaDevice(Device):
         self._facts.update({k: v for k, v in reply.items() if k not in ("ok", "memory")})
         self._facts["memory"] = dict(reply.get("memory") or {})
 
+    def _eval_timeout(self) -> float:
+        """A candidate's time limit, plus a second per GiB of the problem's inputs and output:
+        its verification draws, hashes and compares them (and recomputes references) per
+        case, which takes seconds where they are tens of GiB, however fast the kernel."""
+        mem = self._facts.get("memory") or {}
+        size = (mem.get("input_bytes") or 0) + (mem.get("output_bytes") or 0)
+        return self.eval_timeout_s + size / (1 << 30)
+
     def _note_peak(self, reply: dict[str, Any]) -> None:
         """The worker's peak GPU memory so far, kept as the most any worker of this problem
         reached (a restarted worker counts from zero)."""
@@ -249,7 +257,7 @@ class CudaDevice(Device):
                "launches": [l.__dict__ for l in cand.rendered.launches],
                "workspace_bytes": cand.rendered.workspace_bytes,
                "zero_workspace": cand.rendered.zero_workspace}
-        reply = self._call(msg, self.eval_timeout_s)
+        reply = self._call(msg, self._eval_timeout())
         wall = time.perf_counter() - t0
         self._note_peak(reply)
         if reply.get("dead") or reply.get("sticky"):

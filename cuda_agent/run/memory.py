@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import torch
@@ -274,8 +274,13 @@ def host_available_bytes() -> int:
         return 0
 
 
-def summary(plan: MemoryPlan) -> dict[str, Any]:
-    """The plan as the set-up reply carries it (and the report shows it)."""
-    out = plan.as_dict()
-    out["sizes"] = asdict(plan.sizes)
-    return out
+def describe(mem: dict[str, Any] | None) -> str | None:
+    """One line for a run's footprint (a report's `memory`), None where none was planned."""
+    if not mem or not mem.get("bound_bytes"):
+        return None
+    how = mem.get("verification") or "full"
+    if mem.get("chunk"):
+        how += f" ({mem['chunk']})"
+    return (f"GPU memory: peak {gib(mem.get('peak_bytes') or 0)}, eager's peak "
+            f"{gib(mem['eager_peak_bytes'])}, bound {gib(mem['bound_bytes'])}; float64 "
+            f"reference {how}")

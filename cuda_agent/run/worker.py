@@ -141,7 +141,8 @@ class ProblemState:
                     - memory.SAFETY_BYTES)
         self.memory = MemoryPlan(sizes, eager_peak, capacity, self.flusher.buf.numel() * 4,
                                  memory.timing_sets(sizes.input_bytes, self.l2_bytes,
-                                                    timing.rotate))
+                                                    timing.rotate),
+                                 memory.SCRATCH_BYTES, memory.HOLD_BYTES)
         self.memory.refuse_unless_fits(self.problem.name)
         # one set of inputs: timing set 0, and where the cases do not all fit, the buffers
         # each case is drawn into when it is used
@@ -167,11 +168,11 @@ class ProblemState:
         """torch eager's peak for one forward, as a user's process holds it: the model and the
         example inputs resident (the flusher, which the user does not hold, left out)."""
         saved = {k: b.clone() for k, b in self.model.named_buffers()}
-        base = self.tracker.allocated() - self.flusher.buf.numel() * 4
+        base = max(0, self.tracker.allocated() - self.flusher.buf.numel() * 4)
 
-        def forward() -> None:
+        def forward() -> Any:
             with torch.no_grad(), precision_context(self.precision):
-                self.model(*args)
+                return self.model(*args)
 
         try:
             _, transient = self.tracker.section(forward)
@@ -188,10 +189,10 @@ class ProblemState:
     def _chunk_cost(self, split: Split, rows: int) -> int:
         """What the float64 reference allocates for `rows` rows along `split`, measured (and
         how long it took, in `_chunk_seconds`)."""
-        def run() -> None:
+        def run() -> torch.Tensor:
             sliced = [t if dim is None else t.narrow(dim, 0, rows).contiguous()
                       for t, dim in zip(self.buffers, split.in_dims)]
-            self.reference(sliced).to(self.out_dtype)
+            return self.reference(sliced).to(self.out_dtype)
 
         t0 = time.perf_counter()
         cost = self.tracker.section(run)[1]
@@ -226,14 +227,14 @@ class ProblemState:
                                      mem.chunk_budget())
             where = f"along output dim {split.out_dim}"
             if rows is not None:
-                mem.verification, mem.chunk = "chunked", f"{rows} of {n} rows {where}"
+                mem.verification, mem.chunk = "chunked", f"{rows} of {n} {where}"
                 # a chunked reference is recomputed per check unless kept in host memory
                 return split, rows, self._host_room(split, rows, host)
             # not one row fits the GPU's budget: chunks in host memory
             rows = min(n, int(n * host * 0.5 / host_need))
             if rows >= 1:
                 self.ref_host = reference_copy(self.model, self.graph, "cpu")
-                mem.verification, mem.chunk = "host-chunked", f"{rows} of {n} rows {where}"
+                mem.verification, mem.chunk = "host-chunked", f"{rows} of {n} {where}"
                 return split, rows, host // 4
             why = f"one row {where} does not fit"
         elif host_need <= host * 0.5:
