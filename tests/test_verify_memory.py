@@ -58,8 +58,11 @@ def run_all(pool: CasePool, kernel, n: int = 5) -> list:
 
 # -- the budget decides what is held -----------------------------------------------------------
 
-def test_a_zero_budget_holds_one_set_of_inputs_and_no_reference():
-    pool = pool_of("softmax", SHARED)
+@pytest.mark.parametrize("cases", [5, 12])
+def test_a_zero_budget_holds_one_set_of_inputs_and_no_reference(cases):
+    """Whatever the number of cases: they share the one set, their references recomputed."""
+    pool = pool_of("softmax", SHARED, settings=VerifySettings(pool=cases))
+    assert len(pool.cases) == cases
     assert not pool.holds_inputs
     for t in pool.cases + pool.perturbed:
         assert t.inputs is pool.buffers and t.ref is None and t.stored is None
@@ -391,6 +394,13 @@ def test_a_convolution_splits_by_batch_and_by_output_channel():
     assert is_separable(conv, _prepare(shapes)(), Split(0, (0, None)), (16, 8, 40))
     assert not is_separable(conv, _prepare(shapes)(), Split(1, (1, 0)), (16, 8, 40))
     assert is_separable(conv, _prepare(shapes)(), Split(1, (None, 0)), (16, 8, 40))
+
+
+def test_a_square_matrix_product_splits_the_left_operand_alone():
+    f = _fn(lambda a, b: a @ b)
+    shapes = [(48, 48), (48, 48)]
+    assert find_split(f, _prepare(shapes), ["input", "input"], (48, 48)) == Split(0, (0, None))
+    assert Split(0, (0, 0)) in candidate_splits(shapes, ["input", "input"], (48, 48))
 
 
 def test_a_pool_chunked_along_a_split_that_is_wrong_would_be_wrong():

@@ -234,7 +234,9 @@ class CudaDevice(Device):
         case, which takes seconds where they are tens of GiB, however fast the kernel."""
         mem = self._facts.get("memory") or {}
         size = (mem.get("input_bytes") or 0) + (mem.get("output_bytes") or 0)
-        return self.eval_timeout_s + size / (1 << 30)
+        # a float64 reference in host memory is computed by the CPU: seconds per GiB
+        per_gib = 4.0 if str(mem.get("verification", "")).startswith("host") else 1.0
+        return self.eval_timeout_s + per_gib * size / (1 << 30)
 
     def _note_peak(self, reply: dict[str, Any]) -> None:
         """The worker's peak GPU memory so far, kept as the most any worker of this problem

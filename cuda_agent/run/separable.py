@@ -24,29 +24,46 @@ SLICED_TOL = 1e-2
 (other shapes may pick other algorithms: TF32 or half precision round differently)"""
 
 
+MAX_CANDIDATES = 6
+"""directions tested at most: each test runs torch eager three times on the whole problem"""
+
+
 def candidate_splits(shapes: Sequence[tuple[int, ...]], roles: Sequence[str],
                      out_shape: Sequence[int]) -> list[Split]:
-    """Directions worth testing, most useful first: the batch (output dim 0, forward inputs
+    """Directions worth testing, most useful first: the batch (output dim 0: forward inputs
     sliced on their dim 0, parameters whole), then the channels (output dim 1: parameters
-    sliced on their dim 0, forward inputs on their dim 1 or whole)."""
+    sliced on their dim 0, forward inputs on their dim 1 or whole). Where several inputs have
+    the size, every one of them is sliced first, then each alone (of a square matrix product
+    only the left operand's rows go with the output's)."""
     out: list[Split] = []
+
+    def add(d: int, dims: tuple[int | None, ...]) -> None:
+        if any(x is not None for x in dims) and all(s.in_dims != dims or s.out_dim != d
+                                                    for s in out):
+            out.append(Split(d, dims))
+
+    def variants(d: int, fixed: list[int | None], sliceable: list[int | None]) -> None:
+        """`fixed` for every input, with the forward inputs of `sliceable` (a dim or None)
+        sliced all together, then one at a time."""
+        add(d, tuple(f if s is None else s for f, s in zip(fixed, sliceable)))
+        picks = [k for k, s in enumerate(sliceable) if s is not None]
+        if len(picks) > 1:
+            for k in picks:
+                add(d, tuple(sliceable[j] if j == k else fixed[j] for j in range(len(fixed))))
+
     if len(out_shape) >= 1 and out_shape[0] >= 2:
         n = out_shape[0]
-        dims = tuple(0 if role == "input" and len(s) >= 1 and s[0] == n else None
-                     for s, role in zip(shapes, roles))
-        if any(d is not None for d in dims):
-            out.append(Split(0, dims))
+        variants(0, [None] * len(shapes),
+                 [0 if role == "input" and len(s) >= 1 and s[0] == n else None
+                  for s, role in zip(shapes, roles)])
     if len(out_shape) >= 2 and out_shape[1] >= 2:
         n = out_shape[1]
         params = [0 if role != "input" and len(s) >= 1 and s[0] == n else None
                   for s, role in zip(shapes, roles)]
-        sliced = tuple(1 if role == "input" and len(s) >= 2 and s[1] == n else p
-                       for s, role, p in zip(shapes, roles, params))
-        whole = tuple(None if role == "input" else p for role, p in zip(roles, params))
-        for dims in (sliced, whole):
-            if any(d is not None for d in dims) and all(s.in_dims != dims for s in out):
-                out.append(Split(1, dims))
-    return out
+        variants(1, params, [1 if role == "input" and len(s) >= 2 and s[1] == n else None
+                             for s, role in zip(shapes, roles)])
+        add(1, tuple(params))  # the forward inputs whole (a convolution mixes channels)
+    return out[:MAX_CANDIDATES]
 
 
 def _close(a: torch.Tensor, b: torch.Tensor, tol: float) -> bool:

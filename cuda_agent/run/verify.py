@@ -776,7 +776,7 @@ class CasePool:
         if trial.ref is not None:
             return self._part(trial.ref, block)
         if trial.stored is not None:
-            return self._part(trial.stored, block).to(self.device)
+            return self._part(trial.stored, block).to(self.device, non_blocking=True)
         return self._compute(trial, block)
 
     def _keep(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:

@@ -254,8 +254,15 @@ class ProblemState:
         if self.ref_host is not None:  # a problem whose float64 reference the GPU cannot hold
             model, tensors = self.ref_host, [t.cpu() for t in tensors]
         args, state = self._split(tensors, torch.float64)
-        with torch.no_grad():
-            out = torch.func.functional_call(model, state, tuple(args))
+        # cuDNN's benchmark mode (a convolution problem's worker) would time every algorithm
+        # of each new chunk shape, with workspaces outside the chunk's measured cost; the
+        # float64 reference keeps to the heuristics (fp32 shapes' choices are not affected)
+        benchmark, torch.backends.cudnn.benchmark = torch.backends.cudnn.benchmark, False
+        try:
+            with torch.no_grad():
+                out = torch.func.functional_call(model, state, tuple(args))
+        finally:
+            torch.backends.cudnn.benchmark = benchmark
         return out
 
     def witness(self, tensors: list[torch.Tensor]) -> torch.Tensor:
