@@ -121,13 +121,12 @@ class ProblemState:
         params.update(dict(self.model.named_buffers()))
         # graph inputs, in graph order: forward args by position, parameters by state_dict name;
         # only what a draw needs of them is kept (shape, dtype, sign domain)
-        self.metas: list[InputMeta] = []
-        for gin in self.graph.inputs:
-            t = example_args[gin.arg_index] if gin.role == "input" else params[gin.target]
-            self.metas.append(InputMeta.of(t.detach()))
+        self.metas: list[InputMeta] = [
+            InputMeta.of((example_args[gin.arg_index] if gin.role == "input"
+                          else params[gin.target]).detach()) for gin in self.graph.inputs]
         with refusing(self.problem.name, "running torch eager once"):
             eager_peak = self._eager_peak(example_args)
-        del example_args, params
+        del example_args, params  # the examples are freed: every set is drawn
         torch.cuda.empty_cache()
         out_dtype = {"float32": torch.float32, "int64": torch.int64}[self.plan.out_dtype]
         self.out_shape, self.out_dtype = tuple(self.plan.out_shape), out_dtype

@@ -47,14 +47,14 @@ def _within_bound(mem):
 
 
 def test_an_elementwise_op_on_a_6gib_input_tunes_within_the_bound(tmp_path):
-    """The issue's first failure: 6 GiB in, 6 GiB out; eager peaks near 12 GiB, the tool held
-    110-135 GiB and ran out of memory at set-up."""
+    """The issue's first failure: 6 GiB in, 6 GiB out; eager peaks at 18 GiB (the input, the
+    sigmoid's temporary, the output), the tool held 110-135 GiB and ran out of memory."""
     path = write_problem(tmp_path / "p", "swish_6gib", "x * torch.sigmoid(x)",
                          "torch.randn(24576, 65536)")
     result, mem = _tune(path, tmp_path)
     assert result.best is not None and result.best.measurement.verified
     _within_bound(mem)
-    assert 11 * GiB < mem["eager_peak_bytes"] < 13 * GiB
+    assert 17.5 * GiB < mem["eager_peak_bytes"] < 19 * GiB
     assert mem["timing_sets"] == 1
     assert mem["verification"] in ("full", "chunked")
     assert result.baselines.eager_ms is not None
@@ -73,7 +73,7 @@ def test_an_instance_norm_of_6gib_tunes_chunked_along_the_batch(tmp_path):
 def test_a_1d_convolution_of_several_gib_tunes_within_the_bound(tmp_path):
     path = write_problem(tmp_path / "p", "conv1d_big", "self.conv(x)",
                          "torch.randn(256, 128, 32768)",  # 4 GiB in, 8 GiB out
-                         init_body="self.conv = nn.Conv1d(128, 256, 7, padding=3)")
+                         init_body="self.conv = nn.Conv1d(128, 256, 7)")
     result, mem = _tune(path, tmp_path, budget=3)
     assert result.best is not None and result.best.measurement.verified
     _within_bound(mem)
@@ -81,7 +81,7 @@ def test_a_1d_convolution_of_several_gib_tunes_within_the_bound(tmp_path):
 
 def test_a_problem_eager_runs_in_half_the_gpu_tunes(tmp_path):
     """30 GiB in, 30 GiB out: eager's 60 GiB is under half of the H200's 139 GiB."""
-    path = write_problem(tmp_path / "p", "relu_30gib", "torch.relu(x) * 2.0",
+    path = write_problem(tmp_path / "p", "relu_30gib", "torch.relu(x)",
                          "torch.randn(122880, 65536)")
     result, mem = _tune(path, tmp_path, budget=2, baselines=False)
     assert result.best is not None and result.best.measurement.verified
