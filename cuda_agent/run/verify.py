@@ -7,13 +7,18 @@ is a Python stand-in, and the same checks run. For each of several trials:
   the sign domain of the problem's own example inputs (log or sqrt problems get positive draws);
 * the output is pre-filled with a NaN of a distinctive payload, so an element the kernel never
   wrote is told apart from a NaN it computed;
-* inputs are compared bit for bit before and after (no mutation);
+* inputs are hashed bit for bit before and after (no mutation), with a key drawn per check;
 * relative-norm error and an elementwise check against a float64 reference; where the problem
   is ill-conditioned in fp32 (a long fp32 sum followed by a saturating clamp or tanh, say), the
   bounds widen to a small multiple of the error of torch's own fp32 answer on the same case
   (the "fp32 witness"), never below the dtype's tolerance;
 * one extra trial perturbs a single input element: a kernel that replays an earlier result fails;
 * if zeros, a constant or an input would pass every trial, the check is called inconclusive.
+
+Within a memory budget (`PoolBudget`, issue 33) the cases are not held but drawn again from
+their seeds into one set of buffers, and the float64 reference is kept where there is room,
+else recomputed, a chunk at a time along a separable direction (`Split`); the comparison adds
+up over pieces to the verdict it gives on the whole.
 """
 
 from __future__ import annotations
