@@ -403,6 +403,13 @@ def test_a_square_matrix_product_splits_the_left_operand_alone():
     assert Split(0, (0, 0)) in candidate_splits(shapes, ["input", "input"], (48, 48))
 
 
+def test_a_reduction_over_the_batch_splits_the_other_dimension():
+    f = _fn(lambda x: x.amax(0))
+    assert find_split(f, _prepare([(64, 48)]), ["input"], (48,)) == Split(0, (1,))
+    assert find_split(_fn(lambda x: x.t() * 2), _prepare([(64, 48)]), ["input"],
+                      (48, 64)) == Split(0, (1,))
+
+
 def test_a_pool_chunked_along_a_split_that_is_wrong_would_be_wrong():
     """Why separability is tested: chunking batch-norm training along the batch gives
     another answer, which would fail a correct kernel."""

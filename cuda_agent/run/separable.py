@@ -31,10 +31,11 @@ MAX_CANDIDATES = 6
 def candidate_splits(shapes: Sequence[tuple[int, ...]], roles: Sequence[str],
                      out_shape: Sequence[int]) -> list[Split]:
     """Directions worth testing, most useful first: the batch (output dim 0: forward inputs
-    sliced on their dim 0, parameters whole), then the channels (output dim 1: parameters
-    sliced on their dim 0, forward inputs on their dim 1 or whole). Where several inputs have
-    the size, every one of them is sliced first, then each alone (of a square matrix product
-    only the left operand's rows go with the output's)."""
+    sliced on their dim 0, or on another dim of that size, parameters whole), then the
+    channels (output dim 1: parameters sliced on their dim 0, forward inputs on their dim 1,
+    another of that size, or whole). Where several inputs have the size, every one of them is
+    sliced first, then each alone (of a square matrix product only the left operand's rows go
+    with the output's)."""
     out: list[Split] = []
 
     def add(d: int, dims: tuple[int | None, ...]) -> None:
@@ -51,18 +52,23 @@ def candidate_splits(shapes: Sequence[tuple[int, ...]], roles: Sequence[str],
             for k in picks:
                 add(d, tuple(sliceable[j] if j == k else fixed[j] for j in range(len(fixed))))
 
-    if len(out_shape) >= 1 and out_shape[0] >= 2:
-        n = out_shape[0]
-        variants(0, [None] * len(shapes),
-                 [0 if role == "input" and len(s) >= 1 and s[0] == n else None
-                  for s, role in zip(shapes, roles)])
-    if len(out_shape) >= 2 and out_shape[1] >= 2:
-        n = out_shape[1]
-        params = [0 if role != "input" and len(s) >= 1 and s[0] == n else None
-                  for s, role in zip(shapes, roles)]
-        variants(1, params, [1 if role == "input" and len(s) >= 2 and s[1] == n else None
-                             for s, role in zip(shapes, roles)])
-        add(1, tuple(params))  # the forward inputs whole (a convolution mixes channels)
+    for d in range(min(2, len(out_shape))):
+        n = out_shape[d]
+        if n < 2:
+            continue
+        fwd = [role == "input" for role in roles]
+        # along the channels (d = 1), a parameter's dim 0 goes with the output's
+        params = [0 if d == 1 and not f and len(s) >= 1 and s[0] == n else None
+                  for s, f in zip(shapes, fwd)]
+        same = [d if f and len(s) > d and s[d] == n else None for s, f in zip(shapes, fwd)]
+        # or another dim of the same size (a reduction over dim 0, a transpose)
+        first = [next((k for k, m in enumerate(s) if m == n), None) if f else None
+                 for s, f in zip(shapes, fwd)]
+        variants(d, params, same)
+        if first != same:
+            variants(d, params, first)
+        if d == 1:
+            add(1, tuple(params))  # the forward inputs whole (a convolution mixes channels)
     return out[:MAX_CANDIDATES]
 
 
