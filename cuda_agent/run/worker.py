@@ -217,8 +217,14 @@ class ProblemState:
         if mem.full_reference_bytes() <= mem.chunk_budget():
             return None, None, 0
         roles = [g.role for g in self.graph.inputs]
-        split = find_split(self.witness, self._draw_first_case, roles, self.out_shape,
-                           self.domains)
+        # the tests' sliced shapes are never a candidate's: no cuDNN benchmark (and no
+        # workspace of its search) for them
+        benchmark, torch.backends.cudnn.benchmark = torch.backends.cudnn.benchmark, False
+        try:
+            split = find_split(self.witness, self._draw_first_case, roles, self.out_shape,
+                               self.domains)
+        finally:
+            torch.backends.cudnn.benchmark = benchmark
         host_need = mem.full_reference_bytes() + mem.sizes.input_bytes
         if split is not None:
             n = self.out_shape[split.out_dim]
