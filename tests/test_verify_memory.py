@@ -323,6 +323,30 @@ def test_witness_slack_in_pieces_matches_the_whole():
     assert math.isclose(a.rel, b.rel, rel_tol=1e-9) and a.abs == b.abs
 
 
+class Allclose:
+    """What conformance mode passes as `tolerance` (verify.Tolerance on main)."""
+
+    def __init__(self, atol, rtol):
+        self.atol, self.rtol = atol, rtol
+
+    def describe(self):
+        return f"allclose(atol={self.atol:g}, rtol={self.rtol:g})"
+
+
+def test_an_allclose_tolerance_adds_up_over_pieces_like_torch_allclose():
+    torch.manual_seed(5)
+    ref = torch.randn(64, 50).double()
+    tol = Allclose(1e-2, 1e-2)
+    for scale in (1e-3, 3e-2):
+        out = (ref + scale * torch.randn_like(ref)).float()
+        want_ok = torch.allclose(out.double(), ref.float().double(), atol=1e-2, rtol=1e-2)
+        for limit in (None, 77):
+            kind, msg, _ = compare(out, ref, 1e-4, 10.0, tolerance=tol, limit=limit)
+            assert (kind is None) == want_ok, (scale, limit, msg)
+            if kind:
+                assert "elements fail allclose(atol=0.01, rtol=0.01)" in msg
+
+
 def test_ref_stats_count_only_finite_elements():
     r = torch.tensor([1.0, math.inf, 2.0, math.nan, -2.0])
     s = RefStats.of(r, F32, limit=2)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import secrets
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence, Union
+from typing import Any, Callable, Iterator, Sequence, Union
 
 import torch
 
@@ -460,8 +460,11 @@ class Comparison:
     full, with the same bounds."""
 
     def __init__(self, rtol: float, elem_factor: float, slack: Slack, stats: RefStats,
-                 limit: int | None = None) -> None:
+                 limit: int | None = None, tolerance: Any = None) -> None:
         self.rtol, self.elem_factor, self.slack, self.stats = rtol, elem_factor, slack, stats
+        # conformance mode's allclose (an object with atol, rtol and describe()), in place of
+        # the relative-norm and elementwise bounds
+        self.tolerance = tolerance
         self.rms = stats.norm / math.sqrt(stats.finite) if stats.finite else 0.0
         self.limit = limit
         self.numel = self.unwritten = self.int_bad = self.nan_bad = self.bad = 0
@@ -497,9 +500,12 @@ class Comparison:
             return
         diff = o - r
         self.sq_diff += float(torch.linalg.vector_norm(diff, dtype=torch.float64)) ** 2
-        bound = (self.elem_factor * self.rtol) * (r.abs() + self.rms)
-        if self.slack.abs > 0:
-            bound = torch.clamp(bound, min=self.slack.abs)
+        if self.tolerance is not None:
+            bound = self.tolerance.atol + self.tolerance.rtol * r.abs()
+        else:
+            bound = (self.elem_factor * self.rtol) * (r.abs() + self.rms)
+            if self.slack.abs > 0:
+                bound = torch.clamp(bound, min=self.slack.abs)
         self.bad += int((diff.abs_() > bound).sum())
 
     def result(self) -> tuple[str | None, str, float]:
@@ -519,6 +525,11 @@ class Comparison:
         if self.stats.finite == 0:
             return None, "", 0.0
         rel = math.sqrt(self.sq_diff) / max(self.stats.norm, 1e-300)
+        if self.tolerance is not None:
+            if self.bad:
+                return "wrong", f"{self.bad} of {self.stats.finite} elements fail " \
+                    f"{self.tolerance.describe()}", rel
+            return None, "", rel
         tol = max(self.rtol, self.slack.rel)
         if rel > tol:
             return "wrong", f"relative error {rel:.3g} > {tol:.1g}", rel
@@ -532,13 +543,16 @@ class Comparison:
 
 
 def compare(out: torch.Tensor, ref: torch.Tensor, rtol: float, elem_factor: float,
-            slack: Slack = NO_SLACK, limit: int | None = None) -> tuple[str | None, str, float]:
+            slack: Slack = NO_SLACK, tolerance: Any = None, limit: int | None = None
+            ) -> tuple[str | None, str, float]:
     """(error kind or None, message, relative error) of `out` against the float64 `ref`;
-    `slack` (from an fp32 witness) is a floor under both bounds; temporaries of `limit`
+    `slack` (from an fp32 witness) is a floor under both bounds; with `tolerance`
+    (conformance mode) the bounds are torch.allclose's instead; temporaries of `limit`
     elements at a time (None: the whole)."""
     if tuple(out.shape) != tuple(ref.shape):
         return "wrong", f"shape {tuple(out.shape)} != {tuple(ref.shape)}", math.inf
-    comparison = Comparison(rtol, elem_factor, slack, RefStats.of(ref, out.dtype, limit), limit)
+    comparison = Comparison(rtol, elem_factor, slack, RefStats.of(ref, out.dtype, limit), limit,
+                            tolerance)
     comparison.add(out, ref)
     return comparison.result()
 
@@ -632,6 +646,7 @@ class CasePool:
         self.out_shape, self.out_dtype = tuple(out_shape), out_dtype
         self.device = self.metas[0].device
         self.rtol = s.rtol if s.rtol is not None else TOLERANCE.get(out_dtype, 1e-4)
+        self.tolerance = getattr(s, "tolerance", None)  # conformance mode's allclose
         self.budget = budget or PoolBudget()
         self.limit = None if self.budget.scratch_bytes is None else max(
             1024, self.budget.scratch_bytes // 48)  # ~48 bytes of temporaries per element
@@ -833,9 +848,13 @@ class CasePool:
         trial.slack = slack.slack(self.settings.witness_factor) if witness is not None \
             else NO_SLACK
 
+    def _comparison(self, trial: Trial) -> Comparison:
+        """A comparison against `trial`'s reference, by this pool's criterion."""
+        return Comparison(self.rtol, self.settings.elem_factor, trial.slack, trial.stats,
+                          self.limit, self.tolerance)
+
     def _replay_fails(self, base: Trial, twin: Trial) -> bool:
-        comparison = Comparison(self.rtol, self.settings.elem_factor, twin.slack, twin.stats,
-                                self.limit)
+        comparison = self._comparison(twin)
         for block in self._blocks():
             b = self._ref_block(base, block)
             comparison.add(b, self._ref_block(twin, block))
@@ -845,14 +864,12 @@ class CasePool:
         """The trivial outputs still passing every trial so far that also pass this one."""
         if not alive:
             return alive
-        ef = self.settings.elem_factor
         # the constant is fixed before seeing the other trials: a kernel cannot know each
         # trial's answer, so a single-element output is not trivially "constant"
         first = self.cases[0].stats
         floating = self.out_dtype.is_floating_point
         const = first.mean if floating else int(first.first or 0)
-        comps = {k: Comparison(self.rtol, ef, trial.slack, trial.stats, self.limit)
-                 for k in alive if floating}
+        comps = {k: self._comparison(trial) for k in alive if floating}
         same = [k for k, m in enumerate(self.metas) if m.shape == self.out_shape]
         passed = dict.fromkeys(alive, True)
         if "identity" in alive and not same:
@@ -878,15 +895,15 @@ class CasePool:
             passed[kind] = passed[kind] and comparison.result()[0] is None
         return {k for k, v in passed.items() if v}
 
-    def compare(self, trial: Trial, out: torch.Tensor) -> tuple[str | None, str, float]:
-        """`compare(out, reference)` for one of the pool's trials, chunk by chunk."""
+    def compare(self, out: torch.Tensor, trial: Trial) -> tuple[str | None, str, float]:
+        """`compare` of `out` against a trial's reference, by this pool's criterion, chunk by
+        chunk."""
         if tuple(out.shape) != self.out_shape:
             return "wrong", f"shape {tuple(out.shape)} != {self.out_shape}", math.inf
         if trial.stats is None:  # a caller's own trial
             return compare(out, trial.ref, self.rtol, self.settings.elem_factor, trial.slack,
-                           self.limit)
-        comparison = Comparison(self.rtol, self.settings.elem_factor, trial.slack, trial.stats,
-                                self.limit)
+                           self.tolerance, self.limit)
+        comparison = self._comparison(trial)
         for block in self._blocks():
             comparison.add(self._part(out, block), self._ref_block(trial, block))
         return comparison.result()
@@ -933,7 +950,7 @@ def check(run: Callable[[list[torch.Tensor], torch.Tensor], None], pool: CasePoo
             if h0 != h1:
                 pool.restore(trial)
                 return VerifyResult(False, "mutated_input", f"input {k} was modified", worst)
-        kind, msg, rel = pool.compare(trial, out)
+        kind, msg, rel = pool.compare(out, trial)
         worst = max(worst, rel)
         if kind:
             return VerifyResult(False, kind, f"{trial.label}: {msg}", worst)
