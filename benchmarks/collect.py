@@ -351,6 +351,20 @@ def issue4_section(rows: list[dict]) -> list[str]:
     return lines
 
 
+def keep_sections(text: str, old: str) -> str:
+    """`text` with the sections other scripts own in `old` (agents_replay.py, sim_correlation.py,
+    ...), each between its <!-- name:begin --> and <!-- name:end --> markers: appended at the
+    end, except a `*-summary` section, kept after the opening paragraph."""
+    from benchmarks.sections import insert_after_intro
+
+    for m in re.finditer(r"<!-- ([\w-]+):begin -->.*?<!-- \1:end -->", old, flags=re.S):
+        if m.group(1).endswith("-summary"):
+            text = insert_after_intro(text, m.group(0))
+        else:
+            text = text.rstrip() + "\n\n" + m.group(0) + "\n"
+    return text
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", type=Path, required=True)
@@ -442,12 +456,8 @@ def main() -> None:
                      "\n".join(lines[-6:]))
     tail = "\n\n".join(tails) or None
     text = markdown(results, throughput, tail, latest)
-    # keep the sections other scripts own (agents_replay.py, sim_correlation.py), each between
-    # its <!-- name:begin --> and <!-- name:end --> markers
     old = args.markdown.read_text() if args.markdown.exists() else ""
-    for m in re.finditer(r"<!-- ([\w-]+):begin -->.*?<!-- \1:end -->", old, flags=re.S):
-        text = text.rstrip() + "\n\n" + m.group(0) + "\n"
-    args.markdown.write_text(text)
+    args.markdown.write_text(keep_sections(text, old))
     print(f"wrote {args.out} and {args.markdown}")
 
 

@@ -13,11 +13,16 @@ and logs), to be committed under benchmarks/data/ and benchmarks/results/.
         --search-warm 1 --search-seed-template gemm_tc           # a template the sweeps predate
     python3 benchmarks/agents_ab.py --device cuda --variants online_ppo,noprior --seeds 1 \
         --problems scan_,softmax_ --deadline 420 --out $OUT/ab.json  # an agents' setting, live
+    python3 benchmarks/gpu_suite.py --parts realistic --deadline 560 \
+        --realistic-results benchmarks/results/DAY-h200-realistic/realistic.json
+        # issue 33: the realistic suite end to end (tune, then the independent harness), cheapest
+        # first, one problem per visible GPU; resumes from the results given; $OUT/realistic.json
 
 Parts: tests (every file of tests/gpu, or those --tests-k selects), sweeps, faults, families, counters, gemm_tc (the tensor-core GEMM's accuracy test),
 cluster, direct (depthwise convolution, float4 pooling, L2 keep hint), search, bench, throughput,
 agents, library (every configuration of the library template, with the baselines), cudnn
-(cudnn.benchmark against cuDNN's heuristics, each in a fresh process). Pass
+(cudnn.benchmark against cuDNN's heuristics, each in a fresh process), realistic (issue 33's
+suite of benchmarks/realistic/: `realistic_run.py`). Pass
 CUDA_AGENT_COMMIT=<hash> in the command: the GPU machine receives the tree without .git (search
 rows record it).
 
@@ -437,7 +442,7 @@ AGENT_TRAIN = ("elementwise_bias_gelu", "elementwise_log_sqrt", "reduce_sum_last
                "reduce_mean_middim", "softmax_short_rows", "softmax_long_rows", "norm_layernorm",
                "norm_rms", "reduce_argmax_middim_odd", "norm_rms_tinyrows_odd")
 PARTS = ("tests", "sweeps", "faults", "families", "gemm_tc", "cluster", "direct", "timing",
-         "counters", "search", "bench", "library", "cudnn", "agents", "throughput")
+         "counters", "search", "bench", "library", "cudnn", "agents", "throughput", "realistic")
 AGENT_HELDOUT = ("elementwise_swiglu", "reduce_argmin_middim", "softmax_log_softmax", "norm_l2")
 
 
@@ -592,6 +597,23 @@ def main() -> None:
                     help="time limit of each problem's search")
     ap.add_argument("--per-problem", type=float, default=12.0,
                     help="seconds of candidate measurement per problem in sweeps")
+    ap.add_argument("--realistic-results", default="",
+                    help="part realistic: comma-separated results files of earlier calls; "
+                         "their problems are not run again")
+    ap.add_argument("--realistic-rerun", default="",
+                    help="part realistic: comma-separated statuses run again all the same "
+                         "(e.g. error,timeout)")
+    ap.add_argument("--realistic-problems", default="",
+                    help="part realistic: comma-separated names (default: the whole suite)")
+    ap.add_argument("--realistic-budget", type=int, default=32, help="tune --budget")
+    ap.add_argument("--realistic-time-limit", type=float, default=45.0,
+                    help="tune --time-limit, seconds")
+    ap.add_argument("--realistic-policy", default="benchmarks/policies/h200-gpu-1203-multi.pt",
+                    help="tune --policy ('' for the CLI's default strategy)")
+    ap.add_argument("--realistic-tune-args", default="",
+                    help="further tune flags, e.g. '--precision tf32'")
+    ap.add_argument("--realistic-gpus", type=int, default=0,
+                    help="GPUs to run problems on at once (0: every visible GPU)")
     ap.add_argument("--work", default="/tmp/gpu-suite",
                     help="working folder (its own per invocation when several run at once, "
                          "e.g. one per GPU with CUDA_VISIBLE_DEVICES)")
@@ -671,6 +693,19 @@ def main() -> None:
                            args.agent_profile_every, args.agent_policy,
                            args.agent_single_policy, tuple(args.agent_heldout.split(",")),
                            args.agent_train_only)
+            elif part == "realistic":  # issue 33: tune + independent harness per problem
+                from benchmarks.realistic_run import RunSettings, run_suite, visible_gpus
+
+                gpus = visible_gpus()
+                run_suite(RunSettings(
+                    work=out, final=final, deadline=deadline - 10,
+                    budget=args.realistic_budget, time_limit_s=args.realistic_time_limit,
+                    policy=args.realistic_policy or None,
+                    tune_args=args.realistic_tune_args.split(),
+                    gpus=gpus[:args.realistic_gpus] if args.realistic_gpus else gpus,
+                    previous=[ROOT / f for f in args.realistic_results.split(",") if f],
+                    rerun=tuple(x for x in args.realistic_rerun.split(",") if x),
+                    only=[x for x in args.realistic_problems.split(",") if x]), log=log)
             elif part == "throughput" and left > 70:
                 run_throughput(out, [ROOT / "tests/data/good/softmax_small.py",
                                      ROOT / "benchmarks/problems/norm_layernorm_odd.py"],

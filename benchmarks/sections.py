@@ -18,6 +18,29 @@ def write_section(md: Path, begin: str, end: str, lines: list[str]) -> None:
     md.write_text(text)
 
 
+def insert_after_intro(text: str, block: str) -> str:
+    """`text` with `block` placed after its opening paragraph (the one after the title): where
+    a summary is read first."""
+    lines = text.split("\n")
+    i = next((k for k, line in enumerate(lines) if line.startswith("# ")), -1) + 1
+    while i < len(lines) and not lines[i].strip():  # blank lines after the title
+        i += 1
+    while i < len(lines) and lines[i].strip():  # the paragraph
+        i += 1
+    return "\n".join(lines[:i] + ["", block.strip("\n")] + lines[i:])
+
+
+def write_summary_section(md: Path, name: str, lines: list[str]) -> None:
+    """Like `write_section`, but a section not there yet goes after the page's opening paragraph
+    (collect.py keeps a `*-summary` section there too)."""
+    begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+    text = md.read_text() if md.exists() else "# Benchmarks\n"
+    if begin in text:
+        write_section(md, begin, end, lines)
+        return
+    md.write_text(insert_after_intro(text, "\n".join(lines)))
+
+
 def bench_section(md: Path, name: str, intro: str, run_dir: Path, root: Path) -> None:
     """The section `name` of `md`: `intro`, then a bench run's report (its bench.md without
     the title, headings one level down, images relative to `md`'s folder)."""

@@ -105,6 +105,8 @@ def _row(r) -> dict:  # noqa: ANN001 - a TuneResult
         if d["fraction_of_copy_bw"] else "-",
         "evals": str(d["evals"]),
         "failed": ", ".join(f"{k} {v}" for k, v in d["failures"].items()) or "0",
+        "verification": "not run (simulated)" if sim else
+        f"{d['verification']['mode']}: {d['verification']['tolerance']}",
     }
 
 
@@ -159,6 +161,11 @@ def tune(
         STAGE_PATIENCE, help="multi-kernel programs: measurements a stage may go without "
         "progress before it hands the rest of its share to the next stage (0: split the "
         "budget evenly)"),
+    tolerance: str = typer.Option("strict", help="strict: the strict protocol (float64 "
+                                  "reference) | kernelbench: conformance mode, pass where "
+                                  "torch.allclose(out, ref, atol=1e-2, rtol=1e-2) against the "
+                                  "module in fp32 at PyTorch defaults, as KernelBench checks | "
+                                  "atol=A,rtol=R: conformance mode at that tolerance"),
 ) -> None:
     """Find a fast, verified kernel for PROBLEM and write model_new.py, kernel.cu, report.json."""
     if stage_patience < 0:
@@ -175,7 +182,8 @@ def tune(
                                         baselines=baselines,
                                         replay_root=str(replay_root) if replay_root else None,
                                         strategy_options=options, precision=precision,
-                                        stage_patience=stage_patience or None),
+                                        stage_patience=stage_patience or None,
+                                        tolerance=tolerance),
                           out)
     except CudaAgentError as exc:
         fail(str(exc))
@@ -380,6 +388,11 @@ def bench(
         STAGE_PATIENCE, help="multi-kernel programs: measurements a stage may go without "
         "progress before it hands the rest of its share to the next stage (0: split the "
         "budget evenly)"),
+    tolerance: str = typer.Option("strict", help="strict: the strict protocol (float64 "
+                                  "reference) | kernelbench: conformance mode, pass where "
+                                  "torch.allclose(out, ref, atol=1e-2, rtol=1e-2) against the "
+                                  "module in fp32 at PyTorch defaults, as KernelBench checks | "
+                                  "atol=A,rtol=R: conformance mode at that tolerance"),
 ) -> None:
     """Compare cuda-agent with random search, a genetic algorithm, Optuna and Kernel Tuner."""
     from .bench import BenchSettings, run_bench

@@ -52,9 +52,12 @@ class Problem:
         return self._graph
 
     def make_model(self, device: str | torch.device = "cpu") -> torch.nn.Module:
+        """`Model(*get_init_inputs())` on `device`, in the mode its constructor leaves it in
+        (training mode unless it calls .eval()): the module as the user and the field's harness
+        hold it, so batch norm normalises by the batch's statistics as theirs does."""
         torch.manual_seed(0)
         model = self.model_cls(*self.init_inputs())
-        return model.to(device).eval()
+        return model.to(device)
 
     def make_inputs(self, device: str | torch.device = "cpu") -> list[torch.Tensor]:
         """The problem's own example inputs, allocated directly on `device`."""

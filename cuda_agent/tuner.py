@@ -25,7 +25,7 @@ from .run.devices import (Baselines, Candidate, CudaDevice, Device, cuda_availab
 from .run.records import Measurement
 from .run.replay import ReplayDevice
 from .run.sim import SimDevice
-from .run.verify import VerifySettings
+from .run.verify import STRICT, VerifySettings, parse_tolerance
 from .search import make_strategy
 from .space.program import (STAGE_PATIENCE, StagePlateau, StageSpace, stage_share,
                              stage_spaces)
@@ -76,6 +76,11 @@ class TuneSettings:
     answer, with eager and torch.compile timed with TF32 on as well (a like-for-like
     comparison); fp16, bf16: products on operands rounded to that type with fp32 accumulation,
     verified against and timed beside torch under autocast in that dtype"""
+    tolerance: str = STRICT
+    """strict: the strict protocol (float64 reference, relative bounds); kernelbench or
+    atol=A,rtol=R: conformance mode, a candidate passes where torch.allclose(out, ref, atol,
+    rtol) holds against the module in fp32 at PyTorch's default settings, as the field's
+    common harness (KernelBench, atol=rtol=1e-2) checks (`run/verify.py`)"""
 
 
 @dataclass
@@ -138,6 +143,20 @@ def check_precision(precision: str, device: str | None = None) -> None:
                             "use --device cuda or sim")
 
 
+def verify_settings(settings: TuneSettings) -> VerifySettings:
+    """The verifier's settings for a run: the precision contract and the tolerance."""
+    return VerifySettings(precision=settings.precision,
+                          tolerance=parse_tolerance(settings.tolerance))
+
+
+def check_tolerance(tolerance: str, device: str | None = None) -> None:
+    """A malformed --tolerance is a settings error, and so is conformance mode on replay: the
+    recorded sweeps were verified by the strict protocol."""
+    if parse_tolerance(tolerance) is not None and device == "replay":
+        raise SettingsError(f"--tolerance {tolerance}: the recorded sweeps were verified by the "
+                            "strict protocol; use --device cuda or sim")
+
+
 def open_device(name: str | None, settings: TuneSettings, notify: Callable[[str], None]) -> Device:
     if name is None:
         if cuda_available():
@@ -149,11 +168,12 @@ def open_device(name: str | None, settings: TuneSettings, notify: Callable[[str]
     if name not in DEVICES:
         raise SettingsError(f"unknown device {name!r}; choose from {', '.join(DEVICES)}")
     check_precision(settings.precision, name)
+    check_tolerance(settings.tolerance, name)
     if name == "cuda":
         if not cuda_available():
             raise DeviceError("--device cuda: no CUDA GPU is available on this machine")
         return CudaDevice(profile_every=settings.profile_every,
-                          verify_settings=VerifySettings(precision=settings.precision))
+                          verify_settings=verify_settings(settings))
     if name == "sim":
         return SimDevice()
     return ReplayDevice(Path(settings.replay_root) if settings.replay_root else None)
@@ -179,6 +199,7 @@ class Tuner:
         self.plan = make_plan(problem.graph())
         if device is not None:  # (a device opened here is checked by open_device)
             check_precision(settings.precision, device.kind)
+            check_tolerance(settings.tolerance, device.kind)
         self.device = device or open_device(settings.device, settings, notify)
         self._own_device = device is None
         if isinstance(self.plan, ProgramPlan) and isinstance(self.device, ReplayDevice):
@@ -236,7 +257,13 @@ class Tuner:
         """The store's toolchain field for measurements: the compiler's, and the device's
         timing protocol where it has one (a time taken another way is not served again)."""
         protocol = self.device.measure_protocol
-        return f"{self.toolchain}+{protocol}" if protocol else self.toolchain
+        with_protocol = f"{self.toolchain}+{protocol}" if protocol else self.toolchain
+        # a candidate accepted at a conformance tolerance is no verified result of the strict
+        # protocol, nor of another tolerance: its records are kept apart
+        tolerance = getattr(self.device, "verify_settings", None)
+        tolerance = tolerance.tolerance if tolerance is not None else \
+            parse_tolerance(self.settings.tolerance)
+        return f"{with_protocol}+{tolerance.describe()}" if tolerance else with_protocol
 
     def _evaluate(self, cand: Candidate, best_ms: float | None) -> Measurement:
         self.device.ensure(self.problem, self.plan)  # a shared device may have moved on

@@ -312,10 +312,12 @@ def available() -> bool:
     return shutil.which("g++") is not None
 
 
-def run(rendered, inputs: list[np.ndarray], out_shape: tuple[int, ...]) -> np.ndarray:
+def run(rendered, inputs: list[np.ndarray], out_shape: tuple[int, ...],
+        workspace: list | None = None) -> np.ndarray:
     """Execute `rendered` (a `Rendered`) on `inputs` (kernel operand order: float32, or int64
     for class indices). A leading vendor-library step runs through torch on the CPU
-    (`launcher.run_library`), its product handed to the kernels as their workspace."""
+    (`launcher.run_library`), its product handed to the kernels as their workspace. With a
+    `workspace` list, the workspace the kernels left (float32 words) is appended to it."""
     launches = list(rendered.launches)
     product = None
     if launches and launches[0].library:
@@ -345,6 +347,8 @@ def run(rendered, inputs: list[np.ndarray], out_shape: tuple[int, ...]) -> np.nd
     ptrs = [a.ctypes.data_as(ctypes.c_void_p) for a in arrays + [out, ws]]
     fn.argtypes = [ctypes.c_void_p] * len(ptrs)
     fn(*ptrs)
+    if workspace is not None:
+        workspace.append(ws)
     return out
 
 

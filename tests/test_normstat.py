@@ -2,9 +2,10 @@
 with the IR interpreter of test_capture), each plans onto the template family it should, and
 sampled configurations of every normstat benchmark problem compile with NVRTC.
 
-Batch norm is written with F.batch_norm(..., training=True): the harness calls model.eval()
-before tracing, so an nn.BatchNorm module is captured with its running statistics (tested too,
-as an elementwise map).
+Modules are captured in the mode Model(*get_init_inputs()) leaves them in: an nn.BatchNorm
+module in training mode (the default) normalises by the batch's statistics and updates its
+running statistics (a program whose statistics stay in buffers, test_train_mode.py), one whose
+constructor calls .eval() by its running statistics (an elementwise map).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ TARGET = Target()
 class Wrap(nn.Module):
     """A norm module built from (class name, args, kwargs), with non-trivial parameters."""
 
-    def __init__(self, name: str, args: tuple, kwargs: dict) -> None:
+    def __init__(self, name: str, args: tuple, kwargs: dict, mode: str = "train") -> None:
         super().__init__()
         self.norm = getattr(nn, name)(*args, **kwargs)
         with torch.no_grad():
@@ -48,6 +49,8 @@ class Wrap(nn.Module):
             for b in self.norm.buffers():
                 if b.is_floating_point():  # running statistics: a positive variance
                     b.copy_(torch.rand_like(b) + 0.5)
+        if mode == "eval":
+            self.eval()  # held in eval mode by its own constructor: captured so
 
     def forward(self, x):
         return self.norm(x)
@@ -94,8 +97,8 @@ CASES = {
                                  (2, 8, 3, 8), "reduce"),
     "instance3d_affine": (Wrap, ("InstanceNorm3d", (4,), {"affine": True}), (2, 4, 3, 5, 6),
                           "reduce"),
-    "instance2d_running": (Wrap, ("InstanceNorm2d", (5,), {"track_running_stats": True}),
-                           (2, 5, 7, 9), "map"),
+    "instance2d_running": (Wrap, ("InstanceNorm2d", (5,), {"track_running_stats": True},
+                                  "eval"), (2, 5, 7, 9), "map"),
     "group": (Wrap, ("GroupNorm", (3, 12), {}), (2, 12, 5, 7), "reduce"),
     "group_no_affine": (Wrap, ("GroupNorm", (4, 8), {"affine": False}), (3, 8, 9), "reduce"),
     "group_per_channel": (Wrap, ("GroupNorm", (6, 6), {}), (2, 6, 5, 5), "reduce"),
@@ -109,7 +112,10 @@ CASES = {
     "batch1d_2d_input": (BatchStats, (7, True), (9, 7), "reduce"),  # col: dim 0 only
     "batch2d_n1": (BatchStats, (6, True), (1, 6, 5, 7), "reduce"),  # row: S only
     "batch3d": (BatchStats, (3, True, 1e-3), (2, 3, 4, 5, 6), CHAN_REDUCE),
-    "batchnorm2d_module_eval": (Wrap, ("BatchNorm2d", (6,), {}), (4, 6, 5, 7), "map"),
+    "batchnorm2d_module_eval": (Wrap, ("BatchNorm2d", (6,), {}, "eval"), (4, 6, 5, 7), "map"),
+    # training mode: batch statistics, kept in buffers for the running-statistics update
+    "batchnorm2d_module_train": (Wrap, ("BatchNorm2d", (6,), {}), (4, 6, 5, 7), "program"),
+    "batchnorm1d_module_train": (Wrap, ("BatchNorm1d", (7,), {}), (9, 7), "program"),
 }
 
 
@@ -126,7 +132,7 @@ def _kind(case: str) -> str:
 def test_lowering_matches_torch_and_plans(case):
     cls, init, shape = _build(case)
     torch.manual_seed(0)
-    model = cls(*init).double().eval()
+    model = cls(*init).double()  # in the mode its constructor leaves it in, as captured
     g = capture(cls, list(init), lambda: [torch.randn(*shape)])
     for _ in range(3):
         x = torch.randn(*shape, dtype=torch.float64) * 3 + 1
@@ -136,6 +142,9 @@ def test_lowering_matches_torch_and_plans(case):
         torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-9)
     plan = make_plan(g)
     assert plan.kind == _kind(case)
+    if plan.kind == "program":  # stages: the mean, the variance, the normalisation
+        assert plan.family == "reduction+reduction+elementwise"
+        return
     want_family = "elementwise" if plan.kind == "map" else "norm"
     assert plan.family == want_family
     if plan.kind != "map":

@@ -165,3 +165,69 @@ def test_live_union_names_ties_with_torch_compile(tmp_path):
     union_section(md, [result({"a": 0.5, "b": 1.005, "c": 1.2})], len(suite), suite)
     text = " ".join(md.read_text().split())
     assert "not faster on b, c (1 of these within 1 %" in text
+
+
+def test_realistic_section_counts_by_hand(tmp_path):
+    """The realistic suite's sections from a hand-made results file (tests/data): counts, fast_1
+    over the problems run and over the suite, the geomean, a later file's row replacing an
+    earlier one's, a problem without a row listed as not run and never counted as a pass."""
+    import json
+
+    from realistic_section import write
+
+    first = json.loads((ROOT / "tests/data/realistic_results_fixture.json").read_text())
+    second = {**first, "date": "2000-01-02", "commit": "fixture2", "rows": [
+        {"problem": "p_timeout", "family": "conv", "status": "timeout", "verified": False,
+         "message": "tune ran past 120 s"}]}
+    manifest = [{"problem": n, "family": "f", "input_bytes": g << 30}
+                for n, g in (("p_fast", 2), ("p_slow", 1), ("p_oom", 16), ("p_timeout", 1),
+                             ("p_wrong", 3), ("p_notrun", 24))]
+    md = tmp_path / "B.md"
+    md.write_text("# Benchmarks\n\nMeasured on a GPU.\n\nMore text.\n\n## A table\n")
+    s = write(md, [first, second], manifest)
+    assert (s["suite"], s["run"], s["not_run"]) == (6, 5, ["p_notrun"])
+    assert s["counts"] == {"ok": 2, "oom": 1, "timeout": 1, "wrong": 1, "unsupported": 0,
+                           "error": 0}
+    assert s["faster"] == ["p_fast"] and s["fast_1_run"] == 0.2
+    assert abs(s["fast_1_suite"] - 1 / 6) < 1e-12
+    assert abs(s["geomean_vs_compile"] - 1.0) < 1e-12  # 2x and 0.5x
+    assert abs(s["geomean_vs_eager"] - 2 ** 0.5) < 1e-12  # 4x and 0.5x
+    text = md.read_text()
+    # the headline right after the opening paragraph, the table at the end
+    assert text.index("<!-- realistic-summary:begin -->") < text.index("More text.")
+    assert text.index("## A table") < text.index("<!-- realistic:begin -->")
+    flat = " ".join(text.split())
+    assert "**1 OOM, 1 time-outs, 1 wrong answers**" in flat
+    assert "**1 of 5 run (20 %)**, 1 of the suite's 6 (17 %;" in flat
+    assert "over the 2 verified and timed: **1.00x** (against eager 1.41x)" in flat
+    assert "Not run yet: 1 problems." in flat and "1-24 GiB" in flat
+    assert "| p_notrun | 24.0 | f | not run |" in text
+    assert "| p_fast | 2.0 | softmax | ok | 40 | 3.0 | 4.0 | 1.000 |" in text
+    assert "| p_timeout | 1.0 | conv | timeout |" in text
+    assert "| 2.0e-07 (1.0e-07) |" in text and "| skipped |" in text
+    assert "commits fixture, fixture2" in flat and "not_in_manifest" not in text
+    assert "atol=rtol=0.01 / max abs err 1" in text  # a '|' in a message kept out of the table
+    # written again: replaced where they stand, not added twice
+    write(md, [first, second], manifest)
+    again = md.read_text()
+    assert again.count("<!-- realistic-summary:begin -->") == 1 and again == text
+
+
+def test_realistic_section_with_nothing_run(tmp_path):
+    from realistic_section import write
+
+    md = tmp_path / "B.md"
+    s = write(md, [], [{"problem": "a", "family": "f", "input_bytes": 1 << 30}])
+    assert s["run"] == 0 and s["fast_1_run"] is None
+    assert "none of its 1 problems run yet; nothing is counted" in md.read_text()
+
+
+def test_collect_keeps_a_summary_section_after_the_opening_paragraph():
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.collect import keep_sections
+
+    old = ("# B\n\nold intro\n\n<!-- x-summary:begin -->\nheadline\n<!-- x-summary:end -->\n\n"
+           "<!-- y:begin -->\ny\n<!-- y:end -->\n")
+    new = keep_sections("# B\n\nnew intro\n\n| table |\n", old)
+    assert new.index("new intro") < new.index("headline") < new.index("| table |") \
+        < new.index("<!-- y:begin -->")

@@ -142,3 +142,21 @@ def test_a_problem_chunked_by_channels_when_its_batch_statistics_forbid_the_batc
     assert state.memory.verification == "chunked"
     res = check(exact(state), state.pool, state.pool.trials_for(0))
     assert res.ok, res.msg
+
+
+def test_the_running_statistics_of_a_chunked_reference_are_the_whole_ones(small_gpu,
+                                                                          make_problem):
+    """Training-mode BatchNorm chunked along its channels: the reference's update of the
+    running statistics, assembled chunk by chunk, is the update of the whole run."""
+    path = make_problem("conv_bn", "torch.relu(self.bn(self.conv(x)))",
+                        "torch.randn(24, 3, 10, 12)",
+                        init_body="self.conv = nn.Conv2d(3, 16, 3)\n"
+                                  "self.bn = nn.BatchNorm2d(16)")
+    state = state_of(path)
+    assert state.model.training and state.pool.split is not None
+    assert state.pool.split.out_dim == 1 and len(state.pool._blocks()) >= 2
+    case = state.pool.materialize(state.pool.cases[0])
+    chunked, whole = state._reference_state(case), state._reference_run(case)[1]
+    assert set(chunked) == set(whole) and {"bn.running_mean", "bn.running_var"} <= set(chunked)
+    for name in whole:
+        torch.testing.assert_close(chunked[name], whole[name], rtol=1e-12, atol=1e-12)

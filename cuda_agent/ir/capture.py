@@ -1,24 +1,29 @@
 """Capture: trace a problem's reference with torch.export and lower it to the op IR.
 
 Tracing runs on the meta device, so a problem that moves gigabytes on the GPU is captured
-without allocating them. Composite ops (softmax, layer norm, vector norms, ...) are expanded into
-elementwise ops and single-kind reductions here, so templates see one small vocabulary. Any op
-outside it raises `UnsupportedError` naming the op: there is no silent fallback to torch.
+without allocating them. The module is traced in the mode `Model(*get_init_inputs())` leaves it
+in, as the field's harness runs it: training mode unless its constructor calls `.eval()`
+(batch norm then normalises by the batch's statistics and updates its running ones; dropout
+with p > 0 is random and refused). Composite ops (softmax, layer norm, vector norms, ...) are
+expanded into elementwise ops and single-kind reductions here, so templates see one small
+vocabulary. Any op outside it raises `UnsupportedError` naming the op: there is no silent
+fallback to torch.
 """
 
 from __future__ import annotations
 
 import dataclasses
-
+import inspect
 import math
 import operator
+import re
 import warnings
 from typing import Any, Callable
 
 import torch
 
 from ..errors import ProblemError, UnsupportedError, first_line
-from .graph import FLOAT_DTYPES, INDEX_DTYPE, Graph, GraphInput, broadcast_shapes
+from .graph import FLOAT_DTYPES, INDEX_DTYPE, Graph, GraphInput, Increment, broadcast_shapes
 from .class_loss import HANDLERS as _CLASS_LOSS_HANDLERS, check_index_inputs
 from .attention_capture import ATTENTION_HANDLERS, fold_manual
 from .normstat import HANDLERS as _NORMSTAT_HANDLERS
@@ -39,9 +44,23 @@ def dtype_name(dtype: torch.dtype) -> str:
 class _Lowering:
     """Turns one exported FX graph into a `Graph`; one method per family of aten ops."""
 
-    def __init__(self) -> None:
+    def __init__(self, modes: tuple[bool, ...] | None = None) -> None:
         self.g = Graph()
         self.env: dict[str, Any] = {}
+        self.buffers: dict[str, str] = {}  # placeholder name -> state_dict name, for buffers
+        # the module's train/eval flags, recorded in the graph by ops whose result depends on
+        # them (`Graph.modes`)
+        self.modes = modes
+
+    def buffer_target(self, arg: Any, what: str) -> str:
+        """The state_dict name of the module buffer `arg` (an FX placeholder): an op that
+        updates its argument in place is supported on a buffer, not on a forward() argument
+        or a computed value."""
+        if isinstance(arg, torch.fx.Node) and arg.name in self.buffers:
+            return self.buffers[arg.name]
+        name = arg.name if isinstance(arg, torch.fx.Node) else repr(arg)
+        raise UnsupportedError(f"unsupported: {what} in place, and {name} is not a buffer of "
+                               "the module")
 
     # -- helpers ------------------------------------------------------------------------------
     def val(self, arg: Any) -> int:
@@ -366,6 +385,49 @@ def _to_copy(lw: _Lowering, node, args, kwargs):
 
 def _identity(lw: _Lowering, node, args, kwargs):
     return lw.val(args[0])
+
+
+def _dropout(lw: _Lowering, node, args, kwargs):
+    """aten.dropout(x, p, train) and its feature/alpha variants: the identity in eval mode or
+    with p = 0; in training mode with p > 0 each call draws a random mask, which no kernel can
+    be verified against."""
+    p, train = float(_arg(args, kwargs, 1, "p", 0.5)), bool(_arg(args, kwargs, 2, "train", True))
+    if p == 0.0:
+        return lw.val(args[0])
+    if train:
+        name = getattr(getattr(node.target, "overloadpacket", None), "__name__", "dropout")
+        raise UnsupportedError(f"unsupported: {name} with p={p} in training mode is random; "
+                               "call .eval() on it in the problem, or use p=0")
+    lw.g.modes = lw.modes  # the identity only in eval mode
+    return lw.val(args[0])
+
+
+def _rrelu(lw: _Lowering, node, args, kwargs):
+    """aten.rrelu(x, lower, upper, training): random slopes in training mode (refused), the
+    mean slope (lower + upper) / 2 in eval mode."""
+    lower = float(_arg(args, kwargs, 1, "lower", 1.0 / 8.0))
+    upper = float(_arg(args, kwargs, 2, "upper", 1.0 / 3.0))
+    if bool(_arg(args, kwargs, 3, "training", False)) and lower != upper:
+        raise UnsupportedError("unsupported: rrelu in training mode draws random slopes; call "
+                               ".eval() on it in the problem")
+    lw.g.modes = lw.modes
+    return lw.unary("leaky_relu", lw.val(args[0]), negative_slope=(lower + upper) / 2.0)
+
+
+def _inplace_add(lw: _Lowering, node, args, kwargs):
+    """`buffer.add_(constant)`: BatchNorm counting the batches it saw in training mode
+    (num_batches_tracked), recorded as an `Increment` of that buffer."""
+    target = lw.buffer_target(args[0], "forward() updates a tensor")
+    by = args[1] if len(args) > 1 else None
+    if isinstance(by, bool) or not isinstance(by, (int, float)) or kwargs.get("alpha", 1) != 1:
+        raise UnsupportedError(f"unsupported: forward() updates buffer {target} in place "
+                               "other than by adding a constant")
+    if node.users or any(u is not node for u in args[0].users):
+        # the graph would read the value before the update where torch reads it after
+        raise UnsupportedError(f"unsupported: forward() reads buffer {target} and also updates "
+                               "it in place")
+    lw.g.updates.append(Increment(target, by))
+    return None
 
 
 def _reshape(lw: _Lowering, node, args, kwargs):
@@ -725,7 +787,11 @@ _HANDLERS: dict[str, Callable] = {
     "diag": _diag,
     # layout no-ops and views
     "clone": _identity, "contiguous": _identity, "alias": _identity, "detach": _identity,
-    "lift_fresh_copy": _identity, "dropout": _identity,
+    "lift_fresh_copy": _identity,
+    "dropout": _dropout, "feature_dropout": _dropout, "alpha_dropout": _dropout,
+    "feature_alpha_dropout": _dropout,
+    "rrelu": _rrelu,
+    "add_": _inplace_add,
     "_to_copy": _to_copy, "to": _to_copy,
     # torch.export asserts metadata before dtype conversions; nothing to compute
     "_assert_tensor_metadata": lambda lw, n, a, k: None,
@@ -763,7 +829,9 @@ def capture(model_cls: type, init_inputs: list, make_inputs: Callable[[], list])
             raise UnsupportedError(f"unsupported dtype {dtype_name(t.dtype)} for input {k}; "
                                    f"supported: {', '.join(FLOAT_DTYPES)}, and int64 class "
                                    "targets")
-    model.eval()
+    # traced in the mode the user holds the module in (no .eval() here): a module's mode
+    # decides what it computes (batch or running statistics, dropout or the identity)
+    check_modes(model)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -773,14 +841,56 @@ def capture(model_cls: type, init_inputs: list, make_inputs: Callable[[], list])
     except Exception as exc:  # noqa: BLE001 - tracing failures are the user's to see
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ProblemError(f"could not trace Model.forward with torch.export: {msg}")
-    return lower(exported)
+    modes = tuple(m.training for m in model.modules())
+    graph = lower(exported, modes)
+    if graph.modes is None and _reads_mode(model):
+        graph.modes = modes  # its own forward() may branch on self.training
+    return graph
 
 
-def lower(exported: "torch.export.ExportedProgram") -> Graph:
-    """Lower an ExportedProgram to the IR."""
+def _reads_mode(model: torch.nn.Module) -> bool:
+    """Whether a module class of the problem's own (not torch's: their mode-dependent ops are
+    told apart in the lowering) reads `self.training` in forward(): the trace followed one
+    branch, so the emitted module must refuse another mode."""
+    for m in model.modules():
+        cls = type(m)
+        if cls.__module__.startswith("torch."):
+            continue
+        try:
+            source = inspect.getsource(cls.forward)
+        except (OSError, TypeError):
+            continue
+        if re.search(r"\btraining\b", source):
+            return True
+    return False
+
+
+def check_modes(model: torch.nn.Module) -> None:
+    """Refuse, before tracing, what tracing cannot express: a BatchNorm in training mode with
+    momentum=None reads its batch counter on the host (a cumulative average)."""
+    from torch.nn.modules.batchnorm import _BatchNorm
+
+    for name, m in model.named_modules():
+        if isinstance(m, _BatchNorm) and m.training and m.track_running_stats \
+                and m.momentum is None:
+            raise UnsupportedError(f"unsupported: {name or 'the model'} ({type(m).__name__}) "
+                                   "with momentum=None in training mode (a cumulative average "
+                                   "of the running statistics)")
+
+
+def _counter(node: torch.fx.Node) -> bool:
+    """An integer buffer forward() only adds constants to (num_batches_tracked)."""
+    return all(u.op == "call_function" and getattr(getattr(u.target, "overloadpacket", None),
+                                                   "__name__", None) == "add_"
+               and u.args[0] is node for u in node.users)
+
+
+def lower(exported: "torch.export.ExportedProgram", modes: tuple[bool, ...] | None = None
+          ) -> Graph:
+    """Lower an ExportedProgram to the IR; `modes` are the traced module's train/eval flags."""
     from torch.export.graph_signature import InputKind
 
-    lw = _Lowering()
+    lw = _Lowering(modes)
     specs = {s.arg.name: s for s in exported.graph_signature.input_specs}
     user_index = 0
     for node in exported.graph.nodes:
@@ -788,9 +898,11 @@ def lower(exported: "torch.export.ExportedProgram") -> Graph:
             spec = specs[node.name]
             meta = node.meta["val"]
             dtype = dtype_name(meta.dtype)
-            if spec.kind == InputKind.BUFFER and not node.users and \
-                    dtype not in FLOAT_DTYPES:
-                continue  # e.g. BatchNorm's num_batches_tracked: unused by forward()
+            if spec.kind == InputKind.BUFFER:
+                lw.buffers[node.name] = spec.target
+            if spec.kind == InputKind.BUFFER and dtype not in FLOAT_DTYPES and _counter(node):
+                # e.g. BatchNorm's num_batches_tracked: forward() only counts in it (`add_`)
+                continue
             if spec.kind == InputKind.USER_INPUT:
                 gin = GraphInput(node.name, "input", tuple(meta.shape), dtype, arg_index=user_index)
                 user_index += 1

@@ -11,6 +11,11 @@ templates only need to know a handful of node kinds:
 * ``view``    a reshape that keeps the element order (squeeze/unsqueeze/flatten of a result);
 * ``iota``    the int64 index along one dim (attr ``dim``), size 1 elsewhere: with ``eq``
               against class indices it selects x[i, target[i]] as a one-hot reduction.
+
+Besides its output, forward() may update module state in place: BatchNorm in training mode
+updates its running statistics from the batch's (`RunningStats`) and counts the batches it saw
+(`Increment`). A graph lists these `updates`; the statistics they read are values the kernels
+write to memory (`Graph.kept_values`), and the emitted module applies the update after them.
 """
 
 from __future__ import annotations
@@ -72,6 +77,29 @@ class GraphInput:
                 if v is not None or k not in ("index_bound", "index_ignore", "value_range")}
 
 
+@dataclass(frozen=True)
+class RunningStats:
+    """Running statistics forward() updates in place (BatchNorm in training mode), from the
+    per-channel batch mean and biased variance that the normalisation itself uses:
+    running_mean <- (1 - momentum) * running_mean + momentum * mean and
+    running_var <- (1 - momentum) * running_var + momentum * var * count / (count - 1)."""
+
+    mean: int  # node of the batch mean (one value per channel, shaped to broadcast)
+    var: int  # node of the biased batch variance, shaped like `mean`
+    running_mean: str  # state_dict names of the buffers updated
+    running_var: str
+    momentum: float
+    count: int  # elements per channel the statistics are taken over
+
+
+@dataclass(frozen=True)
+class Increment:
+    """A buffer forward() adds a constant to in place (BatchNorm's num_batches_tracked)."""
+
+    target: str
+    by: float
+
+
 @dataclass
 class Graph:
     """Nodes in topological order; `inputs[k]` is the node with op ``input`` and attr index=k."""
@@ -79,6 +107,11 @@ class Graph:
     nodes: list[Node] = field(default_factory=list)
     inputs: list[GraphInput] = field(default_factory=list)
     output: int = -1
+    updates: list[RunningStats | Increment] = field(default_factory=list)
+    """state forward() updates in place (`RunningStats`, `Increment`), in program order"""
+    modes: tuple[bool, ...] | None = None
+    """where the computation depends on train/eval mode (batch norm, dropout): the `training`
+    flag of each of the module's submodules (`nn.Module.modules()` order) when captured"""
 
     # -- construction -------------------------------------------------------------------------
     def add(self, op: str, args: tuple[int, ...], shape: tuple[int, ...], dtype: str,
@@ -117,8 +150,14 @@ class Graph:
     def reduces(self) -> list[Node]:
         return [n for n in self.live() if n.op == "reduce"]
 
+    def kept_values(self) -> list[int]:
+        """Nodes whose values the kernels must leave in memory besides the output: the batch
+        statistics a `RunningStats` update reads."""
+        return sorted({k for u in self.updates if isinstance(u, RunningStats)
+                       for k in (u.mean, u.var)})
+
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "inputs": [gin.as_json() for gin in self.inputs],
             "nodes": [
                 {"id": n.id, "op": n.op, "args": list(n.args), "shape": list(n.shape),
@@ -127,6 +166,9 @@ class Graph:
             ],
             "output": self.output,
         }
+        if self.updates:  # only where present, so that other graphs keep their fingerprints
+            out["updates"] = [{"kind": type(u).__name__, **u.__dict__} for u in self.updates]
+        return out
 
     def fingerprint(self) -> str:
         """Stable hash of the computation (shapes included): part of every content key."""

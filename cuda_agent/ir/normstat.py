@@ -9,6 +9,11 @@ per-channel affine. What differs is the set of reduced dims of x of shape (N, C,
 * batch norm with batch statistics: dims 0 and S around the kept channel dim (planned as a
   "chanreduce", `plan.make_plan`); with running statistics it is elementwise.
 
+Batch norm is captured in the mode the user's module is in: in training mode (a fresh module's)
+it normalises by the batch's statistics and, where it tracks running statistics, updates them
+in place; the capture records that update (`graph.RunningStats`) with the nodes of the batch
+mean and variance it reads. Instance norm that would update running statistics is refused.
+
 Per-channel weights of shape (C,) are viewed as (C, 1, ..., 1) so that they broadcast along
 dim 1 of x. The handlers take the capture's `_Lowering` (`lw`) and the FX node's arguments.
 """
@@ -19,6 +24,7 @@ import math
 from typing import Any
 
 from ..errors import UnsupportedError
+from .graph import RunningStats
 
 
 def _arg(args: list, kwargs: dict, i: int, name: str, default: Any = None) -> Any:
@@ -27,10 +33,17 @@ def _arg(args: list, kwargs: dict, i: int, name: str, default: Any = None) -> An
 
 def _normalize(lw: Any, x: int, dims: tuple[int, ...], eps: float) -> int:
     """(x - mean) * rsqrt(var + eps) over `dims`, biased variance (divide by the count)."""
+    return _normalize_stats(lw, x, dims, eps)[0]
+
+
+def _normalize_stats(lw: Any, x: int, dims: tuple[int, ...], eps: float
+                     ) -> tuple[int, int, int]:
+    """`_normalize`'s result and the nodes of the mean and the variance it used."""
     mu = lw.mean(x, dims, True)
     dev = lw.binary("sub", x, mu)
     var = lw.mean(lw.binary("mul", dev, dev), dims, True)
-    return lw.binary("mul", dev, lw.unary("rsqrt", lw.binary("add", var, lw.g.const(eps))))
+    y = lw.binary("mul", dev, lw.unary("rsqrt", lw.binary("add", var, lw.g.const(eps))))
+    return y, mu, var
 
 
 def _per_channel(lw: Any, p: Any, shape: tuple[int, ...]) -> int:
@@ -77,9 +90,15 @@ def instance_norm(lw: Any, node: Any, args: list, kwargs: dict) -> int:
     shape = _check_rank(lw, x, "instance_norm", 3)
     weight, bias = _arg(args, kwargs, 1, "weight"), _arg(args, kwargs, 2, "bias")
     eps = float(_arg(args, kwargs, 7, "eps", 1e-5))
+    running = _arg(args, kwargs, 3, "running_mean"), _arg(args, kwargs, 4, "running_var")
+    if any(r is not None for r in running):
+        lw.g.modes = lw.modes  # eval mode reads the running statistics, training updates them
     if not bool(_arg(args, kwargs, 5, "use_input_stats", True)):
-        return _running_stats(lw, x, weight, bias, _arg(args, kwargs, 3, "running_mean"),
-                              _arg(args, kwargs, 4, "running_var"), eps, "instance_norm")
+        return _running_stats(lw, x, weight, bias, *running, eps, "instance_norm")
+    if any(r is not None for r in running):
+        raise UnsupportedError("unsupported: instance_norm in training mode with running "
+                               "statistics (track_running_stats=True updates them); call "
+                               ".eval() on it in the problem, or drop the running statistics")
     y = _normalize(lw, x, tuple(range(2, len(shape))), eps)
     return _affine(lw, y, weight, bias, shape)
 
@@ -111,17 +130,41 @@ def group_norm(lw: Any, node: Any, args: list, kwargs: dict) -> int:
 
 def batch_norm(lw: Any, node: Any, args: list, kwargs: dict) -> int:
     """aten.batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps,
-    cudnn_enabled). With training=True it normalises by the batch's statistics (and would update
-    the running buffers, a side effect the returned value does not depend on)."""
+    cudnn_enabled). With training=True it normalises by the batch's statistics and updates the
+    running buffers where it has them (recorded as a `RunningStats` update)."""
     x = lw.val(args[0])
     shape = _check_rank(lw, x, "batch_norm", 2)
     weight, bias = _arg(args, kwargs, 1, "weight"), _arg(args, kwargs, 2, "bias")
     eps = float(_arg(args, kwargs, 7, "eps", 1e-5))
+    rmean, rvar = _arg(args, kwargs, 3, "running_mean"), _arg(args, kwargs, 4, "running_var")
+    if rmean is not None or rvar is not None:
+        lw.g.modes = lw.modes  # eval mode reads the running statistics, training updates them
     if not bool(_arg(args, kwargs, 5, "training", False)):
-        return _running_stats(lw, x, weight, bias, _arg(args, kwargs, 3, "running_mean"),
-                              _arg(args, kwargs, 4, "running_var"), eps, "batch_norm")
-    y = _normalize(lw, x, (0,) + tuple(range(2, len(shape))), eps)
+        return _running_stats(lw, x, weight, bias, rmean, rvar, eps, "batch_norm")
+    dims = (0,) + tuple(range(2, len(shape)))
+    y, mu, var = _normalize_stats(lw, x, dims, eps)
+    if rmean is not None or rvar is not None:
+        _record_running_update(lw, rmean, rvar, mu, var, _arg(args, kwargs, 6, "momentum"),
+                               math.prod(shape[d] for d in dims))
     return _affine(lw, y, weight, bias, shape)
+
+
+def _record_running_update(lw: Any, rmean: Any, rvar: Any, mu: int, var: int, momentum: Any,
+                           count: int) -> None:
+    """Training-mode batch norm updates its running buffers in place: record the update, so
+    that the kernels keep the batch statistics and the emitted module applies it."""
+    if rmean is None or rvar is None:
+        raise UnsupportedError("unsupported: batch_norm in training mode with only one of "
+                               "running_mean and running_var")
+    names = [lw.buffer_target(r, "batch_norm in training mode updates its running "
+                                 "statistics") for r in (rmean, rvar)]
+    if momentum is None:
+        raise UnsupportedError("unsupported: batch_norm in training mode with momentum=None "
+                               "(a cumulative average of the running statistics)")
+    if count <= 1:
+        raise UnsupportedError(f"unsupported: batch_norm in training mode over {count} value "
+                               "per channel (torch raises: it needs more than one)")
+    lw.g.updates.append(RunningStats(mu, var, names[0], names[1], float(momentum), count))
 
 
 HANDLERS = {"instance_norm": instance_norm, "group_norm": group_norm, "batch_norm": batch_norm}

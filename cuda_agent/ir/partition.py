@@ -15,6 +15,11 @@ buffers that later stages read as inputs:
 
 Everything else stays fused: an epilogue goes with its structured op, a normalization's
 statistics and scaling stay one row kernel. A graph with no cut is not a program (None).
+
+Values the module's state is updated from (`Graph.kept_values`: training-mode batch norm's
+batch mean and variance) are cut too, whatever their users: each then lies in a buffer of its
+own after the program ran, where the state update reads it, and the stages after it read the
+very values that update uses.
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ class Stage:
 class Program:
     stages: list[Stage]
     buffers: list[tuple[tuple[int, ...], str]] = field(default_factory=list)  # shape, dtype
+    values: list[int] = field(default_factory=list)  # the graph node each buffer holds
 
 
 def _signature(graph: Graph, n: Node) -> tuple:
@@ -68,6 +74,7 @@ def cut_values(graph: Graph) -> list[int]:
     """Node ids whose values must be materialized, in topological order (empty: one kernel)."""
     structured = structured_ops()
     live = graph.live()
+    kept = set(graph.kept_values())
     cuts: list[int] = []
     # barriers[n]: the structured ops and reduction signatures n depends on within its stage
     barriers: dict[int, frozenset] = {}
@@ -76,6 +83,8 @@ def cut_values(graph: Graph) -> list[int]:
             barriers[n.id] = frozenset()
             continue
         for a in n.args:
+            if a in kept and a not in cuts:
+                cuts.append(a)  # a value the state update reads: in memory, wherever used
             up = barriers.get(a, frozenset())
             if not up or a in cuts:
                 continue
@@ -106,7 +115,7 @@ def partition(graph: Graph) -> Program | None:
     if not cuts:
         return None
     buffer_of = {c: i for i, c in enumerate(cuts)}
-    program = Program([], [(graph[c].shape, graph[c].dtype) for c in cuts])
+    program = Program([], [(graph[c].shape, graph[c].dtype) for c in cuts], list(cuts))
     for target in cuts + [graph.output]:
         program.stages.append(_stage(graph, target, buffer_of))
     return program

@@ -209,6 +209,10 @@ def make_plan(graph: Graph) -> KernelPlan:
     stages (`partition.py`); or raise `UnsupportedError` saying why."""
     from .partition import make_program_plan, partition
 
+    if graph.kept_values():  # state updates read values kept in memory: always a program
+        program = partition(graph)
+        assert program is not None, "kept values are cut"
+        return make_program_plan(graph, program)
     try:
         return make_single_plan(graph)
     except UnsupportedError as single:

@@ -7,7 +7,7 @@ emitted module runs without cuda-agent installed. Keep it free of cuda_agent imp
 from __future__ import annotations
 
 import ctypes
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
@@ -208,6 +208,29 @@ class LoadedKernels:
 
     def __del__(self) -> None:
         self.close()
+
+
+def update_state(updates: Sequence[dict], workspace: torch.Tensor,
+                 buffer: Callable[[str], torch.Tensor]) -> None:
+    """Apply a candidate's module-state updates after its kernels ran (`program.state_updates`):
+    BatchNorm's running statistics in training mode, from the batch mean and biased variance
+    the kernels left in the workspace, as torch computes them (the variance made unbiased,
+    count / (count - 1)); and counters such as num_batches_tracked. `buffer` maps a
+    state_dict name to the tensor to update. Part of every timed run of such a candidate."""
+    for u in updates:
+        if u["op"] == "increment":
+            buffer(u["target"]).add_(u["by"])
+            continue
+        m, n = float(u["momentum"]), int(u["count"])
+        mean, var = (_floats(workspace, *u[stat]) for stat in ("mean", "var"))
+        running_mean, running_var = buffer(u["running_mean"]), buffer(u["running_var"])
+        # four small launches in all (with the counter's): (1 - m) * r + m * statistic
+        running_mean.lerp_(mean.view(running_mean.shape), m)
+        running_var.mul_(1.0 - m).add_(var.view(running_var.shape), alpha=m * n / (n - 1))
+
+
+def _floats(workspace: torch.Tensor, start: int, numel: int) -> torch.Tensor:
+    return workspace[start:start + 4 * numel].view(torch.float32)
 
 
 def synchronize(device: torch.device) -> None:

@@ -19,6 +19,13 @@ Within a memory budget (`PoolBudget`, issue 33) the cases are not held but drawn
 their seeds into one set of buffers, and the float64 reference is kept where there is room,
 else recomputed, a chunk at a time along a separable direction (`Split`); the comparison adds
 up over pieces to the verdict it gives on the whole.
+
+Conformance mode (`VerifySettings.tolerance`, `tune --tolerance kernelbench`) replaces the
+comparison only: a trial passes when torch.allclose(out, ref, atol, rtol) holds (NaN where the
+reference has NaN counts as equal), as the field's common harness (KernelBench) checks, and the
+reference is the user's module run in fp32 with PyTorch's default settings (the GPU worker's
+`ProblemState`). Every other protection above stays: fresh and perturbed cases, poisoned
+outputs, the mutation check, the inconclusive verdict on trivial outputs.
 """
 
 from __future__ import annotations
@@ -30,11 +37,71 @@ from typing import Any, Callable, Iterator, Sequence, Union
 
 import torch
 
+from ..errors import SettingsError
+
 POISON_BITS = 0x7FC0DEAD  # a quiet NaN no arithmetic produces
 INT_POISON = -0x5A5A5A5A5A5A5A5A
 
 # float64 reference against fp32 kernels: relative-norm tolerance per output dtype
 TOLERANCE = {torch.float32: 1e-4}
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Conformance mode's acceptance test: |out - ref| <= atol + rtol * |ref| elementwise
+    (torch.allclose) against the user's module in fp32 at PyTorch's default settings."""
+
+    atol: float
+    rtol: float
+
+    def describe(self) -> str:
+        return f"allclose(atol={self.atol:g}, rtol={self.rtol:g})"
+
+
+#: what KernelBench accepts: torch.allclose(out, ref, atol=1e-2, rtol=1e-2)
+KERNELBENCH = Tolerance(1e-2, 1e-2)
+STRICT = "strict"
+
+
+def parse_tolerance(text: str) -> Tolerance | None:
+    """`--tolerance`: "strict" (None: the strict protocol), "kernelbench" (atol=rtol=1e-2), or
+    "atol=A,rtol=R"; anything else is a one-line SettingsError."""
+    text = text.strip().lower()
+    if text == STRICT:
+        return None
+    if text == "kernelbench":
+        return KERNELBENCH
+    values: dict[str, float] = {}
+    for part in text.split(","):
+        key, eq, value = part.partition("=")
+        try:
+            number = float(value)
+        except ValueError:
+            number = math.nan
+        if not eq or key.strip() not in ("atol", "rtol") or not math.isfinite(number) \
+                or number < 0 or key.strip() in values:
+            raise SettingsError(f"--tolerance {text!r}: expected strict, kernelbench, or "
+                                "atol=A,rtol=R with A, R >= 0")
+        values[key.strip()] = number
+    if set(values) != {"atol", "rtol"}:
+        raise SettingsError(f"--tolerance {text!r}: give both atol and rtol (atol=A,rtol=R)")
+    return Tolerance(values["atol"], values["rtol"])
+
+
+def describe_verification(settings: "VerifySettings") -> dict[str, str]:
+    """How candidates were checked, for reports: the mode, the reference, the tolerance."""
+    tol = settings.tolerance
+    if tol is not None:
+        return {"mode": "conformance", "tolerance": tol.describe(),
+                "reference": "the module as the user holds it (its train/eval mode), in fp32 "
+                             "with PyTorch's default settings"}
+    rtol = settings.rtol if settings.rtol is not None else TOLERANCE[torch.float32]
+    return {"mode": STRICT,
+            "tolerance": f"relative-norm error <= {rtol:g}, elementwise <= "
+                         f"{settings.elem_factor * rtol:g} x (|ref| + rms(ref)); no tighter "
+                         f"than {settings.witness_factor:g}x torch's own error at the chosen "
+                         "precision",
+            "reference": "the module as the user holds it (its train/eval mode), in float64"}
 
 
 @dataclass
@@ -59,6 +126,10 @@ class VerifySettings:
     opted into tensor-core products on operands of that type; the GPU worker then computes the
     witness (and times the baselines) with torch's TF32 on or under autocast in that dtype, so
     the bounds widen to a small multiple of torch's own error at that precision"""
+    tolerance: Tolerance | None = None
+    """conformance mode: accept a trial when torch.allclose(out, ref, atol, rtol) holds against
+    the module in fp32 at PyTorch's default settings (KernelBench's check), instead of the
+    strict bounds against a float64 reference; None: the strict protocol"""
 
 
 @dataclass
@@ -460,7 +531,7 @@ class Comparison:
     full, with the same bounds."""
 
     def __init__(self, rtol: float, elem_factor: float, slack: Slack, stats: RefStats,
-                 limit: int | None = None, tolerance: Any = None) -> None:
+                 limit: int | None = None, tolerance: Tolerance | None = None) -> None:
         self.rtol, self.elem_factor, self.slack, self.stats = rtol, elem_factor, slack, stats
         # conformance mode's allclose (an object with atol, rtol and describe()), in place of
         # the relative-norm and elementwise bounds
@@ -543,8 +614,8 @@ class Comparison:
 
 
 def compare(out: torch.Tensor, ref: torch.Tensor, rtol: float, elem_factor: float,
-            slack: Slack = NO_SLACK, tolerance: Any = None, limit: int | None = None
-            ) -> tuple[str | None, str, float]:
+            slack: Slack = NO_SLACK, tolerance: Tolerance | None = None,
+            limit: int | None = None) -> tuple[str | None, str, float]:
     """(error kind or None, message, relative error) of `out` against the float64 `ref`;
     `slack` (from an fp32 witness) is a floor under both bounds; with `tolerance`
     (conformance mode) the bounds are torch.allclose's instead; temporaries of `limit`
@@ -624,10 +695,11 @@ class CasePool:
 
     Memory (`budget`): what does not fit is not held but regenerated. Cases then share one set
     of input buffers (`buffers`, which timing set 0 uses too) and are drawn again from their
-    seeds when used; a perturbed twin is its base case with one element moved. References are kept on the
-    device while they fit, then in host memory, else recomputed per use; with a `split` the
-    reference is computed `chunk_rows` rows at a time and compared chunk by chunk. Whatever is
-    kept, every check is the same: the norms and bounds add up over pieces (`Comparison`).
+    seeds when used; a perturbed twin is its base case with one element moved. References are
+    kept on the device while they fit, then in host memory, else recomputed per use; with a
+    `split` the reference is computed `chunk_rows` rows at a time and compared chunk by chunk.
+    Whatever is kept, every check is the same: the norms and bounds add up over pieces
+    (`Comparison`).
     """
 
     def __init__(self, reference: Callable[[list[torch.Tensor]], torch.Tensor],
@@ -954,6 +1026,22 @@ def check(run: Callable[[list[torch.Tensor], torch.Tensor], None], pool: CasePoo
         worst = max(worst, rel)
         if kind:
             return VerifyResult(False, kind, f"{trial.label}: {msg}", worst)
+    return VerifyResult(True, None, "", worst)
+
+
+def check_state(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor], pool: CasePool
+                ) -> VerifyResult:
+    """The module state a candidate updated (BatchNorm's running statistics, from the batch
+    statistics its kernels left in memory) against the reference's own update on the same
+    case, by the pool's criterion."""
+    worst = 0.0
+    for name in sorted(want):
+        ref = want[name].to(got[name].dtype)
+        kind, msg, rel = compare(got[name], ref, pool.rtol, pool.settings.elem_factor,
+                                 NO_SLACK, pool.tolerance)
+        worst = max(worst, rel)
+        if kind:
+            return VerifyResult(False, "wrong", f"updated state {name}: {msg}", worst)
     return VerifyResult(True, None, "", worst)
 
 

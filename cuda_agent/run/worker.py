@@ -20,13 +20,15 @@ import torch
 
 from ..ir.plan import make_plan
 from ..problem import load_problem
+from ..space.program import state_updates
 from . import launcher, memory
 from .devices import CUDNN_BENCHMARK
 from .memory import MemoryPlan, MemoryRefusal, PeakTracker, Sizes
 from .separable import find_split
 from .timing import PEAK_FLOPS, L2Flusher, TimingSettings, physical_floor_ms, time_runs
 from .verify import (CandidateError, CasePool, IndexDomain, InputMeta, PoolBudget, Split,
-                     ValueRange, VerifySettings, check, draw_case_into)
+                     ValueRange, VerifyResult, VerifySettings, check, check_state,
+                     draw_case_into, poison)
 
 HOST_COPY_BPS = 10e9
 """host-to-device copy rate assumed when choosing between keeping a reference in host memory
@@ -50,6 +52,25 @@ def precision_context(precision: str) -> Any:
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)
     return (torch.autocast("cuda", dtype=dtype) if dtype is not None
             else contextlib.nullcontext())
+
+
+# PyTorch's own settings, read before the worker changes them: conformance mode's reference
+# runs under them, as a user's process does (`torch_defaults`)
+_TORCH_DEFAULTS = {"cudnn": torch.backends.cudnn.allow_tf32,
+                   "matmul": torch.backends.cuda.matmul.allow_tf32}
+
+
+@contextlib.contextmanager
+def torch_defaults() -> Any:
+    """Run under PyTorch's default TF32 settings (cuDNN convolutions may use TF32, matrix
+    products may not), whatever contract the kernels are held to; restored after."""
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = _TORCH_DEFAULTS["cudnn"]
+    torch.backends.cuda.matmul.allow_tf32 = _TORCH_DEFAULTS["matmul"]
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
 
 
 use_precision("fp32")
@@ -87,6 +108,11 @@ def refusing(name: str, doing: str) -> Any:
 class ProblemState:
     """Everything about one problem that lives on the GPU between candidates.
 
+    The model is held as `Model(*get_init_inputs())` leaves it (training mode unless its
+    constructor says otherwise), as the user and the field's harness hold it. Where forward()
+    updates module state (BatchNorm's running statistics in training mode), each reference run
+    updates copies, never a case's tensors, and a candidate's timed runs include its update.
+
     Its footprint is planned (`memory.MemoryPlan`): one set of inputs, into which the timing
     set and every verification case are drawn in turn where they do not all fit, one output,
     the references there is room for, and the float64 reference computed in chunks where it
@@ -108,6 +134,14 @@ class ProblemState:
         self.model = self.problem.make_model(device)
         self.ref_model = reference_copy(self.model, self.graph)
         self.ref_host: torch.nn.Module | None = None  # the float64 reference in host memory
+        self.conformance = verify_settings.tolerance is not None
+        # module state forward() updates in place, applied after a candidate's kernels
+        self.updates = state_updates(self.plan)
+        self.mutable = {u[k] for u in self.updates for k in ("target", "running_mean",
+                                                            "running_var") if k in u}
+        buffers = dict(self.model.named_buffers())
+        self.timing_state = {name: buffers[name].detach().clone() for name in self.mutable}
+        self._state_want: dict[str, torch.Tensor] | None = None  # `check_state`'s reference
         props = torch.cuda.get_device_properties(device)
         self.l2_bytes = int(getattr(props, "L2_cache_size", 60 * 1024 * 1024))
         self.flusher = L2Flusher(device, self.l2_bytes)
@@ -150,8 +184,10 @@ class ProblemState:
             split, rows, host_bytes = self._reference_plan()
         budget = PoolBudget(self.memory.hold_room(), host_bytes, memory.SCRATCH_BYTES)
         with refusing(self.problem.name, "drawing the verification cases"):
+            # conformance mode checks against the module itself in fp32: no witness needed
             self.pool = CasePool(self.reference, self.metas, self.out_shape, self.out_dtype,
-                                 verify_settings, self.signed, witness=self.witness,
+                                 verify_settings, self.signed,
+                                 witness=None if self.conformance else self.witness,
                                  domains=self.domains, budget=budget, buffers=self.buffers,
                                  split=split, chunk_rows=rows)
         # rotated input sets for timing: fresh draws, so no run finds its data in cache
@@ -214,7 +250,9 @@ class ProblemState:
         mem, name = self.memory, self.problem.name
         host = memory.host_available_bytes()
         self._chunk_seconds: dict[int, float] = {}
-        if mem.full_reference_bytes() <= mem.chunk_budget():
+        # conformance mode's reference is the module in fp32: whole, it needs what the witness
+        # (eager) needs, which the plan always has room for
+        if self.conformance or mem.full_reference_bytes() <= mem.chunk_budget():
             return None, None, 0
         roles = [g.role for g in self.graph.inputs]
         # the tests' sliced shapes are never a candidate's: no cuDNN benchmark (and no
@@ -255,8 +293,21 @@ class ProblemState:
 
     # -- reference -----------------------------------------------------------------------------
     def reference(self, tensors: list[torch.Tensor]) -> torch.Tensor:
+        return self._reference_run(tensors)[0]
+
+    def _reference_run(self, tensors: list[torch.Tensor]
+                       ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The reference's output and the state it updated: a float64 copy of the module
+        (strict protocol; in host memory for a problem whose float64 reference the GPU cannot
+        hold), or the module itself in fp32 at PyTorch's default settings (conformance
+        mode)."""
+        if self.conformance:
+            args, state = self._split(tensors, None)
+            with torch.no_grad(), torch_defaults():
+                out = torch.func.functional_call(self.model, state, tuple(args))
+            return out, {k: v for k, v in state.items() if k in self.mutable}
         model = self.ref_model
-        if self.ref_host is not None:  # a problem whose float64 reference the GPU cannot hold
+        if self.ref_host is not None:
             model, tensors = self.ref_host, [t.cpu() for t in tensors]
         args, state = self._split(tensors, torch.float64)
         # cuDNN's benchmark mode (a convolution problem's worker) would time every algorithm
@@ -268,7 +319,7 @@ class ProblemState:
                 out = torch.func.functional_call(model, state, tuple(args))
         finally:
             torch.backends.cudnn.benchmark = benchmark
-        return out
+        return out, {k: v for k, v in state.items() if k in self.mutable}
 
     def witness(self, tensors: list[torch.Tensor]) -> torch.Tensor:
         """torch eager's own answer under the kernels' contract (fp32, TF32 or autocast): the
@@ -288,11 +339,75 @@ class ProblemState:
             if gin.role == "input":
                 args[gin.arg_index] = t
             else:
-                state[gin.target] = t
+                # forward() updates these in place: a copy, so a case's tensors never change
+                state[gin.target] = t.clone() if gin.target in self.mutable else t
         return args, state
 
     def kernel_inputs(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
         return [tensors[k] for k in self.plan.operands]
+
+    def run_candidate(self, kernels: launcher.LoadedKernels, inputs: list[torch.Tensor],
+                      out: torch.Tensor, state: dict[str, torch.Tensor] | None = None) -> None:
+        """One run as the emitted module makes it: the kernels, then the module-state update
+        (on `state`, default the timing copies), so that a timed run costs what it costs
+        in `model_new.py`."""
+        kernels(inputs, out)
+        if self.updates:
+            launcher.update_state(self.updates, kernels.workspace,
+                                  (self.timing_state if state is None else state).__getitem__)
+
+    def _reference_state(self, case: list[torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The state the reference's forward() leaves on `case`, chunk by chunk where the
+        reference is chunked (a running statistic per channel is separable along the channels
+        it is split on, as the output is); whole where a floating state is not split."""
+        pool = self.pool
+        blocks = pool._blocks()
+        if blocks == [None]:
+            return self._reference_run(case)[1]
+        dims = {gin.target: d for gin, d in zip(self.graph.inputs, pool.split.in_dims)
+                if gin.role != "input"}
+        held = dict(self.model.named_buffers())
+        if any(dims.get(name) is None for name in self.mutable
+               if held[name].is_floating_point()):
+            return self._reference_run(case)[1]
+        want: dict[str, torch.Tensor] = {}
+        for _, lo, rows in blocks:
+            sliced = [t if dim is None else t.narrow(dim, lo, rows).contiguous()
+                      for t, dim in zip(case, pool.split.in_dims)]
+            for name, value in self._reference_run(sliced)[1].items():
+                d = dims.get(name)
+                if d is None:  # a counter: every chunk counts the one forward once
+                    want[name] = value.clone()
+                    continue
+                if name not in want:
+                    want[name] = torch.empty(held[name].shape, dtype=value.dtype,
+                                             device=value.device)
+                want[name].narrow(d, lo, rows).copy_(value)
+        return want
+
+    def check_state(self, kernels: launcher.LoadedKernels) -> VerifyResult:
+        """Where forward() updates module state: the candidate's update on the first case
+        against the reference's (a running mean is taken from statistics only the program's
+        buffers hold; the output checks them only through the normalisation)."""
+        if not self.mutable:
+            return VerifyResult(True)
+        case = self.pool.materialize(self.pool.cases[0])
+        if self._state_want is None:  # the reference's update, once per problem
+            self._state_want = self._reference_state(case)
+        want = self._state_want
+        _, start = self._split(case, None)
+        buffers = dict(self.model.named_buffers())
+        got = {name: (start[name] if name in start else buffers[name]).detach().clone()
+               for name in self.mutable}
+        out = self.pool.output()  # the one output buffer (its answer was checked already)
+        poison(out)
+        try:
+            self.run_candidate(kernels, self.kernel_inputs(case), out, got)
+            launcher.synchronize(self.device)
+        except launcher.KernelLaunchError as exc:
+            return VerifyResult(False, exc.kind, str(exc))
+        floats = {k: v for k, v in want.items() if v.is_floating_point()}
+        return check_state({k: got[k] for k in floats}, floats, self.pool)
 
     # -- candidates ----------------------------------------------------------------------------
     def evaluate(self, msg: dict[str, Any]) -> dict[str, Any]:
@@ -329,6 +444,8 @@ class ProblemState:
                 raise CandidateError(exc.kind, str(exc), exc.sticky) from None
 
         result = check(run, self.pool, self.pool.trials_for(self.evaluated))
+        if result.ok:
+            result = self.check_state(kernels)
         self.evaluated += 1
         if not result.ok:
             sticky = result.kind in ("illegal_address", "misaligned", "timeout")
@@ -342,7 +459,7 @@ class ProblemState:
         out = self.pool.output()
 
         def timed(k: int) -> None:
-            kernels(inputs_by_set[k], out)
+            self.run_candidate(kernels, inputs_by_set[k], out)
 
         try:
             timing = time_runs(timed, len(self.sets), self.timing, self.flusher,
@@ -372,7 +489,8 @@ class ProblemState:
     def _probe(self, kernels: launcher.LoadedKernels) -> float:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        kernels(self.kernel_inputs(self.pool.materialize(self.sets[0])), self.pool.output())
+        self.run_candidate(kernels, self.kernel_inputs(self.pool.materialize(self.sets[0])),
+                           self.pool.output())
         end.record()
         launcher.synchronize(self.device)
         return start.elapsed_time(end)

@@ -16,6 +16,7 @@ scratch space, every region 256-byte aligned.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -123,13 +124,48 @@ class StageSpace(Space):
         return "|".join(sp.version for sp in self.spaces)
 
 
-def compose(plan: ProgramPlan, parts: list[Rendered]) -> Rendered:
-    """One candidate from one rendering per stage: sources, launches, workspace."""
-    program = plan.program
+def buffer_offsets(plan: ProgramPlan) -> tuple[list[int], int]:
+    """Workspace offset of each intermediate buffer, and the bytes they take (aligned): the
+    buffers come first, whatever the stages' configurations."""
     offsets, ws = [], 0
     for nbytes in plan.buffer_bytes():
         offsets.append(ws)
         ws = _aligned(ws + nbytes)
+    return offsets, ws
+
+
+def state_updates(plan: Any) -> list[dict[str, Any]]:
+    """The module-state updates (`graph.RunningStats`, `graph.Increment`) a candidate of `plan`
+    applies after its kernels, as plain dicts for `launcher.update_state`: where in the
+    workspace each statistic lies (byte offset, element count) and which buffers it updates."""
+    from ..ir.graph import Increment, RunningStats
+
+    updates = plan.graph.updates
+    if not updates:
+        return []
+    offsets, _ = buffer_offsets(plan) if isinstance(plan, ProgramPlan) else ([], 0)
+    out: list[dict[str, Any]] = []
+    for u in updates:
+        if isinstance(u, Increment):
+            out.append({"op": "increment", "target": u.target, "by": u.by})
+        elif isinstance(u, RunningStats):
+            where = []
+            for nid in (u.mean, u.var):
+                k = plan.program.values.index(nid)  # kept values are always cut (`partition`)
+                shape, _ = plan.program.buffers[k]
+                where.append([offsets[k], math.prod(shape)])
+            out.append({"op": "running_stats", "mean": where[0], "var": where[1],
+                        "running_mean": u.running_mean, "running_var": u.running_var,
+                        "momentum": u.momentum, "count": u.count})
+        else:
+            raise TypeError(f"unknown state update {u!r}")
+    return out
+
+
+def compose(plan: ProgramPlan, parts: list[Rendered]) -> Rendered:
+    """One candidate from one rendering per stage: sources, launches, workspace."""
+    program = plan.program
+    offsets, ws = buffer_offsets(plan)
     sources, launches, facts = [], [], [("family", "program"), ("stages", len(parts))]
     zero = False
     for i, (stage, r) in enumerate(zip(program.stages, parts)):

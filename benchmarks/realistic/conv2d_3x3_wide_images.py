@@ -1,0 +1,21 @@
+"""nn.Conv2d(16, 32, 3, padding 1) on (64, 16, 512, 512) images (1 GiB)."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(16, 32, 3, padding=1)
+
+    def forward(self, x):
+        return self.conv(x)
+
+
+def get_inputs():
+    return [torch.randn(64, 16, 512, 512)]
+
+
+def get_init_inputs():
+    return []

@@ -1,0 +1,24 @@
+"""ReLU on (4096, 393216) fp32 (6 GiB): KernelBench level 1's published size."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+batch_size = 4096
+dim = 393216
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.relu(x)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return []

@@ -1,0 +1,20 @@
+"""Softmax over the last dim of (16384, 262144): a 16 GiB input, rows of 1 MiB."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.softmax(x, dim=-1)
+
+
+def get_inputs():
+    return [torch.randn(16384, 262144)]
+
+
+def get_init_inputs():
+    return []

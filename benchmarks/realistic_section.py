@@ -1,0 +1,228 @@
+"""BENCHMARKS.md's sections on the realistic suite (issue 33, item 5): `realistic-summary`, the
+headline kept after the page's opening paragraph, and `realistic`, the per-problem table.
+
+    python benchmarks/realistic_section.py benchmarks/results/DAY-h200-realistic/realistic.json \
+        [MORE.json ...]
+
+Reads the results files of `gpu_suite.py --parts realistic` (where several hold a problem, the
+later file's row wins) and the suite's manifest (benchmarks/realistic/suite.json): a problem
+without a row is listed as not run and never counted as a pass. fast_1 is KernelBench's: the
+share of problems whose kernel is correct (the independent harness's check) and faster than the
+baseline, here the user's default torch.compile as the harness timed it, counted over the
+problems run and over the whole suite (a problem not run counts as not faster).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks import realistic_suite  # noqa: E402
+from benchmarks.sections import write_section, write_summary_section  # noqa: E402
+
+NAME = "realistic"
+FAILURES = ("oom", "timeout", "wrong", "unsupported", "error")
+
+
+def merge(docs: list[dict]) -> dict[str, dict]:
+    """Rows by problem, a later document's row replacing an earlier one's."""
+    rows: dict[str, dict] = {}
+    for d in docs:
+        for r in d["rows"]:
+            rows[r["problem"]] = r
+    return rows
+
+
+def geomean(xs: list[float]) -> float | None:
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def summarize(rows: dict[str, dict], manifest: list[dict]) -> dict:
+    """Counts, fast_1 and geomeans over the suite's problems (rows of other names ignored)."""
+    names = [e["problem"] for e in manifest]
+    run = [rows[n] for n in names if n in rows]
+    timed = [r for r in run if r.get("status") == "ok" and r.get("new_ms")
+             and r.get("compile_ms")]
+    faster = [r for r in timed if r["compile_ms"] / r["new_ms"] > 1.0]
+    gib = [e["input_bytes"] / 2**30 for e in manifest]
+    return {
+        "suite": len(names), "run": len(run),
+        "sizes": f"{min(gib):.0f}-{max(gib):.0f} GiB" if gib else "-",
+        "over_10": sum(1 for g in gib if g > 10),
+        "not_run": [n for n in names if n not in rows],
+        "counts": {s: sum(1 for r in run if r.get("status") == s) for s in ("ok",) + FAILURES},
+        "timed": len(timed), "faster": [r["problem"] for r in faster],
+        "fast_1_run": len(faster) / len(run) if run else None,
+        "fast_1_suite": len(faster) / len(names) if names else None,
+        "geomean_vs_compile": geomean([r["compile_ms"] / r["new_ms"] for r in timed]),
+        "geomean_vs_eager": geomean([r["eager_ms"] / r["new_ms"] for r in timed
+                                     if r.get("eager_ms")]),
+    }
+
+
+def _x(v: float | None) -> str:
+    return f"{v:.2f}x" if v is not None else "-"
+
+
+def _pct(v: float | None) -> str:
+    return f"{100 * v:.0f} %" if v is not None else "-"
+
+
+def runs_text(docs: list[dict]) -> str:
+    gpus = sorted({d.get("gpu") or "?" for d in docs})
+    dates = sorted({d.get("date") or "?" for d in docs})
+    commits = list(dict.fromkeys(d.get("commit") or "unknown" for d in docs))
+    torch = sorted({d.get("torch") or "?" for d in docs})
+    settings = docs[-1].get("settings", {}) if docs else {}
+    policy = settings.get("policy") or "the CLI's default strategy"
+    extra = " ".join(settings.get("tune_args") or [])
+    return (f"on {', '.join(gpus)} on {', '.join(dates)} (commits {', '.join(commits)}, torch "
+            f"{', '.join(torch)}), `cuda-agent tune --budget {settings.get('budget', '?')} "
+            f"--time-limit {settings.get('time_limit_s', '?')}` with {policy}"
+            + (f" and `{extra}`" if extra else ""))
+
+
+def summary_lines(s: dict, docs: list[dict]) -> list[str]:
+    c = s["counts"]
+    if not s["run"]:
+        head = (f"**Realistic suite (issue 33)**: none of its {s['suite']} problems run yet; "
+                "nothing is counted.")
+    else:
+        head = (
+            f"**Realistic suite (issue 33)**: {s['run']} of {s['suite']} problems of "
+            f"{s['sizes']} "
+            f"run ({runs_text(docs)}), each checked and timed by an independent harness under "
+            f"PyTorch's defaults: **{c['oom']} OOM, {c['timeout']} time-outs, {c['wrong']} "
+            f"wrong answers**, {c['unsupported']} unsupported, {c['error']} errors; "
+            f"{c['ok']} verified. fast_1 against the user's default torch.compile: "
+            f"**{len(s['faster'])} of {s['run']} run ({_pct(s['fast_1_run'])})**, "
+            f"{len(s['faster'])} of the suite's {s['suite']} ({_pct(s['fast_1_suite'])}; "
+            "a problem not run counts as not faster); geomean speedup against it over the "
+            f"{s['timed']} verified and timed: **{_x(s['geomean_vs_compile'])}** "
+            f"(against eager {_x(s['geomean_vs_eager'])})."
+            + (f" Not run yet: {len(s['not_run'])} problems." if s["not_run"] else ""))
+    return [f"<!-- {NAME}-summary:begin -->", head, f"<!-- {NAME}-summary:end -->"]
+
+
+def _gib(v: float | None) -> str:
+    return f"{v / 2**30:.1f}" if isinstance(v, (int, float)) else "-"
+
+
+def _ms(v: float | None) -> str:
+    return f"{v:.3f}" if isinstance(v, (int, float)) else "-"
+
+
+def _secs(v: float | None) -> str:
+    return f"{v:.0f}" if isinstance(v, (int, float)) else "-"
+
+
+def _err(f64: dict) -> str:
+    """ModelNew's norm-wise error against float64, and torch's own in brackets."""
+    if f64.get("skipped"):
+        return "skipped"
+    new, ref = (f64.get("new") or {}).get("rel_norm_err"), (f64.get("torch") or {}).get(
+        "rel_norm_err")
+    return "-" if new is None else f"{new:.1e}" + (f" ({ref:.1e})" if ref is not None else "")
+
+
+def eager_peak(r: dict) -> int | None:
+    """Eager's device memory at its peak in the harness: the inputs, and what its forward
+    allocated beyond them (the bound of issue 33 item 1 starts from it)."""
+    if r.get("eager_peak_bytes") is None or r.get("harness_input_bytes") is None:
+        return None
+    return r["harness_input_bytes"] + r["eager_peak_bytes"]
+
+
+def table_lines(rows: dict[str, dict], manifest: list[dict]) -> list[str]:
+    lines = ["| problem | input GiB | family | status | tune s | tune peak GiB | eager peak "
+             "GiB | kernel ms (harness) | eager ms | compile ms | vs compile | rel err vs fp64 "
+             "(torch's) | message |", "|---" * 13 + "|"]
+    for e in manifest:
+        r = rows.get(e["problem"])
+        if r is None:
+            lines.append(f"| {e['problem']} | {_gib(e['input_bytes'])} | {e['family']} | "
+                         "not run | - | - | - | - | - | - | - | - | |")
+            continue
+        err = _err(r.get("float64") or {})
+        vs = (r["compile_ms"] / r["new_ms"] if r.get("status") == "ok" and r.get("new_ms")
+              and r.get("compile_ms") else None)
+        msg = (r.get("message") or "").replace("|", "/")
+        lines.append(
+            f"| {e['problem']} | {_gib(e['input_bytes'])} | {r.get('family') or e['family']} | "
+            f"{r.get('status', '?')} | {_secs(r.get('tune_wall_s'))} | "
+            f"{_gib(r.get('tune_peak_gpu_bytes'))} | {_gib(eager_peak(r))} | "
+            f"{_ms(r.get('new_ms'))} | "
+            f"{_ms(r.get('eager_ms'))} | {_ms(r.get('compile_ms'))} | {_x(vs)} | {err} | "
+            f"{msg[:120]} |")
+    return lines
+
+
+def section_lines(s: dict, rows: dict[str, dict], manifest: list[dict],
+                  docs: list[dict]) -> list[str]:
+    return [
+        f"<!-- {NAME}:begin -->",
+        "## Realistic suite (issue 33): tune, then an independent harness",
+        "",
+        f"{s['suite']} problems in the field's common format (`benchmarks/realistic/`, "
+        f"{s['sizes']} of fp32 input each, {s['over_10']} over 10 GiB): elementwise chains, "
+        "reductions, softmax, "
+        "layer/RMS/group/instance norms, batch norm in training mode (as the module is "
+        "constructed), losses, dilated 2-D and 3-D pooling, scans, matrix products (square, "
+        "tall, batched, matrix-vector), linear layers with epilogues and norms, 1-D/2-D/3-D "
+        "convolutions (grouped, dilated, strided, depthwise, transposed 2-D and 3-D) and fused "
+        "chains (convolution -> BatchNorm(train) -> activation, gemm -> bias -> activation -> "
+        "norm). One command (`benchmarks/gpu_suite.py --parts realistic`) runs, per problem, "
+        "`cuda-agent tune` in a process of its own under a time limit, then "
+        "`benchmarks/realistic_harness.py`, which does not import cuda-agent: it builds `Model` "
+        "and the emitted `ModelNew` from the same seed, checks ModelNew on three fresh input "
+        "seeds against torch at atol = rtol = 1e-2 (KernelBench's tolerance) and the running "
+        "statistics after them, gives both outputs' norm-wise error against a float64 copy of "
+        "the reference where memory allows, and times eager, `torch.compile(model)` (default "
+        "mode) and ModelNew under PyTorch's default settings (CUDA events, L2 flushed, "
+        "median). Statuses: oom, timeout (the tune past its limit plus a grace, or the "
+        "harness past its own), wrong, unsupported (the tool's refusal), error. Tune peak: "
+        "the GPU's memory in use during the tune, sampled by nvidia-smi, less what was in use "
+        "before; eager peak: torch's allocator at the peak of the harness's eager forward, "
+        "inputs included.",
+        "",
+        (f"Run {runs_text(docs)}." if docs else "No GPU run yet."),
+        "",
+        *table_lines(rows, manifest),
+        f"<!-- {NAME}:end -->",
+    ]
+
+
+def write(md: Path, docs: list[dict], manifest: list[dict]) -> dict:
+    rows = merge(docs)
+    s = summarize(rows, manifest)
+    summary = summary_lines(s, docs)
+    write_summary_section(md, f"{NAME}-summary", summary)
+    lines = section_lines(s, rows, manifest, docs)
+    write_section(md, lines[0], lines[-1], lines)
+    return s
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("results", type=Path, nargs="+", help="realistic.json files, oldest first")
+    ap.add_argument("--markdown", type=Path, default=ROOT / "BENCHMARKS.md")
+    ap.add_argument("--manifest", type=Path, default=realistic_suite.MANIFEST)
+    args = ap.parse_args()
+    for f in args.results:
+        if not f.is_file():
+            print(f"error: {f}: no such results file", file=sys.stderr)
+            sys.exit(2)
+    docs = [json.loads(f.read_text()) for f in args.results]
+    s = write(args.markdown, docs, realistic_suite.read(args.manifest))
+    print(f"wrote sections {NAME}-summary and {NAME} of {args.markdown}: {s['run']} of "
+          f"{s['suite']} problems run, {len(s['not_run'])} not run")
+
+
+if __name__ == "__main__":
+    main()
