@@ -624,10 +624,11 @@ class CasePool:
 
     Memory (`budget`): what does not fit is not held but regenerated. Cases then share one set
     of input buffers (`buffers`, which timing set 0 uses too) and are drawn again from their
-    seeds when used; a perturbed twin is its base case with one element moved. References are kept on the
-    device while they fit, then in host memory, else recomputed per use; with a `split` the
-    reference is computed `chunk_rows` rows at a time and compared chunk by chunk. Whatever is
-    kept, every check is the same: the norms and bounds add up over pieces (`Comparison`).
+    seeds when used; a perturbed twin is its base case with one element moved. References are
+    kept on the device while they fit, then in host memory, else recomputed per use; with a
+    `split` the reference is computed `chunk_rows` rows at a time and compared chunk by chunk.
+    Whatever is kept, every check is the same: the norms and bounds add up over pieces
+    (`Comparison`).
     """
 
     def __init__(self, reference: Callable[[list[torch.Tensor]], torch.Tensor],
