@@ -56,7 +56,7 @@ def run_all(pool: CasePool, kernel, n: int = 5) -> list:
     return [check(kernel, pool, pool.trials_for(i)) for i in range(n)]
 
 
-# -- the budget decides what is held -----------------------------------------------------------
+# -- the budget decides what is held ---------------------------------------------------------------
 
 @pytest.mark.parametrize("cases", [5, 12])
 def test_a_zero_budget_holds_one_set_of_inputs_and_no_reference(cases):
@@ -90,7 +90,7 @@ def test_a_small_budget_holds_what_fits_and_recomputes_the_rest():
     assert len(held) == 2, "room for two references: two held, the rest recomputed"
 
 
-# -- every verdict is the same whatever is held ---------------------------------------------------
+# -- every verdict is the same whatever is held ----------------------------------------------------
 
 @pytest.mark.parametrize("config", CONFIGS, ids=config_id)
 @pytest.mark.parametrize("name", sorted(EXACT))
@@ -178,7 +178,7 @@ def test_degenerate_problems_are_found_under_every_budget(config):
     assert not useful.weak
 
 
-# -- shared buffers: drawn again from seeds, twins one element from their base ----------------------
+# -- shared buffers: drawn again from seeds, twins one element from their base ---------------------
 
 def test_a_case_drawn_again_has_the_values_it_was_verified_on():
     held, shared = pool_of("layer_norm", None), pool_of("layer_norm", SHARED)
@@ -356,7 +356,7 @@ def test_ref_stats_count_only_finite_elements():
     assert c.result()[0] is None
 
 
-# -- separability: found empirically, refused where it does not hold ---------------------------------
+# -- separability: found empirically, refused where it does not hold -------------------------------
 
 def _fn(f):
     return lambda ts: f(*ts)
@@ -446,7 +446,7 @@ def test_a_pool_chunked_along_a_split_that_is_wrong_would_be_wrong():
     assert not torch.allclose(whole.cases[0].ref, wrong.cases[0].stored, atol=1e-3)
 
 
-# -- drawing in chunks --------------------------------------------------------------------------------
+# -- drawing in chunks -----------------------------------------------------------------------------
 
 def test_draws_in_chunks_are_deterministic_and_keep_the_domain(monkeypatch):
     monkeypatch.setattr(V, "DRAW_CHUNK", 1000)
