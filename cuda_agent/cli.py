@@ -220,6 +220,11 @@ def tune(
     advice = _tf32_note(result)
     if advice:
         console.print(f"[yellow]{advice}[/]", highlight=False)
+    from .run.memory import describe as describe_memory  # torch is imported by now
+
+    footprint = describe_memory((result.facts or {}).get("memory"))
+    if footprint:
+        console.print(footprint, highlight=False)
     if result.best is None:
         fail("no candidate passed verification; see report.json for every failure", 1)
     note = " [yellow](simulated: not verified, times are model estimates)[/]" \

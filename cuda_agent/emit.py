@@ -29,7 +29,6 @@ from . import __version__
 from .build.builder import Builder, BuildInput
 from .report.tf32 import tf32_advice
 from .run import launcher
-from .run.devices import CUDNN_BENCHMARK
 from .space.program import state_updates
 from .space.slots import PRECISION_NOTES
 
@@ -316,7 +315,11 @@ def report_dict(result: Any) -> dict[str, Any]:
     return {
         "problem": result.problem.name, "path": str(result.problem.path),
         "family": plan.family, "device": result.device.kind, "simulated": result.simulated,
-        "gpu": result.device.gpu_name(), "facts": result.facts,
+        "gpu": result.device.gpu_name(),
+        "facts": {k: v for k, v in (result.facts or {}).items() if k != "memory"},
+        # the GPU footprint: the worker's peak against torch eager's and the bound it is held
+        # to, and how the reference was computed (run.memory.MemoryPlan)
+        "memory": (result.facts or {}).get("memory"),
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "commit": git_commit(), "cuda_agent": __version__, "toolchain": result.toolchain,
         "strategy": result.settings.strategy, "budget": result.settings.budget,

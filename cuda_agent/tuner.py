@@ -210,8 +210,13 @@ class Tuner:
                 self.device.close()
             raise UnsupportedError("unsupported: replay of a multi-kernel program (sweeps "
                                    "record single-kernel spaces); use cuda or sim")
-        with self.device_lock:
-            self.device.ensure(problem, self.plan)
+        try:
+            with self.device_lock:
+                self.device.ensure(problem, self.plan)
+        except Exception:  # a problem refused at set-up (too large, say): the worker goes too
+            if self._own_device:
+                self.device.close()
+            raise
         # a multi-kernel program is searched one stage at a time (`space/program.py`)
         self.stages: list[Space] = []
         # the device's GPU, built for the numeric contract the user chose

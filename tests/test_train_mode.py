@@ -317,10 +317,11 @@ def _worker_state(tmp_path, conformance: bool):
     st.model = st.problem.make_model("cpu")
     st.ref_model = copy.deepcopy(st.model).double()
     st.conformance = conformance
+    st.ref_host = None  # the float64 reference on the GPU (memory.py: in host memory if not)
     st.updates = state_updates(st.plan)
     st.mutable = {"bn.running_mean", "bn.running_var", "bn.num_batches_tracked"}
-    for name in ("_split", "_reference_run", "reference", "run_candidate", "check_state",
-                 "kernel_inputs"):
+    for name in ("_split", "_reference_run", "_reference_state", "reference", "run_candidate",
+                 "check_state", "kernel_inputs"):
         setattr(st, name, getattr(ProblemState, name).__get__(st))
     settings = VerifySettings(tolerance=KERNELBENCH if conformance else None)
     return st, settings

@@ -165,6 +165,7 @@ class CudaDevice(Device):
             if not reply.get("ok"):
                 raise DeviceError(f"the GPU worker failed to set up again: "
                                   f"{reply.get('error_msg')}")
+            self._note_peak(reply)
 
     def _call(self, msg: dict[str, Any], timeout: float) -> dict[str, Any]:
         """Send a request; a timeout or a dead worker becomes a reply with an error kind."""
@@ -203,13 +204,37 @@ class CudaDevice(Device):
         if reply.get("dead"):
             self._start()
             reply = self._call(msg, self.setup_timeout_s)
+        if reply.get("refused"):  # cannot fit: the worker is sound, the problem is refused
+            self._problem_path = None
+            raise DeviceError(str(reply.get("error_msg")))
         if not reply.get("ok"):
             # a failed set-up may leave the worker's CUDA context unusable (a device-side assert
             # in the reference is sticky): the next problem gets a fresh worker
             self._problem_path = None
             self._restart()
             raise DeviceError(f"GPU setup failed for {problem.name}: {reply.get('error_msg')}")
-        self._facts.update({k: v for k, v in reply.items() if k != "ok"})
+        self._facts.update({k: v for k, v in reply.items() if k not in ("ok", "memory")})
+        self._facts["memory"] = dict(reply.get("memory") or {})
+
+    def _eval_timeout(self) -> float:
+        """A candidate's time limit, plus a second per GiB of the problem's inputs and output:
+        its verification draws, hashes and compares them (and recomputes references) per
+        case, which takes seconds where they are tens of GiB, however fast the kernel."""
+        mem = self._facts.get("memory") or {}
+        size = (mem.get("input_bytes") or 0) + (mem.get("output_bytes") or 0)
+        # a float64 reference in host memory is computed by the CPU: seconds per GiB
+        per_gib = 4.0 if str(mem.get("verification", "")).startswith("host") else 1.0
+        return self.eval_timeout_s + per_gib * size / (1 << 30)
+
+    def _note_peak(self, reply: dict[str, Any]) -> None:
+        """The worker's peak GPU memory so far, kept as the most any worker of this problem
+        reached (a restarted worker counts from zero)."""
+        mem = self._facts.get("memory")
+        peak = reply.get("peak_bytes") or (reply.get("memory") or {}).get("peak_bytes")
+        if mem is not None and peak:
+            mem["peak_bytes"] = max(int(mem.get("peak_bytes") or 0), int(peak))
+            if mem.get("bound_bytes"):
+                mem["within_bound"] = mem["peak_bytes"] <= mem["bound_bytes"]
 
     def copy_bandwidth(self) -> float | None:
         return self._facts.get("copy_bw")
@@ -222,8 +247,9 @@ class CudaDevice(Device):
                "launches": [l.__dict__ for l in cand.rendered.launches],
                "workspace_bytes": cand.rendered.workspace_bytes,
                "zero_workspace": cand.rendered.zero_workspace}
-        reply = self._call(msg, self.eval_timeout_s)
+        reply = self._call(msg, self._eval_timeout())
         wall = time.perf_counter() - t0
+        self._note_peak(reply)
         if reply.get("dead") or reply.get("sticky"):
             self._restart()
         counters = dict(reply.get("counters", {}))
@@ -273,6 +299,7 @@ class CudaDevice(Device):
                 self._restart(cudnn_benchmark=mode)
             reply = self._call({"op": "baseline", "which": name, "settings": setting},
                                self.setup_timeout_s)
+            self._note_peak(reply)
             if reply.get("dead"):
                 self._restart(cudnn_benchmark=mode)
             if reply.get("ok"):

@@ -7,13 +7,18 @@ is a Python stand-in, and the same checks run. For each of several trials:
   the sign domain of the problem's own example inputs (log or sqrt problems get positive draws);
 * the output is pre-filled with a NaN of a distinctive payload, so an element the kernel never
   wrote is told apart from a NaN it computed;
-* inputs are compared bit for bit before and after (no mutation);
+* inputs are hashed bit for bit before and after (no mutation), with a key drawn per check;
 * relative-norm error and an elementwise check against a float64 reference; where the problem
   is ill-conditioned in fp32 (a long fp32 sum followed by a saturating clamp or tanh, say), the
   bounds widen to a small multiple of the error of torch's own fp32 answer on the same case
   (the "fp32 witness"), never below the dtype's tolerance;
 * one extra trial perturbs a single input element: a kernel that replays an earlier result fails;
 * if zeros, a constant or an input would pass every trial, the check is called inconclusive.
+
+Within a memory budget (`PoolBudget`, issue 33) the cases are not held but drawn again from
+their seeds into one set of buffers, and the float64 reference is kept where there is room,
+else recomputed, a chunk at a time along a separable direction (`Split`); the comparison adds
+up over pieces to the verdict it gives on the whole.
 
 Conformance mode (`VerifySettings.tolerance`, `tune --tolerance kernelbench`) replaces the
 comparison only: a trial passes when torch.allclose(out, ref, atol, rtol) holds (NaN where the
@@ -26,8 +31,9 @@ outputs, the mutation check, the inconclusive verdict on trivial outputs.
 from __future__ import annotations
 
 import math
+import secrets
 from dataclasses import dataclass
-from typing import Callable, Sequence, Union
+from typing import Any, Callable, Iterator, Sequence, Union
 
 import torch
 
@@ -147,40 +153,83 @@ class CandidateError(Exception):
 
 DISTRIBUTIONS = ("normal", "heavy", "uniform_offset", "lognormal_signed", "quantized")
 
+DRAW_CHUNK = 1 << 22
+"""elements drawn at a time: a draw's float64 temporaries stay near 4 x 32 MiB whatever the
+tensor's size (a 6 GiB input drawn whole needed ~40 GiB of them). Fixed, not taken from a memory
+budget, so that a seed draws the same values on every machine."""
+
+
+@dataclass(frozen=True)
+class InputMeta:
+    """What a draw needs of an example input: its shape, dtype and device, and its least value
+    (its sign domain), so that the example itself need not be kept."""
+
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    device: torch.device
+    low: float | None = None  # None: an empty example
+
+    @staticmethod
+    def of(example: "torch.Tensor | InputMeta") -> "InputMeta":
+        if isinstance(example, InputMeta):
+            return example
+        low = float(example.min()) if example.numel() else None
+        return InputMeta(tuple(example.shape), example.dtype, example.device, low)
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * torch.empty(0, dtype=self.dtype).element_size()
+
 
 def draw_like(example: torch.Tensor, trial: int, gen: torch.Generator,
               signed: bool = False, value_range: ValueRange | None = None) -> torch.Tensor:
     """A fresh tensor shaped like `example`, from distribution number `trial`, in its sign domain
     (`signed` ignores the domain: parameters initialised to ones must still get negative draws,
     or a kernel using |w| for w would pass); inside `value_range` where an op requires one."""
-    shape, device = example.shape, example.device
+    meta = InputMeta.of(example)
+    out = torch.empty(meta.shape, dtype=meta.dtype, device=meta.device)
+    draw_into(out, meta, trial, gen, signed, value_range)
+    return out
+
+
+def draw_into(dest: torch.Tensor, meta: InputMeta, trial: int, gen: torch.Generator,
+              signed: bool = False, value_range: ValueRange | None = None) -> None:
+    """`draw_like`, written into the contiguous `dest`, DRAW_CHUNK elements at a time."""
     kind = DISTRIBUTIONS[trial % len(DISTRIBUTIONS)]
+    flat = dest.view(-1)
+    for lo in range(0, flat.numel(), DRAW_CHUNK):
+        n = min(DRAW_CHUNK, flat.numel() - lo)
+        x = _draw_values(kind, (n,), gen, dest.device)
+        if value_range is not None:  # squashed into the range: the distribution's shape varies
+            a, b = value_range.lo, value_range.hi
+            x = (a + (b - a) * torch.sigmoid(x)).clamp(a, b)
+        elif meta.low is not None and not signed:
+            if meta.low > 0:  # strictly positive domain (log, division, sqrt...)
+                x = x.abs() + 1e-2
+            elif meta.low >= 0:
+                x = x.abs()
+        flat[lo:lo + n].copy_(x)
+
+
+def _draw_values(kind: str, shape: tuple[int, ...], gen: torch.Generator,
+                 device: torch.device) -> torch.Tensor:
+    f64 = torch.float64
     if kind == "normal":
-        x = torch.randn(shape, generator=gen, device=device, dtype=torch.float64)
-    elif kind == "heavy":  # Student-t with 3 degrees of freedom: rare values far out
-        z = torch.randn(shape, generator=gen, device=device, dtype=torch.float64)
-        chi = sum(torch.randn(shape, generator=gen, device=device, dtype=torch.float64) ** 2
+        return torch.randn(shape, generator=gen, device=device, dtype=f64)
+    if kind == "heavy":  # Student-t with 3 degrees of freedom: rare values far out
+        z = torch.randn(shape, generator=gen, device=device, dtype=f64)
+        chi = sum(torch.randn(shape, generator=gen, device=device, dtype=f64) ** 2
                   for _ in range(3))
-        x = z / torch.sqrt(chi / 3.0 + 1e-12)
-    elif kind == "uniform_offset":
-        x = torch.rand(shape, generator=gen, device=device, dtype=torch.float64) * 6.0 - 2.0
-    elif kind == "quantized":  # few distinct values: exact ties (argmax must pick the first)
-        x = torch.round(torch.randn(shape, generator=gen, device=device, dtype=torch.float64) * 4)
-        x = x / 4.0
-    else:  # magnitudes over several decades, random signs
-        mag = torch.exp(torch.randn(shape, generator=gen, device=device, dtype=torch.float64))
-        sign = torch.randint(0, 2, shape, generator=gen, device=device).to(torch.float64) * 2 - 1
-        x = mag * sign
-    if value_range is not None:  # squashed into the range: the distribution's shape still varies
-        lo, hi = value_range.lo, value_range.hi
-        return (lo + (hi - lo) * torch.sigmoid(x)).clamp(lo, hi).to(example.dtype)
-    if example.numel() and not signed:
-        lo = float(example.min())
-        if lo > 0:  # strictly positive domain (log, division, sqrt...)
-            x = x.abs() + 1e-2
-        elif lo >= 0:
-            x = x.abs()
-    return x.to(example.dtype)
+        return z / torch.sqrt(chi / 3.0 + 1e-12)
+    if kind == "uniform_offset":
+        return torch.rand(shape, generator=gen, device=device, dtype=f64) * 6.0 - 2.0
+    if kind == "quantized":  # few distinct values: exact ties (argmax must pick the first)
+        x = torch.round(torch.randn(shape, generator=gen, device=device, dtype=f64) * 4)
+        return x / 4.0
+    # magnitudes over several decades, random signs
+    mag = torch.exp(torch.randn(shape, generator=gen, device=device, dtype=f64))
+    sign = torch.randint(0, 2, shape, generator=gen, device=device).to(f64) * 2 - 1
+    return mag * sign
 
 
 @dataclass(frozen=True)
@@ -207,11 +256,21 @@ Domain = Union[IndexDomain, ValueRange, None]
 def draw_indices(example: torch.Tensor, domain: IndexDomain, trial: int,
                  gen: torch.Generator) -> torch.Tensor:
     """Class indices shaped like `example`; odd trials mark about one in eight rows ignored."""
-    x = torch.randint(0, domain.bound, example.shape, generator=gen, device=example.device)
-    if domain.ignore is not None and trial % 2 == 1:
-        skip = torch.randint(0, 8, example.shape, generator=gen, device=example.device) == 0
-        x = torch.where(skip, torch.full_like(x, domain.ignore), x)
-    return x
+    out = torch.empty(tuple(example.shape), dtype=torch.int64, device=example.device)
+    draw_indices_into(out, domain, trial, gen)
+    return out
+
+
+def draw_indices_into(dest: torch.Tensor, domain: IndexDomain, trial: int,
+                      gen: torch.Generator) -> None:
+    flat = dest.view(-1)
+    for lo in range(0, flat.numel(), DRAW_CHUNK):
+        n = min(DRAW_CHUNK, flat.numel() - lo)
+        x = torch.randint(0, domain.bound, (n,), generator=gen, device=dest.device)
+        if domain.ignore is not None and trial % 2 == 1:
+            skip = torch.randint(0, 8, (n,), generator=gen, device=dest.device) == 0
+            x = torch.where(skip, torch.full_like(x, domain.ignore), x)
+        flat[lo:lo + n].copy_(x)
 
 
 @dataclass
@@ -226,52 +285,128 @@ def make_case(examples: Sequence[torch.Tensor], trial: int, seed: int,
               domains: Sequence[Domain] | None = None) -> Case:
     """Fresh inputs like `examples`; an input with an `IndexDomain` gets valid class indices,
     one with a `ValueRange` values inside it."""
-    device = examples[0].device if examples else torch.device("cpu")
+    metas = [InputMeta.of(e) for e in examples]
+    tensors = [torch.empty(m.shape, dtype=m.dtype, device=m.device) for m in metas]
+    draw_case_into(tensors, metas, trial, seed, signed, domains)
+    return Case(tensors)
+
+
+def draw_case_into(tensors: Sequence[torch.Tensor], metas: Sequence[InputMeta], trial: int,
+                   seed: int, signed: Sequence[bool] | None = None,
+                   domains: Sequence[Domain] | None = None) -> None:
+    """`make_case`, drawn into existing tensors: a case is regenerated from its seed, into the
+    same buffers, whenever it is needed again, rather than held."""
+    device = metas[0].device if metas else torch.device("cpu")
     gen = torch.Generator(device=device)
     gen.manual_seed(seed * 7919 + trial * 104729 + 17)
-    signed = signed or [False] * len(examples)
-    domains = domains or [None] * len(examples)
-    return Case([draw_indices(e, dom, trial, gen) if isinstance(dom, IndexDomain) else
-                 draw_like(e, trial, gen, sg, dom)
-                 for e, sg, dom in zip(examples, signed, domains)])
+    signed = signed or [False] * len(metas)
+    domains = domains or [None] * len(metas)
+    for t, m, sg, dom in zip(tensors, metas, signed, domains):
+        if isinstance(dom, IndexDomain):
+            draw_indices_into(t, dom, trial, gen)
+        else:
+            draw_into(t, m, trial, gen, sg, dom)
 
 
-def perturbed(case: Case, seed: int, attempt: int = 0,
-              domains: Sequence[Domain] | None = None) -> Case:
-    """Copy of `case` with one element of its largest input moved beyond the tensor's extremes:
-    above its maximum on even attempts, below its minimum on odd ones (where the sign domain
-    allows), at another position each attempt. Outside the range, the element changes maxima,
-    minima, their indices and normalizers alike; the caller keeps the first variant whose
-    reference differs from the base's by more than the tolerance. An input limited to a
-    `ValueRange` is perturbed only where no other float input exists, to an end of its range."""
-    tensors = [t.clone() for t in case.tensors]
+@dataclass(frozen=True)
+class Perturbation:
+    """One element of a case moved: a perturbed twin is its base case plus this."""
+
+    input: int
+    position: int  # flat index
+    value: float
+
+    def apply(self, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+        """Write the element; returns its old value (a 0-d tensor) for `undo`."""
+        flat = tensors[self.input].view(-1)
+        old = flat[self.position].clone()
+        flat[self.position] = self.value
+        return old
+
+    def undo(self, tensors: Sequence[torch.Tensor], old: torch.Tensor) -> None:
+        tensors[self.input].view(-1)[self.position] = old
+
+
+def perturbation(tensors: Sequence[torch.Tensor], seed: int, attempt: int = 0,
+                 domains: Sequence[Domain] | None = None) -> Perturbation:
+    """One element of the largest input moved beyond the tensor's extremes: above its maximum
+    on even attempts, below its minimum on odd ones (where the sign domain allows), at another
+    position each attempt. Outside the range, the element changes maxima, minima, their indices
+    and normalizers alike; the caller keeps the first variant whose reference differs from the
+    base's by more than the tolerance. An input limited to a `ValueRange` is perturbed only
+    where no other float input exists, to an end of its range."""
     domains = list(domains or [None] * len(tensors))
     # class indices have no "beyond the extremes": perturb the largest float input
     floats = [k for k in range(len(tensors)) if tensors[k].is_floating_point()]
     free = [k for k in floats if not isinstance(domains[k], ValueRange)]
     big = max(free or floats, key=lambda k: tensors[k].numel())
-    t = tensors[big].view(-1)
+    t = tensors[big].reshape(-1)
     gen = torch.Generator().manual_seed(seed * 31 + attempt + 99991)
     pos = int(torch.randint(0, t.numel(), (1,), generator=gen))
     if isinstance(domains[big], ValueRange):
         rng = domains[big]
-        t[pos] = rng.lo if attempt % 2 else rng.hi
-        return Case(tensors)
+        return Perturbation(big, pos, rng.lo if attempt % 2 else rng.hi)
     hi, lo = float(t.max()), float(t.min())
     if attempt % 2 == 1 and lo < 0:
-        t[pos] = lo - 4.0 * abs(lo) - 3.0
-    else:
-        t[pos] = hi + 4.0 * abs(hi) + 3.0
+        return Perturbation(big, pos, lo - 4.0 * abs(lo) - 3.0)
+    return Perturbation(big, pos, hi + 4.0 * abs(hi) + 3.0)
+
+
+def perturbed(case: Case, seed: int, attempt: int = 0,
+              domains: Sequence[Domain] | None = None) -> Case:
+    """Copy of `case` with `perturbation(case.tensors, seed, attempt, domains)` applied."""
+    tensors = [t.clone() for t in case.tensors]
+    perturbation(case.tensors, seed, attempt, domains).apply(tensors)
     return Case(tensors)
+
+
+_MASK64 = (1 << 64) - 1
+
+
+def fingerprint(x: torch.Tensor, key: int, chunk: int | None = None) -> int:
+    """A keyed hash of `x`'s bit pattern, computed where `x` lives, `chunk` elements at a time:
+    what the mutation check compares before and after a candidate runs, instead of holding a
+    copy of every input.
+
+    The hash is sum_i bits_i * m_i (mod 2^64) with odd multipliers m_i mixed from the position
+    and the key: a change of one element always changes it (an odd multiplier is invertible
+    mod 2^64), swapped elements too (the multipliers differ by position), and a candidate
+    cannot aim at a collision because the key is drawn afresh for every check."""
+    flat = x.reshape(-1)
+    if flat.dtype == torch.bool:
+        flat = flat.view(torch.uint8)
+    size = flat.element_size()
+    if flat.is_floating_point() or size < 8:
+        flat = flat.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[size])
+    k1, k2 = (key | 1) & ((1 << 62) - 1), (key >> 1) & ((1 << 61) - 1)
+    n = flat.numel()
+    step = n if not chunk else max(1, chunk)
+    total = 0
+    for lo in range(0, n, step):
+        hi = min(n, lo + step)
+        m = torch.arange(lo, hi, dtype=torch.int64, device=flat.device) * k1 + k2
+        m = (m ^ (m >> 29)) * 0x5851F42D4C957F2D  # int64 products wrap: mixing, not arithmetic
+        m = (m ^ (m >> 32)) | 1
+        total += int((flat[lo:hi].to(torch.int64) * m).sum())
+    return total & _MASK64
 
 
 # -- comparison ----------------------------------------------------------------------------------
 
 def poisoned_output(shape: Sequence[int], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    if dtype.is_floating_point:
-        bits = torch.full(tuple(shape), POISON_BITS, dtype=torch.int32, device=device)
-        return bits.view(torch.float32).to(dtype) if dtype != torch.float32 else bits.view(dtype)
-    return torch.full(tuple(shape), INT_POISON, dtype=dtype, device=device)
+    out = torch.empty(tuple(shape), dtype=dtype, device=device)
+    poison(out)
+    return out
+
+
+def poison(out: torch.Tensor) -> None:
+    """Fill `out` with the distinctive NaN (or integer) that no computation writes."""
+    if out.dtype == torch.float32:
+        out.view(torch.int32).fill_(POISON_BITS)
+    elif out.dtype.is_floating_point:
+        out.copy_(torch.tensor(POISON_BITS, dtype=torch.int32).view(torch.float32))
+    else:
+        out.fill_(INT_POISON)
 
 
 def _unwritten(out: torch.Tensor) -> torch.Tensor:
@@ -280,6 +415,23 @@ def _unwritten(out: torch.Tensor) -> torch.Tensor:
     if out.dtype.is_floating_point:
         return torch.zeros_like(out, dtype=torch.bool)
     return out == INT_POISON
+
+
+def pieces(a: torch.Tensor, b: torch.Tensor, limit: int | None
+           ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Matching views of two same-shaped tensors, about `limit` elements each at most (None:
+    the whole): comparisons of a large output make temporaries of one piece at a time."""
+    if limit is None or a.numel() <= limit or a.dim() == 0 or a.shape[0] == 0:
+        yield a, b
+        return
+    per_row = a.numel() // a.shape[0]
+    if per_row <= limit:
+        step = max(1, limit // per_row)
+        for i in range(0, a.shape[0], step):
+            yield a[i:i + step], b[i:i + step]
+    else:
+        for i in range(a.shape[0]):
+            yield from pieces(a[i], b[i], limit)
 
 
 @dataclass(frozen=True)
@@ -296,89 +448,238 @@ class Slack:
 NO_SLACK = Slack()
 
 
+class SlackSum:
+    """`witness_slack` accumulated over pieces of the witness's answer and the reference."""
+
+    def __init__(self) -> None:
+        self.sq_diff = self.sq_ref = self.max_diff = 0.0
+        self.any = False
+
+    def add(self, witness: torch.Tensor, ref: torch.Tensor, limit: int | None = None) -> None:
+        for w, r in pieces(witness, ref, limit):
+            finite = torch.isfinite(r) & torch.isfinite(w)
+            if not bool(finite.any()):
+                continue
+            self.any = True
+            w, r = w[finite].double(), r[finite].double()
+            diff = (w - r).abs_()
+            self.sq_diff += float(torch.linalg.vector_norm(diff)) ** 2
+            self.sq_ref += float(torch.linalg.vector_norm(r)) ** 2
+            self.max_diff = max(self.max_diff, float(diff.max()))
+
+    def slack(self, factor: float) -> Slack:
+        if not self.any:
+            return NO_SLACK
+        rel = math.sqrt(self.sq_diff) / max(math.sqrt(self.sq_ref), 1e-300)
+        return Slack(rel=factor * rel, abs=factor * self.max_diff)
+
+
 def witness_slack(witness: torch.Tensor, ref: torch.Tensor, factor: float) -> Slack:
     """The slack an fp32 witness earns: `factor` times its own errors against `ref`."""
     if not ref.dtype.is_floating_point or tuple(witness.shape) != tuple(ref.shape):
         return NO_SLACK
-    finite = torch.isfinite(ref) & torch.isfinite(witness)
-    if not bool(finite.any()):
-        return NO_SLACK
-    w, r = witness[finite].double(), ref[finite].double()
-    diff = (w - r).abs()
-    rel = float(torch.linalg.vector_norm(diff)) / max(float(torch.linalg.vector_norm(r)), 1e-300)
-    return Slack(rel=factor * rel, abs=factor * float(diff.max()))
+    acc = SlackSum()
+    acc.add(witness, ref)
+    return acc.slack(factor)
+
+
+@dataclass
+class RefStats:
+    """What the elementwise bound needs of a whole reference before any piece is compared: its
+    norm over the finite elements (and their count), and their sum (the constant that the
+    degenerate-output check tries)."""
+
+    finite: int = 0
+    sum_sq: float = 0.0
+    total: float = 0.0
+    first: int | float | None = None  # the first element (an index output's constant)
+
+    def add(self, ref: torch.Tensor, limit: int | None = None) -> None:
+        if self.first is None and ref.numel():
+            self.first = ref.reshape(-1)[0].item()
+        for _, r in pieces(ref, ref, limit):
+            if not r.is_floating_point():
+                self.finite += r.numel()
+                continue
+            f = torch.isfinite(r)
+            n = int(f.sum())
+            r = r if n == r.numel() else r[f]
+            self.finite += n
+            self.sum_sq += float(torch.linalg.vector_norm(r, dtype=torch.float64)) ** 2
+            self.total += float(r.sum(dtype=torch.float64))
+
+    @property
+    def norm(self) -> float:
+        return math.sqrt(self.sum_sq)
+
+    @property
+    def mean(self) -> float:
+        return self.total / self.finite if self.finite else 0.0
+
+    @staticmethod
+    def of(ref: torch.Tensor, dtype: torch.dtype, limit: int | None = None) -> "RefStats":
+        stats = RefStats()
+        for _, r in pieces(ref, ref, limit):
+            stats.add(r.to(dtype))
+        return stats
+
+
+class Comparison:
+    """`compare` accumulated over pieces of the output: the counts, norms and elementwise
+    bound add up over pieces to the same verdict as on the whole, so an output larger than
+    the memory for one comparison (or a reference computed a chunk at a time) is checked in
+    full, with the same bounds."""
+
+    def __init__(self, rtol: float, elem_factor: float, slack: Slack, stats: RefStats,
+                 limit: int | None = None, tolerance: Tolerance | None = None) -> None:
+        self.rtol, self.elem_factor, self.slack, self.stats = rtol, elem_factor, slack, stats
+        # conformance mode's allclose (an object with atol, rtol and describe()), in place of
+        # the relative-norm and elementwise bounds
+        self.tolerance = tolerance
+        self.rms = stats.norm / math.sqrt(stats.finite) if stats.finite else 0.0
+        self.limit = limit
+        self.numel = self.unwritten = self.int_bad = self.nan_bad = self.bad = 0
+        self.special = False
+        self.sq_diff = 0.0
+        self.floating = True
+
+    def add(self, out: torch.Tensor, ref: torch.Tensor) -> None:
+        for o, r in pieces(out, ref, self.limit):
+            self._add(o, r)
+
+    def _add(self, o: torch.Tensor, r: torch.Tensor) -> None:
+        self.numel += o.numel()
+        self.unwritten += int(_unwritten(o).sum())
+        if not o.dtype.is_floating_point:
+            self.floating = False
+            self.int_bad += int((o != r.to(o.dtype)).sum())
+            return
+        # fp32 differences are exact enough at these tolerances; norms accumulate in float64
+        r = r.to(o.dtype)
+        r_finite = torch.isfinite(r)
+        all_finite = bool(r_finite.all())
+        o_bad = ~torch.isfinite(o)
+        if not all_finite:
+            o_bad &= r_finite
+        self.nan_bad += int(o_bad.sum())
+        if not all_finite:
+            special = ~r_finite
+            same = (torch.isnan(o) & torch.isnan(r)) | (o == r)
+            self.special |= bool((special & ~same).any())
+            o, r = o[r_finite], r[r_finite]
+        if r.numel() == 0:
+            return
+        diff = o - r
+        self.sq_diff += float(torch.linalg.vector_norm(diff, dtype=torch.float64)) ** 2
+        if self.tolerance is not None:
+            bound = self.tolerance.atol + self.tolerance.rtol * r.abs()
+        else:
+            bound = (self.elem_factor * self.rtol) * (r.abs() + self.rms)
+            if self.slack.abs > 0:
+                bound = torch.clamp(bound, min=self.slack.abs)
+        self.bad += int((diff.abs_() > bound).sum())
+
+    def result(self) -> tuple[str | None, str, float]:
+        """(error kind or None, message, relative error), in `compare`'s order of precedence."""
+        if self.unwritten:
+            return "unwritten", f"{self.unwritten} of {self.numel} output elements never " \
+                "written", math.inf
+        if not self.floating:
+            if self.int_bad:
+                return "wrong", f"{self.int_bad} of {self.numel} indices differ", math.inf
+            return None, "", 0.0
+        if self.nan_bad:
+            return "nan", f"{self.nan_bad} non-finite outputs where the reference is finite", \
+                math.inf
+        if self.special:
+            return "wrong", "infinities or NaNs differ from the reference", math.inf
+        if self.stats.finite == 0:
+            return None, "", 0.0
+        rel = math.sqrt(self.sq_diff) / max(self.stats.norm, 1e-300)
+        if self.tolerance is not None:
+            if self.bad:
+                return "wrong", f"{self.bad} of {self.stats.finite} elements fail " \
+                    f"{self.tolerance.describe()}", rel
+            return None, "", rel
+        tol = max(self.rtol, self.slack.rel)
+        if rel > tol:
+            return "wrong", f"relative error {rel:.3g} > {tol:.1g}", rel
+        if self.bad:
+            ef = self.elem_factor * self.rtol
+            floor = f" (or {self.slack.abs:.2g}, the fp32 witness's)" if self.slack.abs > 0 \
+                else ""
+            return "wrong", f"{self.bad} elements off by more than {ef:.1g} x (|ref| + " \
+                f"rms(ref)){floor}", rel
+        return None, "", rel
 
 
 def compare(out: torch.Tensor, ref: torch.Tensor, rtol: float, elem_factor: float,
-            slack: Slack = NO_SLACK, tolerance: Tolerance | None = None
-            ) -> tuple[str | None, str, float]:
+            slack: Slack = NO_SLACK, tolerance: Tolerance | None = None,
+            limit: int | None = None) -> tuple[str | None, str, float]:
     """(error kind or None, message, relative error) of `out` against the float64 `ref`;
-    `slack` (from an fp32 witness) is a floor under both bounds. With `tolerance` (conformance
-    mode) the bounds are torch.allclose's instead."""
+    `slack` (from an fp32 witness) is a floor under both bounds; with `tolerance`
+    (conformance mode) the bounds are torch.allclose's instead; temporaries of `limit`
+    elements at a time (None: the whole)."""
     if tuple(out.shape) != tuple(ref.shape):
         return "wrong", f"shape {tuple(out.shape)} != {tuple(ref.shape)}", math.inf
-    unwritten = _unwritten(out)
-    if bool(unwritten.any()):
-        n = int(unwritten.sum())
-        return "unwritten", f"{n} of {out.numel()} output elements never written", math.inf
-    if not out.dtype.is_floating_point:
-        bad = out != ref.to(out.dtype)
-        if bool(bad.any()):
-            return "wrong", f"{int(bad.sum())} of {out.numel()} indices differ", math.inf
-        return None, "", 0.0
-    # fp32 differences are exact enough at these tolerances; norms accumulate in float64.
-    o, r = out, ref.to(out.dtype)
-    r_finite = torch.isfinite(r)
-    all_finite = bool(r_finite.all())
-    o_bad = ~torch.isfinite(o)
-    if not all_finite:
-        o_bad &= r_finite
-    if bool(o_bad.any()):
-        return "nan", f"{int(o_bad.sum())} non-finite outputs where the reference is finite", \
-            math.inf
-    if not all_finite:
-        special = ~r_finite
-        same = (torch.isnan(o) & torch.isnan(r)) | (o == r)
-        if bool((special & ~same).any()):
-            return "wrong", "infinities or NaNs differ from the reference", math.inf
-        o, r = o[r_finite], r[r_finite]
-    if r.numel() == 0:
-        return None, "", 0.0
-    diff = o - r
-    r_norm = float(torch.linalg.vector_norm(r, dtype=torch.float64))
-    rel = float(torch.linalg.vector_norm(diff, dtype=torch.float64)) / max(r_norm, 1e-300)
-    if tolerance is not None:
-        bad = diff.abs_() > tolerance.atol + tolerance.rtol * r.abs()
-        if bool(bad.any()):
-            return "wrong", f"{int(bad.sum())} of {r.numel()} elements fail " \
-                f"{tolerance.describe()}", rel
-        return None, "", rel
-    if rel > max(rtol, slack.rel):
-        return "wrong", f"relative error {rel:.3g} > {max(rtol, slack.rel):.1g}", rel
-    rms = r_norm / math.sqrt(r.numel())
-    bound = (elem_factor * rtol) * (r.abs() + rms)
-    if slack.abs > 0:
-        bound = torch.clamp(bound, min=slack.abs)
-    bad = diff.abs_() > bound
-    if bool(bad.any()):
-        floor = f" (or {slack.abs:.2g}, the fp32 witness's)" if slack.abs > 0 else ""
-        return "wrong", f"{int(bad.sum())} elements off by more than {elem_factor * rtol:.1g} " \
-            f"x (|ref| + rms(ref)){floor}", rel
-    return None, "", rel
-
-
+    comparison = Comparison(rtol, elem_factor, slack, RefStats.of(ref, out.dtype, limit), limit,
+                            tolerance)
+    comparison.add(out, ref)
+    return comparison.result()
 
 
 # -- the protocol --------------------------------------------------------------------------------
 
-@dataclass
+class Buffers(list):
+    """A pool's input tensors (a list, as candidates take them), and which trial's values they
+    hold now (None: not known, drawn again before use)."""
+
+    holds: "Trial | None" = None
+    moved: torch.Tensor | None = None  # the old value of a perturbed twin's moved element
+
+
+@dataclass(eq=False)
 class Trial:
-    """Inputs of one check and the reference's answer to them (in the output dtype)."""
+    """Inputs of one check and the reference's answer to them (in the output dtype).
+
+    A pool's trial knows how to draw itself again (`draw`: its distribution, seed and whether
+    parameters are drawn signed; or `base` and `change` for a perturbed twin), so its inputs
+    may be a buffer it shares with other trials, and its reference may be kept on the device
+    (`ref`), in host memory (`stored`), or recomputed whenever it is compared."""
 
     inputs: list[torch.Tensor]
-    ref: torch.Tensor
+    ref: torch.Tensor | None
     label: str
     slack: Slack = NO_SLACK
+    stats: RefStats | None = None
+    draw: tuple[int, int, bool] | None = None  # (distribution, seed, signed parameters)
+    base: "Trial | None" = None
+    change: Perturbation | None = None
+    stored: torch.Tensor | None = None  # the reference, in host memory
+
+
+@dataclass(frozen=True)
+class Split:
+    """A direction along which the problem is separable: rows [a, b) of the output along
+    `out_dim` are the reference's answer to every input narrowed to [a, b) along its entry
+    of `in_dims` (None: that input whole). Found empirically (`run.separable`)."""
+
+    out_dim: int
+    in_dims: tuple[int | None, ...]
+
+
+@dataclass
+class PoolBudget:
+    """What a case pool may keep, in bytes (None: no limit, every case and reference held)."""
+
+    device_bytes: int | None = None
+    """on the pool's device, beyond the one set of inputs it draws into and the one output:
+    case inputs (all of them or none, else cases share one set of buffers) and references"""
+    host_bytes: int = 0
+    """references that did not fit on the device, in host memory"""
+    scratch_bytes: int | None = None
+    """working memory of one piece of a comparison, a hash or a reference chunk's bookkeeping
+    (None: whole tensors at once)"""
 
 
 class CasePool:
@@ -391,88 +692,293 @@ class CasePool:
 
     `witness`, when given, computes the same answer the way torch eager does (fp32, TF32 off);
     its error on each case sets that case's slack (VerifySettings.witness_factor).
+
+    Memory (`budget`): what does not fit is not held but regenerated. Cases then share one set
+    of input buffers (`buffers`, which timing set 0 uses too) and are drawn again from their
+    seeds when used; a perturbed twin is its base case with one element moved. References are
+    kept on the device while they fit, then in host memory, else recomputed per use; with a
+    `split` the reference is computed `chunk_rows` rows at a time and compared chunk by chunk.
+    Whatever is kept, every check is the same: the norms and bounds add up over pieces
+    (`Comparison`).
     """
 
     def __init__(self, reference: Callable[[list[torch.Tensor]], torch.Tensor],
-                 examples: Sequence[torch.Tensor], out_shape: Sequence[int],
+                 examples: Sequence[torch.Tensor | InputMeta], out_shape: Sequence[int],
                  out_dtype: torch.dtype, settings: VerifySettings | None = None,
                  signed: Sequence[bool] | None = None,
                  witness: Callable[[list[torch.Tensor]], torch.Tensor] | None = None,
-                 domains: Sequence[Domain] | None = None) -> None:
+                 domains: Sequence[Domain] | None = None, *, budget: PoolBudget | None = None,
+                 buffers: Sequence[torch.Tensor] | None = None, split: Split | None = None,
+                 chunk_rows: int | None = None) -> None:
         self.settings = s = settings or VerifySettings()
+        self.reference = reference  # kept: a reference not held is recomputed when compared
+        self.metas = [InputMeta.of(e) for e in examples]
+        self.signed = list(signed) if signed is not None else None
+        self.domains = list(domains) if domains is not None else None
         self.out_shape, self.out_dtype = tuple(out_shape), out_dtype
-        self.device = examples[0].device
+        self.device = self.metas[0].device
         self.rtol = s.rtol if s.rtol is not None else TOLERANCE.get(out_dtype, 1e-4)
-        self.tolerance = s.tolerance
+        self.tolerance = getattr(s, "tolerance", None)  # conformance mode's allclose
+        self.budget = budget or PoolBudget()
+        self.limit = None if self.budget.scratch_bytes is None else max(
+            1024, self.budget.scratch_bytes // 48)  # ~48 bytes of temporaries per element
+        self.split, self.chunk_rows = split, chunk_rows
+        self._out: torch.Tensor | None = None
+        self._timing: dict[int, Trial] = {}
         n = max(s.trials, s.pool)
+        in_bytes = sum(m.nbytes for m in self.metas)
+        self.out_bytes = math.prod(self.out_shape) * torch.empty(
+            0, dtype=out_dtype).element_size()
+        room = self.budget.device_bytes
+        # every case's inputs held (2n sets: cases and twins), or one set of buffers shared
+        self.holds_inputs = room is None or 2 * n * in_bytes <= room
+        self._device_left = None if room is None else room - (
+            2 * n * in_bytes if self.holds_inputs else 0)
+        self._host_left = self.budget.host_bytes
+        self.buffers = Buffers(buffers) if buffers is not None else (
+            None if self.holds_inputs else self._alloc())
         self.cases: list[Trial] = []
-        for t in range(n):
-            case = make_case(examples, t, s.seed, signed, domains)
-            ref = self._ref(reference, case.tensors)
-            self.cases.append(Trial(case.tensors, ref,
-                                    f"trial {t} ({DISTRIBUTIONS[t % len(DISTRIBUTIONS)]} inputs)",
-                                    self._slack(witness, case.tensors, ref)))
-        # a perturbed twin of every case, whose reference really differs from the case's
         self.perturbed: list[Trial] = []
-        for t, base in enumerate(self.cases):
+        alive = {"zeros", "constant"} | ({"identity"} if out_dtype.is_floating_point else set())
+        for t in range(n):
+            case = Trial(self._alloc() if self.holds_inputs else self.buffers, None,
+                         f"trial {t} ({DISTRIBUTIONS[t % len(DISTRIBUTIONS)]} inputs)",
+                         draw=(t, s.seed, True))
+            self._measure(case, witness)
+            self.cases.append(case)
+            alive = self._weak(case, alive)
+            # a perturbed twin of every case, whose reference really differs from the case's
             twin = None
             for attempt in range(6):
-                case = perturbed(Case(base.inputs), s.seed + t, attempt, domains)
-                ref = self._ref(reference, case.tensors)
-                twin = Trial(case.tensors, ref, f"perturbed-input trial (from trial {t})",
-                             self._slack(witness, case.tensors, ref))
+                if twin is not None:
+                    self._release(twin)
+                base_inputs = self.materialize(case)
+                change = perturbation(base_inputs, s.seed + t, attempt, self.domains)
+                inputs = self.buffers
+                if self.holds_inputs:  # its own copy: the base with the element moved
+                    inputs = Buffers(x.clone() for x in base_inputs)
+                    inputs.moved = change.apply(inputs)
+                twin = Trial(inputs, None, f"perturbed-input trial (from trial {t})",
+                             base=case, change=change)
+                if self.holds_inputs:
+                    inputs.holds = twin
+                self._measure(twin, witness)
                 # a replay of the base's answer must fail on the twin
-                if self.compare(base.ref, twin)[0] is not None:
+                if self._replay_fails(case, twin):
                     break
             self.perturbed.append(twin)
-        self.weak = self._weak_checks()
+            alive = self._weak(twin, alive)
+        self.weak = sorted(alive, key=["zeros", "constant", "identity"].index)
 
-    def compare(self, out: torch.Tensor, trial: "Trial") -> tuple[str | None, str, float]:
-        """`compare` of `out` against a trial's reference, by this pool's criterion."""
-        return compare(out, trial.ref, self.rtol, self.settings.elem_factor, trial.slack,
-                       self.tolerance)
+    # -- inputs ----------------------------------------------------------------------------------
+    def _alloc(self) -> Buffers:
+        return Buffers(torch.empty(m.shape, dtype=m.dtype, device=m.device) for m in self.metas)
 
-    def _passes(self, candidate: torch.Tensor, trial: "Trial") -> bool:
-        return self.compare(candidate, trial)[0] is None
+    def materialize(self, trial: Trial) -> list[torch.Tensor]:
+        """`trial.inputs`, holding the trial's values: drawn again from its seed unless they
+        already do (a twin and its base differ by one element, moved or put back)."""
+        bufs = trial.inputs
+        if not isinstance(bufs, Buffers):
+            return bufs  # a caller's own trial is taken as it is
+        now = bufs.holds
+        if now is trial:
+            return bufs
+        bufs.holds = None  # until drawn: an exception here leaves them unknown
+        if trial.base is not None:
+            if now is not trial.base:
+                self._draw(trial.base, bufs)
+            bufs.moved = trial.change.apply(bufs)
+        elif now is not None and now.base is trial and bufs.moved is not None:
+            now.change.undo(bufs, bufs.moved)
+        else:
+            self._draw(trial, bufs)
+        bufs.holds = trial
+        return bufs
 
-    def _ref(self, reference: Callable, tensors: list[torch.Tensor]) -> torch.Tensor:
+    def _draw(self, trial: Trial, bufs: list[torch.Tensor]) -> None:
+        dist, seed, signed = trial.draw
+        draw_case_into(bufs, self.metas, dist, seed, self.signed if signed else None,
+                       self.domains)
+
+    @staticmethod
+    def forget(bufs: list[torch.Tensor]) -> None:
+        """Something may have written into `bufs`: they are drawn again before their next use."""
+        if isinstance(bufs, Buffers):
+            bufs.holds = bufs.moved = None
+
+    def restore(self, trial: Trial) -> None:
+        """Put a trial's inputs back after a candidate may have written into them, so that a
+        misbehaving candidate cannot poison later checks (at once where the trial owns them)."""
+        if not isinstance(trial.inputs, Buffers):
+            return
+        self.forget(trial.inputs)
+        if trial.inputs is not self.buffers:
+            self.materialize(trial)
+
+    def timing_set(self, k: int) -> Trial:
+        """Input set `k` of the timing rotation: drawn from its own seed (1234), in the shared
+        buffers for set 0 where cases share them, so that timing needs no inputs of its own."""
+        if k not in self._timing:
+            shared = k == 0 and self.buffers is not None
+            self._timing[k] = Trial(self.buffers if shared else self._alloc(), None,
+                                    f"timing set {k}", draw=(k, 1234, False))
+        return self._timing[k]
+
+    def fingerprints(self, tensors: Sequence[torch.Tensor], key: int) -> list[int]:
+        return [fingerprint(x, key, self.limit) for x in tensors]
+
+    def output(self) -> torch.Tensor:
+        """The one output buffer every check (and the timing) writes into."""
+        if self._out is None:
+            self._out = torch.empty(self.out_shape, dtype=self.out_dtype, device=self.device)
+        return self._out
+
+    # -- references ------------------------------------------------------------------------------
+    def _blocks(self) -> list[tuple[int, int, int] | None]:
+        """The reference's chunks: (output dim, first row, rows), or [None] for the whole."""
+        if self.split is None or not self.chunk_rows:
+            return [None]
+        d = self.split.out_dim
+        n = self.out_shape[d]
+        if self.chunk_rows >= n:
+            return [None]
+        return [(d, lo, min(self.chunk_rows, n - lo)) for lo in range(0, n, self.chunk_rows)]
+
+    @staticmethod
+    def _part(t: torch.Tensor, block: tuple[int, int, int] | None) -> torch.Tensor:
+        return t if block is None else t.narrow(block[0], block[1], block[2])
+
+    def _compute(self, trial: Trial, block: tuple[int, int, int] | None) -> torch.Tensor:
+        tensors = self.materialize(trial)
+        if block is not None:
+            _, lo, rows = block
+            tensors = [t if dim is None else t.narrow(dim, lo, rows).contiguous()
+                       for t, dim in zip(tensors, self.split.in_dims)]
         with torch.no_grad():
-            out = reference(tensors)
-        return out.to(self.out_dtype) if not self.out_dtype.is_floating_point else out.to(
-            torch.float32 if self.out_dtype == torch.float32 else self.out_dtype)
+            out = self.reference(list(tensors))
+        out = out.to(device=self.device, dtype=self.out_dtype)
+        want = self.out_shape if block is None else tuple(
+            rows if k == block[0] else n for k, n in enumerate(self.out_shape))
+        if tuple(out.shape) != tuple(want):
+            raise ValueError(f"the reference's answer has shape {tuple(out.shape)}, "
+                             f"not {tuple(want)}")
+        return out
 
-    def _slack(self, witness: Callable[[list[torch.Tensor]], torch.Tensor] | None,
-               tensors: list[torch.Tensor], ref: torch.Tensor) -> Slack:
-        # the witness is not kept: a pool holding a bound method of its owner would make a
-        # reference cycle that keeps a problem's GPU tensors alive after the next set-up
-        if witness is None or not self.out_dtype.is_floating_point:
-            return NO_SLACK
-        with torch.no_grad():
-            answer = witness(tensors)
-        return witness_slack(answer, ref, self.settings.witness_factor)
+    def _ref_block(self, trial: Trial, block: tuple[int, int, int] | None) -> torch.Tensor:
+        if trial.ref is not None:
+            return self._part(trial.ref, block)
+        if trial.stored is not None:
+            return self._part(trial.stored, block).to(self.device, non_blocking=True)
+        return self._compute(trial, block)
 
-    def _weak_checks(self) -> list[str]:
-        passed = {"zeros": True, "constant": True, "identity": True}
+    def _keep(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """Room for one reference: (on the device, in host memory), at most one of them."""
+        if self._device_left is None or self._device_left >= self.out_bytes:
+            if self._device_left is not None:
+                self._device_left -= self.out_bytes
+            return torch.empty(self.out_shape, dtype=self.out_dtype, device=self.device), None
+        if self._host_left >= self.out_bytes:
+            self._host_left -= self.out_bytes
+            pin = self.device.type == "cuda"
+            return None, torch.empty(self.out_shape, dtype=self.out_dtype, pin_memory=pin)
+        return None, None
+
+    def _release(self, trial: Trial) -> None:
+        if trial.ref is not None and self._device_left is not None:
+            self._device_left += self.out_bytes
+        if trial.stored is not None:
+            self._host_left += self.out_bytes
+        trial.ref = trial.stored = None
+
+    def _measure(self, trial: Trial,
+                 witness: Callable[[list[torch.Tensor]], torch.Tensor] | None) -> None:
+        """Draw the trial, run the witness, then the reference chunk by chunk: the reference's
+        norms, the witness's slack, and the reference itself where there is room for it."""
+        answer = None
+        if witness is not None and self.out_dtype.is_floating_point:
+            with torch.no_grad():
+                answer = witness(self.materialize(trial))
+            if tuple(answer.shape) != self.out_shape:
+                answer = None
+            # the witness is torch's eager module: it may write into what it was given
+            # (a training-mode norm's running statistics), so the case is drawn again
+            self.forget(trial.inputs)
+        stats, slack = RefStats(), SlackSum()
+        device_ref, host_ref = self._keep()
+        for block in self._blocks():
+            r = self._compute(trial, block)
+            stats.add(r, self.limit)
+            if answer is not None:
+                slack.add(self._part(answer, block), r, self.limit)
+            if device_ref is not None:
+                self._part(device_ref, block).copy_(r)
+            elif host_ref is not None:
+                self._part(host_ref, block).copy_(r)
+            del r
+        del answer
+        trial.stats, trial.ref, trial.stored = stats, device_ref, host_ref
+        trial.slack = slack.slack(self.settings.witness_factor) if witness is not None \
+            else NO_SLACK
+
+    def _comparison(self, trial: Trial) -> Comparison:
+        """A comparison against `trial`'s reference, by this pool's criterion."""
+        return Comparison(self.rtol, self.settings.elem_factor, trial.slack, trial.stats,
+                          self.limit, self.tolerance)
+
+    def _replay_fails(self, base: Trial, twin: Trial) -> bool:
+        comparison = self._comparison(twin)
+        for block in self._blocks():
+            b = self._ref_block(base, block)
+            comparison.add(b, self._ref_block(twin, block))
+        return comparison.result()[0] is not None
+
+    def _weak(self, trial: Trial, alive: set[str]) -> set[str]:
+        """The trivial outputs still passing every trial so far that also pass this one."""
+        if not alive:
+            return alive
         # the constant is fixed before seeing the other trials: a kernel cannot know each
         # trial's answer, so a single-element output is not trivially "constant"
-        first = self.cases[0].ref
-        if self.out_dtype.is_floating_point:
-            finite = torch.isfinite(first)
-            const = float(first[finite].double().mean()) if bool(finite.any()) else 0.0
-        else:
-            const = int(first.reshape(-1)[0])
-        for trial in self.cases + self.perturbed:
-            ref = trial.ref
-            if self.out_dtype.is_floating_point:
-                passed["zeros"] &= self._passes(torch.zeros_like(ref), trial)
-                passed["constant"] &= self._passes(torch.full_like(ref, const), trial)
-                same = [x for x in trial.inputs if tuple(x.shape) == tuple(ref.shape)]
-                passed["identity"] &= bool(same) and self._passes(same[0].to(ref.dtype), trial)
-            else:
-                passed["zeros"] &= bool((ref == 0).all())
-                passed["constant"] &= bool((ref == const).all())
-                passed["identity"] = False
-        return [k for k, v in passed.items() if v]
+        first = self.cases[0].stats
+        floating = self.out_dtype.is_floating_point
+        const = first.mean if floating else int(first.first or 0)
+        comps = {k: self._comparison(trial) for k in alive if floating}
+        same = [k for k, m in enumerate(self.metas) if m.shape == self.out_shape]
+        passed = dict.fromkeys(alive, True)
+        if "identity" in alive and not same:
+            passed["identity"] = False
+        for block in self._blocks():
+            r = self._ref_block(trial, block)
+            if not floating:
+                for kind, value in (("zeros", 0), ("constant", const)):
+                    if kind in passed:
+                        passed[kind] &= bool((r == value).all())
+                continue
+            for kind, comparison in comps.items():
+                if kind == "identity":
+                    if not passed[kind]:
+                        continue
+                    inputs = self.materialize(trial)
+                    cand = self._part(inputs[same[0]], block).to(r.dtype)
+                else:
+                    value = 0.0 if kind == "zeros" else const
+                    cand = torch.full((), value, dtype=r.dtype, device=r.device).expand(r.shape)
+                comparison.add(cand, r)
+        for kind, comparison in comps.items():
+            passed[kind] = passed[kind] and comparison.result()[0] is None
+        return {k for k, v in passed.items() if v}
+
+    def compare(self, out: torch.Tensor, trial: Trial) -> tuple[str | None, str, float]:
+        """`compare` of `out` against a trial's reference, by this pool's criterion, chunk by
+        chunk."""
+        if tuple(out.shape) != self.out_shape:
+            return "wrong", f"shape {tuple(out.shape)} != {self.out_shape}", math.inf
+        if trial.stats is None:  # a caller's own trial
+            return compare(out, trial.ref, self.rtol, self.settings.elem_factor, trial.slack,
+                           self.tolerance, self.limit)
+        comparison = self._comparison(trial)
+        for block in self._blocks():
+            comparison.add(self._part(out, block), self._ref_block(trial, block))
+        return comparison.result()
 
     def trials_for(self, index: int) -> list[Trial]:
         """The selection for candidate number `index`: distinct cases, then a perturbed one."""
@@ -491,23 +997,30 @@ class CasePool:
 
 def check(run: Callable[[list[torch.Tensor], torch.Tensor], None], pool: CasePool,
           trials: list[Trial]) -> VerifyResult:
-    """Run the candidate on each trial; the first failure decides the result's kind."""
+    """Run the candidate on each trial; the first failure decides the result's kind.
+
+    Each trial's inputs are drawn (again, where the pool does not hold them), hashed before
+    and after the run (a keyed hash, `fingerprint`, drawn afresh per check), and the candidate
+    writes into the pool's one output buffer, poisoned before every run."""
     worst = 0.0
     if pool.weak:
         return VerifyResult(False, "degenerate",
                             f"inconclusive: a trivial output ({', '.join(pool.weak)}) passes "
                             "every trial, so passing proves nothing", worst)
+    key = secrets.randbits(63)
+    out = pool.output()
     for trial in trials:
-        snapshot = [x.clone() for x in trial.inputs]
-        out = poisoned_output(pool.out_shape, pool.out_dtype, pool.device)
+        inputs = pool.materialize(trial)
+        before = pool.fingerprints(inputs, key)
+        poison(out)
         try:
-            run(trial.inputs, out)
+            run(inputs, out)
         except CandidateError as exc:
-            _restore(trial.inputs, snapshot)
+            pool.restore(trial)
             return VerifyResult(False, exc.kind, str(exc), worst)
-        for k, (x, x0) in enumerate(zip(trial.inputs, snapshot)):
-            if not torch.equal(_bits(x), _bits(x0)):
-                _restore(trial.inputs, snapshot)
+        for k, (h0, h1) in enumerate(zip(before, pool.fingerprints(inputs, key))):
+            if h0 != h1:
+                pool.restore(trial)
                 return VerifyResult(False, "mutated_input", f"input {k} was modified", worst)
         kind, msg, rel = pool.compare(out, trial)
         worst = max(worst, rel)
@@ -530,21 +1043,6 @@ def check_state(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor], poo
         if kind:
             return VerifyResult(False, "wrong", f"updated state {name}: {msg}", worst)
     return VerifyResult(True, None, "", worst)
-
-
-def _restore(inputs: list[torch.Tensor], snapshot: list[torch.Tensor]) -> None:
-    """Put the pool's case back, so a misbehaving candidate cannot poison later checks."""
-    for y, y0 in zip(inputs, snapshot):
-        y.copy_(y0)
-
-
-def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return bool(torch.equal(a, b)) if not a.dtype.is_floating_point else bool(
-        torch.equal(torch.nan_to_num(a), torch.nan_to_num(b)))
-
-
-def _bits(x: torch.Tensor) -> torch.Tensor:
-    return x.view(torch.uint8) if x.dtype.is_floating_point else x
 
 
 def verify(run: Callable[[list[torch.Tensor], torch.Tensor], None],

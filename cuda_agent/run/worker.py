@@ -21,12 +21,19 @@ import torch
 from ..ir.plan import make_plan
 from ..problem import load_problem
 from ..space.program import state_updates
-from . import launcher
+from . import launcher, memory
 from .baselines import (CUDNN_BENCHMARK, DEFAULTS, MATCHED, contract_tf32, settings_record,
                         tf32_reads)
+from .memory import MemoryPlan, MemoryRefusal, PeakTracker, Sizes
+from .separable import find_split
 from .timing import PEAK_FLOPS, L2Flusher, TimingSettings, physical_floor_ms, time_runs
-from .verify import (CandidateError, CasePool, IndexDomain, ValueRange, VerifyResult,
-                     VerifySettings, check, check_state, make_case, poisoned_output)
+from .verify import (CandidateError, CasePool, IndexDomain, InputMeta, PoolBudget, Split,
+                     ValueRange, VerifyResult, VerifySettings, check, check_state,
+                     draw_case_into, poison)
+
+HOST_COPY_BPS = 10e9
+"""host-to-device copy rate assumed when choosing between keeping a reference in host memory
+and recomputing it (pinned memory on PCIe 5 copies faster; pageable memory slower)"""
 
 
 TORCH_DEFAULTS = launcher.tf32_flags()
@@ -82,6 +89,35 @@ def torch_defaults() -> Any:
     return launcher.tf32_mode(flags=TORCH_DEFAULTS)
 
 
+def reference_copy(model: torch.nn.Module, graph: Any,
+                   device: str | torch.device | None = None) -> torch.nn.Module:
+    """A float64 copy of `model` for the reference, without copies of the parameters and
+    buffers the graph supplies (`functional_call` replaces them on every call): a large weight
+    is not held twice more on the GPU."""
+    supplied = {g.target for g in graph.inputs if g.role != "input"}
+    memo: dict[int, Any] = {}
+    for name, p in model.named_parameters():
+        if name in supplied:
+            memo[id(p)] = torch.nn.Parameter(torch.empty(0, dtype=p.dtype, device=p.device),
+                                             requires_grad=False)
+    for name, b in model.named_buffers():
+        if name in supplied:
+            memo[id(b)] = torch.empty(0, dtype=b.dtype, device=b.device)
+    ref = copy.deepcopy(model, memo)
+    return (ref.to(device) if device is not None else ref).double()
+
+
+@contextlib.contextmanager
+def refusing(name: str, doing: str) -> Any:
+    """CUDA running out of memory while setting a problem up is a refusal, in one line."""
+    try:
+        yield
+    except torch.cuda.OutOfMemoryError:
+        free, total = torch.cuda.mem_get_info()
+        raise MemoryRefusal(f"{name} does not fit on the GPU: out of memory while {doing} "
+                            f"({memory.gib(free)} of {memory.gib(total)} free)") from None
+
+
 class ProblemState:
     """Everything about one problem that lives on the GPU between candidates.
 
@@ -89,10 +125,15 @@ class ProblemState:
     constructor says otherwise), as the user and the field's harness hold it. Where forward()
     updates module state (BatchNorm's running statistics in training mode), each reference run
     updates copies, never a case's tensors, and a candidate's timed runs include its update.
+
+    Its footprint is planned (`memory.MemoryPlan`): one set of inputs, into which the timing
+    set and every verification case are drawn in turn where they do not all fit, one output,
+    the references there is room for, and the float64 reference computed in chunks where it
+    cannot run whole. A problem that cannot fit is refused (`MemoryRefusal`) before any search.
     """
 
     def __init__(self, path: str, device: torch.device, timing: TimingSettings,
-                 verify_settings: VerifySettings) -> None:
+                 verify_settings: VerifySettings, tracker: PeakTracker | None = None) -> None:
         self.device = device
         self.timing = timing
         self.verify_settings = verify_settings
@@ -100,8 +141,12 @@ class ProblemState:
         self.problem = load_problem(path)
         self.graph = self.problem.graph()
         self.plan = make_plan(self.graph)
+        self.tracker = tracker or PeakTracker(device)
+        memory.refuse_unless_inputs_fit(self.problem.name, Sizes.of(self.graph, self.plan),
+                                        torch.cuda.mem_get_info(device)[0])
         self.model = self.problem.make_model(device)
-        self.ref_model = copy.deepcopy(self.model).double()
+        self.ref_model = reference_copy(self.model, self.graph)
+        self.ref_host: torch.nn.Module | None = None  # the float64 reference in host memory
         self.conformance = verify_settings.tolerance is not None
         # module state forward() updates in place, applied after a candidate's kernels
         self.updates = state_updates(self.plan)
@@ -110,38 +155,154 @@ class ProblemState:
         buffers = dict(self.model.named_buffers())
         self.timing_state = {name: buffers[name].detach().clone() for name in self.mutable}
         self._state_want: dict[str, torch.Tensor] | None = None  # `check_state`'s reference
-        example_args = self.problem.make_inputs(device)
-        params = dict(self.model.named_parameters())
-        params.update(dict(self.model.named_buffers()))
-        # graph inputs, in graph order: forward args by position, parameters by state_dict name
-        self.examples: list[torch.Tensor] = []
-        for gin in self.graph.inputs:
-            t = example_args[gin.arg_index] if gin.role == "input" else params[gin.target]
-            self.examples.append(t.detach().to(device).contiguous())
-        out_dtype = {"float32": torch.float32, "int64": torch.int64}[self.plan.out_dtype]
-        self.out_shape, self.out_dtype = tuple(self.plan.out_shape), out_dtype
-        # rotated input sets for timing: fresh draws, so no run finds its data in cache
-        domains = [IndexDomain(gin.index_bound, gin.index_ignore) if gin.index_bound is not None
-                   else ValueRange(*gin.value_range) if gin.value_range is not None else None
-                   for gin in self.graph.inputs]
-        self.sets = [make_case(self.examples, t, 1234, domains=domains).tensors
-                     for t in range(timing.rotate)]
-        self.set_outs = [torch.empty(self.out_shape, dtype=out_dtype, device=device)
-                         for _ in range(timing.rotate)]
         props = torch.cuda.get_device_properties(device)
         self.l2_bytes = int(getattr(props, "L2_cache_size", 60 * 1024 * 1024))
         self.flusher = L2Flusher(device, self.l2_bytes)
+        # before the problem's tensors, and not counted in its footprint: the probe's buffers
+        # are sized to what is free and gone before the inputs are allocated
         self.copy_bw = copy_bandwidth(device, self.flusher)
+        self.tracker.start()
+        with refusing(self.problem.name, "allocating the example inputs"):
+            example_args = self.problem.make_inputs(device)
+        params = dict(self.model.named_parameters())
+        params.update(dict(self.model.named_buffers()))
+        # graph inputs, in graph order: forward args by position, parameters by state_dict name;
+        # only what a draw needs of them is kept (shape, dtype, sign domain)
+        self.metas: list[InputMeta] = [
+            InputMeta.of((example_args[gin.arg_index] if gin.role == "input"
+                          else params[gin.target]).detach()) for gin in self.graph.inputs]
+        with refusing(self.problem.name, "running torch eager once"):
+            eager_peak = self._eager_peak(example_args)
+        del example_args, params  # the examples are freed: every set is drawn
+        torch.cuda.empty_cache()
+        out_dtype = {"float32": torch.float32, "int64": torch.int64}[self.plan.out_dtype]
+        self.out_shape, self.out_dtype = tuple(self.plan.out_shape), out_dtype
+        self.domains = [IndexDomain(gin.index_bound, gin.index_ignore)
+                        if gin.index_bound is not None else ValueRange(*gin.value_range)
+                        if gin.value_range is not None else None for gin in self.graph.inputs]
+        # parameters and buffers are drawn signed whatever their initial values
+        self.signed = [gin.role != "input" for gin in self.graph.inputs]
+        sizes = Sizes.of(self.graph, self.plan, self.model)
+        capacity = (torch.cuda.mem_get_info(device)[0] + self.tracker.allocated()
+                    - memory.SAFETY_BYTES)
+        self.memory = MemoryPlan(sizes, eager_peak, capacity, self.flusher.buf.numel() * 4,
+                                 memory.timing_sets(sizes.input_bytes, self.l2_bytes,
+                                                    timing.rotate),
+                                 memory.SCRATCH_BYTES, memory.HOLD_BYTES)
+        self.memory.refuse_unless_fits(self.problem.name)
+        # one set of inputs: timing set 0, and where the cases do not all fit, the buffers
+        # each case is drawn into when it is used
+        self.buffers = [torch.empty(m.shape, dtype=m.dtype, device=device) for m in self.metas]
+        with refusing(self.problem.name, "planning the float64 reference"):
+            split, rows, host_bytes = self._reference_plan()
+        budget = PoolBudget(self.memory.hold_room(), host_bytes, memory.SCRATCH_BYTES)
+        with refusing(self.problem.name, "drawing the verification cases"):
+            # conformance mode checks against the module itself in fp32: no witness needed
+            self.pool = CasePool(self.reference, self.metas, self.out_shape, self.out_dtype,
+                                 verify_settings, self.signed,
+                                 witness=None if self.conformance else self.witness,
+                                 domains=self.domains, budget=budget, buffers=self.buffers,
+                                 split=split, chunk_rows=rows)
+        # rotated input sets for timing: fresh draws, so no run finds its data in cache
+        self.sets = [self.pool.timing_set(k) for k in range(self.memory.timing_sets)]
         self.bytes = self.plan.bytes_moved()
         self.flops = self.plan.flops()
-        # parameters and buffers are drawn signed whatever their initial values
-        signed = [gin.role != "input" for gin in self.graph.inputs]
-        # conformance mode checks against the module itself in fp32, so no witness is needed
-        self.pool = CasePool(self.reference, self.examples, self.out_shape, self.out_dtype,
-                             verify_settings, signed,
-                             witness=None if self.conformance else self.witness,
-                             domains=domains)
         self.evaluated = 0
+        torch.cuda.empty_cache()
+        self.memory.peak_bytes = self.tracker.overall()
+
+    # -- memory --------------------------------------------------------------------------------
+    def _eager_peak(self, args: list[Any]) -> int:
+        """torch eager's peak for one forward, as a user's process holds it: the model and the
+        example inputs resident (the flusher, which the user does not hold, left out)."""
+        saved = {k: b.clone() for k, b in self.model.named_buffers()}
+        base = max(0, self.tracker.allocated() - self.flusher.buf.numel() * 4)
+
+        def forward() -> Any:
+            with torch.no_grad(), precision_context(self.precision):
+                return self.model(*args)
+
+        try:
+            _, transient = self.tracker.section(forward)
+        finally:  # a training-mode norm updates its running statistics: put them back
+            for k, b in self.model.named_buffers():
+                b.copy_(saved[k])
+        return base + transient
+
+    def _draw_first_case(self) -> list[torch.Tensor]:
+        draw_case_into(self.buffers, self.metas, 0, self.verify_settings.seed, self.signed,
+                       self.domains)
+        return self.buffers
+
+    def _chunk_cost(self, split: Split, rows: int) -> int:
+        """What the float64 reference allocates for `rows` rows along `split`, measured (and
+        how long it took, in `_chunk_seconds`)."""
+        def run() -> torch.Tensor:
+            sliced = [t if dim is None else t.narrow(dim, 0, rows).contiguous()
+                      for t, dim in zip(self.buffers, split.in_dims)]
+            return self.reference(sliced).to(self.out_dtype)
+
+        t0 = time.perf_counter()
+        cost = self.tracker.section(run)[1]
+        self._chunk_seconds[rows] = time.perf_counter() - t0
+        return cost
+
+    def _host_room(self, split: Split, rows: int, host: int) -> int:
+        """Host memory for references where recomputing one costs more than copying it back
+        (a float64 convolution, say; an elementwise reference is recomputed faster)."""
+        n = self.out_shape[split.out_dim]
+        seconds = self._chunk_seconds.get(rows, 0.0) * n / rows
+        return host // 4 if seconds > self.memory.sizes.output_bytes / HOST_COPY_BPS else 0
+
+    def _reference_plan(self) -> tuple[Split | None, int | None, int]:
+        """How the float64 reference runs: (split, rows per chunk, host bytes for references).
+
+        Whole on the GPU where that fits the chunk budget (small problems); else in chunks
+        along a direction the problem is separable in, each chunk's cost measured; else, for a
+        problem that is not separable, whole in host memory; else refused."""
+        mem, name = self.memory, self.problem.name
+        host = memory.host_available_bytes()
+        self._chunk_seconds: dict[int, float] = {}
+        # conformance mode's reference is the module in fp32: whole, it needs what the witness
+        # (eager) needs, which the plan always has room for
+        if self.conformance or mem.full_reference_bytes() <= mem.chunk_budget():
+            return None, None, 0
+        roles = [g.role for g in self.graph.inputs]
+        # the tests' sliced shapes are never a candidate's: no cuDNN benchmark (and no
+        # workspace of its search) for them
+        benchmark, torch.backends.cudnn.benchmark = torch.backends.cudnn.benchmark, False
+        try:
+            split = find_split(self.witness, self._draw_first_case, roles, self.out_shape,
+                               self.domains)
+        finally:
+            torch.backends.cudnn.benchmark = benchmark
+        host_need = mem.full_reference_bytes() + mem.sizes.input_bytes
+        if split is not None:
+            n = self.out_shape[split.out_dim]
+            rows = memory.chunk_rows(lambda k: self._chunk_cost(split, k), n,
+                                     mem.chunk_budget())
+            where = f"along output dim {split.out_dim}"
+            if rows is not None:
+                mem.verification, mem.chunk = "chunked", f"{rows} of {n} {where}"
+                # a chunked reference is recomputed per check unless kept in host memory
+                return split, rows, self._host_room(split, rows, host)
+            # not one row fits the GPU's budget: chunks in host memory
+            rows = min(n, int(n * host * 0.5 / host_need))
+            if rows >= 1:
+                self.ref_host = reference_copy(self.model, self.graph, "cpu")
+                mem.verification, mem.chunk = "host-chunked", f"{rows} of {n} {where}"
+                return split, rows, host // 4
+            why = f"one row {where} does not fit"
+        elif host_need <= host * 0.5:
+            self.ref_host = reference_copy(self.model, self.graph, "cpu")
+            mem.verification = "host"
+            return None, None, host // 4
+        else:
+            why = "the problem is not separable along its batch or channels"
+        raise MemoryRefusal(
+            f"{name}: its float64 reference needs about {memory.gib(host_need)} and {why}; "
+            f"{memory.gib(mem.chunk_budget())} of the GPU and {memory.gib(host * 0.5)} of host "
+            "memory are available for it")
 
     # -- reference -----------------------------------------------------------------------------
     def reference(self, tensors: list[torch.Tensor]) -> torch.Tensor:
@@ -150,16 +311,27 @@ class ProblemState:
     def _reference_run(self, tensors: list[torch.Tensor]
                        ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The reference's output and the state it updated: a float64 copy of the module
-        (strict protocol), or the module itself in fp32 at PyTorch's default settings
-        (conformance mode)."""
+        (strict protocol; in host memory for a problem whose float64 reference the GPU cannot
+        hold), or the module itself in fp32 at PyTorch's default settings (conformance
+        mode)."""
         if self.conformance:
             args, state = self._split(tensors, None)
             with torch.no_grad(), torch_defaults():
                 out = torch.func.functional_call(self.model, state, tuple(args))
-        else:
-            args, state = self._split(tensors, torch.float64)
+            return out, {k: v for k, v in state.items() if k in self.mutable}
+        model = self.ref_model
+        if self.ref_host is not None:
+            model, tensors = self.ref_host, [t.cpu() for t in tensors]
+        args, state = self._split(tensors, torch.float64)
+        # cuDNN's benchmark mode (a convolution problem's worker) would time every algorithm
+        # of each new chunk shape, with workspaces outside the chunk's measured cost; the
+        # float64 reference keeps to the heuristics (fp32 shapes' choices are not affected)
+        benchmark, torch.backends.cudnn.benchmark = torch.backends.cudnn.benchmark, False
+        try:
             with torch.no_grad():
-                out = torch.func.functional_call(self.ref_model, state, tuple(args))
+                out = torch.func.functional_call(model, state, tuple(args))
+        finally:
+            torch.backends.cudnn.benchmark = benchmark
         return out, {k: v for k, v in state.items() if k in self.mutable}
 
     def witness(self, tensors: list[torch.Tensor]) -> torch.Tensor:
@@ -197,21 +369,51 @@ class ProblemState:
             launcher.update_state(self.updates, kernels.workspace,
                                   (self.timing_state if state is None else state).__getitem__)
 
+    def _reference_state(self, case: list[torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The state the reference's forward() leaves on `case`, chunk by chunk where the
+        reference is chunked (a running statistic per channel is separable along the channels
+        it is split on, as the output is); whole where a floating state is not split."""
+        pool = self.pool
+        blocks = pool._blocks()
+        if blocks == [None]:
+            return self._reference_run(case)[1]
+        dims = {gin.target: d for gin, d in zip(self.graph.inputs, pool.split.in_dims)
+                if gin.role != "input"}
+        held = dict(self.model.named_buffers())
+        if any(dims.get(name) is None for name in self.mutable
+               if held[name].is_floating_point()):
+            return self._reference_run(case)[1]
+        want: dict[str, torch.Tensor] = {}
+        for _, lo, rows in blocks:
+            sliced = [t if dim is None else t.narrow(dim, lo, rows).contiguous()
+                      for t, dim in zip(case, pool.split.in_dims)]
+            for name, value in self._reference_run(sliced)[1].items():
+                d = dims.get(name)
+                if d is None:  # a counter: every chunk counts the one forward once
+                    want[name] = value.clone()
+                    continue
+                if name not in want:
+                    want[name] = torch.empty(held[name].shape, dtype=value.dtype,
+                                             device=value.device)
+                want[name].narrow(d, lo, rows).copy_(value)
+        return want
+
     def check_state(self, kernels: launcher.LoadedKernels) -> VerifyResult:
         """Where forward() updates module state: the candidate's update on the first case
         against the reference's (a running mean is taken from statistics only the program's
         buffers hold; the output checks them only through the normalisation)."""
         if not self.mutable:
             return VerifyResult(True)
-        case = self.pool.cases[0].inputs
+        case = self.pool.materialize(self.pool.cases[0])
         if self._state_want is None:  # the reference's update, once per problem
-            self._state_want = self._reference_run(case)[1]
+            self._state_want = self._reference_state(case)
         want = self._state_want
         _, start = self._split(case, None)
         buffers = dict(self.model.named_buffers())
         got = {name: (start[name] if name in start else buffers[name]).detach().clone()
                for name in self.mutable}
-        out = poisoned_output(self.out_shape, self.out_dtype, self.device)
+        out = self.pool.output()  # the one output buffer (its answer was checked already)
+        poison(out)
         try:
             self.run_candidate(kernels, self.kernel_inputs(case), out, got)
             launcher.synchronize(self.device)
@@ -265,10 +467,12 @@ class ProblemState:
             return {"ok": False, "error_kind": result.kind, "error_msg": result.msg,
                     "max_rel_err": result.max_rel_err, "sticky": sticky,
                     "wall_s": time.perf_counter() - t0}
-        inputs_by_set = [self.kernel_inputs(s) for s in self.sets]
+        # the timing sets drawn again where the cases were drawn into their buffers
+        inputs_by_set = [self.kernel_inputs(self.pool.materialize(s)) for s in self.sets]
+        out = self.pool.output()
 
         def timed(k: int) -> None:
-            self.run_candidate(kernels, inputs_by_set[k], self.set_outs[k])
+            self.run_candidate(kernels, inputs_by_set[k], out)
 
         try:
             timing = time_runs(timed, len(self.sets), self.timing, self.flusher,
@@ -298,7 +502,8 @@ class ProblemState:
     def _probe(self, kernels: launcher.LoadedKernels) -> float:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        self.run_candidate(kernels, self.kernel_inputs(self.sets[0]), self.set_outs[0])
+        self.run_candidate(kernels, self.kernel_inputs(self.pool.materialize(self.sets[0])),
+                           self.pool.output())
         end.record()
         launcher.synchronize(self.device)
         return start.elapsed_time(end)
@@ -358,7 +563,7 @@ class ProblemState:
             model = torch.compile(self.model, mode=mode)
         arg_sets = []
         for s in self.sets:
-            args, state = self._split(s, None)
+            args, state = self._split(self.pool.materialize(s), None)
             arg_sets.append(args)
         # parameters stay the model's own: baselines compute the same function on the same data
         with torch.no_grad(), numerics:
@@ -387,7 +592,7 @@ class ProblemState:
         than the two outputs on the device."""
         if out is None or not out.is_floating_point():
             return None
-        ref = self.witness(self.sets[0])
+        ref = self.witness(self.pool.materialize(self.sets[0]))
         if tuple(ref.shape) != tuple(out.shape) or not ref.is_floating_point():
             return None
         o, r = out.reshape(-1), ref.reshape(-1)
@@ -413,8 +618,12 @@ def copy_bandwidth(device: torch.device, flusher: L2Flusher) -> float:
 
 
 def measure_copy_bandwidth(device: torch.device, flusher: L2Flusher,
-                           nbytes: int = 2 << 30) -> float:
-    """Device-to-device copy bandwidth in bytes/s (read + write counted), same protocol."""
+                           nbytes: int | None = None) -> float:
+    """Device-to-device copy bandwidth in bytes/s (read + write counted), same protocol; on
+    buffers of 2 GiB, or a quarter of what is free where that is less (the two of them take
+    half), so the probe never needs more than there is."""
+    if nbytes is None:
+        nbytes = max(64 << 20, min(2 << 30, torch.cuda.mem_get_info(device)[0] // 4))
     n = nbytes // 4
     src = torch.empty(n, dtype=torch.float32, device=device).fill_(1.0)
     dst = torch.empty_like(src)
@@ -446,6 +655,7 @@ def worker_main(conn: Any, device_index: int, timing: TimingSettings,
     device = torch.device("cuda", device_index)
     torch.cuda.set_device(device)
     state: ProblemState | None = None
+    tracker = PeakTracker(device)
     while True:
         try:
             msg = conn.recv()
@@ -465,19 +675,29 @@ def worker_main(conn: Any, device_index: int, timing: TimingSettings,
                 # before the reference first runs: the mode that meets a convolution's shape
                 # first decides its algorithm for the process's life (CUDNN_BENCHMARK)
                 torch.backends.cudnn.benchmark = bool(msg.get("cudnn_benchmark", False))
-                state = ProblemState(msg["path"], device, timing, verify_settings)
+                try:
+                    state = ProblemState(msg["path"], device, timing, verify_settings, tracker)
+                except MemoryRefusal as exc:  # the worker is sound: only this problem is refused
+                    state = None
+                    gc.collect()
+                    torch.cuda.empty_cache()
+                    conn.send({"ok": False, "error_kind": "memory", "error_msg": str(exc),
+                               "refused": True})
+                    continue
                 conn.send({"ok": True, "copy_bw": state.copy_bw, **gpu_facts(device),
                            "cudnn_benchmark": torch.backends.cudnn.benchmark,
-                           "baseline_settings": state.baseline_settings()})
+                           "baseline_settings": state.baseline_settings(),
+                           "memory": state.memory.as_dict()})
             elif op == "eval":
                 assert state is not None, "setup first"
                 reply = state.evaluate(msg)
-                conn.send(reply)
+                conn.send({**reply, "peak_bytes": tracker.overall()})
                 if reply.get("sticky"):
                     return  # the context is poisoned: the supervisor starts a fresh worker
             elif op == "baseline":
                 assert state is not None, "setup first"
-                conn.send(state.baseline(msg["which"], msg.get("settings", DEFAULTS)))
+                conn.send({**state.baseline(msg["which"], msg.get("settings", DEFAULTS)),
+                           "peak_bytes": tracker.overall()})
             else:
                 conn.send({"ok": False, "error_kind": "cuda", "error_msg": f"unknown op {op}"})
         except Exception as exc:  # noqa: BLE001 - report and carry on (or die if sticky)

@@ -1,0 +1,154 @@
+"""Whether a problem's output can be computed a slice at a time (`verify.Split`): the float64
+reference of a problem too large to run whole is then computed, and compared, in chunks.
+
+Found empirically, with torch's own (fp32) answer on a drawn case: for a candidate direction,
+rows [a, b) of the output must (1) come out the same when every split input is narrowed to
+[a, b), and (2) not move when every other row of the split inputs is changed. A problem with
+BatchNorm in training mode (statistics over the batch), a softmax over the batch, or a module
+that hard-codes its batch size fails one of the two along the batch and is not chunked there.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import torch
+
+from .verify import Domain, Split, ValueRange
+
+SAME_SHAPES_TOL = 1e-5
+"""relative change of the slice allowed when only other rows changed (same shapes, so the same
+algorithms: any real dependence moves it by far more)"""
+SLICED_TOL = 1e-2
+"""relative difference allowed between the slice run alone and the same rows of the whole run
+(other shapes may pick other algorithms: TF32 or half precision round differently)"""
+
+
+MAX_CANDIDATES = 6
+"""directions tested at most: each test runs torch eager three times on the whole problem"""
+
+
+def candidate_splits(shapes: Sequence[tuple[int, ...]], roles: Sequence[str],
+                     out_shape: Sequence[int]) -> list[Split]:
+    """Directions worth testing, most useful first: the batch (output dim 0: forward inputs
+    sliced on their dim 0, or on another dim of that size, parameters whole), then the
+    channels (output dim 1: parameters sliced on their dim 0, forward inputs on their dim 1,
+    another of that size, or whole). Where several inputs have the size, every one of them is
+    sliced first, then each alone (of a square matrix product only the left operand's rows go
+    with the output's)."""
+    out: list[Split] = []
+
+    def add(d: int, dims: tuple[int | None, ...]) -> None:
+        if any(x is not None for x in dims) and all(s.in_dims != dims or s.out_dim != d
+                                                    for s in out):
+            out.append(Split(d, dims))
+
+    def variants(d: int, fixed: list[int | None], sliceable: list[int | None]) -> None:
+        """`fixed` for every input, with the forward inputs of `sliceable` (a dim or None)
+        sliced all together, then one at a time."""
+        add(d, tuple(f if s is None else s for f, s in zip(fixed, sliceable)))
+        picks = [k for k, s in enumerate(sliceable) if s is not None]
+        if len(picks) > 1:
+            for k in picks:
+                add(d, tuple(sliceable[j] if j == k else fixed[j] for j in range(len(fixed))))
+
+    for d in range(min(2, len(out_shape))):
+        n = out_shape[d]
+        if n < 2:
+            continue
+        fwd = [role == "input" for role in roles]
+        # along the channels (d = 1), a parameter's dim 0 goes with the output's
+        params = [0 if d == 1 and not f and len(s) >= 1 and s[0] == n else None
+                  for s, f in zip(shapes, fwd)]
+        same = [d if f and len(s) > d and s[d] == n else None for s, f in zip(shapes, fwd)]
+        # or another dim of the same size (a reduction over dim 0, a transpose)
+        first = [next((k for k, m in enumerate(s) if m == n), None) if f else None
+                 for s, f in zip(shapes, fwd)]
+        variants(d, params, same)
+        if first != same:
+            variants(d, params, first)
+        if d == 1:
+            add(1, tuple(params))  # the forward inputs whole (a convolution mixes channels)
+    return out[:MAX_CANDIDATES]
+
+
+def _close(a: torch.Tensor, b: torch.Tensor, tol: float) -> bool:
+    """Same non-finite pattern, and a relative difference of the finite rest within `tol`."""
+    if tuple(a.shape) != tuple(b.shape):
+        return False
+    a, b = a.double(), b.double()
+    fa, fb = torch.isfinite(a), torch.isfinite(b)
+    if not torch.equal(fa, fb):
+        return False
+    if not bool(fa.any()):
+        return True
+    diff = float(torch.linalg.vector_norm(a[fa] - b[fb]))
+    return diff <= tol * max(float(torch.linalg.vector_norm(b[fb])), 1e-300)
+
+
+def _scramble_outside(t: torch.Tensor, dim: int, lo: int, rows: int, domain: Domain) -> bool:
+    """Change every row of `t` along `dim` outside [lo, lo + rows), in its domain; False for a
+    tensor that cannot be changed so (class indices)."""
+    if not t.is_floating_point():
+        return False
+    for part in (t.narrow(dim, 0, lo), t.narrow(dim, lo + rows, t.shape[dim] - lo - rows)):
+        if part.numel() == 0:
+            continue
+        if isinstance(domain, ValueRange):
+            part.copy_(domain.lo + domain.hi - part)
+        else:  # 3x + |x| + 1: far moved, and positive where x was (log, sqrt domains)
+            part.copy_(3.0 * part + part.abs() + 1.0)
+    return True
+
+
+def is_separable(fn: Callable[[list[torch.Tensor]], torch.Tensor], tensors: list[torch.Tensor],
+                 split: Split, out_shape: Sequence[int],
+                 domains: Sequence[Domain] | None = None) -> bool:
+    """The two tests above, on `tensors` (changed in place: draw them again afterwards)."""
+    d = split.out_dim
+    n = out_shape[d]
+    rows = max(1, n // 8)
+    lo = (n - rows) // 2
+    domains = list(domains or [None] * len(tensors))
+    with torch.no_grad():
+        try:
+            whole = fn(tensors)
+        except Exception:  # noqa: BLE001 - user code
+            return False
+        if tuple(whole.shape) != tuple(out_shape):
+            return False
+        inside = whole.narrow(d, lo, rows).clone()
+        del whole
+        sliced = [t if dim is None else t.narrow(dim, lo, rows).contiguous()
+                  for t, dim in zip(tensors, split.in_dims)]
+        try:
+            part = fn(sliced)
+        except Exception:  # noqa: BLE001 - a module that hard-codes its sizes
+            return False
+        del sliced
+        if not _close(part, inside, SLICED_TOL):
+            return False
+        del part
+        moved = [_scramble_outside(t, dim, lo, rows, dom)
+                 for t, dim, dom in zip(tensors, split.in_dims, domains) if dim is not None]
+        if not any(moved):
+            return False  # nothing outside could be changed: separability not shown
+        try:
+            again = fn(tensors)
+        except Exception:  # noqa: BLE001
+            return False
+        return _close(again.narrow(d, lo, rows), inside, SAME_SHAPES_TOL)
+
+
+def find_split(fn: Callable[[list[torch.Tensor]], torch.Tensor],
+               prepare: Callable[[], list[torch.Tensor]], roles: Sequence[str],
+               out_shape: Sequence[int], domains: Sequence[Domain] | None = None
+               ) -> Split | None:
+    """The first candidate direction that passes both tests; `prepare()` draws a case into the
+    tensors the tests run on (they change them)."""
+    tensors = prepare()
+    shapes = [tuple(t.shape) for t in tensors]
+    for k, split in enumerate(candidate_splits(shapes, roles, out_shape)):
+        if is_separable(fn, tensors if k == 0 else prepare(), split, out_shape, domains):
+            return split
+    return None

@@ -1,0 +1,123 @@
+"""The GPU footprint of a tuning run (issue 33), on the GPU: problems of several GiB tune with
+the worker's peak within eager's peak + 2 x output + the stated allowance, whatever the number of
+verification cases; a problem that cannot fit is refused in one line before any search.
+
+    pytest -m gpu tests/gpu/test_memory_gpu.py -s
+
+Each test prints the plan (`report.json`'s `memory`): peak, eager peak, bound, verification.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import torch
+
+from cuda_agent.errors import DeviceError
+from cuda_agent.tuner import tune
+from helpers import write_problem
+
+pytestmark = pytest.mark.gpu
+
+GiB = 1 << 30
+
+
+def _tune(path, tmp_path, budget=4, **kw):
+    result = tune(path, out=tmp_path / "o", device="cuda", budget=budget, batch=budget,
+                  store=str(tmp_path / "s.sqlite"), **kw)
+    report = json.loads((tmp_path / "o" / "report.json").read_text())
+    mem = report["memory"]
+    print(path.stem, json.dumps({k: (round(v / GiB, 2) if k.endswith("_bytes") and v else v)
+                                 for k, v in mem.items()}))
+    return result, mem
+
+
+def _within_bound(mem):
+    """The issue's bound: eager's peak + twice the output (+ the drawn parameters and the fixed
+    allowance: L2 flusher, scratch, held references; memory.py states them)."""
+    allowance = mem["allowance_bytes"]
+    assert allowance <= 2 * GiB
+    bound = mem["eager_peak_bytes"] + 2 * mem["output_bytes"] + mem["state_bytes"] + allowance
+    assert mem["bound_bytes"] == bound
+    assert 0 < mem["peak_bytes"] <= bound, (mem["peak_bytes"] / GiB, bound / GiB)
+    assert mem["within_bound"] is True
+
+
+def test_an_elementwise_op_on_a_6gib_input_tunes_within_the_bound(tmp_path):
+    """The issue's first failure: 6 GiB in, 6 GiB out; eager peaks at 18 GiB (the input, the
+    sigmoid's temporary, the output), the tool held 110-135 GiB and ran out of memory."""
+    path = write_problem(tmp_path / "p", "swish_6gib", "x * torch.sigmoid(x)",
+                         "torch.randn(24576, 65536)")
+    result, mem = _tune(path, tmp_path)
+    assert result.best is not None and result.best.measurement.verified
+    _within_bound(mem)
+    assert 17.5 * GiB < mem["eager_peak_bytes"] < 19 * GiB
+    assert mem["timing_sets"] == 1
+    assert mem["verification"] in ("full", "chunked")
+    assert result.baselines.eager_ms is not None
+
+
+def test_an_instance_norm_of_6gib_tunes_chunked_along_the_batch(tmp_path):
+    path = write_problem(tmp_path / "p", "instnorm_6gib", "self.norm(x)",
+                         "torch.randn(96, 64, 512, 512)",
+                         init_body="self.norm = nn.InstanceNorm2d(64, affine=True)")
+    result, mem = _tune(path, tmp_path)
+    assert result.best is not None and result.best.measurement.verified
+    _within_bound(mem)
+    assert mem["verification"] == "chunked" and "output dim 0" in mem["chunk"]
+
+
+def test_a_1d_convolution_of_several_gib_tunes_within_the_bound(tmp_path):
+    path = write_problem(tmp_path / "p", "conv1d_big", "self.conv(x)",
+                         "torch.randn(256, 128, 32768)",  # 4 GiB in, 8 GiB out
+                         init_body="self.conv = nn.Conv1d(128, 256, 7)")
+    result, mem = _tune(path, tmp_path, budget=3)
+    assert result.best is not None and result.best.measurement.verified
+    _within_bound(mem)
+
+
+def test_a_problem_eager_runs_in_half_the_gpu_tunes(tmp_path):
+    """30 GiB in, 30 GiB out: eager's 60 GiB is under half of the H200's 139 GiB."""
+    path = write_problem(tmp_path / "p", "relu_30gib", "torch.relu(x)",
+                         "torch.randn(122880, 65536)")
+    result, mem = _tune(path, tmp_path, budget=2, baselines=False)
+    assert result.best is not None and result.best.measurement.verified
+    _within_bound(mem)
+
+
+def test_a_problem_that_is_not_separable_is_verified_whole(tmp_path):
+    """x / ||x||: every output element reads every input; its float64 reference does not fit
+    the bound on the GPU, so it runs in host memory, whole, never chunked."""
+    path = write_problem(tmp_path / "p", "frobenius_4gib", "x / torch.norm(x, p='fro')",
+                         "torch.randn(16384, 65536)")
+    result, mem = _tune(path, tmp_path, budget=2, baselines=False)
+    assert mem["verification"] == "host" and mem["chunk"] is None
+    assert result.best is not None and result.best.measurement.verified
+    _within_bound(mem)
+
+
+def test_a_problem_that_cannot_fit_is_refused_before_any_search(tmp_path):
+    path = write_problem(tmp_path / "p", "relu_200gib", "torch.relu(x)",
+                         "torch.randn(409600, 131072)")
+    t0 = time.perf_counter()
+    with pytest.raises(DeviceError) as exc:
+        tune(path, device="cuda", budget=4, store=":memory:")
+    msg = str(exc.value)
+    assert "\n" not in msg and "does not fit on the GPU" in msg and "relu_200gib" in msg, msg
+    assert time.perf_counter() - t0 < 120  # no search, no candidate built or run
+    print(msg)
+
+
+def test_a_problem_whose_tuning_cannot_fit_is_refused_in_one_line(tmp_path):
+    """Inputs that fit, but eager's run and one output more do not: 60 GiB in and out."""
+    free = torch.cuda.mem_get_info()[0]
+    rows = int(free * 0.45) // (65536 * 4)
+    path = write_problem(tmp_path / "p", "relu_too_big", "torch.relu(x)",
+                         f"torch.randn({rows}, 65536)")
+    with pytest.raises(DeviceError) as exc:
+        tune(path, device="cuda", budget=4, store=":memory:")
+    msg = str(exc.value)
+    assert "\n" not in msg and "does not fit on the GPU" in msg, msg
+    print(msg)

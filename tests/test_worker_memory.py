@@ -1,0 +1,162 @@
+"""The GPU worker's set-up under a memory plan, run on the CPU: torch's CUDA queries are stood in
+for (free memory, L2 size, copy bandwidth), and a scripted peak counter makes a small problem
+look large, so that set-up takes the paths a large problem takes on the GPU (one shared input
+set, a chunked or host reference, a refusal) and a stand-in kernel is checked through them."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from cuda_agent.run import memory, worker
+from cuda_agent.run.memory import MemoryRefusal, PeakTracker
+from cuda_agent.run.timing import Timing, TimingSettings
+from cuda_agent.run.verify import Split, VerifySettings, check
+
+CPU = torch.device("cpu")
+
+
+class ScriptedPeaks(PeakTracker):
+    """A peak counter for the CPU: a section 'allocates' twice its answer in float64 (what a
+    float64 reference allocates for its output, roughly)."""
+
+    def __init__(self) -> None:
+        super().__init__(CPU)
+
+    def section(self, fn):
+        out = fn()
+        return out, 0 if out is None else 2 * out.numel() * 8
+
+
+@pytest.fixture
+def small_gpu(monkeypatch):
+    """64 GiB free, a 1 MiB L2, and scratch and hold allowances of a few KiB."""
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (64 << 30, 80 << 30))
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda *a: SimpleNamespace(L2_cache_size=1 << 20))
+    monkeypatch.setattr(worker, "copy_bandwidth", lambda device, flusher: 3e12)
+    monkeypatch.setattr(memory, "SCRATCH_BYTES", 16 << 10)
+    monkeypatch.setattr(memory, "HOLD_BYTES", 0)
+    monkeypatch.setattr(memory, "SAFETY_BYTES", 0)
+
+
+def state_of(path) -> worker.ProblemState:
+    return worker.ProblemState(str(path), CPU, TimingSettings(), VerifySettings(),
+                               tracker=ScriptedPeaks())
+
+
+def exact(state):
+    return lambda ins, out: out.copy_(state.witness(list(ins)))
+
+
+def test_a_large_looking_layer_norm_is_chunked_along_the_batch(small_gpu, make_problem):
+    path = make_problem("ln", "self.ln(x)", "torch.randn(96, 256)",
+                        init_body="self.ln = nn.LayerNorm(256)")
+    state = state_of(path)
+    mem = state.memory
+    assert mem.verification == "chunked" and "output dim 0" in mem.chunk
+    pool = state.pool
+    assert pool.split.out_dim == 0 and len(pool._blocks()) >= 2
+    assert not pool.holds_inputs and pool.timing_set(0).inputs is pool.buffers
+    assert mem.timing_sets == 1 or mem.sizes.input_bytes < (1 << 20)
+    for i in range(3):
+        res = check(exact(state), pool, pool.trials_for(i))
+        assert res.ok, res.msg
+
+    def last_rows_off(ins, out):
+        exact(state)(ins, out)
+        out[-2:] *= 1.001
+
+    res = check(last_rows_off, pool, pool.trials_for(0))
+    assert not res.ok and res.kind == "wrong"
+    d = mem.as_dict()
+    assert d["bound_bytes"] == (mem.eager_peak_bytes + 2 * mem.sizes.output_bytes
+                                + mem.sizes.state_bytes + d["allowance_bytes"])
+
+
+def test_a_global_normalization_gets_its_reference_in_host_memory(small_gpu, make_problem):
+    path = make_problem("fro", "x / torch.norm(x, p='fro')", "torch.randn(96, 256)")
+    state = state_of(path)
+    assert state.memory.verification == "host" and state.pool.split is None
+    assert state.ref_host is not None
+    res = check(exact(state), state.pool, state.pool.trials_for(1))
+    assert res.ok, res.msg
+    res = check(lambda ins, out: out.copy_(ins[0] / ins[0].norm() * 1.01), state.pool,
+                state.pool.trials_for(1))
+    assert res.kind == "wrong"
+
+
+def test_eager_baseline_runs_on_the_timing_set_drawn_again(small_gpu, make_problem, monkeypatch):
+    path = make_problem("relu", "torch.relu(x) * 2.0", "torch.randn(96, 256)")
+    state = state_of(path)
+    seen = []
+
+    def fake_time_runs(run, n_sets, settings, flusher, best_ms=None, clock=None):
+        for k in range(n_sets):
+            seen.append(run(k).clone())
+        return Timing(1.0, 0.9, 1.1, n_sets)
+
+    monkeypatch.setattr(worker, "time_runs", fake_time_runs)
+    check(exact(state), state.pool, state.pool.trials_for(0))  # the buffers now hold a case
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    reply = state.baseline("eager")
+    assert reply["ok"], reply
+    timing_inputs = state.pool.materialize(state.pool.timing_set(0))
+    assert torch.equal(seen[0], torch.relu(timing_inputs[0]) * 2.0)
+
+
+def test_a_problem_whose_tuning_cannot_fit_is_refused_in_one_line(small_gpu, make_problem,
+                                                                   monkeypatch):
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (200 << 10, 80 << 30))
+    path = make_problem("relu_big", "torch.relu(x)", "torch.randn(96, 256)")
+    with pytest.raises(MemoryRefusal) as exc:
+        state_of(path)
+    msg = str(exc.value)
+    assert "\n" not in msg and "relu_big does not fit on the GPU" in msg
+
+
+def test_inputs_beyond_the_free_memory_are_refused_before_allocation(small_gpu, make_problem,
+                                                                     monkeypatch):
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (10 << 30, 80 << 30))
+    path = make_problem("relu_huge", "torch.relu(x)", "torch.randn(1 << 20, 1 << 12)")
+    made = []
+    monkeypatch.setattr(worker.ProblemState, "_eager_peak", lambda self, a: made.append(1))
+    with pytest.raises(MemoryRefusal, match="16.00 GiB"):
+        state_of(path)
+    assert not made
+
+
+def test_a_problem_chunked_by_channels_when_its_batch_statistics_forbid_the_batch(
+        small_gpu, make_problem):
+    """Batch norm in training mode: its statistics span the batch, so chunks along the batch
+    would be wrong; per channel they are right."""
+    path = make_problem("bn_train", "F.batch_norm(x, None, None, self.w, self.b, True)",
+                        "torch.randn(96, 16, 24)",
+                        init_body="self.w = nn.Parameter(torch.ones(16))\n"
+                                  "self.b = nn.Parameter(torch.zeros(16))")
+    state = state_of(path)
+    # graph inputs: the weight and bias (sliced on their dim 0), then x (on its channels)
+    assert state.pool.split == Split(1, (0, 0, 1))
+    assert state.memory.verification == "chunked"
+    res = check(exact(state), state.pool, state.pool.trials_for(0))
+    assert res.ok, res.msg
+
+
+def test_the_running_statistics_of_a_chunked_reference_are_the_whole_ones(small_gpu,
+                                                                          make_problem):
+    """Training-mode BatchNorm chunked along its channels: the reference's update of the
+    running statistics, assembled chunk by chunk, is the update of the whole run."""
+    path = make_problem("conv_bn", "torch.relu(self.bn(self.conv(x)))",
+                        "torch.randn(24, 3, 10, 12)",
+                        init_body="self.conv = nn.Conv2d(3, 16, 3)\n"
+                                  "self.bn = nn.BatchNorm2d(16)")
+    state = state_of(path)
+    assert state.model.training and state.pool.split is not None
+    assert state.pool.split.out_dim == 1 and len(state.pool._blocks()) >= 2
+    case = state.pool.materialize(state.pool.cases[0])
+    chunked, whole = state._reference_state(case), state._reference_run(case)[1]
+    assert set(chunked) == set(whole) and {"bn.running_mean", "bn.running_var"} <= set(chunked)
+    for name in whole:
+        torch.testing.assert_close(chunked[name], whole[name], rtol=1e-12, atol=1e-12)
