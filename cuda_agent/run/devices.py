@@ -165,7 +165,7 @@ class CudaDevice(Device):
             if not reply.get("ok"):
                 raise DeviceError(f"the GPU worker failed to set up again: "
                                   f"{reply.get('error_msg')}")
-            self._note_peak(reply)
+            self._note_peak(reply, "setup")
 
     def _call(self, msg: dict[str, Any], timeout: float) -> dict[str, Any]:
         """Send a request; a timeout or a dead worker becomes a reply with an error kind."""
@@ -215,6 +215,7 @@ class CudaDevice(Device):
             raise DeviceError(f"GPU setup failed for {problem.name}: {reply.get('error_msg')}")
         self._facts.update({k: v for k, v in reply.items() if k not in ("ok", "memory")})
         self._facts["memory"] = dict(reply.get("memory") or {})
+        self._note_peak(reply, "setup")
 
     def _eval_timeout(self) -> float:
         """A candidate's time limit, plus a second per GiB of the problem's inputs and output:
@@ -226,13 +227,16 @@ class CudaDevice(Device):
         per_gib = 4.0 if str(mem.get("verification", "")).startswith("host") else 1.0
         return self.eval_timeout_s + per_gib * size / (1 << 30)
 
-    def _note_peak(self, reply: dict[str, Any]) -> None:
+    def _note_peak(self, reply: dict[str, Any], phase: str) -> None:
         """The worker's peak GPU memory so far, kept as the most any worker of this problem
-        reached (a restarted worker counts from zero)."""
+        reached (a restarted worker counts from zero); `peak_by_phase` keeps the most seen by
+        the end of each phase (setup, candidates, baselines), so a bound passed is placed."""
         mem = self._facts.get("memory")
         peak = reply.get("peak_bytes") or (reply.get("memory") or {}).get("peak_bytes")
         if mem is not None and peak:
             mem["peak_bytes"] = max(int(mem.get("peak_bytes") or 0), int(peak))
+            phases = mem.setdefault("peak_by_phase", {})
+            phases[phase] = max(int(phases.get(phase) or 0), int(peak))
             if mem.get("bound_bytes"):
                 mem["within_bound"] = mem["peak_bytes"] <= mem["bound_bytes"]
 
@@ -249,7 +253,7 @@ class CudaDevice(Device):
                "zero_workspace": cand.rendered.zero_workspace}
         reply = self._call(msg, self._eval_timeout())
         wall = time.perf_counter() - t0
-        self._note_peak(reply)
+        self._note_peak(reply, "candidates")
         if reply.get("dead") or reply.get("sticky"):
             self._restart()
         counters = dict(reply.get("counters", {}))
@@ -299,7 +303,7 @@ class CudaDevice(Device):
                 self._restart(cudnn_benchmark=mode)
             reply = self._call({"op": "baseline", "which": name, "settings": setting},
                                self.setup_timeout_s)
-            self._note_peak(reply)
+            self._note_peak(reply, "baselines")
             if reply.get("dead"):
                 self._restart(cudnn_benchmark=mode)
             if reply.get("ok"):
