@@ -32,10 +32,11 @@ from cuda_agent.space.slots import ABSENT
 SCHEMA_VERSION = 1
 
 # Failures that say something about the moment, not about the candidate alone, so they are never
-# served from the store: a crash or a timeout (measuring again may well succeed), and a "slow"
-# abandonment, which was decided against the best time of the search that measured it (another
-# search, or `bench`'s next strategy sharing the store, has another best).
-TRANSIENT_KINDS = ("crash", "timeout", "slow")
+# served from the store: a crash or a timeout (measuring again may well succeed), a compile that
+# ran past its timeout or whose process died (the machine's load and the limit decide those), and
+# a "slow" abandonment, which was decided against the best time of the search that measured it
+# (another search, or `bench`'s next strategy sharing the store, has another best).
+TRANSIENT_KINDS = ("crash", "timeout", "slow", "compile_timeout", "compile_crash")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
