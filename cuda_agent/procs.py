@@ -27,6 +27,9 @@ from typing import Any
 
 from .errors import HostError
 
+START_TIMEOUT_S = 300.0
+"""how long a new process may take to import its modules (torch on a loaded machine is slow)"""
+
 _BOOT = "import sys; from cuda_agent.procs import child_main; child_main(int(sys.argv[1]))"
 _PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sqlite3
 import threading
 from collections import defaultdict
@@ -82,6 +83,15 @@ CREATE INDEX IF NOT EXISTS measurements_lookup
     ON measurements (candidate, device, gpu, toolchain);
 CREATE INDEX IF NOT EXISTS candidates_problem ON candidates (problem_id);
 """
+
+def default_store() -> str:
+    """The store `cuda-agent` and `cuda_agent.tune()` share unless told otherwise:
+    $CUDA_AGENT_HOME/store.sqlite, else ~/.cache/cuda-agent/store.sqlite (XDG_CACHE_HOME
+    respected)."""
+    root = os.environ.get("CUDA_AGENT_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "cuda-agent")
+    return os.path.join(root, "store.sqlite")
+
 
 _NONFINITE = {"Infinity": math.inf, "-Infinity": -math.inf, "NaN": math.nan}
 

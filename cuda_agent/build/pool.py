@@ -25,9 +25,6 @@ CUT = "cut"
 CRASHED = "the compiler's process died compiling this source, twice (a crash, or killed for " \
           "memory)"
 
-START_TIMEOUT_S = 300.0
-"""how long a new compile process may take to import its modules (a loaded machine is slow)"""
-
 _TARGET = "cuda_agent.build.pool:serve"
 
 
@@ -81,7 +78,7 @@ class CompilePool:
             for _ in range(new):
                 fresh.append(procs.start(_TARGET, (self.fn,), "compile"))
             for child in fresh:  # started side by side, then each waited for
-                child.wait_ready(START_TIMEOUT_S)
+                child.wait_ready(procs.START_TIMEOUT_S)
         except BaseException:
             for child in fresh:
                 child.close()
