@@ -227,7 +227,7 @@ def tune(
         fail(str(exc), exc.exit_code)
         return
     except KeyboardInterrupt:
-        err_console.print("interrupted before the search began; nothing written",
+        err_console.print("interrupted before anything could be kept; nothing written",
                           highlight=False)
         raise typer.Exit(INTERRUPTED)
     console.print(summary_table([result], "cuda-agent tune"))
@@ -238,8 +238,7 @@ def tune(
             f"time limit ({result.settings.time_limit_s:g} s) reached"
         if result.best is None:
             console.print(f"{why} after {len(result.trials)} measured candidates, none "
-                          f"{'simulated' if result.simulated else 'verified'} yet: wrote "
-                          f"{out}/report.json only", highlight=False)
+                          f"passed yet: wrote {out}/report.json only", highlight=False)
         else:
             console.print(f"{why} after {len(result.trials)} measured candidates: kept the best "
                           f"so far ({_fmt_ms(result.best.measurement.time_ms, result.simulated)}"

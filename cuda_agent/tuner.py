@@ -342,7 +342,11 @@ class Tuner:
         self.space = self._best_space or self.space
         baselines = Baselines()
         if s.baselines and stopped != "interrupted":
-            baselines = self.device.baselines(("eager", "compile") + cudnn_baselines(self.plan))
+            try:
+                baselines = self.device.baselines(("eager", "compile") +
+                                                  cudnn_baselines(self.plan))
+            except KeyboardInterrupt:  # the search's result is kept, without baselines
+                stopped = "interrupted"
         facts = self.device.facts()
         return TuneResult(self.problem, self.plan, self.space, self.device, s, trials, baselines,
                           self._default, self._best, self.toolchain, time.perf_counter() - t0,
