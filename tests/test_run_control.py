@@ -243,6 +243,7 @@ def test_the_time_limit_cuts_a_first_batch_that_compiles_too_long(tmp_path, monk
     from cuda_agent.emit import report_dict
     from cuda_agent.tuner import tune
 
+    monkeypatch.setenv("CUDA_AGENT_CACHE", str(tmp_path / "cache"))  # every source compiles
     monkeypatch.setattr(Builder, "_worker", staticmethod(_stalls))
     t0 = time.monotonic()
     r = tune(RELU, device="sim", budget=8, batch=8, time_limit_s=4.0, store=":memory:")
@@ -277,6 +278,7 @@ def test_a_compile_past_its_timeout_is_the_candidates_failure(tmp_path, monkeypa
     from cuda_agent.build.builder import Builder
     from cuda_agent.tuner import tune
 
+    monkeypatch.setenv("CUDA_AGENT_CACHE", str(tmp_path / "cache"))  # every source compiles
     monkeypatch.setattr(Builder, "_worker", staticmethod(_stalls_on_big_blocks))
     store = str(tmp_path / "s.db")
     r = tune(RELU, device="sim", budget=4, batch=4, compile_timeout_s=3.0, store=store)
