@@ -39,6 +39,12 @@ SCHEMA_VERSION = 1
 # (another search, or `bench`'s next strategy sharing the store, has another best).
 TRANSIENT_KINDS = ("crash", "timeout", "slow", "compile_timeout", "compile_crash")
 
+# Failures recorded by earlier versions as a candidate's "compile" failure when the machine had
+# failed: a compile pool that could not start (a script without a main guard) left this message
+# on every candidate. Never served again: the candidates are measured anew.
+HOST_FAILURE_MESSAGES = (
+    "the compiler's process died compiling this source (a crash, or killed for memory)",)
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS problems (
@@ -236,10 +242,13 @@ class Store:
     def lookup(self, key: str, device: str, gpu: str, toolchain: str) -> Measurement | None:
         """The newest reusable measurement of `key` on this device kind, GPU and toolchain."""
         marks = ", ".join("?" * len(TRANSIENT_KINDS))
+        hosts = ", ".join("?" * len(HOST_FAILURE_MESSAGES))
         rows = self._rows(
             f"SELECT * FROM measurements WHERE candidate = ? AND device = ? AND gpu = ? "
-            f"AND toolchain = ? AND (ok = 1 OR error_kind IS NULL OR error_kind NOT IN ({marks})) "
-            f"ORDER BY id DESC LIMIT 1", (key, device, gpu, toolchain, *TRANSIENT_KINDS))
+            f"AND toolchain = ? AND (ok = 1 OR ((error_kind IS NULL OR error_kind NOT IN "
+            f"({marks})) AND (error_msg IS NULL OR error_msg NOT IN ({hosts})))) "
+            f"ORDER BY id DESC LIMIT 1",
+            (key, device, gpu, toolchain, *TRANSIENT_KINDS, *HOST_FAILURE_MESSAGES))
         if not rows:
             return None
         r = rows[0]
