@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from ..errors import HostError
 from .compiler import HOST_FAILURE, compile_source, resources_total, summarize_log, toolchain_id
-from .pool import CUT, CompilePool
+from .pool import CUT, CompilePool, PoolClosed
 
 CACHE_ENV = "CUDA_AGENT_CACHE"
 
@@ -92,6 +92,7 @@ class Builder:
         self.workers = workers or max(1, (os.cpu_count() or 2))
         self.timeout_s = timeout_s
         self._pool: CompilePool | None = None
+        self._closed = False
         # several threads may build at once (the bench's concurrent strategies): one pool
         self._lock = threading.Lock()
         self.stats = {"compiled": 0, "cached": 0, "failed": 0, "compile_s": 0.0}
@@ -120,6 +121,8 @@ class Builder:
 
     def _pool_get(self) -> CompilePool:
         with self._lock:
+            if self._closed:  # a build still running in another thread as the run ends
+                raise PoolClosed
             if self._pool is None:
                 self._pool = CompilePool(self.workers, self._worker)
             return self._pool
@@ -177,6 +180,7 @@ class Builder:
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.close()
