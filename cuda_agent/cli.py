@@ -21,8 +21,13 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                            TimeElapsedColumn)
 from rich.table import Table
 
+from . import __version__
 from .errors import CudaAgentError
+from .search import strategy_names
+from .limits import BASELINE_TIMEOUT_S, COMPILE_TIMEOUT_S, TIME_LIMIT_S
+from .outputs import check_out_dir
 from .space.program import STAGE_PATIENCE
+from .store import default_store
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="cuda-agent: fast CUDA kernels for PyTorch reference programs, found by "
@@ -30,11 +35,21 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 console = Console()
 err_console = Console(stderr=True)
 
+INTERRUPTED = 130
+"""exit status after Ctrl-C (128 + SIGINT), as a shell reports it"""
 
-def default_store() -> str:
-    root = os.environ.get("CUDA_AGENT_HOME") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "cuda-agent")
-    return os.path.join(root, "store.sqlite")
+
+def _version(value: bool) -> None:
+    if value:
+        console.print(f"cuda-agent {__version__}", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="print the version and exit")) -> None:
+    """cuda-agent: fast CUDA kernels for PyTorch reference programs, found by measuring
+    candidates on the GPU."""
 
 
 def fail(msg: str, code: int = 2) -> None:
@@ -59,7 +74,8 @@ def _progress() -> Progress:
 
 
 def run_tune(problem_path: Path, settings_kw: dict, out: Optional[Path]):
-    """`tune` on one problem, with a progress bar."""
+    """`tune` on one problem, with a progress bar. Ctrl-C during the search ends it and the
+    best so far is written (`TuneResult.stopped` says so); before the search, it propagates."""
     from .problem import load_problem
     from .tuner import TuneSettings, Tuner
 
@@ -76,6 +92,13 @@ def run_tune(problem_path: Path, settings_kw: dict, out: Optional[Path]):
         return result
     finally:
         tuner.close()
+
+
+def _seconds(value: float, flag: str) -> Optional[float]:
+    """A positive number of seconds; 0 means no limit."""
+    if value < 0:
+        fail(f"{flag} must be 0 (no limit) or a positive number of seconds, not {value:g}")
+    return value or None
 
 
 def _bar_callback(bar: Progress, tuner, budget: int):  # noqa: ANN001, ANN202
@@ -163,8 +186,9 @@ def tune(
                                    "get_init_inputs)"),
     device: Optional[str] = typer.Option(None, help="cuda | sim | replay (default: cuda when a "
                                          "GPU is present, else sim)"),
-    strategy: str = typer.Option("random", help="search strategy: random | exhaustive | marl "
-                                 "(the learning agents; implied by --policy)"),
+    strategy: Optional[str] = typer.Option(
+        None, help="search strategy: " + " | ".join(strategy_names()) + " (default random; "
+        "marl, the learning agents, with --policy)"),
     budget: int = typer.Option(64, help="configurations to measure"),
     out: Optional[Path] = typer.Option(None, help="output directory (default runs/<problem>)"),
     batch: int = typer.Option(16, help="configurations built and measured together"),
@@ -194,15 +218,37 @@ def tune(
                                   "torch.allclose(out, ref, atol=1e-2, rtol=1e-2) against the "
                                   "module in fp32 at PyTorch defaults, as KernelBench checks | "
                                   "atol=A,rtol=R: conformance mode at that tolerance"),
+    time_limit: float = typer.Option(
+        TIME_LIMIT_S, help="seconds the search may run (0: no limit); then compiles in flight "
+        "are stopped and the best kernel found so far is written, with the report"),
+    compile_timeout: float = typer.Option(
+        COMPILE_TIMEOUT_S, help="seconds one candidate may take to compile (0: no limit); "
+        "past it the compile is stopped and the candidate recorded as compile_timeout"),
+    baseline_timeout: float = typer.Option(
+        BASELINE_TIMEOUT_S, help="on a GPU, seconds each baseline (torch eager, "
+        "torch.compile) may take; past it, it is reported as not measured"),
 ) -> None:
-    """Find a fast, verified kernel for PROBLEM and write model_new.py, kernel.cu, report.json."""
+    """Find a fast, verified kernel for PROBLEM and write model_new.py, kernel.cu, report.json.
+
+    Ctrl-C stops the search and writes the best kernel verified so far (exit 130)."""
+    from .search.base import is_agents
+
     if stage_patience < 0:
         fail(f"--stage-patience must be 0 or more, not {stage_patience}")
+    if not baseline_timeout > 0:
+        fail(f"--baseline-timeout must be a positive number of seconds, not {baseline_timeout:g}")
+    limits = dict(time_limit_s=_seconds(time_limit, "--time-limit"),
+                  compile_timeout_s=_seconds(compile_timeout, "--compile-timeout"),
+                  baseline_timeout_s=baseline_timeout)
+    strategy = strategy or ("marl" if policy is not None else "random")
+    if policy is not None and not is_agents(strategy):
+        fail(f"--policy is a checkpoint of the agents; --strategy {strategy} does not take one")
+    out = out or Path("runs") / problem.stem
     try:
-        out = out or Path("runs") / problem.stem
+        # before the search, not after it: a path that cannot be written fails in a second
+        check_out_dir(out)
         options: dict = {}
-        if policy is not None or strategy == "marl":
-            strategy = "marl"
+        if is_agents(strategy):
             options = {"policy": str(policy) if policy else None, "agents": agents,
                        "budget": budget, "patience": patience}
         result = run_tune(problem, dict(device=device, strategy=strategy, budget=budget,
@@ -211,11 +257,15 @@ def tune(
                                         replay_root=str(replay_root) if replay_root else None,
                                         strategy_options=options, precision=precision,
                                         stage_patience=stage_patience or None,
-                                        tolerance=tolerance),
+                                        tolerance=tolerance, **limits),
                           out)
     except CudaAgentError as exc:
-        fail(str(exc))
+        fail(str(exc), exc.exit_code)
         return
+    except KeyboardInterrupt:
+        err_console.print("interrupted before anything could be kept; nothing written",
+                          highlight=False)
+        raise typer.Exit(INTERRUPTED)
     console.print(summary_table([result], "cuda-agent tune"))
     advice = _tf32_note(result)
     if advice:
@@ -225,11 +275,26 @@ def tune(
     footprint = describe_memory((result.facts or {}).get("memory"))
     if footprint:
         console.print(footprint, highlight=False)
+    sim = " [yellow](simulated: not verified, times are model estimates)[/]" \
+        if result.simulated else ""
+    if result.stopped in ("interrupted", "time_limit"):
+        why = "interrupted" if result.interrupted else \
+            f"time limit ({result.settings.time_limit_s:g} s) reached"
+        if result.best is None:
+            console.print(f"{why} after {len(result.trials)} measured candidates, none "
+                          f"passed yet: wrote {out}/report.json only", highlight=False)
+        else:
+            console.print(f"{why} after {len(result.trials)} measured candidates: kept the best "
+                          f"so far ({_fmt_ms(result.best.measurement.time_ms, result.simulated)}"
+                          f"); wrote {out}/model_new.py, kernel.cu, report.json{sim}",
+                          highlight=False)
+        if result.interrupted:
+            raise typer.Exit(INTERRUPTED)
+        if result.best is not None:
+            return
     if result.best is None:
         fail("no candidate passed verification; see report.json for every failure", 1)
-    note = " [yellow](simulated: not verified, times are model estimates)[/]" \
-        if result.simulated else ""
-    console.print(f"wrote {out}/model_new.py, kernel.cu, report.json{note}")
+    console.print(f"wrote {out}/model_new.py, kernel.cu, report.json{sim}")
 
 
 @app.command()
@@ -540,7 +605,7 @@ def main() -> None:
     try:
         app()
     except CudaAgentError as exc:
-        fail(str(exc))
+        fail(str(exc), exc.exit_code)
 
 
 if __name__ == "__main__":

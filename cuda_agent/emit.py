@@ -2,8 +2,8 @@
 
 `model_new.py` holds the problem's own source (so `ModelNew` subclasses the very `Model`, with the
 same constructor and parameters), the launcher runtime, the kernel source and its cubin. It runs
-without cuda-agent installed: torch and cuda-bindings are enough. Files are written to a temporary
-directory and moved into place together, so a failed run leaves nothing half-written.
+without cuda-agent installed: torch and cuda-bindings are enough. Files are written through
+temporary files renamed into place (`outputs.py`), so a failed run leaves nothing half-written.
 
 `ModelNew.forward` does what the tuner measured and verified: the kernels, then any update of
 module state forward() makes (training-mode BatchNorm's running statistics,
@@ -19,15 +19,14 @@ import json
 import math
 import os
 import re
-import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from . import __version__
 from .build.builder import Builder, BuildInput
 from .report.tf32 import tf32_advice
+from .outputs import write_files
 from .run import launcher
 from .space.program import state_updates
 from .space.slots import PRECISION_NOTES
@@ -354,6 +353,11 @@ def report_dict(result: Any) -> dict[str, Any]:
         "evals_to_95": result.evals_to_fraction(0.95),
         "failures": _failure_counts(result.trials),
         "wall_s": result.wall_s, "build_stats": result.build_stats, "timing": result.timing,
+        # why the search ended ("budget", "space", "plateau", "time_limit", "interrupted"),
+        # and the bounds it ran under
+        "stopped": result.stopped, "interrupted": result.stopped == "interrupted",
+        "time_limit_s": result.settings.time_limit_s,
+        "compile_timeout_s": result.settings.compile_timeout_s,
         "candidates": [trial_json(t) for t in result.trials],
     }
 
@@ -366,30 +370,22 @@ def _failure_counts(trials: list[Any]) -> dict[str, int]:
     return out
 
 
+KERNEL_FILES = ("model_new.py", "kernel.cu")
+
+
 def emit(result: Any, out_dir: Path) -> dict[str, Path]:
-    """Write the outputs of a tuning run; all or nothing."""
-    out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".cuda-agent-", dir=out_dir.parent))
-    try:
-        files = {"report": tmp / "report.json"}
-        report = _clean(report_dict(result))
-        files["report"].write_text(json.dumps(report, indent=2, default=str) + "\n")
-        if result.best is not None:
-            rendered = result.space.render(result.best.config)
-            (tmp / "kernel.cu").write_text(rendered.source)
-            (tmp / "model_new.py").write_text(model_new_source(result))
-            files["kernel"] = tmp / "kernel.cu"
-            files["model_new"] = tmp / "model_new.py"
-        out_dir.mkdir(parents=True, exist_ok=True)
-        placed = {}
-        for name, path in files.items():
-            dest = out_dir / path.name
-            os.replace(path, dest)
-            placed[name] = dest
-        return placed
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    """Write the outputs of a tuning run; all or nothing (`outputs.write_files`). Without a
+    best kernel (nothing passed, or an interrupt before any did) only the report is written,
+    and an earlier run's kernel files there are removed: they would not match the report."""
+    files: dict[str, str] = {}
+    if result.best is not None:
+        files["kernel.cu"] = result.space.render(result.best.config).source
+        files["model_new.py"] = model_new_source(result)
+    # the report last: once it is in place, the kernel beside it is the one it describes
+    files["report.json"] = json.dumps(_clean(report_dict(result)), indent=2, default=str) + "\n"
+    placed = write_files(out_dir, files, remove=() if result.best is not None else KERNEL_FILES)
+    names = {"kernel.cu": "kernel", "model_new.py": "model_new", "report.json": "report"}
+    return {names[name]: path for name, path in placed.items()}
 
 
 def _clean(obj: Any) -> Any:

@@ -28,6 +28,17 @@ class SettingsError(CudaAgentError):
     """A command-line flag or setting is out of range."""
 
 
+class OutputError(CudaAgentError):
+    """The output directory cannot be written (checked before the search)."""
+
+
+class HostError(CudaAgentError):
+    """This machine failed the run, not a candidate: a compile or GPU worker process that could
+    not start, a compiler that could not run. Never recorded as a candidate's failure."""
+
+    exit_code = 3
+
+
 def first_line(exc: BaseException) -> str:
     """`Type: first line of the message`: user exceptions can span many lines, errors may not."""
     text = str(exc).strip()

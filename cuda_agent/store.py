@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sqlite3
 import threading
 from collections import defaultdict
@@ -32,10 +33,17 @@ from cuda_agent.space.slots import ABSENT
 SCHEMA_VERSION = 1
 
 # Failures that say something about the moment, not about the candidate alone, so they are never
-# served from the store: a crash or a timeout (measuring again may well succeed), and a "slow"
-# abandonment, which was decided against the best time of the search that measured it (another
-# search, or `bench`'s next strategy sharing the store, has another best).
-TRANSIENT_KINDS = ("crash", "timeout", "slow")
+# served from the store: a crash or a timeout (measuring again may well succeed), a compile that
+# ran past its timeout or whose process died (the machine's load and the limit decide those), and
+# a "slow" abandonment, which was decided against the best time of the search that measured it
+# (another search, or `bench`'s next strategy sharing the store, has another best).
+TRANSIENT_KINDS = ("crash", "timeout", "slow", "compile_timeout", "compile_crash")
+
+# Failures recorded by earlier versions as a candidate's "compile" failure when the machine had
+# failed: a compile pool that could not start (a script without a main guard) left this message
+# on every candidate. Never served again: the candidates are measured anew.
+HOST_FAILURE_MESSAGES = (
+    "the compiler's process died compiling this source (a crash, or killed for memory)",)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
@@ -81,6 +89,15 @@ CREATE INDEX IF NOT EXISTS measurements_lookup
     ON measurements (candidate, device, gpu, toolchain);
 CREATE INDEX IF NOT EXISTS candidates_problem ON candidates (problem_id);
 """
+
+def default_store() -> str:
+    """The store `cuda-agent` and `cuda_agent.tune()` share unless told otherwise:
+    $CUDA_AGENT_HOME/store.sqlite, else ~/.cache/cuda-agent/store.sqlite (XDG_CACHE_HOME
+    respected)."""
+    root = os.environ.get("CUDA_AGENT_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "cuda-agent")
+    return os.path.join(root, "store.sqlite")
+
 
 _NONFINITE = {"Infinity": math.inf, "-Infinity": -math.inf, "NaN": math.nan}
 
@@ -225,10 +242,13 @@ class Store:
     def lookup(self, key: str, device: str, gpu: str, toolchain: str) -> Measurement | None:
         """The newest reusable measurement of `key` on this device kind, GPU and toolchain."""
         marks = ", ".join("?" * len(TRANSIENT_KINDS))
+        hosts = ", ".join("?" * len(HOST_FAILURE_MESSAGES))
         rows = self._rows(
             f"SELECT * FROM measurements WHERE candidate = ? AND device = ? AND gpu = ? "
-            f"AND toolchain = ? AND (ok = 1 OR error_kind IS NULL OR error_kind NOT IN ({marks})) "
-            f"ORDER BY id DESC LIMIT 1", (key, device, gpu, toolchain, *TRANSIENT_KINDS))
+            f"AND toolchain = ? AND (ok = 1 OR ((error_kind IS NULL OR error_kind NOT IN "
+            f"({marks})) AND (error_msg IS NULL OR error_msg NOT IN ({hosts})))) "
+            f"ORDER BY id DESC LIMIT 1",
+            (key, device, gpu, toolchain, *TRANSIENT_KINDS, *HOST_FAILURE_MESSAGES))
         if not rows:
             return None
         r = rows[0]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -16,10 +17,12 @@ from typing import Any, Callable
 
 from . import metrics
 from .build.builder import Builder, BuildInput
+from .build.pool import CUT
 from .errors import DeviceError, SettingsError, UnsupportedError
 from .ir.partition import ProgramPlan
 from .ir.plan import KernelPlan, make_plan
 from .problem import Problem, load_problem
+from .limits import BASELINE_TIMEOUT_S, COMPILE_TIMEOUT_S, TIME_LIMIT_S
 from .run.baselines import with_matched
 from .run.devices import (Baselines, Candidate, CudaDevice, Device, cuda_available,
                           cudnn_baselines)
@@ -32,9 +35,17 @@ from .space.program import (STAGE_PATIENCE, StagePlateau, StageSpace, stage_shar
                              stage_spaces)
 from .space.slots import PRECISIONS, Config
 from .space.space import Space
-from .store import Store
+from .store import Store, default_store
 
 DEVICES = ("cuda", "sim", "replay")
+
+STOPPED = ("budget", "space", "plateau", "time_limit", "interrupted")
+"""why a search ended: its budget was spent; the space (or the strategy's proposals) ran out;
+the strategy said it had plateaued; the time limit came; the user pressed Ctrl-C"""
+
+
+class SimulatedDeviceWarning(UserWarning):
+    """`tune()` found no GPU and runs on the simulated device: times are model estimates."""
 
 
 @dataclass
@@ -63,9 +74,17 @@ class TuneSettings:
     replay_root: str | None = None
     profile_every: int = 0
     """on cuda, profile every n-th verified candidate with Nsight Compute (0: never)"""
-    time_limit_s: float | None = None
-    """stop measuring new candidates after this many seconds (the budget still caps; the first
-    batch is always measured)"""
+    time_limit_s: float | None = TIME_LIMIT_S
+    """seconds the search may run (None: no limit): then compiles in flight are stopped, nothing
+    more is measured, and the run returns the best found so far (`TuneResult.stopped` is
+    "time_limit"); the budget still caps. The baselines after the search are bounded apart
+    (`baseline_timeout_s`)"""
+    compile_timeout_s: float | None = COMPILE_TIMEOUT_S
+    """seconds one candidate's compile may take before it is stopped and the candidate recorded
+    as a `compile_timeout` (None: no limit)"""
+    baseline_timeout_s: float = BASELINE_TIMEOUT_S
+    """on cuda, seconds each baseline (torch eager, torch.compile) may take; one that runs over
+    is stopped and reported as not measured, with the reason"""
     strategy_options: dict[str, Any] = field(default_factory=dict)
     stage_patience: int | None = STAGE_PATIENCE
     """a multi-kernel program: measurements a stage may go without progress before it hands
@@ -118,6 +137,12 @@ class TuneResult:
     """where the search's wall time went besides measuring: `strategy_s` inside the strategy's
     ask and tell (proposing, and for the agents learning online), `build_wait_s` waiting for
     candidates to compile"""
+    stopped: str = "budget"
+    """why the search ended (one of `STOPPED`)"""
+
+    @property
+    def interrupted(self) -> bool:
+        return self.stopped == "interrupted"
 
     @property
     def simulated(self) -> bool:
@@ -176,7 +201,8 @@ def open_device(name: str | None, settings: TuneSettings, notify: Callable[[str]
         if not cuda_available():
             raise DeviceError("--device cuda: no CUDA GPU is available on this machine")
         return CudaDevice(profile_every=settings.profile_every,
-                          verify_settings=verify_settings(settings))
+                          verify_settings=verify_settings(settings),
+                          baseline_timeout_s=settings.baseline_timeout_s)
     if name == "sim":
         return SimDevice()
     return ReplayDevice(Path(settings.replay_root) if settings.replay_root else None)
@@ -193,6 +219,11 @@ class Tuner:
             raise SettingsError("--budget must be at least 1")
         if settings.batch < 1:
             raise SettingsError("--batch must be at least 1")
+        for name, value in (("--time-limit", settings.time_limit_s),
+                            ("--compile-timeout", settings.compile_timeout_s),
+                            ("--baseline-timeout", settings.baseline_timeout_s)):
+            if value is not None and not value > 0:
+                raise SettingsError(f"{name} must be a positive number of seconds, not {value}")
         self.problem = problem
         self.settings = settings
         self.notify = notify
@@ -231,10 +262,17 @@ class Tuner:
             # like Kernel Tuner's simulation mode: search only what the sweep recorded
             self.space = self.space.restricted(self.device.recorded_configs(self.space))
         self.builder = builder or (None if isinstance(self.device, ReplayDevice) else
-                                   Builder(settings.compiler, settings.workers))
+                                   Builder(settings.compiler, settings.workers,
+                                           timeout_s=settings.compile_timeout_s))
         self._own_builder = builder is None
         self.timing = {"strategy_s": 0.0, "build_wait_s": 0.0}  # see TuneResult.timing
         self.trials: list[Trial] = []  # the current run's, as measured (`run`)
+        # the best so far, the space it was measured in, and the default's trial: kept on the
+        # tuner as the search goes, so that an interrupted search still has them (`run`)
+        self._best: Trial | None = None
+        self._best_space: Space | None = None
+        self._default: Trial | None = None
+        self._deadline: float | None = None  # a time.monotonic() instant (`time_limit_s`)
         self.toolchain = (self.device.toolchain() if isinstance(self.device, ReplayDevice)
                           else self.builder.toolchain)
         self.store = store or Store(settings.store or ":memory:")
@@ -245,13 +283,16 @@ class Tuner:
                                       **settings.strategy_options)
 
     # -- one batch --------------------------------------------------------------------------------
-    def _build(self, configs: list[Config]) -> list[Candidate]:
+    def _build(self, configs: list[Config], deadline: float | None = None) -> list[Candidate]:
+        """Render and compile; a candidate the deadline cut comes back with build error CUT
+        (the search stops there: it is not measured and not recorded)."""
         rendered = [self.space.render(c) for c in configs]
         keys = [self.space.key(c, self.toolchain) for c in configs]
         if self.builder is None:
             return [Candidate(k, c, r, None) for k, c, r in zip(keys, configs, rendered)]
         target = self.device.target()
-        builds = self.builder.build([BuildInput(r.source, target.arch) for r in rendered])
+        builds = self.builder.build([BuildInput(r.source, target.arch) for r in rendered],
+                                    deadline=deadline)
         return [Candidate(k, c, r, b.cubin_path, b.resources,
                           None if b.ok else (b.error_kind, b.error_msg))
                 for k, c, r, b in zip(keys, configs, rendered, builds)]
@@ -315,40 +356,55 @@ class Tuner:
 
     # -- the loop ---------------------------------------------------------------------------------
     def run(self, progress: Callable[[Trial, "Trial | None"], None] | None = None) -> TuneResult:
+        """Search, then time the baselines. Ctrl-C (KeyboardInterrupt) during the search ends
+        it: the result holds what was measured, with `stopped` "interrupted" (no baselines)."""
         t0 = time.perf_counter()
         s = self.settings
         # kept on the tuner: a caller whose run raised can still read what was measured
         trials = self.trials = []
-        if not self.stages:
-            best, default_trial = self._search(s.budget, s.include_default, trials, None, t0,
-                                               progress)
-        else:
-            best, default_trial = self._search_stages(trials, t0, progress)
+        self._best = self._default = None
+        self._best_space = None
+        self._deadline = (time.monotonic() + s.time_limit_s if s.time_limit_s is not None
+                          else None)
+        try:
+            if not self.stages:
+                stopped = self._search(s.budget, s.include_default, trials, None, progress)
+            else:
+                stopped = self._search_stages(trials, progress)
+        except KeyboardInterrupt:
+            stopped = "interrupted"
+        # the space the best was measured in renders it exactly (emit, reports)
+        self.space = self._best_space or self.space
         baselines = Baselines()
-        if s.baselines:
-            # each at PyTorch's defaults (the headline) and under the kernels' contract
-            baselines = self.device.baselines(with_matched(("eager", "compile")
-                                                           + cudnn_baselines(self.plan)))
+        if s.baselines and stopped != "interrupted":
+            try:
+                # each at PyTorch's defaults (the headline) and under the kernels' contract
+                baselines = self.device.baselines(with_matched(("eager", "compile")
+                                                               + cudnn_baselines(self.plan)))
+            except KeyboardInterrupt:  # the search's result is kept, without baselines
+                stopped = "interrupted"
         facts = self.device.facts()
         return TuneResult(self.problem, self.plan, self.space, self.device, s, trials, baselines,
-                          default_trial, best, self.toolchain, time.perf_counter() - t0, facts,
-                          dict(self.builder.stats) if self.builder else {}, dict(self.timing))
+                          self._default, self._best, self.toolchain, time.perf_counter() - t0,
+                          facts, dict(self.builder.stats) if self.builder else {},
+                          dict(self.timing), stopped)
 
-    def _search_stages(self, trials: list[Trial], t0: float,
-                       progress: Callable[[Trial, "Trial | None"], None] | None
-                       ) -> tuple[Trial | None, Trial | None]:
+    def _time_up(self) -> bool:
+        return self._deadline is not None and time.monotonic() >= self._deadline
+
+    def _search_stages(self, trials: list[Trial],
+                       progress: Callable[[Trial, "Trial | None"], None] | None) -> str:
         """Coordinate search over a program's stages: each stage's space in turn, the others
         fixed at their best so far. Each stage gets an even share of what is left; one that has
         settled (`StagePlateau`) or run out of configurations hands the rest on, the last stage
         takes all that remains. The first candidate is every stage's default (the untuned
-        baseline); each later stage starts from the best."""
+        baseline); each later stage starts from the best. Returns why the search ended."""
         s = self.settings
         n = len(self.stages)
         fixed = [sp.default() for sp in self.stages]
         best: Trial | None = None
-        best_space: StageSpace | None = None
-        default_trial: Trial | None = None
         start = len(trials)
+        stopped = "budget"
         for i in range(n):
             budget = stage_share(s.budget - (len(trials) - start), n - i)
             if budget < 1:
@@ -359,28 +415,31 @@ class Tuner:
             first = len(trials)
             plateau = None if i == n - 1 or s.stage_patience is None else StagePlateau(
                 best.measurement.time_ms if best else None, s.stage_patience)
-            stage_best, stage_default = self._search(budget, s.include_default, trials, best,
-                                                     t0, progress, plateau)
-            for t in trials[first:]:
-                t.stage = i
-            default_trial = default_trial or stage_default
-            if stage_best is not None and stage_best is not best:
-                best, best_space = stage_best, self.space
-                fixed = self.space.with_choice(stage_best.config)
-        # the space the best was measured in renders it exactly (emit, reports)
-        self.space = best_space or self.space
-        return best, default_trial
+            try:
+                stopped = self._search(budget, s.include_default, trials, best, progress,
+                                       plateau)
+            finally:
+                for t in trials[first:]:
+                    t.stage = i
+            if self._best is not None and self._best is not best:
+                best = self._best
+                fixed = self.space.with_choice(best.config)
+            if stopped == "time_limit":
+                break  # no stage after this one gets any time
+        return stopped
 
     def _search(self, budget: int, include_default: bool, trials: list[Trial],
-                best: Trial | None, t0: float,
+                best: Trial | None,
                 progress: Callable[[Trial, "Trial | None"], None] | None,
-                plateau: StagePlateau | None = None) -> tuple[Trial | None, Trial | None]:
-        """The ask/tell loop over `self.space` with `self.strategy`: appends to `trials`;
-        returns the best trial (starting from `best`) and the default's trial. With
-        `plateau` (a program's stage), it stops once that says the stage has settled."""
+                plateau: StagePlateau | None = None) -> str:
+        """The ask/tell loop over `self.space` with `self.strategy`: appends to `trials`, keeps
+        the best (starting from `best`) and the default's trial on the tuner (`_best`,
+        `_best_space`, `_default`: an interrupted search still has them), and returns why it
+        ended (`STOPPED`). With `plateau` (a program's stage), it stops once that says the
+        stage has settled. The time limit is checked before every measurement, and compiles
+        still running when it comes are stopped."""
         s = self.settings
         first = len(trials)
-        default_trial: Trial | None = None
         seen: set[Config] = set()
         # the untuned baseline first, then every other template's default: a template that
         # is a small share of the space (the tensor-core GEMM's hundreds among tens of
@@ -410,50 +469,72 @@ class Tuner:
                 out.extend(more)
             return out[:n]
 
+        def build_ahead(configs: list[Config]) -> Future | None:
+            return pool.submit(self._build, configs, self._deadline) if configs else None
+
         remaining = budget
-        batch = ask(min(s.batch, remaining))
-        while batch and remaining > 0:
-            t = time.perf_counter()
-            cands = next_build.result() if next_build is not None else self._build(batch)
-            self.timing["build_wait_s"] += time.perf_counter() - t
-            seen.update(batch)
-            remaining -= len(batch)
-            following = [] if adaptive or remaining <= 0 else ask(min(s.batch, remaining))
-            next_build = pool.submit(self._build, following) if following else None
-            results, settled = [], False
-            # past the time limit, stop; but never before a first batch is measured (its build
-            # alone can outlast a short limit: a sweep of slow-compiling kernels measured none)
-            if s.time_limit_s is not None and time.perf_counter() - t0 > s.time_limit_s \
-                    and len(trials) > first:
-                break
-            for cand in cands:
-                trial = self._measure_one(cand, best.measurement.time_ms if best else None,
-                                          len(trials) + 1)
-                trials.append(trial)
-                m = trial.measurement
-                if default_trial is None and include_default and len(trials) == first + 1:
-                    default_trial = trial
-                if m.ok and m.time_ms is not None and (
-                        best is None or m.time_ms < best.measurement.time_ms):
-                    best = trial
-                results.append((cand.config, m))
-                if progress:
-                    progress(trial, best)
-                settled = plateau is not None and plateau.update(
-                    m.time_ms if m.ok else None)
-                if settled:
-                    break  # the rest of this stage's share goes to the next stage
-            t = time.perf_counter()
-            self.strategy.tell(results)
-            self.timing["strategy_s"] += time.perf_counter() - t
-            if self.strategy.done or settled:
-                break  # the strategy says the search has plateaued, or the stage has
-            if adaptive and remaining > 0:
-                following = ask(min(s.batch, remaining))
-                next_build = pool.submit(self._build, following) if following else None
-            batch = following
-        pool.shutdown()
-        return best, default_trial
+        stopped = "space"
+        try:
+            if self._time_up():
+                stopped, batch = "time_limit", []
+            else:
+                batch = ask(min(s.batch, remaining))
+            while batch and remaining > 0:
+                t = time.perf_counter()
+                cands = (next_build.result() if next_build is not None
+                         else self._build(batch, self._deadline))
+                self.timing["build_wait_s"] += time.perf_counter() - t
+                seen.update(batch)
+                remaining -= len(batch)
+                following = [] if adaptive or remaining <= 0 else ask(min(s.batch, remaining))
+                next_build = build_ahead(following)
+                results, settled = [], False
+                for cand in cands:
+                    if self._time_up() or (cand.build_error and cand.build_error[0] == CUT):
+                        stopped = "time_limit"
+                        break
+                    trial = self._measure_one(
+                        cand, best.measurement.time_ms if best else None, len(trials) + 1)
+                    trials.append(trial)
+                    m = trial.measurement
+                    if self._default is None and include_default and len(trials) == first + 1:
+                        self._default = trial
+                    if m.ok and m.time_ms is not None and (
+                            best is None or m.time_ms < best.measurement.time_ms):
+                        best = self._best = trial
+                        self._best_space = self.space
+                    results.append((cand.config, m))
+                    if progress:
+                        progress(trial, best)
+                    settled = plateau is not None and plateau.update(
+                        m.time_ms if m.ok else None)
+                    if settled:
+                        break  # the rest of this stage's share goes to the next stage
+                t = time.perf_counter()
+                if results:
+                    self.strategy.tell(results)
+                self.timing["strategy_s"] += time.perf_counter() - t
+                if stopped == "time_limit":
+                    break
+                if self.strategy.done or settled:
+                    stopped = "plateau"  # the strategy says the search has, or the stage has
+                    break
+                if remaining <= 0:
+                    stopped = "budget"
+                    break
+                if self._time_up():
+                    stopped = "time_limit"
+                    break
+                if adaptive:
+                    following = ask(min(s.batch, remaining))
+                    next_build = build_ahead(following)
+                batch = following
+        finally:
+            # a build ahead that is not wanted any more (the limit, Ctrl-C) is not waited for
+            if next_build is not None:
+                next_build.cancel()
+            pool.shutdown(wait=False, cancel_futures=True)
+        return stopped
 
     def close(self) -> None:
         if self._own_builder and self.builder is not None:
@@ -464,22 +545,51 @@ class Tuner:
             self.store.close()
 
 
+def _warn(message: str) -> None:
+    """`tune()`'s default notice: a warning, so that a script's user sees it (the CLI prints
+    its notices itself)."""
+    warnings.warn(message, SimulatedDeviceWarning if "simulated" in message else UserWarning,
+                  stacklevel=2)
+
+
 def tune(problem: str | Path | Problem, out: str | Path | None = None,
          progress: Callable[[Trial, Trial | None], None] | None = None,
-         notify: Callable[[str], None] = lambda s: None, **options: Any) -> TuneResult:
+         notify: Callable[[str], None] | None = None, **options: Any) -> TuneResult:
     """Python API: tune one problem file; with `out`, write model_new.py, kernel.cu, report.json.
 
     Options are `TuneSettings` fields, e.g. ``tune("softmax.py", device="sim", budget=32)``.
+    As the CLI's `tune`:
+
+    * the store is the CLI's (`store.default_store()`: $CUDA_AGENT_HOME/store.sqlite, else
+      ~/.cache/cuda-agent/store.sqlite), so measurements are shared with `cuda-agent`;
+      ``store=":memory:"`` keeps nothing;
+    * `out` is checked before the search (`OutputError` if it cannot be written);
+    * the search stops after `time_limit_s` (default 1800; None: no limit) with the best
+      found so far (`result.stopped == "time_limit"`);
+    * without a GPU it runs on the simulated device and says so: a `SimulatedDeviceWarning`
+      (pass `notify` to receive such notices yourself);
+    * Ctrl-C ends the search, writes the best so far to `out` (the report marked
+      interrupted), then raises KeyboardInterrupt as usual.
+
+    No `if __name__ == "__main__":` guard is needed in the calling script: the worker processes
+    do not re-import it (`procs.py`).
     """
+    options.setdefault("store", default_store())
     settings = TuneSettings(**options)
+    if out is not None:
+        from .outputs import check_out_dir
+
+        check_out_dir(out)
     prob = problem if isinstance(problem, Problem) else load_problem(problem)
-    tuner = Tuner(prob, settings, notify=notify)
+    tuner = Tuner(prob, settings, notify=notify or _warn)
     try:
         result = tuner.run(progress)
         if out is not None:
             from .emit import emit
 
             emit(result, Path(out))
-        return result
     finally:
         tuner.close()
+    if result.interrupted:
+        raise KeyboardInterrupt
+    return result

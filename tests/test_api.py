@@ -13,11 +13,3 @@ def test_tune_from_python_writes_the_outputs(tmp_path):
     assert r.simulated and r.best is not None and len(r.trials) == 4
     assert {p.name for p in (tmp_path / "o").iterdir()} == {"model_new.py", "kernel.cu",
                                                              "report.json"}
-
-
-def test_a_time_limit_shorter_than_the_first_build_still_measures_one_batch():
-    """A sweep's per-problem time limit can pass while its first batch compiles (slow
-    kernels); the tuner still measures that batch instead of recording nothing."""
-    r = cuda_agent.tune(GOOD / "relu_small.py", device="sim", budget=12, batch=4,
-                        time_limit_s=0.0)
-    assert len(r.trials) == 4 and r.best is not None

@@ -233,18 +233,85 @@ def _dies_on_marker(job):
 
 
 def test_a_compile_process_that_dies_fails_only_its_source(tmp_path):
-    """A dying compile process breaks the whole pool; the batch is not lost with it: the other
-    sources still compile, the one that killed its process fails as a compile error, and the
-    crash is not cached (the next attempt may live), and the builder keeps working."""
+    """A dying compile process costs only its own source: the other sources still compile,
+    the one that killed its process (in two processes) fails as a compile_crash, which is not
+    cached (the next attempt may live), and the builder keeps working."""
     dying = GOOD.replace("k_add", "k_dies") + "// DIE_HERE\n"
     with Builder("nvrtc", workers=2, cache_dir=tmp_path) as b:
         b._worker = _dies_on_marker
         res = b.build([BuildInput(GOOD, "sm_90"), BuildInput(dying, "sm_90"),
                        BuildInput(GOOD2, "sm_90")])
         assert [r.ok for r in res] == [True, False, True]
-        assert res[1].error_kind == "compile" and "process died" in res[1].error_msg
+        assert res[1].error_kind == "compile_crash" and "process died" in res[1].error_msg
         assert b.stats["failed"] == 1
         [again] = b.build([BuildInput(GOOD.replace("1.f", "3.f"), "sm_90")])
-        assert again.ok, "the builder keeps compiling after a broken pool"
+        assert again.ok, "the builder keeps compiling after a process died"
         assert [r.cached for r in b.build([BuildInput(GOOD, "sm_90")])] == [True]
     assert not (tmp_path / res[1].key[:2] / (res[1].key + ".json")).exists()
+
+
+def _sleeps_on_marker(job):
+    """A compile worker that takes forever on a source holding SLOW_HERE (a huge unrolled
+    kernel), compiling every other source as the real worker does."""
+    import time
+
+    from cuda_agent.build.builder import _build_one
+
+    if "SLOW_HERE" in job[0]:
+        time.sleep(600)
+    return _build_one(job)
+
+
+def test_a_compile_past_its_timeout_is_stopped_and_recorded(tmp_path):
+    """The tuner's compile timeout: a source that compiles too long is stopped and comes back
+    a compile_timeout (not cached), without holding up the rest of its batch."""
+    import time
+
+    slow = GOOD.replace("k_add", "k_slow") + "// SLOW_HERE\n"
+    with Builder("nvrtc", workers=2, cache_dir=tmp_path, timeout_s=3.0) as b:
+        b._worker = _sleeps_on_marker
+        t0 = time.monotonic()
+        res = b.build([BuildInput(slow, "sm_90"), BuildInput(GOOD, "sm_90"),
+                       BuildInput(GOOD2, "sm_90")])
+        took = time.monotonic() - t0
+    assert [r.error_kind for r in res] == ["compile_timeout", None, None]
+    assert "3 s" in res[0].error_msg
+    assert took < 60, f"the build waited {took:.0f} s for a compile it should have stopped"
+    assert not (tmp_path / res[0].key[:2] / (res[0].key + ".json")).exists()
+
+
+def test_a_deadline_cuts_the_compiles_it_finds_running(tmp_path):
+    """The run's time limit: what is still compiling when it comes back CUT, and that is not
+    counted as a compile (it says nothing about the candidate)."""
+    import time
+
+    from cuda_agent.build.pool import CUT
+
+    slow = GOOD.replace("k_add", "k_slow") + "// SLOW_HERE\n"
+    with Builder("nvrtc", workers=1, cache_dir=tmp_path, timeout_s=300.0) as b:
+        b._worker = _sleeps_on_marker
+        t0 = time.monotonic()
+        res = b.build([BuildInput(slow, "sm_90"), BuildInput(GOOD, "sm_90")],
+                      deadline=time.monotonic() + 3.0)
+        took = time.monotonic() - t0
+        assert [r.error_kind for r in res] == [CUT, CUT]
+        assert b.stats["compiled"] == 0 and b.stats["failed"] == 0
+        assert took < 60
+        [later] = b.build([BuildInput(GOOD, "sm_90")])
+        assert later.ok, "the builder keeps compiling after a cut"
+
+
+def test_a_compiler_that_cannot_run_is_a_host_error_not_a_result(tmp_path, monkeypatch):
+    """NVRTC failing to load is the machine's failure: raised, never a candidate's result,
+    and nothing is cached that a later run would reuse."""
+    import cuda_agent.build.compiler as compiler
+    from cuda_agent.errors import HostError
+
+    def broken(*a, **k):
+        raise OSError("libnvrtc.so: cannot open shared object file")
+
+    monkeypatch.setattr(compiler, "compile_nvrtc", broken)
+    with Builder("nvrtc", workers=1, cache_dir=tmp_path) as b:
+        with pytest.raises(HostError, match="libnvrtc"):
+            b.build([BuildInput(GOOD, "sm_90")])
+    assert not list(tmp_path.rglob("*.json"))

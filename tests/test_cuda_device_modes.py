@@ -145,3 +145,28 @@ def test_the_emitted_module_follows_the_devices_mode():
     old = SimpleNamespace(kind="replay", facts=lambda: {})  # recorded before the mode
     assert _cudnn_benchmark(old) is False
     assert _cudnn_benchmark(SimpleNamespace(kind="sim")) is False
+
+
+def test_a_baseline_is_bounded_by_its_own_timeout(fake, monkeypatch):
+    """torch.compile that takes too long is not waited for as a set-up is (10 minutes): it gets
+    the baseline timeout, and past it is reported as not measured, with the reason; the next
+    baseline still runs."""
+    waited: list[tuple[str, float]] = []
+    answer = fake.call
+
+    def call(dev, msg, timeout):
+        if msg["op"] == "baseline":
+            waited.append((msg["which"], timeout))
+            if msg["which"] == "compile":
+                return {"ok": False, "error_kind": "timeout", "dead": True,
+                        "error_msg": f"no answer within {timeout:.0f} s; worker killed"}
+        return answer(dev, msg, timeout)
+
+    monkeypatch.setattr(CudaDevice, "_call", call)
+    dev = CudaDevice(baseline_timeout_s=42.0)
+    _setup(dev, "elementwise_scalar_relu")
+    b = dev.baselines(("compile", "eager"))
+    assert waited == [("compile", 42.0), ("eager", 42.0)]
+    assert b.compile_ms is None and b.eager_ms == 1.0
+    assert b.notes["compile"] == ("not measured: no answer within 42 s (timeout); its worker "
+                                  "was stopped")

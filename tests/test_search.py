@@ -109,7 +109,7 @@ class FakeBuilder:
         self.stats = {"compiled": 0}
         self.sources = []
 
-    def build(self, inputs):
+    def build(self, inputs, deadline=None):
         from cuda_agent.build.builder import BuildResult
         out = []
         for i in inputs:

@@ -81,7 +81,8 @@ def test_lookup_returns_newest(store, pid):
     assert store.lookup("k1", "cuda", GPU, TC).time_ms == 2.0
 
 
-@pytest.mark.parametrize("kind", ["crash", "timeout", "slow"])
+@pytest.mark.parametrize("kind", ["crash", "timeout", "slow", "compile_timeout",
+                                  "compile_crash"])
 def test_transient_failures_not_reused(store, pid, kind):
     store.record(pid, "k1", "row", {}, Measurement.failure("k1", "cuda", kind, "died"), GPU, TC)
     assert store.lookup("k1", "cuda", GPU, TC) is None
@@ -97,6 +98,15 @@ def test_compile_failure_reused(store, pid):
     got = store.lookup("k1", "cuda", GPU, TC)
     assert got is not None and got.reused and not got.ok
     assert (got.error_kind, got.error_msg) == ("compile", "error: x")
+
+
+def test_an_earlier_versions_host_failure_is_not_reused(store, pid):
+    """Stores written while a compile pool could not start hold that as every candidate's
+    "compile" failure; such rows are measured anew, not served (issue 35)."""
+    crashed = "the compiler's process died compiling this source (a crash, or killed for memory)"
+    store.record(pid, "k1", "row", {}, Measurement.failure("k1", "cuda", "compile", crashed),
+                 GPU, TC)
+    assert store.lookup("k1", "cuda", GPU, TC) is None
 
 
 def test_reused_not_reinserted(store, pid):

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 FAILURE_PENALTY = {
-    "compile": -1.0, "resources": -0.5, "launch": -0.75, "illegal_address": -1.5,
+    "compile": -1.0, "compile_timeout": -1.0, "compile_crash": -1.0, "resources": -0.5,
+    "launch": -0.75, "illegal_address": -1.5,
     "misaligned": -1.5, "timeout": -1.5, "crash": -1.5, "slow": -1.0, "unwritten": -1.0,
     "wrong": -1.0, "nan": -1.0, "mutated_input": -1.5, "degenerate": -0.5,
     "timing_floor": -1.0, "not_recorded": -0.25, "recorded_failure": -1.0, "cuda": -1.0,

@@ -1,5 +1,5 @@
 """Builder: rendered candidates in, cubins out, through a content-addressed cache and a pool of
-compile processes. Batched like MetaSchedule's `Builder.build(list[BuilderInput])`."""
+compile processes (`pool.py`). Batched like MetaSchedule's `Builder.build(list[BuilderInput])`."""
 
 from __future__ import annotations
 
@@ -8,14 +8,13 @@ import json
 import os
 import tempfile
 import threading
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, Callable
 
-from .compiler import compile_source, resources_total, summarize_log, toolchain_id
+from ..errors import HostError
+from .compiler import HOST_FAILURE, compile_source, resources_total, summarize_log, toolchain_id
+from .pool import CUT, CompilePool, PoolClosed
 
 CACHE_ENV = "CUDA_AGENT_CACHE"
 
@@ -67,31 +66,33 @@ def _build_one(args: tuple[str, str, tuple[str, ...], str, str, str]) -> dict[st
     base = Path(cache_dir) / key[:2] / key
     if out.cubin is not None:
         _atomic_write(base.with_suffix(".cubin"), out.cubin)
-    # failures are cached too: a source that does not compile never will with this toolchain
-    _atomic_write(base.with_suffix(".json"), json.dumps(meta).encode())
+    # a source the compiler rejected never compiles with this toolchain: cached too; a timeout
+    # or a compiler that could not run says something about the moment, not the source
+    if out.error_kind in (None, "compile"):
+        _atomic_write(base.with_suffix(".json"), json.dumps(meta).encode())
     return meta
-
-
-CRASHED = "the compiler's process died compiling this source (a crash, or killed for memory)"
 
 
 class Builder:
     """Compiles batches of candidates; compile errors come back as results, never raised.
 
-    A compile process that dies (the compiler crashing on a source, or the kernel's OOM killer)
-    breaks a process pool for every job in it: the batch's jobs not finished then are compiled
-    again one at a time, each in a process of its own, so that only the source that kills its
-    process fails (error kind "compile"; not cached, since the next attempt may live)."""
+    With `timeout_s` (the tuner's), every compile runs in a process of the pool (`pool.py`):
+    one that outlives the timeout is stopped (`compile_timeout`), one whose process dies twice
+    is a `compile_crash` (neither is cached: the next attempt may finish), and what `deadline`
+    cuts comes back `CUT`. A compile process that cannot start, or a compiler that cannot run,
+    raises `HostError`: the machine failed, not the candidate."""
 
     _worker = staticmethod(_build_one)  # tests swap in a worker that dies
 
     def __init__(self, backend: str = "nvrtc", workers: int | None = None,
-                 cache_dir: str | Path | None = None) -> None:
+                 cache_dir: str | Path | None = None, timeout_s: float | None = None) -> None:
         self.backend = backend
         self.toolchain = toolchain_id(backend)
         self.cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
         self.workers = workers or max(1, (os.cpu_count() or 2))
-        self._pool: ProcessPoolExecutor | None = None
+        self.timeout_s = timeout_s
+        self._pool: CompilePool | None = None
+        self._closed = False
         # several threads may build at once (the bench's concurrent strategies): one pool
         self._lock = threading.Lock()
         self.stats = {"compiled": 0, "cached": 0, "failed": 0, "compile_s": 0.0}
@@ -118,17 +119,18 @@ class Builder:
                            resources_total(meta.get("per_kernel", {})),
                            meta.get("per_kernel", {}))
 
-    def _pool_get(self) -> ProcessPoolExecutor:
+    def _pool_get(self) -> CompilePool:
         with self._lock:
+            if self._closed:  # a build still running in another thread as the run ends
+                raise PoolClosed
             if self._pool is None:
-                # no max_tasks_per_child: on Python 3.11 retired workers are replaced only on
-                # submit(), so a long map() could wait forever (CPython gh-115634)
-                self._pool = ProcessPoolExecutor(self.workers, mp_context=get_context("spawn"))
+                self._pool = CompilePool(self.workers, self._worker)
             return self._pool
 
-    def build(self, inputs: list[BuildInput],
-              progress: Callable[[int], None] | None = None) -> list[BuildResult]:
-        """Build a batch; identical sources compile once. Order of results = order of inputs."""
+    def build(self, inputs: list[BuildInput], progress: Callable[[int], None] | None = None,
+              deadline: float | None = None) -> list[BuildResult]:
+        """Build a batch; identical sources compile once. Order of results = order of inputs.
+        `deadline` (a `time.monotonic()` instant): what is not compiled by then is `CUT`."""
         keys = [self.key(i) for i in inputs]
         results: dict[str, BuildResult] = {}
         todo: dict[str, BuildInput] = {}
@@ -147,22 +149,27 @@ class Builder:
         if todo:
             jobs = [(i.source, i.arch, i.options, self.backend, k, str(self.cache_dir))
                     for k, i in todo.items()]
-            # one job compiles here unless the pool is up already: then other threads'
-            # compiles run beside it, not behind it on this process's interpreter lock
-            if self.workers == 1 or (len(jobs) == 1 and self._pool is None):
+            # without a timeout, one job compiles here unless the pool is up already (then
+            # other threads' compiles run beside it, not behind it on this interpreter's lock);
+            # a timeout or a deadline needs a process that can be stopped
+            pool_up = self._pool is not None and self._pool.started
+            if self.timeout_s is None and deadline is None and (
+                    self.workers == 1 or (len(jobs) == 1 and not pool_up)):
                 metas = [self._worker(job) for job in jobs]
             else:
-                try:
-                    metas = list(self._pool_get().map(self._worker, jobs, chunksize=1))
-                except BrokenProcessPool:
-                    self._drop_pool()
-                    metas = [self._isolated(job) for job in jobs]
+                metas = self._pool_get().run(jobs, self.timeout_s, deadline)
+            for meta in metas:
+                if meta["error_kind"] == HOST_FAILURE:
+                    raise HostError(f"the {self.backend} compiler could not run: "
+                                    f"{meta['error_msg']}")
             for (k, _), meta in zip(todo.items(), metas):
                 cubin = self.cache_dir / k[:2] / (k + ".cubin")
                 res = BuildResult(k, str(cubin) if meta["error_kind"] is None else None,
                                   meta["error_kind"], meta["error_msg"], meta["seconds"], False,
                                   resources_total(meta["per_kernel"]), meta["per_kernel"])
                 results[k] = res
+                if res.error_kind == CUT:
+                    continue  # never compiled: no statistic, no progress
                 with self._lock:
                     self.stats["compiled"] += 1
                     self.stats["compile_s"] += meta["seconds"]
@@ -171,31 +178,12 @@ class Builder:
                     progress(1)
         return [results[k] for k in keys]
 
-    def _isolated(self, job: tuple) -> dict[str, Any]:
-        """One job in a process of its own, after a pool broke: its cached result if an
-        earlier process finished it, else a fresh compile; a death here is this source's."""
-        hit = self._cached(job[4])
-        if hit is not None:
-            return {"error_kind": hit.error_kind, "error_msg": hit.error_msg,
-                    "seconds": hit.seconds, "per_kernel": hit.per_kernel}
-        with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as one:
-            try:
-                return one.submit(self._worker, job).result()
-            except BrokenProcessPool:
-                return {"error_kind": "compile", "error_msg": CRASHED, "seconds": 0.0,
-                        "per_kernel": {}}
-
-    def _drop_pool(self) -> None:
-        with self._lock:
-            if self._pool is not None:
-                self._pool.shutdown(wait=False, cancel_futures=True)
-                self._pool = None
-
     def close(self) -> None:
         with self._lock:
-            if self._pool is not None:
-                self._pool.shutdown(cancel_futures=True)
-                self._pool = None
+            self._closed = True
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
 
     def __enter__(self) -> "Builder":
         return self

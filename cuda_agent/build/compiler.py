@@ -17,13 +17,19 @@ from typing import Any
 
 BASE_OPTIONS = ("-std=c++17", "--ptxas-options=-v")
 
+HOST_FAILURE = "host"
+"""error kind of a compile that never ran (NVRTC missing or failing to start, nvcc not found):
+the builder raises it as a `HostError`; it is never cached or recorded as a candidate's"""
+
 
 @dataclass
 class CompileOutput:
     cubin: bytes | None
     log: str
     seconds: float
-    error_kind: str | None = None  # "compile" when the compiler rejected the source
+    error_kind: str | None = None
+    """"compile": the compiler rejected the source; "compile_timeout": it ran too long;
+    HOST_FAILURE: the compiler could not run at all (the machine's failure, not the source's)"""
     resources: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
@@ -91,7 +97,7 @@ def compile_nvrtc(source: str, arch: str, options: tuple[str, ...] = ()) -> Comp
     opts = [f"--gpu-architecture={arch}", *BASE_OPTIONS, *options]
     err, prog = nvrtc.nvrtcCreateProgram(source.encode(), b"candidate.cu", 0, [], [])
     if int(err) != 0:
-        return CompileOutput(None, f"nvrtcCreateProgram: {err}", 0.0, "compile")
+        return CompileOutput(None, f"nvrtcCreateProgram: {err}", 0.0, HOST_FAILURE)
     try:
         (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
         _, size = nvrtc.nvrtcGetProgramLogSize(prog)
@@ -111,7 +117,7 @@ def compile_nvrtc(source: str, arch: str, options: tuple[str, ...] = ()) -> Comp
 def compile_nvcc(source: str, arch: str, options: tuple[str, ...] = ()) -> CompileOutput:
     nvcc = shutil.which("nvcc")
     if nvcc is None:
-        return CompileOutput(None, "nvcc not found on PATH", 0.0, "compile")
+        return CompileOutput(None, "nvcc not found on PATH", 0.0, HOST_FAILURE)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="cuda-agent-") as tmp:
         src = os.path.join(tmp, "candidate.cu")
@@ -123,7 +129,8 @@ def compile_nvcc(source: str, arch: str, options: tuple[str, ...] = ()) -> Compi
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         except subprocess.TimeoutExpired:
-            return CompileOutput(None, "nvcc timed out", time.perf_counter() - t0, "compile")
+            return CompileOutput(None, "nvcc timed out", time.perf_counter() - t0,
+                                 "compile_timeout")
         log = proc.stdout + proc.stderr
         if proc.returncode != 0:
             return CompileOutput(None, log, time.perf_counter() - t0, "compile")
@@ -139,8 +146,8 @@ def compile_source(source: str, arch: str, backend: str = "nvrtc",
             return compile_nvrtc(source, arch, options)
         if backend == "nvcc":
             return compile_nvcc(source, arch, options)
-    except Exception as exc:  # noqa: BLE001 - a broken toolchain is a failed build, not a crash
-        return CompileOutput(None, f"{type(exc).__name__}: {exc}", 0.0, "compile")
+    except Exception as exc:  # noqa: BLE001 - a broken toolchain: the builder raises it
+        return CompileOutput(None, f"{type(exc).__name__}: {exc}", 0.0, HOST_FAILURE)
     raise ValueError(f"unknown compiler backend {backend!r}")
 
 

@@ -5,13 +5,14 @@ decides what to try (STYLE: a runner never decides).
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import procs
 from ..errors import DeviceError
+from ..limits import BASELINE_TIMEOUT_S
 from ..ir.plan import KernelPlan
 from ..problem import Problem
 from ..space.slots import Config, Rendered, Target
@@ -97,7 +98,8 @@ class CudaDevice(Device):
     def __init__(self, index: int = 0, timing: TimingSettings | None = None,
                  verify_settings: VerifySettings | None = None, eval_timeout_s: float = 30.0,
                  setup_timeout_s: float = 600.0, profile_every: int = 0,
-                 library_cudnn_benchmark: bool = True) -> None:
+                 library_cudnn_benchmark: bool = True,
+                 baseline_timeout_s: float = BASELINE_TIMEOUT_S) -> None:
         self.index = index
         # Candidates of a problem with a convolution run in a worker set up in cuDNN's benchmark
         # mode: a library step then gets the algorithm cuDNN finds fastest for its shape, not
@@ -113,8 +115,8 @@ class CudaDevice(Device):
         self.verify_settings = verify_settings or VerifySettings()
         self.eval_timeout_s = eval_timeout_s
         self.setup_timeout_s = setup_timeout_s
-        self._ctx = mp.get_context("spawn")
-        self._proc: Any = None
+        self.baseline_timeout_s = baseline_timeout_s
+        self._proc: procs.Child | None = None
         self._conn: Any = None
         self._problem_path: str | None = None
         self._facts: dict[str, Any] = {}
@@ -134,21 +136,16 @@ class CudaDevice(Device):
 
     # -- worker management -----------------------------------------------------------------------
     def _start(self) -> None:
-        from .worker import worker_main
-
-        parent, child = self._ctx.Pipe()
-        self._proc = self._ctx.Process(target=worker_main, daemon=True,
-                                       args=(child, self.index, self.timing,
-                                             self.verify_settings))
-        self._proc.start()
-        child.close()
-        self._conn = parent
+        # not multiprocessing's spawn, which re-runs the user's __main__ (`procs`); a worker
+        # that cannot start is the machine's failure (HostError), not a candidate's
+        self._proc = procs.start("cuda_agent.run.worker:worker_main",
+                                 (self.index, self.timing, self.verify_settings), "GPU worker")
+        self._conn = self._proc.conn
+        self._proc.wait_ready(self.setup_timeout_s)
 
     def _kill(self) -> None:
-        if self._proc is not None and self._proc.is_alive():
-            self._proc.kill()
         if self._proc is not None:
-            self._proc.join(timeout=10)
+            self._proc.close()
         self._proc = None
 
     def _restart(self, cudnn_benchmark: bool | None = None) -> None:
@@ -177,10 +174,14 @@ class CudaDevice(Device):
                         "error_msg": f"no answer within {timeout:.0f} s; worker killed"}
             return self._conn.recv()
         except (EOFError, BrokenPipeError, ConnectionResetError, OSError):
-            code = self._proc.exitcode if self._proc is not None else None
+            code, last = None, ""
+            if self._proc is not None:
+                self._proc.join(2)
+                code, last = self._proc.exitcode, self._proc.last_line()
             self._kill()
             return {"ok": False, "error_kind": "crash", "dead": True,
-                    "error_msg": f"worker process died (exit code {code})"}
+                    "error_msg": f"worker process died (exit code {code})"
+                                 + (f": {last}" if last else "")}
 
     # -- Device interface --------------------------------------------------------------------------
     def target(self) -> Target:
@@ -301,8 +302,9 @@ class CudaDevice(Device):
             mode = name == CUDNN_BENCHMARK
             if mode != self._worker_mode:
                 self._restart(cudnn_benchmark=mode)
+            # bounded like a candidate: a torch.compile that takes too long is not waited for
             reply = self._call({"op": "baseline", "which": name, "settings": setting},
-                               self.setup_timeout_s)
+                               self.baseline_timeout_s)
             self._note_peak(reply, "baselines")
             if reply.get("dead"):
                 self._restart(cudnn_benchmark=mode)
@@ -314,6 +316,9 @@ class CudaDevice(Device):
                     # answer is from the contract's
                     out.settings["observed"][w] = {**(reply.get("flags") or {}),
                                                    "rel_diff": reply.get("rel_diff")}
+            elif reply.get("error_kind") == "timeout":
+                out.notes[w] = (f"not measured: no answer within {self.baseline_timeout_s:.0f} s "
+                                "(timeout); its worker was stopped")
             else:
                 out.notes[w] = f"failed: {reply.get('error_msg')}"
         if self._worker_mode != self._candidate_mode:

@@ -8,6 +8,9 @@ from typing import Any
 # Every kind a failed candidate can be recorded with, and what it means.
 ERROR_KINDS = {
     "compile": "the compiler rejected the source",
+    "compile_timeout": "the compile ran past its timeout and was stopped (a source too big or "
+                       "too unrolled to compile in time)",
+    "compile_crash": "the compiler's process died on this source, twice",
     "resources": "the launch asked for more threads, registers or shared memory than the GPU has",
     "launch": "the driver refused the launch for another reason",
     "illegal_address": "the kernel accessed memory it does not own",

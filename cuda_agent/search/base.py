@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from abc import ABC, abstractmethod
 from typing import Any, Callable
 
@@ -11,6 +12,20 @@ from ..space.slots import Config
 from ..space.space import Space
 
 STRATEGIES: dict[str, type["Strategy"]] = {}
+
+LAZY: dict[str, str] = {}
+"""strategies whose module registers them when imported, by name -> module: the agents' import
+torch, which `--help` and a run of another strategy should not wait for"""
+
+
+def register_lazy(module: str, *names: str) -> None:
+    for name in names:
+        LAZY[name] = module
+
+
+def strategy_names() -> list[str]:
+    """Every strategy `make_strategy` accepts, registered or to be registered on first use."""
+    return sorted(set(STRATEGIES) | set(LAZY))
 
 
 def register(name: str) -> Callable[[type["Strategy"]], type["Strategy"]]:
@@ -54,10 +69,11 @@ def is_agents(name: str) -> bool:
 
 
 def make_strategy(name: str, space: Space, seed: int = 0, **options: Any) -> Strategy:
-    if is_agents(name) and name not in STRATEGIES:
-        from ..agents import strategy as _agents  # noqa: F401  (registers "marl", "marl_*")
+    if name in LAZY and name not in STRATEGIES:
+        importlib.import_module(LAZY[name])  # registers it ("marl", "marl_*")
     if name not in STRATEGIES:
-        raise SettingsError(f"unknown strategy {name!r}; choose from {', '.join(sorted(STRATEGIES))}")
+        raise SettingsError(f"unknown strategy {name!r}; choose from "
+                            f"{', '.join(strategy_names())}")
     return STRATEGIES[name](space, seed=seed, **options)
 
 

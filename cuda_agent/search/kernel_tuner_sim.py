@@ -25,11 +25,11 @@ import random
 import tempfile
 import warnings
 from contextlib import contextmanager
-from multiprocessing import get_context
 from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from .. import procs
 from ..errors import CudaAgentError, SettingsError, first_line
 from ..space.slots import Config
 
@@ -314,12 +314,11 @@ def run_live_isolated(configs: list[Config], strategy: str, budget: int, seed: i
     each other (the bench's concurrent strategies), each seeded and patched alone."""
     if not configs:
         return []
-    ctx = get_context("spawn")
-    here, there = ctx.Pipe()
-    child = ctx.Process(target=_child_search, daemon=True,
-                        args=(there, [c.as_dict() for c in configs], strategy, budget, seed))
-    child.start()
-    there.close()
+    # not multiprocessing's spawn: that re-runs the user's __main__ in the child (`procs`)
+    child = procs.start("cuda_agent.search.kernel_tuner_sim:_child_search",
+                        ([c.as_dict() for c in configs], strategy, budget, seed), "Kernel Tuner")
+    here = child.conn
+    child.wait_ready(procs.START_TIMEOUT_S)
     asked: list[tuple[Config, Record]] = []  # what it was served, in order
     try:
         while True:
@@ -344,9 +343,7 @@ def run_live_isolated(configs: list[Config], strategy: str, budget: int, seed: i
     finally:
         here.close()
         child.join(timeout=10)
-        if child.is_alive():
-            child.kill()
-            child.join()
+        child.close()  # killed if still running
 
 
 class _Abandoned(Exception):

@@ -1,0 +1,157 @@
+"""Worker processes started without multiprocessing's spawn: the compile pool and the GPU worker.
+
+multiprocessing's "spawn" (and "forkserver") re-run the parent's `__main__` in every child. A
+user script that calls `cuda_agent.tune(...)` without an `if __name__ == "__main__":` guard then
+starts the tuning again inside each worker, which fails, and every candidate looked like a
+compile failure. Here a child is a fresh interpreter that imports only the target's module (an
+importable `module:function`), talks over a `multiprocessing` connection, and says it is ready
+before it is given work: a child that cannot start is a `HostError`, never a candidate's failure.
+
+Children run in a session of their own, so a Ctrl-C at the terminal reaches only the parent
+(which decides what to keep), and a kill takes the child's own children (nvcc) with it. A child
+whose parent dies reads end-of-file on its connection and exits.
+"""
+
+from __future__ import annotations
+
+import importlib
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from .errors import HostError
+
+START_TIMEOUT_S = 300.0
+"""how long a new process may take to import its modules (torch on a loaded machine is slow)"""
+
+_BOOT = "import sys; from cuda_agent.procs import child_main; child_main(int(sys.argv[1]))"
+_PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
+
+
+class Child:
+    """One worker process and the parent's end of its connection."""
+
+    def __init__(self, proc: subprocess.Popen, conn: Connection, log: Any, name: str) -> None:
+        self.proc = proc
+        self.conn = conn
+        self.name = name
+        self._log = log  # the child's stdout and stderr: read back when it fails
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def exitcode(self) -> int | None:
+        return self.proc.poll()
+
+    def is_alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def wait_ready(self, timeout: float) -> None:
+        """Block until the child has imported its target; a child that exits or stays silent
+        is a `HostError` naming the last line it wrote."""
+        try:
+            if self.conn.poll(timeout):
+                tag, detail = self.conn.recv()
+                if tag == "ready":
+                    return
+            else:
+                detail = f"not ready after {timeout:.0f} s"
+        except (EOFError, OSError):
+            self.join(5)
+            detail = f"exited with code {self.exitcode}"
+        self.kill()
+        last = self.last_line()
+        raise HostError(f"could not start a {self.name} process: {detail}"
+                        + (f" ({last})" if last and last not in detail else ""))
+
+    def last_line(self) -> str:
+        """The last non-empty line the child wrote to stdout or stderr."""
+        try:
+            self._log.seek(0)
+            lines = [l.strip() for l in self._log.read().decode(errors="replace").splitlines()]
+        except (OSError, ValueError):
+            return ""
+        return next((l for l in reversed(lines) if l), "")[:300]
+
+    def kill(self) -> None:
+        """Kill the child and whatever it started (its process group), and reap it."""
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                try:
+                    self.proc.kill()
+                except ProcessLookupError:
+                    pass
+        self.join(10)
+        self.conn.close()
+
+    def join(self, timeout: float | None = None) -> None:
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def close(self) -> None:
+        """Kill (if still running) and release the log."""
+        self.kill()
+        try:
+            self._log.close()
+        except OSError:
+            pass
+
+
+def start(target: str, args: tuple = (), name: str = "worker") -> Child:
+    """Start `target` ("package.module:function") as `function(conn, *args)` in a new Python
+    process; returns at once (call `Child.wait_ready`). `args` are pickled, and unpickled in
+    the child after it has taken this process's `sys.path`."""
+    parent, child_end = multiprocessing.Pipe()
+    log = tempfile.TemporaryFile(prefix="cuda-agent-worker-")
+    env = dict(os.environ)
+    # the child must import cuda_agent from where this process did (a checkout on sys.path)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
+    try:
+        proc = subprocess.Popen([sys.executable, "-c", _BOOT, str(child_end.fileno())],
+                                pass_fds=(child_end.fileno(),), stdin=subprocess.DEVNULL,
+                                stdout=log, stderr=log, env=env, start_new_session=True)
+    except OSError as exc:
+        parent.close()
+        log.close()
+        raise HostError(f"could not start a {name} process: {exc}") from None
+    finally:
+        child_end.close()
+    try:
+        parent.send((list(sys.path), target))
+        parent.send(args)
+    except OSError:
+        pass  # the child died at once: wait_ready reports it
+    return Child(proc, parent, log, name)
+
+
+def child_main(fd: int) -> None:
+    """The child's side: take the parent's sys.path, import the target, say ready, run it."""
+    conn = Connection(fd)
+    try:
+        path, target = conn.recv()
+    except EOFError:
+        return
+    sys.path[:] = [p for p in path if p] + [p for p in sys.path if p not in path]
+    module, _, func = target.partition(":")
+    try:
+        fn = getattr(importlib.import_module(module), func)
+        args = conn.recv()
+    except EOFError:
+        return
+    except Exception as exc:  # noqa: BLE001 - reported to the parent as a host failure
+        conn.send(("failed", f"{type(exc).__name__}: {exc}"[:300]))
+        sys.exit(1)
+    conn.send(("ready", None))
+    fn(conn, *args)
