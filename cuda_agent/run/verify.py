@@ -833,6 +833,11 @@ class CasePool:
             self._out = torch.empty(self.out_shape, dtype=self.out_dtype, device=self.device)
         return self._out
 
+    def release_output(self) -> None:
+        """Give the output buffer back (drawn again when next asked for): the baselines, timed
+        after the search, need the room for torch's own outputs."""
+        self._out = None
+
     # -- references ------------------------------------------------------------------------------
     def _blocks(self) -> list[tuple[int, int, int] | None]:
         """The reference's chunks: (output dim, first row, rows), or [None] for the whole."""

@@ -24,7 +24,12 @@ pytestmark = pytest.mark.gpu
 
 GOOD = Path(__file__).parents[1] / "data" / "good"
 CONV = Path(__file__).parents[2] / "benchmarks" / "problems" / "conv_transpose3d.py"
-CLI = str(Path(sys.executable).with_name("cuda-agent"))
+ROOT = Path(__file__).parents[2]
+# the GPU machine runs the tree without installing it: the CLI and scripts find the package
+# through PYTHONPATH, as a user's checkout would
+CLI = [sys.executable, "-c", "from cuda_agent.cli import main; main()"]
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(
+    [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
 
 
 def test_a_script_without_a_main_guard_tunes_on_the_gpu(tmp_path):
@@ -36,7 +41,7 @@ def test_a_script_without_a_main_guard_tunes_on_the_gpu(tmp_path):
         print("BEST", r.best is not None and r.best.measurement.verified)
     """))
     p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                       timeout=600, cwd=tmp_path)
+                       timeout=600, cwd=tmp_path, env=ENV)
     assert p.returncode == 0, p.stderr[-2000:]
     assert "BEST True" in p.stdout and "Traceback" not in p.stderr
 
@@ -60,11 +65,11 @@ def test_a_baseline_past_its_timeout_is_reported_not_measured():
 
 def test_ctrl_c_on_the_gpu_keeps_the_best_verified_kernel(tmp_path):
     store, out = tmp_path / "s.db", tmp_path / "o"
-    p = subprocess.Popen([CLI, "tune", str(GOOD / "softmax_small.py"), "--device", "cuda",
+    p = subprocess.Popen([*CLI, "tune", str(GOOD / "softmax_small.py"), "--device", "cuda",
                           "--budget", "100000", "--batch", "4", "--time-limit", "0",
                           "--store", str(store), "--out", str(out)], cwd=tmp_path, text=True,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         env={**os.environ, "PYTHONWARNINGS": "ignore"})
+                         env={**ENV, "PYTHONWARNINGS": "ignore"})
     t0 = time.monotonic()
     while True:
         n = 0
