@@ -77,7 +77,7 @@ def run_tune(problem_path: Path, settings_kw: dict, out: Optional[Path]):
 def _bar_callback(bar: Progress, tuner, budget: int):  # noqa: ANN001, ANN202
     sim = tuner.device.simulated
     task = bar.add_task(f"{tuner.problem.name} [{tuner.device.kind}]",
-                        total=min(budget, len(tuner.space)), status="")
+                        total=tuner.space.at_least(budget), status="")
 
     def on_trial(trial, best):  # noqa: ANN001, ANN202
         status = "best " + (_fmt_ms(best.measurement.time_ms, sim) if best else "-")
