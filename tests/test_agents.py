@@ -418,6 +418,29 @@ def test_training_with_the_prior_samples_what_the_model_rates_best(tmp_path):
     assert firsts[0.0] > firsts[100.0], firsts
 
 
+def test_the_suite_loads_without_listing_its_spaces(tmp_path):
+    """Listing a space takes seconds and the default suite has over a hundred problems:
+    loading the suite lists none (with progress reported per problem), and an iteration lists
+    only the spaces of the operators its episodes drew, announced before each."""
+    from cuda_agent.agents.train import TrainSettings, Trainer
+
+    s = TrainSettings(suite=str(GOOD), device="sim", iterations=1, episodes=1, steps=1,
+                      batch=2, hidden=16, out=str(tmp_path / "p"))
+    loaded: list = []
+    tr = Trainer(s, loading=lambda i, n, name: loaded.append((i, n, name)))
+    try:
+        n = len(tr.operators)
+        assert n == 3 and loaded[0] == (0, 3, "relu_small") and loaded[-1] == (3, 3, "")
+        assert not any(op.prepared for op in tr.operators)
+        assert not any("configs" in vars(op.tuner.space) for op in tr.operators)
+        listed: list = []
+        tr.train(preparing=listed.append)
+        prepared = [op.name for op in tr.operators if op.prepared]
+        assert listed == prepared and len(prepared) == 1
+    finally:
+        tr.close()
+
+
 def test_operators_per_iteration_groups_the_episodes(tmp_path):
     """Episodes of one update can share operators, grouped, so a device sets each up once."""
     from cuda_agent.agents.train import TrainSettings, Trainer
