@@ -268,6 +268,17 @@ def test_configs_are_valid_and_complete(name):
     assert sp.check(default) is None, sp.check(default)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(PROBLEMS))
+def test_listed_configs_are_members_without_the_list(name):
+    """What lets the random search draw without listing a space (`Space.contains`): every
+    listed configuration is valid and its own canonical form."""
+    sp = space_of(name)
+    fresh = Space(sp.plan, sp.target, sp.templates)
+    missing = [c.short() for c in sp.configs if not fresh.contains(c)]
+    assert not missing and "configs" not in vars(fresh), missing[:3]
+
+
 def test_space_check_explains_an_invalid_config():
     sp = space_of("softmax")
     cfg = sp.configs[0].as_dict()

@@ -83,7 +83,13 @@ class Space:
             rest[SCOPE_SLOT] = t.name
         seen: set[Config] = set()
         order = sorted([*names, *rest])  # Config.of's order, sorted once rather than per config
-        for values in itertools.product(*(s.choices for s in own)):
+        k = t.prefix_slots
+        heads = (head for head in itertools.product(*(s.choices for s in own[:k]))
+                 if not (k and t.prefix_excluded(self.plan, dict(zip(names, head)),
+                                                 self.target)))
+        # head-major, as itertools.product over all the slots: the order is the same
+        for values in (h + tail for h in heads
+                       for tail in itertools.product(*(s.choices for s in own[k:]))):
             raw = dict(zip(names, values))
             if t.excluded(raw):
                 continue
