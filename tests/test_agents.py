@@ -15,11 +15,11 @@ from cuda_agent.agents.observe import (GLOBAL_DIM, LOCAL_DIM, OBS_DIM, SearchSta
 from cuda_agent.agents.policy import SLOT_OFFSETS, MultiAgentPolicy, agent_groups
 from cuda_agent.agents.ppo import Buffer, PPOSettings, Transition, advantages, clipped_surrogate, gae
 from cuda_agent.agents.reward import RewardSettings, aux_term, rank_rewards, rewards
-from cuda_agent.agents.vocab import SLOT_ORDER, SpaceIndex, values
+from cuda_agent.agents.vocab import SLOT_ORDER, VOCAB, SpaceIndex, values
 from cuda_agent.ir.plan import make_plan
 from cuda_agent.problem import load_problem
 from cuda_agent.space.slots import Target
-from cuda_agent.space.space import Space
+from cuda_agent.space.space import SCOPE_SLOT, Space
 
 ROOT = Path(__file__).resolve().parents[1]
 GOOD = ROOT / "tests" / "data" / "good"
@@ -90,17 +90,44 @@ def test_buffer_deduplicates_by_content_key_and_drops_stale_versions():
 
 # -- masks and the vocabulary --------------------------------------------------------------------
 
-# one test per problem: the spaces take minutes together, and parallel workers share them out
-@pytest.mark.parametrize("path", sorted(PROBLEMS.glob("*.py")), ids=lambda p: p.stem)
-def test_every_benchmark_space_fits_the_vocabulary(path):
+def _benchmark_spaces(path: Path) -> list[Space]:
     from cuda_agent.ir.partition import ProgramPlan
     from cuda_agent.space.program import stage_spaces
 
     plan = make_plan(load_problem(path).graph())
     # a multi-kernel program is searched stage by stage: each stage's space must fit
-    spaces = stage_spaces(plan, Target()) if isinstance(plan, ProgramPlan) else \
+    return stage_spaces(plan, Target()) if isinstance(plan, ProgramPlan) else \
         [Space.for_plan(plan, Target())]
-    for sp in spaces:
+
+
+FAMILIES = sorted({p.stem.split("_")[0] for p in PROBLEMS.glob("*.py")})
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_benchmark_slot_domain_fits_the_vocabulary(family):
+    """Every slot of every benchmark problem's space, with every value it may take, is in the
+    agents' vocabulary (a listed configuration takes its values from these domains: the
+    listing itself, minutes for the suite, is the slow test below)."""
+    missing = []
+    for path in sorted(PROBLEMS.glob(f"{family}_*.py")):
+        for sp in _benchmark_spaces(path):
+            missing += [f"{path.stem}: template {t.name}" for t in sp.templates
+                        if t.name not in VOCAB[SCOPE_SLOT]]
+            for slot in sp.slots:
+                vocab = VOCAB.get(slot.name)
+                if vocab is None:
+                    missing.append(f"{path.stem}: slot {slot.name}")
+                    continue
+                missing += [f"{path.stem}: {slot.name}={v!r}" for v in slot.choices
+                            if v not in vocab]
+    assert not missing, missing[:10]
+
+
+# one test per problem: the spaces take minutes together, and parallel workers share them out
+@pytest.mark.slow
+@pytest.mark.parametrize("path", sorted(PROBLEMS.glob("*.py")), ids=lambda p: p.stem)
+def test_every_benchmark_space_fits_the_vocabulary(path):
+    for sp in _benchmark_spaces(path):
         SpaceIndex.of(sp)  # raises if a slot value is missing from VOCAB
 
 

@@ -169,9 +169,41 @@ def build_all(pairs, n: int | None, tmp, backend: str = "nvrtc") -> dict:
     return out
 
 
+class PairBuilds:
+    """Each (problem, template) pair's sample, built when a test first asks for it: parallel
+    test workers share the pairs out instead of each building every pair, through one
+    compile pool per worker (renewed every CHUNK sources, as `build_all` does)."""
+
+    def __init__(self, tmp) -> None:
+        self.tmp, self.done, self.builder, self.used = tmp, {}, None, 0
+
+    def get(self, pair: tuple[str, str], n: int | None) -> list[Built]:
+        if (pair, n) not in self.done:
+            name, tmpl = pair
+            sp = space_of(name)
+            cfgs = sample_of(name, tmpl, _sample_size(tmpl, n))
+            rendered = [sp.render(c) for c in cfgs]
+            inputs = [BuildInput(r.source, TARGET.arch) for r in rendered]
+            if self.builder is None or self.used + len(inputs) > CHUNK:
+                self.close()
+                self.builder, self.used = Builder("nvrtc", workers=2, cache_dir=self.tmp), 0
+            self.used += len(inputs)
+            results = self.builder.build(inputs) if inputs else []
+            self.done[(pair, n)] = [Built(c, r.launches, res)
+                                    for c, r, res in zip(cfgs, rendered, results)]
+        return self.done[(pair, n)]
+
+    def close(self) -> None:
+        if self.builder is not None:
+            self.builder.close()
+            self.builder = None
+
+
 @pytest.fixture(scope="module")
 def nvrtc_builds(tmp_path_factory):
-    return build_all(PAIRS, SAMPLE, tmp_path_factory.mktemp("build-nvrtc"))
+    builds = PairBuilds(tmp_path_factory.mktemp("build-nvrtc"))
+    yield builds
+    builds.close()
 
 
 def _assert_builds_ok(name: str, tmpl: str, builds: list[Built]) -> None:
@@ -203,7 +235,7 @@ def _applies(name: str, tmpl: str) -> bool:
 def test_sampled_configs_compile(name, tmpl, nvrtc_builds):
     if not _applies(name, tmpl):
         pytest.skip(f"template {tmpl} does not apply to {name}")
-    builds = nvrtc_builds[(name, tmpl)]
+    builds = nvrtc_builds.get((name, tmpl), SAMPLE)
     assert len(builds) == min(_sample_size(tmpl, SAMPLE), len(configs_of(name, tmpl)))
     _assert_builds_ok(name, tmpl, builds)
 
