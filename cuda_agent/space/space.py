@@ -75,22 +75,27 @@ class Space:
         raise KeyError(name)
 
     # -- enumeration --------------------------------------------------------------------------
-    def _template_configs(self, t: Template) -> Iterable[Config]:
-        own = t.slots(self.plan, self.target)
+    def _raw(self, t: Template) -> Iterable[dict[str, Any]]:
+        """Every raw combination of `t`'s own slot values, in itertools.product's order, less
+        those under a head of values `t.prefix_excluded` rules out."""
+        own = self._own(t)
         names = [s.name for s in own]
+        k = t.prefix_slots
+        heads = (head for head in itertools.product(*(s.choices for s in own[:k]))
+                 if not (k and t.prefix_excluded(self.plan, dict(zip(names, head)),
+                                                 self.target)))
+        for head in heads:  # head-major, as the product over all the slots
+            for tail in itertools.product(*(s.choices for s in own[k:])):
+                yield dict(zip(names, head + tail))
+
+    def _template_configs(self, t: Template) -> Iterable[Config]:
+        names = [s.name for s in self._own(t)]
         rest = {s.name: ABSENT for s in self.slots if s.name not in names}
         if len(self.templates) > 1:
             rest[SCOPE_SLOT] = t.name
         seen: set[Config] = set()
         order = sorted([*names, *rest])  # Config.of's order, sorted once rather than per config
-        k = t.prefix_slots
-        heads = (head for head in itertools.product(*(s.choices for s in own[:k]))
-                 if not (k and t.prefix_excluded(self.plan, dict(zip(names, head)),
-                                                 self.target)))
-        # head-major, as itertools.product over all the slots: the order is the same
-        for values in (h + tail for h in heads
-                       for tail in itertools.product(*(s.choices for s in own[k:]))):
-            raw = dict(zip(names, values))
+        for raw in self._raw(t):
             if t.excluded(raw):
                 continue
             cfg = t.canonical(self.plan, raw, self.target)
@@ -260,7 +265,14 @@ class Space:
         return {c: i for i, c in enumerate(self.configs)}
 
     def __len__(self) -> int:
-        return len(self.__dict__["_keep"]) if self.subset else len(self.configs)
+        if self.subset:
+            return len(self.__dict__["_keep"])
+        if "configs" not in self.__dict__ and "_len" not in self.__dict__:
+            # counted without listing: a member is a raw combination that is valid and its
+            # own canonical form, so only those are checked, and no configuration is built
+            self.__dict__["_len"] = sum(self._valid_raw(t, raw) for t in self.templates
+                                        for raw in self._raw(t))
+        return self.__dict__.get("_len") or len(self.configs)
 
     def check(self, cfg: Config) -> str | None:
         """Why `cfg` is not in the space (None when it is)."""

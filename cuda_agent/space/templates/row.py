@@ -92,12 +92,13 @@ class RowTemplate(Template):
         return cfg["config.cluster"] > 1 and (cfg["config.tpr"] != cfg["config.block"] or
                                               cfg["memory.cache"] in ("reload", "async"))
 
-    prefix_slots = 2  # config.block, config.tpr: canonical() never changes them
+    prefix_slots = 4  # block, threads per row, grid, cluster (canonical() changes only grid)
 
     def prefix_excluded(self, plan: KernelPlan, prefix: dict[str, Any], target: Target
                         ) -> bool:
-        T, B = prefix["config.tpr"], prefix["config.block"]
-        return T > B or self._underfills(plan, B, T, target)
+        T, B, CL = prefix["config.tpr"], prefix["config.block"], prefix["config.cluster"]
+        return T > B or self._underfills(plan, B, T, target) or (
+            CL > 1 and (T != B or bool(plan.outer)))
 
     @staticmethod
     def _underfills(plan: KernelPlan, B: int, T: int, target: Target) -> bool:
