@@ -259,6 +259,36 @@ def test_tuner_respects_budget_and_never_repeats(strategy):
         assert [tr.config for tr in res.trials[1:]] == rest[:36]
 
 
+def test_the_first_measurement_does_not_wait_for_the_whole_first_batch():
+    """The untuned default is built alone and measured while the rest of the first batch
+    compiles: the first measurement waits for one compile, not a batch of them."""
+    import threading
+
+    measured = threading.Event()
+    sizes, overlapped = [], []
+
+    class SlowBuilder(FakeBuilder):
+        def build(self, inputs):
+            sizes.append(len(inputs))
+            if len(sizes) == 2:  # the rest of the first batch: is the default measured meanwhile?
+                overlapped.append(measured.wait(timeout=5))
+            return super().build(inputs)
+
+    class SignallingDevice(FakeDevice):
+        def evaluate(self, cand, best_ms=None):
+            measured.set()
+            return super().evaluate(cand, best_ms)
+
+    t = Tuner(load_problem(GOOD / "relu_small.py"), TuneSettings(device="sim", budget=20,
+              batch=8), device=SignallingDevice(), builder=SlowBuilder())
+    try:
+        res = t.run()
+    finally:
+        t.close()
+    assert sizes == [1, 7, 8, 4] and overlapped == [True]
+    assert res.trials[0].config == t.space.default() and len(res.trials) == 20
+
+
 def test_tuner_budget_larger_than_space_stops_at_the_space():
     prob = load_problem(GOOD / "relu_small.py")
     dev = FakeDevice()
