@@ -122,7 +122,8 @@ def test_membership_without_listing_agrees_with_the_list(name):
 
 @pytest.mark.parametrize("path", [GOOD / "softmax_small.py",
                                   GOOD.parents[2] / "benchmarks/problems/loss_mse.py",
-                                  GOOD.parents[2] / "benchmarks/problems/softmax_long_rows.py"],
+                                  GOOD.parents[2] / "benchmarks/problems/softmax_long_rows.py",
+                                  GOOD.parents[2] / "benchmarks/problems/gemm_matvec.py"],
                          ids=lambda p: p.stem)
 def test_prefixes_enumeration_skips_hold_no_valid_configuration(path):
     """`Template.prefix_excluded` only speeds enumeration up: under every head of slot values
