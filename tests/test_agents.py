@@ -288,7 +288,7 @@ def test_single_agent_ablation_trains(tmp_path):
     assert set(curves[-1]["entropy"]) == {"single"}
 
 
-@pytest.mark.parametrize("prior_weight", [0.0, 100.0])
+@pytest.mark.parametrize("prior_weight", [0.0, pytest.param(100.0, marks=pytest.mark.slow)])
 def test_resume_from_a_checkpoint_gives_the_same_state(tmp_path, prior_weight):
     """Also with the prior in training, whose per-operator cache a resumed run starts without."""
     _, straight = _train(tmp_path / "a", 3, prior_weight=prior_weight)
@@ -372,6 +372,7 @@ HOLDOUT = ("elementwise_swiglu", "elementwise_broadcast_odd", "reduce_argmin_mid
 
 
 @pytest.mark.skipif(not H200.exists(), reason="no recorded H200 sweeps")
+@pytest.mark.slow  # a hundred training iterations on replay, then a comparison (tens of minutes)
 def test_trained_agents_beat_random_search_on_held_out_operators(tmp_path):
     """On replay of the H200 sweeps, agents trained on the other operators reach 95 % of the
     recorded best on held-out operators (new ops and shapes of known families) in at least
