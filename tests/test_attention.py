@@ -314,7 +314,7 @@ def test_tensor_core_kernels_compute_what_torch_computes(name):
         pytest.skip("g++ is not available")
     f, shapes = TC_CASES[name]
     sp = space_of(f, *shapes)
-    tc = [c for c in sp.configs if sp.template_of(c).name == "attention_tc"]
+    tc = sp.configs_of("attention_tc")
     assert len({(c["memory.stages"], c["compute.fastmath"]) for c in tc}) == 4
     xs = _inputs(shapes)
     want = f(*[x.double() for x in xs]).float().numpy()
@@ -331,7 +331,7 @@ def test_tensor_core_attention_needs_its_compensation_terms():
         pytest.skip("g++ is not available")
     f, shapes = TC_CASES["sdpa_4d"]
     sp = space_of(f, *shapes)
-    cfg = next(c for c in sp.configs if sp.template_of(c).name == "attention_tc")
+    cfg = sp.configs_of("attention_tc")[0]
     r = sp.render(cfg)
     plain = dataclasses.replace(r, source=r.source.replace(
         "ca_mma_tf32(p_, as_, bb_); ca_mma_tf32(p_, ab_, bs_); ", ""))

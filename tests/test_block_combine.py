@@ -37,7 +37,7 @@ def _space(f, shape):
 
 def _pick(space, name: str, tpr: int, block: int):
     algo = "online" if name.endswith("online") else "passes"
-    for c in space.configs:
+    for c in space.iter_configs():  # the first such configuration, the space not listed
         d = c.as_dict()
         if (d.get("config.tpr") == tpr and d.get("config.block") == block and
                 d.get("reduction.combine") == "shfl" and d.get("config.cluster", 1) in (1, "-")

@@ -119,7 +119,7 @@ def configs_of(name: str, template: str) -> tuple[Config, ...]:
     sp = space_of(name)
     if template not in [t.name for t in sp.templates]:
         return ()
-    return tuple(c for c in sp.configs if sp.template_of(c).name == template)
+    return tuple(sp.configs_of(template))
 
 
 def sample_of(name: str, template: str, n: int | None) -> list[Config]:

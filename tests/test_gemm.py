@@ -118,7 +118,7 @@ def test_products_feeding_reductions_or_products_become_programs(f, shapes, fami
 
 def gemm_configs(sp: Space) -> list:
     """The generated-GEMM configurations (a space with an epilogue also has library ones)."""
-    return [c for c in sp.configs if sp.template_of(c).name == "gemm"]
+    return sp.configs_of("gemm")
 
 
 def test_odd_k_forbids_vector_loads_along_k_and_default_is_valid():
@@ -127,7 +127,7 @@ def test_odd_k_forbids_vector_loads_along_k_and_default_is_valid():
     assert all(c["memory.vec_a"] == 1 for c in simt)  # A runs along K = 67
     assert any(c["memory.vec_b"] == 4 for c in simt) is False  # N = 45 as well
     # the tensor-core template copies such operands element by element
-    tc = sp.render(next(c for c in sp.configs if sp.template_of(c).name == "gemm_tc"))
+    tc = sp.render(sp.configs_of("gemm_tc")[0])
     assert tc.fact("vec_a") == 1 and tc.fact("vec_b") == 1
     assert sp.default() in sp.index and len(sp) > 500
 
@@ -316,7 +316,7 @@ def test_library_template_only_where_there_is_an_epilogue():
     assert {bare.template_of(c).name for c in bare.configs} == {"gemm", "gemm_tc"}
     f, shapes = LIB_CASES["linear_bias_relu"]
     sp = Space.for_plan(plan_of(f, *shapes), Target())
-    lib = [c for c in sp.configs if sp.template_of(c).name == "lib"]
+    lib = sp.configs_of("lib")
     assert lib and all(c["memory.vec"] == 1 for c in lib)  # 19 x 11 outputs: no 16-byte access
     r = sp.render(lib[0])
     assert r.launches[0].library["op"] == "matmul" and r.fact("library").startswith("cuBLAS")
@@ -327,7 +327,7 @@ def test_library_template_only_where_there_is_an_epilogue():
 @pytest.mark.parametrize("name", sorted(LIB_CASES))
 def test_library_product_with_generated_epilogue_matches_torch(name):
     plan, sp, xs, want = emulation_case(*LIB_CASES[name], seed=7)
-    lib = [c for c in sp.configs if sp.template_of(c).name == "lib"]
+    lib = sp.configs_of("lib")
     assert len(lib) >= 3
     for cfg in random.Random(name).sample(lib, 3):
         err = cpu_exec.max_rel_error(sp.render(cfg), [xs[k].numpy() for k in plan.operands],
@@ -338,14 +338,14 @@ def test_library_product_with_generated_epilogue_matches_torch(name):
 @pytest.mark.skipif(not cpu_exec.available(), reason="needs g++ for the CPU emulator")
 def test_library_convolution_with_generated_bias_matches_torch():
     plan, sp, by_index, want = conv_emulation_case("conv2d_stride_pad_bias", seed=9)
-    lib = [c for c in sp.configs if sp.template_of(c).name == "lib"]
+    lib = sp.configs_of("lib")
     r = sp.render(lib[0])
     assert r.launches[0].library["op"] == "conv"
     assert cpu_exec.max_rel_error(r, by_index, want) < 1e-5
 
 
 def _lib(sp):
-    return [c for c in sp.configs if sp.template_of(c).name == "lib"]
+    return sp.configs_of("lib")
 
 
 def test_library_convolution_layout_is_a_slot():
@@ -447,7 +447,7 @@ def test_sim_charges_a_convolutions_gathered_loads():
 # -- the 3xTF32 tensor-core template ---------------------------------------------------------------
 
 def tc_configs(sp):
-    return [c for c in sp.configs if sp.template_of(c).name == "gemm_tc"]
+    return sp.configs_of("gemm_tc")
 
 
 def test_tensor_core_template_covers_plain_products_in_their_layout():

@@ -214,6 +214,22 @@ class Space:
             _ENUMERATED[key] = out
         return list(_ENUMERATED[key])
 
+    def iter_configs(self) -> Iterable[Config]:
+        """`configs` one at a time, listed as they are taken where the space is not listed
+        yet (a search for the first configuration with some property stops early)."""
+        if self.subset or "configs" in self.__dict__:
+            return iter(self.configs)
+        return (c for t in self.templates for c in self._template_configs(t))
+
+    def configs_of(self, template: str) -> list[Config]:
+        """The configurations of one template, in `configs` order; where the space is not
+        listed yet, only that template's are (a template of dozens is not held up by one of
+        tens of thousands)."""
+        if self.subset or "configs" in self.__dict__:
+            return [c for c in self.configs if self.template_of(c).name == template]
+        t = next((t for t in self.templates if t.name == template), None)
+        return list(self._template_configs(t)) if t is not None else []
+
     def upgrade(self, recorded: dict[str, Any]) -> Config | None:
         """A configuration recorded by an older version of the templates, as a configuration
         of this space: slots added since take their legacy value. None when it has no
