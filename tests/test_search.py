@@ -415,6 +415,12 @@ def test_stratified_random_sample_covers_every_template():
     assert all(names(picked).count(t) == 7 for t in counts) and len(set(picked)) == 21
     uniform = RandomSearch(sp, seed=1).ask(20)
     assert names(uniform).count("lib") < 5
+    # one small template's configurations, or the first few, without listing the rest
+    fresh = Space(sp.plan, sp.target, sp.templates)
+    for t in ("lib", "gemm_tc"):
+        assert fresh.configs_of(t) == [c for c in sp.configs if sp.template_of(c).name == t]
+    assert list(itertools.islice(fresh.iter_configs(), 5)) == sp.configs[:5]
+    assert "configs" not in vars(fresh)
 
 
 def test_genetic_warm_start_measures_the_recorded_best_first():
