@@ -104,7 +104,7 @@ def _seconds(value: float, flag: str) -> Optional[float]:
 def _bar_callback(bar: Progress, tuner, budget: int):  # noqa: ANN001, ANN202
     sim = tuner.device.simulated
     task = bar.add_task(f"{tuner.problem.name} [{tuner.device.kind}]",
-                        total=min(budget, len(tuner.space)), status="")
+                        total=tuner.space.at_least(budget), status="")
 
     def on_trial(trial, best):  # noqa: ANN001, ANN202
         status = "best " + (_fmt_ms(best.measurement.time_ms, sim) if best else "-")
@@ -397,7 +397,11 @@ def train(
         operators_per_iteration=max(0, operators_per_iteration), prior_weight=prior_weight,
         reward=RewardSettings(aux_weight=aux_weight))
     try:
-        trainer = Trainer(settings, notify=lambda m: console.print(f"[yellow]{m}[/]"))
+        with _progress() as bar:  # capturing and planning every problem of the suite
+            load = bar.add_task("loading the suite", total=None, status="")
+            trainer = Trainer(settings, notify=lambda m: console.print(f"[yellow]{m}[/]"),
+                              loading=lambda i, n, name: bar.update(
+                                  load, completed=i, total=n, status=name))
     except (CudaAgentError, ValueError) as exc:
         fail(str(exc))
         return
@@ -411,7 +415,8 @@ def train(
                 ent = " ".join(f"{g[:4]} {v:.2f}" for g, v in row["entropy"].items())
                 bar.update(task, completed=row["iteration"],
                            status=f"reward {row['mean_reward'] or 0:+.3f} entropy {ent}")
-            curves = trainer.train(on_iter, deadline=deadline)
+            curves = trainer.train(on_iter, deadline=deadline, preparing=lambda name: bar.update(
+                task, status=f"listing the space of {name}"))
     finally:
         trainer.close()
     if len(curves) < iterations:

@@ -7,13 +7,14 @@ file, unknown strategy, missing device) stops it.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Iterator
 
 from . import metrics
 from .build.builder import Builder, BuildInput
@@ -206,6 +207,10 @@ def open_device(name: str | None, settings: TuneSettings, notify: Callable[[str]
     if name == "sim":
         return SimDevice()
     return ReplayDevice(Path(settings.replay_root) if settings.replay_root else None)
+
+
+def _later(build: Future) -> Iterator[Candidate]:
+    yield from build.result()
 
 
 class Tuner:
@@ -481,8 +486,15 @@ class Tuner:
                 batch = ask(min(s.batch, remaining))
             while batch and remaining > 0:
                 t = time.perf_counter()
-                cands = (next_build.result() if next_build is not None
-                         else self._build(batch, self._deadline))
+                if next_build is not None:
+                    cands: Iterable[Candidate] = next_build.result()
+                else:
+                    # the first batch: its first candidate (the untuned default) is built alone
+                    # and measured while the rest compile, so the first measurement does not
+                    # wait for a whole batch of compiles (seconds on a small machine)
+                    head = self._build(batch[:1], self._deadline)
+                    rest = build_ahead(batch[1:])
+                    cands = itertools.chain(head, _later(rest) if rest is not None else [])
                 self.timing["build_wait_s"] += time.perf_counter() - t
                 seen.update(batch)
                 remaining -= len(batch)

@@ -7,6 +7,8 @@ shadowed by tests/gpu/conftest.py on sys.path).
 * `Fn` wraps a function as an nn.Module, for capturing small programs directly.
 * `good_space` is a tests/data/good problem's template space; `sharp_policy` an agents'
   policy with sharpened weights (it would pile onto one configuration if it could).
+* `fast_first` keeps a few cases of a parametrized test in the default run and marks the rest
+  slow (`pytest -m slow` runs them).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import shutil
 import textwrap
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 import pytest
 import torch
@@ -107,3 +109,14 @@ def sharp_policy(seed: int = 0):
         for p in policy.parameters():
             p.mul_(25.0)
     return policy
+
+
+def fast_first(cases: Iterable, keep: Iterable) -> list:
+    """Parametrize values for a test whose cases each take many seconds (the CPU emulator
+    compiles every kernel): those in `keep` run in the default set, so every such test keeps
+    some coverage there; the others are marked slow."""
+    cases, keep = list(cases), list(keep)
+    unknown = [k for k in keep if k not in cases]
+    if unknown:
+        raise ValueError(f"fast_first: no such case {unknown}")
+    return [c if c in keep else pytest.param(c, marks=pytest.mark.slow) for c in cases]

@@ -15,11 +15,11 @@ from cuda_agent.agents.observe import (GLOBAL_DIM, LOCAL_DIM, OBS_DIM, SearchSta
 from cuda_agent.agents.policy import SLOT_OFFSETS, MultiAgentPolicy, agent_groups
 from cuda_agent.agents.ppo import Buffer, PPOSettings, Transition, advantages, clipped_surrogate, gae
 from cuda_agent.agents.reward import RewardSettings, aux_term, rank_rewards, rewards
-from cuda_agent.agents.vocab import SLOT_ORDER, SpaceIndex, values
+from cuda_agent.agents.vocab import SLOT_ORDER, VOCAB, SpaceIndex, values
 from cuda_agent.ir.plan import make_plan
 from cuda_agent.problem import load_problem
 from cuda_agent.space.slots import Target
-from cuda_agent.space.space import Space
+from cuda_agent.space.space import SCOPE_SLOT, Space
 
 ROOT = Path(__file__).resolve().parents[1]
 GOOD = ROOT / "tests" / "data" / "good"
@@ -90,17 +90,44 @@ def test_buffer_deduplicates_by_content_key_and_drops_stale_versions():
 
 # -- masks and the vocabulary --------------------------------------------------------------------
 
-# one test per problem: the spaces take minutes together, and parallel workers share them out
-@pytest.mark.parametrize("path", sorted(PROBLEMS.glob("*.py")), ids=lambda p: p.stem)
-def test_every_benchmark_space_fits_the_vocabulary(path):
+def _benchmark_spaces(path: Path) -> list[Space]:
     from cuda_agent.ir.partition import ProgramPlan
     from cuda_agent.space.program import stage_spaces
 
     plan = make_plan(load_problem(path).graph())
     # a multi-kernel program is searched stage by stage: each stage's space must fit
-    spaces = stage_spaces(plan, Target()) if isinstance(plan, ProgramPlan) else \
+    return stage_spaces(plan, Target()) if isinstance(plan, ProgramPlan) else \
         [Space.for_plan(plan, Target())]
-    for sp in spaces:
+
+
+FAMILIES = sorted({p.stem.split("_")[0] for p in PROBLEMS.glob("*.py")})
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_benchmark_slot_domain_fits_the_vocabulary(family):
+    """Every slot of every benchmark problem's space, with every value it may take, is in the
+    agents' vocabulary (a listed configuration takes its values from these domains: the
+    listing itself, minutes for the suite, is the slow test below)."""
+    missing = []
+    for path in sorted(PROBLEMS.glob(f"{family}_*.py")):
+        for sp in _benchmark_spaces(path):
+            missing += [f"{path.stem}: template {t.name}" for t in sp.templates
+                        if t.name not in VOCAB[SCOPE_SLOT]]
+            for slot in sp.slots:
+                vocab = VOCAB.get(slot.name)
+                if vocab is None:
+                    missing.append(f"{path.stem}: slot {slot.name}")
+                    continue
+                missing += [f"{path.stem}: {slot.name}={v!r}" for v in slot.choices
+                            if v not in vocab]
+    assert not missing, missing[:10]
+
+
+# one test per problem: the spaces take minutes together, and parallel workers share them out
+@pytest.mark.slow
+@pytest.mark.parametrize("path", sorted(PROBLEMS.glob("*.py")), ids=lambda p: p.stem)
+def test_every_benchmark_space_fits_the_vocabulary(path):
+    for sp in _benchmark_spaces(path):
         SpaceIndex.of(sp)  # raises if a slot value is missing from VOCAB
 
 
@@ -261,7 +288,7 @@ def test_single_agent_ablation_trains(tmp_path):
     assert set(curves[-1]["entropy"]) == {"single"}
 
 
-@pytest.mark.parametrize("prior_weight", [0.0, 100.0])
+@pytest.mark.parametrize("prior_weight", [0.0, pytest.param(100.0, marks=pytest.mark.slow)])
 def test_resume_from_a_checkpoint_gives_the_same_state(tmp_path, prior_weight):
     """Also with the prior in training, whose per-operator cache a resumed run starts without."""
     _, straight = _train(tmp_path / "a", 3, prior_weight=prior_weight)
@@ -345,6 +372,7 @@ HOLDOUT = ("elementwise_swiglu", "elementwise_broadcast_odd", "reduce_argmin_mid
 
 
 @pytest.mark.skipif(not H200.exists(), reason="no recorded H200 sweeps")
+@pytest.mark.slow  # a hundred training iterations on replay, then a comparison (tens of minutes)
 def test_trained_agents_beat_random_search_on_held_out_operators(tmp_path):
     """On replay of the H200 sweeps, agents trained on the other operators reach 95 % of the
     recorded best on held-out operators (new ops and shapes of known families) in at least
@@ -416,6 +444,29 @@ def test_training_with_the_prior_samples_what_the_model_rates_best(tmp_path):
             tr.close()
     assert firsts[100.0] <= 1.05, firsts
     assert firsts[0.0] > firsts[100.0], firsts
+
+
+def test_the_suite_loads_without_listing_its_spaces(tmp_path):
+    """Listing a space takes seconds and the default suite has over a hundred problems:
+    loading the suite lists none (with progress reported per problem), and an iteration lists
+    only the spaces of the operators its episodes drew, announced before each."""
+    from cuda_agent.agents.train import TrainSettings, Trainer
+
+    s = TrainSettings(suite=str(GOOD), device="sim", iterations=1, episodes=1, steps=1,
+                      batch=2, hidden=16, out=str(tmp_path / "p"))
+    loaded: list = []
+    tr = Trainer(s, loading=lambda i, n, name: loaded.append((i, n, name)))
+    try:
+        n = len(tr.operators)
+        assert n == 3 and loaded[0] == (0, 3, "relu_small") and loaded[-1] == (3, 3, "")
+        assert not any(op.prepared for op in tr.operators)
+        assert not any("configs" in vars(op.tuner.space) for op in tr.operators)
+        listed: list = []
+        tr.train(preparing=listed.append)
+        prepared = [op.name for op in tr.operators if op.prepared]
+        assert listed == prepared and len(prepared) == 1
+    finally:
+        tr.close()
 
 
 def test_operators_per_iteration_groups_the_episodes(tmp_path):

@@ -173,6 +173,7 @@ def live_run(tmp_path_factory):
     return out, json.loads((out / "bench.json").read_text())
 
 
+@pytest.mark.slow  # a whole live bench, every strategy (minutes); bench's CLI is tested below
 def test_live_bench_runs_every_strategy_and_reports(live_run):
     out, data = live_run
     for f in ("bench.json", "bench.md", "report.html", "convergence.png",
@@ -206,6 +207,7 @@ def test_live_bench_runs_every_strategy_and_reports(live_run):
     assert "of which in the strategy itself" in md
 
 
+@pytest.mark.slow
 def test_every_strategy_searches_a_program_stage_by_stage(live_run):
     """On a multi-kernel program every strategy, Kernel Tuner's included, spends its budget
     over the stages (3 + 3 of 6: the conv stage, then the pool stage), each configuration

@@ -15,7 +15,7 @@ from cuda_agent.ir.capture import lower
 from cuda_agent.ir.plan import make_plan
 from cuda_agent.space.slots import Target
 from cuda_agent.space.space import Space
-from helpers import Fn
+from helpers import Fn, fast_first
 
 needs_gxx = pytest.mark.skipif(not cpu_exec.available(), reason="needs g++")
 
@@ -37,7 +37,7 @@ def _space(f, shape):
 
 def _pick(space, name: str, tpr: int, block: int):
     algo = "online" if name.endswith("online") else "passes"
-    for c in space.configs:
+    for c in space.iter_configs():  # the first such configuration, the space not listed
         d = c.as_dict()
         if (d.get("config.tpr") == tpr and d.get("config.block") == block and
                 d.get("reduction.combine") == "shfl" and d.get("config.cluster", 1) in (1, "-")
@@ -47,7 +47,7 @@ def _pick(space, name: str, tpr: int, block: int):
 
 
 @needs_gxx
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", fast_first(sorted(CASES), ["argmax", "softmax_online"]))
 @pytest.mark.parametrize("tpr,block", [(64, 128), (512, 512), (1024, 1024)],
                          ids=["2warps_2rows", "16warps", "32warps"])
 def test_multiwarp_groups_match_torch(name, tpr, block):

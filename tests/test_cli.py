@@ -163,6 +163,30 @@ def test_sim_run_used_the_private_store(sim_softmax):
     assert (root / "s.db").exists()
 
 
+def test_failures_reports_what_the_store_holds(sim_softmax, tmp_path):
+    root, _ = sim_softmax
+    failed = sum(not c["ok"] for c in
+                 json.loads((root / "o" / "report.json").read_text())["candidates"])
+    r = run(["failures", "--store", root / "s.db"], root)
+    assert r.returncode == 0, r.stderr
+    assert ("no failures recorded" in r.stdout) == (failed == 0), (failed, r.stdout)
+    missing = run(["failures", "--store", tmp_path / "none.db"], tmp_path)
+    assert missing.returncode == 2 and "no store yet" in missing.stderr
+
+
+def test_train_through_the_cli(tmp_path):
+    """`cuda-agent train` on a one-problem suite: the suite loads with its progress shown,
+    one update runs, the checkpoint and the curves are written."""
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    shutil.copy(GOOD / "relu_small.py", suite)
+    r = run(["train", "--suite", suite, "--device", "sim", "--iterations", "1", "--episodes",
+             "1", "--steps", "1", "--batch", "2", "--out", tmp_path / "t"], tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "loading the suite" in r.stdout and "1/1" in r.stdout, r.stdout
+    assert (tmp_path / "t" / "policy.pt").exists() and (tmp_path / "t" / "curves.json").exists()
+
+
 # -- sweep and replay --------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

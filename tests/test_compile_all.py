@@ -1,9 +1,11 @@
 """The all-combinations compile test: every valid configuration of every template must compile.
 
-Default run: a deterministic random sample of configurations per (problem, template), compiled
-with NVRTC through the Builder (2 workers, a private cache). ``CUDA_AGENT_COMPILE_ALL=1``
-compiles every configuration of every space (hours on a small machine; marked slow). A few
-configurations per template are also compiled with the real nvcc when it is on PATH.
+Default run: a small deterministic random sample of configurations per (problem, template)
+(`FAST_SAMPLE`, the default configuration always among them), compiled with NVRTC through the
+Builder (2 workers, a private cache); the slow set compiles a larger sample (`SAMPLE`, 100 per
+pair, minutes on a small machine). ``CUDA_AGENT_COMPILE_ALL=1`` compiles every configuration of
+every space (hours on a small machine; marked slow). A few configurations per template are also
+compiled with the real nvcc when it is on PATH.
 
 Besides compiling, each build is checked against the launch limits of the target (threads,
 registers and shared memory per block), which a GPU would otherwise report only at launch.
@@ -30,6 +32,7 @@ from cuda_agent.space.space import SCOPE_SLOT, Space
 from cuda_agent.space.templates import TEMPLATES
 
 SAMPLE = int(os.environ.get("CUDA_AGENT_COMPILE_SAMPLE", "100"))
+FAST_SAMPLE = 10
 NVCC_SAMPLE = 5
 # Templates whose candidates take the compiler ~10x longer (unrolled register tiles) are sampled
 # less per problem, so the CPU suite stays within CI's time; CUDA_AGENT_COMPILE_ALL still covers
@@ -116,7 +119,7 @@ def configs_of(name: str, template: str) -> tuple[Config, ...]:
     sp = space_of(name)
     if template not in [t.name for t in sp.templates]:
         return ()
-    return tuple(c for c in sp.configs if sp.template_of(c).name == template)
+    return tuple(sp.configs_of(template))
 
 
 def sample_of(name: str, template: str, n: int | None) -> list[Config]:
@@ -169,9 +172,41 @@ def build_all(pairs, n: int | None, tmp, backend: str = "nvrtc") -> dict:
     return out
 
 
+class PairBuilds:
+    """Each (problem, template) pair's sample, built when a test first asks for it: parallel
+    test workers share the pairs out instead of each building every pair, through one
+    compile pool per worker (renewed every CHUNK sources, as `build_all` does)."""
+
+    def __init__(self, tmp) -> None:
+        self.tmp, self.done, self.builder, self.used = tmp, {}, None, 0
+
+    def get(self, pair: tuple[str, str], n: int | None) -> list[Built]:
+        if (pair, n) not in self.done:
+            name, tmpl = pair
+            sp = space_of(name)
+            cfgs = sample_of(name, tmpl, _sample_size(tmpl, n))
+            rendered = [sp.render(c) for c in cfgs]
+            inputs = [BuildInput(r.source, TARGET.arch) for r in rendered]
+            if self.builder is None or self.used + len(inputs) > CHUNK:
+                self.close()
+                self.builder, self.used = Builder("nvrtc", workers=2, cache_dir=self.tmp), 0
+            self.used += len(inputs)
+            results = self.builder.build(inputs) if inputs else []
+            self.done[(pair, n)] = [Built(c, r.launches, res)
+                                    for c, r, res in zip(cfgs, rendered, results)]
+        return self.done[(pair, n)]
+
+    def close(self) -> None:
+        if self.builder is not None:
+            self.builder.close()
+            self.builder = None
+
+
 @pytest.fixture(scope="module")
 def nvrtc_builds(tmp_path_factory):
-    return build_all(PAIRS, SAMPLE, tmp_path_factory.mktemp("build-nvrtc"))
+    builds = PairBuilds(tmp_path_factory.mktemp("build-nvrtc"))
+    yield builds
+    builds.close()
 
 
 def _assert_builds_ok(name: str, tmpl: str, builds: list[Built]) -> None:
@@ -196,14 +231,25 @@ def _assert_builds_ok(name: str, tmpl: str, builds: list[Built]) -> None:
 
 
 def _applies(name: str, tmpl: str) -> bool:
-    return bool(configs_of(name, tmpl))
+    # the space offers only templates that have a valid configuration here (Space.for_plan)
+    return tmpl in {t.name for t in space_of(name).templates}
 
 
 @pytest.mark.parametrize("name,tmpl", PAIRS, ids=[f"{p}-{t}" for p, t in PAIRS])
 def test_sampled_configs_compile(name, tmpl, nvrtc_builds):
     if not _applies(name, tmpl):
         pytest.skip(f"template {tmpl} does not apply to {name}")
-    builds = nvrtc_builds[(name, tmpl)]
+    builds = nvrtc_builds.get((name, tmpl), FAST_SAMPLE)
+    assert len(builds) == min(_sample_size(tmpl, FAST_SAMPLE), len(configs_of(name, tmpl)))
+    _assert_builds_ok(name, tmpl, builds)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,tmpl", PAIRS, ids=[f"{p}-{t}" for p, t in PAIRS])
+def test_larger_samples_compile(name, tmpl, nvrtc_builds):
+    if not _applies(name, tmpl):
+        pytest.skip(f"template {tmpl} does not apply to {name}")
+    builds = nvrtc_builds.get((name, tmpl), SAMPLE)
     assert len(builds) == min(_sample_size(tmpl, SAMPLE), len(configs_of(name, tmpl)))
     _assert_builds_ok(name, tmpl, builds)
 
@@ -266,6 +312,17 @@ def test_configs_are_valid_and_complete(name):
                 assert v in sp.slot(k).choices
     default = sp.default()
     assert sp.check(default) is None, sp.check(default)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(PROBLEMS))
+def test_listed_configs_are_members_without_the_list(name):
+    """What lets the random search draw without listing a space (`Space.contains`): every
+    listed configuration is valid and its own canonical form."""
+    sp = space_of(name)
+    fresh = Space(sp.plan, sp.target, sp.templates)
+    missing = [c.short() for c in sp.configs if not fresh.contains(c)]
+    assert not missing and "configs" not in vars(fresh), missing[:3]
 
 
 def test_space_check_explains_an_invalid_config():

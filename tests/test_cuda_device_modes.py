@@ -110,7 +110,7 @@ def test_model_new_runs_its_convolution_in_the_mode_it_was_measured_in(monkeypat
     prob = load_problem(PROBLEMS / "conv_transpose2d_odd.py")
     plan = make_plan(prob.graph())
     space = Space.for_plan(plan, Target())
-    cfg = next(c for c in space.configs if c.get("memory.layout") == "as_given")
+    cfg = next(c for c in space.iter_configs() if c.get("memory.layout") == "as_given")
     rendered = space.render(cfg)
     marked = [l["library"] for l in module_launches(rendered, True) if l["library"]]
     assert marked and all(m["cudnn_benchmark"] for m in marked)

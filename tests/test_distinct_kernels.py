@@ -55,7 +55,7 @@ def test_configurations_render_distinct_kernels(name):
 
 def test_a_recorded_twin_folds_onto_its_canonical_configuration():
     sp = _space(lambda x: F.layer_norm(x, x.shape[-1:]), [(16, 512)])
-    cfg = next(c for c in sp.configs if sp.template_of(c).name == "row" and
+    cfg = next(c for c in sp.iter_configs() if sp.template_of(c).name == "row" and
                c["memory.cache"] == "reload" and c["config.tpr"] * c["memory.vec"] >= 128)
     assert cfg["compute.unroll"] == 1
     recorded = {**cfg.as_dict(), "compute.unroll": 4}  # a sweep of before the fold

@@ -27,7 +27,7 @@ def space_of(f, *shapes) -> Space:
 
 
 def dw_configs(sp: Space) -> list:
-    return [c for c in sp.configs if c["reduction.scope"] == "dwconv"]
+    return sp.configs_of("dwconv")
 
 
 @pytest.mark.parametrize("f,shapes,covered", [

@@ -40,7 +40,7 @@ def test_tf32_renders_one_product_per_tile_and_other_keys():
     # the same slots, another binary and another contract: never served each other's records
     assert strict.key(cfg, "t") != tf32.key(cfg, "t")
     # the SIMT template is fp32 whatever the precision, but its records are kept apart too
-    simt = next(c for c in strict.configs if strict.template_of(c).name == "gemm")
+    simt = strict.configs_of("gemm")[0]
     assert strict.render(simt).source == tf32.render(simt).source
     assert strict.key(simt, "t") != tf32.key(simt, "t")
     assert Target().key() == "sm_90/132sm"  # strict keys as recorded before precision existed
@@ -70,7 +70,7 @@ def test_tf32_attention_is_tf32_accurate():
     xs = _inputs(shapes)
     want = f(*[x.double() for x in xs]).float().numpy()
     ins = [xs[k].numpy() for k in strict.plan.operands]
-    cfg = next(c for c in strict.configs if strict.template_of(c).name == "attention_tc")
+    cfg = strict.configs_of("attention_tc")[0]
     assert tf32.render(cfg).fact("mma") == "tf32"
     assert cpu_exec.max_rel_error(strict.render(cfg), ins, want) < 1e-5
     assert 1e-5 < cpu_exec.max_rel_error(tf32.render(cfg), ins, want) < 5e-3
@@ -130,7 +130,7 @@ def test_the_library_product_runs_in_the_opted_in_half_type():
     f = lambda x, w: torch.relu(x @ w.T + 1.0)  # noqa: E731
     plan, strict, xs, want = emulation_case(f, [(48, 128), (40, 128)], seed=6)
     args = [xs[k].numpy() for k in plan.operands]
-    cfg = next(c for c in strict.configs if strict.template_of(c).name == "lib")
+    cfg = strict.configs_of("lib")[0]
     assert "dtype" not in next(la.library for la in strict.render(cfg).launches if la.library)
     assert cpu_exec.max_rel_error(strict.render(cfg), args, want) < 1e-5
     for name, bits in (("fp16", 11), ("bf16", 8)):
@@ -141,7 +141,7 @@ def test_the_library_product_runs_in_the_opted_in_half_type():
         assert 2.0 ** -bits / 8 < err < 8 * 2.0 ** -bits, (name, err)
     big = plan_of(f, (4096, 4096), (4096, 4096))
     s_strict, s_half = Space.for_plan(big, Target()), Space.for_plan(big, HALF["fp16"])
-    cfg = next(c for c in s_strict.configs if s_strict.template_of(c).name == "lib")
+    cfg = s_strict.configs_of("lib")[0]
     slow = simulate(big, s_strict.render(cfg), {}, Target()).time_ms
     assert simulate(big, s_half.render(cfg), {}, HALF["fp16"]).time_ms < slow / 4
 
@@ -244,7 +244,7 @@ def test_lower_precision_kernels_compile_for_sm90(tmp_path, backend):
     f, shapes = TC_CASES["sdpa_4d"]
     att = Space.for_plan(space_of(f, *shapes).plan, TF32)
     picked = [(gemm, c) for c in _random.Random(0).sample(tc_configs(gemm), 4)]
-    picked += [(att, next(c for c in att.configs if att.template_of(c).name == "attention_tc"))]
+    picked += [(att, att.configs_of("attention_tc")[0])]
     rendered = [sp.render(c) for sp, c in picked]
     assert all(r.fact("mma") == "tf32" for r in rendered)
     for name, target in HALF.items():  # the half-precision products, and attention's TF32

@@ -135,7 +135,7 @@ def test_stage_candidates_differ_by_key_and_keep_the_library_step():
     s1 = StageSpace.of(plan, 1, spaces, fixed)
     a, b = s1.configs[:2]
     assert s1.key(a, "t") != s1.key(b, "t")
-    lib = [c for c in s0.configs if s0.template_of(c).name == "lib"]
+    lib = s0.configs_of("lib")
     assert lib, "the conv stage has an epilogue (bias, relu): the library template applies"
     r = s0.render(lib[0])
     steps = [L for L in r.launches if L.library]

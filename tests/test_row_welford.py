@@ -84,7 +84,8 @@ def test_a_merge_without_the_between_parts_term_is_caught():
 
     f = CASES["layer_norm"]
     plan, sp = _space(f, (5, 300))
-    cfg = next(c for c in sp.configs if c["compute.algo"] == "online" and c["config.tpr"] >= 64)
+    cfg = next(c for c in sp.iter_configs()
+               if c["compute.algo"] == "online" and c["config.tpr"] >= 64)
     r = sp.render(cfg)
     wrong = dataclasses.replace(r, source=r.source.replace("dl_ * dl_ * wf_n * f_", "0.f"))
     assert wrong.source != r.source

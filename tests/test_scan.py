@@ -120,7 +120,7 @@ def test_long_few_rows_get_split_configurations():
     sp = Space.for_plan(p, Target())
     splits = {c["reduction.split"] for c in sp.configs}
     assert {1, 8, 128} <= splits
-    r = sp.render(next(c for c in sp.configs if c["reduction.split"] == 8))
+    r = sp.render(next(c for c in sp.iter_configs() if c["reduction.split"] == 8))
     assert [L.kernel for L in r.launches] == ["ca_scan_totals", "ca_scan_rows"]
     assert r.workspace_bytes == 2 * 8 * 4
 

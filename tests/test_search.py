@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 import zlib
 from functools import lru_cache
@@ -57,6 +58,95 @@ def test_random_depends_on_seed_only():
     c = make_strategy("random", sp, seed=2).ask(30)
     assert a == b and a != c
     assert a != sp.configs[:30]  # actually shuffled
+
+
+def _counting_enumeration(monkeypatch) -> list[int]:
+    """Counts the configurations `Space` enumerates from now on."""
+    listed = [0]
+    enumerate_template = Space._template_configs
+
+    def counting(self, t):
+        for cfg in enumerate_template(self, t):
+            listed[0] += 1
+            yield cfg
+    monkeypatch.setattr(Space, "_template_configs", counting)
+    return listed
+
+
+def test_random_search_draws_without_listing_the_space(monkeypatch):
+    """Listing a row space walks a million raw slot combinations (seconds before the first
+    measurement): the random search draws its configurations one by one instead, each a
+    member of the space."""
+    sp = Space.for_plan(make_plan(load_problem(GOOD / "softmax_small.py").graph()), Target())
+    listed = _counting_enumeration(monkeypatch)
+    s = make_strategy("random", sp, seed=5)
+    got = s.ask(16) + s.ask(16)
+    assert listed[0] == 0 and "configs" not in vars(sp)
+    assert len(set(got)) == 32 and got == make_strategy("random", sp, seed=5).ask(32)
+    assert all(sp.check(c) is None for c in got)  # members (checked without the list)
+
+
+def test_tuning_measures_without_listing_the_space(monkeypatch):
+    """The tuning loop up to its last measurement (defaults first, then the random search)
+    lists nothing: at most the first configuration of a template is enumerated, to learn
+    that it has one (`Space.for_plan`) and where its default is not valid here."""
+    listed = _counting_enumeration(monkeypatch)
+    t = Tuner(load_problem(GOOD / "softmax_small.py"), TuneSettings(device="sim", budget=20,
+              batch=8), device=FakeDevice(), builder=FakeBuilder())
+    try:
+        res = t.run()
+    finally:
+        t.close()
+    assert len(res.trials) == 20 and res.trials[0].config == t.space.default()
+    assert listed[0] <= 2 * len(t.space.templates) and "configs" not in vars(t.space)
+
+
+@pytest.mark.parametrize("name", ["relu_small", "softmax_small"])
+def test_membership_without_listing_agrees_with_the_list(name):
+    """`Space.contains` (a configuration is a member iff it is valid and its own canonical
+    form) holds for every listed configuration, and not for raw combinations that canonical()
+    folds onto another one (every template and problem: test_compile_all, slow)."""
+    sp = space(name)
+    fresh = Space(sp.plan, sp.target, sp.templates)
+    assert all(fresh.contains(c) for c in sp.configs) and "configs" not in vars(fresh)
+    rng = random.Random(name)
+    members, outside = set(sp.configs), 0
+    for _ in range(3000):  # raw combinations drawn at random, as Space.draw does
+        t = rng.choice(sp.templates)
+        raw = {s.name: rng.choice(s.choices) for s in t.slots(sp.plan, sp.target)}
+        cfg = fresh._full(t, raw)
+        assert fresh.contains(cfg) == (cfg in members), cfg.short()
+        outside += cfg not in members
+    assert outside > 100
+
+
+@pytest.mark.parametrize("path", [GOOD / "softmax_small.py",
+                                  GOOD.parents[2] / "benchmarks/problems/loss_mse.py",
+                                  GOOD.parents[2] / "benchmarks/problems/softmax_long_rows.py",
+                                  GOOD.parents[2] / "benchmarks/problems/gemm_matvec.py"],
+                         ids=lambda p: p.stem)
+def test_prefixes_enumeration_skips_hold_no_valid_configuration(path):
+    """`Template.prefix_excluded` only speeds enumeration up: under every head of slot values
+    it skips, no completion is valid (sampled), and the heads it keeps are not all invalid
+    (the row template on a problem too large for one-row-per-block launches has none)."""
+    from cuda_agent.space.templates import TEMPLATES
+
+    plan = make_plan(load_problem(path).graph())
+    rng, target = random.Random(path.stem), Target()
+    for t in (t for t in TEMPLATES if t.applies(plan) and t.prefix_slots):
+        own = t.slots(plan, target)
+        heads, tails = own[:t.prefix_slots], own[t.prefix_slots:]
+        skipped = 0
+        for values in itertools.product(*(s.choices for s in heads)):
+            head = {s.name: v for s, v in zip(heads, values)}
+            if not t.prefix_excluded(plan, head, target):
+                continue
+            skipped += 1
+            for _ in range(40):
+                raw = {**head, **{s.name: rng.choice(s.choices) for s in tails}}
+                assert t.excluded(raw) or t.check(plan, t.canonical(plan, raw, target),
+                                                  target) is not None, raw
+        assert skipped, t.name
 
 
 def test_exhaustive_follows_space_order():
@@ -168,6 +258,36 @@ def test_tuner_respects_budget_and_never_repeats(strategy):
         # the default comes first, then the space in order (skipping the default)
         rest = [c for c in t.space.configs if c != t.space.default()]
         assert [tr.config for tr in res.trials[1:]] == rest[:36]
+
+
+def test_the_first_measurement_does_not_wait_for_the_whole_first_batch():
+    """The untuned default is built alone and measured while the rest of the first batch
+    compiles: the first measurement waits for one compile, not a batch of them."""
+    import threading
+
+    measured = threading.Event()
+    sizes, overlapped = [], []
+
+    class SlowBuilder(FakeBuilder):
+        def build(self, inputs):
+            sizes.append(len(inputs))
+            if len(sizes) == 2:  # the rest of the first batch: is the default measured meanwhile?
+                overlapped.append(measured.wait(timeout=5))
+            return super().build(inputs)
+
+    class SignallingDevice(FakeDevice):
+        def evaluate(self, cand, best_ms=None):
+            measured.set()
+            return super().evaluate(cand, best_ms)
+
+    t = Tuner(load_problem(GOOD / "relu_small.py"), TuneSettings(device="sim", budget=20,
+              batch=8), device=SignallingDevice(), builder=SlowBuilder())
+    try:
+        res = t.run()
+    finally:
+        t.close()
+    assert sizes == [1, 7, 8, 4] and overlapped == [True]
+    assert res.trials[0].config == t.space.default() and len(res.trials) == 20
 
 
 def test_tuner_budget_larger_than_space_stops_at_the_space():
@@ -295,6 +415,12 @@ def test_stratified_random_sample_covers_every_template():
     assert all(names(picked).count(t) == 7 for t in counts) and len(set(picked)) == 21
     uniform = RandomSearch(sp, seed=1).ask(20)
     assert names(uniform).count("lib") < 5
+    # one small template's configurations, or the first few, without listing the rest
+    fresh = Space(sp.plan, sp.target, sp.templates)
+    for t in ("lib", "gemm_tc"):
+        assert fresh.configs_of(t) == [c for c in sp.configs if sp.template_of(c).name == t]
+    assert list(itertools.islice(fresh.iter_configs(), 5)) == sp.configs[:5]
+    assert "configs" not in vars(fresh)
 
 
 def test_genetic_warm_start_measures_the_recorded_best_first():

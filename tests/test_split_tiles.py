@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import cpu_exec
-from helpers import Fn
+from helpers import Fn, fast_first
 from cuda_agent.ir.capture import capture
 from cuda_agent.ir.plan import make_plan
 from cuda_agent.space.slots import Target
@@ -37,7 +37,7 @@ def test_tiles_are_offered_only_where_an_output_pass_writes_the_tensor():
 
 
 @pytest.mark.skipif(not cpu_exec.available(), reason="needs g++")
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", fast_first(sorted(CASES), ["frobenius"]))
 def test_both_output_layouts_match_torch(name):
     f, shape = CASES[name]
     plan, sp = _space(f, shape)

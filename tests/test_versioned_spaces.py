@@ -24,7 +24,7 @@ def space_of(name: str) -> Space:
 
 def test_an_old_config_gains_the_new_slot_at_its_legacy_value():
     sp = space_of("softmax_short_rows")
-    new = next(c for c in sp.configs if c["memory.store"] == "default")
+    new = next(c for c in sp.iter_configs() if c["memory.store"] == "default")
     old = {k: v for k, v in new.as_dict().items() if k != "memory.store"}  # as v1 recorded it
     assert sp.upgrade(old) == new
     gone = dict(old, **{"config.block": 4096})  # a value the space does not have

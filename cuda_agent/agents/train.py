@@ -15,6 +15,7 @@ import copy
 import json
 import math
 import random
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -23,6 +24,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from ..build.builder import Builder
 from ..errors import DeviceError, SettingsError, UnsupportedError
 from ..problem import load_problem
 from ..run.devices import Device
@@ -92,15 +94,29 @@ class TrainSettings:
 
 @dataclass
 class Operator:
-    """One problem of the suite, ready for episodes."""
+    """One problem of the suite, ready for episodes. Its space is listed (`index`) when an
+    episode first needs it: listing a space takes seconds, a suite has over a hundred
+    problems, and a short run draws only some of them."""
 
     name: str
     tuner: Tuner
-    index: SpaceIndex
     best_known: float | None = None  # best time seen in training, to normalise curves
     prior: np.ndarray | None = None
     """the analytic model's prior over `index` (`prior.py`), modelled by the first episode
     that needs it and kept when it covers the whole space (it depends on nothing else)"""
+    _index: SpaceIndex | None = field(default=None, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    @property
+    def prepared(self) -> bool:
+        return self._index is not None
+
+    @property
+    def index(self) -> SpaceIndex:
+        with self._lock:  # samplers are threads: one listing per operator
+            if self._index is None:
+                self._index = SpaceIndex.of(self.tuner.space)
+            return self._index
 
 
 def suite_files(suite: str) -> list[Path]:
@@ -149,7 +165,10 @@ def run_episode(policy_state: dict[str, Any], policy_meta: dict[str, Any], op: O
 
 class Trainer:
     def __init__(self, settings: TrainSettings, device: Device | None = None,
-                 notify: Callable[[str], None] = lambda s: None) -> None:
+                 notify: Callable[[str], None] = lambda s: None,
+                 loading: Callable[[int, int, str], None] | None = None) -> None:
+        """`loading(done, total, name)` follows the suite's problems being loaded (captured
+        and planned), for a progress bar."""
         self.s = settings
         self.notify = notify
         self.out = Path(settings.out)
@@ -167,18 +186,25 @@ class Trainer:
         if not files:
             raise SettingsError("every problem of the suite is held out")
         self.operators: list[Operator] = []
-        for f in files:
+        # one compile pool for the suite, not one per problem
+        self.builder = None if self.device.kind == "replay" else Builder()
+        for i, f in enumerate(files):
+            if loading:
+                loading(i, len(files), f.stem)
             try:
                 tuner = Tuner(load_problem(f), TuneSettings(
                     device=settings.device, seed=settings.seed, replay_root=settings.replay_root,
-                    baselines=False), device=self.device, store=self.store, notify=notify)
+                    baselines=False), device=self.device, store=self.store, notify=notify,
+                    builder=self.builder)
             except (DeviceError, UnsupportedError) as exc:
                 if self.device.kind != "replay":
                     raise
                 # no recorded sweep to learn from, or a multi-kernel program (not replayable)
                 notify(f"skipped {f.stem}: {exc}")
                 continue
-            self.operators.append(Operator(f.stem, tuner, SpaceIndex.of(tuner.space)))
+            self.operators.append(Operator(f.stem, tuner))
+        if loading:
+            loading(len(files), len(files), "")
         if not self.operators:
             raise SettingsError("no problem of the suite can be trained on with this device")
         self.policy = MultiAgentPolicy(settings.agents, settings.hidden)
@@ -248,18 +274,29 @@ class Trainer:
                          self.s.seed * 1_000_003 + it * 1009 + e))
         return jobs
 
-    def _submit(self, fleet: LocalFleet) -> list:
+    def _submit(self, fleet: LocalFleet, preparing: Callable[[str], None] | None = None
+                ) -> list:
+        # the jobs' operators are listed here, one after another, where a progress bar can
+        # say so (samplers listing them at once would only contend for the interpreter)
+        for k, *_ in self.pending_jobs:
+            op = self.operators[k]
+            if not op.prepared:
+                if preparing:
+                    preparing(op.name)
+                op.index  # noqa: B018 - lists the space
         meta = self.policy.describe()
         return fleet.submit(run_episode, [
             (self.sampler_state, meta, self.operators[k], self.s, eid, version, seed)
             for k, eid, version, seed in self.pending_jobs])
 
     def train(self, progress: Callable[[dict[str, Any]], None] | None = None,
-              deadline: float | None = None) -> list[dict[str, Any]]:
+              deadline: float | None = None, preparing: Callable[[str], None] | None = None
+              ) -> list[dict[str, Any]]:
         """Run the remaining iterations. `deadline` (a `time.time()` value): the next
         iteration's episodes are not sampled when the last iteration's duration would carry it
         past the deadline; the run stops there with its checkpoint saved, and `resume` continues
-        it (a GPU call has a hard time limit, and a cut run would lose its last update)."""
+        it (a GPU call has a hard time limit, and a cut run would lose its last update).
+        `preparing(name)` is called before an operator's space is first listed."""
         fleet = LocalFleet(self.s.samplers if self.device.kind != "cuda" else 1)
         pending: list = []
         try:
@@ -267,7 +304,7 @@ class Trainer:
                 if not self.pending_jobs:  # a fresh run; a resumed one re-runs its saved jobs
                     self.sampler_state = copy.deepcopy(self.policy.state_dict())
                     self.pending_jobs = self._plan_jobs(self.iteration)
-                pending = self._submit(fleet)
+                pending = self._submit(fleet, preparing)
             while self.iteration < self.s.iterations:
                 t0 = time.perf_counter()
                 episodes = fleet.gather(pending)
@@ -280,7 +317,7 @@ class Trainer:
                 self.pending_jobs = self._plan_jobs(self.iteration)
                 more = self.iteration < self.s.iterations and (
                     deadline is None or time.time() + time.perf_counter() - t0 < deadline)
-                pending = self._submit(fleet) if more else []
+                pending = self._submit(fleet, preparing) if more else []
                 fresh = [t for ep in episodes for t in ep["transitions"]
                          if t.version >= self.version - self.s.max_staleness]
                 stale = sum(len(ep["transitions"]) for ep in episodes) - len(fresh)
@@ -325,6 +362,8 @@ class Trainer:
     def close(self) -> None:
         for op in self.operators:
             op.tuner.close()
+        if self.builder is not None:
+            self.builder.close()
         if self._own_device:
             self.device.close()
         self.store.close()

@@ -64,23 +64,34 @@ class KernelPlan:
         return self.memo[key]
 
     # -- the (O, R, I) view -------------------------------------------------------------------
+    def _view(self) -> tuple:
+        """(full_shape, reduce_dims, O, R, I, numel), computed once for the current shape: the
+        templates' validity checks read these millions of times while a space is enumerated."""
+        v = self.memo.get("_view")
+        if v is None or v[0] is not self.full_shape or v[1] is not self.reduce_dims:
+            fs, rd = self.full_shape, self.reduce_dims
+            # O: the kept dims before the last reduced one (a chanreduce keeps a middle run)
+            O = math.prod(s for d, s in enumerate(fs[: rd[-1]]) if d not in rd) if rd else 1
+            R = math.prod(fs[d] for d in rd) if rd else 1
+            I = math.prod(fs[rd[-1] + 1:]) if rd else 1  # noqa: E741
+            v = self.memo["_view"] = (fs, rd, O, R, I, math.prod(fs))
+        return v
+
     @property
     def O(self) -> int:  # noqa: N802 - the standard names of this view
-        # the kept dims before the last reduced one (a chanreduce keeps a middle run)
-        return math.prod(s for d, s in enumerate(self.full_shape[: self.reduce_dims[-1]])
-                         if d not in self.reduce_dims) if self.reduce_dims else 1
+        return self._view()[2]
 
     @property
     def R(self) -> int:  # noqa: N802
-        return math.prod(self.full_shape[d] for d in self.reduce_dims) if self.reduce_dims else 1
+        return self._view()[3]
 
     @property
     def I(self) -> int:  # noqa: N802, E743
-        return math.prod(self.full_shape[self.reduce_dims[-1] + 1:]) if self.reduce_dims else 1
+        return self._view()[4]
 
     @property
     def numel(self) -> int:
-        return math.prod(self.full_shape)
+        return self._view()[5]
 
     @property
     def output_is_row(self) -> bool:

@@ -2,12 +2,15 @@
 
 Spaces are small enough (hundreds to tens of thousands of configurations) to enumerate once, so
 validity masks for the agents are exact: a slot value is allowed under a partial assignment iff
-some valid configuration extends it.
+some valid configuration extends it. Enumerating walks every raw combination of a template's
+slots (over a million for the row template: seconds), so what needs only membership or a few
+random members (`contains`, `draw`: the random search, the defaults) never enumerates.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import random
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -27,6 +30,8 @@ class Space:
     plan: KernelPlan
     target: Target
     templates: list[Template] = field(default_factory=list)
+    subset = False
+    """True for a space `restricted` to a recorded subset: membership and draws go by its list"""
 
     @staticmethod
     def for_plan(plan: KernelPlan, target: Target) -> "Space":
@@ -70,29 +75,132 @@ class Space:
         raise KeyError(name)
 
     # -- enumeration --------------------------------------------------------------------------
-    def _template_configs(self, t: Template) -> Iterable[Config]:
-        own = t.slots(self.plan, self.target)
+    def _raw(self, t: Template) -> Iterable[dict[str, Any]]:
+        """Every raw combination of `t`'s own slot values, in itertools.product's order, less
+        those under a head of values `t.prefix_excluded` rules out."""
+        own = self._own(t)
         names = [s.name for s in own]
+        k = t.prefix_slots
+        heads = (head for head in itertools.product(*(s.choices for s in own[:k]))
+                 if not (k and t.prefix_excluded(self.plan, dict(zip(names, head)),
+                                                 self.target)))
+        for head in heads:  # head-major, as the product over all the slots
+            for tail in itertools.product(*(s.choices for s in own[k:])):
+                yield dict(zip(names, head + tail))
+
+    def _template_configs(self, t: Template) -> Iterable[Config]:
+        names = [s.name for s in self._own(t)]
         rest = {s.name: ABSENT for s in self.slots if s.name not in names}
         if len(self.templates) > 1:
             rest[SCOPE_SLOT] = t.name
         seen: set[Config] = set()
-        for values in itertools.product(*(s.choices for s in own)):
-            raw = dict(zip(names, values))
+        order = sorted([*names, *rest])  # Config.of's order, sorted once rather than per config
+        for raw in self._raw(t):
             if t.excluded(raw):
                 continue
             cfg = t.canonical(self.plan, raw, self.target)
             if t.check(self.plan, cfg, self.target) is not None:
                 continue
-            full = Config.of({**rest, **cfg})
+            merged = {**rest, **cfg}
+            full = Config(tuple((k, merged[k]) for k in order)) if len(merged) == len(order) \
+                else Config.of(merged)
             if full not in seen:
                 seen.add(full)
                 yield full
+
+    def _own(self, t: Template) -> list[Slot]:
+        return self.__dict__.setdefault("_own_slots", {}).setdefault(
+            t.name, t.slots(self.plan, self.target))
+
+    def _valid_raw(self, t: Template, raw: dict[str, Any]) -> bool:
+        """Whether `raw` (a value for each of `t`'s own slots, among their choices) is one of
+        the configurations `_template_configs` yields: the canonical form of a valid raw
+        combination is itself a raw combination, canonical and valid (tests check this
+        against enumeration), so a raw combination is a member iff it is its own canonical
+        form and valid."""
+        return not t.excluded(raw) and t.canonical(self.plan, raw, self.target) == raw and \
+            t.check(self.plan, raw, self.target) is None
+
+    def contains(self, cfg: Config) -> bool:
+        """`cfg in self.index`, without enumerating the space when it has not been."""
+        if self.subset:
+            return cfg in self.__dict__["_keep"]
+        if "configs" in self.__dict__:
+            return cfg in self.index
+        try:
+            t = self.template_of(cfg)
+        except KeyError:
+            return False
+        d = cfg.as_dict()
+        if d.keys() != {s.name for s in self.slots}:
+            return False
+        own = self._own(t)
+        names = {s.name for s in own}
+        if any(v != ABSENT for k, v in d.items() if k not in names and k != SCOPE_SLOT):
+            return False
+        raw = {s.name: d[s.name] for s in own}
+        if any(raw[s.name] not in s.choices for s in own):
+            return False
+        return self._valid_raw(t, raw)
+
+    def draw(self, rng: random.Random, exclude: set[Config] | frozenset = frozenset(),
+             tries: int = 20000) -> Config | None:
+        """A configuration drawn uniformly from those not in `exclude`, without enumerating
+        the space: a raw combination of all templates' slots drawn uniformly, kept if it is a
+        member (each member is exactly one raw combination, so members are equally likely).
+        None after `tries` rejections in a row (the space nearly exhausted, or its members a
+        tiny share of the raw combinations: the caller enumerates instead). A restricted
+        space draws from its list."""
+        if self.subset:
+            pool = [c for c in self.configs if c not in exclude]
+            return rng.choice(pool) if pool else None
+        radix = [(t, self._own(t)) for t in self.templates]
+        sizes = [math.prod(len(s.choices) for s in own) for _, own in radix]
+        total = sum(sizes)
+        for _ in range(tries):
+            k = rng.randrange(total)
+            for (t, own), size in zip(radix, sizes):
+                if k < size:
+                    break
+                k -= size
+            raw = {}
+            for s in reversed(own):  # the last slot varies fastest, as in itertools.product
+                k, i = divmod(k, len(s.choices))
+                raw[s.name] = s.choices[i]
+            raw = {s.name: raw[s.name] for s in own}
+            if not self._valid_raw(t, raw):
+                continue
+            cfg = self._full(t, raw)
+            if cfg not in exclude:
+                return cfg
+        return None
+
+    def _full(self, t: Template, own_values: dict[str, Any]) -> Config:
+        rest = {s.name: ABSENT for s in self.slots if s.name not in own_values}
+        if len(self.templates) > 1:
+            rest[SCOPE_SLOT] = t.name
+        return Config.of({**rest, **own_values})
+
+    def at_least(self, n: int) -> int:
+        """min(n, len(self)), enumerating only as far as the n-th configuration."""
+        if self.subset:
+            return min(n, len(self.__dict__["_keep"]))
+        if "configs" in self.__dict__:
+            return min(n, len(self.configs))
+        found = 0
+        for t in self.templates:
+            for _ in self._template_configs(t):
+                found += 1
+                if found >= n:
+                    return n
+        return found
 
     @cached_property
     def configs(self) -> list[Config]:
         """Every valid configuration, in a deterministic order (enumerated once per process
         for a given computation, target and template set)."""
+        if self.subset:
+            return [c for c in self.__dict__["_parent"].configs if c in self.__dict__["_keep"]]
         key = (self.plan.graph.fingerprint(), self.target,
                tuple((t.name, t.version) for t in self.templates))
         if key not in _ENUMERATED:
@@ -105,6 +213,22 @@ class Space:
                 _ENUMERATED.clear()
             _ENUMERATED[key] = out
         return list(_ENUMERATED[key])
+
+    def iter_configs(self) -> Iterable[Config]:
+        """`configs` one at a time, listed as they are taken where the space is not listed
+        yet (a search for the first configuration with some property stops early)."""
+        if self.subset or "configs" in self.__dict__:
+            return iter(self.configs)
+        return (c for t in self.templates for c in self._template_configs(t))
+
+    def configs_of(self, template: str) -> list[Config]:
+        """The configurations of one template, in `configs` order; where the space is not
+        listed yet, only that template's are (a template of dozens is not held up by one of
+        tens of thousands)."""
+        if self.subset or "configs" in self.__dict__:
+            return [c for c in self.configs if self.template_of(c).name == template]
+        t = next((t for t in self.templates if t.name == template), None)
+        return list(self._template_configs(t)) if t is not None else []
 
     def upgrade(self, recorded: dict[str, Any]) -> Config | None:
         """A configuration recorded by an older version of the templates, as a configuration
@@ -139,15 +263,17 @@ class Space:
         except (KeyError, TypeError, ValueError):
             return None
         cfg = Config.of({k: v for k, v in d.items() if k in {s.name for s in self.slots}})
-        return cfg if cfg in self.index else None
+        return cfg if self.contains(cfg) else None
 
     def restricted(self, keep: list[Config] | set[Config]) -> "Space":
         """The same space limited to `keep` (e.g. the configurations a sweep recorded)."""
-        keep = set(keep)
-        sub = Space(self.plan, self.target, self.templates)
-        sub.__dict__["configs"] = [c for c in self.configs if c in keep]
-        if not sub.configs:
+        keep = frozenset(c for c in keep if self.contains(c))
+        if not keep:
             raise UnsupportedError("no configuration of the space was recorded")
+        sub = Space(self.plan, self.target, self.templates)
+        sub.subset = True
+        # listed (in the space's order) only when something needs the list
+        sub.__dict__["_keep"], sub.__dict__["_parent"] = keep, self
         return sub
 
     @cached_property
@@ -155,11 +281,18 @@ class Space:
         return {c: i for i, c in enumerate(self.configs)}
 
     def __len__(self) -> int:
-        return len(self.configs)
+        if self.subset:
+            return len(self.__dict__["_keep"])
+        if "configs" not in self.__dict__ and "_len" not in self.__dict__:
+            # counted without listing: a member is a raw combination that is valid and its
+            # own canonical form, so only those are checked, and no configuration is built
+            self.__dict__["_len"] = sum(self._valid_raw(t, raw) for t in self.templates
+                                        for raw in self._raw(t))
+        return self.__dict__.get("_len") or len(self.configs)
 
     def check(self, cfg: Config) -> str | None:
         """Why `cfg` is not in the space (None when it is)."""
-        if cfg in self.index:
+        if self.contains(cfg):
             return None
         try:
             t = self.template_of(cfg)
@@ -195,7 +328,7 @@ class Space:
         """The untuned baseline: the first template's default that is valid here, else the
         first valid configuration."""
         defaults = self.template_defaults()
-        return defaults[0] if defaults else self.configs[0]
+        return defaults[0] if defaults else self._first(self.templates[0]) or self.configs[0]
 
     def template_defaults(self, fallback: bool = False) -> list[Config]:
         """Each template's own default, where valid here, in template order; with `fallback`,
@@ -204,17 +337,20 @@ class Space:
         out = []
         for t in self.templates:
             cfg = t.canonical(self.plan, t.default(self.plan, self.target), self.target)
-            rest = {s.name: ABSENT for s in self.slots}
-            if len(self.templates) > 1:
-                rest[SCOPE_SLOT] = t.name
-            full = Config.of({**rest, **cfg})
-            if full in self.index:
+            full = self._full(t, cfg)
+            if self.contains(full):
                 out.append(full)
             elif fallback:
-                first = next((c for c in self.configs if self.template_of(c) is t), None)
+                first = self._first(t)
                 if first is not None:
                     out.append(first)
         return out
+
+    def _first(self, t: Template) -> Config | None:
+        """The first of `t`'s configurations in the order of `configs`."""
+        if self.subset:
+            return next((c for c in self.configs if self.template_of(c) is t), None)
+        return next(iter(self._template_configs(t)), None)
 
     # -- rendering ----------------------------------------------------------------------------
     def render(self, cfg: Config) -> Rendered:

@@ -35,6 +35,17 @@ class Template(ABC):
         `check` run (enumeration speed only: `check` must reject them as well)."""
         return False
 
+    prefix_slots: int = 0
+    """how many of the first slots (in `slots` order) `prefix_excluded` reads"""
+
+    def prefix_excluded(self, plan: KernelPlan, prefix: dict[str, Any], target: Target
+                        ) -> bool:
+        """Values of the first `prefix_slots` slots that no configuration extending them can
+        take, whatever the others are: enumeration skips every combination under them (speed
+        only: `check` must reject all of them as well). A template with no valid configuration
+        on a problem is found out without walking its whole product."""
+        return False
+
     def canonical(self, plan: KernelPlan, cfg: dict[str, Any], target: Target
                   ) -> dict[str, Any]:
         """Collapse slots that have no effect under `cfg` to one value, so that equal kernels

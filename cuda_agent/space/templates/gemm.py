@@ -90,6 +90,10 @@ def _max_offset(g: GemmInfo, plan: KernelPlan) -> int:
     return max(a, b, plan.numel)
 
 
+def _tile_too_large(g: GemmInfo, bm: int, bn: int) -> bool:
+    return bm > max(32, 2 * g.M) or bn > max(32, 2 * g.N)
+
+
 class GemmTemplate(Template):
     name = "gemm"
     version = "4"
@@ -126,6 +130,12 @@ class GemmTemplate(Template):
                  "blocks sharing one tile's K (split-K)"),
         ]
 
+    prefix_slots = 2  # config.bm, config.bn: canonical() never changes them
+
+    def prefix_excluded(self, plan: KernelPlan, prefix: dict[str, Any], target: Target
+                        ) -> bool:
+        return _tile_too_large(_info(plan), prefix["config.bm"], prefix["config.bn"])
+
     def canonical(self, plan: KernelPlan, cfg: dict[str, Any], target: Target
                   ) -> dict[str, Any]:
         g = _info(plan)
@@ -157,7 +167,7 @@ class GemmTemplate(Template):
         threads = (bm // tm) * (bn // tn)
         if not MIN_THREADS <= threads <= MAX_THREADS:
             return f"{threads} threads per block"
-        if bm > max(32, 2 * g.M) or bn > max(32, 2 * g.N):
+        if _tile_too_large(g, bm, bn):
             return "block tile far larger than the matrix"
         for operand, vec, rows in (("a", cfg["memory.vec_a"], bm), ("b", cfg["memory.vec_b"], bn)):
             if not _vec_ok(g, operand, vec):

@@ -92,6 +92,18 @@ class RowTemplate(Template):
         return cfg["config.cluster"] > 1 and (cfg["config.tpr"] != cfg["config.block"] or
                                               cfg["memory.cache"] in ("reload", "async"))
 
+    prefix_slots = 4  # block, threads per row, grid, cluster (canonical() changes only grid)
+
+    def prefix_excluded(self, plan: KernelPlan, prefix: dict[str, Any], target: Target
+                        ) -> bool:
+        T, B, CL = prefix["config.tpr"], prefix["config.block"], prefix["config.cluster"]
+        return T > B or self._underfills(plan, B, T, target) or (
+            CL > 1 and (T != B or bool(plan.outer)))
+
+    @staticmethod
+    def _underfills(plan: KernelPlan, B: int, T: int, target: Target) -> bool:
+        return plan.numel >= UNDERFILL_MIN_ELEMS and -(-plan.O // (B // T)) < target.sm_count // 2
+
     def canonical(self, plan: KernelPlan, cfg: dict[str, Any], target: Target
                   ) -> dict[str, Any]:
         cfg = dict(cfg)
@@ -125,7 +137,7 @@ class RowTemplate(Template):
         T, B, vec = cfg["config.tpr"], cfg["config.block"], cfg["memory.vec"]
         if T > B:
             return "threads per row exceed the block"
-        if plan.numel >= UNDERFILL_MIN_ELEMS and -(-plan.O // (B // T)) < target.sm_count // 2:
+        if self._underfills(plan, B, T, target):
             return "too few blocks to fill the GPU (the split template covers few long rows)"
         R = plan.R
         if T > 1 and T * vec > 2 * pow2_ceil(R):

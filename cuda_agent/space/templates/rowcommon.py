@@ -164,9 +164,16 @@ class Roles:
 
 
 def operand_roles(plan: KernelPlan, passes: list[Pass]) -> Roles:
+    # first by the identity of `passes` (make_passes hands out one list per plan): building
+    # the key below was a fifth of enumerating a row space
+    hit = plan.memo.get(("roles_of", id(passes)))
+    if hit is not None and hit[0] is passes:
+        return hit[1]
     key = ("roles", tuple((tuple(r.nid for r in p.reducers), p.writes_output, p.online)
                           for p in passes))
-    return plan.cached(key, lambda: _operand_roles(plan, passes))
+    roles = plan.cached(key, lambda: _operand_roles(plan, passes))
+    plan.memo[("roles_of", id(passes))] = (passes, roles)
+    return roles
 
 
 def _operand_roles(plan: KernelPlan, passes: list[Pass]) -> Roles:
