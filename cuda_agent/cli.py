@@ -349,17 +349,24 @@ def bench(
                                                "benchmarks/data)"),
     budget: int = typer.Option(100, help="measurements per strategy, problem and seed"),
     seeds: int = typer.Option(5),
-    strategies: str = typer.Option(",".join(("random", "genetic", "optuna", "marl",
-                                             "kt:genetic_algorithm", "kt:bayes_opt",
-                                             "kt:simulated_annealing", "kt:random_sample")),
-                                   help="comma-separated; the agents' ablations when named: "
-                                        "marl_noprior, marl_untrained, marl_single"),
+    strategies: str = typer.Option(",".join((
+        "random", "genetic", "optuna", "marl", "prior", "kt:genetic_algorithm", "kt:bayes_opt",
+        "kt:simulated_annealing", "kt:random_sample", "optuna_warm", "kt_warm:genetic_algorithm",
+        "kt_warm:bayes_opt", "kt_warm:simulated_annealing", "kt_warm:random_sample")),
+        help="comma-separated; prior: the analytic model's ranking alone; optuna_warm, "
+             "kt_warm:*: the peers started from the model's top picks (optuna, kt:* start "
+             "cold); the agents' ablations when named: marl_noprior, marl_untrained, "
+             "marl_single"),
     policy: Optional[Path] = typer.Option(None, help="trained agents checkpoint (for marl), or "
                                           "several comma-separated: each problem tuned by one "
                                           "that never trained on it"),
     single_policy: Optional[str] = typer.Option(
         None, help="single-agent checkpoint(s) for the ablation strategy marl_single, "
                    "comma-separated as --policy"),
+    sim_constants: Optional[str] = typer.Option(
+        None, help="the analytic model's constants fitted per fold (benchmarks/sim_folds/"
+                   "*.json, comma-separated): each problem ranked by a model fitted without "
+                   "it (default: the shipped model)"),
     out: Path = typer.Option(Path("runs/bench"), help="bench.json, bench.md, plots, "
                              "report.html"),
     problem_seconds: Optional[float] = typer.Option(
@@ -389,7 +396,8 @@ def bench(
     settings = BenchSettings(suite=str(suite), replay_root=str(replay_root) if replay_root
                              else None, strategies=tuple(s for s in strategies.split(",") if s),
                              budget=budget, seeds=seeds, policy=str(policy) if policy else None,
-                             single_policy=single_policy, out=str(out),
+                             single_policy=single_policy, sim_constants=sim_constants,
+                             out=str(out),
                              problem_seconds=problem_seconds, parallel=parallel,
                              precision=precision, stage_patience=stage_patience or None)
     out_existed = out.exists()

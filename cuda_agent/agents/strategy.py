@@ -102,7 +102,7 @@ class AgentsStrategy(Strategy):
                  ranked: int | None = None, local_share: float = LOCAL_SHARE,
                  explore_temperature: float = EXPLORE_ON_STALL, spread: int = SPREAD,
                  spread_temperature: float = 3.0, prior_weight: float = PRIOR_WEIGHT,
-                 **options: Any) -> None:
+                 sim_constants: Any = None, **options: Any) -> None:
         super().__init__(space, seed, **options)
         torch.manual_seed(seed)
         if isinstance(policy, MultiAgentPolicy):
@@ -117,7 +117,7 @@ class AgentsStrategy(Strategy):
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=self.ppo.lr)
         self.episode = Episode(self.policy, space, budget, np.random.default_rng(seed),
                                reward or RewardSettings(), episode_id=0,
-                               prior_weight=prior_weight)
+                               prior_weight=prior_weight, prior_constants=sim_constants)
         self.generator = torch.Generator().manual_seed(seed)
         self.done = False
         self.stalled_batches = 0
