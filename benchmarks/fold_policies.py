@@ -16,6 +16,10 @@ other sweeps: another name, e.g. h200-replay-1201, since bench results name thei
 (h200-replay-1202p). `--ablation` trains without one part of the method (issue 3's
 ablations: no auxiliary reward, no targeted exploration, the raw time as reward instead of the
 rank within the batch); name it apart, e.g. --name h200-replay-1202p-noaux.
+`--sim-constants benchmarks/sim_folds/h200-fold{k}.json` trains fold k's prior with the model's
+constants fitted without fold k (`benchmarks/sim_fold_fit.py`), so neither the policy nor the
+model its episodes propose under has seen the problems it is evaluated on (h200-replay-1204f;
+issue 34). `{k}` is replaced by the fold's number.
 """
 
 from __future__ import annotations
@@ -78,6 +82,10 @@ def main() -> None:
                          "uses it (`TrainSettings.prior_weight`)")
     ap.add_argument("--ablation", choices=tuple(ABLATIONS), default="none",
                     help="train without one part of the method (name the result apart)")
+    ap.add_argument("--sim-constants", default=None,
+                    help="the model's constants per fold for the prior, '{k}' standing for the "
+                         "fold (benchmarks/sim_folds/h200-fold{k}.json): each fitted without "
+                         "the fold's problems")
     ap.add_argument("--fold", type=int, default=None,
                     help="train only this fold (folds are independent: one process each)")
     args = ap.parse_args()
@@ -89,6 +97,8 @@ def main() -> None:
                           device="replay", replay_root=str(DATA), iterations=args.iterations,
                           episodes=4, steps=4, batch=8, seed=0, agents=args.agents,
                           prior_weight=args.prior_weight, **ABLATIONS[args.ablation],
+                          sim_constants=(str(ROOT / args.sim_constants.format(k=i))
+                                         if args.sim_constants else None),
                           out=str(args.work / f"{args.name}-{args.agents}-fold{i}"))
         t0 = time.time()
         tr = Trainer(s, device=device)
