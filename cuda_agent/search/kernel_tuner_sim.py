@@ -22,8 +22,10 @@ start position (`genetic_algorithm` puts it in its first population, `simulated_
 starts its walk there); `bayes_opt` and `random_sample` refuse it. So a warm search measures
 the analytic model's top picks first (they count against the budget like any measurement),
 then runs the strategy with `x0` the fastest of them where it accepts one, its cache already
-holding the picks (a pick it visits again costs nothing more, as a cached configuration
-costs nothing in Kernel Tuner).
+holding the picks and its `max_fevals` the budget less the picks (Kernel Tuner counts a
+configuration served from its cache as an evaluation when its search first visits it, so a
+pick it goes back to costs it one of its own; the whole search never measures more than the
+budget).
 """
 
 from __future__ import annotations
@@ -311,7 +313,8 @@ def run(records: list[Record], strategy: str, budget: int, seed: int,
     cache = {k: params.entry(r["config"], r) for k, r in by_key.items()}
     first = _warm_keys(params, warm, budget)
     x0 = _start(params, first, by_key.__getitem__)
-    results, error = _tune(params, cache, strategy, budget, seed, x0)
+    results, error = (_tune(params, cache, strategy, budget - len(first), seed, x0)
+                      if len(first) < budget else ([], None))
     order = _order(params, results, by_key.__getitem__, budget, first)
     if error:
         raise StrategyFailed(error, order)
@@ -346,7 +349,7 @@ def run_live(configs: list[Config], strategy: str, budget: int, seed: int,
     x0 = _start(params, first, got.__getitem__)
     if len(first) < budget:
         with _measuring_runner(params, measure_dicts):
-            results, error = _tune(params, cache, strategy, budget, seed, x0)
+            results, error = _tune(params, cache, strategy, budget - len(first), seed, x0)
     else:
         results, error = [], None
     order = _order(params, results, got.__getitem__, budget, first)
