@@ -134,8 +134,9 @@ def tune(
                                    "get_init_inputs)"),
     device: Optional[str] = typer.Option(None, help="cuda | sim | replay (default: cuda when a "
                                          "GPU is present, else sim)"),
-    strategy: str = typer.Option("random", help="search strategy: random | exhaustive | marl "
-                                 "(the learning agents; implied by --policy)"),
+    strategy: str = typer.Option("default", help="search strategy: default (the best on the "
+                                 "measured evidence, BENCHMARKS.md) | random | exhaustive | "
+                                 "prior | marl (the learning agents; implied by --policy)"),
     budget: int = typer.Option(64, help="configurations to measure"),
     out: Optional[Path] = typer.Option(None, help="output directory (default runs/<problem>)"),
     batch: int = typer.Option(16, help="configurations built and measured together"),

@@ -43,7 +43,8 @@ class TuneSettings:
     device: str | None = None
     """cuda, sim or replay; None picks cuda when a GPU is present, else sim"""
     strategy: str = "random"
-    """search strategy name (see `cuda_agent.search.STRATEGIES`)"""
+    """search strategy name (see `cuda_agent.search.STRATEGIES`); "default": the best on the
+    measured evidence, with its shipped policy (`search/default.py`; `cuda-agent tune`'s)"""
     budget: int = 64
     """configurations to evaluate (failures count: each costs a measurement)"""
     batch: int = 16
@@ -170,6 +171,12 @@ class Tuner:
             raise SettingsError("--budget must be at least 1")
         if settings.batch < 1:
             raise SettingsError("--batch must be at least 1")
+        if settings.strategy == "default":  # the best per the measured evidence
+            from .search.default import default_strategy
+
+            name, opts = default_strategy(settings.budget)
+            settings = replace(settings, strategy=name,
+                               strategy_options={**opts, **settings.strategy_options})
         self.problem = problem
         self.settings = settings
         self.notify = notify
