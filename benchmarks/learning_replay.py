@@ -106,9 +106,10 @@ def problem_names(only: str) -> list[str]:
     from benchmarks.fold_policies import recorded_problems
 
     names = recorded_problems()
-    if only:
-        want = set(only.split(","))
-        names = [n for n in names if n in want or any(n.startswith(w) for w in want)]
+    if only:  # exact names; a name ending in '*' is a prefix (norm_rms is not norm_rms_odd)
+        want = [w for w in only.split(",") if w]
+        names = [n for n in names if n in want or any(
+            w.endswith("*") and n.startswith(w[:-1]) for w in want)]
     return names
 
 
@@ -305,7 +306,8 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--budget", type=int, default=40)
     ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--problems", default="", help="comma-separated names or prefixes")
+    ap.add_argument("--problems", default="",
+                    help="comma-separated names, or prefixes ending in '*' (gemm_*)")
     ap.add_argument("--policy", default=fold_files("h200-replay-1204f-fold{k}.pt"))
     ap.add_argument("--single-policy", default=fold_files("h200-replay-1204f-single-fold{k}.pt"))
     ap.add_argument("--noprior-policy", default=fold_files("h200-replay-1202-fold{k}.pt"),

@@ -199,10 +199,14 @@ class UntrainedAgentsStrategy(AgentsStrategy):
     """The agents with a fresh policy and everything else as "marl" (the analytic model's
     prior, online learning, the search settings): what training adds, measured beside the
     trained policy in `cuda-agent bench --strategies marl,marl_untrained` (issue 3's "the
-    same policy untrained"). A checkpoint given to the bench is ignored here."""
+    same policy untrained"). A checkpoint given to the bench is ignored here. Like a trained
+    policy, its first `RANKED_FIRST` proposals are its most probable configurations under
+    policy and prior (a fresh policy's scores are near uniform: in effect the model's top
+    picks), so the two differ only in what training put in the weights."""
 
     def __init__(self, space: Space, seed: int = 0, **options: Any) -> None:
         options["policy"] = None
+        options.setdefault("ranked", RANKED_FIRST)
         super().__init__(space, seed, **options)
 
 
