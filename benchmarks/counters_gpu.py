@@ -105,13 +105,12 @@ def main() -> None:
         print(f"metrics ncu lacked: {', '.join(out['dropped_metrics'])}")
     if out["profile_errors"]:
         print(f"profile errors: {out['profile_errors']}")
+    shown = ("achieved_occupancy", "waves", "dram_throughput", "issue_utilization",
+             "bank_conflicts", "sync_stalls")
     for r in profiled:
         c = r["counters"]
-        print(f"  {r['problem']:22s} {r['template']:6s} {r['time_ms']:.4f} ms  occ "
-              f"{c.get('achieved_occupancy', float('nan')):.2f} waves "
-              f"{c.get('waves', float('nan')):.2f} dram {c.get('dram_throughput', float('nan')):.2f}"
-              f" issue {c.get('issue_utilization', float('nan')):.2f} sync "
-              f"{c.get('sync_stalls', float('nan')):.2f}  aux " +
+        print(f"  {r['problem']:22s} {r['template']:6s} {r['time_ms']:.4f} ms  " +
+              " ".join(f"{k[:8]} {c.get(k, float('nan')):.2f}" for k in shown) + "  aux " +
               " ".join(f"{a[:4]} {v:+.2f}" for a, v in r["aux"].items()))
     print(f"wrote {args.out / 'counters.json'}")
 

@@ -8,7 +8,8 @@ minutes for ~36 problems, 3 per family drawn with seed 1204):
     python benchmarks/gpu_suite.py --parts bench --bench-problems sample:3:1204:K:4 \\
         --bench-strategies marl,marl_untrained,prior,marl_single,random \\
         --agent-policy $P/h200-replay-1204f-fold0.pt,$P/h200-replay-1204f-fold1.pt \\
-        --agent-single-policy $P/h200-replay-1204f-single-fold0.pt,$P/h200-replay-1204f-single-fold1.pt \\
+        --agent-single-policy \\
+            $P/h200-replay-1204f-single-fold0.pt,$P/h200-replay-1204f-single-fold1.pt \\
         --bench-sim-constants $F/h200-fold0.json,$F/h200-fold1.json --bench-budget 40  # K = 0..3
 
 Then, on the runs' folders (bench.json each):
