@@ -124,8 +124,8 @@ def main() -> None:
         # policies within 64 MiB); the work folder keeps the resumable checkpoint
         checkpoint.strip_for_inference(
             args.work / f"{args.name}-{args.agents}-{tag(i)}" / "policy.pt", dest)
-        print(f"fold {i}: trained without {len(held)} problems in {time.time() - t0:.0f} s "
-              f"-> {dest.relative_to(ROOT)}", flush=True)
+        what = "on every recorded problem" if args.all else f"fold {i}: without {len(held)}"
+        print(f"{what} in {time.time() - t0:.0f} s -> {dest.relative_to(ROOT)}", flush=True)
 
 
 if __name__ == "__main__":
