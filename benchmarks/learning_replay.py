@@ -223,8 +223,25 @@ def summarize(rows: list[dict], arm_list: list[Arm], budget: int) -> dict[str, A
     return out
 
 
+def _pair(s: dict, a: str, b: str) -> dict | None:
+    return next((p for p in s["pairs"] if (p["a"], p["b"]) == (a, b)), None)
+
+
+def _plain(s: dict, a: str, b: str, says: str, not_says: str) -> str:
+    """`says` when a needs fewer than b significantly, else `not_says`; with the figures."""
+    p = _pair(s, a, b)
+    if p is None:
+        return ""
+    pv = "-" if p["sign_test_p"] is None else f"{p['sign_test_p']:.2g}"
+    won = p["sign_test_p"] is not None and p["sign_test_p"] < 0.05 and p["a_fewer"] > p["a_more"]
+    return (f" {says if won else not_says}: fewer measurements on {p['a_fewer']} problems, "
+            f"more on {p['a_more']}, tied on {p['tied']} (p = {pv}; means "
+            f"{s['arms'][a]['mean_evals_to_95']:.2f} and {s['arms'][b]['mean_evals_to_95']:.2f}).")
+
+
 def verdict(s: dict) -> str:
-    """One plain sentence on learning against the model alone."""
+    """Plain sentences: learning against the model alone, trained against untrained under the
+    same prior, four agents against one."""
     tp = next((p for p in s["pairs"] if (p["a"], p["b"]) == ("trained+prior", "prior")), None)
     if tp is None:
         return ""
@@ -253,10 +270,19 @@ def verdict(s: dict) -> str:
             f"{b['mean_evals_to_95']:.2f}).")
 
 
+def verdicts(s: dict) -> str:
+    return verdict(s) + _plain(
+        s, "trained+prior", "untrained+prior",
+        "Training beats the same agents untrained under the same prior",
+        "Training does not beat the same agents untrained under the same prior") + _plain(
+        s, "trained+prior", "single+prior", "**Four agents beat one agent**",
+        "**Four agents do not beat one agent** over the same slots, trained alike")
+
+
 def markdown(res: dict) -> list[str]:
     s = res["summary"]
     lines = [MARK_BEGIN, "## Does learning beat the cost model alone? (replay, issue 34)", "",
-             f"**REPLAY, not live**: {LABEL}. Run {res['date']} by "
+             f"**REPLAY, not live**: {LABEL.removeprefix('replay: ')}. Run {res['date']} by "
              f"`benchmarks/learning_replay.py` (commit {res.get('commit') or '?'}), "
              f"{s['problems']} recorded single-kernel sweeps, budget {res['budget']}, batch 4, "
              f"{res['seeds']} seeds; measurements to 95 % of the sweep's best, median over "
@@ -266,7 +292,7 @@ def markdown(res: dict) -> list[str]:
              f"without it (`{res['sim_constants']}`, `benchmarks/sim_fold_fit.py`), except the "
              "last row (the shipped constants, fitted with every sweep). Warm peers measure "
              "the model's top 4 picks first (`search/prior_rank.WARM_PICKS`).", "",
-             verdict(s), "",
+             verdicts(s), "",
              "| arm | start | median to 95 % | mean | reached within budget | median seconds "
              "per problem (CPU) |", "|---|---|---|---|---|---|"]
     for a in res["arms"]:
@@ -294,11 +320,39 @@ def markdown(res: dict) -> list[str]:
     if res.get("dropped"):
         lines += ["", "Not compared: " + "; ".join(f"{k} ({v})" for k, v in
                                                   sorted(res["dropped"].items())) + "."]
-    lines += ["", "Multi-agent against single-agent is the `trained+prior` / `single+prior` "
-              "row above. A live GPU check of the same question over at least 20 held-out "
-              "problems (issue 34, item 4) has not been run; its command is in the section "
-              "*Learning against the model, live (to run)* when it exists.", "", MARK_END]
+    lines += ["", warm_note(s) + "*prior, in-sample model* against *prior*: what fitting the "
+              "model's constants on the problem itself was worth. A live GPU check over at "
+              "least 20 held-out problems (issue 34, item 4) has not been run: its commands are "
+              "in `benchmarks/learning_live.py`, which writes its own section.", "", MARK_END]
     return lines
+
+
+def _won(s: dict, a: str, b: str) -> bool:
+    p = _pair(s, a, b)
+    return bool(p and p["sign_test_p"] is not None and p["sign_test_p"] < 0.05
+                and p["a_fewer"] > p["a_more"])
+
+
+def warm_note(s: dict) -> str:
+    """What the warm starts show, said only where the sign tests say it."""
+    out = ""
+    if _won(s, "optuna warm", "optuna cold") and _won(s, "kt GA warm", "kt GA cold"):
+        out += ("Warm-started, Optuna and Kernel Tuner's GA need fewer measurements than cold "
+                "(sign tests above): a comparison of the agents with cold peers measures the "
+                "model's head start as much as the learning. ")
+    if _won(s, "prior", "optuna warm") and _won(s, "prior", "kt GA warm"):
+        out += ("The model's ranking alone needs fewer than either warm peer: after the same "
+                "first picks, following the model beats their searches. ")
+    return out
+
+
+def dumps(res: dict) -> str:
+    """The result as JSON: the summary indented, every run's times on one line each problem
+    (a fifth of the size)."""
+    head = json.dumps({k: v for k, v in res.items() if k != "runs"}, indent=1)
+    runs = ",\n".join(f"  {json.dumps(p)}: {json.dumps(r, separators=(',', ':'))}"
+                       for p, r in res["runs"].items())
+    return head[:-2] + ',\n "runs": {\n' + runs + "\n }\n}\n"
 
 
 def main() -> None:
@@ -368,12 +422,12 @@ def main() -> None:
            "summary": summarize(rows, arm_list, args.budget),
            "seconds": round(time.time() - t0),
            "runs": {r["problem"]: r["runs"] for r in rows if "runs" in r}}
-    dest.write_text(json.dumps(res, indent=1) + "\n")
+    dest.write_text(dumps(res))
     if args.out is None:
         write_section(ROOT / "BENCHMARKS.md", MARK_BEGIN, MARK_END, markdown(res))
     # the rows stay beside the result (not committed): a later run with more problems or
     # another --markdown-only reads them again
-    print(verdict(res["summary"]))
+    print(verdicts(res["summary"]))
     print(f"wrote {dest}")
 
 
