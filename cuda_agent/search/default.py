@@ -12,7 +12,17 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT = "marl"
-"""the default strategy (see `default_strategy`)"""
+"""the default strategy: the four agents with the shipped policy and the analytic model's prior.
+Why (BENCHMARKS.md, "Does learning beat the cost model alone?", 2026-12-04; REPLAY of the 132
+recorded H200 sweeps on a CPU, out of sample: fold policies that never trained on the problem,
+the model's constants fitted without it; budget 40, 3 seeds, measurements to 95 % of the
+sweep's best): trained policy + prior needed fewer than the prior's ranking alone on 47 problems
+and more on 22 (sign test p = 0.0035; mean 4.17 against 4.66), fewer than the same agents
+untrained under the prior on 46 and more on 23 (p = 0.0076), and fewer than every warm-started
+Optuna and Kernel Tuner strategy. One agent over every slot did as well as four (24/20,
+p = 0.65): the split into four agents is kept, not because it measured better. Not yet checked
+live on the GPU (`benchmarks/learning_live.py` has the commands). Without the shipped policy
+(an install that lacks it) the default is the prior's ranking alone, the next best."""
 
 POLICY = "h200-replay-prior.pt"
 """the shipped policy (package data): four agents trained on every recorded H200 sweep with
