@@ -10,7 +10,9 @@ and stores the counters with the measurement (SQLite, `<out>/store.sqlite`). The
 measurement of the run is written to `<out>/counters.json` with its counters and each agent's
 auxiliary reward term computed from them (`agents/reward.aux_term`), and a summary is printed:
 how many candidates were profiled, which counters came back, the metrics ncu lacked. A problem
-is not started past `--time-limit` seconds. Needs a GPU and `ncu`.
+is not started past `--time-limit` seconds. Needs a GPU and `ncu`. Commit `counters.json` as
+benchmarks/results/<date>-h200-counters/counters.json: `tests/test_counters.py` then checks
+every profiled record's agents' terms on the CPU.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import argparse
 import json
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -53,6 +56,8 @@ def main() -> None:
             raise SystemExit(f"{n}: no such problem in benchmarks/problems")
     args.out.mkdir(parents=True, exist_ok=True)
     store_path = args.out / "store.sqlite"
+    # the checkpoints stay outside --out: the device tool brings back few files
+    work = Path(tempfile.mkdtemp(prefix="counters-train-"))
     started = time.time()
     device = CudaDevice(profile_every=args.profile_every)
     done = []
@@ -65,7 +70,7 @@ def main() -> None:
             s = TrainSettings(suite=str(ROOT / "benchmarks/problems" / f"{n}.py"),
                               device="cuda", iterations=1, episodes=2, steps=2, batch=4,
                               prior_weight=100.0, profile_every=args.profile_every,
-                              store=str(store_path), out=str(args.out / "train" / n))
+                              store=str(store_path), out=str(work / n))
             tr = Trainer(s, device=device)
             try:
                 tr.train()
