@@ -47,13 +47,13 @@ def main() -> None:
     from cuda_agent.run.devices import CudaDevice
     from cuda_agent.store import Store
 
-    ncu = ncu_path()
-    if ncu is None:
-        raise SystemExit("ncu not found: Nsight Compute is needed for hardware counters")
     names = [n for n in args.problems.split(",") if n]
     for n in names:
         if not (ROOT / "benchmarks/problems" / f"{n}.py").exists():
             raise SystemExit(f"{n}: no such problem in benchmarks/problems")
+    ncu = ncu_path()
+    if ncu is None:
+        raise SystemExit("ncu not found: Nsight Compute is needed for hardware counters")
     args.out.mkdir(parents=True, exist_ok=True)
     store_path = args.out / "store.sqlite"
     # the checkpoints stay outside --out: the device tool brings back few files
