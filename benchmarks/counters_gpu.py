@@ -12,7 +12,11 @@ auxiliary reward term computed from them (`agents/reward.aux_term`), and a summa
 how many candidates were profiled, which counters came back, the metrics ncu lacked. A problem
 is not started past `--time-limit` seconds. Needs a GPU and `ncu`. Commit `counters.json` as
 benchmarks/results/<date>-h200-counters/counters.json: `tests/test_counters.py` then checks
-every profiled record's agents' terms on the CPU.
+every profiled record's agents' terms on the CPU, and
+
+    python benchmarks/counters_gpu.py --markdown benchmarks/results/<date>-h200-counters/counters.json
+
+writes its section of BENCHMARKS.md (on the CPU).
 """
 
 from __future__ import annotations
@@ -28,18 +32,63 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+MARK_BEGIN, MARK_END = "<!-- counters:begin -->", "<!-- counters:end -->"
+SHOWN = ("achieved_occupancy", "waves", "dram_throughput", "l2_throughput", "issue_utilization",
+         "global_load_efficiency", "bank_conflicts", "sync_stalls", "atomic_contention")
+
 # a row reduction (shuffles, shared memory), a whole-tensor reduction (the split template:
 # two passes, last block, or atomics), a matrix product (shared-memory tiles, registers)
 PROBLEMS = ("softmax_short_rows", "norm_frobenius", "gemm_odd")
 
 
+def markdown(path: Path) -> None:
+    """BENCHMARKS.md's section from a committed counters.json: per profiled candidate, the
+    counters each agent reads and its auxiliary term (measured on the GPU)."""
+    from benchmarks.sections import write_section
+
+    d = json.loads(path.read_text())
+    rel = path.resolve().relative_to(ROOT)
+    lines = [MARK_BEGIN, "## Hardware counters during training (issue 34)", "",
+             f"Measured on {d['gpu']} by `benchmarks/counters_gpu.py` ({d['date']}, commit "
+             f"{d['commit']}, {d['ncu']}): a short training run per problem "
+             f"({', '.join(d['problems'])}), every {d['profile_every']}th verified candidate "
+             f"profiled with Nsight Compute after its timing; {d['profiled']} of "
+             f"{d['measurements']} measurements profiled (`{rel}`). Each agent's auxiliary "
+             "reward term (`agents/reward.aux_term`, weight 0.05) comes from its own "
+             "dimension's counters."
+             + (f" Metrics this ncu lacked: {', '.join(d['dropped_metrics'])}."
+                if d["dropped_metrics"] else "")
+             + (f" Profile errors: {'; '.join(d['profile_errors'])}."
+                if d["profile_errors"] else ""), "",
+             "| problem | template | ms | " + " | ".join(SHOWN) + " | aux config | aux memory "
+             "| aux compute | aux reduction |", "|---|---|---|" + "---|" * (len(SHOWN) + 4)]
+    for r in d["records"]:
+        c = r["counters"]
+        if not c.get("profiled"):
+            continue
+        cells = [f"{c[k]:.2f}" if isinstance(c.get(k), (int, float)) else "-" for k in SHOWN]
+        lines.append(f"| {r['problem']} | {r['template']} | {r['time_ms']:.4f} | "
+                     + " | ".join(cells) + " | "
+                     + " | ".join(f"{r['aux'][a]:+.2f}" for a in ("config", "memory",
+                                                                   "compute", "reduction"))
+                     + " |")
+    write_section(ROOT / "BENCHMARKS.md", MARK_BEGIN, MARK_END, lines + ["", MARK_END])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--markdown", type=Path, default=None,
+                    help="write BENCHMARKS.md's section from this committed counters.json")
     ap.add_argument("--problems", default=",".join(PROBLEMS))
     ap.add_argument("--profile-every", type=int, default=4)
     ap.add_argument("--time-limit", type=float, default=150.0)
     args = ap.parse_args()
+    if args.markdown is not None:
+        markdown(args.markdown)
+        return
+    if args.out is None:
+        raise SystemExit("--out is needed (where the counters go)")
     from cuda_agent.agents.reward import aux_term
     from cuda_agent.agents.train import TrainSettings, Trainer
     from cuda_agent.emit import git_commit
@@ -110,8 +159,7 @@ def main() -> None:
         print(f"metrics ncu lacked: {', '.join(out['dropped_metrics'])}")
     if out["profile_errors"]:
         print(f"profile errors: {out['profile_errors']}")
-    shown = ("achieved_occupancy", "waves", "dram_throughput", "issue_utilization",
-             "bank_conflicts", "sync_stalls")
+    shown = SHOWN[:5] + ("sync_stalls",)
     for r in profiled:
         c = r["counters"]
         print(f"  {r['problem']:22s} {r['template']:6s} {r['time_ms']:.4f} ms  " +
