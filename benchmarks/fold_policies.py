@@ -16,6 +16,13 @@ other sweeps: another name, e.g. h200-replay-1201, since bench results name thei
 (h200-replay-1202p). `--ablation` trains without one part of the method (issue 3's
 ablations: no auxiliary reward, no targeted exploration, the raw time as reward instead of the
 rank within the batch); name it apart, e.g. --name h200-replay-1202p-noaux.
+`--sim-constants benchmarks/sim_folds/h200-fold{k}.json` trains fold k's prior with the model's
+constants fitted without fold k (`benchmarks/sim_fold_fit.py`), so neither the policy nor the
+model its episodes propose under has seen the problems it is evaluated on (h200-replay-1204f;
+issue 34). `{k}` is replaced by the fold's number. `--all` trains one policy on every recorded
+problem instead (what `tune` ships: `--all --prior-weight 100 --name h200-replay-prior` writes
+benchmarks/policies/h200-replay-prior.pt, copied to cuda_agent/policies/; its prior uses the
+shipped model, as `tune` does).
 """
 
 from __future__ import annotations
@@ -78,18 +85,31 @@ def main() -> None:
                          "uses it (`TrainSettings.prior_weight`)")
     ap.add_argument("--ablation", choices=tuple(ABLATIONS), default="none",
                     help="train without one part of the method (name the result apart)")
+    ap.add_argument("--sim-constants", default=None,
+                    help="the model's constants per fold for the prior, '{k}' standing for the "
+                         "fold (benchmarks/sim_folds/h200-fold{k}.json): each fitted without "
+                         "the fold's problems")
+    ap.add_argument("--all", action="store_true",
+                    help="one policy trained on every recorded problem (no fold held out)")
     ap.add_argument("--fold", type=int, default=None,
                     help="train only this fold (folds are independent: one process each)")
     args = ap.parse_args()
+
+    def tag(i: int) -> str:
+        return "all" if args.all else f"fold{i}"
+
     device = ReplayDevice(root=DATA)
-    for i, held in enumerate(folds(recorded_problems(), args.folds)):
+    splits = [[]] if args.all else folds(recorded_problems(), args.folds)
+    for i, held in enumerate(splits):
         if args.fold is not None and i != args.fold:
             continue
         s = TrainSettings(suite=str(ROOT / "benchmarks/problems"), holdout=tuple(held),
                           device="replay", replay_root=str(DATA), iterations=args.iterations,
                           episodes=4, steps=4, batch=8, seed=0, agents=args.agents,
                           prior_weight=args.prior_weight, **ABLATIONS[args.ablation],
-                          out=str(args.work / f"{args.name}-{args.agents}-fold{i}"))
+                          sim_constants=(str(ROOT / args.sim_constants.format(k=i))
+                                         if args.sim_constants else None),
+                          out=str(args.work / f"{args.name}-{args.agents}-{tag(i)}"))
         t0 = time.time()
         tr = Trainer(s, device=device)
         try:
@@ -97,13 +117,15 @@ def main() -> None:
         finally:
             tr.close()
         kind = "" if args.agents == "multi" else "single-"
-        dest = ROOT / "benchmarks/policies" / f"{args.name}-{kind}fold{i}.pt"
+        dest = ROOT / "benchmarks/policies" / (
+            f"{args.name}{'-single' if kind else ''}.pt" if args.all
+            else f"{args.name}-{kind}fold{i}.pt")
         # published without the resume state (a quarter of the size; the GPU calls carry the
         # policies within 64 MiB); the work folder keeps the resumable checkpoint
         checkpoint.strip_for_inference(
-            args.work / f"{args.name}-{args.agents}-fold{i}" / "policy.pt", dest)
-        print(f"fold {i}: trained without {len(held)} problems in {time.time() - t0:.0f} s "
-              f"-> {dest.relative_to(ROOT)}", flush=True)
+            args.work / f"{args.name}-{args.agents}-{tag(i)}" / "policy.pt", dest)
+        what = "on every recorded problem" if args.all else f"fold {i}: without {len(held)}"
+        print(f"{what} in {time.time() - t0:.0f} s -> {dest.relative_to(ROOT)}", flush=True)
 
 
 if __name__ == "__main__":

@@ -234,7 +234,8 @@ def template_seeds(path: Path, template: str, n: int,
 
 def run_bench(out: Path, problems: list[Path], budget: int, policy: str | None,
               deadline: float, per_problem: float, parallel: int = 1,
-              strategies: str = "", single_policy: str | None = None) -> None:
+              strategies: str = "", single_policy: str | None = None,
+              sim_constants: str | None = None) -> None:
     """`cuda-agent bench --device cuda` over the problems in one process (its start, ~20 s of
     torch, CUDA and the policy, is paid once), each problem given up inside it once it has run
     `per_problem` seconds. Stopped at the call's deadline, the run keeps the problems it
@@ -251,7 +252,8 @@ def run_bench(out: Path, problems: list[Path], budget: int, policy: str | None,
                  "--parallel", str(parallel),
                  "--out", str(run_dir)] + (["--policy", policy] if policy else []) + (
                      ["--strategies", strategies] if strategies else []) + (
-                     ["--single-policy", single_policy] if single_policy else [])
+                     ["--single-policy", single_policy] if single_policy else []) + (
+                     ["--sim-constants", sim_constants] if sim_constants else [])
     t0 = time.time()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True,
@@ -569,6 +571,9 @@ def main() -> None:
                     help="comma-separated (default: the bench's), e.g. "
                          "marl,marl_untrained,marl_single,random,optuna: issue 3's comparison "
                          "(marl_single's checkpoints: --agent-single-policy)")
+    ap.add_argument("--bench-sim-constants", default=None,
+                    help="the model's constants per fold (benchmarks/sim_folds/*.json, "
+                         "comma-separated): each problem ranked by a model fitted without it")
     ap.add_argument("--bench-budget", type=int, default=40)
     ap.add_argument("--bench-parallel", type=int, default=8,
                     help="strategy runs of a problem searching at once (`bench --parallel`): "
@@ -678,7 +683,8 @@ def main() -> None:
                     run_bench(out, chosen,
                               args.bench_budget, args.agent_policy, deadline - 10,
                               args.bench_per_problem, args.bench_parallel,
-                              args.bench_strategies, args.agent_single_policy)
+                              args.bench_strategies, args.agent_single_policy,
+                              args.bench_sim_constants)
             elif part == "library":  # cuDNN's layout and algorithm slots, every value
                 run_library(out, problems, deadline - 10)
             elif part == "cudnn":  # cudnn.benchmark against heuristics, fresh processes

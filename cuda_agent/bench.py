@@ -6,6 +6,12 @@ searches the configurations a GPU sweep recorded, and is served their recorded t
 API in simulation mode. For each problem and seed we keep the order in which a strategy
 measured configurations; every metric is computed from those orders (`metrics.py`), and the
 baselines (torch eager, torch.compile) are the ones timed in the sweep's own GPU run.
+
+The agents propose under the analytic cost model's prior (`agents/prior.py`); so that learning is
+compared with what the model alone gives (issue 34), the model's ranking is a peer of its own
+("prior"), and the classic peers run twice: cold, as their authors ship them ("optuna",
+"kt:<strategy>"), and warm, their first measurements the model's top picks ("optuna_warm",
+"kt_warm:<strategy>"; `search/prior_rank.WARM_PICKS`). `START` names each column's start.
 """
 
 from __future__ import annotations
@@ -22,15 +28,45 @@ from .problem import load_problem
 from .run.baselines import headline_ms, matched_ms, read_record
 from .run.devices import Device
 from .run.replay import ReplayDevice, find_sweep, read_sweep
+from .run.sim_folds import FoldConstants
 from .search.base import is_agents
 from .space.program import STAGE_PATIENCE
 from .store import Store
 from .tuner import Tuner, TuneSettings, check_precision
 
 OURS = ("random", "genetic", "optuna", "marl")
-KERNEL_TUNER = tuple(f"kt:{s}" for s in ("genetic_algorithm", "bayes_opt",
-                                           "simulated_annealing", "random_sample"))
-DEFAULT_STRATEGIES = OURS + KERNEL_TUNER
+KT_STRATEGIES = ("genetic_algorithm", "bayes_opt", "simulated_annealing", "random_sample")
+KERNEL_TUNER = tuple(f"kt:{s}" for s in KT_STRATEGIES)
+WARM = ("optuna_warm",) + tuple(f"kt_warm:{s}" for s in KT_STRATEGIES)
+"""the classic peers warm-started with the analytic model's top picks (the second column)"""
+DEFAULT_STRATEGIES = OURS + ("prior",) + KERNEL_TUNER + WARM
+
+
+def is_kernel_tuner(strategy: str) -> bool:
+    """Kernel Tuner's own strategies, cold ("kt:") or warm-started ("kt_warm:")."""
+    return strategy.startswith(("kt:", "kt_warm:"))
+
+
+def uses_model(strategy: str) -> bool:
+    """Strategies that consult the analytic model (its constants can be a fold's)."""
+    return (is_agents(strategy) and strategy != "marl_noprior") or strategy in (
+        "prior", "optuna_warm") or strategy.startswith("kt_warm:")
+
+
+def start_of(strategy: str) -> str:
+    """How a column starts: what a reader must know to weigh it (issue 34: headline numbers
+    name which)."""
+    if strategy == "prior":
+        return "the model's ranking alone"
+    if strategy == "marl_noprior":
+        return "policy alone"
+    if strategy == "marl_untrained":
+        return "untrained policy + model prior"
+    if is_agents(strategy):
+        return "policy + model prior"
+    if strategy in WARM:
+        return "warm: the model's top picks first"
+    return "cold"
 ABLATIONS = ("marl_noprior", "marl_untrained", "marl_single")
 """strategies run only when named: the agents without the analytic model's prior, with a
 fresh policy, and the single-agent ablation (its checkpoints: `BenchSettings.single_policy`)"""
@@ -53,6 +89,10 @@ class BenchSettings:
     single_policy: str | None = None
     """single-agent checkpoint(s) for `marl_single`, as `policy` (the same folds: each problem
     tuned by one that never trained on it)"""
+    sim_constants: str | None = None
+    """the analytic model's constants for the strategies that consult it (`uses_model`):
+    fold files, comma-separated (`run/sim_folds.py`: each problem ranked with one fitted
+    without it); None: the shipped model"""
     out: str = "runs/bench"
     problem_seconds: float | None = None
     """live runs: a problem still running after this many seconds is given up at the next
@@ -130,7 +170,7 @@ def merge(results: list[BenchResult]) -> BenchResult:
         raise SettingsError("nothing to merge")
     first = results[0]
     same = ("strategies", "budget", "seeds", "policy", "single_policy", "precision",
-            "stage_patience")
+            "stage_patience", "sim_constants")
     for r in results[1:]:
         for k in same:
             if getattr(r.settings, k) != getattr(first.settings, k):
@@ -234,13 +274,17 @@ class Policies:
 
 def strategy_settings(device: Device, strategy: str, budget: int, seed: int,
                       policy: str | None, precision: str = "fp32",
-                      stage_patience: int | None = STAGE_PATIENCE) -> TuneSettings:
+                      stage_patience: int | None = STAGE_PATIENCE,
+                      sim_constants: str | None = None) -> TuneSettings:
     """One ask/tell strategy's run in a comparison: no baselines, no default measured first
     (every strategy starts from what it asks for), the agents without early stopping (a
-    program's stages hand over alike for every strategy: `stage_patience`)."""
+    program's stages hand over alike for every strategy: `stage_patience`); the strategies
+    that consult the model with `sim_constants` (None: the shipped model)."""
     opts: dict[str, Any] = {}
     if is_agents(strategy):
         opts = {"policy": policy, "budget": budget, "patience": 10**6}
+    if sim_constants and uses_model(strategy):
+        opts["sim_constants"] = sim_constants
     return TuneSettings(device=device.kind, strategy=strategy, budget=budget, batch=4,
                         seed=seed, baselines=False, include_default=False,
                         strategy_options=opts, precision=precision,
@@ -248,8 +292,10 @@ def strategy_settings(device: Device, strategy: str, budget: int, seed: int,
 
 
 def _order_ask_tell(path: Path, strategy: str, device: Device, budget: int, seed: int,
-                    policy: str | None) -> list[float | None]:
-    settings = strategy_settings(device, strategy, budget, seed, policy)
+                    policy: str | None, sim_constants: str | None = None
+                    ) -> list[float | None]:
+    settings = strategy_settings(device, strategy, budget, seed, policy,
+                                 sim_constants=sim_constants)
     tuner = Tuner(load_problem(path), settings, device=device, store=Store(":memory:"))
     try:
         res = tuner.run()
@@ -258,14 +304,37 @@ def _order_ask_tell(path: Path, strategy: str, device: Device, budget: int, seed
     return [t.measurement.time_ms if t.measurement.ok else None for t in res.trials]
 
 
+def warm_records(path: Path, device: Device, records: list[dict[str, Any]],
+                 sim_constants: str | None = None) -> list[dict[str, Any]]:
+    """The model's top picks among a sweep's configurations, as recorded (`records`' own
+    config dicts, which Kernel Tuner's view is built from; a record of an older template
+    version is matched through its upgrade)."""
+    from .search.prior_rank import WARM_PICKS, top_picks
+
+    tuner = Tuner(load_problem(path), TuneSettings(device=device.kind, strategy="random",
+                                                   baselines=False),
+                  device=device, store=Store(":memory:"))
+    try:
+        as_recorded: dict[Any, dict[str, Any]] = {}
+        for r in records:
+            cfg = tuner.space.upgrade(r["config"])
+            if cfg is not None:
+                as_recorded.setdefault(cfg, r["config"])
+        return [as_recorded[c] for c in top_picks(tuner.space, WARM_PICKS, sim_constants)
+                if c in as_recorded]
+    finally:
+        tuner.close()
+
+
 def _order_kernel_tuner(records: list[dict[str, Any]], strategy: str, budget: int,
-                        seed: int) -> tuple[list[float | None], str | None]:
+                        seed: int, warm: list[dict[str, Any]] | None = None
+                        ) -> tuple[list[float | None], str | None]:
     """Kernel Tuner's times in its order, and its error if it stopped with one."""
     from .search import kernel_tuner_sim
 
     error = None
     try:
-        order = kernel_tuner_sim.run(records, strategy.split(":", 1)[1], budget, seed)
+        order = kernel_tuner_sim.run(records, strategy.split(":", 1)[1], budget, seed, warm)
     except kernel_tuner_sim.StrategyFailed as exc:
         order, error = exc.order, str(exc)
     return [r["time_ms"] if r.get("ok") else None for _, r in order], error
@@ -279,6 +348,7 @@ def run_bench(settings: BenchSettings,
     device = ReplayDevice(root)
     result = BenchResult(settings, date=time.strftime("%Y-%m-%d"), provenance=provenance())
     policies, single = Policies(settings.policy), Policies(settings.single_policy)
+    folds = FoldConstants(settings.sim_constants)
     result.trained_on = policies.trained_on()
     for path in problem_files(settings.suite):
         problem = load_problem(path)
@@ -307,18 +377,26 @@ def run_bench(settings: BenchSettings,
             "gpu": sweep.get("gpu"), "simulated": bool(sweep.get("simulated"))}
         if policies:  # which checkpoint the agents used (several: cross-fitted)
             result.problems[problem.name]["policy"] = Path(policies.pick(problem.name)).name
+        constants = folds.pick(problem.name)
+        if folds:  # the model's constants: a fold's fitted without this problem, or shipped
+            result.problems[problem.name]["sim_constants"] = (
+                Path(constants).name if constants else "shipped (no fold left it out)")
+        warm: list[dict[str, Any]] | None = None
         for strategy in settings.strategies:
             if is_agents(strategy) and not policies:
                 continue  # the agents without a trained policy are not cuda-agent's offer
             for seed in range(settings.seeds):
                 t0, error = time.perf_counter(), None
-                if strategy.startswith("kt:"):
-                    times, error = _order_kernel_tuner(sweep["records"], strategy,
-                                                       settings.budget, seed)
+                if is_kernel_tuner(strategy):
+                    if strategy.startswith("kt_warm:") and warm is None:
+                        warm = warm_records(path, device, sweep["records"], constants)
+                    times, error = _order_kernel_tuner(
+                        sweep["records"], strategy, settings.budget, seed,
+                        warm if strategy.startswith("kt_warm:") else None)
                 else:
                     times = _order_ask_tell(path, strategy, device, settings.budget, seed,
                                             policies.for_strategy(strategy, problem.name,
-                                                                  single))
+                                                                  single), constants)
                 result.runs.append(Run(problem.name, strategy, seed, times,
                                        time.perf_counter() - t0, error=error))
                 if progress:
@@ -329,19 +407,23 @@ def run_bench(settings: BenchSettings,
 
 
 PEERS = ("optuna",) + KERNEL_TUNER
-"""the classic autotuners cuda-agent is measured against (issue 5's target)"""
+"""the classic autotuners cuda-agent is measured against (issue 5's target), cold"""
+WARM_PEERS = WARM
+"""the same autotuners warm-started with the model's top picks (issue 34)"""
 
 
-def versus_peers(summary: dict[str, Any], ours: str = "marl") -> dict[str, Any] | None:
-    """cuda-agent's median measurements to 95 % against the best of Optuna's and Kernel
-    Tuner's strategies (by the same median), on the problems the policy never trained on."""
+def versus_peers(summary: dict[str, Any], ours: str = "marl",
+                 peers_of: tuple[str, ...] = PEERS) -> dict[str, Any] | None:
+    """cuda-agent's median measurements to 95 % against the best of `peers_of` (default:
+    Optuna's and Kernel Tuner's strategies, cold) by the same median, on the problems the
+    policy never trained on. "start" says whether those peers started cold or warm."""
     key = "median_evals_to_95_unseen"
-    peers = {s: summary[s][key] for s in PEERS if s in summary and summary[s][key] is not None}
+    peers = {s: summary[s][key] for s in peers_of if s in summary and summary[s][key] is not None}
     if ours not in summary or summary[ours][key] is None or not peers:
         return None
     best = min(peers, key=peers.__getitem__)
     return {"ours": ours, "ours_median": summary[ours][key], "best_peer": best,
-            "best_peer_median": peers[best],
+            "best_peer_median": peers[best], "start": start_of(best),
             "ratio": peers[best] / summary[ours][key] if summary[ours][key] else None}
 
 
@@ -359,6 +441,14 @@ def baseline_column(result: BenchResult, probs: list[str], key: str,
     matched; a run recorded before the defaults were timed has only matched figures."""
     read = headline_ms if setting == "defaults" else matched_ms
     return [read(result.problems[p], key) for p in probs]
+
+
+def versus_all(summary: dict[str, Any], ours: str = "marl") -> dict[str, Any]:
+    """The headline comparisons, each naming its column's start: against the cold peers,
+    against the warm peers, and against the model's ranking alone ("prior")."""
+    return {"cold": versus_peers(summary, ours, PEERS),
+            "warm": versus_peers(summary, ours, WARM_PEERS),
+            "prior": versus_peers(summary, ours, ("prior",))}
 
 
 def best_of_run(result: BenchResult) -> dict[str, Any]:

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .bench import (KERNEL_TUNER, BenchResult, BenchSettings, Policies, Run, check_settings,
+                    is_kernel_tuner,
                     problem_files, provenance, strategy_settings)
 from .build.builder import Builder
 from .errors import (CudaAgentError, DeviceError, ProblemError, SettingsError,
@@ -50,6 +51,7 @@ from .problem import Problem, load_problem
 from .run.baselines import with_matched
 from .run.devices import Device, cudnn_baselines
 from .run.replay import find_sweep, read_sweep
+from .run.sim_folds import FoldConstants
 from .search.base import is_agents
 from .space.program import StagePlateau, StageSpace, stage_share
 from .space.slots import Config
@@ -101,8 +103,9 @@ class _ProblemBench:
 
     def __init__(self, problem: Problem, plan: KernelPlan | ProgramPlan, settings: BenchSettings,
                  device: Device, builder: Builder, policy: str | None = None,
-                 single_policy: str | None = None) -> None:
+                 single_policy: str | None = None, sim_constants: str | None = None) -> None:
         self.problem = problem
+        self.sim_constants = sim_constants  # the model's constants (`BenchSettings`)
         self.policy = policy  # the agents' checkpoint for this problem (`Policies.pick`)
         self.single_policy = single_policy  # marl_single's (`BenchSettings.single_policy`)
         self.plan = plan
@@ -118,7 +121,8 @@ class _ProblemBench:
     def _tuner(self, strategy: str, seed: int) -> Tuner:
         policy = self.single_policy if strategy == "marl_single" else self.policy
         s = strategy_settings(self.device, strategy, self.settings.budget, seed, policy,
-                              self.settings.precision, self.settings.stage_patience)
+                              self.settings.precision, self.settings.stage_patience,
+                              self.sim_constants)
         return Tuner(self.problem, s, device=self.device, builder=self.builder, store=self.store,
                      device_lock=self.device_lock)
 
@@ -141,7 +145,7 @@ class _ProblemBench:
         measurement another reuses may end later)."""
         t0, error = time.perf_counter(), None
         timing: dict[str, float] = {}  # ask/tell strategies: where the time went
-        if strategy.startswith("kt:"):
+        if is_kernel_tuner(strategy):
             if isinstance(self.plan, ProgramPlan):
                 trials, error = self._kernel_tuner_stages(strategy, seed)
             else:
@@ -190,10 +194,15 @@ class _ProblemBench:
 
         search = (kernel_tuner_sim.run_live_isolated if self.settings.parallel > 1
                   else kernel_tuner_sim.run_live)
+        warm = None
+        if strategy.startswith("kt_warm:"):  # the model's top picks measured first
+            from .search.prior_rank import WARM_PICKS, top_picks
+
+            warm = top_picks(measurer.space, WARM_PICKS, self.sim_constants)
         error = None
         try:
             order = search(measurer.space.configs, strategy.split(":", 1)[1], budget, seed,
-                           measure)
+                           measure, warm)
         except kernel_tuner_sim.StrategyFailed as exc:  # the peer's failure is data
             order, error = exc.order, str(exc)
         except _StageSettled:  # what it asked for so far, in its order
@@ -329,7 +338,7 @@ def run_live_bench(settings: BenchSettings, device_name: str,
         raise SettingsError(f"live bench runs on cuda or sim, not {device_name!r}")
     check_settings(settings)
     files = problem_files(settings.suite)
-    if any(s.startswith("kt:") for s in settings.strategies):
+    if any(is_kernel_tuner(s) for s in settings.strategies):
         try:
             import kernel_tuner  # noqa: F401 - before any GPU time is spent
         except ImportError:
@@ -338,6 +347,7 @@ def run_live_bench(settings: BenchSettings, device_name: str,
     result = BenchResult(settings, date=time.strftime("%Y-%m-%d"), provenance=provenance(),
                          live=device_name)
     policies, single = Policies(settings.policy), Policies(settings.single_policy)
+    folds = FoldConstants(settings.sim_constants)
     result.trained_on = policies.trained_on()
     device = open_device(device_name, TuneSettings(device=device_name,
                                                     precision=settings.precision), notify)
@@ -353,7 +363,8 @@ def run_live_bench(settings: BenchSettings, device_name: str,
                 notify(f"{path.name}: not compared ({first_line(exc)})")
                 continue
             bench = _ProblemBench(problem, plan, settings, device, builder,
-                                  policies.pick(problem.name), single.pick(problem.name))
+                                  policies.pick(problem.name), single.pick(problem.name),
+                                  folds.pick(problem.name))
             # where a problem's wall time goes (a live bench of a whole suite takes hours)
             phase_s: dict[str, float] = {}
             started = time.perf_counter()

@@ -187,8 +187,9 @@ def tune(
     device: Optional[str] = typer.Option(None, help="cuda | sim | replay (default: cuda when a "
                                          "GPU is present, else sim)"),
     strategy: Optional[str] = typer.Option(
-        None, help="search strategy: " + " | ".join(strategy_names()) + " (default random; "
-        "marl, the learning agents, with --policy)"),
+        None, help="search strategy: default | " + " | ".join(strategy_names()) + " (default: "
+        "'default', the best on the measured evidence (BENCHMARKS.md); marl, the learning "
+        "agents, with --policy)"),
     budget: int = typer.Option(64, help="configurations to measure"),
     out: Optional[Path] = typer.Option(None, help="output directory (default runs/<problem>)"),
     batch: int = typer.Option(16, help="configurations built and measured together"),
@@ -240,7 +241,7 @@ def tune(
     limits = dict(time_limit_s=_seconds(time_limit, "--time-limit"),
                   compile_timeout_s=_seconds(compile_timeout, "--compile-timeout"),
                   baseline_timeout_s=baseline_timeout)
-    strategy = strategy or ("marl" if policy is not None else "random")
+    strategy = strategy or ("marl" if policy is not None else "default")
     if policy is not None and not is_agents(strategy):
         fail(f"--policy is a checkpoint of the agents; --strategy {strategy} does not take one")
     out = out or Path("runs") / problem.stem
@@ -463,17 +464,24 @@ def bench(
                                                "benchmarks/data)"),
     budget: int = typer.Option(100, help="measurements per strategy, problem and seed"),
     seeds: int = typer.Option(5),
-    strategies: str = typer.Option(",".join(("random", "genetic", "optuna", "marl",
-                                             "kt:genetic_algorithm", "kt:bayes_opt",
-                                             "kt:simulated_annealing", "kt:random_sample")),
-                                   help="comma-separated; the agents' ablations when named: "
-                                        "marl_noprior, marl_untrained, marl_single"),
+    strategies: str = typer.Option(",".join((
+        "random", "genetic", "optuna", "marl", "prior", "kt:genetic_algorithm", "kt:bayes_opt",
+        "kt:simulated_annealing", "kt:random_sample", "optuna_warm", "kt_warm:genetic_algorithm",
+        "kt_warm:bayes_opt", "kt_warm:simulated_annealing", "kt_warm:random_sample")),
+        help="comma-separated; prior: the analytic model's ranking alone; optuna_warm, "
+             "kt_warm:*: the peers started from the model's top picks (optuna, kt:* start "
+             "cold); the agents' ablations when named: marl_noprior, marl_untrained, "
+             "marl_single"),
     policy: Optional[Path] = typer.Option(None, help="trained agents checkpoint (for marl), or "
                                           "several comma-separated: each problem tuned by one "
                                           "that never trained on it"),
     single_policy: Optional[str] = typer.Option(
         None, help="single-agent checkpoint(s) for the ablation strategy marl_single, "
                    "comma-separated as --policy"),
+    sim_constants: Optional[str] = typer.Option(
+        None, help="the analytic model's constants fitted per fold (benchmarks/sim_folds/"
+                   "*.json, comma-separated): each problem ranked by a model fitted without "
+                   "it (default: the shipped model)"),
     out: Path = typer.Option(Path("runs/bench"), help="bench.json, bench.md, plots, "
                              "report.html"),
     problem_seconds: Optional[float] = typer.Option(
@@ -508,7 +516,8 @@ def bench(
     settings = BenchSettings(suite=str(suite), replay_root=str(replay_root) if replay_root
                              else None, strategies=tuple(s for s in strategies.split(",") if s),
                              budget=budget, seeds=seeds, policy=str(policy) if policy else None,
-                             single_policy=single_policy, out=str(out),
+                             single_policy=single_policy, sim_constants=sim_constants,
+                             out=str(out),
                              problem_seconds=problem_seconds, parallel=parallel,
                              precision=precision, stage_patience=stage_patience or None)
     out_existed = out.exists()

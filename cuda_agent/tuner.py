@@ -56,7 +56,8 @@ class TuneSettings:
     device: str | None = None
     """cuda, sim or replay; None picks cuda when a GPU is present, else sim"""
     strategy: str = "random"
-    """search strategy name (see `cuda_agent.search.STRATEGIES`)"""
+    """search strategy name (see `cuda_agent.search.STRATEGIES`); "default": the best on the
+    measured evidence, with its shipped policy (`search/default.py`; `cuda-agent tune`'s)"""
     budget: int = 64
     """configurations to evaluate (failures count: each costs a measurement)"""
     batch: int = 16
@@ -229,6 +230,12 @@ class Tuner:
                             ("--baseline-timeout", settings.baseline_timeout_s)):
             if value is not None and not value > 0:
                 raise SettingsError(f"{name} must be a positive number of seconds, not {value}")
+        if settings.strategy == "default":  # the best per the measured evidence
+            from .search.default import default_strategy
+
+            name, opts = default_strategy(settings.budget)
+            settings = replace(settings, strategy=name,
+                               strategy_options={**opts, **settings.strategy_options})
         self.problem = problem
         self.settings = settings
         self.notify = notify

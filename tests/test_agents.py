@@ -698,8 +698,11 @@ def test_the_untrained_and_single_agent_ablations_use_the_policy_they_name(tmp_p
     checkpoint.save(tmp_path / "multi.pt", multi, {"trained_on": []})
     checkpoint.save(tmp_path / "single.pt", single, {"trained_on": []})
 
+    from cuda_agent.agents.strategy import RANKED_FIRST
+
     untrained = UntrainedAgentsStrategy(space, seed=0, policy=str(tmp_path / "multi.pt"))
-    assert untrained.policy.mode == "multi" and untrained.ranked_left == 0
+    # its first proposals ranked as a trained policy's are: the two differ only in the weights
+    assert untrained.policy.mode == "multi" and untrained.ranked_left == RANKED_FIRST
     assert not any(torch.all(p == 0.5) for p in untrained.policy.parameters())
 
     chosen = SingleAgentStrategy(space, seed=0, policy=str(tmp_path / "single.pt"))

@@ -47,9 +47,9 @@ def test_a_large_space_is_modelled_on_a_pool_the_rest_neutral(monkeypatch):
     modelled: list[np.ndarray] = []
     real = prior_mod.simulated_times
 
-    def spy(space_, rows, configs_):
+    def spy(space_, rows, configs_, constants=None):
         modelled.append(np.asarray(rows))
-        return real(space_, rows, configs_)
+        return real(space_, rows, configs_, constants)
 
     monkeypatch.setattr(prior_mod, "simulated_times", spy)
     logp = np.arange(n, dtype=float)  # the policy prefers the last rows

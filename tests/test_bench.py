@@ -146,8 +146,17 @@ def test_bench_on_replay_end_to_end(tmp_path):
         assert (out / f).exists() and (out / f).stat().st_size > 0, f
     data = json.loads((out / "bench.json").read_text())
     summary = data["summary"]
-    assert set(summary) == {"random", "genetic", "optuna", "marl", "kt:genetic_algorithm",
-                            "kt:bayes_opt", "kt:simulated_annealing", "kt:random_sample"}
+    from cuda_agent.bench import DEFAULT_STRATEGIES
+
+    # the peers cold and warm (the model's top picks first), and the model's ranking alone
+    assert set(summary) == set(DEFAULT_STRATEGIES) == {
+        "random", "genetic", "optuna", "marl", "prior", "kt:genetic_algorithm", "kt:bayes_opt",
+        "kt:simulated_annealing", "kt:random_sample", "optuna_warm",
+        "kt_warm:genetic_algorithm", "kt_warm:bayes_opt", "kt_warm:simulated_annealing",
+        "kt_warm:random_sample"}
+    md = (out / "bench.md").read_text()
+    assert "warm: the model's top picks first" in md and "| cold |" in md
+    assert "The model's ranking alone (prior, no network)" in md
     assert summary["marl"]["problems"] == 2  # the problem it trained on is reported apart
     for run in data["runs"]:
         assert 0 < len(run["times"]) <= 12

@@ -156,6 +156,10 @@ def test_sim_report(sim_softmax):
     assert rep["family"] == "softmax" and rep["shape"] == [33, 257]
     assert rep["default"]["index"] == 1
     assert rep["space_size"] >= 100
+    # no --strategy: the best on the evidence, with the policy the package ships
+    from cuda_agent.search.default import default_strategy
+
+    assert rep["strategy"] == default_strategy(8)[0]
 
 
 def test_sim_run_used_the_private_store(sim_softmax):

@@ -29,7 +29,7 @@ class Episode:
     def __init__(self, policy: MultiAgentPolicy, space: Space, budget: int,
                  rng: np.random.Generator, reward: RewardSettings, episode_id: int,
                  version: int = 0, index: SpaceIndex | None = None,
-                 prior_weight: float = 0.0) -> None:
+                 prior_weight: float = 0.0, prior_constants: Any = None) -> None:
         self.policy = policy
         self.space = space
         self.index = index or SpaceIndex.of(space)
@@ -48,6 +48,9 @@ class Episode:
         # the analytic model's estimate added to the policy's scores (`prior.py`; 0: off),
         # modelled once, at the first proposal
         self.prior_weight = prior_weight
+        # the model's constants (`run/sim_folds.py`: a fold's, fitted without this problem;
+        # None: the shipped model)
+        self.prior_constants = prior_constants
         self.prior: np.ndarray | None = None
         self.prior_seed: int | None = None
 
@@ -83,7 +86,7 @@ class Episode:
                 full = np.full(len(self.index.configs), -np.inf)
                 full[scored.rows] = scored.logp
                 self.prior = sim_prior(self.space, self.index.configs, full,
-                                       seed=self.prior_seed)
+                                       seed=self.prior_seed, constants=self.prior_constants)
             # proposals only: the decisions keep the policy's own log-probabilities
             scored.logp = scored.logp + self.prior_weight * self.prior[scored.rows]
         picks = top_k(scored, min(ranked, n))

@@ -25,9 +25,14 @@ pool get the pool's median, so the prior neither favours nor rules them out.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from ..space.space import Space
+
+if TYPE_CHECKING:
+    from ..run.sim_folds import ModelConstants
 
 POOL = 4096
 """configurations modelled at most per operator (about 2 s)"""
@@ -38,27 +43,34 @@ it rejects, e.g. too much shared memory): bounded so that a wrong model cannot r
 configuration out for good"""
 
 
-def simulated_times(space: Space, rows: np.ndarray, configs: list) -> np.ndarray:
-    """The model's time (ms) of each configuration in `rows`; NaN where it rejects one."""
+def simulated_times(space: Space, rows: np.ndarray, configs: list,
+                    constants: "ModelConstants | str | None" = None) -> np.ndarray:
+    """The model's time (ms) of each configuration in `rows`; NaN where it rejects one.
+    `constants`: a fold's fitted constants (`run/sim_folds.py`; None: the shipped model)."""
+    from ..run.sim_folds import applied, resolve
     from ..run.sim_model import simulate
 
     out = np.full(len(rows), np.nan)
-    for i, r in enumerate(rows):
-        try:
-            res = simulate(space.plan, space.render(configs[int(r)]), None, space.target)
-        except Exception:  # noqa: BLE001 - a template the model cannot read: no opinion
-            continue
-        if not res.error_kind and res.time_ms and np.isfinite(res.time_ms) and res.time_ms > 0:
-            out[i] = res.time_ms
+    with applied(resolve(constants)) as sim_constants:
+        for i, r in enumerate(rows):
+            try:
+                res = simulate(space.plan, space.render(configs[int(r)]), None, space.target,
+                               sim_constants)
+            except Exception:  # noqa: BLE001 - a template the model cannot read: no opinion
+                continue
+            if not res.error_kind and res.time_ms and np.isfinite(res.time_ms) \
+                    and res.time_ms > 0:
+                out[i] = res.time_ms
     return out
 
 
 def sim_prior(space: Space, configs: list, policy_logp: np.ndarray | None = None,
-              pool: int | None = None, seed: int = 0) -> np.ndarray:
+              pool: int | None = None, seed: int = 0,
+              constants: "ModelConstants | str | None" = None) -> np.ndarray:
     """Per configuration (in the order of `configs`), -ln(t_sim / t_sim_best), at least
     `FLOOR`; 0 for the model's fastest. A space larger than `pool` (default `POOL`) is modelled
     on a pool, half of it picked by `policy_logp` (same order). All zeros when the model has
-    no estimate for any of them."""
+    no estimate for any of them. `constants`: as `simulated_times`."""
     pool = POOL if pool is None else pool
     n = len(configs)
     prior = np.zeros(n)
@@ -72,7 +84,7 @@ def sim_prior(space: Space, configs: list, policy_logp: np.ndarray | None = None
                else np.zeros(0, dtype=np.int64))
         rest = np.setdiff1d(np.arange(n), top)
         rows = np.concatenate([top, rng.choice(rest, size=pool - len(top), replace=False)])
-    times = simulated_times(space, rows, configs)
+    times = simulated_times(space, rows, configs, constants)
     ok = np.isfinite(times)
     if not ok.any():
         return prior

@@ -77,36 +77,63 @@ def rank_rewards(times: list[float | None], settings: RewardSettings) -> list[fl
 
 
 def aux_term(agent: str, counters: dict[str, Any] | None) -> float:
-    """The agent's own-metric credit in [-1, 1]; 0 when the metrics are missing."""
+    """The agent's own-metric credit in [-1, 1], from the counters of its own dimension
+    (Nsight Compute's on the GPU, `run/counters.derive`; the model's on the simulator, same
+    names); 0 when they are missing.
+
+    * config (how threads are organised): achieved occupancy, and how full the last wave of
+      blocks is (`waves` 1.1 leaves most SMs idle for a tenth of the run): a launch of many
+      idle threads gets occupancy but pays in its tail;
+    * memory (how data moves): DRAM throughput, less bank conflicts per shared-memory
+      wavefront and the share of each fetched sector that goes unused (coalescing): staging
+      through shared memory with conflicts, or strided loads that fetch sectors they waste,
+      look busy on the bus and do not pay;
+    * compute (arithmetic and loops): issue-slot utilisation, less a fixed charge for any
+      spill (the compiler's report, or local-memory traffic measured): unrolling until the
+      registers spill does not pay;
+    * reduction (combining partial results): minus the share of the warps' waiting spent at
+      barriers, and on the global-memory queue where the kernel issues atomics."""
     c = counters or {}
 
     def get(*names: str) -> float | None:
         for n in names:
             v = c.get(n)
-            if isinstance(v, (int, float)) and math.isfinite(float(v)):
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
                 return float(v)
         return None
 
+    def clip(v: float) -> float:
+        return max(-1.0, min(1.0, v))
+
     if agent == "config":
-        occ = get("achieved_occupancy")
-        return 0.0 if occ is None else max(-1.0, min(1.0, 2.0 * occ - 1.0))
+        occ, waves = get("achieved_occupancy"), get("waves")
+        terms = []
+        if occ is not None:
+            terms.append(2.0 * occ - 1.0)
+        if waves is not None and waves > 0:
+            terms.append(2.0 * waves / math.ceil(waves) - 1.0)  # 1: whole waves, no tail
+        return clip(sum(terms) / len(terms)) if terms else 0.0
     if agent == "memory":
         bw = get("dram_throughput", "achieved_bw_fraction")
         if bw is None:
             return 0.0
         conflicts = get("bank_conflicts") or 0.0
-        return max(-1.0, min(1.0, 2.0 * bw - 1.0 - 0.5 * min(conflicts, 2.0)))
+        used = get("global_load_efficiency")
+        wasted = 0.0 if used is None else max(0.0, 1.0 - min(used, 1.0))
+        return clip(2.0 * bw - 1.0 - 0.5 * min(conflicts, 2.0) - wasted)
     if agent == "compute":
         issue = get("issue_utilization")
-        spills = get("spills", "compile_spill_stores") or 0.0
+        spills = max(get("spills", "compile_spill_stores") or 0.0, get("local_bytes") or 0.0)
+        if issue is None and not spills:
+            return 0.0
         base = 0.0 if issue is None else 2.0 * issue - 1.0
-        return max(-1.0, min(1.0, base - (1.0 if spills > 0 else 0.0)))
+        return clip(base - (1.0 if spills > 0 else 0.0))
     if agent == "reduction":
         sync = get("sync_stalls")
         atomic = get("atomic_contention")
         if sync is None and atomic is None:
             return 0.0
-        return max(-1.0, min(1.0, -(sync or 0.0) - (atomic or 0.0)))
+        return clip(-(sync or 0.0) - (atomic or 0.0))
     return 0.0
 
 

@@ -102,7 +102,7 @@ class AgentsStrategy(Strategy):
                  ranked: int | None = None, local_share: float = LOCAL_SHARE,
                  explore_temperature: float = EXPLORE_ON_STALL, spread: int = SPREAD,
                  spread_temperature: float = 3.0, prior_weight: float = PRIOR_WEIGHT,
-                 **options: Any) -> None:
+                 sim_constants: Any = None, **options: Any) -> None:
         super().__init__(space, seed, **options)
         torch.manual_seed(seed)
         if isinstance(policy, MultiAgentPolicy):
@@ -117,7 +117,7 @@ class AgentsStrategy(Strategy):
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=self.ppo.lr)
         self.episode = Episode(self.policy, space, budget, np.random.default_rng(seed),
                                reward or RewardSettings(), episode_id=0,
-                               prior_weight=prior_weight)
+                               prior_weight=prior_weight, prior_constants=sim_constants)
         self.generator = torch.Generator().manual_seed(seed)
         self.done = False
         self.stalled_batches = 0
@@ -199,10 +199,14 @@ class UntrainedAgentsStrategy(AgentsStrategy):
     """The agents with a fresh policy and everything else as "marl" (the analytic model's
     prior, online learning, the search settings): what training adds, measured beside the
     trained policy in `cuda-agent bench --strategies marl,marl_untrained` (issue 3's "the
-    same policy untrained"). A checkpoint given to the bench is ignored here."""
+    same policy untrained"). A checkpoint given to the bench is ignored here. Like a trained
+    policy, its first `RANKED_FIRST` proposals are its most probable configurations under
+    policy and prior (a fresh policy's scores are near uniform: in effect the model's top
+    picks), so the two differ only in what training put in the weights."""
 
     def __init__(self, space: Space, seed: int = 0, **options: Any) -> None:
         options["policy"] = None
+        options.setdefault("ranked", RANKED_FIRST)
         super().__init__(space, seed, **options)
 
 

@@ -82,6 +82,9 @@ class TrainSettings:
     (`prior.py`, `strategy.PRIOR_WEIGHT`); 0: off. With it the policy is trained on the
     batches it will see when tuning: configurations the model already rates near the best, to
     be told apart by what the model misses"""
+    sim_constants: str | None = None
+    """the analytic model's constants for the prior (`run/sim_folds.py`: a fold's file, fitted
+    without the problems held out of this run; None: the shipped model)"""
     samplers: int = 1
     """episodes sampled concurrently (threads; one per GPU on the cuda device)"""
     out: str = "runs/train"
@@ -145,7 +148,8 @@ def run_episode(policy_state: dict[str, Any], policy_meta: dict[str, Any], op: O
     policy.load_state_dict(policy_state)
     rng = np.random.default_rng(seed)
     ep = Episode(policy, op.tuner.space, settings.steps * settings.batch, rng, settings.reward,
-                 episode_id, version, op.index, prior_weight=settings.prior_weight)
+                 episode_id, version, op.index, prior_weight=settings.prior_weight,
+                 prior_constants=settings.sim_constants)
     ep.prior = op.prior
     seen: set = set()
     groups = list(policy.groups)
@@ -182,6 +186,13 @@ class Trainer:
                                             notify)
         self._own_device = device is None
         self.store = Store(settings.store or ":memory:")
+        if settings.sim_constants:
+            from ..run.sim_folds import load
+
+            seen = sorted(set(load(settings.sim_constants).fitted_on) & set(settings.holdout))
+            if seen:  # the prior would carry the held-out problems' measurements into training
+                raise SettingsError(f"{settings.sim_constants}: fitted on held-out problems "
+                                    f"({', '.join(seen[:5])}{', ...' if len(seen) > 5 else ''})")
         files = [f for f in suite_files(settings.suite) if f.stem not in set(settings.holdout)]
         if not files:
             raise SettingsError("every problem of the suite is held out")

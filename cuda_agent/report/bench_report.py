@@ -11,7 +11,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..bench import PEERS, BenchResult, best_of_run, summarize, versus_peers
+from ..bench import (PEERS, BenchResult, best_of_run, start_of, summarize, versus_all,
+                     versus_peers)
 from ..metrics import P
 from ..run.baselines import headline_ms, matched_field, matched_ms
 from ..search.base import is_agents
@@ -39,7 +40,7 @@ def tables(result: BenchResult, summary: dict[str, Any]) -> list[tuple[str, list
     main = []
     for s in strategies:
         m = summary[s]
-        main.append([s, str(m["problems"]), _fmt(m["median_evals_to_95"], 1),
+        main.append([s, start_of(s), str(m["problems"]), _fmt(m["median_evals_to_95"], 1),
                      _fmt(m.get("median_evals_to_95_unseen"), 1),
                      _fmt(m["geomean_speedup_vs_eager"], 2, "x"),
                      _fmt(m["geomean_speedup_vs_compile"], 2, "x"),
@@ -54,7 +55,7 @@ def tables(result: BenchResult, summary: dict[str, Any]) -> list[tuple[str, list
                      _fmt(m.get("median_search_seconds"), 1, " s"),
                      *([_fmt(m.get("median_wall_seconds"), 1, " s"),
                         _fmt(m.get("median_strategy_seconds"), 1, " s")] if result.live else [])])
-    header = ["strategy", "problems", "median measurements to 95%",
+    header = ["strategy", "start", "problems", "median measurements to 95%",
               "same, on the problems the policy never trained on", "geomean vs eager",
               "geomean vs compile", *[f"fast_{p:g} vs compile" for p in P],
               "geomean vs compile max-autotune",
@@ -241,14 +242,29 @@ def _baselines_line(result: BenchResult) -> str:
 
 
 def _peers_line(summary: dict[str, Any]) -> str:
+    """The headline: the agents against the cold peers, the warm peers and the model alone,
+    each named with its start."""
     v = versus_peers(summary)
-    if v is None:
+    both = versus_all(summary)
+    if v is None and both["warm"] is None and both["prior"] is None:
         return ""
-    ran = [s for s in PEERS if s in summary]
-    peers = ("the best of Optuna and Kernel Tuner" if len(ran) > 1 else "the one peer run")
-    return (f" The agents (marl) reach 95 % of the optimum in a median {v['ours_median']:g} "
-            f"measurements; {peers} ({v['best_peer']}) in "
-            f"{v['best_peer_median']:g}" + (f": {v['ratio']:.1f}x fewer." if v["ratio"] else "."))
+    out = ""
+    if v is not None:
+        ran = [s for s in PEERS if s in summary]
+        peers = ("the best of Optuna and Kernel Tuner, started cold" if len(ran) > 1
+                 else "the one peer run, started cold")
+        out = (f" The agents (marl: policy + the model's prior) reach 95 % of the optimum in a "
+               f"median {v['ours_median']:g} measurements; {peers} ({v['best_peer']}) in "
+               f"{v['best_peer_median']:g}"
+               + (f": {v['ratio']:.1f}x fewer." if v["ratio"] else "."))
+    w = both["warm"]
+    if w is not None:
+        out += (f" Warm-started with the model's top picks, the best of them ({w['best_peer']}) "
+                f"needs {w['best_peer_median']:g} against the agents' {w['ours_median']:g}.")
+    pr = both["prior"]
+    if pr is not None:
+        out += (f" The model's ranking alone (prior, no network): {pr['best_peer_median']:g}.")
+    return out
 
 
 def _best_line(best: dict[str, Any]) -> str:
@@ -300,6 +316,7 @@ def write_report(result: BenchResult, out: Path) -> dict[str, Path]:
     best_found = best_of_run(result)
     (out / "bench.json").write_text(json.dumps({**result.to_json(), "summary": summary,
                                                 "versus_peers": versus_peers(summary),
+                                                "versus_warm_and_prior": versus_all(summary),
                                                 "best_of_run": best_found},
                                                indent=2, default=str) + "\n")
     conv = convergence_plot(result, out / "convergence.png")

@@ -276,8 +276,11 @@ class CudaDevice(Device):
                            [l.__dict__ for l in cand.rendered.launches],
                            cand.rendered.workspace_bytes, cand.rendered.zero_workspace)
             counters.update(prof["counters"])
+            counters["profiled"] = 1.0 if prof["counters"] else 0.0
             if prof["error"]:
                 counters["profile_error"] = prof["error"]
+            if prof.get("dropped"):  # metrics this ncu or GPU lacks: said, not hidden
+                counters["profile_dropped"] = ",".join(prof["dropped"])
         return Measurement(cand.key, "cuda", True, reply["time_ms"], reply.get("spread_ms"),
                            reply.get("samples", 0), True, False, counters=counters,
                            max_rel_err=reply.get("max_rel_err"), wall_s=wall)

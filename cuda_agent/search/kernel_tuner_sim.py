@@ -15,6 +15,17 @@ Two sources of results:
   asks, then served to it from the cache. Kernel Tuner's simulation runner is swapped for one
   subclass that fills its cache on a miss, so its strategies, budget accounting and
   restrictions are its own code.
+
+Warm start (`warm`, the bench's "kt_warm:<strategy>" columns; issue 34): Kernel Tuner 1.5 takes
+one starting point, the strategy option `x0`, in the strategies built on its `CostFunc`
+start position (`genetic_algorithm` puts it in its first population, `simulated_annealing`
+starts its walk there); `bayes_opt` and `random_sample` refuse it. So a warm search measures
+the analytic model's top picks first (they count against the budget like any measurement),
+then runs the strategy with `x0` the fastest of them where it accepts one, its cache already
+holding the picks and its `max_fevals` the budget less the picks (Kernel Tuner counts a
+configuration served from its cache as an evaluation when its search first visits it, so a
+pick it goes back to costs it one of its own; the whole search never measures more than the
+budget).
 """
 
 from __future__ import annotations
@@ -34,6 +45,8 @@ from ..errors import CudaAgentError, SettingsError, first_line
 from ..space.slots import Config
 
 STRATEGIES = ("genetic_algorithm", "bayes_opt", "simulated_annealing", "random_sample")
+X0_STRATEGIES = ("genetic_algorithm", "simulated_annealing")
+"""the strategies above that accept a starting point (`x0`) in Kernel Tuner 1.5"""
 
 Record = dict[str, Any]
 """{"config": {slot: value}, "ok": bool, "time_ms": float | None}"""
@@ -201,10 +214,12 @@ def _stall_guard() -> Iterator[list[dict[str, Any]]]:
         simulation.SimulationRunner, ga.GeneticAlgorithm.weighted_choice = runner, choice
 
 
-def _tune(params: _Params, cache: dict[str, Any], strategy: str, budget: int, seed: int
-          ) -> tuple[list[dict[str, Any]], str | None]:
+def _tune(params: _Params, cache: dict[str, Any], strategy: str, budget: int, seed: int,
+          x0: list[Any] | None = None) -> tuple[list[dict[str, Any]], str | None]:
     """Kernel Tuner's `tune_kernel` in simulation mode on `cache`: its results, in order, and
-    its error when its strategy raised (the results then are what it evaluated before)."""
+    its error when its strategy raised (the results then are what it evaluated before).
+    `x0`: its starting point (the parameters' values in `params.names` order), for the
+    strategies that take one."""
     try:
         import kernel_tuner
     except ImportError:
@@ -234,8 +249,10 @@ def _tune(params: _Params, cache: dict[str, Any], strategy: str, budget: int, se
                 results, _ = kernel_tuner.tune_kernel(
                     "ca", "__global__ void ca() {}", (1, 1, 1), [], params.tune_params,
                     cache=path, simulation_mode=True, restrictions=restrictions,
-                    strategy=strategy, strategy_options={"max_fevals": budget}, quiet=True,
-                    verbose=False)
+                    strategy=strategy, strategy_options={
+                        "max_fevals": budget,
+                        **({"x0": x0} if x0 is not None and strategy in X0_STRATEGIES else {})},
+                    quiet=True, verbose=False)
             except _Stalled:
                 results = list(evaluated)
             except CudaAgentError:  # ours (the measuring side), not the peer's
@@ -248,11 +265,13 @@ def _tune(params: _Params, cache: dict[str, Any], strategy: str, budget: int, se
 
 
 def _order(params: _Params, results: list[dict[str, Any]], lookup: Callable[[str], Record],
-           budget: int) -> list[tuple[Config, Record]]:
+           budget: int, first: list[str] | None = None) -> list[tuple[Config, Record]]:
+    """The distinct configurations in the order evaluated, after the keys `first` (a warm
+    start's picks, measured before the search)."""
     order: list[tuple[Config, Record]] = []
     seen = set()
-    for res in results:
-        k = _key([res[n] for n in params.names])
+    keys = list(first or []) + [_key([res[n] for n in params.names]) for res in results]
+    for k in keys:
         if k in seen or k not in params.by_key:
             continue
         seen.add(k)
@@ -260,9 +279,31 @@ def _order(params: _Params, results: list[dict[str, Any]], lookup: Callable[[str
     return order[:budget]
 
 
-def run(records: list[Record], strategy: str, budget: int, seed: int
-        ) -> list[tuple[Config, Record]]:
-    """Configurations in the order Kernel Tuner evaluated them, with their recorded results."""
+def _warm_keys(params: _Params, warm: list[dict[str, Any]] | None, budget: int) -> list[str]:
+    """The picks' keys, distinct, those in the space, at most `budget`."""
+    out: list[str] = []
+    for cfg in warm or []:
+        k = params.key_of(cfg)
+        if k in params.by_key and k not in out:
+            out.append(k)
+    return out[:budget]
+
+
+def _start(params: _Params, keys: list[str], result: Callable[[str], Record]
+           ) -> list[Any] | None:
+    """`x0`: the fastest measured pick (None: none of them ran)."""
+    ok = [(result(k)["time_ms"], i) for i, k in enumerate(keys)
+          if result(k).get("ok") and result(k).get("time_ms") is not None]
+    if not ok:
+        return None
+    cfg = params.by_key[keys[min(ok)[1]]]
+    return [cfg.get(n.replace("__", ".")) for n in params.names]
+
+
+def run(records: list[Record], strategy: str, budget: int, seed: int,
+        warm: list[dict[str, Any]] | None = None) -> list[tuple[Config, Record]]:
+    """Configurations in the order Kernel Tuner evaluated them, with their recorded results.
+    `warm`: configurations measured first, best first (see the module's docstring)."""
     if not records:
         return []
     params = _Params([r["config"] for r in records])
@@ -270,17 +311,22 @@ def run(records: list[Record], strategy: str, budget: int, seed: int
     if not params.names:  # one configuration: nothing to search
         return [(Config.of(records[0]["config"]), records[0])][:budget]
     cache = {k: params.entry(r["config"], r) for k, r in by_key.items()}
-    results, error = _tune(params, cache, strategy, budget, seed)
-    order = _order(params, results, by_key.__getitem__, budget)
+    first = _warm_keys(params, warm, budget)
+    x0 = _start(params, first, by_key.__getitem__)
+    results, error = (_tune(params, cache, strategy, budget - len(first), seed, x0)
+                      if len(first) < budget else ([], None))
+    order = _order(params, results, by_key.__getitem__, budget, first)
     if error:
         raise StrategyFailed(error, order)
     return order
 
 
 def run_live(configs: list[Config], strategy: str, budget: int, seed: int,
-             measure: Callable[[list[Config]], list[Record]]) -> list[tuple[Config, Record]]:
+             measure: Callable[[list[Config]], list[Record]],
+             warm: list[Config] | None = None) -> list[tuple[Config, Record]]:
     """Configurations in the order Kernel Tuner asked for them, each measured by `measure`
-    (a batch of configurations in, one record each out) when Kernel Tuner first asked."""
+    (a batch of configurations in, one record each out) when Kernel Tuner first asked.
+    `warm`: configurations measured first, best first (see the module's docstring)."""
     if not configs:
         return []
     params = _Params([c.as_dict() for c in configs])
@@ -295,17 +341,26 @@ def run_live(configs: list[Config], strategy: str, budget: int, seed: int,
             got[params.key_of(c)] = r
         return recs
 
-    with _measuring_runner(params, measure_dicts):
-        results, error = _tune(params, {}, strategy, budget, seed)
-    order = _order(params, results, got.__getitem__, budget)
+    first = _warm_keys(params, [c.as_dict() for c in warm or []], budget)
+    cache: dict[str, Any] = {}
+    if first:
+        for k, rec in zip(first, measure_dicts([params.by_key[k] for k in first])):
+            cache[k] = params.entry(params.by_key[k], rec)
+    x0 = _start(params, first, got.__getitem__)
+    if len(first) < budget:
+        with _measuring_runner(params, measure_dicts):
+            results, error = _tune(params, cache, strategy, budget - len(first), seed, x0)
+    else:
+        results, error = [], None
+    order = _order(params, results, got.__getitem__, budget, first)
     if error:
         raise StrategyFailed(error, order)
     return order
 
 
 def run_live_isolated(configs: list[Config], strategy: str, budget: int, seed: int,
-                      measure: Callable[[list[Config]], list[Record]]
-                      ) -> list[tuple[Config, Record]]:
+                      measure: Callable[[list[Config]], list[Record]],
+                      warm: list[Config] | None = None) -> list[tuple[Config, Record]]:
     """`run_live` with Kernel Tuner in a process of its own; `measure` runs here, in the
     calling thread, when the child asks. Kernel Tuner's strategies draw from the process-wide
     `random` and numpy generators, and this module swaps classes in Kernel Tuner's modules for
@@ -316,7 +371,8 @@ def run_live_isolated(configs: list[Config], strategy: str, budget: int, seed: i
         return []
     # not multiprocessing's spawn: that re-runs the user's __main__ in the child (`procs`)
     child = procs.start("cuda_agent.search.kernel_tuner_sim:_child_search",
-                        ([c.as_dict() for c in configs], strategy, budget, seed), "Kernel Tuner")
+                        ([c.as_dict() for c in configs], strategy, budget, seed,
+                          [c.as_dict() for c in warm or []]), "Kernel Tuner")
     here = child.conn
     child.wait_ready(procs.START_TIMEOUT_S)
     asked: list[tuple[Config, Record]] = []  # what it was served, in order
@@ -351,7 +407,7 @@ class _Abandoned(Exception):
 
 
 def _child_search(conn: Any, configs: list[dict[str, Any]], strategy: str, budget: int,
-                  seed: int) -> None:
+                  seed: int, warm: list[dict[str, Any]] | None = None) -> None:
     """The child's side of `run_live_isolated`."""
     def measure(cfgs: list[Config]) -> list[Record]:
         try:
@@ -361,7 +417,8 @@ def _child_search(conn: Any, configs: list[dict[str, Any]], strategy: str, budge
             raise _Abandoned() from None
 
     try:
-        order = run_live([Config.of(c) for c in configs], strategy, budget, seed, measure)
+        order = run_live([Config.of(c) for c in configs], strategy, budget, seed, measure,
+                         [Config.of(c) for c in warm or []])
         conn.send(("done", [(c.as_dict(), r) for c, r in order], None))
     except StrategyFailed as exc:
         conn.send(("done", [(c.as_dict(), r) for c, r in exc.order], str(exc)))

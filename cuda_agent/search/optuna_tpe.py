@@ -4,6 +4,10 @@ Each slot is a categorical parameter. TPE proposes combinations freely; a propos
 the nearest unmeasured valid configuration, which is what gets measured, and TPE is told the
 measured configuration and its time (the free proposal itself is closed as pruned). So TPE
 learns only from real measurements and never wastes one on an invalid combination.
+
+"optuna_warm" is the same search warm-started like the agents: its first trials are the
+analytic model's top picks (`prior_rank.WARM_PICKS`), put in with `study.enqueue_trial`, so TPE
+measures them first and learns from them as from any trial (issue 34's fair comparison).
 """
 
 from __future__ import annotations
@@ -14,14 +18,17 @@ from ..errors import SettingsError
 from ..run.records import Measurement
 from ..space.slots import Config
 from .base import Strategy, nearest, register
+from .prior_rank import WARM_PICKS, top_picks
 
 
 @register("optuna")
 class OptunaTPE(Strategy):
     adaptive = True
 
-    def __init__(self, space, seed: int = 0, **options) -> None:  # noqa: ANN001
+    def __init__(self, space, seed: int = 0, warm: int = 0, sim_constants=None,  # noqa: ANN001
+                 **options) -> None:
         super().__init__(space, seed, **options)
+        self.warm, self.constants = warm, sim_constants
         try:
             import optuna
         except ImportError:
@@ -43,6 +50,10 @@ class OptunaTPE(Strategy):
         self.rng = random.Random(seed)
 
     def ask(self, n: int) -> list[Config]:
+        if self.warm:  # at the first ask (the model's time is the strategy's)
+            for cfg in top_picks(self.space, self.warm, self.constants):
+                self.study.enqueue_trial({k: repr(v) for k, v in cfg.items})
+            self.warm = 0
         out: list[Config] = []
         for _ in range(n):
             trial = self.study.ask(self.dists)
@@ -64,3 +75,12 @@ class OptunaTPE(Strategy):
                 params=params, distributions=self.dists, value=m.time_ms if ok else None,
                 state=self.optuna.trial.TrialState.COMPLETE if ok else
                 self.optuna.trial.TrialState.FAIL))
+
+
+@register("optuna_warm")
+class OptunaTPEWarm(OptunaTPE):
+    """Optuna's TPE, its first trials the analytic model's top picks."""
+
+    def __init__(self, space, seed: int = 0, **options) -> None:  # noqa: ANN001
+        options.setdefault("warm", WARM_PICKS)
+        super().__init__(space, seed, **options)
