@@ -353,6 +353,7 @@ def report_dict(result: Any) -> dict[str, Any]:
         "evals_to_95": result.evals_to_fraction(0.95),
         "failures": _failure_counts(result.trials),
         "wall_s": result.wall_s, "build_stats": result.build_stats, "timing": result.timing,
+        "phases": result.phases,
         # why the search ended ("budget", "space", "plateau", "time_limit", "interrupted"),
         # and the bounds it ran under
         "stopped": result.stopped, "interrupted": result.stopped == "interrupted",

@@ -36,6 +36,7 @@ from .space.program import (STAGE_PATIENCE, StagePlateau, StageSpace, stage_shar
                              stage_spaces)
 from .space.slots import PRECISIONS, Config
 from .space.space import Space
+from .stopwatch import Phases
 from .store import Store, default_store
 
 DEVICES = ("cuda", "sim", "replay")
@@ -141,6 +142,10 @@ class TuneResult:
     candidates to compile"""
     stopped: str = "budget"
     """why the search ended (one of `STOPPED`)"""
+    phases: dict[str, float] = field(default_factory=dict)
+    """wall seconds of the run's phases (`stopwatch.Phases`): the tuner's set-up (opening the
+    device, the GPU worker's set-up for the problem, the space, the strategy), the search and
+    the baselines; the worker's own set-up phases are in `facts["setup_phases"]`"""
 
     @property
     def interrupted(self) -> bool:
@@ -242,11 +247,14 @@ class Tuner:
         # tuners sharing a device from several threads share this lock: one measurement (and
         # its store lookup and record) at a time, so timings never overlap on the GPU
         self.device_lock = device_lock or threading.RLock()
-        self.plan = make_plan(problem.graph())
+        self.phases = phases = Phases()
+        with phases("plan"):
+            self.plan = make_plan(problem.graph())
         if device is not None:  # (a device opened here is checked by open_device)
             check_precision(settings.precision, device.kind)
             check_tolerance(settings.tolerance, device.kind)
-        self.device = device or open_device(settings.device, settings, notify)
+        with phases("open_device"):
+            self.device = device or open_device(settings.device, settings, notify)
         self._own_device = device is None
         if isinstance(self.plan, ProgramPlan) and isinstance(self.device, ReplayDevice):
             if self._own_device:
@@ -254,7 +262,7 @@ class Tuner:
             raise UnsupportedError("unsupported: replay of a multi-kernel program (sweeps "
                                    "record single-kernel spaces); use cuda or sim")
         try:
-            with self.device_lock:
+            with self.device_lock, phases("device_setup"):
                 self.device.ensure(problem, self.plan)
         except Exception:  # a problem refused at set-up (too large, say): the worker goes too
             if self._own_device:
@@ -264,12 +272,13 @@ class Tuner:
         self.stages: list[Space] = []
         # the device's GPU, built for the numeric contract the user chose
         target = replace(self.device.target(), precision=settings.precision)
-        if isinstance(self.plan, ProgramPlan):
-            self.stages = stage_spaces(self.plan, target)
-            self.space = StageSpace.of(self.plan, 0, self.stages,
-                                       [sp.default() for sp in self.stages])
-        else:
-            self.space = Space.for_plan(self.plan, target)
+        with phases("space"):
+            if isinstance(self.plan, ProgramPlan):
+                self.stages = stage_spaces(self.plan, target)
+                self.space = StageSpace.of(self.plan, 0, self.stages,
+                                           [sp.default() for sp in self.stages])
+            else:
+                self.space = Space.for_plan(self.plan, target)
         if isinstance(self.device, ReplayDevice):
             # like Kernel Tuner's simulation mode: search only what the sweep recorded
             self.space = self.space.restricted(self.device.recorded_configs(self.space))
@@ -291,8 +300,9 @@ class Tuner:
         self._own_store = store is None
         self.problem_id = self.store.problem_id(problem.name, problem.source_hash,
                                                 problem.graph().fingerprint(), self.plan.family)
-        self.strategy = make_strategy(settings.strategy, self.space, seed=settings.seed,
-                                      **settings.strategy_options)
+        with phases("strategy"):
+            self.strategy = make_strategy(settings.strategy, self.space, seed=settings.seed,
+                                          **settings.strategy_options)
 
     # -- one batch --------------------------------------------------------------------------------
     def _build(self, configs: list[Config], deadline: float | None = None) -> list[Candidate]:
@@ -379,10 +389,11 @@ class Tuner:
         self._deadline = (time.monotonic() + s.time_limit_s if s.time_limit_s is not None
                           else None)
         try:
-            if not self.stages:
-                stopped = self._search(s.budget, s.include_default, trials, None, progress)
-            else:
-                stopped = self._search_stages(trials, progress)
+            with self.phases("search"):
+                if not self.stages:
+                    stopped = self._search(s.budget, s.include_default, trials, None, progress)
+                else:
+                    stopped = self._search_stages(trials, progress)
         except KeyboardInterrupt:
             stopped = "interrupted"
         # the space the best was measured in renders it exactly (emit, reports)
@@ -391,15 +402,16 @@ class Tuner:
         if s.baselines and stopped != "interrupted":
             try:
                 # each at PyTorch's defaults (the headline) and under the kernels' contract
-                baselines = self.device.baselines(with_matched(("eager", "compile")
-                                                               + cudnn_baselines(self.plan)))
+                with self.phases("baselines"):
+                    baselines = self.device.baselines(with_matched(("eager", "compile")
+                                                                   + cudnn_baselines(self.plan)))
             except KeyboardInterrupt:  # the search's result is kept, without baselines
                 stopped = "interrupted"
         facts = self.device.facts()
         return TuneResult(self.problem, self.plan, self.space, self.device, s, trials, baselines,
                           self._default, self._best, self.toolchain, time.perf_counter() - t0,
                           facts, dict(self.builder.stats) if self.builder else {},
-                          dict(self.timing), stopped)
+                          dict(self.timing), stopped, self.phases.as_dict())
 
     def _time_up(self) -> bool:
         return self._deadline is not None and time.monotonic() >= self._deadline

@@ -269,11 +269,11 @@ def test_the_first_measurement_does_not_wait_for_the_whole_first_batch():
     sizes, overlapped = [], []
 
     class SlowBuilder(FakeBuilder):
-        def build(self, inputs):
+        def build(self, inputs, deadline=None):
             sizes.append(len(inputs))
             if len(sizes) == 2:  # the rest of the first batch: is the default measured meanwhile?
                 overlapped.append(measured.wait(timeout=5))
-            return super().build(inputs)
+            return super().build(inputs, deadline)
 
     class SignallingDevice(FakeDevice):
         def evaluate(self, cand, best_ms=None):

@@ -21,6 +21,7 @@ import torch
 from ..ir.plan import make_plan
 from ..problem import load_problem
 from ..space.program import state_updates
+from ..stopwatch import Phases
 from . import launcher, memory
 from .baselines import (CUDNN_BENCHMARK, DEFAULTS, MATCHED, contract_tf32, settings_record,
                         tf32_reads)
@@ -138,14 +139,17 @@ class ProblemState:
         self.timing = timing
         self.verify_settings = verify_settings
         self.precision = verify_settings.precision
-        self.problem = load_problem(path)
-        self.graph = self.problem.graph()
-        self.plan = make_plan(self.graph)
+        self.phases = phases = Phases()  # where the set-up's time went (the tune's report)
+        with phases("capture"):
+            self.problem = load_problem(path)
+            self.graph = self.problem.graph()
+            self.plan = make_plan(self.graph)
         self.tracker = tracker or PeakTracker(device)
         memory.refuse_unless_inputs_fit(self.problem.name, Sizes.of(self.graph, self.plan),
                                         torch.cuda.mem_get_info(device)[0])
-        self.model = self.problem.make_model(device)
-        self.ref_model = reference_copy(self.model, self.graph)
+        with phases("model"):
+            self.model = self.problem.make_model(device)
+            self.ref_model = reference_copy(self.model, self.graph)
         self.ref_host: torch.nn.Module | None = None  # the float64 reference in host memory
         self.conformance = verify_settings.tolerance is not None
         # module state forward() updates in place, applied after a candidate's kernels
@@ -160,9 +164,10 @@ class ProblemState:
         self.flusher = L2Flusher(device, self.l2_bytes)
         # before the problem's tensors, and not counted in its footprint: the probe's buffers
         # are sized to what is free and gone before the inputs are allocated
-        self.copy_bw = copy_bandwidth(device, self.flusher)
+        with phases("copy_bandwidth"):
+            self.copy_bw = copy_bandwidth(device, self.flusher)
         self.tracker.start()
-        with refusing(self.problem.name, "allocating the example inputs"):
+        with refusing(self.problem.name, "allocating the example inputs"), phases("inputs"):
             example_args = self.problem.make_inputs(device)
         params = dict(self.model.named_parameters())
         params.update(dict(self.model.named_buffers()))
@@ -171,7 +176,7 @@ class ProblemState:
         self.metas: list[InputMeta] = [
             InputMeta.of((example_args[gin.arg_index] if gin.role == "input"
                           else params[gin.target]).detach()) for gin in self.graph.inputs]
-        with refusing(self.problem.name, "running torch eager once"):
+        with refusing(self.problem.name, "running torch eager once"), phases("eager_peak"):
             eager_peak = self._eager_peak(example_args)
         del example_args, params  # the examples are freed: every set is drawn
         torch.cuda.empty_cache()
@@ -193,10 +198,11 @@ class ProblemState:
         # one set of inputs: timing set 0, and where the cases do not all fit, the buffers
         # each case is drawn into when it is used
         self.buffers = [torch.empty(m.shape, dtype=m.dtype, device=device) for m in self.metas]
-        with refusing(self.problem.name, "planning the float64 reference"):
+        with refusing(self.problem.name, "planning the float64 reference"), \
+                phases("reference_plan"):
             split, rows, host_bytes = self._reference_plan()
         budget = PoolBudget(self.memory.hold_room(), host_bytes, memory.SCRATCH_BYTES)
-        with refusing(self.problem.name, "drawing the verification cases"):
+        with refusing(self.problem.name, "drawing the verification cases"), phases("cases"):
             # conformance mode checks against the module itself in fp32: no witness needed
             self.pool = CasePool(self.reference, self.metas, self.out_shape, self.out_dtype,
                                  verify_settings, self.signed,
@@ -204,7 +210,8 @@ class ProblemState:
                                  domains=self.domains, budget=budget, buffers=self.buffers,
                                  split=split, chunk_rows=rows)
         # rotated input sets for timing: fresh draws, so no run finds its data in cache
-        self.sets = [self.pool.timing_set(k) for k in range(self.memory.timing_sets)]
+        with phases("timing_sets"):
+            self.sets = [self.pool.timing_set(k) for k in range(self.memory.timing_sets)]
         self.bytes = self.plan.bytes_moved()
         self.flops = self.plan.flops()
         self.evaluated = 0
@@ -699,7 +706,8 @@ def worker_main(conn: Any, device_index: int, timing: TimingSettings,
                 conn.send({"ok": True, "copy_bw": state.copy_bw, **gpu_facts(device),
                            "cudnn_benchmark": torch.backends.cudnn.benchmark,
                            "baseline_settings": state.baseline_settings(),
-                           "memory": state.memory.as_dict()})
+                           "memory": state.memory.as_dict(),
+                           "setup_phases": state.phases.as_dict()})
             elif op == "eval":
                 assert state is not None, "setup first"
                 reply = state.evaluate(msg)
