@@ -24,6 +24,10 @@ whatever the verdict; 2 when a file cannot be loaded.
 
 from __future__ import annotations
 
+import time as _time
+
+STARTED = _time.time()  # before torch's import: the row says what the process's start cost
+
 import argparse
 import copy
 import importlib.util
@@ -243,6 +247,7 @@ def run(problem_path: Path, model_new_path: Path, seeds: list[int], device: str 
                            "cuda": torch.version.cuda, "flags": flags(), "seeds": seeds,
                            "atol": ATOL, "rtol": RTOL}
     t0 = time.time()
+    marks: dict[str, float] = {}  # when each stage ended: the row's `phases`
     phase = "loading the files"
     try:
         try:
@@ -261,6 +266,7 @@ def run(problem_path: Path, model_new_path: Path, seeds: list[int], device: str 
             new = build(new_mod.ModelNew, init, device)
         except Exception as exc:  # noqa: BLE001
             raise Verdict("error", f"ModelNew(*get_init_inputs()) raised {first_line(exc)}")
+        marks["setup"] = time.time()
         row["training"] = ref.training
         row["state_equal_at_start"] = all(
             torch.equal(a, b) for a, b in zip(ref.state_dict().values(),
@@ -299,6 +305,7 @@ def run(problem_path: Path, model_new_path: Path, seeds: list[int], device: str 
                 del inputs, want, got, state
                 torch.cuda.empty_cache()
         row["checks"] = checks
+        marks["checks"] = time.time()
         bad = [c for c in checks if not c["ok"]]
         if bad:
             c = bad[0]
@@ -313,6 +320,7 @@ def run(problem_path: Path, model_new_path: Path, seeds: list[int], device: str 
         phase = "timing"
         if is_cuda(device):
             row.update(timings(prob, ref, new, device, seeds, time_budget_s))
+        marks["timing"] = time.time()
         row["flags_after"] = flags()
         if row["flags_after"] != row["flags"]:
             row["message"] = "numeric settings changed during the run"
@@ -325,6 +333,9 @@ def run(problem_path: Path, model_new_path: Path, seeds: list[int], device: str 
         row["status"], row["message"] = "error", f"{phase}: {first_line(exc)}"
         row["traceback"] = traceback.format_exc()[-3000:]
     row["wall_s"] = time.time() - t0
+    last, row["phases"] = t0, {}
+    for name, at in marks.items():
+        row["phases"][name], last = round(at - last, 2), at
     return row
 
 
@@ -368,8 +379,11 @@ def main() -> None:
     if not torch.cuda.is_available():
         print("error: the harness needs a CUDA GPU", file=sys.stderr)
         sys.exit(2)
+    torch.cuda.init()
+    started_s = time.time() - STARTED  # imports and the CUDA context
     seeds = [int(s) for s in args.seeds.split(",") if s]
     row = run(args.problem, args.model_new, seeds, time_budget_s=args.time_budget)
+    row["start_s"] = round(started_s, 2)
     tmp = args.out.with_suffix(".tmp")
     tmp.write_text(json.dumps(row, indent=1, default=str))
     os.replace(tmp, args.out)

@@ -221,6 +221,9 @@ def report_fields(report: dict | None) -> dict:
             "commit", "failures")
     row = {k: report.get(k) for k in keep if k in report}
     row["tune_verified"] = bool(report.get("best") and report["best"].get("verified"))
+    # where the tune's wall time went: the tuner's phases and the GPU worker's set-up phases
+    row["tune_phases"] = report.get("phases")
+    row["tune_setup_phases"] = (report.get("facts") or {}).get("setup_phases")
     if report.get("memory") is not None:  # issue 33 item 1's section, where the tree has it
         row["tune_memory"] = report["memory"]
         peaks = [v for k, v in _flat(report["memory"]) if "peak" in k and
