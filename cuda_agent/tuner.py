@@ -484,6 +484,8 @@ class Tuner:
                     if c not in seen and c not in out:
                         out.append(c)
                     continue
+                if out and not self.strategy.ready:
+                    break  # the defaults are measured while the strategy gets ready
                 t = time.perf_counter()
                 asked = self.strategy.ask(n - len(out))
                 self.timing["strategy_s"] += time.perf_counter() - t

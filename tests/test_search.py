@@ -290,6 +290,37 @@ def test_the_first_measurement_does_not_wait_for_the_whole_first_batch():
     assert res.trials[0].config == t.space.default() and len(res.trials) == 20
 
 
+def test_the_agents_list_their_space_while_the_default_is_measured(monkeypatch):
+    """The agents' index lists the whole space (seconds for a large one): it is listed in the
+    background, and the untuned default is measured meanwhile, not after it."""
+    import threading
+
+    from cuda_agent.agents.vocab import SpaceIndex
+
+    measured = threading.Event()
+    listing = SpaceIndex.of
+
+    def slow_listing(space):
+        assert measured.wait(timeout=30), "the default waited for the space's listing"
+        return listing(space)
+
+    class SignallingDevice(FakeDevice):
+        def evaluate(self, cand, best_ms=None):
+            measured.set()
+            return super().evaluate(cand, best_ms)
+
+    monkeypatch.setattr(SpaceIndex, "of", staticmethod(slow_listing))
+    t = Tuner(load_problem(GOOD / "relu_small.py"), TuneSettings(
+        device="sim", strategy="marl", budget=6, batch=4), device=SignallingDevice(),
+        builder=FakeBuilder())
+    try:
+        res = t.run()
+    finally:
+        t.close()
+    assert res.trials[0].config == t.space.default() and len(res.trials) == 6
+    assert len({tr.config for tr in res.trials}) == 6
+
+
 def test_tuner_budget_larger_than_space_stops_at_the_space():
     prob = load_problem(GOOD / "relu_small.py")
     dev = FakeDevice()

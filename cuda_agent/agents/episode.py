@@ -7,7 +7,9 @@ observations; the batch is measured; rewards are computed within the batch and t
 
 from __future__ import annotations
 
-from typing import Any
+import threading
+from concurrent.futures import Future
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -25,6 +27,21 @@ from .reward import RewardSettings, rewards
 from .vocab import SLOT_ORDER, SpaceIndex
 
 
+def _in_background(fn: Callable[..., Any], *args: Any) -> Future:
+    """fn(*args) in a daemon thread of its own, its result in the future returned: a run that
+    ends before it (a budget of one, Ctrl-C) exits without waiting for it."""
+    future: Future = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(fn(*args))
+        except BaseException as exc:  # noqa: BLE001 - raised where the result is asked for
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name="cuda-agent-index", daemon=True).start()
+    return future
+
+
 class Episode:
     def __init__(self, policy: MultiAgentPolicy, space: Space, budget: int,
                  rng: np.random.Generator, reward: RewardSettings, episode_id: int,
@@ -32,7 +49,10 @@ class Episode:
                  prior_weight: float = 0.0, prior_constants: Any = None) -> None:
         self.policy = policy
         self.space = space
-        self.index = index or SpaceIndex.of(space)
+        # the space's index lists every configuration (seconds for a large space): listed in a
+        # background thread, so that a tune measures its untuned default meanwhile (`ready`)
+        self._index = index
+        self._index_future = None if index is not None else _in_background(SpaceIndex.of, space)
         self.rng = rng
         self.reward = reward
         self.episode_id = episode_id
@@ -53,6 +73,21 @@ class Episode:
         self.prior_constants = prior_constants
         self.prior: np.ndarray | None = None
         self.prior_seed: int | None = None
+
+    @property
+    def index(self) -> SpaceIndex:
+        """The space's index, waiting for the background listing where it is still running
+        (an error raised there, a slot outside the vocabulary, is raised here)."""
+        if self._index is None:
+            assert self._index_future is not None
+            self._index = self._index_future.result()
+        return self._index
+
+    @property
+    def ready(self) -> bool:
+        """Whether the index is listed: proposing will not wait for it."""
+        return self._index is not None or (self._index_future is not None
+                                           and self._index_future.done())
 
     @property
     def groups(self) -> list[str]:

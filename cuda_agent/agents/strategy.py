@@ -145,6 +145,10 @@ class AgentsStrategy(Strategy):
             RANKED_FIRST if policy is not None and not isinstance(policy, MultiAgentPolicy)
             else 0)
 
+    @property
+    def ready(self) -> bool:
+        return self.episode.ready
+
     def temperatures(self) -> dict[str, float]:
         """Each agent's sampling temperature for the next batch: after a batch that did not
         improve, one agent's is raised (`explore_temperature`), the next agent's after the

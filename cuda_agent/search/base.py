@@ -49,6 +49,13 @@ class Strategy(ABC):
     done = False
     """set by a strategy that has nothing more worth proposing (a plateau)"""
 
+    @property
+    def ready(self) -> bool:
+        """Whether `ask` would answer at once: a strategy still preparing (the agents listing
+        a large space in the background) says False, and the tuner measures the defaults
+        meanwhile rather than wait for it."""
+        return True
+
     def __init__(self, space: Space, seed: int = 0, **options: Any) -> None:
         self.space = space
         self.seed = seed
