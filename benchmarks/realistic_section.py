@@ -139,15 +139,25 @@ def eager_peak(r: dict) -> int | None:
     return r["harness_input_bytes"] + r["eager_peak_bytes"]
 
 
+def short_gpu(name: str | None) -> str:
+    """'NVIDIA H200' -> 'H200', 'NVIDIA H100 80GB HBM3' -> 'H100'."""
+    words = (name or "?").replace("NVIDIA", "").split()
+    return words[0] if words else "?"
+
+
 def table_lines(rows: dict[str, dict], manifest: list[dict]) -> list[str]:
+    # rows measured on more than one kind of GPU name theirs (each row's times are its own
+    # GPU's: the kernel, eager and torch.compile timed there by the harness)
+    mixed = len({short_gpu(r.get("gpu")) for r in rows.values() if r.get("gpu")}) > 1
     lines = ["| problem | input GiB | family | status | tune s | tune peak GiB | eager peak "
              "GiB | kernel ms (harness) | eager ms | compile ms | vs compile | rel err vs fp64 "
-             "(torch's) | message |", "|---" * 13 + "|"]
+             "(torch's) | message |" + (" GPU |" if mixed else ""),
+             "|---" * (14 if mixed else 13) + "|"]
     for e in manifest:
         r = rows.get(e["problem"])
         if r is None:
             lines.append(f"| {e['problem']} | {_gib(e['input_bytes'])} | {e['family']} | "
-                         "not run | - | - | - | - | - | - | - | - | |")
+                         "not run | - | - | - | - | - | - | - | - | |" + (" |" if mixed else ""))
             continue
         err = _err(r.get("float64") or {})
         vs = (r["compile_ms"] / r["new_ms"] if r.get("status") == "ok" and r.get("new_ms")
@@ -159,7 +169,7 @@ def table_lines(rows: dict[str, dict], manifest: list[dict]) -> list[str]:
             f"{_gib(r.get('tune_peak_gpu_bytes'))} | {_gib(eager_peak(r))} | "
             f"{_ms(r.get('new_ms'))} | "
             f"{_ms(r.get('eager_ms'))} | {_ms(r.get('compile_ms'))} | {_x(vs)} | {err} | "
-            f"{msg[:120]} |")
+            f"{msg[:120]} |" + (f" {short_gpu(r.get('gpu'))} |" if mixed else ""))
     return lines
 
 

@@ -213,6 +213,21 @@ def test_realistic_section_counts_by_hand(tmp_path):
     assert again.count("<!-- realistic-summary:begin -->") == 1 and again == text
 
 
+def test_realistic_table_names_the_gpu_of_each_row_when_they_differ():
+    from realistic_section import table_lines
+
+    manifest = [{"problem": n, "family": "f", "input_bytes": 1 << 30} for n in "abc"]
+    row = {"status": "ok", "new_ms": 1.0, "compile_ms": 2.0}
+    one = table_lines({"a": {**row, "gpu": "NVIDIA H200"}, "b": {**row, "gpu": "NVIDIA H200"}},
+                      manifest)
+    assert "GPU" not in one[0]
+    both = table_lines({"a": {**row, "gpu": "NVIDIA H200"},
+                        "b": {**row, "gpu": "NVIDIA H100 80GB HBM3"}}, manifest)
+    assert both[0].endswith(" GPU |") and both[2].endswith(" H200 |")
+    assert both[3].endswith(" H100 |") and both[4].endswith("| |")  # c: not run
+    assert all(line.count("|") == both[0].count("|") for line in both)
+
+
 def test_realistic_section_with_nothing_run(tmp_path):
     from realistic_section import write
 
