@@ -318,6 +318,7 @@ def _worker_state(tmp_path, conformance: bool):
     st.ref_model = copy.deepcopy(st.model).double()
     st.conformance = conformance
     st.ref_host = None  # the float64 reference on the GPU (memory.py: in host memory if not)
+    st.accumulation = None  # run whole, not accumulated over chunks of the batch
     st.updates = state_updates(st.plan)
     st.mutable = {"bn.running_mean", "bn.running_var", "bn.num_batches_tracked"}
     for name in ("_split", "_reference_run", "_reference_state", "reference", "run_candidate",

@@ -14,7 +14,8 @@ import torch
 import torch.nn.functional as F
 
 from cuda_agent.run import verify as V
-from cuda_agent.run.separable import candidate_splits, find_split, is_separable
+from cuda_agent.run.separable import (accumulation_dims, accumulation_of, candidate_splits,
+                                      combine_parts, find_split, is_separable)
 from cuda_agent.run.verify import (Buffers, CasePool, Comparison, PoolBudget, RefStats, Split,
                                    SlackSum, VerifySettings, check, compare, fingerprint,
                                    make_case, witness_slack)
@@ -469,3 +470,64 @@ def test_a_small_tensor_draws_what_it_drew_before_chunking():
     z = torch.randn((40, 50), generator=g, dtype=torch.float64)
     chi = sum(torch.randn((40, 50), generator=g, dtype=torch.float64) ** 2 for _ in range(3))
     assert torch.equal(x, (z / torch.sqrt(chi / 3.0 + 1e-12)).float())
+
+
+# -- accumulation: an output that adds up over chunks of the batch ----------------------------------
+
+def _double(f):
+    return lambda ts: f(*[t.double() if t.is_floating_point() else t for t in ts])
+
+
+@pytest.mark.parametrize("f, combine", [
+    (lambda p, t: F.mse_loss(p, t), "mean"),
+    (lambda x: x.sum(), "sum"),
+    (lambda x: x.abs().sum(0), "sum"),  # a reduction over the batch to a vector
+    (lambda p, t: F.smooth_l1_loss(p, t, reduction="sum"), "sum"),
+    (lambda p, t: F.kl_div(p.log_softmax(1), t.softmax(1), reduction="batchmean"), "mean"),
+    (lambda p, t: (1 - F.cosine_similarity(p, t)).mean(), "mean"),
+])
+def test_losses_and_totals_add_up_over_chunks_of_the_batch(f, combine):
+    shapes = [(48, 20), (48, 20)][:f.__code__.co_argcount]
+    dims, n = accumulation_dims(shapes, ["input"] * len(shapes))
+    assert dims == (0,) * len(shapes) and n == 48
+    assert accumulation_of(_double(f), _prepare(shapes)(), dims, 24) == combine
+
+
+def test_cross_entropy_with_class_indices_adds_up_as_a_mean():
+    g = torch.Generator().manual_seed(0)
+    ts = [torch.randn(40, 7, generator=g), torch.randint(0, 7, (40,), generator=g)]
+    f = _double(lambda x, y: F.cross_entropy(x, y))
+    assert accumulation_of(f, ts, (0, 0), 40) == "mean"
+
+
+@pytest.mark.parametrize("f", [
+    lambda x: x.std(),  # of iid rows it is close to the mean of the parts' (not once moved)
+    lambda x: x.var(0),
+    lambda x: x.amax(),  # a maximum combines, but not as a sum or a mean
+    lambda x: x.median(),
+    lambda x: x.norm(),
+    lambda x: x.sum() / x.numel() ** 0.5,  # scaled by the size it sees
+    lambda x: x.reshape(48, -1).sum(),  # hard-codes its batch: the parts raise
+    lambda x: x[:10].mean(),  # hard-codes a slice of its batch
+])
+def test_statistics_that_do_not_add_up_are_not_accumulated(f):
+    dims, n = accumulation_dims([(48, 20)], ["input"])
+    assert accumulation_of(_double(f), _prepare([(48, 20)])(), dims, 48) is None
+
+
+def test_accumulation_needs_one_batch_size_and_a_floating_input_to_move():
+    assert accumulation_dims([(48, 20), (32, 20)], ["input", "input"]) is None
+    assert accumulation_dims([(2, 20)], ["input"]) is None
+    assert accumulation_dims([(48, 20), (20,)], ["input", "parameter"]) == ((0, None), 48)
+    ints = [torch.randint(0, 5, (48, 3))]
+    assert accumulation_of(lambda ts: ts[0].double().sum(), ints, (0,), 48) is None
+
+
+def test_an_accumulated_reference_is_the_whole_reference():
+    g = torch.Generator().manual_seed(3)
+    p, t = torch.randn(50, 9, generator=g), torch.randn(50, 9, generator=g)
+    whole = F.mse_loss(p.double(), t.double())
+    parts = [F.mse_loss(p[a:b].double(), t[a:b].double()) for a, b in ((0, 16), (16, 32),
+                                                                          (32, 48), (48, 50))]
+    got = combine_parts(parts, [16, 16, 16, 2], "mean")
+    torch.testing.assert_close(got, whole, rtol=1e-13, atol=0)

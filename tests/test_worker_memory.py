@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from cuda_agent.run import memory, worker
 from cuda_agent.run.memory import MemoryRefusal, PeakTracker
@@ -86,6 +87,39 @@ def test_a_global_normalization_gets_its_reference_in_host_memory(small_gpu, mak
     res = check(lambda ins, out: out.copy_(ins[0] / ins[0].norm() * 1.01), state.pool,
                 state.pool.trials_for(1))
     assert res.kind == "wrong"
+
+
+def test_a_loss_reduced_to_one_number_gets_its_reference_accumulated_over_the_batch(
+        small_gpu, make_problem, monkeypatch):
+    """No output direction splits a mean squared error, but it adds up over chunks of the
+    batch: its float64 reference is accumulated on the GPU, not held whole in host memory,
+    and checks exactly as the whole reference would. (The scripted peaks count a scalar
+    answer's bytes only: 20 rows a chunk are imposed, a last chunk of 16.)"""
+    monkeypatch.setattr(memory, "chunk_rows", lambda cost, rows, budget: min(rows, 20))
+    path = make_problem("mse", "F.mse_loss(x, y)", "torch.randn(96, 256), torch.randn(96, 256)",
+                        args="x, y")
+    state = state_of(path)
+    mem = state.memory
+    assert mem.verification == "accumulated" and "mean over chunks" in mem.chunk
+    assert state.ref_host is None and state.pool.split is None
+    assert state.accumulate_rows == 20
+    case = state.pool.materialize(state.pool.cases[0])
+    whole = F.mse_loss(case[0].double(), case[1].double())
+    torch.testing.assert_close(state.reference(case), whole, rtol=1e-12, atol=0)
+    for i in range(3):
+        res = check(exact(state), state.pool, state.pool.trials_for(i))
+        assert res.ok, res.msg
+    res = check(lambda ins, out: out.copy_(F.mse_loss(ins[0], ins[1]) * 1.001), state.pool,
+                state.pool.trials_for(0))
+    assert not res.ok and res.kind == "wrong"
+
+
+def test_a_statistic_that_does_not_add_up_still_goes_to_host_memory(small_gpu, make_problem):
+    path = make_problem("std", "x.std()", "torch.randn(96, 256)")
+    state = state_of(path)
+    assert state.memory.verification == "host" and state.accumulation is None
+    res = check(exact(state), state.pool, state.pool.trials_for(0))
+    assert res.ok, res.msg
 
 
 def test_eager_baseline_runs_on_the_timing_set_drawn_again(small_gpu, make_problem, monkeypatch):

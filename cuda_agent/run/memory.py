@@ -120,8 +120,9 @@ class MemoryPlan:
     hold_bytes: int = HOLD_BYTES
     verification: str = "full"
     """how the float64 reference is computed and compared: "full" (whole, on the GPU),
-    "chunked" (along a separable dimension, `chunk` says how), "host" (whole, in host memory,
-    for a problem that is not separable), "host-chunked" """
+    "chunked" (along a separable dimension, `chunk` says how), "accumulated" (summed or
+    averaged over chunks of the batch, for an output reduced over it), "host" (whole, in host
+    memory, for a problem that is not separable), "host-chunked" """
     chunk: str | None = None
     peak_bytes: int = 0
     """the most the worker had allocated, from the problem's set-up on (torch's count)"""

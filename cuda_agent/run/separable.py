@@ -6,10 +6,16 @@ rows [a, b) of the output must (1) come out the same when every split input is n
 [a, b), and (2) not move when every other row of the split inputs is changed. A problem with
 BatchNorm in training mode (statistics over the batch), a softmax over the batch, or a module
 that hard-codes its batch size fails one of the two along the batch and is not chunked there.
+
+A problem whose output has no such direction (a loss reduced to one number) may still add up:
+its output the sum, or the row-weighted mean, of its outputs on slices of the batch
+(`Accumulation`); the float64 reference is then accumulated chunk by chunk, and checked once
+against torch's own answer on a whole case before it is trusted (`worker`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import torch
@@ -86,6 +92,12 @@ def _close(a: torch.Tensor, b: torch.Tensor, tol: float) -> bool:
     return diff <= tol * max(float(torch.linalg.vector_norm(b[fb])), 1e-300)
 
 
+def same_answer(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Two answers to one case the same within the slack of computing it another way
+    (`SLICED_TOL`: other shapes, other algorithms, another precision)."""
+    return _close(a, b, SLICED_TOL)
+
+
 def _scramble_outside(t: torch.Tensor, dim: int, lo: int, rows: int, domain: Domain) -> bool:
     """Change every row of `t` along `dim` outside [lo, lo + rows), in its domain; False for a
     tensor that cannot be changed so (class indices)."""
@@ -151,4 +163,98 @@ def find_split(fn: Callable[[list[torch.Tensor]], torch.Tensor],
     for k, split in enumerate(candidate_splits(shapes, roles, out_shape)):
         if is_separable(fn, tensors if k == 0 else prepare(), split, out_shape, domains):
             return split
+    return None
+
+
+# -- accumulation: an output that is the sum or the mean of its parts' outputs -------------------
+
+ACCUMULATE_TOL = 1e-8
+"""relative difference allowed between the float64 reference run on a slice and the combination
+of its runs on three parts of it (float64 summation order alone moves it by ~1e-15 per term)"""
+COMBINES = ("sum", "mean")
+
+
+@dataclass(frozen=True)
+class Accumulation:
+    """The output is the sum (`combine` "sum"), or the row-weighted mean ("mean"), of the
+    problem's outputs on consecutive slices of its forward inputs along `in_dims` (None: that
+    input whole): a total over every element, a loss averaged over the batch. The float64
+    reference of such a problem, too large to run whole, is accumulated a chunk at a time."""
+
+    in_dims: tuple[int | None, ...]
+    combine: str
+    rows: int
+    """the inputs' size along `in_dims`"""
+
+    def describe(self) -> str:
+        return f"{self.combine} over chunks of the forward inputs' dim 0"
+
+
+def accumulation_dims(shapes: Sequence[tuple[int, ...]], roles: Sequence[str]
+                      ) -> tuple[tuple[int | None, ...], int] | None:
+    """The only direction tried: dim 0 of every forward input (class indices included), all of
+    one size of at least 3, parameters and buffers whole; None where the forward inputs differ
+    there."""
+    sizes = {s[0] if len(s) else None for s, r in zip(shapes, roles) if r == "input"}
+    if len(sizes) != 1 or None in sizes or min(sizes) < 3:
+        return None
+    n = sizes.pop()
+    return tuple(0 if r == "input" else None for r in roles), n
+
+
+def _narrow(tensors: Sequence[torch.Tensor], dims: Sequence[int | None], lo: int,
+            rows: int) -> list[torch.Tensor]:
+    return [t if d is None else t.narrow(d, lo, rows).contiguous() for t, d in zip(tensors, dims)]
+
+
+def combine_parts(parts: Sequence[torch.Tensor], rows: Sequence[int], combine: str
+                  ) -> torch.Tensor:
+    """The whole's output from its parts' (float64 for a mean: weights by rows)."""
+    if combine == "sum":
+        total = parts[0].double().clone()
+        for p in parts[1:]:
+            total += p.double()
+        return total
+    n = sum(rows)
+    total = parts[0].double() * (rows[0] / n)
+    for p, k in zip(parts[1:], rows[1:]):
+        total += p.double() * (k / n)
+    return total
+
+
+def accumulation_of(fn: Callable[[list[torch.Tensor]], torch.Tensor],
+                    tensors: list[torch.Tensor], dims: tuple[int | None, ...], rows: int,
+                    domains: Sequence[Domain] | None = None) -> str | None:
+    """How the output of `fn` (the float64 reference) on the first `rows` rows of `tensors`
+    combines from three unequal parts of them, "sum" or "mean", or None. The rows outside the
+    middle part are moved far first (`tensors` change in place: draw them again afterwards),
+    so that a statistic of the whole that only happens to match its parts' on alike rows (a
+    standard deviation, a median) is not taken for a mean."""
+    if rows < 3:
+        return None
+    domains = list(domains or [None] * len(tensors))
+    sub = _narrow(tensors, dims, 0, rows)
+    a = max(1, rows // 4)
+    b = min(rows - 1, a + max(1, rows // 3))
+    moved = [_scramble_outside(t, d, a, b - a, dom)
+             for t, d, dom in zip(sub, dims, domains) if d is not None]
+    if not any(moved):
+        return None
+    spans = [(0, a), (a, b - a), (b, rows - b)]
+    with torch.no_grad():
+        try:
+            whole = fn(sub)
+            parts = [fn(_narrow(sub, dims, lo, k)) for lo, k in spans]
+        except Exception:  # noqa: BLE001 - user code (a module that hard-codes its sizes)
+            return None
+    if not whole.is_floating_point() or any(tuple(p.shape) != tuple(whole.shape)
+                                            for p in parts):
+        return None
+    scale = sum(float(torch.linalg.vector_norm(p.double())) for p in parts)
+    for combine in COMBINES:
+        got = combine_parts(parts, [k for _, k in spans], combine)
+        if _close(got, whole, ACCUMULATE_TOL) or (
+                scale > 0 and float(torch.linalg.vector_norm(got - whole.double()))
+                <= ACCUMULATE_TOL * scale):
+            return combine
     return None

@@ -26,7 +26,7 @@ from . import launcher, memory
 from .baselines import (CUDNN_BENCHMARK, DEFAULTS, MATCHED, contract_tf32, settings_record,
                         tf32_reads)
 from .memory import MemoryPlan, MemoryRefusal, PeakTracker, Sizes
-from .separable import find_split
+from .separable import Accumulation, accumulation_dims, accumulation_of, find_split, same_answer
 from .timing import PEAK_FLOPS, L2Flusher, TimingSettings, physical_floor_ms, time_runs
 from .verify import (CandidateError, CasePool, IndexDomain, InputMeta, PoolBudget, Split,
                      ValueRange, VerifyResult, VerifySettings, check, check_state,
@@ -151,6 +151,10 @@ class ProblemState:
             self.model = self.problem.make_model(device)
             self.ref_model = reference_copy(self.model, self.graph)
         self.ref_host: torch.nn.Module | None = None  # the float64 reference in host memory
+        # a reference accumulated over chunks of the batch (a loss reduced to one number),
+        # and the rows per chunk (`_accumulation_plan`)
+        self.accumulation: Accumulation | None = None
+        self.accumulate_rows = 0
         self.conformance = verify_settings.tolerance is not None
         # module state forward() updates in place, applied after a candidate's kernels
         self.updates = state_updates(self.plan)
@@ -247,7 +251,7 @@ class ProblemState:
         def run() -> torch.Tensor:
             sliced = [t if dim is None else t.narrow(dim, 0, rows).contiguous()
                       for t, dim in zip(self.buffers, split.in_dims)]
-            return self.reference(sliced).to(self.out_dtype)
+            return self._reference_run(sliced)[0].to(self.out_dtype)
 
         t0 = time.perf_counter()
         cost = self.tracker.section(run)[1]
@@ -266,7 +270,9 @@ class ProblemState:
 
         Whole on the GPU where that fits the chunk budget (small problems); else in chunks
         along a direction the problem is separable in, each chunk's cost measured; else, for a
-        problem that is not separable, whole in host memory; else refused."""
+        problem whose output adds up over chunks of its batch (a loss reduced to one number),
+        accumulated chunk by chunk on the GPU; else, for a problem that is not separable,
+        whole in host memory; else refused."""
         mem, name = self.memory, self.problem.name
         host = memory.host_available_bytes()
         self._chunk_seconds: dict[int, float] = {}
@@ -300,6 +306,14 @@ class ProblemState:
                 mem.verification, mem.chunk = "host-chunked", f"{rows} of {n} {where}"
                 return split, rows, host // 4
             why = f"one row {where} does not fit"
+        elif self._accumulation_plan(roles):
+            acc = self.accumulation
+            assert acc is not None
+            mem.verification = "accumulated"
+            mem.chunk = f"{self.accumulate_rows} of {acc.rows} rows, {acc.describe()}"
+            # each case's reference is one full pass: kept in host memory where the GPU has
+            # no room for it rather than recomputed per check
+            return None, None, host // 4
         elif host_need <= host * 0.5:
             self.ref_host = reference_copy(self.model, self.graph, "cpu")
             mem.verification = "host"
@@ -311,9 +325,56 @@ class ProblemState:
             f"{memory.gib(mem.chunk_budget())} of the GPU and {memory.gib(host * 0.5)} of host "
             "memory are available for it")
 
+    def _accumulation_plan(self, roles: list[str]) -> bool:
+        """Whether the float64 reference can be accumulated over chunks of the batch (a
+        problem reduced to one number, which no output direction splits): the output the sum
+        or the row-weighted mean of the chunks' (`separable.accumulation_of`, on a slice the
+        chunk budget holds), and, so accumulated, within torch's own accuracy of torch's
+        answer on a whole case. Sets `accumulation` and `accumulate_rows` where it can."""
+        if self.mutable:  # forward() updates module state: every chunk would update it once
+            return False
+        found = accumulation_dims([m.shape for m in self.metas], roles)
+        if found is None:
+            return False
+        dims, n = found
+        self._draw_first_case()
+        rows = memory.chunk_rows(lambda k: self._chunk_cost(Split(0, dims), k), n,
+                                 self.memory.chunk_budget())
+        if rows is None or rows < 3:
+            return False
+        combine = accumulation_of(lambda ts: self._reference_run(ts)[0],
+                                  self._draw_first_case(), dims, rows, self.domains)
+        if combine is None:
+            return False
+        self.accumulation, self.accumulate_rows = Accumulation(dims, combine, n), rows
+        case = self._draw_first_case()  # (the probe moved rows of the buffers)
+        with torch.no_grad():
+            trusted = same_answer(self.reference(case), self.witness(case))
+        if not trusted:  # a size the module hard-codes, say: the whole case disagrees
+            self.accumulation, self.accumulate_rows = None, 0
+        return trusted
+
     # -- reference -----------------------------------------------------------------------------
     def reference(self, tensors: list[torch.Tensor]) -> torch.Tensor:
+        if self.accumulation is not None:
+            return self._accumulated(tensors)
         return self._reference_run(tensors)[0]
+
+    def _accumulated(self, tensors: list[torch.Tensor]) -> torch.Tensor:
+        """The float64 reference, accumulated over chunks of `accumulate_rows` rows."""
+        acc, step = self.accumulation, self.accumulate_rows
+        assert acc is not None
+        total: torch.Tensor | None = None
+        for lo in range(0, acc.rows, step):
+            k = min(step, acc.rows - lo)
+            sliced = [t if d is None else t.narrow(d, lo, k).contiguous()
+                      for t, d in zip(tensors, acc.in_dims)]
+            part = self._reference_run(sliced)[0].double()
+            weight = 1.0 if acc.combine == "sum" else k / acc.rows
+            total = part * weight if total is None else total.add_(part, alpha=weight)
+            del sliced, part
+        assert total is not None
+        return total
 
     def _reference_run(self, tensors: list[torch.Tensor]
                        ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

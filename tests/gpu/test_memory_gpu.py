@@ -69,6 +69,20 @@ def test_an_instance_norm_of_6gib_tunes_chunked_along_the_batch(tmp_path):
     assert mem["verification"] == "chunked" and "output dim 0" in mem["chunk"]
 
 
+def test_a_large_mse_loss_tunes_with_its_reference_accumulated_over_the_batch(tmp_path):
+    """A loss reduced to one number has no output direction to chunk along: its float64
+    reference (2 x 12 GiB of float64 inputs) is accumulated over chunks of the batch on the
+    GPU; before, it went to host memory (minutes of CPU float64) or was refused."""
+    path = write_problem(tmp_path / "p", "mse_12gib", "F.mse_loss(x, y)",
+                         "torch.randn(24576, 65536), torch.randn(24576, 65536)", args="x, y")
+    t0 = time.time()
+    result, mem = _tune(path, tmp_path)
+    print(f"mse_12gib: {time.time() - t0:.0f} s")
+    assert result.best is not None and result.best.measurement.verified
+    _within_bound(mem)
+    assert mem["verification"] == "accumulated" and "mean over chunks" in mem["chunk"]
+
+
 def test_a_1d_convolution_of_several_gib_tunes_within_the_bound(tmp_path):
     path = write_problem(tmp_path / "p", "conv1d_big", "self.conv(x)",
                          "torch.randn(256, 128, 32768)",  # 4 GiB in, 8 GiB out
