@@ -20,7 +20,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from .verify import Domain, Split, ValueRange
+from .verify import Domain, Split, ValueRange, narrow_inputs
 
 SAME_SHAPES_TOL = 1e-5
 """relative change of the slice allowed when only other rows changed (same shapes, so the same
@@ -131,8 +131,7 @@ def is_separable(fn: Callable[[list[torch.Tensor]], torch.Tensor], tensors: list
             return False
         inside = whole.narrow(d, lo, rows).clone()
         del whole
-        sliced = [t if dim is None else t.narrow(dim, lo, rows).contiguous()
-                  for t, dim in zip(tensors, split.in_dims)]
+        sliced = narrow_inputs(tensors, split.in_dims, lo, rows)
         try:
             part = fn(sliced)
         except Exception:  # noqa: BLE001 - a module that hard-codes its sizes
@@ -202,11 +201,6 @@ def accumulation_dims(shapes: Sequence[tuple[int, ...]], roles: Sequence[str]
     return tuple(0 if r == "input" else None for r in roles), n
 
 
-def _narrow(tensors: Sequence[torch.Tensor], dims: Sequence[int | None], lo: int,
-            rows: int) -> list[torch.Tensor]:
-    return [t if d is None else t.narrow(d, lo, rows).contiguous() for t, d in zip(tensors, dims)]
-
-
 def combine_parts(parts: Sequence[torch.Tensor], rows: Sequence[int], combine: str
                   ) -> torch.Tensor:
     """The whole's output from its parts' (float64 for a mean: weights by rows)."""
@@ -233,7 +227,7 @@ def accumulation_of(fn: Callable[[list[torch.Tensor]], torch.Tensor],
     if rows < 3:
         return None
     domains = list(domains or [None] * len(tensors))
-    sub = _narrow(tensors, dims, 0, rows)
+    sub = narrow_inputs(tensors, dims, 0, rows)
     a = max(1, rows // 4)
     b = min(rows - 1, a + max(1, rows // 3))
     moved = [_scramble_outside(t, d, a, b - a, dom)
@@ -244,7 +238,7 @@ def accumulation_of(fn: Callable[[list[torch.Tensor]], torch.Tensor],
     with torch.no_grad():
         try:
             whole = fn(sub)
-            parts = [fn(_narrow(sub, dims, lo, k)) for lo, k in spans]
+            parts = [fn(narrow_inputs(sub, dims, lo, k)) for lo, k in spans]
         except Exception:  # noqa: BLE001 - user code (a module that hard-codes its sizes)
             return None
     if not whole.is_floating_point() or any(tuple(p.shape) != tuple(whole.shape)

@@ -668,6 +668,13 @@ class Split:
     in_dims: tuple[int | None, ...]
 
 
+def narrow_inputs(tensors: Sequence[torch.Tensor], dims: Sequence[int | None], lo: int,
+                  rows: int) -> list[torch.Tensor]:
+    """Rows [lo, lo + rows) of each tensor along its entry of `dims` (a contiguous copy; None:
+    the tensor whole): one chunk of a problem's inputs along a `Split` or an accumulation."""
+    return [t if d is None else t.narrow(d, lo, rows).contiguous() for t, d in zip(tensors, dims)]
+
+
 @dataclass
 class PoolBudget:
     """What a case pool may keep, in bytes (None: no limit, every case and reference held)."""
@@ -857,8 +864,7 @@ class CasePool:
         tensors = self.materialize(trial)
         if block is not None:
             _, lo, rows = block
-            tensors = [t if dim is None else t.narrow(dim, lo, rows).contiguous()
-                       for t, dim in zip(tensors, self.split.in_dims)]
+            tensors = narrow_inputs(tensors, self.split.in_dims, lo, rows)
         with torch.no_grad():
             out = self.reference(list(tensors))
         out = out.to(device=self.device, dtype=self.out_dtype)

@@ -30,7 +30,7 @@ from .separable import Accumulation, accumulation_dims, accumulation_of, find_sp
 from .timing import PEAK_FLOPS, L2Flusher, TimingSettings, physical_floor_ms, time_runs
 from .verify import (CandidateError, CasePool, IndexDomain, InputMeta, PoolBudget, Split,
                      ValueRange, VerifyResult, VerifySettings, check, check_state,
-                     draw_case_into, poison)
+                     draw_case_into, narrow_inputs, poison)
 
 HOST_COPY_BPS = 10e9
 """host-to-device copy rate assumed when choosing between keeping a reference in host memory
@@ -249,8 +249,7 @@ class ProblemState:
         """What the float64 reference allocates for `rows` rows along `split`, measured (and
         how long it took, in `_chunk_seconds`)."""
         def run() -> torch.Tensor:
-            sliced = [t if dim is None else t.narrow(dim, 0, rows).contiguous()
-                      for t, dim in zip(self.buffers, split.in_dims)]
+            sliced = narrow_inputs(self.buffers, split.in_dims, 0, rows)
             return self._reference_run(sliced)[0].to(self.out_dtype)
 
         t0 = time.perf_counter()
@@ -367,8 +366,7 @@ class ProblemState:
         total: torch.Tensor | None = None
         for lo in range(0, acc.rows, step):
             k = min(step, acc.rows - lo)
-            sliced = [t if d is None else t.narrow(d, lo, k).contiguous()
-                      for t, d in zip(tensors, acc.in_dims)]
+            sliced = narrow_inputs(tensors, acc.in_dims, lo, k)
             part = self._reference_run(sliced)[0].double()
             weight = 1.0 if acc.combine == "sum" else k / acc.rows
             total = part * weight if total is None else total.add_(part, alpha=weight)
@@ -453,8 +451,7 @@ class ProblemState:
             return self._reference_run(case)[1]
         want: dict[str, torch.Tensor] = {}
         for _, lo, rows in blocks:
-            sliced = [t if dim is None else t.narrow(dim, lo, rows).contiguous()
-                      for t, dim in zip(case, pool.split.in_dims)]
+            sliced = narrow_inputs(case, pool.split.in_dims, lo, rows)
             for name, value in self._reference_run(sliced)[1].items():
                 d = dims.get(name)
                 if d is None:  # a counter: every chunk counts the one forward once
