@@ -235,7 +235,7 @@ def template_seeds(path: Path, template: str, n: int,
 def run_bench(out: Path, problems: list[Path], budget: int, policy: str | None,
               deadline: float, per_problem: float, parallel: int = 1,
               strategies: str = "", single_policy: str | None = None,
-              sim_constants: str | None = None) -> None:
+              sim_constants: str | None = None, baselines: bool = True) -> None:
     """`cuda-agent bench --device cuda` over the problems in one process (its start, ~20 s of
     torch, CUDA and the policy, is paid once), each problem given up inside it once it has run
     `per_problem` seconds. Stopped at the call's deadline, the run keeps the problems it
@@ -253,7 +253,8 @@ def run_bench(out: Path, problems: list[Path], budget: int, policy: str | None,
                  "--out", str(run_dir)] + (["--policy", policy] if policy else []) + (
                      ["--strategies", strategies] if strategies else []) + (
                      ["--single-policy", single_policy] if single_policy else []) + (
-                     ["--sim-constants", sim_constants] if sim_constants else [])
+                     ["--sim-constants", sim_constants] if sim_constants else []) + (
+                     [] if baselines else ["--no-baselines"])
     t0 = time.time()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True,
@@ -575,6 +576,8 @@ def main() -> None:
                     help="the model's constants per fold (benchmarks/sim_folds/*.json, "
                          "comma-separated): each problem ranked by a model fitted without it")
     ap.add_argument("--bench-budget", type=int, default=40)
+    ap.add_argument("--bench-no-baselines", action="store_true",
+                    help="part bench: the strategies alone, torch untimed (learning_live.py)")
     ap.add_argument("--bench-parallel", type=int, default=8,
                     help="strategy runs of a problem searching at once (`bench --parallel`): "
                          "attention and convolution kernels take seconds each to compile, "
@@ -684,7 +687,7 @@ def main() -> None:
                               args.bench_budget, args.agent_policy, deadline - 10,
                               args.bench_per_problem, args.bench_parallel,
                               args.bench_strategies, args.agent_single_policy,
-                              args.bench_sim_constants)
+                              args.bench_sim_constants, not args.bench_no_baselines)
             elif part == "library":  # cuDNN's layout and algorithm slots, every value
                 run_library(out, problems, deadline - 10)
             elif part == "cudnn":  # cudnn.benchmark against heuristics, fresh processes

@@ -32,7 +32,7 @@ from .run.sim_folds import FoldConstants
 from .search.base import is_agents
 from .space.program import STAGE_PATIENCE
 from .store import Store
-from .tuner import Tuner, TuneSettings, check_precision
+from .tuner import Tuner, TuneSettings, check_precision, check_tolerance
 
 OURS = ("random", "genetic", "optuna", "marl")
 KT_STRATEGIES = ("genetic_algorithm", "bayes_opt", "simulated_annealing", "random_sample")
@@ -111,6 +111,13 @@ class BenchSettings:
     the GPU one at a time (a lock; timings never overlap); what overlaps is compiling and the
     strategies' own work, which dominate a problem whose kernels take seconds to compile. A
     run's wall time then includes waiting for the others' measurements."""
+    tolerance: str = "strict"
+    """live runs: `TuneSettings.tolerance`: "strict" (the float64-reference protocol),
+    "kernelbench" or "atol=A,rtol=R" (conformance mode); replay is strict only"""
+    baselines: bool = True
+    """live runs: time torch eager and torch.compile per problem as well. A comparison of
+    the strategies alone (learning_live.py) leaves them out: max-autotune compiles took minutes
+    of each GEMM problem's time"""
 
 
 @dataclass
@@ -222,6 +229,7 @@ def check_settings(settings: BenchSettings) -> None:
     if settings.parallel < 1:
         raise SettingsError(f"--parallel must be at least 1, not {settings.parallel}")
     check_precision(settings.precision)
+    check_tolerance(settings.tolerance)
 
 
 def problem_files(suite: str) -> list[Path]:
@@ -344,6 +352,7 @@ def run_bench(settings: BenchSettings,
               progress: Callable[[str, str, int], None] | None = None) -> BenchResult:
     check_settings(settings)
     check_precision(settings.precision, "replay")
+    check_tolerance(settings.tolerance, "replay")
     root = Path(settings.replay_root) if settings.replay_root else None
     device = ReplayDevice(root)
     result = BenchResult(settings, date=time.strftime("%Y-%m-%d"), provenance=provenance())

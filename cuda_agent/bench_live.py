@@ -48,7 +48,7 @@ from .errors import (CudaAgentError, DeviceError, ProblemError, SettingsError,
 from .ir.partition import ProgramPlan
 from .ir.plan import KernelPlan, make_plan
 from .problem import Problem, load_problem
-from .run.baselines import with_matched
+from .run.baselines import Baselines, with_matched
 from .run.devices import Device, cudnn_baselines
 from .run.replay import find_sweep, read_sweep
 from .run.sim_folds import FoldConstants
@@ -350,7 +350,8 @@ def run_live_bench(settings: BenchSettings, device_name: str,
     folds = FoldConstants(settings.sim_constants)
     result.trained_on = policies.trained_on()
     device = open_device(device_name, TuneSettings(device=device_name,
-                                                    precision=settings.precision), notify)
+                                                    precision=settings.precision,
+                                                    tolerance=settings.tolerance), notify)
     builder = Builder("nvrtc", None)
     try:
         for path in files:
@@ -372,7 +373,9 @@ def run_live_bench(settings: BenchSettings, device_name: str,
                 _timed(phase_s, "setup", lambda: device.ensure(bench.problem, bench.plan))
                 # each at PyTorch's defaults (the headline) and under the kernels' contract
                 base = _timed(phase_s, "baselines", lambda: device.baselines(
-                    with_matched(BASELINES + cudnn_baselines(plan))))
+                    with_matched(BASELINES + cudnn_baselines(plan))) if settings.baselines
+                    else Baselines(notes={b: "not measured: --no-baselines"
+                                          for b in with_matched(BASELINES)}))
                 sweep_best = _timed(phase_s, "recorded_best", bench.sweep_reference)
                 notify(f"{problem.name}: " + ", ".join(f"{k} {v:.1f} s"
                                                         for k, v in phase_s.items()))

@@ -502,6 +502,8 @@ def bench(
                                   "torch.allclose(out, ref, atol=1e-2, rtol=1e-2) against the "
                                   "module in fp32 at PyTorch defaults, as KernelBench checks | "
                                   "atol=A,rtol=R: conformance mode at that tolerance"),
+    baselines: bool = typer.Option(True, help="live runs: time torch eager and torch.compile "
+                                   "per problem too (--no-baselines: the strategies alone)"),
 ) -> None:
     """Compare cuda-agent with random search, a genetic algorithm, Optuna and Kernel Tuner."""
     from .bench import BenchSettings, run_bench
@@ -519,7 +521,8 @@ def bench(
                              single_policy=single_policy, sim_constants=sim_constants,
                              out=str(out),
                              problem_seconds=problem_seconds, parallel=parallel,
-                             precision=precision, stage_patience=stage_patience or None)
+                             precision=precision, stage_patience=stage_patience or None,
+                             tolerance=tolerance, baselines=baselines)
     out_existed = out.exists()
     try:
         with _progress() as bar:

@@ -556,3 +556,48 @@ def test_every_strategy_hands_a_settled_stage_on_alike(tmp_path):
         # the stage ends at the measurement it settled at, or its share (6 of 12)
         assert len(first) == min(settled or 6, 6), (r.strategy, first)
         assert "s1" in stages, f"{r.strategy} never reached the pool stage"
+
+
+def test_no_baselines_leaves_torch_untimed_and_says_so(tmp_path, monkeypatch):
+    """`bench --no-baselines` (a comparison of the strategies alone) never asks the device for
+    torch's timings; the problem's record says they were not measured and why."""
+    from cuda_agent.bench_live import run_live_bench
+    from cuda_agent.run.sim import SimDevice
+
+    asked: list[tuple] = []
+    real = SimDevice.baselines
+    monkeypatch.setattr(SimDevice, "baselines",
+                        lambda self, which=(): asked.append(which) or real(self, which))
+    for baselines in (True, False):
+        settings = BenchSettings(suite=str(PROBLEMS / "softmax_tinyrows_odd.py"),
+                                 strategies=("random",), budget=3, seeds=1,
+                                 out=str(tmp_path / str(baselines)), baselines=baselines)
+        res = run_live_bench(settings, "sim")
+        assert bool(asked) == baselines
+        facts = res.problems["softmax_tinyrows_odd"]
+        assert facts["eager_ms"] is None and facts["compile_ms"] is None
+        assert ("not measured: --no-baselines" in facts["baseline_notes"].values()) \
+            == (not baselines)
+        asked.clear()
+
+
+def test_bench_tolerance_reaches_the_verifier_and_replay_refuses_it(tmp_path, monkeypatch):
+    """`bench --tolerance kernelbench` opens the live device with conformance mode (it was
+    accepted and dropped before); a malformed tolerance, or any but strict on replay, is a
+    one-line settings error."""
+    from cuda_agent import bench_live
+    from cuda_agent.bench import run_bench
+    from cuda_agent.run.sim import SimDevice
+
+    opened = []
+    monkeypatch.setattr(bench_live, "open_device",
+                        lambda name, settings, notify: opened.append(settings) or SimDevice())
+    settings = BenchSettings(suite=str(PROBLEMS / "softmax_tinyrows_odd.py"),
+                             strategies=("random",), budget=2, seeds=1, out=str(tmp_path),
+                             tolerance="kernelbench")
+    bench_live.run_live_bench(settings, "sim")
+    assert [s.tolerance for s in opened] == ["kernelbench"]
+    with pytest.raises(SettingsError, match="strict protocol"):
+        run_bench(settings)
+    with pytest.raises(SettingsError, match="--tolerance"):
+        bench_live.run_live_bench(BenchSettings(tolerance="loose"), "sim")
