@@ -27,6 +27,7 @@ class FakeWorker:
         self.mode: bool | None = None  # the running worker's cuDNN mode (None: not set up)
         self.started = 0
         self.baselines: list[tuple[str, bool | None]] = []  # (which, mode of the worker)
+        self.graphs: list[Any] = []  # the graph each set-up message carried
 
     def start(self, device: CudaDevice) -> None:
         self.started += 1
@@ -37,6 +38,7 @@ class FakeWorker:
             return {"ok": True, "gpu": "fake"}
         if msg["op"] == "setup":
             self.mode = bool(msg.get("cudnn_benchmark", False))
+            self.graphs.append(msg.get("graph"))
             return {"ok": True, "cudnn_benchmark": self.mode}
         if msg["op"] == "baseline":
             self.baselines.append((msg["which"], self.mode))
@@ -170,3 +172,13 @@ def test_a_baseline_is_bounded_by_its_own_timeout(fake, monkeypatch):
     assert b.compile_ms is None and b.eager_ms == 1.0
     assert b.notes["compile"] == ("not measured: no answer within 42 s (timeout); its worker "
                                   "was stopped")
+
+
+def test_every_set_up_carries_the_captured_graph(fake):
+    """The worker is sent the graph this process captured, on a restart as well (it would
+    otherwise trace the file again, importing Dynamo)."""
+    dev = CudaDevice()
+    prob = load_problem(PROBLEMS / "conv_transpose2d_odd.py")
+    dev.setup(prob, make_plan(prob.graph()))
+    dev._restart()
+    assert len(fake.graphs) == 2 and all(g is prob.graph() for g in fake.graphs)

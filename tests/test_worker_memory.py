@@ -194,3 +194,23 @@ def test_the_running_statistics_of_a_chunked_reference_are_the_whole_ones(small_
     assert set(chunked) == set(whole) and {"bn.running_mean", "bn.running_var"} <= set(chunked)
     for name in whole:
         torch.testing.assert_close(chunked[name], whole[name], rtol=1e-12, atol=1e-12)
+
+
+def test_the_worker_uses_the_graph_its_parent_captured(small_gpu, make_problem, monkeypatch):
+    """The set-up message carries the parent's capture: the worker neither traces the file
+    again (torch.export's first call imports Dynamo, seconds of every set-up) nor re-checks it;
+    without one it captures as before."""
+    from cuda_agent.ir import capture
+    from cuda_agent.problem import load_problem
+
+    path = make_problem("ln", "self.ln(x)", "torch.randn(96, 256)",
+                        init_body="self.ln = nn.LayerNorm(256)")
+    graph = load_problem(path).graph()
+    traced: list[int] = []
+    real = capture.capture
+    monkeypatch.setattr(capture, "capture", lambda *a: traced.append(1) or real(*a))
+    state = worker.ProblemState(str(path), CPU, TimingSettings(), VerifySettings(),
+                                tracker=ScriptedPeaks(), graph=graph)
+    assert state.graph is graph and traced == []
+    again = state_of(path)
+    assert traced == [1] and again.graph.fingerprint() == graph.fingerprint()

@@ -13,6 +13,7 @@ from typing import Any
 from .. import procs
 from ..errors import DeviceError
 from ..limits import BASELINE_TIMEOUT_S
+from ..ir.graph import Graph
 from ..ir.plan import KernelPlan
 from ..problem import Problem
 from ..space.slots import Config, Rendered, Target
@@ -119,6 +120,7 @@ class CudaDevice(Device):
         self._proc: procs.Child | None = None
         self._conn: Any = None
         self._problem_path: str | None = None
+        self._graph: Graph | None = None  # the current problem's, as captured here
         self._facts: dict[str, Any] = {}
         self.restarts = 0
         self.profile_every = profile_every  # profile every n-th verified candidate with ncu
@@ -157,7 +159,7 @@ class CudaDevice(Device):
         mode = self._candidate_mode if cudnn_benchmark is None else cudnn_benchmark
         self._worker_mode = mode
         if self._problem_path:
-            reply = self._call({"op": "setup", "path": self._problem_path,
+            reply = self._call({"op": "setup", "path": self._problem_path, "graph": self._graph,
                                 "cudnn_benchmark": mode}, self.setup_timeout_s)
             if not reply.get("ok"):
                 raise DeviceError(f"the GPU worker failed to set up again: "
@@ -198,9 +200,13 @@ class CudaDevice(Device):
 
     def setup(self, problem: Problem, plan: KernelPlan) -> None:
         self._problem_path = str(problem.path)
+        # the graph this process captured goes along: the worker would otherwise trace the
+        # file again (torch.export's first call imports Dynamo: seconds of every set-up)
+        self._graph = problem.graph()
         self._candidate_mode = self.library_cudnn_benchmark and bool(cudnn_baselines(plan))
         self._worker_mode = self._candidate_mode
-        msg = {"op": "setup", "path": self._problem_path, "cudnn_benchmark": self._candidate_mode}
+        msg = {"op": "setup", "path": self._problem_path, "graph": self._graph,
+               "cudnn_benchmark": self._candidate_mode}
         reply = self._call(msg, self.setup_timeout_s)
         if reply.get("dead"):
             self._start()

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from ..ir.graph import Graph
 from ..ir.plan import make_plan
 from ..problem import load_problem
 from ..space.program import state_updates
@@ -134,14 +135,19 @@ class ProblemState:
     """
 
     def __init__(self, path: str, device: torch.device, timing: TimingSettings,
-                 verify_settings: VerifySettings, tracker: PeakTracker | None = None) -> None:
+                 verify_settings: VerifySettings, tracker: PeakTracker | None = None,
+                 graph: Graph | None = None) -> None:
         self.device = device
         self.timing = timing
         self.verify_settings = verify_settings
         self.precision = verify_settings.precision
         self.phases = phases = Phases()  # where the set-up's time went (the tune's report)
         with phases("capture"):
-            self.problem = load_problem(path)
+            # `graph`: the parent's capture of this file (it checked the file too); traced
+            # here only where none came
+            self.problem = load_problem(path, check=graph is None)
+            if graph is not None:
+                self.problem._graph = graph
             self.graph = self.problem.graph()
             self.plan = make_plan(self.graph)
         self.tracker = tracker or PeakTracker(device)
@@ -753,7 +759,8 @@ def worker_main(conn: Any, device_index: int, timing: TimingSettings,
                 # first decides its algorithm for the process's life (CUDNN_BENCHMARK)
                 torch.backends.cudnn.benchmark = bool(msg.get("cudnn_benchmark", False))
                 try:
-                    state = ProblemState(msg["path"], device, timing, verify_settings, tracker)
+                    state = ProblemState(msg["path"], device, timing, verify_settings, tracker,
+                                         graph=msg.get("graph"))
                 except MemoryRefusal as exc:  # the worker is sound: only this problem is refused
                     state = None
                     gc.collect()
