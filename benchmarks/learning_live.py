@@ -55,11 +55,13 @@ def main() -> None:
     from cuda_agent.report.bench_report import load_run
 
     per: dict[str, dict[str, float]] = {}
-    gpus, policies = set(), set()
+    gpus, policies, budgets, seeds = set(), set(), set(), set()
     for run in args.runs:
         result = load_run(run)
         if not result.live or result.live != "cuda":
             raise SystemExit(f"{run}: not a live GPU run (device {result.live or 'replay'})")
+        budgets.add(result.settings.budget)
+        seeds.add(result.settings.seeds)
         s = summarize(result)
         for p, facts in result.problems.items():
             gpus.add(facts.get("gpu"))
@@ -71,6 +73,7 @@ def main() -> None:
     pairs = [sign(per, a, b) for a, b in PAIRS if a in arms and b in arms]
     res = {"device": "cuda (live)", "gpu": sorted(g for g in gpus if g),
            "date": time.strftime("%Y-%m-%d"), "runs": [str(r) for r in args.runs],
+           "budget": sorted(budgets), "seeds": sorted(seeds),
            "problems": len(per), "enough": len(per) >= MIN_PROBLEMS,
            "median_evals_to_95": {a: statistics.median(r[a] for r in per.values())
                                   for a in arms} if per else {},
@@ -79,8 +82,9 @@ def main() -> None:
     dest.write_text(json.dumps(res, indent=1) + "\n")
     lines = [MARK_BEGIN, "## Learning against the model, live on the GPU (issue 34)", "",
              f"**LIVE** on {', '.join(res['gpu']) or 'the GPU'}: every candidate compiled, "
-             f"verified and timed in the runs `{'`, `'.join(res['runs'])}` (budget 40, one "
-             "seed); optimum: the best time any strategy reached. "
+             f"verified and timed in the runs `{'`, `'.join(res['runs'])}` (budget "
+             f"{'/'.join(map(str, res['budget']))}, seeds {'/'.join(map(str, res['seeds']))}); "
+             "optimum: the best time any strategy reached. "
              f"{res['problems']} problems compared"
              + ("" if res["enough"] else f" (fewer than the {MIN_PROBLEMS} issue 34 asks "
                                          "for: not conclusive)") + ".", "",
