@@ -29,6 +29,15 @@ from .outputs import check_out_dir
 from .space.program import STAGE_PATIENCE
 from .store import default_store
 
+# options tune and bench share
+STAGE_PATIENCE_HELP = ("multi-kernel programs: measurements a stage may go without progress "
+                       "before it hands the rest of its share to the next stage (0: split the "
+                       "budget evenly)")
+TOLERANCE_HELP = ("strict: the strict protocol (float64 reference) | kernelbench: conformance "
+                  "mode, pass where torch.allclose(out, ref, atol=1e-2, rtol=1e-2) against the "
+                  "module in fp32 at PyTorch defaults, as KernelBench checks | atol=A,rtol=R: "
+                  "conformance mode at that tolerance")
+
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="cuda-agent: fast CUDA kernels for PyTorch reference programs, found by "
                        "measuring candidates on the GPU.")
@@ -210,15 +219,8 @@ def tune(
                                   "type (verified against torch's own answer with TF32 on or "
                                   "under autocast; eager and torch.compile timed that way too, "
                                   "as 'matched', beside PyTorch's defaults)"),
-    stage_patience: int = typer.Option(
-        STAGE_PATIENCE, help="multi-kernel programs: measurements a stage may go without "
-        "progress before it hands the rest of its share to the next stage (0: split the "
-        "budget evenly)"),
-    tolerance: str = typer.Option("strict", help="strict: the strict protocol (float64 "
-                                  "reference) | kernelbench: conformance mode, pass where "
-                                  "torch.allclose(out, ref, atol=1e-2, rtol=1e-2) against the "
-                                  "module in fp32 at PyTorch defaults, as KernelBench checks | "
-                                  "atol=A,rtol=R: conformance mode at that tolerance"),
+    stage_patience: int = typer.Option(STAGE_PATIENCE, help=STAGE_PATIENCE_HELP),
+    tolerance: str = typer.Option("strict", help=TOLERANCE_HELP),
     time_limit: float = typer.Option(
         TIME_LIMIT_S, help="seconds the search may run (0: no limit); then compiles in flight "
         "are stopped and the best kernel found so far is written, with the report"),
@@ -493,15 +495,8 @@ def bench(
     precision: str = typer.Option("fp32", help="live runs: fp32 (strict) | tf32, fp16, bf16 "
                                   "(tensor-core products on operands in that type; matched "
                                   "baselines with TF32 on or under autocast)"),
-    stage_patience: int = typer.Option(
-        STAGE_PATIENCE, help="multi-kernel programs: measurements a stage may go without "
-        "progress before it hands the rest of its share to the next stage (0: split the "
-        "budget evenly)"),
-    tolerance: str = typer.Option("strict", help="strict: the strict protocol (float64 "
-                                  "reference) | kernelbench: conformance mode, pass where "
-                                  "torch.allclose(out, ref, atol=1e-2, rtol=1e-2) against the "
-                                  "module in fp32 at PyTorch defaults, as KernelBench checks | "
-                                  "atol=A,rtol=R: conformance mode at that tolerance"),
+    stage_patience: int = typer.Option(STAGE_PATIENCE, help=STAGE_PATIENCE_HELP),
+    tolerance: str = typer.Option("strict", help=TOLERANCE_HELP),
     baselines: bool = typer.Option(True, help="live runs: time torch eager and torch.compile "
                                    "per problem too (--no-baselines: the strategies alone)"),
 ) -> None:
