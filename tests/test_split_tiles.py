@@ -11,6 +11,7 @@ import torch
 
 import cpu_exec
 from helpers import Fn, fast_first
+from cuda_agent.errors import UnsupportedError
 from cuda_agent.ir.capture import capture
 from cuda_agent.ir.plan import make_plan
 from cuda_agent.space.slots import Target
@@ -54,3 +55,20 @@ def test_both_output_layouts_match_torch(name):
                 assert out_launch.grid[0] == -(-plan.R // per)
             err = cpu_exec.max_rel_error(r, [x.numpy()], want)
             assert err < 1e-5, (cfg.short(), err)
+
+
+def test_a_sum_over_more_than_2_31_elements_is_split_with_64_bit_positions():
+    """A loss over two 12 GiB tensors (3.2e9 elements: realistic `loss_mse_large`) had no valid
+    configuration ("row too long for int indices"); positions along the row are 64-bit at that
+    length. An argmax there stays refused: the index it carries is an int."""
+    big = (24576, 131072)  # captured on meta tensors: nothing is allocated
+    plan = make_plan(capture(Fn, [lambda x, y: torch.nn.functional.mse_loss(x, y)],
+                             lambda: [torch.randn(*big), torch.randn(*big)]))
+    sp = Space.for_plan(plan, Target())
+    split = [c for c in sp.configs if c.get("reduction.scope", "split") == "split"]
+    assert plan.R > 2**31 and split
+    src = sp.render(split[0]).source
+    assert "typedef long long idx_t;" in src and "typedef int idx_t;" not in src
+    arg = make_plan(capture(Fn, [lambda x: x.flatten().argmax()], lambda: [torch.randn(*big)]))
+    with pytest.raises(UnsupportedError, match="no valid configuration"):
+        Space.for_plan(arg, Target()).configs

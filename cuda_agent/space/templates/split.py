@@ -127,8 +127,10 @@ class SplitTemplate(Template):
         vec = cfg["memory.vec"]
         if self._split(plan, cfg, target.sm_count)[0] < 2:
             return "one block per row: that is the row template"
-        if plan.R >= 2**31 - 2**22:
-            return "row too long for int indices"
+        if plan.R >= 2**31 - 2**22 and _kinds(plan) & {"argmax", "argmin"}:
+            # positions along the row are 64-bit (idx_t) at this length, but the index an
+            # argmax carries is an int
+            return "row too long for an argmax's int index"
         if vec > 1:
             if plan.R % vec:
                 return f"vector width {vec} does not divide the row length {plan.R}"
