@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Iterator
+from typing import Callable, Iterator
 
 
 class Phases:
-    """Accumulates wall seconds under phase names, in the order phases first ran."""
+    """Accumulates wall seconds under phase names, in the order phases first ran; with `mark`,
+    also what it reads at the end of each phase (the GPU worker's peak memory so far), so that
+    a bound passed during set-up is placed in the step that passed it."""
 
-    def __init__(self) -> None:
+    def __init__(self, mark: Callable[[], int] | None = None) -> None:
         self.seconds: dict[str, float] = {}
+        self.marks: dict[str, int] = {}
+        self._mark = mark
 
     @contextlib.contextmanager
     def __call__(self, name: str) -> Iterator[None]:
@@ -25,6 +29,8 @@ class Phases:
             yield
         finally:
             self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t0
+            if self._mark is not None:
+                self.marks[name] = max(self.marks.get(name, 0), self._mark())
 
     def as_dict(self, digits: int = 3) -> dict[str, float]:
         return {k: round(v, digits) for k, v in self.seconds.items()}

@@ -531,3 +531,26 @@ def test_an_accumulated_reference_is_the_whole_reference():
                                                                           (32, 48), (48, 50))]
     got = combine_parts(parts, [16, 16, 16, 2], "mean")
     torch.testing.assert_close(got, whole, rtol=1e-13, atol=0)
+
+
+@pytest.mark.parametrize("dim", [0, 1])
+def test_rows_outside_are_moved_a_piece_at_a_time(monkeypatch, dim):
+    """The separability and accumulation tests move the rows outside the middle of a whole
+    input (7/8 of it): all at once, the expression's temporaries came to 1.3x the input and
+    took realistic reductions past the memory bound. In pieces, the values are the same."""
+    from cuda_agent.run import separable
+
+    monkeypatch.setattr(separable, "SCRAMBLE_PIECE", 96)
+    t = torch.randn(40, 24)
+    want = t.clone()
+    size, lo, rows = t.shape[dim], 10, 5
+    for a, b in ((0, lo), (lo + rows, size)):
+        p = want.narrow(dim, a, b - a)
+        p.copy_(3.0 * p + p.abs() + 1.0)
+    pieces = separable._pieces(t.narrow(dim, lo + rows, size - lo - rows), dim)
+    assert len(pieces) > 1 and max(p.numel() for p in pieces) <= 96
+    assert separable._scramble_outside(t, dim, lo, rows, None)
+    assert torch.equal(t, want)
+    inside = [slice(None)] * 2
+    inside[dim] = slice(lo, lo + rows)
+    assert torch.equal(t[tuple(inside)], want[tuple(inside)])

@@ -214,3 +214,17 @@ def test_the_worker_uses_the_graph_its_parent_captured(small_gpu, make_problem, 
     assert state.graph is graph and traced == []
     again = state_of(path)
     assert traced == [1] and again.graph.fingerprint() == graph.fingerprint()
+
+
+def test_set_up_reports_its_peak_by_the_end_of_each_step(small_gpu, make_problem, monkeypatch):
+    """The worker's memory record places a bound passed during set-up: the running peak at
+    the end of each step (capture, model, inputs, reference plan, cases, ...), never falling."""
+    path = make_problem("ln", "self.ln(x)", "torch.randn(96, 256)",
+                        init_body="self.ln = nn.LayerNorm(256)")
+    peaks = iter(range(10, 10**6, 10))
+    monkeypatch.setattr(PeakTracker, "overall", lambda self: next(peaks))
+    state = state_of(path)
+    marks = state.phases.marks
+    assert list(marks) == list(state.phases.seconds)
+    assert {"inputs", "reference_plan", "cases"} <= set(marks)
+    assert list(marks.values()) == sorted(marks.values()) and marks["cases"] > 0

@@ -107,10 +107,29 @@ def _scramble_outside(t: torch.Tensor, dim: int, lo: int, rows: int, domain: Dom
         if part.numel() == 0:
             continue
         if isinstance(domain, ValueRange):
-            part.copy_(domain.lo + domain.hi - part)
-        else:  # 3x + |x| + 1: far moved, and positive where x was (log, sqrt domains)
-            part.copy_(3.0 * part + part.abs() + 1.0)
+            part.neg_().add_(domain.lo + domain.hi)  # in place: reflected within the range
+            continue
+        # 3x + |x| + 1: far moved, and positive where x was (log, sqrt domains). A piece at a
+        # time: whole, its temporaries were 1.3x the input (beyond the memory bound, GPU
+        # realistic runs of 2026-12-04/06)
+        for piece in _pieces(part, dim):
+            piece.copy_(3.0 * piece + piece.abs() + 1.0)
     return True
+
+
+SCRAMBLE_PIECE = 1 << 24
+"""elements changed at a time by `_scramble_outside` (its temporaries: 3 x 64 MiB of fp32)"""
+
+
+def _pieces(part: torch.Tensor, dim: int) -> list[torch.Tensor]:
+    """Views of `part` of about SCRAMBLE_PIECE elements that together cover it: flat runs of a
+    contiguous tensor, else slices along `dim` (one index of it at the least)."""
+    if part.is_contiguous():
+        flat = part.view(-1)
+        return [flat[i:i + SCRAMBLE_PIECE] for i in range(0, flat.numel(), SCRAMBLE_PIECE)]
+    size = part.shape[dim]
+    step = max(1, SCRAMBLE_PIECE // max(1, part.numel() // size))
+    return [part.narrow(dim, i, min(step, size - i)) for i in range(0, size, step)]
 
 
 def is_separable(fn: Callable[[list[torch.Tensor]], torch.Tensor], tensors: list[torch.Tensor],

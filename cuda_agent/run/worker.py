@@ -141,7 +141,9 @@ class ProblemState:
         self.timing = timing
         self.verify_settings = verify_settings
         self.precision = verify_settings.precision
-        self.phases = phases = Phases()  # where the set-up's time went (the tune's report)
+        # where the set-up's time went (the tune's report), and its peak memory by each step's end
+        self.phases = phases = Phases(mark=lambda: self.tracker.overall()
+                                      if getattr(self, "tracker", None) else 0)
         with phases("capture"):
             # `graph`: the parent's capture of this file (it checked the file too); traced
             # here only where none came
@@ -771,7 +773,8 @@ def worker_main(conn: Any, device_index: int, timing: TimingSettings,
                 conn.send({"ok": True, "copy_bw": state.copy_bw, **gpu_facts(device),
                            "cudnn_benchmark": torch.backends.cudnn.benchmark,
                            "baseline_settings": state.baseline_settings(),
-                           "memory": state.memory.as_dict(),
+                           "memory": {**state.memory.as_dict(),
+                                      "peak_by_setup_step": state.phases.marks},
                            "setup_phases": state.phases.as_dict()})
             elif op == "eval":
                 assert state is not None, "setup first"
