@@ -58,6 +58,10 @@ def summarize(rows: dict[str, dict], manifest: list[dict]) -> dict:
         "not_run": [n for n in names if n not in rows],
         "counts": {s: sum(1 for r in run if r.get("status") == s) for s in ("ok",) + FAILURES},
         "timed": len(timed), "faster": [r["problem"] for r in faster],
+        # the tool's own record of its footprint against the bound it states (issue 33, item 1)
+        "bounded": [r["problem"] for r in run if (r.get("tune_memory") or {}).get("bound_bytes")],
+        "over_bound": [r["problem"] for r in run
+                       if (r.get("tune_memory") or {}).get("within_bound") is False],
         "fast_1_run": len(faster) / len(run) if run else None,
         "fast_1_suite": len(faster) / len(names) if names else None,
         "geomean_vs_compile": geomean([r["compile_ms"] / r["new_ms"] for r in timed]),
@@ -106,6 +110,11 @@ def summary_lines(s: dict, docs: list[dict]) -> list[str]:
             "a problem not run counts as not faster); geomean speedup against it over the "
             f"{s['timed']} verified and timed: **{_x(s['geomean_vs_compile'])}** "
             f"(against eager {_x(s['geomean_vs_eager'])})."
+            + (f" The tune's own GPU peak passed the bound it states (eager's peak + 2 x "
+               f"output + allowance) on **{len(s['over_bound'])} of {len(s['bounded'])}** "
+               f"({', '.join(s['over_bound'])})." if s["over_bound"] else
+               f" The tune's own GPU peak stayed within the bound it states on all "
+               f"{len(s['bounded'])} recorded." if s["bounded"] else "")
             + (f" Not run yet: {len(s['not_run'])} problems." if s["not_run"] else ""))
     return [f"<!-- {NAME}-summary:begin -->", head, f"<!-- {NAME}-summary:end -->"]
 
@@ -139,6 +148,15 @@ def eager_peak(r: dict) -> int | None:
     return r["harness_input_bytes"] + r["eager_peak_bytes"]
 
 
+def bound_text(r: dict) -> str:
+    """The tune's own peak against the bound it states, marked where it passed it."""
+    m = r.get("tune_memory") or {}
+    if not m.get("peak_bytes") or not m.get("bound_bytes"):
+        return "-"
+    over = " **over**" if m.get("within_bound") is False else ""
+    return f"{_gib(m['peak_bytes'])} / {_gib(m['bound_bytes'])}{over}"
+
+
 def short_gpu(name: str | None) -> str:
     """'NVIDIA H200' -> 'H200', 'NVIDIA H100 80GB HBM3' -> 'H100'."""
     words = (name or "?").replace("NVIDIA", "").split()
@@ -149,15 +167,16 @@ def table_lines(rows: dict[str, dict], manifest: list[dict]) -> list[str]:
     # rows measured on more than one kind of GPU name theirs (each row's times are its own
     # GPU's: the kernel, eager and torch.compile timed there by the harness)
     mixed = len({short_gpu(r.get("gpu")) for r in rows.values() if r.get("gpu")}) > 1
-    lines = ["| problem | input GiB | family | status | tune s | tune peak GiB | eager peak "
-             "GiB | kernel ms (harness) | eager ms | compile ms | vs compile | rel err vs fp64 "
-             "(torch's) | message |" + (" GPU |" if mixed else ""),
-             "|---" * (14 if mixed else 13) + "|"]
+    lines = ["| problem | input GiB | family | status | tune s | tune peak GiB | tool peak / "
+             "bound GiB | eager peak GiB | kernel ms (harness) | eager ms | compile ms | vs "
+             "compile | rel err vs fp64 (torch's) | message |" + (" GPU |" if mixed else ""),
+             "|---" * (15 if mixed else 14) + "|"]
     for e in manifest:
         r = rows.get(e["problem"])
         if r is None:
             lines.append(f"| {e['problem']} | {_gib(e['input_bytes'])} | {e['family']} | "
-                         "not run | - | - | - | - | - | - | - | - | |" + (" |" if mixed else ""))
+                         "not run | - | - | - | - | - | - | - | - | - | |"
+                         + (" |" if mixed else ""))
             continue
         err = _err(r.get("float64") or {})
         vs = (r["compile_ms"] / r["new_ms"] if r.get("status") == "ok" and r.get("new_ms")
@@ -166,7 +185,8 @@ def table_lines(rows: dict[str, dict], manifest: list[dict]) -> list[str]:
         lines.append(
             f"| {e['problem']} | {_gib(e['input_bytes'])} | {r.get('family') or e['family']} | "
             f"{r.get('status', '?')} | {_secs(r.get('tune_wall_s'))} | "
-            f"{_gib(r.get('tune_peak_gpu_bytes'))} | {_gib(eager_peak(r))} | "
+            f"{_gib(r.get('tune_peak_gpu_bytes'))} | {bound_text(r)} | "
+            f"{_gib(eager_peak(r))} | "
             f"{_ms(r.get('new_ms'))} | "
             f"{_ms(r.get('eager_ms'))} | {_ms(r.get('compile_ms'))} | {_x(vs)} | {err} | "
             f"{msg[:120]} |" + (f" {short_gpu(r.get('gpu'))} |" if mixed else ""))
@@ -198,8 +218,10 @@ def section_lines(s: dict, rows: dict[str, dict], manifest: list[dict],
         "median). Statuses: oom, timeout (the tune past its limit plus a grace, or the "
         "harness past its own), wrong, unsupported (the tool's refusal), error. Tune peak: "
         "the GPU's memory in use during the tune, sampled by nvidia-smi, less what was in use "
-        "before; eager peak: torch's allocator at the peak of the harness's eager forward, "
-        "inputs included.",
+        "before; tool peak / bound: the GPU worker's own peak (torch's allocator) against "
+        "the bound its report states, eager's peak + 2 x output + a fixed allowance (issue "
+        "33, item 1), **over** where it passed it; eager peak: torch's allocator at the peak "
+        "of the harness's eager forward, inputs included.",
         "",
         (f"Run {runs_text(docs)}." if docs else "No GPU run yet."),
         "",

@@ -176,6 +176,12 @@ def test_realistic_section_counts_by_hand(tmp_path):
     from realistic_section import write
 
     first = json.loads((ROOT / "tests/data/realistic_results_fixture.json").read_text())
+    gib = 1 << 30
+    memory = {"p_fast": (5 * gib, 6 * gib, True), "p_slow": (7 * gib, 6 * gib, False)}
+    for r in first["rows"]:
+        if r["problem"] in memory:
+            peak, bound, within = memory[r["problem"]]
+            r["tune_memory"] = {"peak_bytes": peak, "bound_bytes": bound, "within_bound": within}
     second = {**first, "date": "2000-01-02", "commit": "fixture2", "rows": [
         {"problem": "p_timeout", "family": "conv", "status": "timeout", "verified": False,
          "message": "tune ran past 120 s"}]}
@@ -202,7 +208,10 @@ def test_realistic_section_counts_by_hand(tmp_path):
     assert "over the 2 verified and timed: **1.00x** (against eager 1.41x)" in flat
     assert "Not run yet: 1 problems." in flat and "1-24 GiB" in flat
     assert "| p_notrun | 24.0 | f | not run |" in text
-    assert "| p_fast | 2.0 | softmax | ok | 40 | 3.0 | 4.0 | 1.000 |" in text
+    assert "| p_fast | 2.0 | softmax | ok | 40 | 3.0 | 5.0 / 6.0 | 4.0 | 1.000 |" in text
+    assert "| 7.0 / 6.0 **over** |" in text
+    assert "passed the bound it states (eager's peak + 2 x output + allowance) on **1 of 2** " \
+        "(p_slow)" in flat
     assert "| p_timeout | 1.0 | conv | timeout |" in text
     assert "| 2.0e-07 (1.0e-07) |" in text and "| skipped |" in text
     assert "commits fixture, fixture2" in flat and "not_in_manifest" not in text
