@@ -44,12 +44,32 @@ class Problem:
         return list(self.get_init_inputs())
 
     def graph(self) -> Graph:
-        """The captured op IR (traced once, on meta tensors)."""
+        """The captured op IR (traced once, on meta tensors; kept on disk for the next run of
+        the same file: `ir/capture_cache.py`)."""
         if self._graph is None:
+            from .ir import capture_cache
             from .ir.capture import capture
 
-            self._graph = capture(self.model_cls, self.init_inputs(), self.get_inputs)
+            key = self._capture_key() if capture_cache.enabled() else None
+            if key is not None:
+                self._graph = capture_cache.load(key)
+            if self._graph is None:
+                self._graph = capture(self.model_cls, self.init_inputs(), self.get_inputs)
+                if key is not None:
+                    capture_cache.store(key, self._graph)
         return self._graph
+
+    def _capture_key(self) -> str | None:
+        """The capture cache's key, or None where the file's functions raise (the capture
+        then reports it)."""
+        from .ir.capture_cache import capture_key
+
+        try:
+            with torch.device("meta"):
+                init, inputs = self.init_inputs(), list(self.get_inputs())
+        except Exception:  # noqa: BLE001 - user code
+            return None
+        return capture_key(self.source, self.module, init, inputs)
 
     def make_model(self, device: str | torch.device = "cpu") -> torch.nn.Module:
         """`Model(*get_init_inputs())` on `device`, in the mode its constructor leaves it in

@@ -1,5 +1,6 @@
 """Shared fixtures for the CPU test suite: every session gets a private compile cache and
-cuda-agent home (CUDA_AGENT_CACHE, CUDA_AGENT_HOME), so tests never touch ~/.cache/cuda-agent.
+cuda-agent home (CUDA_AGENT_CACHE, CUDA_AGENT_HOME), so tests never touch ~/.cache/cuda-agent,
+and no capture cache.
 Helpers live in `helpers.py`."""
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ def _private_cuda_agent_dirs(tmp_path_factory):
     mp = pytest.MonkeyPatch()
     mp.setenv("CUDA_AGENT_CACHE", str(root / "cache"))
     mp.setenv("CUDA_AGENT_HOME", str(root / "home"))
+    # tests patch the capture; a graph kept by an earlier test would stand in for theirs
+    # (tests/test_capture_cache.py turns it on where it is the subject)
+    mp.setenv("CUDA_AGENT_CAPTURE_CACHE", "0")
     yield root
     mp.undo()
 
