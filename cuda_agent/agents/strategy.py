@@ -114,7 +114,7 @@ class AgentsStrategy(Strategy):
         self.online = online
         self.patience = patience
         self.ppo = ppo or ONLINE_PPO
-        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=self.ppo.lr)
+        self._optimizer: torch.optim.Optimizer | None = None  # made at the first update
         self.episode = Episode(self.policy, space, budget, np.random.default_rng(seed),
                                reward or RewardSettings(), episode_id=0,
                                prior_weight=prior_weight, prior_constants=sim_constants)
@@ -176,6 +176,14 @@ class AgentsStrategy(Strategy):
             self.spread_left = max(0, self.spread_left - len(out))
         self.proposed.update(out)
         return out
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        """Adam over the policy, made when first needed: its constructor imports Dynamo
+        (`torch._disable_dynamo`), ~0.6 s that would come before the first measurement."""
+        if self._optimizer is None:
+            self._optimizer = torch.optim.Adam(self.policy.parameters(), lr=self.ppo.lr)
+        return self._optimizer
 
     def tell(self, results: list[tuple[Config, Measurement]]) -> None:
         self.proposed.update(c for c, _ in results)  # the tuner may measure others (default)
