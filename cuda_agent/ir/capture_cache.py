@@ -95,9 +95,7 @@ def load(key: str) -> Graph | None:
     try:
         with open(path, "rb") as f:
             graph = pickle.load(f)
-    except FileNotFoundError:
-        return None
-    except Exception:  # noqa: BLE001 - a damaged or foreign file: captured again, replaced
+    except Exception:  # noqa: BLE001 - none yet, or damaged: captured again and replaced
         return None
     return graph if isinstance(graph, Graph) else None
 

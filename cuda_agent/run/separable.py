@@ -220,18 +220,18 @@ def accumulation_dims(shapes: Sequence[tuple[int, ...]], roles: Sequence[str]
     return tuple(0 if r == "input" else None for r in roles), n
 
 
+def part_weight(combine: str, rows: int, total_rows: int) -> float:
+    """A part's weight in the whole: 1 in a sum, its share of the rows in a mean."""
+    return 1.0 if combine == "sum" else rows / total_rows
+
+
 def combine_parts(parts: Sequence[torch.Tensor], rows: Sequence[int], combine: str
                   ) -> torch.Tensor:
-    """The whole's output from its parts' (float64 for a mean: weights by rows)."""
-    if combine == "sum":
-        total = parts[0].double().clone()
-        for p in parts[1:]:
-            total += p.double()
-        return total
+    """The whole's output from its parts', in float64."""
     n = sum(rows)
-    total = parts[0].double() * (rows[0] / n)
+    total = parts[0].double() * part_weight(combine, rows[0], n)
     for p, k in zip(parts[1:], rows[1:]):
-        total += p.double() * (k / n)
+        total += p.double() * part_weight(combine, k, n)
     return total
 
 

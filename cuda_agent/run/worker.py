@@ -27,7 +27,8 @@ from . import launcher, memory
 from .baselines import (CUDNN_BENCHMARK, DEFAULTS, MATCHED, contract_tf32, settings_record,
                         tf32_reads)
 from .memory import MemoryPlan, MemoryRefusal, PeakTracker, Sizes
-from .separable import Accumulation, accumulation_dims, accumulation_of, find_split, same_answer
+from .separable import (Accumulation, accumulation_dims, accumulation_of, find_split,
+                        part_weight, same_answer)
 from .timing import PEAK_FLOPS, L2Flusher, TimingSettings, physical_floor_ms, time_runs
 from .verify import (CandidateError, CasePool, IndexDomain, InputMeta, PoolBudget, Split,
                      ValueRange, VerifyResult, VerifySettings, check, check_state,
@@ -344,13 +345,13 @@ class ProblemState:
         if found is None:
             return False
         dims, n = found
-        self._draw_first_case()
+        case = self._draw_first_case()  # measuring chunks reads it and leaves it as drawn
         rows = memory.chunk_rows(lambda k: self._chunk_cost(Split(0, dims), k), n,
                                  self.memory.chunk_budget())
         if rows is None or rows < 3:
             return False
-        combine = accumulation_of(lambda ts: self._reference_run(ts)[0],
-                                  self._draw_first_case(), dims, rows, self.domains)
+        combine = accumulation_of(lambda ts: self._reference_run(ts)[0], case, dims, rows,
+                                  self.domains)
         if combine is None:
             return False
         self.accumulation, self.accumulate_rows = Accumulation(dims, combine, n), rows
@@ -376,7 +377,7 @@ class ProblemState:
             k = min(step, acc.rows - lo)
             sliced = narrow_inputs(tensors, acc.in_dims, lo, k)
             part = self._reference_run(sliced)[0].double()
-            weight = 1.0 if acc.combine == "sum" else k / acc.rows
+            weight = part_weight(acc.combine, k, acc.rows)
             total = part * weight if total is None else total.add_(part, alpha=weight)
             del sliced, part
         assert total is not None
