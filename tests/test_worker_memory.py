@@ -15,6 +15,7 @@ from cuda_agent.run import memory, worker
 from cuda_agent.run.memory import MemoryRefusal, PeakTracker
 from cuda_agent.run.timing import Timing, TimingSettings
 from cuda_agent.run.verify import Split, VerifySettings, check
+from helpers import fast_first
 
 CPU = torch.device("cpu")
 
@@ -228,3 +229,66 @@ def test_set_up_reports_its_peak_by_the_end_of_each_step(small_gpu, make_problem
     assert list(marks) == list(state.phases.seconds)
     assert {"inputs", "reference_plan", "cases"} <= set(marks)
     assert list(marks.values()) == sorted(marks.values()) and marks["cases"] > 0
+
+
+# -- the bound, counted: set-up on the CPU under a live-bytes counter ---------------------------
+
+@pytest.fixture
+def counted_gpu(small_gpu, monkeypatch):
+    """`small_gpu` with the fixed pieces scaled to its small problems (draws and scrambles 256
+    elements at a time, a 16 KiB L2: one timing set) and no host memory: every reference the
+    plan keeps is on the 'GPU', so that the live bytes are the GPU's."""
+    from cuda_agent.run import separable, verify
+    monkeypatch.setattr(verify, "DRAW_CHUNK", 256)
+    monkeypatch.setattr(separable, "SCRAMBLE_PIECE", 256)
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda *a: SimpleNamespace(L2_cache_size=16 << 10))
+    monkeypatch.setattr(memory, "host_available_bytes", lambda: 0)
+
+
+BOUNDED = {  # name: (forward, inputs, write_problem's keywords, the verification expected)
+    "mse": ("F.mse_loss(x, y)", "torch.randn(960, 256), torch.randn(960, 256)",
+            dict(args="x, y"), "accumulated"),
+    "cross_entropy": ("F.cross_entropy(x, t)",
+                      "torch.randn(960, 256), torch.randint(0, 256, (960,))",
+                      dict(args="x, t"), "accumulated"),
+    "swish": ("x * torch.sigmoid(x)", "torch.randn(960, 256)", {}, "chunked"),
+    "instance_norm": ("self.norm(x)", "torch.randn(24, 16, 32, 32)",
+                      dict(init_body="self.norm = nn.InstanceNorm2d(16, affine=True)"),
+                      "chunked"),
+    "conv1d": ("self.conv(x)", "torch.randn(32, 16, 512)",
+               dict(init_body="self.conv = nn.Conv1d(16, 32, 5, padding=2)"), "chunked"),
+    "argmax": ("x.argmax(dim=1)", "torch.randn(960, 256)", {}, "chunked"),
+}
+
+
+@pytest.mark.parametrize("name", fast_first(sorted(BOUNDED), ["mse", "cross_entropy", "argmax"]))
+def test_set_up_stays_within_the_bound_it_states(name, counted_gpu, make_problem):
+    """The set-up's live bytes, counted as torch's allocator counts them on the GPU, within
+    eager's peak + 2 x output + allowance. The MSE passed it by one input's worth before
+    (6-12 GiB on the GPU): the witness's answer, torch's 0-d mean, kept the storage of the
+    whole elementwise loss alive while the reference ran."""
+    from live_bytes import LiveBytes, LiveBytesTracker
+    expr, inputs, kw, verification = BOUNDED[name]
+    path = make_problem(name, expr, inputs, **kw)
+    with LiveBytes(where=True) as live:
+        state = worker.ProblemState(str(path), CPU, TimingSettings(), VerifySettings(),
+                                    tracker=LiveBytesTracker(live))
+    mem = state.memory
+    assert mem.verification == verification
+    assert mem.peak_bytes >= mem.eager_peak_bytes > mem.sizes.input_bytes
+    assert mem.peak_bytes <= mem.bound_bytes, "".join(live.peak_stack[-6:])
+
+
+def test_an_answer_holding_a_larger_storage_is_compacted():
+    x, y = torch.randn(300, 200), torch.randn(300, 200)
+    loss = F.mse_loss(x, y)
+    assert loss.untyped_storage().nbytes() >= x.numel() * 4  # torch's own behaviour
+    small = memory.compact(loss)
+    assert small.untyped_storage().nbytes() <= 64 and torch.equal(small, loss)
+    part = x[:3]  # a slice of an input would hold the input
+    assert memory.compact(part).untyped_storage().nbytes() == 3 * 200 * 4
+    whole = torch.randn(300, 200)
+    assert memory.compact(whole) is whole
+    expanded = torch.randn(1, 200).expand(300, 200)  # less storage than elements: kept
+    assert memory.compact(expanded) is expanded

@@ -237,6 +237,16 @@ class PeakTracker:
         return result, top - base
 
 
+def compact(t: torch.Tensor) -> torch.Tensor:
+    """`t` itself, or a copy of it where it keeps a larger storage alive than its own elements
+    need: torch's mse_loss returns its 0-d mean in the storage of the whole elementwise loss
+    (an input's worth, held with every answer kept: 6-12 GiB over the bound in the GPU memory
+    tests of 2026-12-06); an output that is a slice of an input would hold the input."""
+    if t.untyped_storage().nbytes() > 2 * max(t.numel(), 1) * t.element_size() + 4096:
+        return t.clone()
+    return t
+
+
 def chunk_rows(cost: Callable[[int], int], rows: int, budget: int) -> int | None:
     """Rows per chunk of the reference whose cost (bytes, measured by `cost(k)` for k rows)
     fits `budget` with CHUNK_MARGIN: measured at 1 and 2 rows, extrapolated linearly, then the

@@ -1047,7 +1047,7 @@ def check_state(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor], poo
     case, by the pool's criterion."""
     worst = 0.0
     for name in sorted(want):
-        ref = want[name].to(got[name].dtype)
+        ref = want[name].to(device=got[name].device, dtype=got[name].dtype)
         kind, msg, rel = compare(got[name], ref, pool.rtol, pool.settings.elem_factor,
                                  NO_SLACK, pool.tolerance)
         worst = max(worst, rel)

@@ -393,7 +393,7 @@ class ProblemState:
             args, state = self._split(tensors, None)
             with torch.no_grad(), torch_defaults():
                 out = torch.func.functional_call(self.model, state, tuple(args))
-            return out, {k: v for k, v in state.items() if k in self.mutable}
+            return memory.compact(out), {k: v for k, v in state.items() if k in self.mutable}
         model = self.ref_model
         if self.ref_host is not None:
             model, tensors = self.ref_host, [t.cpu() for t in tensors]
@@ -407,14 +407,21 @@ class ProblemState:
                 out = torch.func.functional_call(model, state, tuple(args))
         finally:
             torch.backends.cudnn.benchmark = benchmark
-        return out, {k: v for k, v in state.items() if k in self.mutable}
+        out = memory.compact(out)
+        updated = {k: v for k, v in state.items() if k in self.mutable}
+        if self.ref_host is not None:
+            # back on the GPU, where a candidate's update is compared with it (left on the
+            # CPU, every candidate of a training-mode BatchNorm chain verified in host memory
+            # failed: GPU realistic run of 2026-12-06)
+            updated = {k: v.to(self.device) for k, v in updated.items()}
+        return out, updated
 
     def witness(self, tensors: list[torch.Tensor]) -> torch.Tensor:
         """torch eager's own answer under the kernels' contract (fp32, TF32 or autocast): the
         accuracy a kernel can be held to."""
         args, state = self._split(tensors, None)
         with torch.no_grad(), precision_context(self.precision):
-            out = torch.func.functional_call(self.model, state, tuple(args))
+            out = memory.compact(torch.func.functional_call(self.model, state, tuple(args)))
         return out.float() if out.dtype in (torch.float16, torch.bfloat16) else out
 
     def _split(self, tensors: list[torch.Tensor], dtype: torch.dtype | None

@@ -190,3 +190,43 @@ def test_conformance_mode_passes_kernelbench_s_check_and_says_so(name, tmp_path)
     assert torch.allclose(got, want, atol=1e-2, rtol=1e-2)
     for a, b in zip(ref.buffers(), new.buffers()):
         assert torch.allclose(b.double(), a.double(), atol=1e-2, rtol=1e-2)
+
+
+# a depthwise convolution fixes its groups to its channels: no chunk of the channels runs it,
+# and training-mode statistics span the batch, so the float64 reference runs in host memory
+HOST_PROBLEM = HEADER + '''class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(64, 64, 3, padding=1, groups=64, bias=False)
+        self.bn = nn.BatchNorm2d(64)
+
+    def forward(self, x):
+        return torch.nn.functional.relu6(self.bn(self.conv(x)))
+
+
+def get_inputs():
+    return [torch.randn(16, 64, 256, 256)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_a_training_mode_chain_verified_against_a_host_reference_checks_its_running_stats(
+        tmp_path):
+    """The realistic suite's fused_depthwise_batchnorm_relu6 (2026-12-06): with the reference in
+    host memory, its running statistics stayed on the CPU and every candidate failed."""
+    result, mod, report = _tune(tmp_path, "dw_bn_host", HOST_PROBLEM, budget=6)
+    assert report["memory"]["verification"] == "host"
+    assert result.best.measurement.verified is True
+    ref, new = _pair(mod)
+    with torch.device("cuda"):
+        x = mod.get_inputs()[0]
+    ref64 = ref.double()
+    with torch.no_grad():
+        want, got = ref64(x.double()), new(x)
+    assert _rel(got, want) < 1e-4
+    for (k, a), b in zip(ref64.named_buffers(), new.buffers()):
+        if a.is_floating_point():
+            assert _rel(b, a) < 1e-5, k

@@ -1,0 +1,102 @@
+"""A peak-memory counter for the CPU: the bytes of the tensors alive at each moment, counted by a
+dispatch mode as torch's CUDA allocator counts them on the GPU (`max_memory_allocated`), so that
+the worker's memory plan can be held to its bound in CPU tests (issue 33, item 1).
+
+Every op's new storages are counted from the op that made them until the last tensor using them
+is freed; views and in-place results add nothing. What one op allocates and frees inside itself
+(a fused kernel's temporaries) is not seen, nor what was allocated before the mode started: the
+worker's own allocations, each a separate op, are what it counts.
+"""
+
+from __future__ import annotations
+
+import traceback
+import weakref
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_flatten
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from cuda_agent.run.memory import PeakTracker
+
+
+class LiveBytes(TorchDispatchMode):
+    """`with LiveBytes() as live:` ... `live.allocated`, `live.peak` (bytes)."""
+
+    def __init__(self, where: bool = False) -> None:
+        super().__init__()
+        self.allocated = 0
+        self.peak = 0
+        self.where = where  # keep the Python stack of the latest peak: where a bound passed
+        self.peak_stack: list[str] = []
+        self._refs: dict[int, list[int]] = {}  # storage address -> [bytes, live tensors]
+
+    def _release(self, key: int) -> None:
+        entry = self._refs.get(key)
+        if entry is None:
+            return
+        entry[1] -= 1
+        if entry[1] == 0:
+            self.allocated -= entry[0]
+            del self._refs[key]
+
+    def _track(self, t: torch.Tensor) -> None:
+        storage = t.untyped_storage()
+        key = storage.data_ptr()
+        if key == 0 and storage.nbytes() == 0:
+            return
+        entry = self._refs.get(key)
+        if entry is None:
+            entry = self._refs[key] = [storage.nbytes(), 0]
+            self.allocated += entry[0]
+            if self.allocated > self.peak:
+                self.peak = self.allocated
+                if self.where:
+                    self.peak_stack = traceback.format_stack(limit=14)[:-3]
+        entry[1] += 1
+        weakref.finalize(t, self._release, key)
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (),
+                           kwargs: dict | None = None) -> Any:
+        before = {id(x) for x in tree_flatten((args, kwargs or {}))[0]
+                  if isinstance(x, torch.Tensor)}
+        out = func(*args, **(kwargs or {}))
+        for x in tree_flatten(out)[0]:
+            if isinstance(x, torch.Tensor) and id(x) not in before \
+                    and x.device.type != "meta":
+                self._track(x)
+        return out
+
+    def reset_peak(self) -> None:
+        self.peak = self.allocated
+
+
+class LiveBytesTracker(PeakTracker):
+    """The worker's `PeakTracker` on the CPU, counting with a `LiveBytes` mode the caller runs
+    the worker under."""
+
+    def __init__(self, live: LiveBytes) -> None:
+        super().__init__(torch.device("cpu"))
+        self.live = live
+
+    def start(self) -> None:
+        self.live.reset_peak()
+        self.peak = 0
+
+    def allocated(self) -> int:
+        return self.live.allocated
+
+    def overall(self) -> int:
+        return max(self.peak, self.live.peak)
+
+    def section(self, fn: Any) -> tuple[Any, int]:
+        self.peak = self.overall()
+        base = self.live.allocated
+        self.live.reset_peak()
+        try:
+            result = fn()
+        finally:
+            top = self.live.peak
+            self.peak = max(self.peak, top)
+        return result, top - base
