@@ -90,7 +90,7 @@ class LiveBytesTracker(PeakTracker):
     def overall(self) -> int:
         return max(self.peak, self.live.peak)
 
-    def section(self, fn: Any) -> tuple[Any, int]:
+    def section(self, fn: Any, count: bool = True) -> tuple[Any, int]:
         self.peak = self.overall()
         base = self.live.allocated
         self.live.reset_peak()
@@ -98,5 +98,8 @@ class LiveBytesTracker(PeakTracker):
             result = fn()
         finally:
             top = self.live.peak
-            self.peak = max(self.peak, top)
+            if count:
+                self.peak = max(self.peak, top)
+            else:
+                self.live.reset_peak()
         return result, top - base

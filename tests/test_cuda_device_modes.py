@@ -182,3 +182,26 @@ def test_every_set_up_carries_the_captured_graph(fake):
     dev.setup(prob, make_plan(prob.graph()))
     dev._restart()
     assert len(fake.graphs) == 2 and all(g is prob.graph() for g in fake.graphs)
+
+
+def test_torch_s_baselines_peak_is_reported_apart_from_the_tuning_run_s(fake, monkeypatch):
+    """The bound holds the tuning run's own memory; a baseline (torch.compile's layout copies
+    and autotuning) is torch's own run: its peak is kept apart and stated, not folded into
+    the run's peak (the 1-D convolution GPU test passed the bound only while torch.compile
+    ran, 2026-12-06)."""
+    from cuda_agent.run.memory import describe
+    G = 1 << 30
+    answers = iter([{"ok": True, "memory": {"peak_bytes": 20 * G, "bound_bytes": 29 * G,
+                                            "eager_peak_bytes": 12 * G}},
+                    {"ok": True, "time_ms": 1.0, "peak_bytes": 22 * G,
+                     "baseline_peak_bytes": 32 * G}])
+    monkeypatch.setattr(CudaDevice, "_call", lambda self, msg, t: (
+        {"ok": True, "gpu": "fake"} if msg["op"] == "facts" else next(answers)))
+    dev = CudaDevice()
+    _setup(dev, "softmax_short_rows")
+    dev.baselines(("compile",))
+    mem = dev.facts()["memory"]
+    assert mem["peak_bytes"] == 20 * G and mem["within_bound"] is True
+    assert mem["baselines_peak_bytes"] == 32 * G
+    assert mem["peak_by_phase"] == {"setup": 20 * G, "baselines": 32 * G}
+    assert "torch's baselines peaked at 32.00 GiB" in describe(mem)

@@ -237,9 +237,18 @@ class CudaDevice(Device):
     def _note_peak(self, reply: dict[str, Any], phase: str) -> None:
         """The worker's peak GPU memory so far, kept as the most any worker of this problem
         reached (a restarted worker counts from zero); `peak_by_phase` keeps the most seen by
-        the end of each phase (setup, candidates, baselines), so a bound passed is placed."""
+        the end of each phase (setup, candidates, baselines), so a bound passed is placed. A
+        baseline's reply carries its own peak (torch's run, `baseline_peak_bytes`): kept as
+        `baselines_peak_bytes`, outside the run's peak and its bound."""
         mem = self._facts.get("memory")
         peak = reply.get("peak_bytes") or (reply.get("memory") or {}).get("peak_bytes")
+        own = reply.get("baseline_peak_bytes")
+        if mem is not None and own:  # torch's own run: reported apart from the bound's
+            mem["baselines_peak_bytes"] = max(int(mem.get("baselines_peak_bytes") or 0),
+                                              int(own))
+            phases = mem.setdefault("peak_by_phase", {})
+            phases[phase] = max(int(phases.get(phase) or 0), int(own))
+            return
         if mem is not None and peak:
             mem["peak_bytes"] = max(int(mem.get("peak_bytes") or 0), int(peak))
             phases = mem.setdefault("peak_by_phase", {})

@@ -4,8 +4,8 @@ that keeps the worker within it (issue 33).
 A user's eager run of the problem peaks at P bytes (measured: the model, its inputs, its
 intermediates and its output). A tuning run holds one set of inputs (the timing set, into which
 every verification case is drawn in turn), one output, and the references it has room for; its
-transients are torch eager's own (the witness, the baselines), a candidate's workspace, and one
-chunk of the float64 reference at a time. The bound it is held to:
+transients are torch eager's own (the witness), a candidate's workspace, and one chunk of the
+float64 reference at a time. The bound it is held to:
 
     bound = P + 2 x output + drawn parameters + ALLOWANCE
 
@@ -14,6 +14,11 @@ draws afresh beside the model's own (zero for a problem without parameters), and
 fixed: the L2 flusher (2 x L2), SCRATCH_BYTES of working memory (draws, hashes, comparisons) and
 HOLD_BYTES for holding small references. Where the bound is larger than the GPU has, the plan
 shrinks what it holds to what is there.
+
+The baselines, timed after the search, are torch's own runs of the problem (eager, and
+torch.compile with its layout copies and autotuning): what they hold beyond the tuning run's own
+is what the user's torch needs, measured and reported apart (`baselines_peak_bytes`), not held
+to the bound; `--no-baselines` leaves them out.
 """
 
 from __future__ import annotations
@@ -220,8 +225,10 @@ class PeakTracker:
             return 0
         return max(self.peak, torch.cuda.max_memory_allocated(self.device))
 
-    def section(self, fn: Callable[[], Any]) -> tuple[Any, int]:
-        """(fn(), the most it allocated beyond what was allocated before it)."""
+    def section(self, fn: Callable[[], Any], count: bool = True) -> tuple[Any, int]:
+        """(fn(), the most it allocated beyond what was allocated before it). With `count`
+        False, what it allocated is not the run's peak (torch's own baselines: their peak is
+        reported apart)."""
         if not self.cuda:
             return fn(), 0
         torch.cuda.synchronize(self.device)
@@ -233,7 +240,10 @@ class PeakTracker:
             torch.cuda.synchronize(self.device)
         finally:
             top = torch.cuda.max_memory_allocated(self.device)
-            self.peak = max(self.peak, top)
+            if count:
+                self.peak = max(self.peak, top)
+            else:
+                torch.cuda.reset_peak_memory_stats(self.device)
         return result, top - base
 
 
@@ -292,6 +302,9 @@ def describe(mem: dict[str, Any] | None) -> str | None:
     how = mem.get("verification") or "full"
     if mem.get("chunk"):
         how += f" ({mem['chunk']})"
-    return (f"GPU memory: peak {gib(mem.get('peak_bytes') or 0)}, eager's peak "
+    line = (f"GPU memory: peak {gib(mem.get('peak_bytes') or 0)}, eager's peak "
             f"{gib(mem['eager_peak_bytes'])}, bound {gib(mem['bound_bytes'])}; float64 "
             f"reference {how}")
+    if mem.get("baselines_peak_bytes"):
+        line += f"; torch's baselines peaked at {gib(mem['baselines_peak_bytes'])}"
+    return line
