@@ -668,10 +668,10 @@ class ProblemState:
             out = model(*arg_sets[0])
             if not isinstance(out, torch.Tensor):
                 out = None
-            else:
-                out = memory.compact(out)  # (a 0-d loss would hold its elementwise storage)
             elif which in ("compile:max-autotune", "compile:reduce-overhead"):
                 out = out.clone()  # CUDA-graph modes hand out a buffer the next replay reuses
+            else:
+                out = memory.compact(out)  # (a 0-d loss would hold its elementwise storage)
         if which.startswith("compile"):
             torch._dynamo.reset()  # its graphs, compiled under this call's flags, go with it
         return {"ok": True, "time_ms": timing.median_ms, "spread_ms": timing.spread_ms,
