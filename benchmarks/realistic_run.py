@@ -378,8 +378,11 @@ def run_suite(s: RunSettings, log=print) -> dict[str, dict]:  # noqa: ANN001
         raise SystemExit(f"error: not in the realistic suite: {', '.join(unknown)}")
     rows = load_rows(s.previous)
     own = s.work / "realistic.json"
-    if own.exists() and own not in s.previous:  # a warm machine's earlier call of this session
-        rows = {**load_rows([own]), **rows}
+    # this machine's rows: a warm machine's earlier call of this session, and this call's. The
+    # results file holds only these, under this machine's GPU: the earlier files' rows (other
+    # GPUs, other commits) decide what is left to run, and stay in their own files
+    mine = load_rows([own]) if own.exists() and own not in s.previous else {}
+    rows = {**mine, **rows}
     left = todo(manifest, rows, s.rerun, s.only)
     log(f"realistic: {len(rows)} problems done before, {len(left)} to run on "
         f"{len(s.gpus)} GPU(s), {s.deadline - time.time():.0f} s left")
@@ -419,9 +422,9 @@ def run_suite(s: RunSettings, log=print) -> dict[str, dict]:  # noqa: ANN001
                 return
             row["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
             with lock:
-                rows[entry["problem"]] = row
+                rows[entry["problem"]] = mine[entry["problem"]] = row
                 ran.append(row)
-                write_results(s, rows, manifest)
+                write_results(s, mine, manifest)
             log(f"realistic [{gpu}]: {entry['problem']}: {row['status']} "
                 f"{row.get('message') or ''}".rstrip())
 
@@ -430,7 +433,7 @@ def run_suite(s: RunSettings, log=print) -> dict[str, dict]:  # noqa: ANN001
         t.start()
     for t in threads:
         t.join()
-    write_results(s, rows, manifest)
+    write_results(s, mine, manifest)
     counts = {st: sum(1 for r in rows.values() if r.get("status") == st) for st in STATUSES}
     log("realistic: this call\n" + table(ran))
     log(f"realistic: {len(rows)} of {len(manifest)} problems done ("

@@ -153,6 +153,19 @@ def test_a_suite_call_records_every_status_and_resumes(fake_suite, tmp_path, mon
     assert again == rows
 
 
+def test_a_call_s_results_file_holds_only_the_rows_it_ran(fake_suite, tmp_path):
+    """Rows of earlier files (another GPU, another commit) decide what is left to run but are
+    not written again under this machine's header (2026-12-06: a call on an H100 wrote the
+    H200's rows of 2026-12-04 into its file, headed "NVIDIA H200")."""
+    earlier = tmp_path / "earlier.json"
+    earlier.write_text(json.dumps({"gpu": "Other GPU", "rows": [
+        {"problem": p, "status": "ok", "gpu": "Other GPU"} for p in "bcd"]}))
+    rows = rr.run_suite(fake_suite(previous=[earlier]), log=lambda line: None)
+    assert set(rows) == set("abcd")
+    doc = json.loads((tmp_path / "out" / "realistic.json").read_text())
+    assert doc["gpu"] == "Fake GPU" and [r["problem"] for r in doc["rows"]] == ["a"]
+
+
 def test_a_problem_the_deadline_cuts_is_left_for_the_next_call(fake_suite, tmp_path):
     logs: list[str] = []
     rows = rr.run_suite(fake_suite(only=["c"], time_limit_s=100.0,
