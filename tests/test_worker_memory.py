@@ -247,18 +247,18 @@ def counted_gpu(small_gpu, monkeypatch):
 
 
 BOUNDED = {  # name: (forward, inputs, write_problem's keywords, the verification expected)
-    "mse": ("F.mse_loss(x, y)", "torch.randn(960, 256), torch.randn(960, 256)",
+    "mse": ("F.mse_loss(x, y)", "torch.randn(240, 256), torch.randn(240, 256)",
             dict(args="x, y"), "accumulated"),
     "cross_entropy": ("F.cross_entropy(x, t)",
-                      "torch.randn(960, 256), torch.randint(0, 256, (960,))",
+                      "torch.randn(240, 256), torch.randint(0, 256, (240,))",
                       dict(args="x, t"), "accumulated"),
-    "swish": ("x * torch.sigmoid(x)", "torch.randn(960, 256)", {}, "chunked"),
+    "swish": ("x * torch.sigmoid(x)", "torch.randn(240, 256)", {}, "chunked"),
     "instance_norm": ("self.norm(x)", "torch.randn(24, 16, 32, 32)",
                       dict(init_body="self.norm = nn.InstanceNorm2d(16, affine=True)"),
                       "chunked"),
     "conv1d": ("self.conv(x)", "torch.randn(32, 16, 512)",
                dict(init_body="self.conv = nn.Conv1d(16, 32, 5, padding=2)"), "chunked"),
-    "argmax": ("x.argmax(dim=1)", "torch.randn(960, 256)", {}, "chunked"),
+    "argmax": ("x.argmax(dim=1)", "torch.randn(240, 256)", {}, "chunked"),
 }
 
 
