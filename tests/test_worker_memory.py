@@ -278,6 +278,13 @@ def test_set_up_stays_within_the_bound_it_states(name, counted_gpu, make_problem
     assert mem.verification == verification
     assert mem.peak_bytes >= mem.eager_peak_bytes > mem.sizes.input_bytes
     assert mem.peak_bytes <= mem.bound_bytes, "".join(live.peak_stack[-6:])
+    # then candidates' checks: the output buffer, each case drawn in turn, its reference held
+    # or recomputed and compared chunk by chunk (a stand-in kernel: torch's own answer)
+    with live:
+        for i in range(2):
+            res = check(exact(state), state.pool, state.pool.trials_for(i))
+            assert res.ok, res.msg
+    assert live.peak <= mem.bound_bytes, "".join(live.peak_stack[-6:])
 
 
 def test_an_answer_holding_a_larger_storage_is_compacted():

@@ -384,10 +384,13 @@ def fingerprint(x: torch.Tensor, key: int, chunk: int | None = None) -> int:
     total = 0
     for lo in range(0, n, step):
         hi = min(n, lo + step)
-        m = torch.arange(lo, hi, dtype=torch.int64, device=flat.device) * k1 + k2
-        m = (m ^ (m >> 29)) * 0x5851F42D4C957F2D  # int64 products wrap: mixing, not arithmetic
-        m = (m ^ (m >> 32)) | 1
-        total += int((flat[lo:hi].to(torch.int64) * m).sum())
+        # in place where it can be: two int64 temporaries of the chunk at a time (the pool's
+        # `limit` allows 48 bytes an element; written out of place they were ~66)
+        m = torch.arange(lo, hi, dtype=torch.int64, device=flat.device).mul_(k1).add_(k2)
+        m.bitwise_xor_(m >> 29).mul_(0x5851F42D4C957F2D)  # int64 products wrap: mixing
+        m.bitwise_xor_(m >> 32).bitwise_or_(1)
+        total += int(flat[lo:hi].to(torch.int64, copy=True).mul_(m).sum())
+        del m
     return total & _MASK64
 
 
