@@ -5,6 +5,7 @@ set, a chunked or host reference, a refusal) and a stand-in kernel is checked th
 
 from __future__ import annotations
 
+import os
 from types import SimpleNamespace
 
 import pytest
@@ -299,3 +300,26 @@ def test_an_answer_holding_a_larger_storage_is_compacted():
     assert memory.compact(whole) is whole
     expanded = torch.randn(1, 200).expand(300, 200)  # less storage than elements: kept
     assert memory.compact(expanded) is expanded
+
+
+def test_the_gpu_worker_asks_for_growable_segments_unless_the_user_chose(monkeypatch):
+    """The allocator's cached blocks of every size the worker met held GiBs beyond torch's own
+    count; a user's own PYTORCH_CUDA_ALLOC_CONF is left as it is."""
+    class Quit:
+        sent: list = []
+
+        def recv(self):
+            return {"op": "quit"}
+
+        def send(self, msg):
+            self.sent.append(msg)
+
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "")  # restored after the test, whatever it was
+    for mine in (None, "max_split_size_mb:128"):
+        if mine is None:
+            monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF")
+        else:
+            monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", mine)
+        worker.worker_main(Quit(), 0, TimingSettings(), VerifySettings())
+        assert os.environ["PYTORCH_CUDA_ALLOC_CONF"] == (mine or "expandable_segments:True")
