@@ -421,6 +421,20 @@ def test_a_convolution_splits_by_batch_and_by_output_channel():
     assert is_separable(conv, _prepare(shapes)(), Split(1, (None, 0)), (16, 8, 40))
 
 
+def test_a_transposed_convolution_splits_its_weight_on_the_output_channels_dim():
+    """ConvTranspose's weight is (C_in, C_out, k...): its output channels are its dim 1. Also
+    where C_in == C_out, where slicing dim 0 runs but computes another function."""
+    convt = _fn(lambda x, w, b: F.conv_transpose2d(x, w, b, stride=2))
+    for c_in in (6, 8):
+        shapes = [(4, c_in, 9, 7), (c_in, 8, 3, 3), (8,)]
+        roles = ["input", "parameter", "parameter"]
+        out = (4, 8, 19, 15)
+        assert Split(1, (None, 1, 0)) in candidate_splits(shapes, roles, out)
+        assert is_separable(convt, _prepare(shapes)(), Split(1, (None, 1, 0)), out), c_in
+    shapes = [(4, 8, 9, 7), (8, 8, 3, 3), (8,)]
+    assert not is_separable(convt, _prepare(shapes)(), Split(1, (None, 0, 0)), (4, 8, 19, 15))
+
+
 def test_a_square_matrix_product_splits_the_left_operand_alone():
     f = _fn(lambda a, b: a @ b)
     shapes = [(48, 48), (48, 48)]

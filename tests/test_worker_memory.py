@@ -198,6 +198,28 @@ def test_the_running_statistics_of_a_chunked_reference_are_the_whole_ones(small_
         torch.testing.assert_close(chunked[name], whole[name], rtol=1e-12, atol=1e-12)
 
 
+def test_a_transposed_convolution_before_a_training_mode_norm_is_chunked_by_channels(
+        small_gpu, make_problem):
+    """ConvTranspose3d then BatchNorm3d in training mode (the realistic suite's
+    fused_conv_transpose3d_batchnorm_tanh): separable along the output channels with the
+    weight sliced on its dim 1; its float64 reference went to host memory before (ten CPU
+    passes of a 1 GiB volume's transposed convolution at set-up)."""
+    path = make_problem("ct_bn", "torch.tanh(self.bn(self.conv(x)))", "torch.randn(2, 8, 5, 6, 6)",
+                        init_body="self.conv = nn.ConvTranspose3d(8, 16, 3, stride=2, padding=1,"
+                                  " output_padding=1)\nself.bn = nn.BatchNorm3d(16)")
+    state = state_of(path)
+    assert state.memory.verification == "chunked" and state.ref_host is None
+    split = state.pool.split
+    weight = [k for k, g in enumerate(state.graph.inputs) if g.target == "conv.weight"]
+    assert split.out_dim == 1 and split.in_dims[weight[0]] == 1
+    res = check(exact(state), state.pool, state.pool.trials_for(0))
+    assert res.ok, res.msg
+    case = state.pool.materialize(state.pool.cases[0])
+    chunked, whole = state._reference_state(case), state._reference_run(case)[1]
+    for name in whole:
+        torch.testing.assert_close(chunked[name], whole[name], rtol=1e-12, atol=1e-12)
+
+
 def test_the_worker_uses_the_graph_its_parent_captured(small_gpu, make_problem, monkeypatch):
     """The set-up message carries the parent's capture: the worker neither traces the file
     again (torch.export's first call imports Dynamo, seconds of every set-up) nor re-checks it;

@@ -71,6 +71,16 @@ def candidate_splits(shapes: Sequence[tuple[int, ...]], roles: Sequence[str],
         first = [next((k for k, m in enumerate(s) if m == n), None) if f else None
                  for s, f in zip(shapes, fwd)]
         variants(d, params, same)
+        if d == 1:
+            # a transposed convolution keeps its output channels on its weight's dim 1: each
+            # parameter on its first later dim of the size (its dim 0 where it has none), the
+            # forward inputs whole (it mixes their channels). Before the other variants: a
+            # training-mode BatchNorm after it is separable only so (else its float64
+            # reference went to host memory: minutes of CPU for a 1 GiB volume)
+            later = [next((k for k in range(1, len(s)) if s[k] == n), p) if not f else None
+                     for s, f, p in zip(shapes, fwd, params)]
+            if later != params:
+                add(1, tuple(later))
         if first != same:
             variants(d, params, first)
         if d == 1:
