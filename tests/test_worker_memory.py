@@ -5,6 +5,7 @@ set, a chunked or host reference, a refusal) and a stand-in kernel is checked th
 
 from __future__ import annotations
 
+import copy
 import os
 from types import SimpleNamespace
 
@@ -345,3 +346,43 @@ def test_the_gpu_worker_asks_for_growable_segments_unless_the_user_chose(monkeyp
             monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", mine)
         worker.worker_main(Quit(), 0, TimingSettings(), VerifySettings())
         assert os.environ["PYTORCH_CUDA_ALLOC_CONF"] == (mine or "expandable_segments:True")
+
+
+def test_a_depthwise_convolution_before_a_training_mode_norm_is_chunked_by_channels(
+        small_gpu, make_problem):
+    """A MobileNet block (the realistic suite's fused_depthwise_batchnorm_relu6): the module
+    fixes its groups to the channel count, so no chunk of channels ran it and the float64
+    reference went to host memory (35 s of set-up on the H100 for 1 GiB). The worker's own
+    copies take any slice of a depthwise convolution's channels; the user's module is
+    untouched."""
+    path = make_problem("dw_bn", "F.relu6(self.bn(self.conv(x)))", "torch.randn(4, 16, 12, 12)",
+                        init_body="self.conv = nn.Conv2d(16, 16, 3, padding=1, groups=16, "
+                                  "bias=False)\nself.bn = nn.BatchNorm2d(16)")
+    state = state_of(path)
+    assert state.memory.verification == "chunked" and state.ref_host is None
+    assert state.pool.split.out_dim == 1 and len(state.pool._blocks()) >= 2
+    assert "forward" not in vars(state.model.conv)  # the user's module as it was
+    res = check(exact(state), state.pool, state.pool.trials_for(0))
+    assert res.ok, res.msg
+    res = check(lambda ins, out: exact(state)(ins, out).mul_(1.001), state.pool,
+                state.pool.trials_for(1))
+    assert not res.ok and res.kind == "wrong"
+    case = state.pool.materialize(state.pool.cases[0])
+    chunked, whole = state._reference_state(case), state._reference_run(case)[1]
+    assert {"bn.running_mean", "bn.running_var"} <= set(whole)
+    for name in whole:
+        torch.testing.assert_close(chunked[name], whole[name], rtol=1e-12, atol=1e-12)
+
+
+def test_a_sliceable_depthwise_copy_computes_what_the_module_does():
+    from cuda_agent.run.sliceable import channel_sliceable
+    conv = torch.nn.Conv2d(8, 8, 3, padding=1, groups=8).double()
+    grouped = torch.nn.Conv2d(8, 8, 3, groups=2).double()  # not depthwise: left as it is
+    x = torch.randn(2, 8, 9, 9, dtype=torch.float64)
+    want = conv(x)
+    mine = copy.deepcopy(conv)
+    assert channel_sliceable(mine) == 1 and channel_sliceable(copy.deepcopy(grouped)) == 0
+    assert torch.equal(mine(x), want)
+    chunk = torch.func.functional_call(mine, {"weight": conv.weight[2:5],
+                                              "bias": conv.bias[2:5]}, (x[:, 2:5],))
+    torch.testing.assert_close(chunk, want[:, 2:5], rtol=1e-12, atol=1e-12)

@@ -29,6 +29,7 @@ from .baselines import (CUDNN_BENCHMARK, DEFAULTS, MATCHED, contract_tf32, setti
 from .memory import MemoryPlan, MemoryRefusal, PeakTracker, Sizes
 from .separable import (Accumulation, accumulation_dims, accumulation_of, find_split,
                         part_weight, same_answer)
+from .sliceable import channel_sliceable, has_depthwise
 from .timing import PEAK_FLOPS, L2Flusher, TimingSettings, physical_floor_ms, time_runs
 from .verify import (CandidateError, CasePool, IndexDomain, InputMeta, PoolBudget, Split,
                      ValueRange, VerifyResult, VerifySettings, check, check_state,
@@ -93,10 +94,12 @@ def torch_defaults() -> Any:
 
 
 def reference_copy(model: torch.nn.Module, graph: Any,
-                   device: str | torch.device | None = None) -> torch.nn.Module:
-    """A float64 copy of `model` for the reference, without copies of the parameters and
-    buffers the graph supplies (`functional_call` replaces them on every call): a large weight
-    is not held twice more on the GPU."""
+                   device: str | torch.device | None = None,
+                   dtype: torch.dtype | None = torch.float64) -> torch.nn.Module:
+    """A float64 (or `dtype`; None: as it is) copy of `model` for the reference, without copies
+    of the parameters and buffers the graph supplies (`functional_call` replaces them on every
+    call): a large weight is not held twice more on the GPU. Its depthwise convolutions take
+    any slice of their channels (`sliceable`): on whole inputs it computes what `model` does."""
     supplied = {g.target for g in graph.inputs if g.role != "input"}
     memo: dict[int, Any] = {}
     for name, p in model.named_parameters():
@@ -107,7 +110,9 @@ def reference_copy(model: torch.nn.Module, graph: Any,
         if name in supplied:
             memo[id(b)] = torch.empty(0, dtype=b.dtype, device=b.device)
     ref = copy.deepcopy(model, memo)
-    return (ref.to(device) if device is not None else ref).double()
+    channel_sliceable(ref)
+    ref = ref.to(device) if device is not None else ref
+    return ref.to(dtype) if dtype is not None else ref
 
 
 @contextlib.contextmanager
@@ -292,8 +297,14 @@ class ProblemState:
         # the tests' sliced shapes are never a candidate's: no cuDNN benchmark (and no
         # workspace of its search) for them
         benchmark, torch.backends.cudnn.benchmark = torch.backends.cudnn.benchmark, False
+        # the separability test runs torch's fp32 module; a copy of it where depthwise
+        # convolutions must take a chunk of their channels (the float64 reference's can)
+        probe = self.witness
+        if has_depthwise(self.model):
+            sliceable = reference_copy(self.model, self.graph, dtype=None)
+            probe = lambda ts: self.witness(ts, sliceable)  # noqa: E731
         try:
-            split = find_split(self.witness, self._draw_first_case, roles, self.out_shape,
+            split = find_split(probe, self._draw_first_case, roles, self.out_shape,
                                self.domains)
         finally:
             torch.backends.cudnn.benchmark = benchmark
@@ -416,12 +427,14 @@ class ProblemState:
             updated = {k: v.to(self.device) for k, v in updated.items()}
         return out, updated
 
-    def witness(self, tensors: list[torch.Tensor]) -> torch.Tensor:
+    def witness(self, tensors: list[torch.Tensor],
+                model: torch.nn.Module | None = None) -> torch.Tensor:
         """torch eager's own answer under the kernels' contract (fp32, TF32 or autocast): the
-        accuracy a kernel can be held to."""
+        accuracy a kernel can be held to. (`model`: a copy of the module to run instead.)"""
         args, state = self._split(tensors, None)
         with torch.no_grad(), precision_context(self.precision):
-            out = memory.compact(torch.func.functional_call(self.model, state, tuple(args)))
+            out = memory.compact(torch.func.functional_call(
+                self.model if model is None else model, state, tuple(args)))
         return out.float() if out.dtype in (torch.float16, torch.bfloat16) else out
 
     def _split(self, tensors: list[torch.Tensor], dtype: torch.dtype | None
