@@ -192,12 +192,12 @@ def test_conformance_mode_passes_kernelbench_s_check_and_says_so(name, tmp_path)
         assert torch.allclose(b.double(), a.double(), atol=1e-2, rtol=1e-2)
 
 
-# a depthwise convolution fixes its groups to its channels: no chunk of the channels runs it,
-# and training-mode statistics span the batch, so the float64 reference runs in host memory
+# a grouped convolution fixes its groups: no chunk of the channels runs it, and training-mode
+# statistics span the batch, so the float64 reference runs in host memory
 HOST_PROBLEM = HEADER + '''class Model(nn.Module):
     def __init__(self):
         super().__init__()
-        self.conv = nn.Conv2d(64, 64, 3, padding=1, groups=64, bias=False)
+        self.conv = nn.Conv2d(32, 64, 3, padding=1, groups=4, bias=False)
         self.bn = nn.BatchNorm2d(64)
 
     def forward(self, x):
@@ -205,20 +205,28 @@ HOST_PROBLEM = HEADER + '''class Model(nn.Module):
 
 
 def get_inputs():
-    return [torch.randn(16, 64, 256, 256)]
+    return [torch.randn(16, 32, 256, 256)]
 
 
 def get_init_inputs():
     return []
 '''
+# a depthwise one is chunked along the channels (the worker's copies take any slice of them)
+DEPTHWISE_PROBLEM = HOST_PROBLEM.replace("nn.Conv2d(32, 64, 3, padding=1, groups=4",
+                                         "nn.Conv2d(64, 64, 3, padding=1, groups=64").replace(
+    "torch.randn(16, 32, 256, 256)", "torch.randn(16, 64, 256, 256)")
 
 
-def test_a_training_mode_chain_verified_against_a_host_reference_checks_its_running_stats(
-        tmp_path):
-    """The realistic suite's fused_depthwise_batchnorm_relu6 (2026-12-06): with the reference in
-    host memory, its running statistics stayed on the CPU and every candidate failed."""
-    result, mod, report = _tune(tmp_path, "dw_bn_host", HOST_PROBLEM, budget=6)
-    assert report["memory"]["verification"] == "host"
+@pytest.mark.parametrize("name,source,verification", [
+    ("grouped_bn_host", HOST_PROBLEM, "host"), ("depthwise_bn_chunked", DEPTHWISE_PROBLEM,
+                                                "chunked")])
+def test_a_training_mode_chain_after_a_grouped_convolution_checks_its_running_stats(
+        name, source, verification, tmp_path):
+    """The realistic suite's fused_depthwise_batchnorm_relu6 and
+    fused_conv2d_grouped_batchnorm_silu (2026-12-06): with the reference in host memory, its
+    running statistics stayed on the CPU and every candidate failed."""
+    result, mod, report = _tune(tmp_path, name, source, budget=6)
+    assert report["memory"]["verification"] == verification
     assert result.best.measurement.verified is True
     ref, new = _pair(mod)
     with torch.device("cuda"):
