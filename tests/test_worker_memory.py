@@ -386,3 +386,7 @@ def test_a_sliceable_depthwise_copy_computes_what_the_module_does():
     chunk = torch.func.functional_call(mine, {"weight": conv.weight[2:5],
                                               "bias": conv.bias[2:5]}, (x[:, 2:5],))
     torch.testing.assert_close(chunk, want[:, 2:5], rtol=1e-12, atol=1e-12)
+    again = copy.deepcopy(mine)  # a copy's forward is its own
+    with torch.no_grad():
+        again.weight.mul_(2)
+    assert torch.equal(mine(x), want) and not torch.equal(again(x), want)

@@ -12,6 +12,8 @@ of run whole in host memory (tens of seconds of CPU per case for 1 GiB).
 
 from __future__ import annotations
 
+import types
+
 import torch
 import torch.nn.functional as F
 
@@ -23,19 +25,19 @@ def _is_depthwise(m: torch.nn.Module) -> bool:
             and m.padding_mode == "zeros")
 
 
-def _forward_any_channels(m: torch.nn.Module, conv):  # noqa: ANN001, ANN202
-    def forward(x: torch.Tensor) -> torch.Tensor:
-        return conv(x, m.weight, m.bias, m.stride, m.padding, m.dilation, x.shape[1])
-    return forward
+def _forward_any_channels(self: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return _CONVS[type(self)](x, self.weight, self.bias, self.stride, self.padding,
+                              self.dilation, x.shape[1])
 
 
 def channel_sliceable(model: torch.nn.Module) -> int:
     """Make the depthwise convolutions of `model` (a copy the worker owns) take any slice of
-    their channels; returns how many there were."""
+    their channels; returns how many there were. (A bound method: a deep copy of the model
+    binds it to the copy.)"""
     count = 0
     for m in model.modules():
         if _is_depthwise(m):
-            m.forward = _forward_any_channels(m, _CONVS[type(m)])
+            m.forward = types.MethodType(_forward_any_channels, m)
             count += 1
     return count
 
