@@ -218,7 +218,7 @@ def report_fields(report: dict | None) -> dict:
     if not report:
         return {}
     keep = ("family", "strategy", "evals", "evals_to_95", "best_ms", "space_size", "precision",
-            "commit", "failures")
+            "commit", "failures", "gpu")  # gpu: a row the harness never ran still names it
     row = {k: report.get(k) for k in keep if k in report}
     row["tune_verified"] = bool(report.get("best") and report["best"].get("verified"))
     # where the tune's wall time went: the tuner's phases and the GPU worker's set-up phases

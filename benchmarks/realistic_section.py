@@ -149,12 +149,14 @@ def eager_peak(r: dict) -> int | None:
 
 
 def bound_text(r: dict) -> str:
-    """The tune's own peak against the bound it states, marked where it passed it."""
+    """The tune's own peak against the bound it states, marked where it passed it, and where
+    its float64 reference ran (whole, chunked, accumulated, in host memory)."""
     m = r.get("tune_memory") or {}
     if not m.get("peak_bytes") or not m.get("bound_bytes"):
         return "-"
     over = " **over**" if m.get("within_bound") is False else ""
-    return f"{_gib(m['peak_bytes'])} / {_gib(m['bound_bytes'])}{over}"
+    where = f" ({m['verification']})" if m.get("verification") else ""
+    return f"{_gib(m['peak_bytes'])} / {_gib(m['bound_bytes'])}{over}{where}"
 
 
 def short_gpu(name: str | None) -> str:
@@ -220,7 +222,10 @@ def section_lines(s: dict, rows: dict[str, dict], manifest: list[dict],
         "the GPU's memory in use during the tune, sampled by nvidia-smi, less what was in use "
         "before; tool peak / bound: the GPU worker's own peak (torch's allocator) against "
         "the bound its report states, eager's peak + 2 x output + a fixed allowance (issue "
-        "33, item 1), **over** where it passed it; eager peak: torch's allocator at the peak "
+        "33, item 1), **over** where it passed it, and in brackets where the float64 "
+        "reference ran (full: whole on the GPU; chunked: along a separable dimension; "
+        "accumulated: over chunks of the batch; host: in host memory, by the CPU, a slow "
+        "set-up); eager peak: torch's allocator at the peak "
         "of the harness's eager forward, inputs included.",
         "",
         (f"Run {runs_text(docs)}." if docs else "No GPU run yet."),

@@ -42,8 +42,9 @@ def test_a_tune_outcome_becomes_a_status():
 def test_report_fields_keep_the_memory_section_and_its_peak():
     r = rr.report_fields({"best_ms": 1.5, "evals": 9, "evals_to_95": 3, "best": {
         "verified": True}, "memory": {"device": {"peak_bytes": 7 << 30, "budget": 1},
-                                      "host_peak_bytes": 2}})
+                                      "host_peak_bytes": 2}, "gpu": "Fake GPU"})
     assert r["best_ms"] == 1.5 and r["tune_verified"] and r["evals_to_95"] == 3
+    assert r["gpu"] == "Fake GPU"  # an error row, which the harness never ran, names its GPU
     assert r["tune_reported_peak_bytes"] == 7 << 30
     assert rr.report_fields(None) == {}
 

@@ -182,6 +182,8 @@ def test_realistic_section_counts_by_hand(tmp_path):
         if r["problem"] in memory:
             peak, bound, within = memory[r["problem"]]
             r["tune_memory"] = {"peak_bytes": peak, "bound_bytes": bound, "within_bound": within}
+            if r["problem"] == "p_slow":
+                r["tune_memory"]["verification"] = "host"
     second = {**first, "date": "2000-01-02", "commit": "fixture2", "rows": [
         {"problem": "p_timeout", "family": "conv", "status": "timeout", "verified": False,
          "message": "tune ran past 120 s"}]}
@@ -209,7 +211,7 @@ def test_realistic_section_counts_by_hand(tmp_path):
     assert "Not run yet: 1 problems." in flat and "1-24 GiB" in flat
     assert "| p_notrun | 24.0 | f | not run |" in text
     assert "| p_fast | 2.0 | softmax | ok | 40 | 3.0 | 5.0 / 6.0 | 4.0 | 1.000 |" in text
-    assert "| 7.0 / 6.0 **over** |" in text
+    assert "| 7.0 / 6.0 **over** (host) |" in text
     assert "passed the bound it states (eager's peak + 2 x output + allowance) on **1 of 2** " \
         "(p_slow)" in flat
     assert "| p_timeout | 1.0 | conv | timeout |" in text
