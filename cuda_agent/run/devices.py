@@ -241,20 +241,17 @@ class CudaDevice(Device):
         baseline's reply carries its own peak (torch's run, `baseline_peak_bytes`): kept as
         `baselines_peak_bytes`, outside the run's peak and its bound."""
         mem = self._facts.get("memory")
-        peak = reply.get("peak_bytes") or (reply.get("memory") or {}).get("peak_bytes")
-        own = reply.get("baseline_peak_bytes")
-        if mem is not None and own:  # torch's own run: reported apart from the bound's
-            mem["baselines_peak_bytes"] = max(int(mem.get("baselines_peak_bytes") or 0),
-                                              int(own))
-            phases = mem.setdefault("peak_by_phase", {})
-            phases[phase] = max(int(phases.get(phase) or 0), int(own))
+        if mem is None:
             return
-        if mem is not None and peak:
-            mem["peak_bytes"] = max(int(mem.get("peak_bytes") or 0), int(peak))
-            phases = mem.setdefault("peak_by_phase", {})
-            phases[phase] = max(int(phases.get(phase) or 0), int(peak))
-            if mem.get("bound_bytes"):
-                mem["within_bound"] = mem["peak_bytes"] <= mem["bound_bytes"]
+        own = reply.get("baseline_peak_bytes")  # torch's own run: apart from the bound's
+        key = "baselines_peak_bytes" if own else "peak_bytes"
+        peak = own or reply.get("peak_bytes") or (reply.get("memory") or {}).get("peak_bytes")
+        if not peak:
+            return
+        for d, k in ((mem, key), (mem.setdefault("peak_by_phase", {}), phase)):
+            d[k] = max(int(d.get(k) or 0), int(peak))
+        if not own and mem.get("bound_bytes"):
+            mem["within_bound"] = mem["peak_bytes"] <= mem["bound_bytes"]
 
     def copy_bandwidth(self) -> float | None:
         return self._facts.get("copy_bw")

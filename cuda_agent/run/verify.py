@@ -1050,6 +1050,9 @@ def check_state(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor], poo
     case, by the pool's criterion."""
     worst = 0.0
     for name in sorted(want):
+        # where the candidate's update is: a host reference's stays on the CPU (every
+        # candidate of a training-mode BatchNorm chain verified in host memory failed on
+        # the mismatch: GPU realistic run of 2026-12-06)
         ref = want[name].to(device=got[name].device, dtype=got[name].dtype)
         kind, msg, rel = compare(got[name], ref, pool.rtol, pool.settings.elem_factor,
                                  NO_SLACK, pool.tolerance)

@@ -418,14 +418,9 @@ class ProblemState:
                 out = torch.func.functional_call(model, state, tuple(args))
         finally:
             torch.backends.cudnn.benchmark = benchmark
-        out = memory.compact(out)
-        updated = {k: v for k, v in state.items() if k in self.mutable}
-        if self.ref_host is not None:
-            # back on the GPU, where a candidate's update is compared with it (left on the
-            # CPU, every candidate of a training-mode BatchNorm chain verified in host memory
-            # failed: GPU realistic run of 2026-12-06)
-            updated = {k: v.to(self.device) for k, v in updated.items()}
-        return out, updated
+        # (a host reference's updated state stays on the CPU: `check_state` compares it where
+        # the candidate's update is)
+        return memory.compact(out), {k: v for k, v in state.items() if k in self.mutable}
 
     def witness(self, tensors: list[torch.Tensor],
                 model: torch.nn.Module | None = None) -> torch.Tensor:
