@@ -28,8 +28,10 @@ class LiveBytes(TorchDispatchMode):
         super().__init__()
         self.allocated = 0
         self.peak = 0
-        self.where = where  # keep the Python stack of the latest peak: where a bound passed
-        self.peak_stack: list[str] = []
+        self.where = where  # keep the Python stack of the highest peak: where a bound passed
+        self.top = 0
+        """the highest count since the mode was made (`peak` is reset by each section)"""
+        self.top_stack: list[str] = []
         self._refs: dict[int, list[int]] = {}  # storage address -> [bytes, live tensors]
 
     def _release(self, key: int) -> None:
@@ -50,10 +52,11 @@ class LiveBytes(TorchDispatchMode):
         if entry is None:
             entry = self._refs[key] = [storage.nbytes(), 0]
             self.allocated += entry[0]
-            if self.allocated > self.peak:
-                self.peak = self.allocated
+            self.peak = max(self.peak, self.allocated)
+            if self.allocated > self.top:
+                self.top = self.allocated
                 if self.where:
-                    self.peak_stack = traceback.format_stack(limit=14)[:-3]
+                    self.top_stack = traceback.format_stack(limit=14)[:-3]
         entry[1] += 1
         weakref.finalize(t, self._release, key)
 

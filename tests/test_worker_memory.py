@@ -283,10 +283,21 @@ BOUNDED = {  # name: (forward, inputs, write_problem's keywords, the verificatio
     "conv1d": ("self.conv(x)", "torch.randn(32, 16, 512)",
                dict(init_body="self.conv = nn.Conv1d(16, 32, 5, padding=2)"), "chunked"),
     "argmax": ("x.argmax(dim=1)", "torch.randn(240, 256)", {}, "chunked"),
+    # training mode: statistics over the batch, chunked along the channels; its separability
+    # test's comparison held five float64 copies of a slice (the GPU run of 2026-12-06: 67.1
+    # of a 65.35 GiB bound)
+    "batchnorm_train": ("self.bn(x)", "torch.randn(4, 32, 32, 32)",
+                        dict(init_body="self.bn = nn.BatchNorm2d(32)"), "chunked"),
+    "conv_transpose3d": ("self.conv(x)", "torch.randn(16, 8, 8, 8, 8)",
+                         dict(init_body="self.conv = nn.ConvTranspose3d(8, 4, 3, stride=2, "
+                              "padding=1, output_padding=1)"), "chunked"),
+    "conv3d": ("self.conv(x)", "torch.randn(8, 4, 8, 16, 16)",
+               dict(init_body="self.conv = nn.Conv3d(4, 8, 3, padding=1)"), "chunked"),
 }
 
 
-@pytest.mark.parametrize("name", fast_first(sorted(BOUNDED), ["mse", "cross_entropy", "argmax"]))
+@pytest.mark.parametrize("name", fast_first(sorted(BOUNDED), ["mse", "cross_entropy", "argmax",
+                                                             "batchnorm_train"]))
 def test_set_up_stays_within_the_bound_it_states(name, counted_gpu, make_problem):
     """The set-up's live bytes, counted as torch's allocator counts them on the GPU, within
     eager's peak + 2 x output + allowance. The MSE passed it by one input's worth before
@@ -301,14 +312,14 @@ def test_set_up_stays_within_the_bound_it_states(name, counted_gpu, make_problem
     mem = state.memory
     assert mem.verification == verification
     assert mem.peak_bytes >= mem.eager_peak_bytes > mem.sizes.input_bytes
-    assert mem.peak_bytes <= mem.bound_bytes, "".join(live.peak_stack[-6:])
+    assert mem.peak_bytes <= mem.bound_bytes, (state.phases.marks, "".join(live.top_stack))
     # then candidates' checks: the output buffer, each case drawn in turn, its reference held
     # or recomputed and compared chunk by chunk (a stand-in kernel: torch's own answer)
     with live:
         for i in range(2):
             res = check(exact(state), state.pool, state.pool.trials_for(i))
             assert res.ok, res.msg
-    assert live.peak <= mem.bound_bytes, "".join(live.peak_stack[-6:])
+    assert live.peak <= mem.bound_bytes, "".join(live.top_stack)
 
 
 def test_an_answer_holding_a_larger_storage_is_compacted():
