@@ -169,11 +169,18 @@ class GpuMemorySampler:
         self._thread.join(timeout=15)
 
 
+INTERRUPT_GRACE_S = 30.0
+"""after a time limit, how long a process interrupted (SIGINT, as Ctrl-C) has to write what it
+kept before it is killed: a tune writes its best so far and its report (phases, memory)"""
+
+
 def run_limited(cmd: list[str], log: Path, limit_s: float, deadline: float,
                 env: dict[str, str]) -> tuple[int | str, float]:
     """Run `cmd` (output to `log`) for at most `limit_s` seconds and never past `deadline`;
-    (exit code or 'timeout' or 'cut', wall seconds). On either limit its whole process group is
-    killed (the tune's compile pool and GPU worker with it)."""
+    (exit code or 'timeout' or 'cut', wall seconds). Past `limit_s` its process group is
+    interrupted first (a tune killed outright left an empty log and no report: gemm_square_16k,
+    2026-12-06), then killed; at the deadline, killed (the tune's compile pool and GPU worker
+    with it)."""
     t0 = time.time()
     room = deadline - t0
     with open(log, "w") as f:
@@ -182,12 +189,26 @@ def run_limited(cmd: list[str], log: Path, limit_s: float, deadline: float,
         try:
             return proc.wait(timeout=max(1.0, min(limit_s, room))), time.time() - t0
         except subprocess.TimeoutExpired:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            timed_out = limit_s <= room
+            if timed_out:
+                grace = min(INTERRUPT_GRACE_S, deadline - time.time())
+                if grace > 1.0 and _signal_group(proc, signal.SIGINT):
+                    try:
+                        proc.wait(timeout=grace)
+                    except subprocess.TimeoutExpired:
+                        pass
+            _signal_group(proc, signal.SIGKILL)
             proc.wait()
-            return ("timeout" if limit_s <= room else "cut"), time.time() - t0
+            return ("timeout" if timed_out else "cut"), time.time() - t0
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> bool:
+    """Send `sig` to `proc`'s process group; False where it is gone."""
+    try:
+        os.killpg(proc.pid, sig)
+        return True
+    except ProcessLookupError:
+        return False
 
 
 def classify_tune(rc: int | str, output: str, report: dict | None,

@@ -90,7 +90,8 @@ def run_tune(problem_path: Path, settings_kw: dict, out: Optional[Path]):
 
     problem = load_problem(problem_path)
     settings = TuneSettings(**settings_kw)
-    tuner = Tuner(problem, settings, notify=lambda s: console.print(f"[yellow]{s}[/]"))
+    tuner = Tuner(problem, settings, notify=lambda s: console.print(f"[yellow]{s}[/]"),
+                  on_setup=lambda s: console.print(s, highlight=False))
     try:
         with _progress() as bar:
             result = tuner.run(_bar_callback(bar, tuner, settings.budget))

@@ -215,6 +215,18 @@ def open_device(name: str | None, settings: TuneSettings, notify: Callable[[str]
     return ReplayDevice(Path(settings.replay_root) if settings.replay_root else None)
 
 
+def setup_notice(name: str, seconds: float | None, memory: dict[str, Any] | None) -> str:
+    """One line once the GPU worker has set a problem up (inputs, eager's peak, the float64
+    references): before it, a large problem's tune printed nothing for a minute or more (a log
+    cut by a time limit was empty: gemm_square_16k, GPU realistic run of 2026-12-06)."""
+    from .run.memory import describe
+
+    took = f" in {seconds:.1f} s" if seconds is not None else ""
+    footprint = describe(memory)
+    return f"{name}: set up on the GPU{took}" + (f"; {footprint}" if footprint else "") + \
+        "; searching"
+
+
 def _later(build: Future) -> Iterator[Candidate]:
     yield from build.result()
 
@@ -225,7 +237,10 @@ class Tuner:
     def __init__(self, problem: Problem, settings: TuneSettings, device: Device | None = None,
                  builder: Builder | None = None, store: Store | None = None,
                  notify: Callable[[str], None] = lambda s: None,
-                 device_lock: Any = None) -> None:
+                 device_lock: Any = None,
+                 on_setup: Callable[[str], None] | None = None) -> None:
+        """`notify` receives notices a user must see (the simulator's fallback); `on_setup`,
+        where given, a line once the GPU has set the problem up (`setup_notice`)."""
         if settings.budget < 1:
             raise SettingsError("--budget must be at least 1")
         if settings.batch < 1:
@@ -268,6 +283,9 @@ class Tuner:
             if self._own_device:
                 self.device.close()
             raise
+        if on_setup is not None and self.device.kind == "cuda":
+            on_setup(setup_notice(problem.name, self.phases.as_dict().get("device_setup"),
+                                     self.device.facts().get("memory")))
         # a multi-kernel program is searched one stage at a time (`space/program.py`)
         self.stages: list[Space] = []
         # the device's GPU, built for the numeric contract the user chose

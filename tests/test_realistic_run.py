@@ -240,3 +240,22 @@ def test_the_harness_verdicts(tmp_path, case, status, words):
         assert row["state_equal_at_start"] and len(row["checks"]) == 2
         f64 = row["float64"]
         assert f64["new"]["rel_norm_err"] < 1e-5 and f64["torch"]["rel_norm_err"] < 1e-5
+
+
+def test_a_process_past_its_limit_is_interrupted_before_it_is_killed(tmp_path, monkeypatch):
+    """A tune past its limit gets Ctrl-C's signal first and writes what it kept; one that ignores
+    it is killed after the grace."""
+    monkeypatch.setattr(rr, "INTERRUPT_GRACE_S", 5.0)
+    keeper = ("import signal, sys, time\n"
+              "def done(*a):\n"
+              "    print('kept the best so far', flush=True); sys.exit(130)\n"
+              "signal.signal(signal.SIGINT, done)\n"
+              "print('searching', flush=True); time.sleep(60)\n")
+    log = tmp_path / "tune.log"
+    rc, wall = rr.run_limited([sys.executable, "-c", keeper], log, 1.5, time.time() + 60, {})
+    assert rc == "timeout" and wall < 10
+    assert log.read_text().split() == ["searching", "kept", "the", "best", "so", "far"]
+    stubborn = ("import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                "print('searching', flush=True); time.sleep(60)\n")
+    rc, wall = rr.run_limited([sys.executable, "-c", stubborn], log, 1.5, time.time() + 60, {})
+    assert rc == "timeout" and 6 <= wall < 15

@@ -473,3 +473,30 @@ def test_genetic_warm_start_ignores_nothing_else():
     plain = make_strategy("genetic", sp, seed=5)
     warm = make_strategy("genetic", sp, seed=5, initial=[])
     assert plain.ask(6) == warm.ask(6)
+
+
+def test_a_gpu_set_up_is_announced_before_the_search():
+    """A large problem's set-up takes a minute on the GPU: the CLI says when it is done, what it
+    took and what it holds, instead of nothing until the search's first result."""
+    from cuda_agent.run.sim import SimDevice
+    from cuda_agent.store import Store
+    from cuda_agent.tuner import setup_notice
+
+    class GpuLike(SimDevice):  # the simulator, announcing itself as a GPU
+        kind = "cuda"
+
+        def facts(self):
+            return {"memory": {"peak_bytes": 3 << 30, "eager_peak_bytes": 2 << 30,
+                               "bound_bytes": 4 << 30, "verification": "chunked",
+                               "chunk": "5 of 32 along output dim 1"}}
+
+    lines: list[str] = []
+    Tuner(load_problem(GOOD / "softmax_small.py"), TuneSettings(device="sim", budget=2),
+          device=GpuLike(), store=Store(":memory:"), on_setup=lines.append)
+    assert len(lines) == 1 and lines[0].startswith("softmax_small: set up on the GPU in ")
+    assert "bound 4.00 GiB" in lines[0] and "chunked (5 of 32" in lines[0]
+    silent: list[str] = []  # the simulator's own runs say nothing
+    Tuner(load_problem(GOOD / "softmax_small.py"), TuneSettings(device="sim", budget=2),
+          device=SimDevice(), store=Store(":memory:"), on_setup=silent.append)
+    assert silent == []
+    assert setup_notice("p", None, None) == "p: set up on the GPU; searching"
