@@ -368,6 +368,10 @@ def test_worker_checks_a_candidate_s_state_update(tmp_path, monkeypatch):
         def __init__(self, skew: float) -> None:
             self.skew = skew
             self.workspace = torch.zeros(1 << 16, dtype=torch.uint8)
+            self.released = False
+
+        def release_workspace(self) -> None:  # after the statistics were read from it
+            self.released = True
 
         def __call__(self, inputs, out):
             case = st.pool.cases[0].inputs
@@ -378,7 +382,8 @@ def test_worker_checks_a_candidate_s_state_update(tmp_path, monkeypatch):
                 self.workspace[start:start + 4 * n].view(torch.float32).copy_(v)
 
     monkeypatch.setattr("cuda_agent.run.launcher.synchronize", lambda device: None)
-    assert st.check_state(Kernels(1.0)).ok
+    good = Kernels(1.0)
+    assert st.check_state(good).ok and good.released
     bad = st.check_state(Kernels(1.05))
     assert not bad.ok and bad.kind == "wrong" and "bn.running_var" in bad.msg
 

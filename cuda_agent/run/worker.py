@@ -508,6 +508,7 @@ class ProblemState:
             launcher.synchronize(self.device)
         except launcher.KernelLaunchError as exc:
             return VerifyResult(False, exc.kind, str(exc))
+        kernels.release_workspace()  # its statistics were applied to `got`
         floats = {k: v for k, v in want.items() if v.is_floating_point()}
         return check_state({k: got[k] for k in floats}, floats, self.pool)
 
@@ -544,6 +545,8 @@ class ProblemState:
                 launcher.synchronize(self.device)
             except launcher.KernelLaunchError as exc:
                 raise CandidateError(exc.kind, str(exc), exc.sticky) from None
+            # the comparison after the run recomputes reference chunks: not beside it
+            kernels.release_workspace()
 
         result = check(run, self.pool, self.pool.trials_for(self.evaluated))
         if result.ok:

@@ -92,6 +92,33 @@ def test_a_1d_convolution_of_several_gib_tunes_within_the_bound(tmp_path):
     _within_bound(mem)
 
 
+def test_a_training_mode_batch_norm_of_4gib_tunes_within_the_bound(tmp_path):
+    """Statistics over the batch: chunked along the channels. Its set-up passed the bound in
+    the separability test's comparison (norm_batchnorm2d_train_large: 67.1 of 65.35 GiB in the
+    realistic run of 2026-12-06)."""
+    path = write_problem(tmp_path / "p", "bn_train_4gib", "self.bn(x)",
+                         "torch.randn(32, 32, 1024, 1024)",
+                         init_body="self.bn = nn.BatchNorm2d(32)")
+    result, mem = _tune(path, tmp_path, budget=2)
+    assert result.best is not None and result.best.measurement.verified
+    _within_bound(mem)
+    assert mem["verification"] == "chunked" and "output dim 1" in mem["chunk"]
+
+
+def test_a_fused_chain_s_workspace_is_not_held_beside_the_reference(tmp_path):
+    """Convolution, training-mode BatchNorm, ReLU: the candidates keep the convolution's output
+    (2 GiB) in their workspace between stages; held while a check recomputed a reference chunk,
+    it passed the bound by exactly its size (fused_conv2d_batchnorm_relu, 10.47 of 10.35 GiB)."""
+    path = write_problem(tmp_path / "p", "conv_bn_relu_2gib", "torch.relu(self.bn(self.conv(x)))",
+                         "torch.randn(32, 16, 512, 512)",
+                         init_body="self.conv = nn.Conv2d(16, 64, 3, padding=1)\n"
+                                   "self.bn = nn.BatchNorm2d(64)")
+    result, mem = _tune(path, tmp_path, budget=2)
+    assert result.best is not None and result.best.measurement.verified
+    _within_bound(mem)
+    assert mem["peak_by_phase"]["candidates"] <= mem["bound_bytes"]
+
+
 def test_a_problem_eager_runs_in_half_the_gpu_tunes(tmp_path):
     """The input and its output just under half the GPU together: 30 GiB each on the H200
     (139 GiB), 18 GiB on an H100 (79 GiB)."""
