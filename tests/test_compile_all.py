@@ -70,6 +70,9 @@ PROBLEMS = {
     "odd_full_sum": _fn(lambda x: x.sum(), (1000, 37)),
     # batch statistics: (N, H, W) reduced around the channels (the chan template)
     "odd_batch_norm": _fn(lambda x: F.batch_norm(x, None, None, training=True), (5, 7, 3, 11)),
+    # few, long channels: the split template shares a channel among blocks
+    "long_channels_batch_norm": _fn(lambda x: F.batch_norm(x, None, None, training=True),
+                                    (4, 3, 8, 64)),
     "gemm_linear_odd": (nn.Linear, [67, 45], [(3, 37, 67)]),
     "gemm_bmm_transposed_tril": _fn(lambda a, b: torch.tril(torch.bmm(a.transpose(1, 2), b)),
                                     (2, 64, 96), (2, 64, 80)),

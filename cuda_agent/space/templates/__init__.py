@@ -15,9 +15,11 @@ from .row import RowTemplate
 from .scan import ScanTemplate
 from .split import SplitTemplate
 
-TEMPLATES: list[Template] = [MapTemplate(), RowTemplate(), ColTemplate(), SplitTemplate(),
-                             GemmTemplate(), PoolTemplate(),
-                             ChanTemplate(), ScanTemplate(), LibraryTemplate(),
+# order: where several apply, the first's default is the untuned baseline (the row template
+# before split for rows, chan before split for channels)
+TEMPLATES: list[Template] = [MapTemplate(), RowTemplate(), ColTemplate(), ChanTemplate(),
+                             SplitTemplate(), GemmTemplate(), PoolTemplate(),
+                             ScanTemplate(), LibraryTemplate(),
                              AttentionTemplate(), GemmTensorCoreTemplate(),
                              AttentionTensorCoreTemplate(), DepthwiseConvTemplate()]
 

@@ -1,0 +1,86 @@
+"""The split template over channels (a "chanreduce" plan: batch norm's statistics over (N, S)
+for each channel): several blocks share a channel, so that few long channels fill the GPU (the
+chan template's block per channel ran a 16 GiB training-mode BatchNorm at 0.04x of
+torch.compile on the H100, 32 blocks on 132 SMs). Executed on the CPU emulator against torch."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import cpu_exec
+from helpers import Fn, fast_first
+from cuda_agent.ir.capture import capture
+from cuda_agent.ir.partition import ProgramPlan
+from cuda_agent.ir.plan import CHAN_REDUCE, make_plan
+from cuda_agent.problem import load_problem
+from cuda_agent.space.program import stage_spaces
+from cuda_agent.space.slots import Target
+from cuda_agent.space.space import Space
+
+CASES = {  # name: (f, shape): channels few and long, the trailing run odd or a multiple of 4
+    "channel_mean": (lambda x: x.mean(dim=(0, 2, 3)), (3, 4, 8, 64)),
+    "batch_norm_train": (lambda x: F.batch_norm(x, None, None, training=True, eps=1e-5),
+                         (4, 3, 8, 64)),
+    "channel_sumsq_odd": (lambda x: (x * x).sum(dim=(0, 2)), (9, 2, 33)),
+}
+
+
+def _space(f, shape):
+    plan = make_plan(capture(Fn, [f], lambda: [torch.randn(*shape)]))
+    assert plan.kind == CHAN_REDUCE
+    return plan, Space.for_plan(plan, Target())
+
+
+def test_channel_reductions_are_offered_split_as_well_as_a_block_per_channel():
+    for name, (f, shape) in CASES.items():
+        _, sp = _space(f, shape)
+        assert {t.name for t in sp.templates} == {"chan", "split"}, name
+        split = sp.configs_of("split")
+        assert {c["reduction.cross"] for c in split} == {"two_pass", "last_block", "atomic"}
+    # vectors along the trailing run only where it divides it
+    _, odd = _space(*CASES["channel_sumsq_odd"])
+    assert {c["memory.vec"] for c in odd.configs_of("split")} == {1}
+    _, even = _space(*CASES["channel_mean"])
+    assert {c["memory.vec"] for c in even.configs_of("split")} == {1, 2, 4}
+
+
+def test_a_training_mode_batch_norm_s_statistics_stages_can_fill_the_gpu():
+    """The realistic suite's 16 GiB BatchNorm: 32 channels; the chan template gives 32 blocks,
+    the split template a few waves of them."""
+    plan = make_plan(load_problem("benchmarks/realistic/norm_batchnorm2d_train_large.py").graph())
+    assert isinstance(plan, ProgramPlan)
+    target = Target()
+    stats = [sp for st, sp in zip(plan.program.stages, stage_spaces(plan, target))
+             if st.plan.kind == CHAN_REDUCE]
+    assert len(stats) == 2
+    for sp in stats:
+        assert "split" in {t.name for t in sp.templates}
+        launch = sp.render(next(iter(sp.configs_of("split")))).launches[0]
+        assert launch.grid[0] * launch.grid[1] >= target.sm_count
+
+
+@pytest.mark.skipif(not cpu_exec.available(), reason="needs g++")
+@pytest.mark.parametrize("name", fast_first(sorted(CASES), ["channel_sumsq_odd"]))
+def test_split_channels_match_torch(name):
+    f, shape = CASES[name]
+    plan, sp = _space(f, shape)
+    x = torch.randn(*shape)
+    want = f(x.double()).float().numpy().reshape(plan.out_shape)
+    split = sp.configs_of("split")
+    rng = random.Random(name)
+    # one of each way the blocks of a channel meet, vector width and output layout
+    kinds = sorted({(c["reduction.cross"], c["memory.vec"], c["config.out_grid"])
+                    for c in split})
+    chosen = [rng.choice([c for c in split if (c["reduction.cross"], c["memory.vec"],
+                                               c["config.out_grid"]) == kind])
+              for kind in kinds]
+    assert len(chosen) >= 3
+    for cfg in chosen:
+        r = sp.render(cfg)
+        assert r.launches[0].grid[0] >= 2  # a channel shared by blocks
+        err = cpu_exec.max_rel_error(r, [x.numpy()], want)
+        assert err < 1e-5, (cfg.short(), err)
