@@ -561,10 +561,30 @@ def test_rows_outside_are_moved_a_piece_at_a_time(monkeypatch, dim):
     for a, b in ((0, lo), (lo + rows, size)):
         p = want.narrow(dim, a, b - a)
         p.copy_(3.0 * p + p.abs() + 1.0)
-    pieces = separable._pieces(t.narrow(dim, lo + rows, size - lo - rows), dim)
+    pieces = [p for (p,) in separable._pieces(t.narrow(dim, lo + rows, size - lo - rows))]
     assert len(pieces) > 1 and max(p.numel() for p in pieces) <= 96
     assert separable._scramble_outside(t, dim, lo, rows, None)
     assert torch.equal(t, want)
     inside = [slice(None)] * 2
     inside[dim] = slice(lo, lo + rows)
     assert torch.equal(t[tuple(inside)], want[tuple(inside)])
+
+
+def test_answers_are_compared_a_piece_at_a_time(monkeypatch):
+    """The separability test's comparison, in pieces of 96 elements (non-contiguous views
+    included), judges as the whole comparison did: a relative norm over the finite elements,
+    and the same non-finite pattern."""
+    from cuda_agent.run import separable
+
+    monkeypatch.setattr(separable, "SCRAMBLE_PIECE", 96)
+    a = torch.randn(3, 40, 24)
+    b = a + 1e-3 * torch.randn(3, 40, 24)
+    rel = float((a.double() - b.double()).norm() / b.double().norm())
+    assert separable._close(a, b, rel * 1.01) and not separable._close(a, b, rel * 0.99)
+    assert separable._close(a[:, :, 3:17], b[:, :, 3:17], 1e-2)  # views, not contiguous
+    a[2, 39, 23] = b[2, 39, 23] = float("inf")  # same pattern, in the last piece: finite rest
+    assert separable._close(a, b, rel * 1.01)
+    b[2, 39, 23] = 1.0
+    assert not separable._close(a, b, 1.0)
+    assert separable._close(torch.full((300,), float("nan")), torch.full((300,), float("nan")),
+                            0.0)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import torch
 
@@ -91,7 +91,7 @@ def candidate_splits(shapes: Sequence[tuple[int, ...]], roles: Sequence[str],
 
 def _close(a: torch.Tensor, b: torch.Tensor, tol: float) -> bool:
     """Same non-finite pattern, and a relative difference of the finite rest within `tol`.
-    Compared a piece at a time (`_paired_pieces`): whole, the float64 copies, masks and
+    Compared a piece at a time (`_pieces`): whole, the float64 copies, masks and
     difference took five float64 copies of the slice (20 GiB for a 2 GiB slice: the
     training-mode BatchNorm's set-up passed its bound in its separability test, GPU realistic
     run of 2026-12-06)."""
@@ -99,7 +99,7 @@ def _close(a: torch.Tensor, b: torch.Tensor, tol: float) -> bool:
         return False
     diff_sq = ref_sq = 0.0
     finite = False
-    for pa, pb in _paired_pieces(a, b):
+    for pa, pb in _pieces(a, b):
         pa, pb = pa.double(), pb.double()
         fa, fb = torch.isfinite(pa), torch.isfinite(pb)
         if not torch.equal(fa, fb):
@@ -113,24 +113,6 @@ def _close(a: torch.Tensor, b: torch.Tensor, tol: float) -> bool:
     if not finite:
         return True
     return math.sqrt(diff_sq) <= tol * max(math.sqrt(ref_sq), 1e-300)
-
-
-def _paired_pieces(a: torch.Tensor, b: torch.Tensor):
-    """Matching views of two tensors of one shape, of about SCRAMBLE_PIECE elements at most
-    (one element of the leading dims at the least): slices along their first dim, or each
-    index of it taken apart where one index holds more."""
-    if a.dim() == 0 or a.numel() <= SCRAMBLE_PIECE:
-        yield a, b
-        return
-    size = a.shape[0]
-    per = a.numel() // size
-    if per > SCRAMBLE_PIECE:
-        for i in range(size):
-            yield from _paired_pieces(a[i], b[i])
-        return
-    step = max(1, SCRAMBLE_PIECE // per)
-    for i in range(0, size, step):
-        yield a[i:i + step], b[i:i + step]
 
 
 def same_answer(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -153,7 +135,7 @@ def _scramble_outside(t: torch.Tensor, dim: int, lo: int, rows: int, domain: Dom
         # 3x + |x| + 1: far moved, and positive where x was (log, sqrt domains). A piece at a
         # time: whole, its temporaries were 1.3x the input (beyond the memory bound, GPU
         # realistic runs of 2026-12-04/06)
-        for piece in _pieces(part, dim):
+        for (piece,) in _pieces(part):
             piece.copy_(3.0 * piece + piece.abs() + 1.0)
     return True
 
@@ -163,15 +145,23 @@ SCRAMBLE_PIECE = 1 << 24
 and compared at a time by `_close` (about 6 x 128 MiB of float64 and masks)"""
 
 
-def _pieces(part: torch.Tensor, dim: int) -> list[torch.Tensor]:
-    """Views of `part` of about SCRAMBLE_PIECE elements that together cover it: flat runs of a
-    contiguous tensor, else slices along `dim` (one index of it at the least)."""
-    if part.is_contiguous():
-        flat = part.view(-1)
-        return [flat[i:i + SCRAMBLE_PIECE] for i in range(0, flat.numel(), SCRAMBLE_PIECE)]
-    size = part.shape[dim]
-    step = max(1, SCRAMBLE_PIECE // max(1, part.numel() // size))
-    return [part.narrow(dim, i, min(step, size - i)) for i in range(0, size, step)]
+def _pieces(*tensors: torch.Tensor) -> Iterator[tuple[torch.Tensor, ...]]:
+    """Matching views of tensors of one shape, of at most about SCRAMBLE_PIECE elements each
+    (one element of the leading dims at the least) and together covering them: slices along
+    their first dim, or each index of it taken apart where one index holds more."""
+    first = tensors[0]
+    if first.dim() == 0 or first.numel() <= SCRAMBLE_PIECE:
+        yield tensors
+        return
+    size = first.shape[0]
+    per = first.numel() // size
+    if per > SCRAMBLE_PIECE:
+        for i in range(size):
+            yield from _pieces(*(t[i] for t in tensors))
+        return
+    step = max(1, SCRAMBLE_PIECE // per)
+    for i in range(0, size, step):
+        yield tuple(t[i:i + step] for t in tensors)
 
 
 def is_separable(fn: Callable[[list[torch.Tensor]], torch.Tensor], tensors: list[torch.Tensor],

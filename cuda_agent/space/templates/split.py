@@ -25,9 +25,8 @@ by a small kernel with a thread per row).
 
 from __future__ import annotations
 
-from typing import Any
-
 import math
+from typing import Any
 
 from ...ir.plan import CHAN_REDUCE, KernelPlan
 from .. import codegen as cg
