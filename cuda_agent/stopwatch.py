@@ -17,10 +17,13 @@ class Phases:
     also what it reads at the end of each phase (the GPU worker's peak memory so far), so that
     a bound passed during set-up is placed in the step that passed it."""
 
-    def __init__(self, mark: Callable[[], int] | None = None) -> None:
+    def __init__(self, mark: Callable[[], int] | None = None,
+                 on_end: Callable[[str, float, int | None], None] | None = None) -> None:
+        """`on_end(name, seconds, mark)` is told of each phase as it ends."""
         self.seconds: dict[str, float] = {}
         self.marks: dict[str, int] = {}
         self._mark = mark
+        self._on_end = on_end
 
     @contextlib.contextmanager
     def __call__(self, name: str) -> Iterator[None]:
@@ -28,9 +31,14 @@ class Phases:
         try:
             yield
         finally:
-            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t0
+            took = time.perf_counter() - t0
+            self.seconds[name] = self.seconds.get(name, 0.0) + took
+            mark = None
             if self._mark is not None:
-                self.marks[name] = max(self.marks.get(name, 0), self._mark())
+                mark = self._mark()
+                self.marks[name] = max(self.marks.get(name, 0), mark)
+            if self._on_end is not None:
+                self._on_end(name, took, mark)
 
     def as_dict(self, digits: int = 3) -> dict[str, float]:
         return {k: round(v, digits) for k, v in self.seconds.items()}

@@ -401,3 +401,20 @@ def test_a_sliceable_depthwise_copy_computes_what_the_module_does():
     with torch.no_grad():
         again.weight.mul_(2)
     assert torch.equal(mine(x), want) and not torch.equal(again(x), want)
+
+
+def test_a_slow_set_up_step_is_announced_as_it_ends(capsys, monkeypatch):
+    """A set-up step of a minute (a large problem's float64 references) says so on the tune's
+    output when it ends, with the GPU peak so far; quick steps say nothing."""
+    from cuda_agent.stopwatch import Phases
+
+    clock = iter([0.0, 0.5, 10.0, 42.5])
+    monkeypatch.setattr("cuda_agent.stopwatch.time.perf_counter", lambda: next(clock))
+    phases = Phases(mark=lambda: 3 << 30, on_end=worker.slow_step_notice)
+    with phases("inputs"):
+        pass
+    with phases("reference_plan"):
+        pass
+    assert capsys.readouterr().err == "set-up: reference_plan took 32.5 s, GPU peak so far " \
+                                      "3.00 GiB\n"
+    assert phases.seconds == {"inputs": 0.5, "reference_plan": 32.5}

@@ -12,6 +12,7 @@ import contextlib
 import copy
 import gc
 import os
+import sys
 import time
 import traceback
 from typing import Any
@@ -149,7 +150,8 @@ class ProblemState:
         self.precision = verify_settings.precision
         # where the set-up's time went (the tune's report), and its peak memory by each step's end
         self.phases = phases = Phases(mark=lambda: self.tracker.overall()
-                                      if getattr(self, "tracker", None) else 0)
+                                      if getattr(self, "tracker", None) else 0,
+                                      on_end=slow_step_notice)
         with phases("capture"):
             # `graph`: the parent's capture of this file (it checked the file too); traced
             # here only where none came
@@ -712,6 +714,19 @@ class ProblemState:
 
 
 _COPY_BW: dict[str, float] = {}
+
+
+SLOW_STEP_S = 5.0
+"""a set-up step taking this long is announced as it ends"""
+
+
+def slow_step_notice(step: str, seconds: float, peak: int | None) -> None:
+    """One line on stderr (the tune's own output) for a slow set-up step: a problem of tens of
+    GiB spends a minute in set-up, and a tune cut during it left no word of where (an empty log:
+    gemm_square_16k, GPU realistic run of 2026-12-06)."""
+    if seconds >= SLOW_STEP_S:
+        held = f", GPU peak so far {memory.gib(peak)}" if peak else ""
+        print(f"set-up: {step} took {seconds:.1f} s{held}", file=sys.stderr, flush=True)
 
 
 def copy_bandwidth(device: torch.device, flusher: L2Flusher) -> float:
