@@ -84,3 +84,63 @@ def test_split_channels_match_torch(name):
         assert r.launches[0].grid[0] >= 2  # a channel shared by blocks
         err = cpu_exec.max_rel_error(r, [x.numpy()], want)
         assert err < 1e-5, (cfg.short(), err)
+
+
+class ConvBatchNormRelu(torch.nn.Module):
+    """A training-mode chain: its statistics are stages of their own (a program)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 2, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(2)
+
+    def forward(self, x):
+        return torch.relu(self.bn(self.conv(x)))
+
+
+@pytest.mark.skipif(not cpu_exec.available(), reason="needs g++")
+@pytest.mark.parametrize("cross", fast_first(["two_pass", "last_block", "atomic"], ["two_pass"]))
+def test_a_training_mode_chain_with_split_statistics_matches_torch_and_its_statistics(cross):
+    """Convolution, BatchNorm with batch statistics, ReLU, its statistics stages split: the
+    output and the batch mean and variance the kernels leave for the running statistics
+    (`state_updates`) are torch's."""
+    from cuda_agent.space.program import StageSpace, state_updates
+
+    shape = (4, 3, 16, 32)
+    torch.manual_seed(0)
+    model = ConvBatchNormRelu()
+    plan = make_plan(capture(ConvBatchNormRelu, [], lambda: [torch.randn(*shape)]))
+    assert isinstance(plan, ProgramPlan)
+    x = torch.randn(*shape)
+    with torch.no_grad():
+        conv = model.conv.double()(x.double())
+        want = torch.relu(F.batch_norm(conv, None, None, model.bn.weight.double(),
+                                       model.bn.bias.double(), training=True))
+    params = dict(model.named_parameters())
+    inputs = [(x if plan.graph.inputs[k].role == "input"
+               else params[plan.graph.inputs[k].target]).detach().float().numpy()
+              for k in plan.operands]
+    spaces = stage_spaces(plan, Target())
+    stats = [i for i, st in enumerate(plan.program.stages) if st.plan.kind == CHAN_REDUCE]
+    assert stats and all("split" in {t.name for t in spaces[i].templates} for i in stats)
+    # generated stages only (the emulator runs no library step inside a program)
+    fixed = [next(c for c in sp.configs if sp.template_of(c).name not in ("lib", "gemm_tc")
+                  and c.as_dict().get("config.bm") in (None, "-", 16, 32))
+             for sp in spaces]
+    rng = random.Random(cross)
+    for i in stats:
+        fixed[i] = rng.choice([c for c in spaces[i].configs_of("split")
+                               if c["reduction.cross"] == cross])
+    space = StageSpace.of(plan, stats[0], spaces, fixed)
+    r = space.render(fixed[stats[0]])
+    ws: list = []
+    got = cpu_exec.run(r, inputs, tuple(want.shape), workspace=ws)
+    err = float(abs(torch.from_numpy(got).double() - want).max() / want.abs().max())
+    assert err < 1e-4, err
+    update = next(u for u in state_updates(plan) if u["op"] == "running_stats")
+    words = torch.from_numpy(ws[0])
+    for stat, expect in (("mean", conv.mean(dim=(0, 2, 3))),
+                         ("var", conv.var(dim=(0, 2, 3), unbiased=False))):
+        start, n = update[stat]
+        torch.testing.assert_close(words[start // 4:start // 4 + n].double(), expect,
+                                   rtol=1e-4, atol=1e-5)
