@@ -249,3 +249,29 @@ def test_a_program_sweep_splits_evenly_and_records_each_records_stage(tmp_path):
     # the replay follows the recorded stages (here the even split too)
     assert [s for _, _, s in _program(plan, records, Target())] == \
         [r["stage"] for r in records if r.get("ok") and r.get("time_ms")]
+
+
+def test_a_time_limit_is_shared_among_the_stages(tmp_path, monkeypatch):
+    """Each stage gets an even share of the seconds left, as of the budget: under a time limit
+    the first stage used to take them all, leaving the later stages at their untuned defaults
+    (a training-mode BatchNorm chain's statistics at 0.04-0.13x of torch.compile)."""
+    import time
+
+    from cuda_agent.run.sim import SimDevice
+    from cuda_agent.tuner import tune
+
+    slow = SimDevice.evaluate
+
+    def evaluate(self, cand, best_ms=None):  # a measurement of a large problem: seconds
+        time.sleep(0.4)
+        return slow(self, cand, best_ms)
+
+    monkeypatch.setattr(SimDevice, "evaluate", evaluate)
+    path = tmp_path / "conv_pool.py"
+    path.write_text(CONV_POOL_SRC)
+    res = tune(str(path), device="sim", budget=60, batch=2, time_limit_s=8.0, baselines=False,
+               store=":memory:", stage_patience=None)  # no stage settles: only the seconds
+    stages = [t.stage for t in res.trials]
+    assert res.stopped == "time_limit" and stages == sorted(stages)
+    assert stages.count(0) >= 2 and stages.count(1) >= 2, stages
+    assert len(stages) < 30  # neither stage ran through its budget share
