@@ -415,7 +415,8 @@ class Tuner:
         except KeyboardInterrupt:
             stopped = "interrupted"
         # the space the best was measured in renders it exactly (emit, reports)
-        self.space = self._best_space or self.space
+        if self._best_space is not None:
+            self.space = self._best_space
         baselines = Baselines()
         if s.baselines and stopped != "interrupted":
             try:

@@ -500,3 +500,17 @@ def test_a_gpu_set_up_is_announced_before_the_search():
           device=SimDevice(), store=Store(":memory:"), on_setup=silent.append)
     assert silent == []
     assert setup_notice("p", None, None) == "p: set up on the GPU; searching"
+
+
+def test_a_space_is_true_without_being_counted(monkeypatch):
+    """`space or other` used to count every raw combination of the space (its `__len__`):
+    seconds for a row space at the end of every tune."""
+    from cuda_agent.space.space import Space
+
+    sp = Space.for_plan(make_plan(load_problem(GOOD / "softmax_small.py").graph()), Target())
+
+    def counted(*a, **k):
+        raise AssertionError("the space was counted")
+
+    monkeypatch.setattr(Space, "_valid_raw", counted)
+    assert sp and (sp or None) is sp

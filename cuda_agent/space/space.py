@@ -280,6 +280,12 @@ class Space:
     def index(self) -> dict[Config, int]:
         return {c: i for i, c in enumerate(self.configs)}
 
+    def __bool__(self) -> bool:
+        # never empty (`for_plan` refuses a problem with no configuration); without this,
+        # `space or other` counted the whole space (seconds for a row space of 300k raw
+        # combinations, at the end of every tune)
+        return True
+
     def __len__(self) -> int:
         if self.subset:
             return len(self.__dict__["_keep"])
