@@ -1,0 +1,78 @@
+"""The split template over channels on the GPU (`space/templates/split.py`): a sample of the
+configurations of a training-mode batch norm's channels, shared among blocks, verifies against
+the float64 reference (odd sizes: 7 channels, a trailing run of 33 x 35), and on few long
+channels the fastest split kernel beats the fastest block-per-channel one by a wide margin.
+
+    pytest -m gpu tests/gpu/test_split_chan_gpu.py -s
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from cuda_agent.build.builder import Builder, BuildInput
+from cuda_agent.ir.plan import CHAN_REDUCE, make_plan
+from cuda_agent.problem import load_problem
+from cuda_agent.run.devices import Candidate, CudaDevice
+from cuda_agent.run.timing import TimingSettings
+from cuda_agent.space.space import Space
+from helpers import write_problem
+
+pytestmark = pytest.mark.gpu
+
+BATCH_NORM = "F.batch_norm(x, None, None, self.weight, self.bias, training=True)"
+INIT = ("self.weight = nn.Parameter(1 + 0.1 * torch.randn({c}))\n"
+        "self.bias = nn.Parameter(0.1 * torch.randn({c}))")
+
+
+def _measure(path: Path, tmp: Path, templates: tuple[str, ...], sample: int
+             ) -> dict[str, list]:
+    """Each template's configurations, a seeded sample of `sample` of them, built, verified and
+    timed on the GPU: {template: [(config, measurement)]}."""
+    prob = load_problem(path)
+    plan = make_plan(prob.graph())
+    assert plan.kind == CHAN_REDUCE
+    dev = CudaDevice(timing=TimingSettings(reps=10, warmup=2))
+    out: dict[str, list] = {}
+    try:
+        dev.setup(prob, plan)
+        space = Space.for_plan(plan, dev.target())
+        with Builder(cache_dir=tmp / "cache") as b:
+            for name in templates:
+                every = space.configs_of(name)
+                configs = random.Random(0).sample(every, min(sample, len(every)))
+                rendered = [space.render(c) for c in configs]
+                built = b.build([BuildInput(r.source, "sm_90") for r in rendered])
+                out[name] = []
+                for cfg, r, bl in zip(configs, rendered, built):
+                    assert bl.ok, (cfg.short(), bl.error_msg)
+                    m = dev.evaluate(Candidate(cfg.short(), cfg, r, bl.cubin_path))
+                    out[name].append((cfg, m))
+    finally:
+        dev.close()
+    return out
+
+
+def test_split_configurations_of_odd_channels_verify(tmp_path):
+    path = write_problem(tmp_path / "p", "bn_odd", BATCH_NORM, "torch.randn(5, 7, 33, 35)",
+                         init_body=INIT.format(c=7))
+    got = _measure(path, tmp_path, ("split",), sample=80)
+    wrong = [(c.short(), m.error_kind, m.error_msg) for c, m in got["split"]
+             if not (m.ok and m.verified)]
+    assert not wrong, wrong[:5]
+    assert {c["reduction.cross"] for c, _ in got["split"]} == {"two_pass", "last_block", "atomic"}
+
+
+def test_few_long_channels_run_faster_split(tmp_path):
+    """32 channels of 8 M elements (1 GiB): a block per channel leaves most of the H100's 132
+    SMs idle."""
+    path = write_problem(tmp_path / "p", "bn_long", BATCH_NORM, "torch.randn(32, 32, 512, 512)",
+                         init_body=INIT.format(c=32))
+    got = _measure(path, tmp_path, ("chan", "split"), sample=40)
+    best = {name: min(m.time_ms for _, m in rows if m.ok) for name, rows in got.items()}
+    print(f"bn_long (1 GiB, 32 channels): best chan {best['chan']:.3f} ms, "
+          f"best split {best['split']:.3f} ms")
+    assert best["split"] < 0.5 * best["chan"]
