@@ -418,3 +418,29 @@ def test_a_slow_set_up_step_is_announced_as_it_ends(capsys, monkeypatch):
     assert capsys.readouterr().err == "set-up: reference_plan took 32.5 s, GPU peak so far " \
                                       "3.00 GiB\n"
     assert phases.seconds == {"inputs": 0.5, "reference_plan": 32.5}
+
+
+def test_a_product_whose_other_operand_is_large_is_chunked_on_the_gpu(counted_gpu, monkeypatch,
+                                                                       make_problem):
+    """A matrix product chunked along the left operand's rows keeps the right one whole, in
+    float64 (16k x 16k: 2 GiB, more than a chunk's share): its chunks take the room the GPU
+    would keep references in, and the references go to host memory. Before, its reference ran
+    on the CPU: a float64 16k^3 product per case (gemm_square_16k's set-up passed 110 s on the
+    H100). Within the bound, set-up and checks."""
+    from live_bytes import LiveBytes, LiveBytesTracker
+    monkeypatch.setattr(memory, "HOLD_BYTES", 512 << 10)
+    path = make_problem("mm", "torch.matmul(a, b)", "torch.randn(128, 256), torch.randn(256, 256)",
+                        args="a, b")
+    with LiveBytes(where=True) as live:
+        state = worker.ProblemState(str(path), CPU, TimingSettings(), VerifySettings(),
+                                    tracker=LiveBytesTracker(live))
+    mem = state.memory
+    assert mem.verification == "chunked" and mem.chunk.endswith("references in host memory")
+    assert state.ref_host is None and not state.device_refs
+    assert state.pool.budget.device_bytes == 0
+    assert mem.peak_bytes <= mem.bound_bytes, (state.phases.marks, "".join(live.top_stack))
+    with live:
+        for i in range(2):
+            res = check(exact(state), state.pool, state.pool.trials_for(i))
+            assert res.ok, res.msg
+    assert live.peak <= mem.bound_bytes, "".join(live.top_stack)

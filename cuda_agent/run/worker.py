@@ -167,6 +167,9 @@ class ProblemState:
             self.model = self.problem.make_model(device)
             self.ref_model = reference_copy(self.model, self.graph)
         self.ref_host: torch.nn.Module | None = None  # the float64 reference in host memory
+        # False where the reference's chunks took the GPU room references would be kept in
+        # (`_reference_plan`): the pool keeps them in host memory
+        self.device_refs = True
         # a reference accumulated over chunks of the batch (a loss reduced to one number),
         # and the rows per chunk (`_accumulation_plan`)
         self.accumulation: Accumulation | None = None
@@ -221,7 +224,8 @@ class ProblemState:
         with refusing(self.problem.name, "planning the float64 reference"), \
                 phases("reference_plan"):
             split, rows, host_bytes = self._reference_plan()
-        budget = PoolBudget(self.memory.hold_room(), host_bytes, memory.SCRATCH_BYTES)
+        budget = PoolBudget(self.memory.hold_room() if self.device_refs else 0, host_bytes,
+                            memory.SCRATCH_BYTES)
         with refusing(self.problem.name, "drawing the verification cases"), phases("cases"):
             # conformance mode checks against the module itself in fp32: no witness needed
             self.pool = CasePool(self.reference, self.metas, self.out_shape, self.out_dtype,
@@ -313,11 +317,22 @@ class ProblemState:
         host_need = mem.full_reference_bytes() + mem.sizes.input_bytes
         if split is not None:
             n = self.out_shape[split.out_dim]
-            rows = memory.chunk_rows(lambda k: self._chunk_cost(split, k), n,
-                                     mem.chunk_budget())
+            cost = lambda k: self._chunk_cost(split, k)  # noqa: E731
+            rows = memory.chunk_rows(cost, n, mem.chunk_budget())
             where = f"along output dim {split.out_dim}"
+            if rows is None and mem.hold_room() > 0:
+                # a chunk with a large fixed part (a matrix product's other operand, whole in
+                # float64: 2 GiB for 16k x 16k) may take the room the GPU would keep references
+                # in; they go to host memory. Else the reference went to the CPU: a float64
+                # 16k^3 product per case, minutes of set-up (gemm_square_16k's time-out, GPU
+                # realistic run of 2026-12-06)
+                rows = memory.chunk_rows(cost, n, mem.chunk_budget() + mem.hold_room())
+                self.device_refs = rows is None
             if rows is not None:
                 mem.verification, mem.chunk = "chunked", f"{rows} of {n} {where}"
+                if not self.device_refs:
+                    mem.chunk += ", references in host memory"
+                    return split, rows, host // 4
                 # a chunked reference is recomputed per check unless kept in host memory
                 return split, rows, self._host_room(split, rows, host)
             # not one row fits the GPU's budget: chunks in host memory
