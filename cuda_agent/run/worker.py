@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import gc
 import os
 import sys
@@ -317,7 +318,7 @@ class ProblemState:
         host_need = mem.full_reference_bytes() + mem.sizes.input_bytes
         if split is not None:
             n = self.out_shape[split.out_dim]
-            cost = lambda k: self._chunk_cost(split, k)  # noqa: E731
+            cost = functools.partial(self._chunk_cost, split)
             rows = memory.chunk_rows(cost, n, mem.chunk_budget())
             where = f"along output dim {split.out_dim}"
             if rows is None and mem.hold_room() > 0:
