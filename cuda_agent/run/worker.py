@@ -325,8 +325,8 @@ class ProblemState:
                 # a chunk with a large fixed part (a matrix product's other operand, whole in
                 # float64: 2 GiB for 16k x 16k) may take the room the GPU would keep references
                 # in; they go to host memory. Else the reference went to the CPU: a float64
-                # 16k^3 product per case, minutes of set-up (gemm_square_16k's time-out, GPU
-                # realistic run of 2026-12-06)
+                # 16k^3 product per case, minutes of set-up (the likely cause of
+                # gemm_square_16k's time-out in the GPU realistic run of 2026-12-06)
                 rows = memory.chunk_rows(cost, n, mem.chunk_budget() + mem.hold_room())
                 self.device_refs = rows is None
             if rows is not None:
