@@ -303,23 +303,29 @@ def test_set_up_stays_within_the_bound_it_states(name, counted_gpu, make_problem
     eager's peak + 2 x output + allowance. The MSE passed it by one input's worth before
     (6-12 GiB on the GPU): the witness's answer, torch's 0-d mean, kept the storage of the
     whole elementwise loss alive while the reference ran."""
-    from live_bytes import LiveBytes, LiveBytesTracker
     expr, inputs, kw, verification = BOUNDED[name]
-    path = make_problem(name, expr, inputs, **kw)
+    state = _set_up_and_check_within_the_bound(make_problem(name, expr, inputs, **kw))
+    mem = state.memory
+    assert mem.verification == verification
+    assert mem.peak_bytes >= mem.eager_peak_bytes > mem.sizes.input_bytes
+
+
+def _set_up_and_check_within_the_bound(path) -> worker.ProblemState:
+    """The worker's set-up of `path` under the live-bytes counter, then two candidates' checks
+    (the output buffer, each case drawn in turn, its reference held or recomputed and compared
+    chunk by chunk; a stand-in kernel: torch's own answer), each within the stated bound."""
+    from live_bytes import LiveBytes, LiveBytesTracker
     with LiveBytes(where=True) as live:
         state = worker.ProblemState(str(path), CPU, TimingSettings(), VerifySettings(),
                                     tracker=LiveBytesTracker(live))
     mem = state.memory
-    assert mem.verification == verification
-    assert mem.peak_bytes >= mem.eager_peak_bytes > mem.sizes.input_bytes
     assert mem.peak_bytes <= mem.bound_bytes, (state.phases.marks, "".join(live.top_stack))
-    # then candidates' checks: the output buffer, each case drawn in turn, its reference held
-    # or recomputed and compared chunk by chunk (a stand-in kernel: torch's own answer)
     with live:
         for i in range(2):
             res = check(exact(state), state.pool, state.pool.trials_for(i))
             assert res.ok, res.msg
     assert live.peak <= mem.bound_bytes, "".join(live.top_stack)
+    return state
 
 
 def test_an_answer_holding_a_larger_storage_is_compacted():
@@ -425,22 +431,13 @@ def test_a_product_whose_other_operand_is_large_is_chunked_on_the_gpu(counted_gp
     """A matrix product chunked along the left operand's rows keeps the right one whole, in
     float64 (16k x 16k: 2 GiB, more than a chunk's share): its chunks take the room the GPU
     would keep references in, and the references go to host memory. Before, its reference ran
-    on the CPU: a float64 16k^3 product per case (gemm_square_16k's set-up passed 110 s on the
-    H100). Within the bound, set-up and checks."""
-    from live_bytes import LiveBytes, LiveBytesTracker
+    on the CPU: a float64 16k^3 product per case (the likely cause of gemm_square_16k's
+    time-out on the H100). Within the bound, set-up and checks."""
     monkeypatch.setattr(memory, "HOLD_BYTES", 512 << 10)
-    path = make_problem("mm", "torch.matmul(a, b)", "torch.randn(128, 256), torch.randn(256, 256)",
-                        args="a, b")
-    with LiveBytes(where=True) as live:
-        state = worker.ProblemState(str(path), CPU, TimingSettings(), VerifySettings(),
-                                    tracker=LiveBytesTracker(live))
+    state = _set_up_and_check_within_the_bound(make_problem(
+        "mm", "torch.matmul(a, b)", "torch.randn(128, 256), torch.randn(256, 256)",
+        args="a, b"))
     mem = state.memory
     assert mem.verification == "chunked" and mem.chunk.endswith("references in host memory")
     assert state.ref_host is None and not state.device_refs
     assert state.pool.budget.device_bytes == 0
-    assert mem.peak_bytes <= mem.bound_bytes, (state.phases.marks, "".join(live.top_stack))
-    with live:
-        for i in range(2):
-            res = check(exact(state), state.pool, state.pool.trials_for(i))
-            assert res.ok, res.msg
-    assert live.peak <= mem.bound_bytes, "".join(live.top_stack)
