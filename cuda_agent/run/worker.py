@@ -308,8 +308,8 @@ class ProblemState:
         # convolutions must take a chunk of their channels (the float64 reference's can)
         probe = self.witness
         if has_depthwise(self.model):
-            sliceable = reference_copy(self.model, self.graph, dtype=None)
-            probe = lambda ts: self.witness(ts, sliceable)  # noqa: E731
+            probe = functools.partial(self.witness,
+                                      model=reference_copy(self.model, self.graph, dtype=None))
         try:
             split = find_split(probe, self._draw_first_case, roles, self.out_shape,
                                self.domains)
@@ -318,7 +318,8 @@ class ProblemState:
         host_need = mem.full_reference_bytes() + mem.sizes.input_bytes
         if split is not None:
             n = self.out_shape[split.out_dim]
-            cost = functools.partial(self._chunk_cost, split)
+            # each size measured once: a second plan (below) asks for the same sizes again
+            cost = functools.lru_cache(maxsize=None)(functools.partial(self._chunk_cost, split))
             rows = memory.chunk_rows(cost, n, mem.chunk_budget())
             where = f"along output dim {split.out_dim}"
             if rows is None and mem.hold_room() > 0:
