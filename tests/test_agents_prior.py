@@ -5,8 +5,11 @@ policy's own log-probabilities."""
 
 from __future__ import annotations
 
+import random
+
 import numpy as np
 import pytest
+import torch
 
 from helpers import good_space, sharp_policy
 from cuda_agent.agents import prior as prior_mod
@@ -87,3 +90,51 @@ def test_episode_ranks_by_policy_plus_prior_and_keeps_the_policys_logp():
 def test_strategy_rejects_a_negative_prior_weight():
     with pytest.raises(ValueError, match="prior_weight"):
         AgentsStrategy(space_of("relu_small"), prior_weight=-1.0)
+
+
+class _ConvBatchNormRelu(torch.nn.Module):
+    """A training-mode chain: a program of a convolution, two statistics stages, a map."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(8)
+
+    def forward(self, x):
+        return torch.relu(self.bn(self.conv(x)))
+
+
+@pytest.mark.parametrize("stage", [0, 1, 3])
+def test_a_program_stage_is_modelled_as_the_whole_program_would_be(stage, monkeypatch):
+    """A stage's configurations get the whole program's modelled time (the other stages at
+    their fixed configurations), while the other stages are rendered once, not once per
+    configuration."""
+    from cuda_agent.ir.capture import capture
+    from cuda_agent.ir.plan import make_plan
+    from cuda_agent.run.sim_model import simulate
+    from cuda_agent.space.program import StageSpace, stage_spaces
+    from cuda_agent.space.slots import Target
+
+    plan = make_plan(capture(_ConvBatchNormRelu, [], lambda: [torch.randn(4, 3, 32, 32)]))
+    spaces = stage_spaces(plan, Target())
+    assert len(spaces) == 4
+    space = StageSpace.of(plan, stage, spaces, [sp.default() for sp in spaces])
+    configs = random.Random(stage).sample(space.configs, 24)
+    whole = [simulate(space.plan, space.render(c), None, space.target) for c in configs]
+    want = np.array([r.time_ms if not r.error_kind else np.nan for r in whole])
+    assert np.isfinite(want).sum() > 10
+
+    renders = {i: 0 for i in range(len(spaces))}
+    for i, sp in enumerate(spaces):
+        monkeypatch.setattr(sp, "render", _counting(sp.render, renders, i))
+    got = simulated_times(space, np.arange(len(configs)), configs)
+    assert np.allclose(got, want, rtol=1e-12, equal_nan=True)
+    assert renders[stage] == len(configs)
+    assert all(n == 1 for i, n in renders.items() if i != stage)
+
+
+def _counting(render, counts: dict, i: int):
+    def counted(cfg):
+        counts[i] += 1
+        return render(cfg)
+    return counted

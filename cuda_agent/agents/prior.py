@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..space.program import StageSpace
 from ..space.space import Space
 
 if TYPE_CHECKING:
@@ -52,16 +53,45 @@ def simulated_times(space: Space, rows: np.ndarray, configs: list,
 
     out = np.full(len(rows), np.nan)
     with applied(resolve(constants)) as sim_constants:
+        own, others_ms = space, 0.0
+        if isinstance(space, StageSpace):
+            # a program's time is the sum of its stages' (`sim_model.simulate`), and only this
+            # stage's configuration varies: the others are modelled once, not rendered and
+            # composed again for each configuration (the whole program's source, for a
+            # convolution chain's 6588 configurations 16 s of a 20 s search on the H100's host)
+            own = space.spaces[space.stage]
+            others_ms = _fixed_stages_ms(space, sim_constants)
+            if others_ms is None:
+                return out
         for i, r in enumerate(rows):
             try:
-                res = simulate(space.plan, space.render(configs[int(r)]), None, space.target,
+                res = simulate(own.plan, own.render(configs[int(r)]), None, own.target,
                                sim_constants)
             except Exception:  # noqa: BLE001 - a template the model cannot read: no opinion
                 continue
             if not res.error_kind and res.time_ms and np.isfinite(res.time_ms) \
                     and res.time_ms > 0:
-                out[i] = res.time_ms
+                out[i] = res.time_ms + others_ms
     return out
+
+
+def _fixed_stages_ms(space: StageSpace, sim_constants: object) -> float | None:
+    """The modelled time of a program's stages other than `space.stage`, at their fixed
+    configurations; None where the model rejects one (every candidate of the program fails)."""
+    from ..run.sim_model import simulate
+
+    total = 0.0
+    for j, (sp, cfg) in enumerate(zip(space.spaces, space.fixed)):
+        if j == space.stage:
+            continue
+        try:
+            res = simulate(sp.plan, sp.render(cfg), None, sp.target, sim_constants)
+        except Exception:  # noqa: BLE001 - as `simulated_times`: no opinion
+            return None
+        if res.error_kind or not np.isfinite(res.time_ms):
+            return None
+        total += res.time_ms
+    return total
 
 
 def sim_prior(space: Space, configs: list, policy_logp: np.ndarray | None = None,
