@@ -61,6 +61,22 @@ def test_a_training_mode_batch_norm_s_statistics_stages_can_fill_the_gpu():
         assert "split" in {t.name for t in sp.templates}
         launch = sp.render(next(iter(sp.configs_of("split")))).launches[0]
         assert launch.grid[0] * launch.grid[1] >= target.sm_count
+        # the untuned baseline is split too: a block per channel left most SMs idle (the
+        # second statistics stage kept it under a 20 s search: 248 ms against 16.6 ms)
+        assert sp.template_of(sp.default()).name == "split"
+        launch = sp.render(sp.default()).launches[0]
+        assert launch.grid[0] * launch.grid[1] >= target.sm_count
+
+
+@pytest.mark.parametrize("shape, baseline", [
+    ((128, 32, 1024, 32), "split"),  # 32 long channels: a block each idles 100 SMs
+    ((4, 256, 64, 64), "chan"),  # more channels than SMs: a block each fills the GPU
+    ((13, 37, 7, 7), "chan"),  # few short channels: a block each is done at once
+])
+def test_the_untuned_baseline_is_a_block_per_channel_unless_that_idles_the_gpu(shape,
+                                                                               baseline):
+    _, sp = _space(CASES["batch_norm_train"][0], shape)
+    assert sp.template_of(sp.default()).name == baseline
 
 
 @pytest.mark.skipif(not cpu_exec.available(), reason="needs g++")

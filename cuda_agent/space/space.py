@@ -331,10 +331,13 @@ class Space:
         return rng.sample(pool, min(n, len(pool)))
 
     def default(self) -> Config:
-        """The untuned baseline: the first template's default that is valid here, else the
-        first valid configuration."""
+        """The untuned baseline: the first template's default that is valid here and does not
+        leave most of the GPU idle (`Template.idles_the_gpu`), else the first template's
+        default that is valid, else the first valid configuration."""
         defaults = self.template_defaults()
-        return defaults[0] if defaults else self._first(self.templates[0]) or self.configs[0]
+        busy = [c for c in defaults
+                if not self.template_of(c).idles_the_gpu(self.plan, self.target)]
+        return (busy or defaults or [self._first(self.templates[0]) or self.configs[0]])[0]
 
     def template_defaults(self, fallback: bool = False) -> list[Config]:
         """Each template's own default, where valid here, in template order; with `fallback`,

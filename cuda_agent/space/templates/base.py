@@ -56,6 +56,12 @@ class Template(ABC):
     def default(self, plan: KernelPlan, target: Target) -> dict[str, Any]:
         """What an untuned compiler would emit: the baseline configuration."""
 
+    def idles_the_gpu(self, plan: KernelPlan, target: Target) -> bool:
+        """Whether this template's default leaves most of the GPU idle on `plan` for long, so
+        that the space's untuned baseline is the next template's default instead (`Space.
+        default`)."""
+        return False
+
     @abstractmethod
     def render(self, plan: KernelPlan, cfg: dict[str, Any], target: Target) -> Rendered: ...
 

@@ -66,6 +66,10 @@ def _segment_vectors(plan: KernelPlan, cfg: dict[str, Any]) -> int:
     return -(-NV // cfg.get("config.cluster", 1))
 
 
+LONG_CHANNEL = 1 << 20
+"""elements per channel from which one block per channel is slow (a few ms a channel)"""
+
+
 class ChanTemplate(Template):
     name = "chan"
     version = "3"
@@ -76,6 +80,13 @@ class ChanTemplate(Template):
         # arg-reductions have no meaning over non-adjacent dims (torch's take one dim)
         return plan.kind == CHAN_REDUCE and not plan.whole_rows_only and not any(
             plan.graph[n].attr("kind") in ("argmax", "argmin") for lv in plan.levels for n in lv)
+
+    def idles_the_gpu(self, plan: KernelPlan, target: Target) -> bool:
+        # a block per channel: fewer channels than SMs, each long, leave most SMs idle for the
+        # whole kernel (16 GiB over 32 channels: about 210 ms a statistics pass on the H100,
+        # 2026-12-06; the split template shares each channel among blocks)
+        lead, kept, trail = _sizes(plan)
+        return kept < target.sm_count and lead * trail >= LONG_CHANNEL
 
     def slots(self, plan: KernelPlan, target: Target) -> list[Slot]:
         return [
