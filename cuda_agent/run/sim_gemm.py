@@ -37,6 +37,9 @@ from __future__ import annotations
 
 import functools
 import math
+
+import numpy as np
+
 from ..space.slots import Rendered, Target
 
 # The library's product is a black box to the model: its rate per kind of call, in strict fp32,
@@ -520,14 +523,32 @@ def _library_efficiency(plan, call: dict) -> float:
     return eff * (GROUPED_CONV_FACTOR if groups > 1 else 1.0)
 
 
-def _wavefronts(words_per_lane: list[list[int]]) -> int:
-    """Shared-memory wavefronts of one warp instruction: each of the 32 banks serves one
-    distinct 4-byte word per wavefront (lanes reading the same word share it, a broadcast)."""
-    banks: dict[int, set[int]] = {}
-    for words in words_per_lane:
-        for w in words:
-            banks.setdefault(w % 32, set()).add(w)
-    return max(1, max((len(s) for s in banks.values()), default=1))
+def _instruction_wavefronts(words: np.ndarray) -> int:
+    """Shared-memory wavefronts of many warp instructions: one instruction per row of `words`
+    (the 4-byte words its lanes ask for, -1 where a lane asks for none). Each of the 32 banks
+    serves one distinct word per wavefront (lanes reading the same word share it, a
+    broadcast); an instruction takes at least one."""
+    n = words.shape[0]
+    if n == 0:
+        return 0
+    s = np.sort(words, axis=1)
+    distinct = np.ones(s.shape, dtype=bool)
+    distinct[:, 1:] = s[:, 1:] != s[:, :-1]
+    distinct &= s >= 0
+    row = np.broadcast_to(np.arange(n)[:, None], s.shape)[distinct]
+    per_bank = np.bincount(row * 32 + s[distinct] % 32, minlength=n * 32).reshape(n, 32)
+    return int(np.maximum(per_bank.max(axis=1), 1).sum())
+
+
+def _warp_instructions(words: np.ndarray, nt: int) -> np.ndarray:
+    """(..., nt threads, k words) -> one row per warp instruction (32 x k words), -1 for the
+    lanes a last partial warp lacks."""
+    warps = -(-nt // 32)
+    if warps * 32 > nt:
+        widths = [(0, 0)] * words.ndim
+        widths[-2] = (0, warps * 32 - nt)
+        words = np.pad(words, widths, constant_values=-1)
+    return words.reshape(-1, 32 * words.shape[-1])
 
 
 @functools.lru_cache(maxsize=4096)
@@ -537,32 +558,31 @@ def smem_wavefronts(bm: int, bn: int, bk: int, tm: int, tn: int, warp: str, spli
     """(fragment-load wavefronts per K step, tile-store wavefronts per K slice) of one block,
     counted lane by lane from the template's layout (`gemm._GemmWriter.fragment`,
     `tile_stores`, `tile_async`), so conflicts of contiguous 8-wide tiles and of transposed
-    stores come out of the addresses instead of rules."""
+    stores come out of the addresses instead of rules. Every instruction's addresses at once
+    (numpy): the agents' prior models thousands of layouts per convolution space."""
     wn, wm = bn // tn, bm // tm
     nt = wn * wm
     lda, ldb = bm + pad, bn + pad
+    tid = np.arange(nt)
+    if warp == "4x8":
+        if wn < 8:
+            raise ValueError(f"a 4x8 warp needs 8 threads along N, not {wn}")
+        w, lane = tid >> 5, tid & 31
+        xs = (w % (wn // 8)) * 8 + (lane & 7)
+        ys = (w // (wn // 8)) * 4 + (lane >> 3)
+    else:
+        xs, ys = tid % wn, tid // wn
 
-    def lane_xy(tid: int) -> tuple[int, int]:
-        if warp == "4x8":
-            w, lane = tid >> 5, tid & 31
-            return (w % (wn // 8)) * 8 + (lane & 7), (w // (wn // 8)) * 4 + (lane >> 3)
-        return tid % wn, tid // wn
-
-    def starts(idx: int, count: int, whole: int) -> list[int]:
+    def starts(idx: np.ndarray, count: int, whole: int) -> np.ndarray:
+        """(quads, threads): the first word of each 4-word quad of a thread's fragment."""
         if split_frag and count == 8:
-            return [idx * 4, whole // 2 + idx * 4]
-        return [idx * count + 4 * q for q in range(count // 4)]
+            return np.stack([idx * 4, whole // 2 + idx * 4])
+        return np.stack([idx * count + 4 * q for q in range(count // 4)])
 
-    frag = 0
-    warps = [list(range(w * 32, min(nt, w * 32 + 32))) for w in range(-(-nt // 32))]
-    for lanes in warps:
-        xy = [lane_xy(t) for t in lanes]
-        for q in range(len(starts(0, tm, bm))):
-            frag += _wavefronts([range(starts(y, tm, bm)[q], starts(y, tm, bm)[q] + 4)
-                                 for _, y in xy])
-        for q in range(len(starts(0, tn, bn))):
-            frag += _wavefronts([range(starts(x, tn, bn)[q], starts(x, tn, bn)[q] + 4)
-                                 for x, _ in xy])
+    quad = np.arange(4)
+    frag = sum(_instruction_wavefronts(_warp_instructions(
+        starts(idx, count, whole)[:, :, None] + quad, nt))
+        for idx, count, whole in ((ys, tm, bm), (xs, tn, bn)))
     store = 0
     for row_dim, along, vec, rows, ld in (("m", a_along, vec_a, bm, lda),
                                           ("n", b_along, vec_b, bn, ldb)):
@@ -571,22 +591,17 @@ def smem_wavefronts(bm: int, bn: int, bk: int, tm: int, tn: int, warp: str, spli
         else:
             vec_eff, per_elem = vec, False
         total = rows * bk // vec_eff
-        for j in range(max(1, total // nt)):
-            for lanes in warps:
-                addrs = []
-                for t in lanes:
-                    idx = t + j * nt
-                    if per_elem:
-                        r, kk = ((idx % rows, idx // rows) if along == row_dim
-                                 else (idx // bk, idx % bk))
-                    elif along == row_dim:
-                        r, kk = (idx % (rows // vec)) * vec, idx // (rows // vec)
-                    else:
-                        r, kk = idx // (bk // vec), (idx % (bk // vec)) * vec
-                    addrs.append((r, kk))
-                if along == row_dim and vec_eff == 4:
-                    store += _wavefronts([range(kk * ld + r, kk * ld + r + 4) for r, kk in addrs])
-                else:  # scalar stores, one per element of the vector
-                    for q in range(vec_eff):
-                        store += _wavefronts([[(kk + q) * ld + r] for r, kk in addrs])
+        idx = tid[None, :] + np.arange(max(1, total // nt))[:, None] * nt  # (rounds, threads)
+        if per_elem:
+            r, kk = (idx % rows, idx // rows) if along == row_dim else (idx // bk, idx % bk)
+        elif along == row_dim:
+            r, kk = (idx % (rows // vec)) * vec, idx // (rows // vec)
+        else:
+            r, kk = idx // (bk // vec), (idx % (bk // vec)) * vec
+        if along == row_dim and vec_eff == 4:
+            store += _instruction_wavefronts(_warp_instructions((kk * ld + r)[..., None] + quad,
+                                                                nt))
+        else:  # scalar stores, one per element of the vector
+            store += sum(_instruction_wavefronts(_warp_instructions(
+                ((kk + q) * ld + r)[..., None], nt)) for q in range(vec_eff))
     return float(frag), float(store)
