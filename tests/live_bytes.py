@@ -33,6 +33,8 @@ class LiveBytes(TorchDispatchMode):
         """the highest count since the mode was made (`peak` is reset by each section)"""
         self.top_stack: list[str] = []
         self._refs: dict[int, list[int]] = {}  # storage address -> [bytes, live tensors]
+        self.cap: int | None = None
+        """live bytes past which a new storage fails as torch's capped allocator fails"""
 
     def _release(self, key: int) -> None:
         entry = self._refs.get(key)
@@ -50,6 +52,8 @@ class LiveBytes(TorchDispatchMode):
             return
         entry = self._refs.get(key)
         if entry is None:
+            if self.cap is not None and self.allocated + storage.nbytes() > self.cap:
+                raise torch.OutOfMemoryError(f"live bytes would pass the cap ({self.cap})")
             entry = self._refs[key] = [storage.nbytes(), 0]
             self.allocated += entry[0]
             self.peak = max(self.peak, self.allocated)
@@ -93,13 +97,16 @@ class LiveBytesTracker(PeakTracker):
     def overall(self) -> int:
         return max(self.peak, self.live.peak)
 
-    def section(self, fn: Any, count: bool = True) -> tuple[Any, int]:
+    def section(self, fn: Any, count: bool = True, cap: int | None = None
+                ) -> tuple[Any, int]:
         self.peak = self.overall()
         base = self.live.allocated
         self.live.reset_peak()
+        self.live.cap = None if cap is None else base + cap
         try:
             result = fn()
         finally:
+            self.live.cap = None
             top = self.live.peak
             if count:
                 self.peak = max(self.peak, top)

@@ -29,9 +29,12 @@ class ScriptedPeaks(PeakTracker):
     def __init__(self) -> None:
         super().__init__(CPU)
 
-    def section(self, fn):
+    def section(self, fn, count=True, cap=None):
         out = fn()
-        return out, 0 if out is None else 2 * out.numel() * 8
+        cost = 0 if out is None else 2 * out.numel() * 8
+        if cap is not None and cost > cap:
+            raise torch.OutOfMemoryError("past the cap")
+        return out, cost
 
 
 @pytest.fixture
@@ -293,10 +296,13 @@ BOUNDED = {  # name: (forward, inputs, write_problem's keywords, the verificatio
                               "padding=1, output_padding=1)"), "chunked"),
     "conv3d": ("self.conv(x)", "torch.randn(8, 4, 8, 16, 16)",
                dict(init_body="self.conv = nn.Conv3d(4, 8, 3, padding=1)"), "chunked"),
+    # one row of its batch, or of its channels, is larger than a chunk's budget: chunked
+    # along its rows' length
+    "long_rows": ("x * torch.sigmoid(x)", "torch.randn(2, 2, 8192)", {}, "chunked"),
 }
 
 
-@pytest.mark.parametrize("name", fast_first(sorted(BOUNDED), ["mse", "cross_entropy", "argmax",
+@pytest.mark.parametrize("name", fast_first(sorted(BOUNDED), ["mse", "cross_entropy", "argmax", "long_rows",
                                                              "batchnorm_train"]))
 def test_set_up_stays_within_the_bound_it_states(name, counted_gpu, make_problem):
     """The set-up's live bytes, counted as torch's allocator counts them on the GPU, within
@@ -308,6 +314,9 @@ def test_set_up_stays_within_the_bound_it_states(name, counted_gpu, make_problem
     mem = state.memory
     assert mem.verification == verification
     assert mem.peak_bytes >= mem.eager_peak_bytes > mem.sizes.input_bytes
+    if name == "long_rows":  # in several chunks along the rows' length
+        rows, _, n = mem.chunk.partition(" along output dim 2")[0].partition(" of ")
+        assert int(rows) < int(n) == 8192
 
 
 def _set_up_and_check_within_the_bound(path) -> worker.ProblemState:
@@ -441,3 +450,17 @@ def test_a_product_whose_other_operand_is_large_is_chunked_on_the_gpu(counted_gp
     assert mem.verification == "chunked" and mem.chunk.endswith("references in host memory")
     assert state.ref_host is None and not state.device_refs
     assert state.pool.budget.device_bytes == 0
+
+
+def test_a_reference_row_too_large_fails_at_its_cap_while_measured(counted_gpu, make_problem):
+    """A float64 reference whose one batch row takes more than the whole bound (as torch's
+    attention does on the GPU in float64, its scores materialised: one batch row 4.5 GB, the
+    bound 4.35 GiB in the realistic run of 2026-12-06, passed while that row was measured).
+    Each size is measured under a cap (torch's allocator limited on the GPU) and fails there;
+    the next separable direction, along the channels, fits."""
+    path = make_problem(
+        "wide_f64", "torch.relu((x[..., None] * torch.ones(64, dtype=x.dtype)).sum(-1) / 64 "
+        "if x.dtype == torch.float64 else x) * 2", "torch.randn(16, 512)")
+    state = _set_up_and_check_within_the_bound(path)
+    mem = state.memory
+    assert mem.verification == "chunked" and "along output dim 1" in mem.chunk

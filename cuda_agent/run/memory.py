@@ -23,10 +23,11 @@ to the bound; `--no-baselines` leaves them out.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
@@ -225,10 +226,13 @@ class PeakTracker:
             return 0
         return max(self.peak, torch.cuda.max_memory_allocated(self.device))
 
-    def section(self, fn: Callable[[], Any], count: bool = True) -> tuple[Any, int]:
+    def section(self, fn: Callable[[], Any], count: bool = True, cap: int | None = None
+                ) -> tuple[Any, int]:
         """(fn(), the most it allocated beyond what was allocated before it). With `count`
         False, what it allocated is not the run's peak (torch's own baselines: their peak is
-        reported apart)."""
+        reported apart). With `cap`, fn may allocate about that much: beyond it, torch's
+        allocator raises `torch.OutOfMemoryError` (a reference chunk measured to see whether
+        it fits must not pass the bound while it is measured)."""
         if not self.cuda:
             return fn(), 0
         torch.cuda.synchronize(self.device)
@@ -236,8 +240,9 @@ class PeakTracker:
         base = torch.cuda.memory_allocated(self.device)
         torch.cuda.reset_peak_memory_stats(self.device)
         try:
-            result = fn()
-            torch.cuda.synchronize(self.device)
+            with self._capped(base, cap):
+                result = fn()
+                torch.cuda.synchronize(self.device)
         finally:
             top = torch.cuda.max_memory_allocated(self.device)
             if count:
@@ -245,6 +250,25 @@ class PeakTracker:
             else:
                 torch.cuda.reset_peak_memory_stats(self.device)
         return result, top - base
+
+
+    @contextlib.contextmanager
+    def _capped(self, base: int, cap: int | None) -> Iterator[None]:
+        """The caching allocator limited to `base` + `cap` bytes (its limit counts what it
+        reserves, so the cached free blocks are given back first)."""
+        if cap is None:
+            yield
+            return
+        torch.cuda.empty_cache()
+        total = torch.cuda.get_device_properties(self.device).total_memory
+        limit = max(torch.cuda.memory_reserved(self.device), base + cap)
+        before = (torch.cuda.get_per_process_memory_fraction(self.device)
+                  if hasattr(torch.cuda, "get_per_process_memory_fraction") else 1.0)
+        torch.cuda.set_per_process_memory_fraction(min(1.0, limit / total), self.device)
+        try:
+            yield
+        finally:
+            torch.cuda.set_per_process_memory_fraction(before, self.device)
 
 
 def compact(t: torch.Tensor) -> torch.Tensor:

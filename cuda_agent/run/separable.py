@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Container, Iterator, Sequence
 
 import torch
 
@@ -42,7 +42,9 @@ def candidate_splits(shapes: Sequence[tuple[int, ...]], roles: Sequence[str],
     channels (output dim 1: parameters sliced on their dim 0, forward inputs on their dim 1,
     another of that size, or whole). Where several inputs have the size, every one of them is
     sliced first, then each alone (of a square matrix product only the left operand's rows go
-    with the output's)."""
+    with the output's). Then each later output dim, the forward inputs sliced on the same dim
+    (attention's queries): finer directions, for a problem one row of whose batch or channels
+    is too large for the GPU's reference budget."""
     out: list[Split] = []
 
     def add(d: int, dims: tuple[int | None, ...]) -> None:
@@ -86,7 +88,13 @@ def candidate_splits(shapes: Sequence[tuple[int, ...]], roles: Sequence[str],
             variants(d, params, first)
         if d == 1:
             add(1, tuple(params))  # the forward inputs whole (a convolution mixes channels)
-    return out[:MAX_CANDIDATES]
+    for d in range(2, len(out_shape)):
+        n = out_shape[d]
+        if n >= 2:
+            variants(d, [None] * len(shapes),
+                     [d if role == "input" and len(s) > d and s[d] == n else None
+                      for s, role in zip(shapes, roles)])
+    return out
 
 
 def _close(a: torch.Tensor, b: torch.Tensor, tol: float) -> bool:
@@ -202,18 +210,35 @@ def is_separable(fn: Callable[[list[torch.Tensor]], torch.Tensor], tensors: list
         return _close(again.narrow(d, lo, rows), inside, SAME_SHAPES_TOL)
 
 
+def separable_splits(fn: Callable[[list[torch.Tensor]], torch.Tensor],
+                     prepare: Callable[[], list[torch.Tensor]], roles: Sequence[str],
+                     out_shape: Sequence[int], domains: Sequence[Domain] | None = None,
+                     skip: Container[int] = ()) -> Iterator[Split]:
+    """Each candidate direction that passes both tests, in order, at most MAX_CANDIDATES of
+    them tested; `prepare()` draws a case into the tensors the tests run on (they change
+    them). A candidate along an output dim in `skip` is not tested: the caller adds the dims
+    along which one row proved too large, so that the other variants of the same dim (as
+    large) cost no test."""
+    tensors: list[torch.Tensor] | None = prepare()
+    shapes = [tuple(t.shape) for t in tensors]
+    tested = 0
+    for split in candidate_splits(shapes, roles, out_shape):
+        if tested == MAX_CANDIDATES:
+            return
+        if split.out_dim in skip:
+            continue
+        tested += 1
+        case, tensors = tensors or prepare(), None
+        if is_separable(fn, case, split, out_shape, domains):
+            yield split
+
+
 def find_split(fn: Callable[[list[torch.Tensor]], torch.Tensor],
                prepare: Callable[[], list[torch.Tensor]], roles: Sequence[str],
                out_shape: Sequence[int], domains: Sequence[Domain] | None = None
                ) -> Split | None:
-    """The first candidate direction that passes both tests; `prepare()` draws a case into the
-    tensors the tests run on (they change them)."""
-    tensors = prepare()
-    shapes = [tuple(t.shape) for t in tensors]
-    for k, split in enumerate(candidate_splits(shapes, roles, out_shape)):
-        if is_separable(fn, tensors if k == 0 else prepare(), split, out_shape, domains):
-            return split
-    return None
+    """The first candidate direction that passes both tests (`separable_splits`)."""
+    return next(separable_splits(fn, prepare, roles, out_shape, domains), None)
 
 
 # -- accumulation: an output that is the sum or the mean of its parts' outputs -------------------

@@ -29,8 +29,8 @@ from . import launcher, memory
 from .baselines import (CUDNN_BENCHMARK, DEFAULTS, MATCHED, contract_tf32, settings_record,
                         tf32_reads)
 from .memory import MemoryPlan, MemoryRefusal, PeakTracker, Sizes
-from .separable import (Accumulation, accumulation_dims, accumulation_of, find_split,
-                        part_weight, same_answer)
+from .separable import (Accumulation, accumulation_dims, accumulation_of, part_weight,
+                        same_answer, separable_splits)
 from .sliceable import channel_sliceable, has_depthwise
 from .timing import PEAK_FLOPS, L2Flusher, TimingSettings, physical_floor_ms, time_runs
 from .verify import (CandidateError, CasePool, IndexDomain, InputMeta, PoolBudget, Split,
@@ -40,6 +40,8 @@ from .verify import (CandidateError, CasePool, IndexDomain, InputMeta, PoolBudge
 HOST_COPY_BPS = 10e9
 """host-to-device copy rate assumed when choosing between keeping a reference in host memory
 and recomputing it (pinned memory on PCIe 5 copies faster; pageable memory slower)"""
+TOO_LARGE = 1 << 62
+"""a reference chunk's cost where measuring it ran out of the memory it was allowed"""
 
 
 TORCH_DEFAULTS = launcher.tf32_flags()
@@ -266,15 +268,19 @@ class ProblemState:
                        self.domains)
         return self.buffers
 
-    def _chunk_cost(self, split: Split, rows: int) -> int:
+    def _chunk_cost(self, split: Split, rows: int, cap: int | None = None) -> int:
         """What the float64 reference allocates for `rows` rows along `split`, measured (and
-        how long it took, in `_chunk_seconds`)."""
+        how long it took, in `_chunk_seconds`); past `cap` bytes it stops (out of memory) and
+        counts as TOO_LARGE."""
         def run() -> torch.Tensor:
             sliced = narrow_inputs(self.buffers, split.in_dims, 0, rows)
             return self._reference_run(sliced)[0].to(self.out_dtype)
 
         t0 = time.perf_counter()
-        cost = self.tracker.section(run)[1]
+        try:
+            cost = self.tracker.section(run, cap=cap)[1]
+        except torch.OutOfMemoryError:
+            return TOO_LARGE
         self._chunk_seconds[rows] = time.perf_counter() - t0
         return cost
 
@@ -284,6 +290,34 @@ class ProblemState:
         n = self.out_shape[split.out_dim]
         seconds = self._chunk_seconds.get(rows, 0.0) * n / rows
         return host // 4 if seconds > self.memory.sizes.output_bytes / HOST_COPY_BPS else 0
+
+    def _chunked_plan(self, split: Split, host: int) -> tuple[Split, int, int] | None:
+        """The reference in chunks along `split` on the GPU: (split, rows per chunk, host bytes
+        for references), or None where not one row fits the GPU's budget. Each chunk size's
+        cost is measured once, capped at the largest budget asked (a row too large fails to
+        allocate instead of passing the bound)."""
+        mem = self.memory
+        n = self.out_shape[split.out_dim]
+        cost = functools.lru_cache(maxsize=None)(functools.partial(
+            self._chunk_cost, split, cap=mem.chunk_budget() + mem.hold_room()))
+        rows = memory.chunk_rows(cost, n, mem.chunk_budget())
+        if rows is None and mem.hold_room() > 0:
+            # a chunk with a large fixed part (a matrix product's other operand, whole in
+            # float64: 2 GiB for 16k x 16k) may take the room the GPU would keep references
+            # in; they go to host memory. Else the reference went to the CPU: a float64 16k^3
+            # product per case, minutes of set-up (gemm_square_16k's time-out in the GPU
+            # realistic run of 2026-12-06; it tuned in 48 s with this)
+            rows = memory.chunk_rows(cost, n, mem.chunk_budget() + mem.hold_room())
+            self.device_refs = rows is None
+        if rows is None:
+            return None
+        mem.verification = "chunked"
+        mem.chunk = f"{rows} of {n} along output dim {split.out_dim}"
+        if not self.device_refs:
+            mem.chunk += ", references in host memory"
+            return split, rows, host // 4
+        # a chunked reference is recomputed per check unless kept in host memory
+        return split, rows, self._host_room(split, rows, host)
 
     def _reference_plan(self) -> tuple[Split | None, int | None, int]:
         """How the float64 reference runs: (split, rows per chunk, host bytes for references).
@@ -301,48 +335,33 @@ class ProblemState:
         if self.conformance or mem.full_reference_bytes() <= mem.chunk_budget():
             return None, None, 0
         roles = [g.role for g in self.graph.inputs]
-        # the tests' sliced shapes are never a candidate's: no cuDNN benchmark (and no
-        # workspace of its search) for them
-        benchmark, torch.backends.cudnn.benchmark = torch.backends.cudnn.benchmark, False
         # the separability test runs torch's fp32 module; a copy of it where depthwise
         # convolutions must take a chunk of their channels (the float64 reference's can)
         probe = self.witness
         if has_depthwise(self.model):
             probe = functools.partial(self.witness,
                                       model=reference_copy(self.model, self.graph, dtype=None))
-        try:
-            split = find_split(probe, self._draw_first_case, roles, self.out_shape,
-                               self.domains)
-        finally:
-            torch.backends.cudnn.benchmark = benchmark
         host_need = mem.full_reference_bytes() + mem.sizes.input_bytes
-        if split is not None:
-            n = self.out_shape[split.out_dim]
-            # each size measured once: a second plan (below) asks for the same sizes again
-            cost = functools.lru_cache(maxsize=None)(functools.partial(self._chunk_cost, split))
-            rows = memory.chunk_rows(cost, n, mem.chunk_budget())
-            where = f"along output dim {split.out_dim}"
-            if rows is None and mem.hold_room() > 0:
-                # a chunk with a large fixed part (a matrix product's other operand, whole in
-                # float64: 2 GiB for 16k x 16k) may take the room the GPU would keep references
-                # in; they go to host memory. Else the reference went to the CPU: a float64
-                # 16k^3 product per case, minutes of set-up (the likely cause of
-                # gemm_square_16k's time-out in the GPU realistic run of 2026-12-06)
-                rows = memory.chunk_rows(cost, n, mem.chunk_budget() + mem.hold_room())
-                self.device_refs = rows is None
-            if rows is not None:
-                mem.verification, mem.chunk = "chunked", f"{rows} of {n} {where}"
-                if not self.device_refs:
-                    mem.chunk += ", references in host memory"
-                    return split, rows, host // 4
-                # a chunked reference is recomputed per check unless kept in host memory
-                return split, rows, self._host_room(split, rows, host)
+        # the separable directions in order; one whose row is too large for the GPU's budget
+        # (attention's batch rows: 4.5 GB of float64 scores each) gives way to the next along
+        # another output dim, whose rows may fit
+        first: Split | None = None
+        too_large: set[int] = set()
+        for split in separable_splits(_on_heuristics(probe), self._draw_first_case,
+                                      roles, self.out_shape, self.domains, skip=too_large):
+            first = first or split
+            planned = self._chunked_plan(split, host)
+            if planned is not None:
+                return planned
+            too_large.add(split.out_dim)
+        if first is not None:
             # not one row fits the GPU's budget: chunks in host memory
+            n, where = self.out_shape[first.out_dim], f"along output dim {first.out_dim}"
             rows = min(n, int(n * host * 0.5 / host_need))
             if rows >= 1:
                 self.ref_host = reference_copy(self.model, self.graph, "cpu")
                 mem.verification, mem.chunk = "host-chunked", f"{rows} of {n} {where}"
-                return split, rows, host // 4
+                return first, rows, host // 4
             why = f"one row {where} does not fit"
         elif self._accumulation_plan(roles):
             acc = self.accumulation
@@ -357,7 +376,7 @@ class ProblemState:
             mem.verification = "host"
             return None, None, host // 4
         else:
-            why = "the problem is not separable along its batch or channels"
+            why = "the problem is not separable along its output's dims"
         raise MemoryRefusal(
             f"{name}: its float64 reference needs about {memory.gib(host_need)} and {why}; "
             f"{memory.gib(mem.chunk_budget())} of the GPU and {memory.gib(host * 0.5)} of host "
@@ -428,15 +447,10 @@ class ProblemState:
         if self.ref_host is not None:
             model, tensors = self.ref_host, [t.cpu() for t in tensors]
         args, state = self._split(tensors, torch.float64)
-        # cuDNN's benchmark mode (a convolution problem's worker) would time every algorithm
-        # of each new chunk shape, with workspaces outside the chunk's measured cost; the
-        # float64 reference keeps to the heuristics (fp32 shapes' choices are not affected)
-        benchmark, torch.backends.cudnn.benchmark = torch.backends.cudnn.benchmark, False
-        try:
-            with torch.no_grad():
-                out = torch.func.functional_call(model, state, tuple(args))
-        finally:
-            torch.backends.cudnn.benchmark = benchmark
+        # the float64 reference keeps to cuDNN's heuristics (fp32 shapes' choices are not
+        # affected)
+        with torch.no_grad(), cudnn_heuristics():
+            out = torch.func.functional_call(model, state, tuple(args))
         # (a host reference's updated state stays on the CPU: `check_state` compares it where
         # the candidate's update is)
         return memory.compact(out), {k: v for k, v in state.items() if k in self.mutable}
@@ -731,6 +745,27 @@ class ProblemState:
 
 
 _COPY_BW: dict[str, float] = {}
+
+
+@contextlib.contextmanager
+def cudnn_heuristics() -> Any:
+    """cuDNN's benchmark mode off inside: shapes no candidate runs (the separability test's
+    slices, the float64 reference's chunks) would each time every algorithm, with workspaces
+    outside what is measured."""
+    saved, torch.backends.cudnn.benchmark = torch.backends.cudnn.benchmark, False
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.benchmark = saved
+
+
+def _on_heuristics(fn: Any) -> Any:
+    """`fn` run under `cudnn_heuristics`."""
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        with cudnn_heuristics():
+            return fn(*args, **kwargs)
+    return run
 
 
 SLOW_STEP_S = 5.0
