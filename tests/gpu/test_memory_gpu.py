@@ -165,3 +165,20 @@ def test_a_problem_whose_tuning_cannot_fit_is_refused_in_one_line(tmp_path):
     msg = str(exc.value)
     assert "\n" not in msg and "does not fit on the GPU" in msg, msg
     print(msg)
+
+
+def test_a_capped_section_fails_past_its_cap_and_gives_the_memory_back():
+    """A reference chunk is measured under a cap (`PeakTracker.section(cap=...)`): torch's
+    allocator refuses past it, and afterwards the whole GPU is usable again."""
+    from cuda_agent.run.memory import PeakTracker
+
+    tracker = PeakTracker(torch.device("cuda"))
+    tracker.start()
+    _, cost = tracker.section(lambda: torch.empty(GiB // 4, dtype=torch.uint8, device="cuda"),
+                              cap=GiB)
+    assert GiB // 4 <= cost < GiB
+    with pytest.raises(torch.OutOfMemoryError):
+        tracker.section(lambda: torch.empty(2 * GiB, dtype=torch.uint8, device="cuda"),
+                        cap=GiB)
+    big = torch.empty(4 * GiB, dtype=torch.uint8, device="cuda")  # the cap is lifted
+    assert big.numel() == 4 * GiB
