@@ -304,7 +304,10 @@ def report_dict(result: Any) -> dict[str, Any]:
                 "ok": m.ok, "time_ms": m.time_ms, "spread_ms": m.spread_ms,
                 "verified": m.verified, "simulated": m.simulated, "error_kind": m.error_kind,
                 "error_msg": m.error_msg, "reused": m.reused, "max_rel_err": m.max_rel_err,
-                "resources": t.resources}
+                "resources": t.resources, "wall_s": round(m.wall_s, 3),
+                "eval_seconds": {k[len("eval_"):-len("_s")]: round(v, 3)
+                                 for k, v in m.counters.items()
+                                 if k.startswith("eval_") and k.endswith("_s")}}
 
     best_ms = best.measurement.time_ms if best else None
     base = result.baselines.fields()

@@ -181,3 +181,21 @@ def test_the_footprint_is_described_in_one_line():
     assert line.startswith("GPU memory: peak 20.00 GiB, eager's peak 12.00 GiB, bound 25.")
     assert "chunked (250 of 24576 along output dim 0)" in line and "\n" not in line
     assert memory.describe(None) is None
+
+
+def test_the_report_says_where_each_candidate_s_seconds_went():
+    """A CUDA evaluation's reply splits its seconds (load and probe run, checks, timing: about
+    10 s a candidate on 16 GiB problems); the device keeps them among the counters and
+    report.json gives them per candidate beside the candidate's wall time."""
+    import cuda_agent
+    from cuda_agent.emit import report_dict
+
+    r = cuda_agent.tune(ROOT / "tests" / "data" / "good" / "relu_small.py", device="sim",
+                        budget=1, store=":memory:", baselines=False)
+    m = r.best.measurement
+    m.wall_s = 9.5
+    m.counters.update({"eval_load_and_probe_s": 0.5, "eval_checks_s": 8.0,
+                       "eval_timing_s": 1.0})
+    best = report_dict(r)["best"]
+    assert best["wall_s"] == 9.5
+    assert best["eval_seconds"] == {"load_and_probe": 0.5, "checks": 8.0, "timing": 1.0}

@@ -271,6 +271,7 @@ class CudaDevice(Device):
             self._restart()
         counters = dict(reply.get("counters", {}))
         counters.update({f"compile_{k}": v for k, v in cand.resources.items()})
+        counters.update({f"eval_{k}_s": v for k, v in reply.get("seconds", {}).items()})
         if not reply.get("ok"):
             m = Measurement.failure(cand.key, "cuda", reply.get("error_kind") or "cuda",
                                     reply.get("error_msg") or "", wall_s=wall,

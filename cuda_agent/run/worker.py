@@ -581,10 +581,12 @@ class ProblemState:
             # the comparison after the run recomputes reference chunks: not beside it
             kernels.release_workspace()
 
+        t_probe = time.perf_counter()
         result = check(run, self.pool, self.pool.trials_for(self.evaluated))
         if result.ok:
             result = self.check_state(kernels)
         self.evaluated += 1
+        t_check = time.perf_counter()
         if not result.ok:
             sticky = result.kind in ("illegal_address", "misaligned", "timeout")
             if not sticky:
@@ -614,10 +616,15 @@ class ProblemState:
                     "error_msg": f"{timing.median_ms:.4f} ms is below the physical floor "
                                  f"{floor:.4f} ms", "verified": True,
                     "wall_s": time.perf_counter() - t0}
+        done = time.perf_counter()
         return {"ok": True, "verified": True, "time_ms": timing.median_ms,
                 "spread_ms": timing.spread_ms, "samples": timing.samples,
                 "early_stopped": timing.early_stopped, "max_rel_err": result.max_rel_err,
-                "wall_s": time.perf_counter() - t0,
+                "wall_s": done - t0,
+                # where a candidate's seconds go (about 10 s each on 16 GiB problems on the
+                # H100, 2026-12-06: 2-3 candidates in a 20 s search)
+                "seconds": {"load_and_probe": t_probe - t0, "checks": t_check - t_probe,
+                            "timing": done - t_check},
                 "counters": {"achieved_bw_fraction": self.bytes / (timing.median_ms * 1e-3)
                              / self.copy_bw,
                              # timed runs the host may have delayed (`TimingSettings.lead_us`)

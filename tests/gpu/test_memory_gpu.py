@@ -29,6 +29,11 @@ def _tune(path, tmp_path, budget=4, **kw):
                   store=str(tmp_path / "s.sqlite"), **kw)
     report = json.loads((tmp_path / "o" / "report.json").read_text())
     mem = report["memory"]
+    best = report["best"]
+    if best is not None:  # where the best candidate's evaluation seconds went
+        assert set(best["eval_seconds"]) == {"load_and_probe", "checks", "timing"}
+        assert sum(best["eval_seconds"].values()) <= best["wall_s"] + 0.01
+        print(path.stem, "best candidate's seconds", best["eval_seconds"])
     print(path.stem, json.dumps({k: (round(v / GiB, 2) if k.endswith("_bytes") and v else v)
                                  for k, v in mem.items()}))
     return result, mem
