@@ -498,18 +498,21 @@ class Tuner:
             return until is not None and len(trials) > first and time.monotonic() >= until
 
         seen: set[Config] = set()
-        # the untuned baseline first, then every other template's default: a template that
-        # is a small share of the space (the tensor-core GEMM's hundreds among tens of
-        # thousands) is measured at least once, whatever the strategy samples
-        pending: list[Config] = []
-        if include_default:
-            pending = list(dict.fromkeys([self.space.default()] +
-                                         self.space.template_defaults(fallback=True)))
+        # the untuned baseline first, then one configuration of every template: a template
+        # that is a small share of the space (the tensor-core GEMM's hundreds among tens of
+        # thousands) is measured at least once, whatever the strategy samples. Which one:
+        # the strategy's model's fastest of each where it has a model, else each template's
+        # default (a time-limited search measures little beyond these: a 16 GiB BatchNorm's
+        # statistics stages, 3 candidates in 20 s, kept defaults 10x slower than the model's
+        # pick on the H100, 2026-12-06)
+        pending: list[Config] = [self.space.default()] if include_default else []
+        picks_due = include_default
         pool = ThreadPoolExecutor(1)
         adaptive = self.strategy.adaptive
         next_build: Future | None = None
 
         def ask(n: int) -> list[Config]:
+            nonlocal picks_due
             out: list[Config] = []
             while len(out) < n:
                 if pending:  # the defaults first, as many as this batch takes
@@ -519,6 +522,13 @@ class Tuner:
                     continue
                 if out and not self.strategy.ready:
                     break  # the defaults are measured while the strategy gets ready
+                if picks_due:
+                    picks_due = False
+                    t = time.perf_counter()
+                    pending.extend(self.strategy.template_picks()
+                                   or self.space.template_defaults(fallback=True))
+                    self.timing["strategy_s"] += time.perf_counter() - t
+                    continue
                 t = time.perf_counter()
                 asked = self.strategy.ask(n - len(out))
                 self.timing["strategy_s"] += time.perf_counter() - t

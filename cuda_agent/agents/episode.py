@@ -93,6 +93,33 @@ class Episode:
     def groups(self) -> list[str]:
         return list(self.policy.groups)
 
+    def _prior(self, scored: Any) -> np.ndarray:
+        """The model's prior over the index (`prior.sim_prior`), modelled once; `scored` (the
+        policy's scores of the rows) picks the pool of a large space."""
+        if self.prior_seed is None:  # drawn even when the prior was given (a trainer's
+            # cache), so the episode's random stream does not depend on the cache
+            self.prior_seed = int(self.rng.integers(2**31))
+        if self.prior is None:
+            full = np.full(len(self.index.configs), -np.inf)
+            full[scored.rows] = scored.logp
+            self.prior = sim_prior(self.space, self.index.configs, full,
+                                   seed=self.prior_seed, constants=self.prior_constants)
+        return self.prior
+
+    def model_picks(self) -> list[Config]:
+        """The model's fastest configuration of each template (the prior's highest value
+        among its configurations), in the space's template order."""
+        from ..search.prior_rank import first_of_each_template
+
+        if self.prior is None:
+            obs = {g: observe(self.policy.obs_agent(g), self.state, self.index)
+                   for g in self.groups}
+            self._prior(score_rows(self.policy, obs, self.index,
+                                   self.index.rows_excluding(set())))
+        assert self.prior is not None
+        order = np.argsort(-self.prior, kind="stable")
+        return first_of_each_template(self.space, (self.index.configs[int(i)] for i in order))
+
     def propose(self, n: int, exclude: set[Config] | None = None,
                 temperature: dict[str, float] | None = None, ranked: int = 0,
                 local: int = 0) -> list[Config]:
@@ -114,16 +141,9 @@ class Episode:
         # (exploitation), the rest drawn from the policy conditioned on what remains
         scored = score_rows(self.policy, obs, self.index, rows, temperature)
         if self.prior_weight:
-            if self.prior_seed is None:  # drawn even when the prior was given (a trainer's
-                # cache), so the episode's random stream does not depend on the cache
-                self.prior_seed = int(self.rng.integers(2**31))
-            if self.prior is None:
-                full = np.full(len(self.index.configs), -np.inf)
-                full[scored.rows] = scored.logp
-                self.prior = sim_prior(self.space, self.index.configs, full,
-                                       seed=self.prior_seed, constants=self.prior_constants)
+            prior = self._prior(scored)
             # proposals only: the decisions keep the policy's own log-probabilities
-            scored.logp = scored.logp + self.prior_weight * self.prior[scored.rows]
+            scored.logp = scored.logp + self.prior_weight * prior[scored.rows]
         picks = top_k(scored, min(ranked, n))
         best = self.state.best_config
         if local and best is not None and best in self.index.position:

@@ -161,6 +161,12 @@ class AgentsStrategy(Strategy):
         return {g: t * (self.explore_temperature if g == hot else 1.0)
                 for g, t in self.temperature.items()}
 
+    def template_picks(self) -> list[Config] | None:
+        if not self.episode.prior_weight:
+            return None
+        with one_thread():
+            return self.episode.model_picks()
+
     def ask(self, n: int) -> list[Config]:
         temperature = self.temperatures()
         spreading = self.ranked_left == 0 and self.spread_left > 0

@@ -65,6 +65,13 @@ class Strategy(ABC):
     @abstractmethod
     def ask(self, n: int) -> list[Config]: ...
 
+    def template_picks(self) -> list[Config] | None:
+        """One configuration of each template, measured early (after the untuned default)
+        so that no template goes unmeasured, whatever the strategy samples; None: each
+        template's own default. A strategy that holds a model of the GPU gives that model's
+        fastest of each template (cold-started peers keep the defaults)."""
+        return None
+
     def tell(self, results: list[tuple[Config, Measurement]]) -> None:
         """Default: nothing to learn."""
 

@@ -10,7 +10,7 @@ first measurements).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable
 
 import numpy as np
 
@@ -52,6 +52,17 @@ def top_picks(space: Space, k: int = WARM_PICKS, constants: Any = None) -> list[
     return model_order(space, constants)[:k]
 
 
+def first_of_each_template(space: Space, ordered: Iterable[Config]) -> list[Config]:
+    """The first configuration of each of `space`'s templates in `ordered`, in the space's
+    template order."""
+    first: dict[str, Config] = {}
+    for cfg in ordered:
+        first.setdefault(space.template_of(cfg).name, cfg)
+        if len(first) == len(space.templates):
+            break
+    return [first[t.name] for t in space.templates if t.name in first]
+
+
 @register("prior")
 class PriorRanked(Strategy):
     """The model's ranking, best first; deterministic (the seed only orders configurations
@@ -64,9 +75,16 @@ class PriorRanked(Strategy):
         self.order: list[Config] | None = None
         self.pos = 0
 
-    def ask(self, n: int) -> list[Config]:
+    def _ordered(self) -> list[Config]:
         if self.order is None:  # modelled at the first ask: counted as the strategy's time
             self.order = model_order(self.space, self.constants, seed=self.seed)
+        return self.order
+
+    def template_picks(self) -> list[Config]:
+        return first_of_each_template(self.space, self._ordered())
+
+    def ask(self, n: int) -> list[Config]:
+        self._ordered()
         out: list[Config] = []
         while len(out) < n and self.pos < len(self.order):
             cfg = self.order[self.pos]

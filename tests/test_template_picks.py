@@ -1,0 +1,68 @@
+"""Which configuration of each template a search measures right after the untuned default
+(`Strategy.template_picks`): the model's fastest of each for a strategy that holds the model
+(the agents under their prior, the model's ranking), each template's own default for the
+cold-started peers. A time-limited search measures little beyond these (a 16 GiB BatchNorm's
+statistics: 3 candidates in 20 s on the H100)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cuda_agent.agents.prior import simulated_times
+from cuda_agent.ir.plan import make_plan
+from cuda_agent.problem import load_problem
+from cuda_agent.search.prior_rank import first_of_each_template, model_order
+from cuda_agent.space.slots import Target
+from cuda_agent.space.space import Space
+from cuda_agent.tuner import tune
+from helpers import write_problem
+
+BATCH_NORM = "F.batch_norm(x, None, None, training=True)"
+
+
+@pytest.fixture
+def few_long_channels(tmp_path):
+    return write_problem(tmp_path / "p", "bn", BATCH_NORM, "torch.randn(16, 8, 512, 512)")
+
+
+def _space(path) -> Space:
+    return Space.for_plan(make_plan(load_problem(path).graph()), Target())
+
+
+def test_a_model_strategy_measures_the_model_s_fastest_of_each_template(few_long_channels,
+                                                                       tmp_path):
+    space = _space(few_long_channels)
+    picks = first_of_each_template(space, model_order(space))
+    assert [space.template_of(c).name for c in picks] == ["chan", "split"]
+    assert picks != space.template_defaults()  # the model's picks are not the defaults
+    r = tune(few_long_channels, device="sim", budget=4, batch=4, strategy="prior",
+             store=str(tmp_path / "s.sqlite"))
+    assert r.trials[0].config == space.default()
+    assert [t.config for t in r.trials[1:3]] == [c for c in picks if c != space.default()][:2]
+
+
+def test_the_agents_under_their_prior_measure_the_model_s_picks(few_long_channels, tmp_path):
+    r = tune(few_long_channels, device="sim", budget=4, batch=4, strategy="marl",
+             store=str(tmp_path / "s.sqlite"))
+    space = _space(few_long_channels)
+    configs = list(space.configs)
+    times = simulated_times(space, np.arange(len(configs)), configs)
+    fastest = {}
+    for c, ms in zip(configs, times):
+        name = space.template_of(c).name
+        fastest[name] = min(fastest.get(name, np.inf), ms)
+    # after the untuned default: each template's configuration the model rates fastest (of
+    # equals, any)
+    for t in r.trials[1:3]:
+        ms = times[configs.index(t.config)]
+        assert ms == pytest.approx(fastest[t.template], rel=1e-9), t.template
+    assert {t.template for t in r.trials[1:3]} == {"chan", "split"}
+
+
+def test_a_cold_peer_measures_each_template_s_default(few_long_channels, tmp_path):
+    r = tune(few_long_channels, device="sim", budget=4, batch=4, strategy="random",
+             store=str(tmp_path / "s.sqlite"))
+    space = _space(few_long_channels)
+    assert [t.config for t in r.trials[:2]] == [space.default()] + [
+        c for c in space.template_defaults() if c != space.default()]
