@@ -21,7 +21,8 @@ from cuda_agent.run.records import Measurement
 from cuda_agent.run.sim_folds import (FITTED, FoldConstants, ModelConstants, applied, load,
                                       shipped_values)
 from cuda_agent.search import make_strategy
-from cuda_agent.search.prior_rank import WARM_PICKS, model_order, top_picks
+from cuda_agent.search.prior_rank import (WARM_PICKS, first_of_each_template, model_order,
+                                         top_picks)
 from cuda_agent.space.slots import Config, Target
 from cuda_agent.space.space import Space
 
@@ -59,8 +60,13 @@ def test_warm_optuna_measures_the_models_top_picks_first():
     warm.tell([(c, _ok(1.0 + i)) for i, c in enumerate(got)])
     more = warm.ask(4)  # TPE goes on from there, never repeating
     assert len(more) == 4 and not set(more) & set(picks)
-    cold = make_strategy("optuna", space, seed=1).ask(WARM_PICKS)
-    assert cold != picks  # the cold column is Optuna as shipped
+    cold = make_strategy("optuna", space, seed=1)
+    assert cold.ask(WARM_PICKS) != picks  # the cold column is Optuna as shipped
+    # after the tuner's untuned default, one of each template: the model's fastest for the
+    # warm column (as the agents), each template's own default for the cold one
+    assert make_strategy("optuna_warm", space, seed=1).template_picks() == \
+        first_of_each_template(space, model_order(space))
+    assert cold.template_picks() is None
 
 
 def _configs() -> list[Config]:

@@ -18,7 +18,7 @@ from ..errors import SettingsError
 from ..run.records import Measurement
 from ..space.slots import Config
 from .base import Strategy, nearest, register
-from .prior_rank import WARM_PICKS, top_picks
+from .prior_rank import WARM_PICKS, first_of_each_template, model_order
 
 
 @register("optuna")
@@ -29,6 +29,7 @@ class OptunaTPE(Strategy):
                  **options) -> None:
         super().__init__(space, seed, **options)
         self.warm, self.constants = warm, sim_constants
+        self._order: list[Config] | None = None  # the model's ranking, for a warm start
         try:
             import optuna
         except ImportError:
@@ -49,9 +50,18 @@ class OptunaTPE(Strategy):
         self.values = occurring
         self.rng = random.Random(seed)
 
+    def _model_order(self) -> list[Config]:
+        if self._order is None:  # modelled once (the model's time is the strategy's)
+            self._order = model_order(self.space, self.constants)
+        return self._order
+
+    def template_picks(self) -> list[Config] | None:
+        # warm-started like the agents: the model's fastest of each template too
+        return first_of_each_template(self.space, self._model_order()) if self.warm else None
+
     def ask(self, n: int) -> list[Config]:
-        if self.warm:  # at the first ask (the model's time is the strategy's)
-            for cfg in top_picks(self.space, self.warm, self.constants):
+        if self.warm:  # at the first ask
+            for cfg in self._model_order()[:self.warm]:
                 self.study.enqueue_trial({k: repr(v) for k, v in cfg.items})
             self.warm = 0
         out: list[Config] = []
