@@ -39,6 +39,19 @@ class Fn(nn.Module):
         return self.f(*args)
 
 
+class ConvBatchNormRelu(nn.Module):
+    """A training-mode chain: convolution, BatchNorm with batch statistics, ReLU; its
+    statistics are stages of their own (a program)."""
+
+    def __init__(self, cin: int = 3, cout: int = 2) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(cin, cout, 3, padding=1)
+        self.bn = nn.BatchNorm2d(cout)
+
+    def forward(self, x):
+        return torch.relu(self.bn(self.conv(x)))
+
+
 PROBLEM_TEMPLATE = '''"""Test problem {name}."""
 import torch
 import torch.nn as nn

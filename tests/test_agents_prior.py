@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import good_space, sharp_policy
+from helpers import ConvBatchNormRelu, good_space, sharp_policy
 from cuda_agent.agents import prior as prior_mod
 from cuda_agent.agents.decode import ranked, score_rows
 from cuda_agent.agents.episode import Episode
@@ -92,18 +92,6 @@ def test_strategy_rejects_a_negative_prior_weight():
         AgentsStrategy(space_of("relu_small"), prior_weight=-1.0)
 
 
-class _ConvBatchNormRelu(torch.nn.Module):
-    """A training-mode chain: a program of a convolution, two statistics stages, a map."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
-        self.bn = torch.nn.BatchNorm2d(8)
-
-    def forward(self, x):
-        return torch.relu(self.bn(self.conv(x)))
-
-
 @pytest.mark.parametrize("stage", [0, 1, 3])
 def test_a_program_stage_is_modelled_as_the_whole_program_would_be(stage, monkeypatch):
     """A stage's configurations get the whole program's modelled time (the other stages at
@@ -115,7 +103,7 @@ def test_a_program_stage_is_modelled_as_the_whole_program_would_be(stage, monkey
     from cuda_agent.space.program import StageSpace, stage_spaces
     from cuda_agent.space.slots import Target
 
-    plan = make_plan(capture(_ConvBatchNormRelu, [], lambda: [torch.randn(4, 3, 32, 32)]))
+    plan = make_plan(capture(ConvBatchNormRelu, [3, 8], lambda: [torch.randn(4, 3, 32, 32)]))
     spaces = stage_spaces(plan, Target())
     assert len(spaces) == 4
     space = StageSpace.of(plan, stage, spaces, [sp.default() for sp in spaces])

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 import cpu_exec
-from helpers import Fn, fast_first
+from helpers import ConvBatchNormRelu, Fn, fast_first
 from cuda_agent.ir.capture import capture
 from cuda_agent.ir.partition import ProgramPlan
 from cuda_agent.ir.plan import CHAN_REDUCE, make_plan
@@ -100,18 +100,6 @@ def test_split_channels_match_torch(name):
         assert r.launches[0].grid[0] >= 2  # a channel shared by blocks
         err = cpu_exec.max_rel_error(r, [x.numpy()], want)
         assert err < 1e-5, (cfg.short(), err)
-
-
-class ConvBatchNormRelu(torch.nn.Module):
-    """A training-mode chain: its statistics are stages of their own (a program)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = torch.nn.Conv2d(3, 2, 3, padding=1)
-        self.bn = torch.nn.BatchNorm2d(2)
-
-    def forward(self, x):
-        return torch.relu(self.bn(self.conv(x)))
 
 
 @pytest.mark.skipif(not cpu_exec.available(), reason="needs g++")
