@@ -24,7 +24,7 @@ from .policy import Decision, MultiAgentPolicy
 from .prior import sim_prior
 from .ppo import Buffer, PPOSettings, Transition, update
 from .reward import RewardSettings, rewards
-from .vocab import SLOT_ORDER, SpaceIndex
+from .vocab import SpaceIndex
 
 
 def _in_background(fn: Callable[..., Any], *args: Any) -> Future:
