@@ -505,7 +505,13 @@ class Tuner:
         # default (a time-limited search measures little beyond these: a 16 GiB BatchNorm's
         # statistics stages, 3 candidates in 20 s, kept defaults 10x slower than the model's
         # pick on the H100, 2026-12-06)
-        pending: list[Config] = [self.space.default()] if include_default else []
+        pending: list[Config] = [self.space.default()] if include_default and best is None \
+            else []
+        if best is not None and isinstance(self.space, StageSpace):
+            # a program's later stage starts from the best program, which holds this stage's
+            # configuration so far (its default): measured again it would be the same
+            # program, a slot of the budget for nothing
+            seen.add(self.space.fixed[self.space.stage])
         picks_due = include_default
         pool = ThreadPoolExecutor(1)
         adaptive = self.strategy.adaptive

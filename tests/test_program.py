@@ -165,6 +165,21 @@ def test_tune_on_sim_searches_every_stage_and_emits(tmp_path):
     assert "cuda_agent_stage1" in model_new and '"args"' in model_new or "'args'" in model_new
 
 
+@pytest.mark.parametrize("strategy", ["random", "marl"])
+def test_a_later_stage_does_not_measure_the_best_program_again(tmp_path, strategy):
+    """A later stage starts from the best program, which holds that stage's default: measured
+    again, it was the same program, one of the budget's measurements for nothing."""
+    from cuda_agent.tuner import tune
+
+    path = tmp_path / "conv_pool.py"
+    path.write_text(CONV_POOL_SRC)
+    res = tune(str(path), device="sim", budget=12, batch=4, strategy=strategy,
+               store=":memory:")
+    assert len(res.trials) == 12
+    assert not [t.index for t in res.trials if t.measurement.reused]
+    assert len({t.measurement.key for t in res.trials}) == 12
+
+
 def test_replay_refuses_programs(tmp_path):
     from cuda_agent.problem import load_problem
     from cuda_agent.tuner import TuneSettings, Tuner
