@@ -8,10 +8,12 @@ store (a first run on a machine); `warm`: the same command again with what the c
 report, cold. Figures are wall-clock seconds on this machine's CPU (no GPU is involved), the
 median of `--repeats` runs, with the load average beside them: the machine may be shared.
 
-    python benchmarks/startup_time.py [--root CHECKOUT] [--out benchmarks/results/...json]
+    python benchmarks/startup_time.py [--root CHECKOUT] [--baseline CHECKOUT]
+                                      [--out benchmarks/results/...json]
 
-`--root` times another checkout of cuda-agent (e.g. the commit before a change) with this
-interpreter, for a before/after comparison.
+`--root` times another checkout of cuda-agent with this interpreter; `--baseline` times a second
+one (e.g. the commit before a change) in the same run, in turn with the first, for a
+before/after comparison under the same load.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import threading
 import time
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEMS = ["softmax_short_rows", "norm_layernorm", "gemm_square", "conv2d_standard",
@@ -112,45 +115,70 @@ def commit(root: Path) -> str | None:
         return None
 
 
+def time_once(root: Path, problem: Path, with_total: bool) -> dict[str, float | None]:
+    """One cold and one warm first measurement (and, with `with_total`, one whole command)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        home = Path(tmp)
+        out: dict[str, float | None] = {"cold": first_measurement(root, problem, home, "cold"),
+                                        "warm": first_measurement(root, problem, home, "warm")}
+    out["total"] = None
+    if with_total:
+        with tempfile.TemporaryDirectory() as tmp:
+            out["total"] = whole_run(root, problem, Path(tmp))
+    return out
+
+
+def summary(runs: dict[str, list]) -> dict[str, Any]:
+    return {"cold_first_s": statistics.median(runs["cold"]),
+            "warm_first_s": statistics.median(runs["warm"]),
+            "total_s": statistics.median(runs["total"]) if runs["total"] else None, "runs": runs}
+
+
+def describe(row: dict[str, Any]) -> str:
+    return (f"first measurement cold {row['cold_first_s']:.2f} s, warm {row['warm_first_s']:.2f} s"
+            + (f", whole command {row['total_s']:.1f} s" if row["total_s"] else ""))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--root", type=Path, default=ROOT, help="the cuda-agent checkout to time")
+    ap.add_argument("--baseline", type=Path, default=None,
+                    help="another checkout, timed in turn with --root (each repeat of each "
+                         "problem runs both), so that both see the same load")
     ap.add_argument("--problems", default=",".join(PROBLEMS))
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--no-total", action="store_true", help="skip timing the whole command")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
-    root = args.root.resolve()
+    roots = {"root": args.root.resolve()}
+    if args.baseline:
+        roots["baseline"] = args.baseline.resolve()
     rows = []
     for name in args.problems.split(","):
         problem = ROOT / "benchmarks" / "problems" / f"{name}.py"
-        cold, warm, total = [], [], []
+        runs = {key: {"cold": [], "warm": [], "total": []} for key in roots}
         for _ in range(args.repeats):
-            with tempfile.TemporaryDirectory() as tmp:
-                home = Path(tmp)
-                cold.append(first_measurement(root, problem, home, "cold"))
-                warm.append(first_measurement(root, problem, home, "warm"))
-            if not args.no_total:
-                with tempfile.TemporaryDirectory() as tmp:
-                    total.append(whole_run(root, problem, Path(tmp)))
-        row = {"problem": name, "cold_first_s": statistics.median(cold),
-               "warm_first_s": statistics.median(warm),
-               "total_s": statistics.median(total) if total else None,
-               "runs": {"cold": cold, "warm": warm, "total": total},
-               "load_average": os.getloadavg()[0]}
+            for key, root in roots.items():
+                for what, seconds in time_once(root, problem, not args.no_total).items():
+                    if seconds is not None:
+                        runs[key][what].append(seconds)
+        row = {"problem": name, **summary(runs["root"]), "load_average": os.getloadavg()[0]}
+        if args.baseline:
+            row["baseline"] = summary(runs["baseline"])
         rows.append(row)
-        print(f"{name:22s} first measurement cold {row['cold_first_s']:.2f} s, warm "
-              f"{row['warm_first_s']:.2f} s" + (f", whole command {row['total_s']:.1f} s"
-                                                 if total else "") +
-              f"  (load {row['load_average']:.1f})", flush=True)
+        print(f"{name:22s} {describe(row)}  (load {row['load_average']:.1f})"
+              + (f"\n{'':22s} baseline: {describe(row['baseline'])}" if args.baseline else ""),
+              flush=True)
     result = {
         "what": "seconds from starting `cuda-agent tune PROBLEM --device sim --budget 8` to its "
                 "first measurement (median of repeats); cold: empty compile cache",
         "device": "sim (simulated H200), CPU only: this development machine, no GPU",
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                     "python": platform.python_version()},
-        "date": date.today().isoformat(), "root": str(root), "commit": commit(root),
-        "repeats": args.repeats, "rows": rows}
+        "date": date.today().isoformat(), "root": str(roots["root"]),
+        "commit": commit(roots["root"]), "repeats": args.repeats, "rows": rows}
+    if args.baseline:
+        result["baseline"] = {"root": str(roots["baseline"]), "commit": commit(roots["baseline"])}
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=2) + "\n")

@@ -1,12 +1,14 @@
 """Capture: trace a problem's reference with torch.export and lower it to the op IR.
 
-Tracing runs on the meta device, so a problem that moves gigabytes on the GPU is captured
-without allocating them. The module is traced in the mode `Model(*get_init_inputs())` leaves it
-in, as the field's harness runs it: training mode unless its constructor calls `.eval()`
-(batch norm then normalises by the batch's statistics and updates its running ones; dropout
-with p > 0 is random and refused). Composite ops (softmax, layer norm, vector norms, ...) are
-expanded into elementwise ops and single-kind reductions here, so templates see one small
-vocabulary. Any op outside it raises `UnsupportedError` naming the op: there is no silent
+The graph is torch.export's (non-strict, training IR), recorded by `pretrace.py` without
+torch.export's first-call import of Dynamo; what that tracer leaves to torch.export, and any
+error, is traced by torch.export itself. Tracing runs on the meta device, so a problem that
+moves gigabytes on the GPU is captured without allocating them. The module is traced in the
+mode `Model(*get_init_inputs())` leaves it in, as the field's harness runs it: training mode
+unless its constructor calls `.eval()` (batch norm then normalises by the batch's statistics
+and updates its running ones; dropout with p > 0 is random and refused). Composite ops
+(softmax, layer norm, vector norms, ...) are expanded into elementwise ops and single-kind
+reductions here, so templates see one small vocabulary. Any op outside it raises `UnsupportedError` naming the op: there is no silent
 fallback to torch.
 """
 
@@ -18,7 +20,7 @@ import math
 import operator
 import re
 import warnings
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
@@ -31,6 +33,9 @@ from .ops import BINARY, COMPARISONS, UNARY
 from .conv_capture import CONV_HANDLERS
 from .pool_capture import POOL_HANDLERS
 from .scan_capture import SCAN_HANDLERS, check_leftovers
+
+if TYPE_CHECKING:
+    from .pretrace import TracedProgram
 
 DTYPE_NAMES = {torch.float32: "float32", torch.int64: INDEX_DTYPE, torch.bool: "bool",
                torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float64: "float64",
@@ -811,6 +816,23 @@ UNARY.setdefault("identity", (lambda x, a, f: f"({x})", False))
 
 def capture(model_cls: type, init_inputs: list, make_inputs: Callable[[], list]) -> Graph:
     """Trace `model_cls(*init_inputs)` on example inputs made by `make_inputs`, on meta tensors."""
+    model, inputs = _instantiate(model_cls, init_inputs, make_inputs)
+    # traced in the mode the user holds the module in (no .eval() here): a module's mode
+    # decides what it computes (batch or running statistics, dropout or the identity)
+    check_modes(model)
+    graph = _pretraced(model, inputs)
+    if graph is None:
+        # a fresh module: forward() ran once already, and may have changed its state
+        model, inputs = _instantiate(model_cls, init_inputs, make_inputs)
+        graph = lower(_export(model, inputs), tuple(m.training for m in model.modules()))
+    if graph.modes is None and _reads_mode(model):
+        graph.modes = tuple(m.training for m in model.modules())  # forward() may branch on it
+    return graph
+
+
+def _instantiate(model_cls: type, init_inputs: list, make_inputs: Callable[[], list]
+                 ) -> tuple[torch.nn.Module, list[torch.Tensor]]:
+    """The module and its forward() arguments on the meta device, the arguments checked."""
     with torch.device("meta"):
         try:
             model = model_cls(*init_inputs)
@@ -829,23 +851,35 @@ def capture(model_cls: type, init_inputs: list, make_inputs: Callable[[], list])
             raise UnsupportedError(f"unsupported dtype {dtype_name(t.dtype)} for input {k}; "
                                    f"supported: {', '.join(FLOAT_DTYPES)}, and int64 class "
                                    "targets")
-    # traced in the mode the user holds the module in (no .eval() here): a module's mode
-    # decides what it computes (batch or running statistics, dropout or the identity)
-    check_modes(model)
+    return model, inputs
+
+
+def _pretraced(model: torch.nn.Module, inputs: list[torch.Tensor]) -> Graph | None:
+    """The graph as `pretrace.trace` records it (torch.export's, without torch.export's
+    first-call import of Dynamo), or None where torch.export must trace: what the tracer
+    leaves to it, and any error, which torch.export's run then reports as it always has."""
+    try:
+        from . import pretrace  # inside: it uses torch internals, a later torch may lack them
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            traced = pretrace.trace(model, inputs)
+        return lower(traced, tuple(m.training for m in model.modules()))
+    except Exception:  # noqa: BLE001 - torch.export traces it again, and reports
+        return None
+
+
+def _export(model: torch.nn.Module, inputs: list[torch.Tensor]
+            ) -> "torch.export.ExportedProgram":
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            exported = torch.export.export(model, tuple(inputs), strict=False)
+            return torch.export.export(model, tuple(inputs), strict=False)
     except (UnsupportedError, ProblemError):
         raise
     except Exception as exc:  # noqa: BLE001 - tracing failures are the user's to see
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ProblemError(f"could not trace Model.forward with torch.export: {msg}")
-    modes = tuple(m.training for m in model.modules())
-    graph = lower(exported, modes)
-    if graph.modes is None and _reads_mode(model):
-        graph.modes = modes  # its own forward() may branch on self.training
-    return graph
 
 
 def _reads_mode(model: torch.nn.Module) -> bool:
@@ -885,9 +919,10 @@ def _counter(node: torch.fx.Node) -> bool:
                and u.args[0] is node for u in node.users)
 
 
-def lower(exported: "torch.export.ExportedProgram", modes: tuple[bool, ...] | None = None
-          ) -> Graph:
-    """Lower an ExportedProgram to the IR; `modes` are the traced module's train/eval flags."""
+def lower(exported: "torch.export.ExportedProgram | TracedProgram",
+          modes: tuple[bool, ...] | None = None) -> Graph:
+    """Lower an ExportedProgram (its graph and input specs; `pretrace` records the same) to the
+    IR; `modes` are the traced module's train/eval flags."""
     from torch.export.graph_signature import InputKind
 
     lw = _Lowering(modes)

@@ -1,9 +1,10 @@
-"""Captured graphs kept on disk, so that a problem tuned again skips `torch.export`.
+"""Captured graphs kept on disk, so that a problem tuned again skips the trace.
 
-torch.export's first call in a process imports Dynamo (about a second of every `tune`'s start
-on a CPU); the graph it yields depends only on the problem file, the modules it imports from
-outside the Python installation, the shapes `get_inputs()` returns, torch's version and this
-package's capture code. Those are the key (`capture_key`); the graph is pickled under the cache
+A capture's trace can import Dynamo (about a second of a `tune`'s start on a CPU: torch.export's
+first call, where capture's own tracer leaves a module to it, or torch's Python meta kernels);
+the graph depends only on the problem file, the modules it imports from outside the Python
+installation, the shapes `get_inputs()` returns, torch's version and this package's capture
+code. Those are the key (`capture_key`); the graph is pickled under the cache
 root (`$CUDA_AGENT_CACHE`, else ~/.cache/cuda-agent) in `capture/`, written through a temporary
 file renamed into place. A file that cannot be read is captured again and replaced.
 `CUDA_AGENT_CAPTURE_CACHE=0` turns it off (the test suite does, where tests patch the capture).
