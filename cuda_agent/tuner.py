@@ -503,8 +503,8 @@ class Tuner:
         # thousands) is measured at least once, whatever the strategy samples. Which one:
         # the strategy's model's fastest of each where it has a model, else each template's
         # default (a time-limited search measures little beyond these: a 16 GiB BatchNorm's
-        # statistics stages, 3 candidates in 20 s, kept defaults 10x slower than the model's
-        # pick on the H100, 2026-12-06)
+        # statistics stages, 3 candidates in 20 s on the H100, 2026-12-06, kept a default
+        # about 9x slower than the kernel the model ranks ahead)
         pending: list[Config] = [self.space.default()] if include_default and best is None \
             else []
         if best is not None and isinstance(self.space, StageSpace):
