@@ -28,7 +28,7 @@ from cuda_agent.problem import load_problem
 from cuda_agent.space import codegen as cg
 from cuda_agent.space.slots import Target
 from cuda_agent.space.space import Space
-from cuda_agent.space.templates.chan import _runs
+from cuda_agent.space.templates.chan import channel_runs
 from helpers import Fn, nvrtc_available
 from test_capture import graph_tensors, interpret
 
@@ -274,7 +274,7 @@ def test_chan_offsets_address_the_element_of_f(f, shapes):
     at that point of F, for every point (the C divisions and remainders evaluated here)."""
     plan = make_plan(capture(Fn, [f], lambda: [torch.randn(*s) for s in shapes]))
     assert plan.kind == CHAN_REDUCE
-    lead, kept, trail = _runs(plan)
+    lead, kept, trail = channel_runs(plan)
     F_ = plan.full_shape
     groups = [cg.Group("a", lead), cg.Group("o", kept), cg.Group("b", trail)]
     for k in plan.operands:

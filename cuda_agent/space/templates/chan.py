@@ -25,26 +25,27 @@ from .rowcommon import (bind_reducers, carve_dynamic, cluster_combine, emit_new_
                         make_passes, operand_roles, pass_roots)
 
 
-def _runs(plan: KernelPlan) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
-    """(leading reduced dims, kept dims, trailing reduced dims) of F."""
+def channel_runs(plan: KernelPlan) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """(leading reduced dims, kept dims, trailing reduced dims) of F (the split template's
+    channels too)."""
     rank, red = len(plan.full_shape), set(plan.reduce_dims)
     kept = tuple(d for d in range(rank) if d not in red)
     return tuple(range(kept[0])), kept, tuple(range(kept[-1] + 1, rank))
 
 
-def _sizes(plan: KernelPlan) -> tuple[int, int, int]:
-    lead, kept, trail = _runs(plan)
+def channel_sizes(plan: KernelPlan) -> tuple[int, int, int]:
+    lead, kept, trail = channel_runs(plan)
     F = plan.full_shape
     return (math.prod(F[d] for d in lead), math.prod(F[d] for d in kept),
             math.prod(F[d] for d in trail))
 
 
 
-def _vector_ok(plan: KernelPlan, vec: int) -> bool:
+def channel_vectors_ok(plan: KernelPlan, vec: int) -> bool:
     """Every operand varying along the reduced dims reads VEC consecutive b with one load, or
     is constant over them."""
     def check() -> bool:
-        _, _, trail = _runs(plan)
+        _, _, trail = channel_runs(plan)
         grp = cg.Group("v", trail)
         for k in plan.operands:
             nid = cg.operand_node(plan, k)
@@ -61,7 +62,7 @@ CLUSTERS = (1, 2, 4, 8)
 
 def _segment_vectors(plan: KernelPlan, cfg: dict[str, Any]) -> int:
     """Vectors of a channel one block covers: all, or a cluster block's share."""
-    A, _, B = _sizes(plan)
+    A, _, B = channel_sizes(plan)
     NV = A * B // cfg["memory.vec"]
     return -(-NV // cfg.get("config.cluster", 1))
 
@@ -85,7 +86,7 @@ class ChanTemplate(Template):
         # a block per channel: fewer channels than SMs, each long, leave most SMs idle for the
         # whole kernel (16 GiB over 32 channels: about 210 ms a statistics pass on the H100,
         # 2026-12-06; the split template shares each channel among blocks)
-        lead, kept, trail = _sizes(plan)
+        lead, kept, trail = channel_sizes(plan)
         return kept < target.sm_count and lead * trail >= LONG_CHANNEL
 
     def slots(self, plan: KernelPlan, target: Target) -> list[Slot]:
@@ -116,7 +117,7 @@ class ChanTemplate(Template):
     def canonical(self, plan: KernelPlan, cfg: dict[str, Any], target: Target
                   ) -> dict[str, Any]:
         cfg = dict(cfg)
-        A, C, B = _sizes(plan)
+        A, C, B = channel_sizes(plan)
         if not plan.fast_math_matters():
             cfg["compute.fastmath"] = 0
         if plan.output_is_row:
@@ -133,14 +134,14 @@ class ChanTemplate(Template):
         return cfg
 
     def check(self, plan: KernelPlan, cfg: dict[str, Any], target: Target) -> str | None:
-        A, C, B = _sizes(plan)
+        A, C, B = channel_sizes(plan)
         T, vec = cfg["config.block"], cfg["memory.vec"]
         if T > 32 and T > 2 * pow2_ceil(-(-A * B // vec)):
             return "more threads per channel than vectors in it"
         if vec > 1:
             if B % vec:
                 return f"vector width {vec} does not divide the trailing extent {B}"
-            if not _vector_ok(plan, vec):
+            if not channel_vectors_ok(plan, vec):
                 return "an operand cannot be read in vectors along the trailing dims"
         cache, CL = cfg["memory.cache"], cfg["config.cluster"]
         if CL > 1 and cache == "reload":
@@ -172,8 +173,8 @@ class ChanTemplate(Template):
     # -- code ----------------------------------------------------------------------------------
     def render(self, plan: KernelPlan, cfg: dict[str, Any], target: Target) -> Rendered:
         T, vec = cfg["config.block"], cfg["memory.vec"]
-        A, C, B = _sizes(plan)
-        lead, kept, trail = _runs(plan)
+        A, C, B = channel_sizes(plan)
+        lead, kept, trail = channel_runs(plan)
         NV = A * B // vec if B % vec == 0 else -1
         assert NV >= 0, "check() rejects vector widths not dividing B"
         hint = cg.HINTS[cfg["memory.load"]]

@@ -25,13 +25,13 @@ by a small kernel with a thread per row).
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from ...ir.plan import CHAN_REDUCE, KernelPlan
 from .. import codegen as cg
 from ..slots import Launch, Rendered, Slot, Target
 from .base import Code, Reducer, Template, block_combine, pow2_ceil, smem_for_combine
+from .chan import channel_runs, channel_sizes, channel_vectors_ok
 from .rowcommon import Pass, make_passes, operand_roles, pass_roots, row_values_after
 
 MAX_ROWS = 4096
@@ -175,11 +175,9 @@ class RowLayout:
     def __init__(self, plan: KernelPlan) -> None:
         self.chan = plan.kind == CHAN_REDUCE
         if self.chan:
-            rank, red = len(plan.full_shape), set(plan.reduce_dims)
-            kept = tuple(d for d in range(rank) if d not in red)
-            lead, trail = tuple(range(kept[0])), tuple(range(kept[-1] + 1, rank))
+            lead, kept, trail = channel_runs(plan)
             self.rows = cg.Group("o", kept)
-            self.inner = math.prod(plan.full_shape[d] for d in trail)
+            self.inner = channel_sizes(plan)[2]
             self.vgrp = cg.Group("b", trail)
             self.groups = [cg.Group("a", lead), self.rows, self.vgrp]
         else:
@@ -204,18 +202,9 @@ class RowLayout:
         return f"o * {R} + c"
 
     def vector_reads_ok(self, plan: KernelPlan, vec: int) -> bool:
-        if not self.chan:
-            return cg.vector_reads_ok(plan, plan.reduce_dims, vec)
-
-        def check() -> bool:
-            for k in plan.operands:
-                nid = cg.operand_node(plan, k)
-                if cg.varies_along(plan, nid, plan.reduce_dims) and not (
-                        cg.is_unit_stride(plan, nid, self.vgrp, vec)
-                        or cg.is_splat(plan, nid, self.vgrp, vec)):
-                    return False
-            return True
-        return plan.cached(("split_chan_vector_ok", vec), check)
+        if self.chan:  # vectors along the trailing run, as the chan template reads them
+            return channel_vectors_ok(plan, vec)
+        return cg.vector_reads_ok(plan, plan.reduce_dims, vec)
 
 
 class _Renderer:
