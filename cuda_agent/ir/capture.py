@@ -8,8 +8,8 @@ mode `Model(*get_init_inputs())` leaves it in, as the field's harness runs it: t
 unless its constructor calls `.eval()` (batch norm then normalises by the batch's statistics
 and updates its running ones; dropout with p > 0 is random and refused). Composite ops
 (softmax, layer norm, vector norms, ...) are expanded into elementwise ops and single-kind
-reductions here, so templates see one small vocabulary. Any op outside it raises `UnsupportedError` naming the op: there is no silent
-fallback to torch.
+reductions here, so templates see one small vocabulary. Any op outside it raises
+`UnsupportedError` naming the op: there is no silent fallback to torch.
 """
 
 from __future__ import annotations
