@@ -395,6 +395,31 @@ def test_a_strategy_that_raises_is_recorded_and_the_bench_goes_on(tmp_path, monk
     assert set(result.problems) == {"softmax_tinyrows_odd"}
 
 
+def test_a_problem_whose_set_up_fails_is_reported_and_the_bench_goes_on(tmp_path, monkeypatch):
+    """A problem the device cannot set up (its reference failed in the worker) is listed as
+    not compared with the reason, and the suite's next problem is benched: one such set-up
+    ended a live bench of 12 problems (H100, 2026-12-06)."""
+    from cuda_agent.bench_live import run_live_bench
+    from cuda_agent.errors import DeviceError
+    from cuda_agent.run.sim import SimDevice
+
+    real = SimDevice.setup
+
+    def setup(self, problem, plan):
+        if problem.name == "softmax_tinyrows_odd":
+            raise DeviceError(f"GPU setup failed for {problem.name}: RuntimeError: shapes")
+        return real(self, problem, plan)
+
+    monkeypatch.setattr(SimDevice, "setup", setup)
+    suite = f"{PROBLEMS / 'softmax_tinyrows_odd.py'},{PROBLEMS / 'elementwise_log_sqrt.py'}"
+    settings = BenchSettings(suite=suite, strategies=("random",), budget=3, seeds=1,
+                             out=str(tmp_path))
+    result = run_live_bench(settings, "sim")
+    assert "GPU setup failed" in result.skipped["softmax_tinyrows_odd"]
+    assert set(result.problems) == {"elementwise_log_sqrt"}
+    assert {r.problem for r in result.runs} == {"elementwise_log_sqrt"}
+
+
 def test_a_stopped_run_keeps_what_it_finished(tmp_path):
     """The partial result a live run keeps on disk is reported like a finished run, with the
     suite's problems it did not finish listed as such; the partial file is then gone."""

@@ -128,6 +128,20 @@ def test_a_statistic_that_does_not_add_up_still_goes_to_host_memory(small_gpu, m
     assert res.ok, res.msg
 
 
+def test_a_product_whose_leading_dims_only_look_like_a_batch_goes_to_host_memory(
+        small_gpu, make_problem):
+    """tril(a @ b) of square matrices: both inputs' first dims are 64, so a chunk of 'the
+    batch' is tried, and the module cannot run on one (its rows against b's contracted dim).
+    That is not accumulable, not a failed set-up (gemm_tril ended a live bench on the H100,
+    2026-12-06)."""
+    path = make_problem("tril_mm", "torch.tril(a @ b)",
+                        "torch.randn(64, 64), torch.randn(64, 64)", args="a, b")
+    state = state_of(path)
+    assert state.memory.verification == "host" and state.accumulation is None
+    res = check(exact(state), state.pool, state.pool.trials_for(0))
+    assert res.ok, res.msg
+
+
 def test_eager_baseline_runs_on_the_timing_set_drawn_again(small_gpu, make_problem, monkeypatch):
     path = make_problem("relu", "torch.relu(x) * 2.0", "torch.randn(96, 256)")
     state = state_of(path)

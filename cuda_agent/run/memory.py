@@ -260,15 +260,19 @@ class PeakTracker:
             yield
             return
         torch.cuda.empty_cache()
-        total = torch.cuda.get_device_properties(self.device).total_memory
-        limit = max(torch.cuda.memory_reserved(self.device), base + cap)
-        before = (torch.cuda.get_per_process_memory_fraction(self.device)
+        # the fraction's setter and getter take an index, not torch.device("cuda") (a ValueError
+        # on the H100, 2026-12-06)
+        index = self.device.index if self.device.index is not None else \
+            torch.cuda.current_device()
+        total = torch.cuda.get_device_properties(index).total_memory
+        limit = max(torch.cuda.memory_reserved(index), base + cap)
+        before = (torch.cuda.get_per_process_memory_fraction(index)
                   if hasattr(torch.cuda, "get_per_process_memory_fraction") else 1.0)
-        torch.cuda.set_per_process_memory_fraction(min(1.0, limit / total), self.device)
+        torch.cuda.set_per_process_memory_fraction(min(1.0, limit / total), index)
         try:
             yield
         finally:
-            torch.cuda.set_per_process_memory_fraction(before, self.device)
+            torch.cuda.set_per_process_memory_fraction(before, index)
 
 
 def compact(t: torch.Tensor) -> torch.Tensor:

@@ -395,8 +395,14 @@ class ProblemState:
             return False
         dims, n = found
         case = self._draw_first_case()  # measuring chunks reads it and leaves it as drawn
-        rows = memory.chunk_rows(lambda k: self._chunk_cost(Split(0, dims), k), n,
-                                 self.memory.chunk_budget())
+        try:
+            rows = memory.chunk_rows(lambda k: self._chunk_cost(Split(0, dims), k), n,
+                                     self.memory.chunk_budget())
+        except (RuntimeError, ValueError, IndexError):
+            # leading dims of equal size that are not a batch (a product's rows and the
+            # other operand's contracted dim, gemm_tril's 4096 and 4096): a chunk of them is
+            # not a problem the module runs
+            return False
         if rows is None or rows < 3:
             return False
         combine = accumulation_of(lambda ts: self._reference_run(ts)[0], case, dims, rows,
