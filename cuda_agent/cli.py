@@ -543,7 +543,12 @@ def bench(
                 result = run_live_bench(settings, device, step, notify=console.print,
                                         on_problem=lambda r: write_partial(r, out))
     except CudaAgentError as exc:
-        (out / PARTIAL).unlink(missing_ok=True)  # nothing half-written is left behind
+        if (out / PARTIAL).exists():
+            # the problems finished before the error are whole results (written atomically
+            # after each): kept, not thrown away with the one that failed
+            fail(f"{exc} (the problems finished before it are in {out / PARTIAL}: "
+                 f"`cuda-agent report {out}` reports them)")
+            return
         if not out_existed and out.exists() and not any(out.iterdir()):
             out.rmdir()
         fail(str(exc))

@@ -465,6 +465,31 @@ def test_a_stopped_run_in_a_used_folder_is_not_reported_as_the_earlier_run(tmp_p
     assert not (run / PARTIAL).exists()
 
 
+def test_a_run_ended_by_an_error_keeps_the_problems_it_finished(tmp_path, monkeypatch):
+    """An error that ends a live bench after some problems (a device that died, say) is a
+    one-line error and a non-zero exit; the problems finished before it stay in the partial
+    file, which `cuda-agent report` reads (a live bench on the H100 lost 4 finished problems
+    to one set-up error, 2026-12-06)."""
+    from typer.testing import CliRunner
+
+    from cuda_agent import bench_live
+    from cuda_agent.cli import app
+    from cuda_agent.errors import DeviceError
+    from cuda_agent.report.bench_report import PARTIAL, load_run, write_partial
+
+    def ends_after_one(settings, device, progress=None, notify=print, on_problem=None):
+        write_partial(_result("a"), Path(settings.out))
+        raise DeviceError("the GPU worker died")
+
+    monkeypatch.setattr(bench_live, "run_live_bench", ends_after_one)
+    run = tmp_path / "run"
+    res = CliRunner().invoke(app, ["bench", "--suite", str(PROBLEMS / "softmax_tinyrows_odd.py"),
+                                   "--device", "sim", "--out", str(run)])
+    assert res.exit_code != 0
+    assert "the GPU worker died" in res.output and "cuda-agent report" in res.output
+    assert set(load_run(run).problems) == {"a"} and (run / PARTIAL).exists()
+
+
 def test_problem_seconds_must_be_positive(tmp_path):
     out = tmp_path / "bench"
     proc = subprocess.run([CLI, "bench", "--suite", str(PROBLEMS / "softmax_tinyrows_odd.py"),
