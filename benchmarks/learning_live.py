@@ -55,13 +55,16 @@ def main() -> None:
     from cuda_agent.report.bench_report import load_run
 
     per: dict[str, dict[str, float]] = {}
-    gpus, policies, budgets, seeds = set(), set(), set(), set()
+    gpus, policies, budgets, seeds, commits = set(), set(), set(), set(), set()
+    skipped: dict[str, str] = {}
     for run in args.runs:
         result = load_run(run)
         if not result.live or result.live != "cuda":
             raise SystemExit(f"{run}: not a live GPU run (device {result.live or 'replay'})")
         budgets.add(result.settings.budget)
         seeds.add(result.settings.seeds)
+        commits.add(str(result.provenance.get("commit", "unknown")))
+        skipped.update(result.skipped)
         s = summarize(result)
         for p, facts in result.problems.items():
             gpus.add(facts.get("gpu"))
@@ -73,7 +76,8 @@ def main() -> None:
     pairs = [sign(per, a, b) for a, b in PAIRS if a in arms and b in arms]
     res = {"device": "cuda (live)", "gpu": sorted(g for g in gpus if g),
            "date": time.strftime("%Y-%m-%d"), "runs": [str(r) for r in args.runs],
-           "budget": sorted(budgets), "seeds": sorted(seeds),
+           "budget": sorted(budgets), "seeds": sorted(seeds), "commits": sorted(commits),
+           "not_compared": skipped,
            "problems": len(per), "enough": len(per) >= MIN_PROBLEMS,
            "median_evals_to_95": {a: statistics.median(r[a] for r in per.values())
                                   for a in arms} if per else {},
@@ -83,8 +87,10 @@ def main() -> None:
     lines = [MARK_BEGIN, "## Learning against the model, live on the GPU (issue 34)", "",
              f"**LIVE** on {', '.join(res['gpu']) or 'the GPU'}: every candidate compiled, "
              f"verified and timed in the runs `{'`, `'.join(res['runs'])}` (budget "
-             f"{'/'.join(map(str, res['budget']))}, seeds {'/'.join(map(str, res['seeds']))}); "
-             "optimum: the best time any strategy reached. "
+             f"{'/'.join(map(str, res['budget']))}, seeds {'/'.join(map(str, res['seeds']))}, "
+             f"commit {'/'.join(res['commits'])}); "
+             "optimum: the best time any strategy reached; a strategy that never came within "
+             "5 % of it counts budget + 1. "
              f"{res['problems']} problems compared"
              + ("" if res["enough"] else f" (fewer than the {MIN_PROBLEMS} issue 34 asks "
                                          "for: not conclusive)") + ".", "",
@@ -96,7 +102,14 @@ def main() -> None:
         pv = "-" if p["sign_test_p"] is None else f"{p['sign_test_p']:.2g}"
         lines.append(f"| {p['a']} | {p['b']} | {p['a_fewer']} | {p['a_more']} | {p['tied']} | "
                      f"{pv} |")
-    lines += ["", MARK_END]
+    if skipped:
+        lines += ["", "Not compared: " + "; ".join(f"{k} ({v})" for k, v in
+                                                  sorted(skipped.items())) + "."]
+    lines += ["", "<details><summary>Measurements to 95 %, per problem</summary>", "",
+              "| problem | " + " | ".join(arms) + " |", "|---|" + "---|" * len(arms)]
+    lines += [f"| {p} | " + " | ".join(f"{r[a]:g}" for a in arms) + " |"
+              for p, r in sorted(per.items())]
+    lines += ["", "</details>", "", MARK_END]
     write_section(ROOT / "BENCHMARKS.md", MARK_BEGIN, MARK_END, lines)
     print(json.dumps({k: v for k, v in res.items() if k != "per_problem"}, indent=1))
 

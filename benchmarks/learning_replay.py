@@ -321,9 +321,8 @@ def markdown(res: dict) -> list[str]:
         lines += ["", "Not compared: " + "; ".join(f"{k} ({v})" for k, v in
                                                   sorted(res["dropped"].items())) + "."]
     lines += ["", warm_note(s) + "*prior, in-sample model* against *prior*: what fitting the "
-              "model's constants on the problem itself was worth. A live GPU check over at "
-              "least 20 held-out problems (issue 34, item 4) has not been run: its commands are "
-              "in `benchmarks/learning_live.py`, which writes its own section.", "", MARK_END]
+              "model's constants on the problem itself was worth. The live GPU check (issue 34, "
+              "item 4) is the next section (`benchmarks/learning_live.py`).", "", MARK_END]
     return lines
 
 
