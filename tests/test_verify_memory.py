@@ -250,6 +250,37 @@ def test_fingerprint_is_the_same_in_chunks_and_whole(dtype):
         fingerprint(x, 99, chunk=1 << 20)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64, torch.float16,
+                                   torch.bool, torch.int32])
+def test_fingerprint_over_whole_rows_is_the_same_in_any_chunks_and_leaves_x_alone(dtype):
+    """Past a row (HASH_ROW elements) the hash sums rows at once: any chunking, whole rows
+    or not, gives the same hash, and `x` is untouched (an int64 input's bits are its own
+    tensor: multiplying them in place would change the input)."""
+    from cuda_agent.run.verify import HASH_ROW
+
+    x = (torch.randn(2 * 3 * HASH_ROW + 123) * 100).to(dtype)
+    kept = x.clone()
+    whole = fingerprint(x, 7)
+    for chunk in (7, HASH_ROW - 1, HASH_ROW, HASH_ROW + 5, 2 * HASH_ROW, 1 << 30):
+        assert fingerprint(x, 7, chunk=chunk) == whole, chunk
+    assert torch.equal(x, kept)
+
+
+@pytest.mark.parametrize("where", [0, 4095, 4096, 5000, 3 * 4096 + 122])
+def test_fingerprint_over_whole_rows_sees_one_changed_element_and_swaps(where):
+    x = torch.randn(3 * 4096 + 123)
+    h = fingerprint(x, 31337, chunk=4096)
+    y = x.clone()
+    y.view(torch.int32)[where] ^= 1 << 30
+    assert fingerprint(y, 31337, chunk=4096) != h
+    for other in (where + 1, where + 4096, where + 4097):  # same row; same column; neither
+        z = x.clone()
+        o = other % x.numel()
+        z[where], z[o] = x[o], x[where]
+        assert fingerprint(z, 31337, chunk=4096) != h, (where, o)
+    assert fingerprint(x, 31338, chunk=4096) != h, "the key changes the hash"
+
+
 def test_a_swap_of_two_input_elements_is_a_mutation():
     def swap(ins, out):
         EXACT["sum"](ins, out)
