@@ -835,3 +835,22 @@ def test_bce_capture_marks_the_probabilities_input():
     from pathlib import Path
     g = load_problem(Path(__file__).parents[1] / "benchmarks/problems/loss_bce.py").graph()
     assert [gin.value_range for gin in g.inputs] == [(0.0, 1.0), (0.0, 1.0)]
+
+
+def test_a_check_says_where_its_seconds_went():
+    """Each step of the checks is timed, summed over the trials (the report's per-candidate
+    seconds show which step a large problem's checks spend their time in)."""
+    import time
+
+    def slow_run(ins, out):
+        time.sleep(0.05)
+        out.copy_(torch.relu(ins[0]))
+
+    x = torch.randn(64, 64)
+    res = verify(slow_run, lambda ins: torch.relu(ins[0].double()), [x], (64, 64),
+                 torch.float32)
+    assert res.ok
+    assert set(res.seconds) == {"draw", "hash", "run", "reference_compare"}
+    trials = VerifySettings().trials + 1  # the random cases and the perturbed one
+    assert res.seconds["run"] >= 0.05 * trials
+    assert all(0 <= v < res.seconds["run"] for k, v in res.seconds.items() if k != "run")

@@ -245,9 +245,11 @@ def test_fingerprint_sees_one_flipped_bit_a_swap_and_a_negative_zero():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64, torch.float16,
                                    torch.bool, torch.int32])
 def test_fingerprint_is_the_same_in_chunks_and_whole(dtype):
+    """Whole and in chunks of a row (HASH_ROW) or more: one hash; in smaller chunks (rows as
+    long as the chunk), the same from one call to the next."""
     x = (torch.randn(3, 1001) * 100).to(dtype)
-    assert fingerprint(x, 99, chunk=7) == fingerprint(x, 99, chunk=None) == \
-        fingerprint(x, 99, chunk=1 << 20)
+    assert fingerprint(x, 99, chunk=None) == fingerprint(x, 99, chunk=1 << 20)
+    assert fingerprint(x, 99, chunk=7) == fingerprint(x.clone(), 99, chunk=7)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64, torch.float16,
@@ -261,24 +263,27 @@ def test_fingerprint_over_whole_rows_is_the_same_in_any_chunks_and_leaves_x_alon
     x = (torch.randn(2 * 3 * HASH_ROW + 123) * 100).to(dtype)
     kept = x.clone()
     whole = fingerprint(x, 7)
-    for chunk in (7, HASH_ROW - 1, HASH_ROW, HASH_ROW + 5, 2 * HASH_ROW, 1 << 30):
+    for chunk in (HASH_ROW, HASH_ROW + 5, 2 * HASH_ROW, 3 * HASH_ROW - 1, 1 << 30):
         assert fingerprint(x, 7, chunk=chunk) == whole, chunk
+    for chunk in (7, HASH_ROW - 1):
+        assert fingerprint(x, 7, chunk=chunk) == fingerprint(x, 7, chunk=chunk)
     assert torch.equal(x, kept)
 
 
+@pytest.mark.parametrize("chunk", [4096, 7])
 @pytest.mark.parametrize("where", [0, 4095, 4096, 5000, 3 * 4096 + 122])
-def test_fingerprint_over_whole_rows_sees_one_changed_element_and_swaps(where):
+def test_fingerprint_over_whole_rows_sees_one_changed_element_and_swaps(where, chunk):
     x = torch.randn(3 * 4096 + 123)
-    h = fingerprint(x, 31337, chunk=4096)
+    h = fingerprint(x, 31337, chunk=chunk)
     y = x.clone()
     y.view(torch.int32)[where] ^= 1 << 30
-    assert fingerprint(y, 31337, chunk=4096) != h
-    for other in (where + 1, where + 4096, where + 4097):  # same row; same column; neither
+    assert fingerprint(y, 31337, chunk=chunk) != h
+    for other in (1, 4, 5, 4096, 4097):  # same row; same column; neither (rows of 4 or 4096)
         z = x.clone()
-        o = other % x.numel()
+        o = (where + other) % x.numel()
         z[where], z[o] = x[o], x[where]
-        assert fingerprint(z, 31337, chunk=4096) != h, (where, o)
-    assert fingerprint(x, 31338, chunk=4096) != h, "the key changes the hash"
+        assert fingerprint(z, 31337, chunk=chunk) != h, (where, o)
+    assert fingerprint(x, 31338, chunk=chunk) != h, "the key changes the hash"
 
 
 def test_a_swap_of_two_input_elements_is_a_mutation():
@@ -507,14 +512,21 @@ def test_draws_in_chunks_are_deterministic_and_keep_the_domain(monkeypatch):
     assert all(torch.equal(x, y) for x, y in zip(a, bufs))
 
 
-def test_a_small_tensor_draws_what_it_drew_before_chunking():
-    """One chunk: the same values as a whole-tensor draw (fixed seeds stay meaningful)."""
+@pytest.mark.parametrize("dtype,work", [(torch.float32, torch.float32),
+                                        (torch.float16, torch.float32),
+                                        (torch.float64, torch.float64)])
+def test_a_small_tensor_draws_the_whole_tensor_draw_in_its_own_float_type(dtype, work):
+    """One chunk: the same values as a whole-tensor draw of the distribution, computed in
+    the input's float type (float32 for narrower ones) and cast (fixed seeds stay
+    meaningful)."""
     g = torch.Generator().manual_seed(7)
-    x = V.draw_like(torch.randn(40, 50), 1, g, signed=True)
+    x = V.draw_like(torch.randn(40, 50, dtype=dtype), 1, g, signed=True)
     g = torch.Generator().manual_seed(7)
-    z = torch.randn((40, 50), generator=g, dtype=torch.float64)
-    chi = sum(torch.randn((40, 50), generator=g, dtype=torch.float64) ** 2 for _ in range(3))
-    assert torch.equal(x, (z / torch.sqrt(chi / 3.0 + 1e-12)).float())
+    z = torch.randn((40, 50), generator=g, dtype=work)
+    chi = sum(torch.randn((40, 50), generator=g, dtype=work) ** 2 for _ in range(3))
+    want = (z / torch.sqrt(chi / 3.0 + 1e-12)).to(dtype)
+    assert x.dtype == dtype
+    torch.testing.assert_close(x, want, rtol=1e-6 if work == torch.float32 else 1e-12, atol=0)
 
 
 # -- accumulation: an output that adds up over chunks of the batch ----------------------------------

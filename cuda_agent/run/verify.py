@@ -32,7 +32,8 @@ from __future__ import annotations
 
 import math
 import secrets
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence, Union
 
 import torch
@@ -138,6 +139,10 @@ class VerifyResult:
     kind: str | None = None  # an ERROR_KINDS key when not ok
     msg: str = ""
     max_rel_err: float = 0.0
+    seconds: dict[str, float] = field(default_factory=dict)
+    """where `check`'s time went, summed over the trials: draw (the case's inputs drawn
+    again), hash (before and after the run), run, reference_compare (the reference's chunks
+    computed or fetched, and the comparison)"""
 
 
 class CandidateError(Exception):
@@ -197,39 +202,49 @@ def draw_into(dest: torch.Tensor, meta: InputMeta, trial: int, gen: torch.Genera
     """`draw_like`, written into the contiguous `dest`, DRAW_CHUNK elements at a time."""
     kind = DISTRIBUTIONS[trial % len(DISTRIBUTIONS)]
     flat = dest.view(-1)
+    # drawn in the input's own float type where it is float32 or narrower (float64 draws
+    # cast down moved twice the bytes, each check drawing its case again: a 16 GiB input per
+    # trial); float64 and integer inputs as before
+    work = torch.float32 if dest.dtype in (torch.float32, torch.float16, torch.bfloat16) \
+        else torch.float64
     for lo in range(0, flat.numel(), DRAW_CHUNK):
         n = min(DRAW_CHUNK, flat.numel() - lo)
-        x = _draw_values(kind, (n,), gen, dest.device)
+        x = _draw_values(kind, (n,), gen, dest.device, work)
         if value_range is not None:  # squashed into the range: the distribution's shape varies
             a, b = value_range.lo, value_range.hi
-            x = (a + (b - a) * torch.sigmoid(x)).clamp(a, b)
+            x = x.sigmoid_().mul_(b - a).add_(a).clamp_(a, b)
         elif meta.low is not None and not signed:
             if meta.low > 0:  # strictly positive domain (log, division, sqrt...)
-                x = x.abs() + 1e-2
+                x = x.abs_().add_(1e-2)
             elif meta.low >= 0:
-                x = x.abs()
+                x = x.abs_()
         flat[lo:lo + n].copy_(x)
 
 
 def _draw_values(kind: str, shape: tuple[int, ...], gen: torch.Generator,
-                 device: torch.device) -> torch.Tensor:
-    f64 = torch.float64
+                 device: torch.device, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """`shape` values of distribution `kind`, in `dtype`, with as few temporaries as it takes
+    (in place where it can be)."""
+    def normal() -> torch.Tensor:
+        return torch.randn(shape, generator=gen, device=device, dtype=dtype)
+
     if kind == "normal":
-        return torch.randn(shape, generator=gen, device=device, dtype=f64)
+        return normal()
     if kind == "heavy":  # Student-t with 3 degrees of freedom: rare values far out
-        z = torch.randn(shape, generator=gen, device=device, dtype=f64)
-        chi = sum(torch.randn(shape, generator=gen, device=device, dtype=f64) ** 2
-                  for _ in range(3))
-        return z / torch.sqrt(chi / 3.0 + 1e-12)
+        z = normal()
+        chi = normal().square_()
+        for _ in range(2):
+            g = normal()
+            chi.addcmul_(g, g)
+        return z.div_(chi.div_(3.0).add_(1e-12).sqrt_())
     if kind == "uniform_offset":
-        return torch.rand(shape, generator=gen, device=device, dtype=f64) * 6.0 - 2.0
+        return torch.rand(shape, generator=gen, device=device, dtype=dtype).mul_(6.0).sub_(2.0)
     if kind == "quantized":  # few distinct values: exact ties (argmax must pick the first)
-        x = torch.round(torch.randn(shape, generator=gen, device=device, dtype=f64) * 4)
-        return x / 4.0
+        return normal().mul_(4).round_().div_(4.0)
     # magnitudes over several decades, random signs
-    mag = torch.exp(torch.randn(shape, generator=gen, device=device, dtype=f64))
-    sign = torch.randint(0, 2, shape, generator=gen, device=device).to(f64) * 2 - 1
-    return mag * sign
+    mag = normal().exp_()
+    sign = torch.randint(0, 2, shape, generator=gen, device=device, dtype=dtype)
+    return mag.mul_(sign.mul_(2).sub_(1))
 
 
 @dataclass(frozen=True)
@@ -398,35 +413,34 @@ def fingerprint(x: torch.Tensor, key: int, chunk: int | None = None) -> int:
             for j in range(1, 5)]
     rows_key, cols_key = (keys[0] | 1, keys[1]), (keys[2] | 1, keys[3])
     device, n = flat.device, flat.numel()
-    cols = _odd_mix(torch.arange(HASH_ROW, dtype=torch.int64, device=device), *cols_key)
-    step = n if not chunk else max(1, chunk)
-    if step >= HASH_ROW:  # chunks of whole rows (the hash does not depend on the chunking)
-        step -= step % HASH_ROW
+    # rows no longer than a chunk (the column multipliers are a row's worth of int64): the
+    # hash is the same whole and in chunks of HASH_ROW elements or more, and the same from
+    # one call to the next with the same chunk
+    row = HASH_ROW if not chunk else min(HASH_ROW, 1 << (max(1, chunk).bit_length() - 1))
+    cols = _odd_mix(torch.arange(row, dtype=torch.int64, device=device), *cols_key)
+    step = chunk - chunk % row if chunk else max(row, -(-n // row) * row)  # whole rows
     total = 0
     for lo in range(0, n, step):
         hi = min(n, lo + step)
-        r0, r1 = -(-lo // HASH_ROW), hi // HASH_ROW
-        if r0 >= r1:  # no whole row: element by element
-            total += _hash_elements(flat, lo, hi, cols, rows_key)
-            continue
-        total += _hash_elements(flat, lo, r0 * HASH_ROW, cols, rows_key)
-        block = flat[r0 * HASH_ROW:r1 * HASH_ROW].view(r1 - r0, HASH_ROW)
-        rows = _odd_mix(torch.arange(r0, r1, dtype=torch.int64, device=device), *rows_key)
-        # the int64 product of each element and its column's multiplier (the narrower
-        # bit pattern sign-extended on the fly), summed per row, then weighted by the row's
-        total += int(torch.mul(block, cols).sum(dim=1).mul_(rows).sum())
-        total += _hash_elements(flat, r1 * HASH_ROW, hi, cols, rows_key)
+        r0, whole = lo // row, hi // row  # the tensor's last row may be cut short
+        if whole > r0:
+            block = flat[r0 * row:whole * row].view(whole - r0, row)
+            rows = _odd_mix(torch.arange(r0, whole, dtype=torch.int64, device=device),
+                            *rows_key)
+            # the int64 product of each element and its column's multiplier (the narrower
+            # bit pattern sign-extended on the fly), summed per row, weighted by the row's
+            total += int(torch.mul(block, cols).sum(dim=1).mul_(rows).sum())
+        if hi > whole * row:
+            total += _hash_elements(flat, whole * row, hi, cols, rows_key)
     return total & _MASK64
 
 
 def _hash_elements(flat: torch.Tensor, lo: int, hi: int, cols: torch.Tensor,
                    rows_key: tuple[int, int]) -> int:
-    """`fingerprint`'s sum over elements lo..hi, each with its own row's multiplier (the
-    parts of a chunk outside its whole rows)."""
-    if hi <= lo:
-        return 0
-    pos = torch.arange(lo, hi, dtype=torch.int64, device=flat.device)
-    m = _odd_mix(pos // HASH_ROW, *rows_key).mul_(cols[pos % HASH_ROW])
+    """`fingerprint`'s sum over the elements lo..hi of a row cut short by the tensor's end."""
+    row = cols.numel()
+    m = cols[:hi - lo] * _odd_mix(torch.tensor([lo // row], dtype=torch.int64,
+                                               device=flat.device), *rows_key)
     return int(flat[lo:hi].to(torch.int64, copy=True).mul_(m).sum())  # never in place
 
 
@@ -1059,24 +1073,47 @@ def check(run: Callable[[list[torch.Tensor], torch.Tensor], None], pool: CasePoo
                             "every trial, so passing proves nothing", worst)
     key = secrets.randbits(63)
     out = pool.output()
+    clock = _StepClock(out.device)
     for trial in trials:
-        inputs = pool.materialize(trial)
-        before = pool.fingerprints(inputs, key)
+        inputs = clock("draw", pool.materialize, trial)
+        before = clock("hash", pool.fingerprints, inputs, key)
         poison(out)
         try:
-            run(inputs, out)
+            clock("run", run, inputs, out)
         except CandidateError as exc:
             pool.restore(trial)
-            return VerifyResult(False, exc.kind, str(exc), worst)
-        for k, (h0, h1) in enumerate(zip(before, pool.fingerprints(inputs, key))):
+            return VerifyResult(False, exc.kind, str(exc), worst, clock.seconds)
+        after = clock("hash", pool.fingerprints, inputs, key)
+        for k, (h0, h1) in enumerate(zip(before, after)):
             if h0 != h1:
                 pool.restore(trial)
-                return VerifyResult(False, "mutated_input", f"input {k} was modified", worst)
-        kind, msg, rel = pool.compare(out, trial)
+                return VerifyResult(False, "mutated_input", f"input {k} was modified", worst,
+                                    clock.seconds)
+        kind, msg, rel = clock("reference_compare", pool.compare, out, trial)
         worst = max(worst, rel)
         if kind:
-            return VerifyResult(False, kind, f"{trial.label}: {msg}", worst)
-    return VerifyResult(True, None, "", worst)
+            return VerifyResult(False, kind, f"{trial.label}: {msg}", worst, clock.seconds)
+    return VerifyResult(True, None, "", worst, clock.seconds)
+
+
+class _StepClock:
+    """Seconds per step of `check` (a large problem's checks took most of each candidate's
+    8-10 s on the H100, 2026-12-06, and nothing said which step): on a GPU each step ends
+    with a synchronisation, so its kernels are counted in it, not in the next."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.seconds: dict[str, float] = {}
+
+    def __call__(self, step: str, fn: Callable[..., Any], *args: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            result = fn(*args)
+            if self.cuda:  # not after a failure: a faulted context would raise here instead
+                torch.cuda.synchronize()
+            return result
+        finally:
+            self.seconds[step] = self.seconds.get(step, 0.0) + time.perf_counter() - t0
 
 
 def check_state(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor], pool: CasePool

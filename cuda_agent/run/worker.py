@@ -589,6 +589,7 @@ class ProblemState:
 
         t_probe = time.perf_counter()
         result = check(run, self.pool, self.pool.trials_for(self.evaluated))
+        check_seconds = result.seconds
         if result.ok:
             result = self.check_state(kernels)
         self.evaluated += 1
@@ -630,7 +631,8 @@ class ProblemState:
                 # where a candidate's seconds go (about 10 s each on 16 GiB problems on the
                 # H100, 2026-12-06: 2-3 candidates in a 20 s search)
                 "seconds": {"load_and_probe": t_probe - t0, "checks": t_check - t_probe,
-                            "timing": done - t_check},
+                            "timing": done - t_check,
+                            **{f"check_{k}": v for k, v in check_seconds.items()}},
                 "counters": {"achieved_bw_fraction": self.bytes / (timing.median_ms * 1e-3)
                              / self.copy_bw,
                              # timed runs the host may have delayed (`TimingSettings.lead_us`)
