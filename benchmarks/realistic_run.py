@@ -315,13 +315,46 @@ def run_problem(entry: dict, gpu: str, s: RunSettings, cli_limit: bool) -> dict 
     return row
 
 
-def load_rows(files: list[Path]) -> dict[str, dict]:
-    """Rows of earlier calls by problem (a later file's row wins)."""
+def precision_of(tune_args: list[str] | None) -> str:
+    """The kernels' precision a row's `tune` flags asked for (fp32 unless `--precision`)."""
+    args = list(tune_args or [])
+    for i, a in enumerate(args):
+        if a == "--precision" and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith("--precision="):
+            return a.split("=", 1)[1]
+    return "fp32"
+
+
+def load_rows(files: list[Path], precision: str | None = None) -> dict[str, dict]:
+    """Rows of earlier calls by problem (a later file's row wins); with `precision`, only the
+    rows tuned at it (a TF32 run's problems are not done because their fp32 rows are)."""
     rows: dict[str, dict] = {}
     for f in files:
         for r in json.loads(f.read_text())["rows"]:
-            rows[r["problem"]] = r
+            if precision is None or precision_of(r.get("tune_args")) == precision:
+                rows[r["problem"]] = r
     return rows
+
+
+def select(manifest: list[dict], only: list[str]) -> list[str]:
+    """Problem names from `only`'s names and `family:WORD` entries (every problem whose family
+    has WORD, e.g. family:conv for the convolutions and their chains); unknown names refused."""
+    names, unknown = [], []
+    for item in only:
+        if item.startswith("family:"):
+            word = item.split(":", 1)[1]
+            found = [e["problem"] for e in manifest if word in e["family"].split("+")]
+            names += found
+            if not found:
+                unknown.append(item)
+        elif any(e["problem"] == item for e in manifest):
+            names.append(item)
+        else:
+            unknown.append(item)
+    if unknown:
+        raise SystemExit(f"error: not in the realistic suite: {', '.join(unknown)}")
+    return list(dict.fromkeys(names))
 
 
 def todo(manifest: list[dict], done: dict[str, dict], rerun: tuple[str, ...] = (),
@@ -394,17 +427,16 @@ def run_suite(s: RunSettings, log=print) -> dict[str, dict]:  # noqa: ANN001
     if missing:
         raise SystemExit(f"error: no such results file: {', '.join(missing)}")
     manifest = realistic_suite.read()
-    unknown = sorted(set(s.only) - {e["problem"] for e in manifest})
-    if unknown:
-        raise SystemExit(f"error: not in the realistic suite: {', '.join(unknown)}")
-    rows = load_rows(s.previous)
+    only = select(manifest, s.only)
+    precision = precision_of(s.tune_args)
+    rows = load_rows(s.previous, precision)
     own = s.work / "realistic.json"
     # this machine's rows: a warm machine's earlier call of this session, and this call's. The
     # results file holds only these, under this machine's GPU: the earlier files' rows (other
     # GPUs, other commits) decide what is left to run, and stay in their own files
-    mine = load_rows([own]) if own.exists() and own not in s.previous else {}
+    mine = load_rows([own], precision) if own.exists() and own not in s.previous else {}
     rows = {**mine, **rows}
-    left = todo(manifest, rows, s.rerun, s.only)
+    left = todo(manifest, rows, s.rerun, only)
     log(f"realistic: {len(rows)} problems done before, {len(left)} to run on "
         f"{len(s.gpus)} GPU(s), {s.deadline - time.time():.0f} s left")
     cli_limit = tune_has_time_limit()
@@ -436,7 +468,7 @@ def run_suite(s: RunSettings, log=print) -> dict[str, dict]:  # noqa: ANN001
             except Exception as exc:  # noqa: BLE001 - the suite goes on without this problem
                 row = {"problem": entry["problem"], "family": entry["family"],
                        "status": "error", "message": f"suite runner: {type(exc).__name__}: "
-                       f"{exc}"[:300], "verified": False}
+                       f"{exc}"[:300], "verified": False, "tune_args": s.tune_args}
             if row is None:
                 log(f"realistic [{gpu}]: {entry['problem']} cut by the deadline; left for the "
                     "next call")
@@ -459,5 +491,5 @@ def run_suite(s: RunSettings, log=print) -> dict[str, dict]:  # noqa: ANN001
     log("realistic: this call\n" + table(ran))
     log(f"realistic: {len(rows)} of {len(manifest)} problems done ("
         + ", ".join(f"{k} {v}" for k, v in counts.items() if v) + f"); "
-        f"{len(todo(manifest, rows, (), s.only))} left")
+        f"{len(todo(manifest, rows, (), only))} left")
     return rows

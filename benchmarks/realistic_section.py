@@ -30,13 +30,25 @@ NAME = "realistic"
 FAILURES = ("oom", "timeout", "wrong", "unsupported", "error")
 
 
-def merge(docs: list[dict]) -> dict[str, dict]:
-    """Rows by problem, a later document's row replacing an earlier one's."""
+def merge(docs: list[dict], precision: str = "fp32") -> dict[str, dict]:
+    """Rows by problem tuned at `precision` (fp32: the strict contract, the headline's; tf32:
+    `tune --precision tf32`, a column beside it), a later document's row replacing an
+    earlier one's."""
+    from benchmarks.realistic_run import precision_of
+
     rows: dict[str, dict] = {}
     for d in docs:
         for r in d["rows"]:
-            rows[r["problem"]] = r
+            if precision_of(r.get("tune_args")) == precision:
+                rows[r["problem"]] = r
     return rows
+
+
+def vs_compile(r: dict | None) -> float | None:
+    """The row's speedup against the user's default torch.compile, where verified and timed."""
+    if r and r.get("status") == "ok" and r.get("new_ms") and r.get("compile_ms"):
+        return r["compile_ms"] / r["new_ms"]
+    return None
 
 
 def geomean(xs: list[float]) -> float | None:
@@ -92,7 +104,7 @@ def runs_text(docs: list[dict]) -> str:
             + (f" and `{extra}`" if extra else ""))
 
 
-def summary_lines(s: dict, docs: list[dict]) -> list[str]:
+def summary_lines(s: dict, docs: list[dict], tf32: dict | None = None) -> list[str]:
     c = s["counts"]
     if not s["run"]:
         head = (f"**Realistic suite (issue 33)**: none of its {s['suite']} problems run yet; "
@@ -115,8 +127,37 @@ def summary_lines(s: dict, docs: list[dict]) -> list[str]:
                f"({', '.join(s['over_bound'])})." if s["over_bound"] else
                f" The tune's own GPU peak stayed within the bound it states on all "
                f"{len(s['bounded'])} recorded." if s["bounded"] else "")
-            + (f" Not run yet: {len(s['not_run'])} problems." if s["not_run"] else ""))
+            + (f" Not run yet: {len(s['not_run'])} problems." if s["not_run"] else "")
+            + tf32_sentence(tf32 or {}))
     return [f"<!-- {NAME}-summary:begin -->", head, f"<!-- {NAME}-summary:end -->"]
+
+
+def tf32_summary(rows: dict[str, dict], tf32: dict[str, dict]) -> dict:
+    """The TF32 column's counts: of the problems tuned with `--precision tf32`, how many the
+    harness verified, how many are faster than default torch.compile (which uses TF32 in
+    convolutions by PyTorch's defaults), and the geomean; and the same problems' strict rows."""
+    speed = {n: vs_compile(r) for n, r in tf32.items()}
+    timed = [v for v in speed.values() if v is not None]
+    strict = [vs_compile(rows.get(n)) for n, v in speed.items() if v is not None]
+    return {"run": len(tf32), "verified": sum(1 for r in tf32.values() if r.get("verified")),
+            "timed": len(timed), "faster": sorted(n for n, v in speed.items() if v and v > 1.0),
+            "geomean": geomean(timed),
+            "geomean_strict": geomean([v for v in strict if v is not None])
+            if all(v is not None for v in strict) else None,
+            "bad": sorted(f"{n} ({r.get('status')})" for n, r in tf32.items()
+                          if r.get("status") != "ok")}
+
+
+def tf32_sentence(t: dict) -> str:
+    if not t.get("run"):
+        return ""
+    return (f" With `--precision tf32` (TF32 tensor cores in products and convolutions, as "
+            f"PyTorch's defaults give torch's convolutions; the tolerance widened to torch's "
+            f"own TF32 error): {t['run']} problems tuned, {t['verified']} verified, faster than "
+            f"default torch.compile on **{len(t['faster'])} of {t['run']}**, geomean "
+            f"**{_x(t['geomean'])}** over the {t['timed']} timed (the same problems strict: "
+            f"{_x(t['geomean_strict'])}); a column of the table, not in the counts above"
+            + (f"; not verified: {', '.join(t['bad'])}" if t["bad"] else "") + ".")
 
 
 def _gib(v: float | None) -> str:
@@ -165,24 +206,35 @@ def short_gpu(name: str | None) -> str:
     return words[0] if words else "?"
 
 
-def table_lines(rows: dict[str, dict], manifest: list[dict]) -> list[str]:
+def tf32_cell(r: dict | None) -> str:
+    """The TF32 column: the kernel tuned with `--precision tf32`, its time and speedup against
+    default torch.compile as the harness measured them, or its status where not verified."""
+    if r is None:
+        return "-"
+    v = vs_compile(r)
+    return f"{_ms(r.get('new_ms'))} ({_x(v)})" if v is not None else r.get("status", "?")
+
+
+def table_lines(rows: dict[str, dict], manifest: list[dict],
+                tf32: dict[str, dict] | None = None) -> list[str]:
     # rows measured on more than one kind of GPU name theirs (each row's times are its own
     # GPU's: the kernel, eager and torch.compile timed there by the harness)
     mixed = len({short_gpu(r.get("gpu")) for r in rows.values() if r.get("gpu")}) > 1
+    tf = bool(tf32)
     lines = ["| problem | input GiB | family | status | tune s | tune peak GiB | tool peak / "
              "bound GiB | eager peak GiB | kernel ms (harness) | eager ms | compile ms | vs "
-             "compile | rel err vs fp64 (torch's) | message |" + (" GPU |" if mixed else ""),
-             "|---" * (15 if mixed else 14) + "|"]
+             "compile | rel err vs fp64 (torch's) | message |"
+             + (" TF32 kernel ms (vs compile) |" if tf else "") + (" GPU |" if mixed else ""),
+             "|---" * (14 + tf + mixed) + "|"]
     for e in manifest:
         r = rows.get(e["problem"])
+        extra = (f" {tf32_cell((tf32 or {}).get(e['problem']))} |" if tf else "")
         if r is None:
             lines.append(f"| {e['problem']} | {_gib(e['input_bytes'])} | {e['family']} | "
-                         "not run | - | - | - | - | - | - | - | - | - | |"
+                         "not run | - | - | - | - | - | - | - | - | - | |" + extra
                          + (" |" if mixed else ""))
             continue
         err = _err(r.get("float64") or {})
-        vs = (r["compile_ms"] / r["new_ms"] if r.get("status") == "ok" and r.get("new_ms")
-              and r.get("compile_ms") else None)
         msg = (r.get("message") or "").replace("|", "/")
         lines.append(
             f"| {e['problem']} | {_gib(e['input_bytes'])} | {r.get('family') or e['family']} | "
@@ -190,13 +242,15 @@ def table_lines(rows: dict[str, dict], manifest: list[dict]) -> list[str]:
             f"{_gib(r.get('tune_peak_gpu_bytes'))} | {bound_text(r)} | "
             f"{_gib(eager_peak(r))} | "
             f"{_ms(r.get('new_ms'))} | "
-            f"{_ms(r.get('eager_ms'))} | {_ms(r.get('compile_ms'))} | {_x(vs)} | {err} | "
-            f"{msg[:120]} |" + (f" {short_gpu(r.get('gpu'))} |" if mixed else ""))
+            f"{_ms(r.get('eager_ms'))} | {_ms(r.get('compile_ms'))} | {_x(vs_compile(r))} | "
+            f"{err} | {msg[:120]} |" + extra
+            + (f" {short_gpu(r.get('gpu'))} |" if mixed else ""))
     return lines
 
 
 def section_lines(s: dict, rows: dict[str, dict], manifest: list[dict],
-                  docs: list[dict]) -> list[str]:
+                  docs: list[dict], tf32: dict[str, dict] | None = None,
+                  tf32_docs: list[dict] | None = None) -> list[str]:
     return [
         f"<!-- {NAME}:begin -->",
         "## Realistic suite (issue 33): tune, then an independent harness",
@@ -228,19 +282,29 @@ def section_lines(s: dict, rows: dict[str, dict], manifest: list[dict],
         "set-up); eager peak: torch's allocator at the peak "
         "of the harness's eager forward, inputs included.",
         "",
-        (f"Run {runs_text(docs)}." if docs else "No GPU run yet."),
+        (f"Run {runs_text(docs)}." if docs else "No GPU run yet.")
+        + (f" TF32 column: the same harness, the kernel tuned with `--precision tf32`, run "
+           f"{runs_text(tf32_docs)}." if tf32 and tf32_docs else ""),
         "",
-        *table_lines(rows, manifest),
+        *table_lines(rows, manifest, tf32),
         f"<!-- {NAME}:end -->",
     ]
 
 
 def write(md: Path, docs: list[dict], manifest: list[dict]) -> dict:
-    rows = merge(docs)
+    """Both sections from the results files: the strict (fp32) rows are the headline and the
+    table; rows tuned with `--precision tf32` are a column and a sentence beside them."""
+    from benchmarks.realistic_run import precision_of
+
+    rows, tf32 = merge(docs), merge(docs, "tf32")
+    strict_docs = [d for d in docs
+                   if precision_of(d.get("settings", {}).get("tune_args")) == "fp32"]
+    tf32_docs = [d for d in docs if d not in strict_docs]
     s = summarize(rows, manifest)
-    summary = summary_lines(s, docs)
+    s["tf32"] = tf32_summary(rows, tf32)
+    summary = summary_lines(s, strict_docs, s["tf32"])
     write_summary_section(md, f"{NAME}-summary", summary)
-    lines = section_lines(s, rows, manifest, docs)
+    lines = section_lines(s, rows, manifest, strict_docs, tf32, tf32_docs)
     write_section(md, lines[0], lines[-1], lines)
     return s
 

@@ -154,6 +154,33 @@ def test_a_suite_call_records_every_status_and_resumes(fake_suite, tmp_path, mon
     assert again == rows
 
 
+def test_a_tf32_call_runs_the_problems_its_fp32_rows_do_not_cover(fake_suite, tmp_path,
+                                                                    monkeypatch):
+    """A call with `--precision tf32` counts as done only the rows tuned at TF32: the suite's
+    fp32 rows (every problem) leave all its problems to run, and its own rows say so."""
+    rr.run_suite(fake_suite(only=["a", "b"]))
+    fp32 = tmp_path / "out" / "realistic.json"
+    ran: list[str] = []
+    real = rr.tune_command
+    monkeypatch.setattr(rr, "tune_command", lambda problem, out, s, cli: ran.append(
+        problem.stem) or real(problem, out, s, cli))
+    rows = rr.run_suite(fake_suite(previous=[fp32], tune_args=["--precision", "tf32"],
+                                   work=tmp_path / "w2", final=tmp_path / "o2", only=["a", "b"]))
+    assert sorted(ran) == ["a", "b"]
+    assert all(rr.precision_of(r.get("tune_args")) == "tf32" for r in rows.values())
+    assert rr.precision_of(["--precision=bf16"]) == "bf16" and rr.precision_of(None) == "fp32"
+
+
+def test_problems_are_named_or_taken_by_family():
+    manifest = [{"problem": "x", "family": "conv"},
+                {"problem": "y", "family": "conv+reduction+reduction+elementwise"},
+                {"problem": "z", "family": "gemm"}]
+    assert rr.select(manifest, ["family:conv"]) == ["x", "y"]
+    assert rr.select(manifest, ["z", "family:conv", "x"]) == ["z", "x", "y"]
+    with pytest.raises(SystemExit, match="not in the realistic suite: family:pool, w"):
+        rr.select(manifest, ["family:pool", "w"])
+
+
 def test_a_call_s_results_file_holds_only_the_rows_it_ran(fake_suite, tmp_path):
     """Rows of earlier files (another GPU, another commit) decide what is left to run but are
     not written again under this machine's header (2026-12-06: a call on an H100 wrote the

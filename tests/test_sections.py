@@ -224,6 +224,43 @@ def test_realistic_section_counts_by_hand(tmp_path):
     assert again.count("<!-- realistic-summary:begin -->") == 1 and again == text
 
 
+def test_realistic_tf32_rows_are_a_column_and_a_sentence_not_the_headline(tmp_path):
+    """Rows tuned with `--precision tf32` (a later results file) do not replace the strict
+    rows: the headline's counts stay the strict ones; the TF32 kernels get a column and a
+    sentence of their own, their run named apart."""
+    import json
+
+    from realistic_section import write
+
+    first = json.loads((ROOT / "tests/data/realistic_results_fixture.json").read_text())
+    args = ["--precision", "tf32"]
+    tf32 = {**first, "commit": "tf32run", "settings": {**first["settings"], "tune_args": args},
+            "rows": [{"problem": "p_fast", "family": "conv", "status": "ok", "verified": True,
+                      "new_ms": 0.5, "compile_ms": 2.0, "tune_args": args},
+                     {"problem": "p_slow", "family": "conv", "status": "ok", "verified": True,
+                      "new_ms": 4.0, "compile_ms": 1.0, "tune_args": args},
+                     {"problem": "p_wrong", "family": "conv", "status": "wrong",
+                      "verified": False, "tune_args": args}]}
+    manifest = [{"problem": n, "family": "f", "input_bytes": 1 << 30}
+                for n in ("p_fast", "p_slow", "p_oom", "p_timeout", "p_wrong")]
+    md = tmp_path / "B.md"
+    md.write_text("# Benchmarks\n\nMeasured on a GPU.\n")
+    s = write(md, [first, tf32], manifest)
+    assert s["faster"] == ["p_fast"] and abs(s["geomean_vs_compile"] - 1.0) < 1e-12
+    t = s["tf32"]
+    assert (t["run"], t["verified"], t["timed"], t["faster"]) == (3, 2, 2, ["p_fast"])
+    assert abs(t["geomean"] - 1.0) < 1e-12  # 4x and 0.25x
+    assert abs(t["geomean_strict"] - 1.0) < 1e-12  # the same two problems strict: 2x, 0.5x
+    flat = " ".join(md.read_text().split())
+    assert "faster than default torch.compile on **1 of 3**, geomean **1.00x** over the 2 " \
+        "timed (the same problems strict: 1.00x)" in flat
+    assert "not verified: p_wrong (wrong)" in flat
+    assert "TF32 kernel ms (vs compile) |" in flat and "| 0.500 (4.00x) |" in flat
+    assert "| wrong |" in flat and "commits tf32run" in flat
+    assert "`cuda-agent tune --budget 8 --time-limit 30.0` with the CLI's default strategy." \
+        in flat, "the strict run's description does not take the TF32 run's flags"
+
+
 def test_realistic_table_names_the_gpu_of_each_row_when_they_differ():
     from realistic_section import table_lines
 
