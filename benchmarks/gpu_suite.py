@@ -612,7 +612,9 @@ def main() -> None:
                     help="part realistic: comma-separated statuses run again all the same "
                          "(e.g. error,timeout)")
     ap.add_argument("--realistic-problems", default="",
-                    help="part realistic: comma-separated names, or family:WORD (every problem whose family has WORD, e.g. family:conv); default: the whole suite")
+                    help="part realistic: comma-separated names, or family:WORD (every "
+                         "problem whose family has WORD, e.g. family:conv); default: the "
+                         "whole suite")
     ap.add_argument("--realistic-budget", type=int, default=32, help="tune --budget")
     ap.add_argument("--realistic-time-limit", type=float, default=45.0,
                     help="tune --time-limit, seconds")
