@@ -261,8 +261,9 @@ def test_tuner_respects_budget_and_never_repeats(strategy):
 
 
 def test_the_first_measurement_does_not_wait_for_the_whole_first_batch():
-    """The untuned default is built alone and measured while the rest of the first batch
-    compiles: the first measurement waits for one compile, not a batch of them."""
+    """The untuned default is built alone and measured while the next batch (the model's
+    picks, then the strategy's proposals) is asked for and compiled: the first measurement
+    waits for one compile, not for the model nor a batch of compiles."""
     import threading
 
     measured = threading.Event()
@@ -271,7 +272,7 @@ def test_the_first_measurement_does_not_wait_for_the_whole_first_batch():
     class SlowBuilder(FakeBuilder):
         def build(self, inputs, deadline=None):
             sizes.append(len(inputs))
-            if len(sizes) == 2:  # the rest of the first batch: is the default measured meanwhile?
+            if len(sizes) == 2:  # the next batch: is the default measured meanwhile?
                 overlapped.append(measured.wait(timeout=5))
             return super().build(inputs, deadline)
 
@@ -286,7 +287,7 @@ def test_the_first_measurement_does_not_wait_for_the_whole_first_batch():
         res = t.run()
     finally:
         t.close()
-    assert sizes == [1, 7, 8, 4] and overlapped == [True]
+    assert sizes == [1, 8, 8, 3] and overlapped == [True]
     assert res.trials[0].config == t.space.default() and len(res.trials) == 20
 
 

@@ -66,3 +66,40 @@ def test_a_cold_peer_measures_each_template_s_default(few_long_channels, tmp_pat
     space = _space(few_long_channels)
     assert [t.config for t in r.trials[:2]] == [space.default()] + [
         c for c in space.template_defaults() if c != space.default()]
+
+
+def test_the_picks_are_modelled_while_the_untuned_default_is_measured(few_long_channels,
+                                                                       tmp_path, monkeypatch):
+    """The model's ranking (seconds on a large stage) runs beside the untuned default's
+    measurement, not before it: here the picks wait until the default is measured (before
+    the change they were asked for first, and this waited out its timeout). The default is
+    a batch of its own and the picks come next, as before."""
+    import threading
+
+    from cuda_agent.run.sim import SimDevice
+    from cuda_agent.search.prior_rank import PriorRanked
+
+    measured = threading.Event()
+    waited: list[bool] = []
+    picks, evaluate = PriorRanked.template_picks, SimDevice.evaluate
+
+    def slow_picks(self):
+        waited.append(measured.wait(timeout=10))
+        return picks(self)
+
+    def signalling(self, cand, best_ms=None):
+        out = evaluate(self, cand, best_ms)
+        measured.set()
+        return out
+
+    monkeypatch.setattr(PriorRanked, "template_picks", slow_picks)
+    monkeypatch.setattr(SimDevice, "evaluate", signalling)
+    r = tune(few_long_channels, device="sim", budget=4, batch=4, strategy="prior",
+             store=str(tmp_path / "s.sqlite"))
+    space = _space(few_long_channels)
+    assert waited == [True]
+    assert r.trials[0].config == space.default()
+    want = [c for c in first_of_each_template(space, model_order(space))
+            if c != space.default()][:2]
+    assert [t.config for t in r.trials[1:3]] == want
+    assert r.timing["strategy_ahead_s"] > 0
