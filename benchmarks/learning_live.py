@@ -47,6 +47,18 @@ PAIRS = [("marl", "prior"), ("marl", "marl_untrained"), ("marl", "marl_single"),
 MIN_PROBLEMS = 20
 
 
+def verdict(pair: dict, enough: bool) -> str:
+    """What a pair's sign test says, in words: a beats b only where it needed fewer
+    measurements on more problems at p < 0.05, over at least MIN_PROBLEMS problems."""
+    p = pair["sign_test_p"]
+    if p is None or p >= 0.05:
+        return "no significant difference"
+    better = pair["a"] if pair["a_fewer"] > pair["a_more"] else pair["b"]
+    worse = pair["b"] if better == pair["a"] else pair["a"]
+    return (f"{better} needs fewer than {worse} (p < 0.05)"
+            + ("" if enough else f"; fewer than {MIN_PROBLEMS} problems: not conclusive"))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="+", type=Path)
@@ -96,12 +108,12 @@ def main() -> None:
                                          "for: not conclusive)") + ".", "",
              "| strategy | median measurements to 95 % |", "|---|---|"]
     lines += [f"| {a} | {m:g} |" for a, m in res["median_evals_to_95"].items()]
-    lines += ["", "| a | b | a fewer | a more | tied | sign test p |",
-              "|---|---|---|---|---|---|"]
+    lines += ["", "| a | b | a fewer | a more | tied | sign test p | verdict |",
+              "|---|---|---|---|---|---|---|"]
     for p in pairs:
         pv = "-" if p["sign_test_p"] is None else f"{p['sign_test_p']:.2g}"
         lines.append(f"| {p['a']} | {p['b']} | {p['a_fewer']} | {p['a_more']} | {p['tied']} | "
-                     f"{pv} |")
+                     f"{pv} | {verdict(p, res['enough'])} |")
     if skipped:
         lines += ["", "Not compared: " + "; ".join(f"{k} ({v})" for k, v in
                                                   sorted(skipped.items())) + "."]

@@ -558,9 +558,9 @@ class Tuner:
         def build_ahead(configs: list[Config]) -> Future | None:
             return pool.submit(self._build, configs, self._deadline) if configs else None
 
-        def ask_ahead(n: int) -> Future:
-            """The next batch asked for in the background, then built (`asked_ahead`'s
-            result is the batch; the strategy is told nothing until it is there)."""
+        def ask_ahead(n: int) -> tuple[Future, Future]:
+            """(the next batch's build, the next batch): asked for in the background, then
+            built; the strategy is told nothing until it has answered (`wait_asked`)."""
             assert asking is not None
             configs = asking.submit(ask, n, "strategy_ahead_s")
             return pool.submit(lambda: self._build(c, self._deadline) if (c := configs.result())

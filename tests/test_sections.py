@@ -294,3 +294,14 @@ def test_collect_keeps_a_summary_section_after_the_opening_paragraph():
     new = keep_sections("# B\n\nnew intro\n\n| table |\n", old)
     assert new.index("new intro") < new.index("headline") < new.index("| table |") \
         < new.index("<!-- y:begin -->")
+
+
+def test_the_live_learning_verdict_says_which_needs_fewer_and_whether_it_is_conclusive():
+    from learning_live import MIN_PROBLEMS, verdict
+
+    pair = {"a": "marl", "b": "prior", "a_fewer": 10, "a_more": 2, "sign_test_p": 0.039}
+    assert verdict(pair, True) == "marl needs fewer than prior (p < 0.05)"
+    assert verdict(pair, False).endswith(f"fewer than {MIN_PROBLEMS} problems: not conclusive")
+    assert verdict({**pair, "a_fewer": 2, "a_more": 10}, True).startswith("prior needs fewer")
+    assert verdict({**pair, "sign_test_p": 0.22}, True) == "no significant difference"
+    assert verdict({**pair, "sign_test_p": None}, True) == "no significant difference"
