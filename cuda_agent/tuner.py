@@ -566,11 +566,16 @@ class Tuner:
             return pool.submit(lambda: self._build(c, self._deadline) if (c := configs.result())
                                else []), configs
 
-        def wait_asked() -> None:
-            if asked_ahead is not None and not asked_ahead.done():
-                t = time.perf_counter()
-                futures_wait([asked_ahead])
-                self.timing["strategy_s"] += time.perf_counter() - t
+        def wait_asked() -> bool:
+            """Whether the background ask has answered, waited for until the time limit."""
+            if asked_ahead is None or asked_ahead.done():
+                return True
+            t = time.perf_counter()
+            left = None if self._deadline is None else max(0.0,
+                                                           self._deadline - time.monotonic())
+            futures_wait([asked_ahead], timeout=left)
+            self.timing["strategy_s"] += time.perf_counter() - t
+            return asked_ahead.done()
 
         remaining = budget
         stopped = "space"
@@ -626,7 +631,11 @@ class Tuner:
                         m.time_ms if m.ok else None)
                     if settled:
                         break  # the rest of this stage's share goes to the next stage
-                wait_asked()  # the strategy is told nothing while it is asked elsewhere
+                # the strategy is told nothing while it is asked elsewhere; a search whose
+                # time is up does not wait for that to end
+                if not wait_asked():
+                    stopped = "time_limit"
+                    break
                 t = time.perf_counter()
                 if results:
                     self.strategy.tell(results)

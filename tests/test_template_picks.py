@@ -103,3 +103,30 @@ def test_the_picks_are_modelled_while_the_untuned_default_is_measured(few_long_c
             if c != space.default()][:2]
     assert [t.config for t in r.trials[1:3]] == want
     assert r.timing["strategy_ahead_s"] > 0
+
+
+def test_a_time_limit_does_not_wait_for_the_model_s_picks(few_long_channels, tmp_path,
+                                                          monkeypatch):
+    """Picks that take longer than the whole time limit: the search ends at the limit with
+    the untuned default measured (the picks were waited for, past the limit, before)."""
+    import time
+
+    from cuda_agent.search.prior_rank import PriorRanked
+
+    release = __import__("threading").Event()
+    picks = PriorRanked.template_picks
+
+    def stalled_picks(self):
+        release.wait(timeout=60)
+        return picks(self)
+
+    monkeypatch.setattr(PriorRanked, "template_picks", stalled_picks)
+    t0 = time.monotonic()
+    try:
+        r = tune(few_long_channels, device="sim", budget=8, batch=4, strategy="prior",
+                 time_limit_s=3.0, store=str(tmp_path / "s.sqlite"))
+    finally:
+        release.set()
+    assert time.monotonic() - t0 < 30
+    assert r.stopped == "time_limit" and len(r.trials) == 1
+    assert r.best is not None and r.trials[0].config == _space(few_long_channels).default()
