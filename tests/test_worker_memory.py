@@ -478,3 +478,26 @@ def test_a_reference_row_too_large_fails_at_its_cap_while_measured(counted_gpu, 
     state = _set_up_and_check_within_the_bound(path)
     mem = state.memory
     assert mem.verification == "chunked" and "along output dim 1" in mem.chunk
+
+
+def test_attention_too_large_along_each_direction_is_chunked_by_batch_and_head(
+        counted_gpu, make_problem):
+    """Attention whose float64 reference fits neither one batch row, nor one head over the
+    batch, nor one query row (the keys and values whole in float64): each batch row taken
+    apart and chunked by heads (16 x 16 x 4096 x 128 on the GPU: its reference went to the
+    CPU, a minute of set-up; without host memory, as here, it was refused). Within the bound,
+    exact where right, and a kernel off in one head of the last batch row fails."""
+    path = make_problem("sdpa", "F.scaled_dot_product_attention(q, k, v)",
+                        ", ".join(["torch.randn(4, 4, 128, 64)"] * 3), args="q, k, v")
+    state = _set_up_and_check_within_the_bound(path)
+    mem = state.memory
+    assert mem.verification == "chunked"
+    assert mem.chunk.endswith("along output dim 1, each row of output dim 0 apart"), mem.chunk
+    assert state.pool.split.inner is not None and len(state.pool._blocks()) > 4
+
+    def off_in_one_head(ins, out):
+        exact(state)(ins, out)
+        out[3, 2] *= 1.01
+
+    res = check(off_in_one_head, state.pool, state.pool.trials_for(0))
+    assert res.kind == "wrong", res.msg

@@ -715,10 +715,38 @@ class Trial:
 class Split:
     """A direction along which the problem is separable: rows [a, b) of the output along
     `out_dim` are the reference's answer to every input narrowed to [a, b) along its entry
-    of `in_dims` (None: that input whole). Found empirically (`run.separable`)."""
+    of `in_dims` (None: that input whole). Found empirically (`run.separable`).
+
+    With `inner`, two directions: each row along `out_dim` taken apart, and chunked along
+    `inner` (attention's batch, then its heads: one batch row of float64 scores is 4.5 GB at
+    16 heads of 4096 queries, one head of one batch row 0.3 GB). Chunk sizes count rows of
+    `rows_dim`."""
 
     out_dim: int
     in_dims: tuple[int | None, ...]
+    inner: "Split | None" = None
+
+    @property
+    def levels(self) -> tuple["Split", ...]:
+        return (self,) if self.inner is None else (self, self.inner)
+
+    @property
+    def rows_dim(self) -> int:
+        """The output dim a chunk's rows are counted along."""
+        return self.levels[-1].out_dim
+
+    def blocks(self, out_shape: Sequence[int], rows: int) -> list["Block"]:
+        """The chunks of rows `rows` at most covering the output, in order."""
+        n = out_shape[self.rows_dim]
+        chunks = [(self.rows_dim, lo, min(rows, n - lo)) for lo in range(0, n, rows)]
+        if self.inner is None:
+            return [(c,) for c in chunks]
+        return [((self.out_dim, i, 1), c) for i in range(out_shape[self.out_dim])
+                for c in chunks]
+
+
+Block = tuple[tuple[int, int, int], ...]
+"""one chunk of the output: (output dim, first row, rows) along each of a `Split`'s levels"""
 
 
 def narrow_inputs(tensors: Sequence[torch.Tensor], dims: Sequence[int | None], lo: int,
@@ -726,6 +754,22 @@ def narrow_inputs(tensors: Sequence[torch.Tensor], dims: Sequence[int | None], l
     """Rows [lo, lo + rows) of each tensor along its entry of `dims` (a contiguous copy; None:
     the tensor whole): one chunk of a problem's inputs along a `Split` or an accumulation."""
     return [t if d is None else t.narrow(d, lo, rows).contiguous() for t, d in zip(tensors, dims)]
+
+
+def block_inputs(tensors: Sequence[torch.Tensor], split: Split, block: Block
+                 ) -> list[torch.Tensor]:
+    """The inputs of one chunk of the output (`Split.blocks`): narrowed level by level."""
+    out = list(tensors)
+    for level, (_, lo, rows) in zip(split.levels, block):
+        out = narrow_inputs(out, level.in_dims, lo, rows)
+    return out
+
+
+def block_shape(shape: Sequence[int], block: Block) -> tuple[int, ...]:
+    want = list(shape)
+    for d, _, rows in block:
+        want[d] = rows
+    return tuple(want)
 
 
 @dataclass
@@ -899,36 +943,35 @@ class CasePool:
         self._out = None
 
     # -- references ------------------------------------------------------------------------------
-    def _blocks(self) -> list[tuple[int, int, int] | None]:
-        """The reference's chunks: (output dim, first row, rows), or [None] for the whole."""
+    def _blocks(self) -> list[Block | None]:
+        """The reference's chunks (`Split.blocks`), or [None] for the whole."""
         if self.split is None or not self.chunk_rows:
             return [None]
-        d = self.split.out_dim
-        n = self.out_shape[d]
-        if self.chunk_rows >= n:
+        if self.split.inner is None and self.chunk_rows >= self.out_shape[self.split.out_dim]:
             return [None]
-        return [(d, lo, min(self.chunk_rows, n - lo)) for lo in range(0, n, self.chunk_rows)]
+        return list(self.split.blocks(self.out_shape, self.chunk_rows))
 
     @staticmethod
-    def _part(t: torch.Tensor, block: tuple[int, int, int] | None) -> torch.Tensor:
-        return t if block is None else t.narrow(block[0], block[1], block[2])
+    def _part(t: torch.Tensor, block: Block | None) -> torch.Tensor:
+        for d, lo, rows in block or ():
+            t = t.narrow(d, lo, rows)
+        return t
 
-    def _compute(self, trial: Trial, block: tuple[int, int, int] | None) -> torch.Tensor:
+    def _compute(self, trial: Trial, block: Block | None) -> torch.Tensor:
         tensors = self.materialize(trial)
         if block is not None:
-            _, lo, rows = block
-            tensors = narrow_inputs(tensors, self.split.in_dims, lo, rows)
+            assert self.split is not None
+            tensors = block_inputs(tensors, self.split, block)
         with torch.no_grad():
             out = self.reference(list(tensors))
         out = out.to(device=self.device, dtype=self.out_dtype)
-        want = self.out_shape if block is None else tuple(
-            rows if k == block[0] else n for k, n in enumerate(self.out_shape))
+        want = self.out_shape if block is None else block_shape(self.out_shape, block)
         if tuple(out.shape) != tuple(want):
             raise ValueError(f"the reference's answer has shape {tuple(out.shape)}, "
                              f"not {tuple(want)}")
         return out
 
-    def _ref_block(self, trial: Trial, block: tuple[int, int, int] | None) -> torch.Tensor:
+    def _ref_block(self, trial: Trial, block: Block | None) -> torch.Tensor:
         if trial.ref is not None:
             return self._part(trial.ref, block)
         if trial.stored is not None:

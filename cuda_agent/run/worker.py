@@ -16,7 +16,7 @@ import os
 import sys
 import time
 import traceback
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -29,12 +29,12 @@ from . import launcher, memory
 from .baselines import (CUDNN_BENCHMARK, DEFAULTS, MATCHED, contract_tf32, settings_record,
                         tf32_reads)
 from .memory import MemoryPlan, MemoryRefusal, PeakTracker, Sizes
-from .separable import (Accumulation, accumulation_dims, accumulation_of, part_weight,
-                        same_answer, separable_splits)
+from .separable import (Accumulation, accumulation_dims, accumulation_of, is_separable,
+                        part_weight, same_answer, separable_splits)
 from .sliceable import channel_sliceable, has_depthwise
 from .timing import PEAK_FLOPS, L2Flusher, TimingSettings, physical_floor_ms, time_runs
 from .verify import (CandidateError, CasePool, IndexDomain, InputMeta, PoolBudget, Split,
-                     ValueRange, VerifyResult, VerifySettings, check, check_state,
+                     ValueRange, VerifyResult, VerifySettings, block_inputs, check, check_state,
                      draw_case_into, narrow_inputs, poison)
 
 HOST_COPY_BPS = 10e9
@@ -272,8 +272,12 @@ class ProblemState:
         """What the float64 reference allocates for `rows` rows along `split`, measured (and
         how long it took, in `_chunk_seconds`); past `cap` bytes it stops (out of memory) and
         counts as TOO_LARGE."""
+        # the first chunk (an accumulation's split is of its inputs: no output dim to count)
+        block = split.blocks(self.out_shape, rows)[0] if split.inner else \
+            ((split.out_dim, 0, rows),)
+
         def run() -> torch.Tensor:
-            sliced = narrow_inputs(self.buffers, split.in_dims, 0, rows)
+            sliced = block_inputs(self.buffers, split, block)
             return self._reference_run(sliced)[0].to(self.out_dtype)
 
         t0 = time.perf_counter()
@@ -287,8 +291,8 @@ class ProblemState:
     def _host_room(self, split: Split, rows: int, host: int) -> int:
         """Host memory for references where recomputing one costs more than copying it back
         (a float64 convolution, say; an elementwise reference is recomputed faster)."""
-        n = self.out_shape[split.out_dim]
-        seconds = self._chunk_seconds.get(rows, 0.0) * n / rows
+        chunks = len(split.blocks(self.out_shape, rows))
+        seconds = self._chunk_seconds.get(rows, 0.0) * chunks
         return host // 4 if seconds > self.memory.sizes.output_bytes / HOST_COPY_BPS else 0
 
     def _chunked_plan(self, split: Split, host: int) -> tuple[Split, int, int] | None:
@@ -297,7 +301,7 @@ class ProblemState:
         cost is measured once, capped at the largest budget asked (a row too large fails to
         allocate instead of passing the bound)."""
         mem = self.memory
-        n = self.out_shape[split.out_dim]
+        n = self.out_shape[split.rows_dim]
         cost = functools.lru_cache(maxsize=None)(functools.partial(
             self._chunk_cost, split, cap=mem.chunk_budget() + mem.hold_room()))
         rows = memory.chunk_rows(cost, n, mem.chunk_budget())
@@ -312,7 +316,8 @@ class ProblemState:
         if rows is None:
             return None
         mem.verification = "chunked"
-        mem.chunk = f"{rows} of {n} along output dim {split.out_dim}"
+        mem.chunk = f"{rows} of {n} along output dim {split.rows_dim}" + (
+            f", each row of output dim {split.out_dim} apart" if split.inner else "")
         if not self.device_refs:
             mem.chunk += ", references in host memory"
             return split, rows, host // 4
@@ -345,15 +350,19 @@ class ProblemState:
         # the separable directions in order; one whose row is too large for the GPU's budget
         # (attention's batch rows: 4.5 GB of float64 scores each) gives way to the next along
         # another output dim, whose rows may fit
-        first: Split | None = None
+        found: list[Split] = []
         too_large: set[int] = set()
         for split in separable_splits(_on_heuristics(probe), self._draw_first_case,
                                       roles, self.out_shape, self.domains, skip=too_large):
-            first = first or split
+            found.append(split)
             planned = self._chunked_plan(split, host)
             if planned is not None:
                 return planned
             too_large.add(split.out_dim)
+        planned = self._two_level_plan(found, _on_heuristics(probe), host)
+        if planned is not None:
+            return planned
+        first = found[0] if found else None
         if first is not None:
             # not one row fits the GPU's budget: chunks in host memory
             n, where = self.out_shape[first.out_dim], f"along output dim {first.out_dim}"
@@ -381,6 +390,31 @@ class ProblemState:
             f"{name}: its float64 reference needs about {memory.gib(host_need)} and {why}; "
             f"{memory.gib(mem.chunk_budget())} of the GPU and {memory.gib(host * 0.5)} of host "
             "memory are available for it")
+
+    def _two_level_plan(self, found: list[Split], probe: Callable[[list[torch.Tensor]], Any],
+                        host: int) -> tuple[Split, int, int] | None:
+        """Chunks along two separable directions, where one row of each alone is too large
+        for the GPU's budget (`Split.inner`: attention's batch rows, then its heads; its
+        float64 reference went to the CPU, a minute of set-up at 16 x 16 x 4096 x 128). The
+        inner direction is tested on one row of the outer one, as the outer was on the whole
+        (each row is then a problem of its own). Not for a module whose forward updates its
+        state (its running statistics are chunked along one direction only)."""
+        if self.mutable:
+            return None
+        for outer in found:
+            for inner in found:
+                if inner.out_dim == outer.out_dim:
+                    continue
+                n = self.out_shape[outer.out_dim]
+                row = narrow_inputs(self._draw_first_case(), outer.in_dims, n // 2, 1)
+                shape = [1 if d == outer.out_dim else m for d, m in enumerate(self.out_shape)]
+                if not is_separable(probe, row, inner, shape, self.domains):
+                    continue
+                del row
+                planned = self._chunked_plan(Split(outer.out_dim, outer.in_dims, inner), host)
+                if planned is not None:
+                    return planned
+        return None
 
     def _accumulation_plan(self, roles: list[str]) -> bool:
         """Whether the float64 reference can be accumulated over chunks of the batch (a
@@ -513,7 +547,9 @@ class ProblemState:
                if held[name].is_floating_point()):
             return self._reference_run(case)[1]
         want: dict[str, torch.Tensor] = {}
-        for _, lo, rows in blocks:
+        # a two-level split is planned only for problems without state (`_two_level_plan`)
+        assert pool.split.inner is None
+        for ((_, lo, rows),) in blocks:
             sliced = narrow_inputs(case, pool.split.in_dims, lo, rows)
             for name, value in self._reference_run(sliced)[1].items():
                 d = dims.get(name)
