@@ -433,10 +433,11 @@ class ProblemState:
         try:
             rows = memory.chunk_rows(lambda k: self._chunk_cost(Split(0, dims), k), n,
                                      self.memory.chunk_budget())
-        except (RuntimeError, ValueError, IndexError):
+        except RuntimeError:
             # leading dims of equal size that are not a batch (a product's rows and the
             # other operand's contracted dim, gemm_tril's 4096 and 4096): a chunk of them is
-            # not a problem the module runs
+            # not a problem the module runs (torch raises shape errors as RuntimeError; an
+            # error of this code's own is not taken for that)
             return False
         if rows is None or rows < 3:
             return False
