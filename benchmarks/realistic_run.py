@@ -245,6 +245,7 @@ def report_fields(report: dict | None) -> dict:
     # where the tune's wall time went: the tuner's phases and the GPU worker's set-up phases
     row["tune_phases"] = report.get("phases")
     row["tune_setup_phases"] = (report.get("facts") or {}).get("setup_phases")
+    row["tune_cases_seconds"] = (report.get("facts") or {}).get("cases_seconds")
     if report.get("memory") is not None:  # issue 33 item 1's section, where the tree has it
         row["tune_memory"] = report["memory"]
         peaks = [v for k, v in _flat(report["memory"]) if "peak" in k and

@@ -850,6 +850,11 @@ class CasePool:
         self.limit = None if self.budget.scratch_bytes is None else max(
             1024, self.budget.scratch_bytes // 48)  # ~48 bytes of temporaries per element
         self.split, self.chunk_rows = split, chunk_rows
+        # seconds of the set-up's steps (drawing cases, the witness, the reference's chunks,
+        # counted with how many reference chunks ran): the cases took 29-55 s of a large
+        # problem's set-up on the H100 (2026-12-06) and nothing said in what
+        self._clock = _StepClock(self.device)
+        self.reference_runs = 0
         self._out: torch.Tensor | None = None
         self._timing: dict[int, Trial] = {}
         n = max(s.trials, s.pool)
@@ -896,6 +901,7 @@ class CasePool:
             self.perturbed.append(twin)
             alive = self._weak(twin, alive)
         self.weak = sorted(alive, key=["zeros", "constant", "identity"].index)
+        self.setup_seconds = {**self._clock.seconds, "reference_runs": self.reference_runs}
 
     # -- inputs ----------------------------------------------------------------------------------
     def _alloc(self) -> Buffers:
@@ -924,8 +930,8 @@ class CasePool:
 
     def _draw(self, trial: Trial, bufs: list[torch.Tensor]) -> None:
         dist, seed, signed = trial.draw
-        draw_case_into(bufs, self.metas, dist, seed, self.signed if signed else None,
-                       self.domains)
+        self._clock("draw", draw_case_into, bufs, self.metas, dist, seed,
+                    self.signed if signed else None, self.domains)
 
     @staticmethod
     def forget(bufs: list[torch.Tensor]) -> None:
@@ -986,7 +992,8 @@ class CasePool:
             assert self.split is not None
             tensors = block_inputs(tensors, self.split, block)
         with torch.no_grad():
-            out = self.reference(list(tensors))
+            out = self._clock("reference", self.reference, list(tensors))
+        self.reference_runs += 1
         out = out.to(device=self.device, dtype=self.out_dtype)
         want = self.out_shape if block is None else block_shape(self.out_shape, block)
         if tuple(out.shape) != tuple(want):
@@ -1027,7 +1034,7 @@ class CasePool:
         answer = None
         if witness is not None and self.out_dtype.is_floating_point:
             with torch.no_grad():
-                answer = witness(self.materialize(trial))
+                answer = self._clock("witness", witness, self.materialize(trial))
             if tuple(answer.shape) != self.out_shape:
                 answer = None
             # the witness is torch's eager module: it may write into what it was given

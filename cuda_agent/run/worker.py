@@ -921,7 +921,9 @@ def worker_main(conn: Any, device_index: int, timing: TimingSettings,
                            "baseline_settings": state.baseline_settings(),
                            "memory": {**state.memory.as_dict(),
                                       "peak_by_setup_step": state.phases.marks},
-                           "setup_phases": state.phases.as_dict()})
+                           "setup_phases": state.phases.as_dict(),
+                           # within the cases step: drawing, the witness, the reference chunks
+                           "cases_seconds": state.pool.setup_seconds})
             elif op == "eval":
                 assert state is not None, "setup first"
                 reply = state.evaluate(msg)

@@ -39,6 +39,7 @@ def _tune(path, tmp_path, budget=4, **kw):
         assert secs["load_and_probe"] + secs["checks"] + secs["timing"] <= best["wall_s"] + 0.01
         assert sum(steps.values()) <= secs["checks"] + 0.01
         print(path.stem, "best candidate's seconds", best["eval_seconds"])
+    print(path.stem, "set-up's cases", report["facts"].get("cases_seconds"))
     print(path.stem, json.dumps({k: (round(v / GiB, 2) if k.endswith("_bytes") and v else v)
                                  for k, v in mem.items()}))
     return result, mem
