@@ -327,6 +327,30 @@ def test_one_wrong_element_at_the_very_end_is_caught_in_pieces():
     assert "1 elements off" in res.msg or "relative error" in res.msg
 
 
+@pytest.mark.parametrize("name", ["softmax", "layer_norm"])
+def test_the_replay_check_computes_only_the_chunk_the_moved_element_is_in(name, monkeypatch):
+    """A perturbed twin differs from its base in one element: along a separable split only
+    that chunk's reference differs, so only it is computed for the replay check; the twins
+    kept are the ones the full check keeps (every chunk compared), and a kernel replaying
+    the base's answer still fails."""
+    lean = pool_of(name, SHARED, chunk_rows=7)
+    monkeypatch.setattr(CasePool, "_holds_element", lambda self, block, change: True)
+    full = pool_of(name, SHARED, chunk_rows=7)
+    monkeypatch.undo()
+    blocks = len(lean._blocks())
+    assert blocks > 2
+    assert [t.change for t in lean.perturbed] == [t.change for t in full.perturbed]
+    # every replay check on all chunks ran 2 references a chunk; the lean one 2 a check
+    saved = full.setup_seconds["reference_runs"] - lean.setup_seconds["reference_runs"]
+    assert saved >= len(lean.perturbed) * 2 * (blocks - 1)
+    for twin in lean.perturbed:
+        answer = torch.cat([lean._ref_block(twin.base, b) for b in lean._blocks()])
+
+        def replay(ins, out, answer=answer):
+            out.copy_(answer)
+        rejected(check(replay, lean, [twin]), "wrong")
+
+
 def test_the_chunked_reference_is_the_whole_reference():
     whole, chunked = pool_of("layer_norm", None), pool_of("layer_norm", HOST, chunk_rows=5)
     for a, b in zip(whole.cases, chunked.cases):

@@ -1063,11 +1063,29 @@ class CasePool:
                           self.limit, self.tolerance)
 
     def _replay_fails(self, base: Trial, twin: Trial) -> bool:
+        """Whether the base case's answer fails on its perturbed twin. A chunk whose inputs
+        do not hold the moved element has the same reference in both (the split is one the
+        problem is separable along): it adds nothing to the comparison and is not computed
+        (two float64 reference runs a chunk saved, where the references are not held)."""
         comparison = self._comparison(twin)
         for block in self._blocks():
+            if block is not None and twin.change is not None and \
+                    not self._holds_element(block, twin.change):
+                continue
             b = self._ref_block(base, block)
             comparison.add(b, self._ref_block(twin, block))
         return comparison.result()[0] is not None
+
+    def _holds_element(self, block: Block, change: Perturbation) -> bool:
+        """Whether the chunk's inputs hold the element `change` moves."""
+        assert self.split is not None
+        shape = self.metas[change.input].shape
+        index = [int(i) for i in torch.unravel_index(torch.tensor(change.position), shape)]
+        for level, (_, lo, rows) in zip(self.split.levels, block):
+            d = level.in_dims[change.input]
+            if d is not None and not lo <= index[d] < lo + rows:
+                return False
+        return True
 
     def _weak(self, trial: Trial, alive: set[str]) -> set[str]:
         """The trivial outputs still passing every trial so far that also pass this one."""
