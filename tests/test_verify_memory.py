@@ -327,22 +327,41 @@ def test_one_wrong_element_at_the_very_end_is_caught_in_pieces():
     assert "1 elements off" in res.msg or "relative error" in res.msg
 
 
+WITNESS = {  # torch's fp32 answer, as the GPU worker's witness gives it
+    "softmax": lambda ts: torch.softmax(ts[0], -1),
+    "layer_norm": lambda ts: F.layer_norm(ts[0], (ts[0].shape[-1],), ts[1], ts[2], 1e-5),
+}
+
+
 @pytest.mark.parametrize("name", ["softmax", "layer_norm"])
-def test_the_replay_check_computes_only_the_chunk_the_moved_element_is_in(name, monkeypatch):
+def test_a_twin_computes_only_the_chunk_the_moved_element_is_in(name, monkeypatch):
     """A perturbed twin differs from its base in one element: along a separable split only
-    that chunk's reference differs, so only it is computed for the replay check; the twins
-    kept are the ones the full check keeps (every chunk compared), and a kernel replaying
-    the base's answer still fails."""
-    lean = pool_of(name, SHARED, chunk_rows=7)
+    that chunk's reference differs, so only it is computed, for the twin's stats and slack
+    and for the replay check; the rest are the base's. The twins kept, their stats and their
+    slack are what computing every chunk gives, and a kernel replaying the base's answer
+    still fails."""
+    p = prob(name)
+
+    def pool() -> CasePool:
+        return CasePool(p.ref, p.examples, p.out_shape, p.out_dtype, budget=SHARED,
+                        split=ROW_SPLITS[name], chunk_rows=7, witness=WITNESS[name])
+
+    lean = pool()
     monkeypatch.setattr(CasePool, "_holds_element", lambda self, block, change: True)
-    full = pool_of(name, SHARED, chunk_rows=7)
+    full = pool()
     monkeypatch.undo()
     blocks = len(lean._blocks())
     assert blocks > 2
     assert [t.change for t in lean.perturbed] == [t.change for t in full.perturbed]
-    # every replay check on all chunks ran 2 references a chunk; the lean one 2 a check
+    for a, b in zip(lean.perturbed, full.perturbed):
+        assert a.stats.finite == b.stats.finite and a.stats.first == b.stats.first
+        assert a.stats.sum_sq == pytest.approx(b.stats.sum_sq, rel=1e-12)
+        assert a.stats.total == pytest.approx(b.stats.total, rel=1e-9, abs=1e-9)
+        assert a.slack.rel == pytest.approx(b.slack.rel, rel=1e-9)
+        assert a.slack.abs == pytest.approx(b.slack.abs, rel=1e-9)
+    # every chunk a twin's measure and its replay check would run: 3 a chunk; now 3 a twin
     saved = full.setup_seconds["reference_runs"] - lean.setup_seconds["reference_runs"]
-    assert saved >= len(lean.perturbed) * 2 * (blocks - 1)
+    assert saved >= len(lean.perturbed) * 3 * (blocks - 1)
     for twin in lean.perturbed:
         answer = torch.cat([lean._ref_block(twin.base, b) for b in lean._blocks()])
 

@@ -521,6 +521,13 @@ class SlackSum:
             self.sq_ref += float(torch.linalg.vector_norm(r)) ** 2
             self.max_diff = max(self.max_diff, float(diff.max()))
 
+    def merge(self, other: "SlackSum") -> None:
+        """Add another piece's sums (the pieces of one answer, in any order)."""
+        self.sq_diff += other.sq_diff
+        self.sq_ref += other.sq_ref
+        self.max_diff = max(self.max_diff, other.max_diff)
+        self.any |= other.any
+
     def slack(self, factor: float) -> Slack:
         if not self.any:
             return NO_SLACK
@@ -561,6 +568,14 @@ class RefStats:
             self.finite += n
             self.sum_sq += float(torch.linalg.vector_norm(r, dtype=torch.float64)) ** 2
             self.total += float(r.sum(dtype=torch.float64))
+
+    def merge(self, other: "RefStats") -> None:
+        """Add the next piece's stats (pieces in order: the first element is the first's)."""
+        if self.first is None:
+            self.first = other.first
+        self.finite += other.finite
+        self.sum_sq += other.sum_sq
+        self.total += other.total
 
     @property
     def norm(self) -> float:
@@ -732,6 +747,9 @@ class Trial:
     base: "Trial | None" = None
     change: Perturbation | None = None
     stored: torch.Tensor | None = None  # the reference, in host memory
+    parts: "list[tuple[RefStats, SlackSum]] | None" = None
+    """each reference chunk's stats and witness sums, where the reference is chunked and not
+    kept: a perturbed twin takes its base's for the chunks without the moved element"""
 
 
 @dataclass(frozen=True)
@@ -1042,18 +1060,35 @@ class CasePool:
             self.forget(trial.inputs)
         stats, slack = RefStats(), SlackSum()
         device_ref, host_ref = self._keep()
-        for block in self._blocks():
-            r = self._compute(trial, block)
-            stats.add(r, self.limit)
-            if answer is not None:
-                slack.add(self._part(answer, block), r, self.limit)
-            if device_ref is not None:
-                self._part(device_ref, block).copy_(r)
-            elif host_ref is not None:
-                self._part(host_ref, block).copy_(r)
-            del r
+        blocks = self._blocks()
+        # a twin whose reference is not kept takes its base's sums for the chunks without the
+        # moved element: along a separable split their references (and the witness's rows)
+        # are the base's. One chunk's reference run then, not every chunk's
+        base = trial.base.parts if trial.base is not None and trial.change is not None \
+            and device_ref is None and host_ref is None else None
+        parts: list[tuple[RefStats, SlackSum]] = []
+        for i, block in enumerate(blocks):
+            if base is not None and block is not None and \
+                    not self._holds_element(block, trial.change):
+                part = base[i]
+            else:
+                r = self._compute(trial, block)
+                part = (RefStats(), SlackSum())
+                part[0].add(r, self.limit)
+                if answer is not None:
+                    part[1].add(self._part(answer, block), r, self.limit)
+                if device_ref is not None:
+                    self._part(device_ref, block).copy_(r)
+                elif host_ref is not None:
+                    self._part(host_ref, block).copy_(r)
+                del r
+            parts.append(part)
+            stats.merge(part[0])
+            slack.merge(part[1])
         del answer
         trial.stats, trial.ref, trial.stored = stats, device_ref, host_ref
+        trial.parts = parts if blocks != [None] and device_ref is None and host_ref is None \
+            else None
         trial.slack = slack.slack(self.settings.witness_factor) if witness is not None \
             else NO_SLACK
 
