@@ -1,17 +1,18 @@
 """Learning against the model, live on the GPU (issue 34, item 4): the sign tests of
 `learning_replay.py` on live bench runs.
 
-The runs (each `gpu_suite.py` call benches a share of the drawn problems, 3 per family drawn
-with seed 1204, 36 in all; torch is not timed: `--bench-no-baselines`):
+The runs (each `gpu_suite.py` call benches a share of the drawn problems, 2 per family drawn
+with seed 1204, 24 in all; torch is not timed: `--bench-no-baselines`; as run on the H100 on
+2026-12-06, `benchmarks/results/2026-12-06-h100-learning-live/`):
 
     P=benchmarks/policies; F=benchmarks/sim_folds
-    python benchmarks/gpu_suite.py --parts bench --bench-problems sample:3:1204:K:4 \\
+    python benchmarks/gpu_suite.py --parts bench --bench-problems sample:2:1204:K:2 \\
         --bench-strategies marl,marl_untrained,prior,marl_single \\
         --agent-policy $P/h200-replay-1204f-fold0.pt,$P/h200-replay-1204f-fold1.pt \\
         --agent-single-policy \\
             $P/h200-replay-1204f-single-fold0.pt,$P/h200-replay-1204f-single-fold1.pt \\
-        --bench-sim-constants $F/h200-fold0.json,$F/h200-fold1.json --bench-budget 40 \\
-        --bench-no-baselines  # K = 0..3
+        --bench-sim-constants $F/h200-fold0.json,$F/h200-fold1.json --bench-budget 24 \\
+        --bench-per-problem 50 --bench-no-baselines  # K = 0, 1
 
 Then, on the runs' folders (bench.json each):
 
