@@ -59,9 +59,8 @@ def summarize(rows: dict[str, dict], manifest: list[dict]) -> dict:
     """Counts, fast_1 and geomeans over the suite's problems (rows of other names ignored)."""
     names = [e["problem"] for e in manifest]
     run = [rows[n] for n in names if n in rows]
-    timed = [r for r in run if r.get("status") == "ok" and r.get("new_ms")
-             and r.get("compile_ms")]
-    faster = [r for r in timed if r["compile_ms"] / r["new_ms"] > 1.0]
+    timed = [r for r in run if vs_compile(r) is not None]
+    faster = [r for r in timed if vs_compile(r) > 1.0]
     gib = [e["input_bytes"] / 2**30 for e in manifest]
     return {
         "suite": len(names), "run": len(run),
@@ -76,7 +75,7 @@ def summarize(rows: dict[str, dict], manifest: list[dict]) -> dict:
                        if (r.get("tune_memory") or {}).get("within_bound") is False],
         "fast_1_run": len(faster) / len(run) if run else None,
         "fast_1_suite": len(faster) / len(names) if names else None,
-        "geomean_vs_compile": geomean([r["compile_ms"] / r["new_ms"] for r in timed]),
+        "geomean_vs_compile": geomean([vs_compile(r) for r in timed]),
         "geomean_vs_eager": geomean([r["eager_ms"] / r["new_ms"] for r in timed
                                      if r.get("eager_ms")]),
     }
