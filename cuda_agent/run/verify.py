@@ -30,6 +30,7 @@ outputs, the mutation check, the inconclusive verdict on trivial outputs.
 
 from __future__ import annotations
 
+import functools
 import math
 import secrets
 import time
@@ -1114,8 +1115,7 @@ class CasePool:
     def _holds_element(self, block: Block, change: Perturbation) -> bool:
         """Whether the chunk's inputs hold the element `change` moves."""
         assert self.split is not None
-        shape = self.metas[change.input].shape
-        index = [int(i) for i in torch.unravel_index(torch.tensor(change.position), shape)]
+        index = _unravel(change.position, self.metas[change.input].shape)
         for level, (_, lo, rows) in zip(self.split.levels, block):
             d = level.in_dims[change.input]
             if d is not None and not lo <= index[d] < lo + rows:
@@ -1220,6 +1220,12 @@ def check(run: Callable[[list[torch.Tensor], torch.Tensor], None], pool: CasePoo
         if kind:
             return VerifyResult(False, kind, f"{trial.label}: {msg}", worst, clock.seconds)
     return VerifyResult(True, None, "", worst, clock.seconds)
+
+
+@functools.lru_cache(maxsize=64)
+def _unravel(position: int, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """A flat index's position in `shape` (asked once per chunk of a twin: computed once)."""
+    return tuple(int(i) for i in torch.unravel_index(torch.tensor(position), shape))
 
 
 class _StepClock:
