@@ -446,17 +446,21 @@ class Tuner:
         of configurations or of its seconds hands the rest on, the last stage takes all that
         remains. (Under a time limit the first stages took it all: a 16 GiB training-mode
         BatchNorm chain's statistics stages kept their untuned defaults at 20 s, 0.04-0.13x of
-        torch.compile in the GPU realistic run of 2026-12-06.) The first candidate is every
-        stage's default (the untuned baseline); each later stage starts from the best. Returns
-        why the search ended."""
+        torch.compile in the GPU realistic run of 2026-12-06.) The search starts from
+        `_start_program`'s programs (the untuned baseline, every stage at its model pick);
+        each later stage starts from the best. Returns why the search ended."""
         s = self.settings
         n = len(self.stages)
-        fixed = [sp.default() for sp in self.stages]
-        best: Trial | None = None
-        start = len(trials)
-        stopped = "budget"
+        start, started = len(trials), time.monotonic()
+        fixed, stopped = self._start_program(trials, progress)
+        best = self._best
+        if stopped == "time_limit":
+            return stopped
         for i in range(n):
-            budget = stage_share(s.budget - (len(trials) - start), n - i)
+            # the first stage's shares count from the start: the programs measured first
+            # are its candidates too
+            begun, now = (start, started) if i == 0 else (len(trials), time.monotonic())
+            budget = stage_share(s.budget - (begun - start), n - i) - (len(trials) - begun)
             if budget < 1:
                 continue
             self.space = StageSpace.of(self.plan, i, self.stages, fixed)
@@ -467,7 +471,6 @@ class Tuner:
                 best.measurement.time_ms if best else None, s.stage_patience)
             until = None  # this stage's share of the seconds left
             if self._deadline is not None:
-                now = time.monotonic()
                 until = now + max(0.0, self._deadline - now) / (n - i)
             try:
                 stopped = self._search(budget, s.include_default, trials, best, progress,
@@ -481,6 +484,77 @@ class Tuner:
             if stopped == "time_limit":
                 break  # no stage after this one gets any time
         return stopped
+
+    def _start_program(self, trials: list[Trial],
+                       progress: Callable[[Trial, "Trial | None"], None] | None
+                       ) -> tuple[list[Config], str]:
+        """A program's first measurements, before its stages are searched: the untuned
+        baseline (every stage's default, where the settings include it), then every stage at
+        the strategy's model pick (`Strategy.stage_pick`, modelled while the baseline runs),
+        where the strategy has a model. Returns the stages' configurations the search starts
+        from (the faster of the two programs that verified; the defaults where neither did)
+        and "time_limit" where the time ran out, else "".
+
+        Why the picks: every candidate of a stage is timed as the whole program, so while the
+        first stage is searched the later ones ran their untuned defaults, and a time-limited
+        search may never reach them (a 16 GiB training-mode BatchNorm, 2 candidates in 20 s on
+        the H100, 2026-12-06, kept its variance and normalisation passes at defaults the model
+        rates 2.5-9x slower than its picks). Measured as one program first, a pick that fails
+        costs one candidate, not every candidate of the first stage."""
+        s = self.settings
+        first = len(trials)
+        defaults = [sp.default() for sp in self.stages]
+        probe = make_strategy(s.strategy, StageSpace.of(self.plan, 0, self.stages, defaults),
+                              seed=s.seed, **s.strategy_options)
+        modelling = ThreadPoolExecutor(1)
+        try:
+            ahead = modelling.submit(lambda: [probe.stage_pick(sp) for sp in self.stages])
+            if s.include_default and self._measure_program(defaults, trials, progress) is None:
+                return defaults, "time_limit"
+            t = time.perf_counter()
+            left = None if self._deadline is None else max(0.0,
+                                                           self._deadline - time.monotonic())
+            futures_wait([ahead], timeout=left)
+            self.timing["strategy_s"] += time.perf_counter() - t
+            picks = ahead.result() if ahead.done() else None
+        finally:
+            modelling.shutdown(wait=False, cancel_futures=True)
+        if picks is None:
+            return defaults, "time_limit"
+        program = [p if p is not None else d for p, d in zip(picks, defaults)]
+        if program != defaults and len(trials) - first < s.budget:
+            if self._measure_program(program, trials, progress) is None:
+                return defaults, "time_limit"
+        if self._best is None or self._best_space is None:
+            return defaults, ""
+        return self._best_space.with_choice(self._best.config), ""
+
+    def _measure_program(self, fixed: list[Config], trials: list[Trial],
+                         progress: Callable[[Trial, "Trial | None"], None] | None
+                         ) -> Trial | None:
+        """Build and measure one whole program (stage 0's space with `fixed` for every stage),
+        as `_search` does a candidate: the first one measured is the untuned default. None
+        where the time limit came first."""
+        self.space = StageSpace.of(self.plan, 0, self.stages, fixed)
+        if self._time_up():
+            return None
+        cand = self._build([fixed[0]], self._deadline)[0]
+        if self._time_up() or (cand.build_error and cand.build_error[0] == CUT):
+            return None
+        best = self._best
+        trial = self._measure_one(cand, best.measurement.time_ms if best else None,
+                                  len(trials) + 1)
+        trial.stage = 0
+        trials.append(trial)
+        if self._default is None and self.settings.include_default:
+            self._default = trial
+        m = trial.measurement
+        if m.ok and m.time_ms is not None and (best is None or
+                                               m.time_ms < best.measurement.time_ms):
+            self._best, self._best_space = trial, self.space
+        if progress:
+            progress(trial, self._best)
+        return trial
 
     def _search(self, budget: int, include_default: bool, trials: list[Trial],
                 best: Trial | None,
@@ -508,8 +582,8 @@ class Tuner:
         # default (a time-limited search measures little beyond these: a 16 GiB BatchNorm's
         # statistics stages, 3 candidates in 20 s on the H100, 2026-12-06, kept a default
         # about 9x slower than the kernel the model ranks ahead)
-        pending: list[Config] = [self.space.default()] if include_default and best is None \
-            else []
+        pending: list[Config] = [self.space.default()] if (
+            include_default and best is None and self._default is None) else []
         if best is not None and isinstance(self.space, StageSpace):
             # a program's later stage starts from the best program, which holds this stage's
             # configuration so far (its default): measured again it would be the same

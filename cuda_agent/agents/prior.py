@@ -49,7 +49,6 @@ def simulated_times(space: Space, rows: np.ndarray, configs: list,
     """The model's time (ms) of each configuration in `rows`; NaN where it rejects one.
     `constants`: a fold's fitted constants (`run/sim_folds.py`; None: the shipped model)."""
     from ..run.sim_folds import applied, resolve
-    from ..run.sim_model import simulate
 
     out = np.full(len(rows), np.nan)
     with applied(resolve(constants)) as sim_constants:
@@ -63,16 +62,39 @@ def simulated_times(space: Space, rows: np.ndarray, configs: list,
             others_ms = _fixed_stages_ms(space, sim_constants)
             if others_ms is None:
                 return out
+        known = _modelled(own, constants)
         for i, r in enumerate(rows):
-            try:
-                res = simulate(own.plan, own.render(configs[int(r)]), None, own.target,
-                               sim_constants)
-            except Exception:  # noqa: BLE001 - a template the model cannot read: no opinion
-                continue
-            if not res.error_kind and res.time_ms and np.isfinite(res.time_ms) \
-                    and res.time_ms > 0:
-                out[i] = res.time_ms + others_ms
+            cfg = configs[int(r)]
+            if cfg not in known:
+                known[cfg] = _model_ms(own, cfg, sim_constants)
+            out[i] = known[cfg] + others_ms
     return out
+
+
+def _model_ms(space: Space, cfg: object, sim_constants: object) -> float:
+    """The model's time of one configuration of a single-kernel space; NaN where it rejects
+    it or cannot read its template."""
+    from ..run.sim_model import simulate
+
+    try:
+        res = simulate(space.plan, space.render(cfg), None, space.target, sim_constants)
+    except Exception:  # noqa: BLE001 - a template the model cannot read: no opinion
+        return np.nan
+    if res.error_kind or not res.time_ms or not np.isfinite(res.time_ms) or res.time_ms <= 0:
+        return np.nan
+    return float(res.time_ms)
+
+
+def _modelled(space: Space, constants: object) -> dict:
+    """The model's times already computed for `space`'s configurations under `constants`,
+    kept on the space: a program's later stage is ranked once before its turn (its model pick
+    runs while the first stage is searched, `Tuner._search_stages`) and again by its own
+    strategy, and the model (seconds for a large stage) runs once."""
+    key = constants if constants is None or isinstance(constants, str) else (
+        str(constants) if not hasattr(constants, "values") else
+        tuple(sorted(constants.values.items())))
+    cache = space.__dict__.setdefault("_model_ms", {})
+    return cache.setdefault(key, {})
 
 
 def _fixed_stages_ms(space: StageSpace, sim_constants: object) -> float | None:

@@ -167,6 +167,14 @@ class AgentsStrategy(Strategy):
         with one_thread():
             return self.episode.model_picks()
 
+    def stage_pick(self, space: Space) -> Config | None:
+        if not self.episode.prior_weight:
+            return None
+        from ..search.prior_rank import model_pick
+
+        with one_thread():
+            return model_pick(space, self.episode.prior_constants)
+
     def ask(self, n: int) -> list[Config]:
         temperature = self.temperatures()
         spreading = self.ranked_left == 0 and self.spread_left > 0

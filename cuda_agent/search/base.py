@@ -72,6 +72,15 @@ class Strategy(ABC):
         fastest of each template (cold-started peers keep the defaults)."""
         return None
 
+    def stage_pick(self, space: Space) -> Config | None:
+        """What a later stage of a multi-kernel program runs while an earlier one is searched
+        (`space`: that stage's own space); None: its untuned default. A strategy that holds a
+        model of the GPU gives that model's fastest (cold-started peers keep the defaults):
+        every candidate of a stage is timed as the whole program, and an untuned later stage
+        (a training-mode BatchNorm's variance pass, about 9x slower than the model's pick)
+        hides what the stage searched now gains."""
+        return None
+
     def tell(self, results: list[tuple[Config, Measurement]]) -> None:
         """Default: nothing to learn."""
 

@@ -17,8 +17,9 @@ import random
 from ..errors import SettingsError
 from ..run.records import Measurement
 from ..space.slots import Config
+from ..space.space import Space
 from .base import Strategy, nearest, register
-from .prior_rank import WARM_PICKS, first_of_each_template, model_order
+from .prior_rank import WARM_PICKS, first_of_each_template, model_order, model_pick
 
 
 @register("optuna")
@@ -29,6 +30,7 @@ class OptunaTPE(Strategy):
                  **options) -> None:
         super().__init__(space, seed, **options)
         self.warm, self.constants = warm, sim_constants
+        self.warm_started = bool(warm)  # (`warm` counts down to 0 at the first ask)
         self._order: list[Config] | None = None  # the model's ranking, for a warm start
         try:
             import optuna
@@ -58,6 +60,9 @@ class OptunaTPE(Strategy):
     def template_picks(self) -> list[Config] | None:
         # warm-started like the agents: the model's fastest of each template too
         return first_of_each_template(self.space, self._model_order()) if self.warm else None
+
+    def stage_pick(self, space: Space) -> Config | None:
+        return model_pick(space, self.constants) if self.warm_started else None
 
     def ask(self, n: int) -> list[Config]:
         if self.warm:  # at the first ask

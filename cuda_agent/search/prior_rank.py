@@ -29,6 +29,11 @@ batch of 4 in the bench is their 3 most probable configurations under policy and
 model's next pick; a warm peer gets the same first batch"""
 
 
+def _modelled_rows(n: int, limit: int, rng: np.random.Generator) -> np.ndarray:
+    """Which of `n` configurations the model rates: all, or a seeded sample of `limit`."""
+    return np.arange(n) if n <= limit else np.sort(rng.choice(n, size=limit, replace=False))
+
+
 def model_order(space: Space, constants: Any = None, limit: int = MODELLED, seed: int = 0
                 ) -> list[Config]:
     """Every configuration of `space`, the model's fastest first (ties in the space's order);
@@ -39,12 +44,25 @@ def model_order(space: Space, constants: Any = None, limit: int = MODELLED, seed
     configs = list(space.configs)
     n = len(configs)
     rng = np.random.default_rng(seed)
-    rows = np.arange(n) if n <= limit else np.sort(rng.choice(n, size=limit, replace=False))
+    rows = _modelled_rows(n, limit, rng)
     times = simulated_times(space, rows, configs, constants)
     ok = np.isfinite(times)
     ranked = rows[ok][np.argsort(times[ok], kind="stable")]
     rest = rng.permutation(np.setdiff1d(np.arange(n), ranked))
     return [configs[int(i)] for i in np.concatenate([ranked, rest])]
+
+
+def model_pick(space: Space, constants: Any = None) -> Config | None:
+    """`model_order`'s first configuration where the model has an estimate for any (with the
+    same rows modelled), else None."""
+    from ..agents.prior import simulated_times
+
+    configs = list(space.configs)
+    rows = _modelled_rows(len(configs), MODELLED, np.random.default_rng(0))
+    times = simulated_times(space, rows, configs, constants)
+    if not np.isfinite(times).any():
+        return None
+    return configs[int(rows[np.nanargmin(times)])]
 
 
 def top_picks(space: Space, k: int = WARM_PICKS, constants: Any = None) -> list[Config]:
@@ -82,6 +100,9 @@ class PriorRanked(Strategy):
 
     def template_picks(self) -> list[Config]:
         return first_of_each_template(self.space, self._ordered())
+
+    def stage_pick(self, space: Space) -> Config | None:
+        return model_pick(space, self.constants)
 
     def ask(self, n: int) -> list[Config]:
         self._ordered()
