@@ -290,3 +290,110 @@ def test_a_time_limit_is_shared_among_the_stages(tmp_path, monkeypatch):
     assert res.stopped == "time_limit" and stages == sorted(stages)
     assert stages.count(0) >= 2 and stages.count(1) >= 2, stages
     assert len(stages) < 30  # neither stage ran through its budget share
+
+
+def _program_tuner(tmp_path, strategy: str, budget: int = 8):
+    from cuda_agent.problem import load_problem
+    from cuda_agent.tuner import TuneSettings, Tuner
+
+    path = tmp_path / "conv_pool.py"
+    path.write_text(CONV_POOL_SRC)
+    return Tuner(load_problem(path), TuneSettings(device="sim", strategy=strategy, budget=budget,
+                                                  batch=4, baselines=False, store=":memory:"))
+
+
+def _program_key(tuner, fixed, cfg=None) -> str:
+    """The store key of the program with stage 0 at `cfg` (default: fixed[0]) and the other
+    stages at `fixed`."""
+    space = StageSpace.of(tuner.plan, 0, tuner.stages, fixed)
+    return space.key(fixed[0] if cfg is None else cfg, tuner.toolchain)
+
+
+def test_a_program_s_first_stage_is_searched_with_the_later_ones_at_the_model_pick(tmp_path):
+    """After the untuned baseline, a strategy that holds the GPU model measures every stage at
+    that model's fastest, and the first stage's candidates run the later stages at their picks,
+    not at the untuned defaults (a 16 GiB BatchNorm, H100: 2 candidates in 20 s, the variance
+    and normalisation passes left at defaults the model rates 2.5-9x slower)."""
+    from cuda_agent.search.prior_rank import model_pick
+
+    tuner = _program_tuner(tmp_path, "prior")
+    try:
+        res = tuner.run()
+        defaults = [sp.default() for sp in tuner.stages]
+        picks = [model_pick(sp) for sp in tuner.stages]
+        assert picks != defaults and None not in picks
+        keys = [t.measurement.key for t in res.trials]
+        assert keys[:2] == [_program_key(tuner, defaults), _program_key(tuner, picks)]
+        assert res.trials[1].measurement.time_ms < res.trials[0].measurement.time_ms
+        stage0 = [t for t in res.trials[2:] if t.stage == 0]
+        assert stage0 and all(t.measurement.key == _program_key(tuner, picks, t.config)
+                              for t in stage0)
+        assert len(res.trials) == 8 and len(set(keys)) == 8
+    finally:
+        tuner.close()
+
+
+def test_a_cold_strategy_keeps_the_later_stages_at_their_defaults(tmp_path):
+    """Random search holds no model of the GPU: nothing of the model's reaches it (the classic
+    peers are compared cold and warm, issue 34)."""
+    tuner = _program_tuner(tmp_path, "random")
+    try:
+        res = tuner.run()
+        defaults = [sp.default() for sp in tuner.stages]
+        assert res.trials[0].measurement.key == _program_key(tuner, defaults)
+        stage0 = [t for t in res.trials if t.stage == 0]
+        assert all(t.measurement.key == _program_key(tuner, defaults, t.config) for t in stage0)
+    finally:
+        tuner.close()
+
+
+def test_a_failing_pick_program_leaves_the_search_at_the_defaults(tmp_path, monkeypatch):
+    """Every stage at its pick is measured as one program first: where it fails, that is one
+    candidate lost, and the first stage is searched with the later ones at their defaults."""
+    from cuda_agent.run.records import Measurement
+    from cuda_agent.run.sim import SimDevice
+
+    calls: list[str] = []
+    real = SimDevice.evaluate
+
+    def evaluate(self, cand, best_ms=None):
+        calls.append(cand.key)
+        if len(calls) == 2:  # the picks' program
+            return Measurement.failure(cand.key, "sim", "wrong", "off by one")
+        return real(self, cand, best_ms)
+
+    monkeypatch.setattr(SimDevice, "evaluate", evaluate)
+    tuner = _program_tuner(tmp_path, "prior")
+    try:
+        res = tuner.run()
+        defaults = [sp.default() for sp in tuner.stages]
+        assert not res.trials[1].measurement.ok
+        stage0 = [t for t in res.trials[2:] if t.stage == 0]
+        assert stage0 and all(t.measurement.key == _program_key(tuner, defaults, t.config)
+                              for t in stage0)
+        assert res.best is not None and res.best.measurement.ok
+    finally:
+        tuner.close()
+
+
+def test_a_stage_modelled_ahead_is_not_modelled_again(monkeypatch):
+    """The model's times are kept on the stage's space: its strategy's ranking, when its turn
+    comes, reuses what the pick ahead modelled."""
+    from cuda_agent.run import sim_model
+    from cuda_agent.search.prior_rank import model_order, model_pick
+
+    plan, _, _ = plan_of("conv_pool")
+    spaces = stage_spaces(plan, Target())
+    real, count = sim_model.simulate, [0]
+
+    def counted(*args, **kwargs):
+        count[0] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sim_model, "simulate", counted)
+    pick = model_pick(spaces[1])
+    modelled = count[0]
+    assert modelled >= len(spaces[1].configs)
+    staged = StageSpace.of(plan, 1, spaces, [sp.default() for sp in spaces])
+    assert model_order(staged)[0] == pick
+    assert count[0] - modelled <= len(spaces)  # the fixed stages only
