@@ -215,7 +215,8 @@ class _ProblemBench:
         given the program one stage at a time, as cuda-agent's own search does
         (`Tuner._search_stages`): each stage an even share of what is left, handed on when it
         settles, each stage's space searched with the other stages at their best so far (at
-        first their defaults), every candidate timed end to end. A stage where its strategy
+        first their defaults; warm, the model's picks where that program verifies), every
+        candidate timed end to end. A stage where its strategy
         stops with an error keeps what it measured, and the next stage is still searched (the
         error is reported)."""
         measurer = self._tuner("random", seed)  # its own: its space moves from stage to stage
@@ -226,6 +227,23 @@ class _ProblemBench:
         errors: list[str] = []
         best_ms = float("inf")
         try:
+            if strategy.startswith("kt_warm:"):
+                # warm like cuda-agent's own strategies (`Tuner._start_program`): every stage
+                # at the model's pick, measured as one program, and where it verifies the
+                # stages are searched from it
+                from .search.prior_rank import model_pick
+
+                picks = [model_pick(sp, self.sim_constants) or d for sp, d in zip(stages, fixed)]
+                if picks != fixed:
+                    measurer.space = StageSpace.of(self.plan, 0, stages, picks)
+                    got = measurer.measure([picks[0]])
+                    self._note(got)
+                    for t in got:
+                        t.stage = 0
+                    trials += got
+                    m = got[0].measurement if got else None
+                    if m is not None and m.ok and m.time_ms is not None:
+                        best_ms, fixed = m.time_ms, picks
             for i in range(n):
                 share = stage_share(budget - len(trials), n - i)
                 if share < 1:

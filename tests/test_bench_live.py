@@ -651,3 +651,27 @@ def test_bench_tolerance_reaches_the_verifier_and_replay_refuses_it(tmp_path, mo
         run_bench(settings)
     with pytest.raises(SettingsError, match="--tolerance"):
         bench_live.run_live_bench(BenchSettings(tolerance="loose"), "sim")
+
+
+def test_warm_kernel_tuner_starts_a_program_from_the_model_picks(tmp_path):
+    """Warm, Kernel Tuner is given a program as cuda-agent's warm strategies are: every stage at
+    the model's pick measured first as one program; cold, it starts from the defaults."""
+    from cuda_agent.bench import BenchSettings
+    from cuda_agent.bench_live import run_live_bench
+    from cuda_agent.ir.plan import make_plan
+    from cuda_agent.problem import load_problem
+    from cuda_agent.search.prior_rank import model_pick
+    from cuda_agent.space.program import stage_spaces
+    from cuda_agent.space.slots import Target
+
+    path = tmp_path / "conv_pool_small.py"
+    path.write_text(CONV_POOL)
+    settings = BenchSettings(suite=str(path), budget=6, seeds=1, out=str(tmp_path / "out"),
+                             strategies=("kt:random_sample", "kt_warm:random_sample"),
+                             baselines=False)
+    runs = {r.strategy: r for r in run_live_bench(settings, "sim").runs}
+    stages = stage_spaces(make_plan(load_problem(path).graph()), Target())
+    pick = model_pick(stages[0])
+    assert runs["kt_warm:random_sample"].configs[0] == f"s0:{pick.short()}"
+    assert len(runs["kt_warm:random_sample"].configs) <= 6
+    assert runs["kt:random_sample"].configs[0] != f"s0:{pick.short()}"
