@@ -52,13 +52,21 @@ def model_order(space: Space, constants: Any = None, limit: int = MODELLED, seed
     return [configs[int(i)] for i in np.concatenate([ranked, rest])]
 
 
-def model_pick(space: Space, constants: Any = None) -> Config | None:
-    """`model_order`'s first configuration where the model has an estimate for any (with the
-    same rows modelled), else None."""
+PICK_MODELLED = 1024
+"""configurations modelled at most for `model_pick` (about 0.5 s on one core): a program's
+stages are all picked while its untuned baseline is measured, and modelling each stage's
+16384 held a 20 s search of a linear layer's chain (GEMM stage of 27646 configurations) for 13 s
+before its second candidate on the H100's host (2026-12-06)"""
+
+
+def model_pick(space: Space, constants: Any = None, limit: int = PICK_MODELLED
+               ) -> Config | None:
+    """The model's fastest of `space` (of a seeded sample of `limit` configurations where it
+    is larger); None where the model has an estimate for none of them."""
     from ..agents.prior import simulated_times
 
     configs = list(space.configs)
-    rows = _modelled_rows(len(configs), MODELLED, np.random.default_rng(0))
+    rows = _modelled_rows(len(configs), limit, np.random.default_rng(0))
     times = simulated_times(space, rows, configs, constants)
     if not np.isfinite(times).any():
         return None
