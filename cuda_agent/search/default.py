@@ -21,12 +21,12 @@ and more on 22 (sign test p = 0.0035; mean 4.17 against 4.66), fewer than the sa
 untrained under the prior on 46 and more on 23 (p = 0.0076), and fewer than every warm-started
 Optuna and Kernel Tuner strategy. One agent over every slot did as well as four (24/20,
 p = 0.65): the split into four agents is kept, not because it measured better. LIVE on an H100
-(BENCHMARKS.md, "Learning against the model, live on the GPU", 2026-12-06; 19 held-out problems,
+(BENCHMARKS.md, "Learning against the model, live on the GPU", 2026-12-06; 24 held-out problems,
 fold policies and constants as above, budget 24, 1 seed): fewer measurements to 95 % of the
-run's best than the prior alone on 10 problems, more on 2 (p = 0.039), than the untrained agents
-on 9 and more on 1 (p = 0.021); one agent 5/1 (p = 0.22); one problem short of the 20 issue 34
-asks for. Without the shipped policy (an install that lacks it) the default is the prior's
-ranking alone."""
+run's best than the prior alone on 13 problems, more on 3 (p = 0.021), than the untrained
+agents on 11 and more on 2 (p = 0.022); one agent 6/2 (p = 0.29, no significant difference).
+Without the shipped policy (an install that lacks it) the default is the prior's ranking
+alone."""
 
 POLICY = "h200-replay-prior.pt"
 """the shipped policy (package data): four agents trained on every recorded H200 sweep with
