@@ -532,9 +532,10 @@ class Tuner:
     def _measure_program(self, fixed: list[Config], trials: list[Trial],
                          progress: Callable[[Trial, "Trial | None"], None] | None
                          ) -> Trial | None:
-        """Build and measure one whole program (stage 0's space with `fixed` for every stage),
-        as `_search` does a candidate: the first one measured is the untuned default. None
-        where the time limit came first."""
+        """Build and measure one whole program (stage 0's space with `fixed` for every stage)
+        and keep it as `_search` keeps a candidate: the best so far, and the untuned default
+        where it is the first measured with the default included. None where the time limit
+        came first."""
         self.space = StageSpace.of(self.plan, 0, self.stages, fixed)
         if self._time_up():
             return None
