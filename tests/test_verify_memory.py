@@ -684,7 +684,37 @@ def test_a_pool_says_what_its_set_up_spent_its_seconds_on():
     pool = CasePool(lambda ins: torch.softmax(ins[0].double(), -1), [x], (64, 32),
                     torch.float32, witness=lambda ins: torch.softmax(ins[0], -1))
     s = pool.setup_seconds
-    assert {"draw", "witness", "reference"} <= set(s)
+    assert {"draw", "witness", "reference", "stats", "slack", "trivial", "replay"} <= set(s)
     # a case and its perturbed twin, each measured, the weak check and the replay check:
     # at least two reference runs a case
     assert s["reference_runs"] >= 2 * max(VerifySettings().trials, VerifySettings().pool)
+
+
+def test_a_check_times_the_reference_apart_from_the_comparison():
+    """Where the references are not held, a check recomputes them: those seconds are the
+    check's "reference" step, not its comparison's (16 GiB, H100: 3-3.8 s a candidate in one
+    step with the comparison, and nothing said which), and the pool's set-up seconds stay as
+    they were."""
+    import time
+
+    from cuda_agent.run.verify import _StepClock
+
+    pool = pool_of("softmax", SHARED, chunk_rows=7)
+    before = dict(pool.setup_seconds)
+    slow, real = [], pool.reference
+
+    def reference(ins):
+        time.sleep(0.01)
+        slow.append(1)
+        return real(ins)
+
+    pool.reference = reference
+    res = check(lambda ins, out: out.copy_(torch.softmax(ins[0], -1)), pool, pool.trials_for(0))
+    assert res.ok and slow
+    assert res.seconds["reference"] >= 0.01 * len(slow)
+    assert res.seconds["compare"] < res.seconds["reference"]
+    assert pool.setup_seconds == before
+
+    clock = _StepClock(torch.device("cpu"))  # nested steps: each counts its own seconds
+    clock("outer", lambda: (time.sleep(0.02), clock("inner", time.sleep, 0.05)))
+    assert 0.05 <= clock.seconds["inner"] and 0.02 <= clock.seconds["outer"] < 0.05

@@ -34,6 +34,7 @@ import functools
 import math
 import secrets
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence, Union
 
@@ -897,7 +898,7 @@ class CasePool:
                          draw=(t, s.seed, True))
             self._measure(case, witness)
             self.cases.append(case)
-            alive = self._weak(case, alive)
+            alive = self._clock("trivial", self._weak, case, alive)
             # a perturbed twin of every case, whose reference really differs from the case's
             twin = None
             for attempt in range(6):
@@ -915,10 +916,10 @@ class CasePool:
                     inputs.holds = twin
                 self._measure(twin, witness)
                 # a replay of the base's answer must fail on the twin
-                if self._replay_fails(case, twin):
+                if self._clock("replay", self._replay_fails, case, twin):
                     break
             self.perturbed.append(twin)
-            alive = self._weak(twin, alive)
+            alive = self._clock("trivial", self._weak, twin, alive)
         self.weak = sorted(alive, key=["zeros", "constant", "identity"].index)
         self.setup_seconds = {**self._clock.seconds, "reference_runs": self.reference_runs}
 
@@ -966,6 +967,16 @@ class CasePool:
         self.forget(trial.inputs)
         if trial.inputs is not self.buffers:
             self.materialize(trial)
+
+    @contextmanager
+    def timed_by(self, clock: "_StepClock") -> Iterator[None]:
+        """Within: the pool's own steps (draws, reference chunks) are timed by `clock`, a
+        check's (set-up's stay in `setup_seconds`)."""
+        own, self._clock = self._clock, clock
+        try:
+            yield
+        finally:
+            self._clock = own
 
     def timing_set(self, k: int) -> Trial:
         """Input set `k` of the timing rotation: drawn from its own seed (1234), in the shared
@@ -1075,9 +1086,9 @@ class CasePool:
             else:
                 r = self._compute(trial, block)
                 part = (RefStats(), SlackSum())
-                part[0].add(r, self.limit)
+                self._clock("stats", part[0].add, r, self.limit)
                 if answer is not None:
-                    part[1].add(self._part(answer, block), r, self.limit)
+                    self._clock("slack", part[1].add, self._part(answer, block), r, self.limit)
                 if device_ref is not None:
                     self._part(device_ref, block).copy_(r)
                 elif host_ref is not None:
@@ -1192,14 +1203,22 @@ def check(run: Callable[[list[torch.Tensor], torch.Tensor], None], pool: CasePoo
     Each trial's inputs are drawn (again, where the pool does not hold them), hashed before
     and after the run (a keyed hash, `fingerprint`, drawn afresh per check), and the candidate
     writes into the pool's one output buffer, poisoned before every run."""
-    worst = 0.0
     if pool.weak:
         return VerifyResult(False, "degenerate",
                             f"inconclusive: a trivial output ({', '.join(pool.weak)}) passes "
-                            "every trial, so passing proves nothing", worst)
+                            "every trial, so passing proves nothing", 0.0)
     key = secrets.randbits(63)
     out = pool.output()
     clock = _StepClock(out.device)
+    with pool.timed_by(clock):  # the pool's draws and reference chunks in their own steps
+        return _check_trials(run, pool, trials, key, out, clock)
+
+
+def _check_trials(run: Callable[[list[torch.Tensor], torch.Tensor], None], pool: CasePool,
+                  trials: list[Trial], key: int, out: torch.Tensor, clock: "_StepClock"
+                  ) -> VerifyResult:
+    """`check`'s loop over the trials."""
+    worst = 0.0
     for trial in trials:
         inputs = clock("draw", pool.materialize, trial)
         before = clock("hash", pool.fingerprints, inputs, key)
@@ -1215,7 +1234,7 @@ def check(run: Callable[[list[torch.Tensor], torch.Tensor], None], pool: CasePoo
                 pool.restore(trial)
                 return VerifyResult(False, "mutated_input", f"input {k} was modified", worst,
                                     clock.seconds)
-        kind, msg, rel = clock("reference_compare", pool.compare, out, trial)
+        kind, msg, rel = clock("compare", pool.compare, out, trial)
         worst = max(worst, rel)
         if kind:
             return VerifyResult(False, kind, f"{trial.label}: {msg}", worst, clock.seconds)
@@ -1236,16 +1255,22 @@ class _StepClock:
     def __init__(self, device: torch.device) -> None:
         self.cuda = device.type == "cuda"
         self.seconds: dict[str, float] = {}
+        self._inner = 0.0  # seconds of the steps timed inside the step now running
 
     def __call__(self, step: str, fn: Callable[..., Any], *args: Any) -> Any:
-        t0 = time.perf_counter()
+        """fn(*args), its seconds added to `step`'s: a step timed inside another counts in
+        its own, not in the outer one's as well (the steps add up to the time they took)."""
+        t0, outer = time.perf_counter(), self._inner
+        self._inner = 0.0
         try:
             result = fn(*args)
             if self.cuda:  # not after a failure: a faulted context would raise here instead
                 torch.cuda.synchronize()
             return result
         finally:
-            self.seconds[step] = self.seconds.get(step, 0.0) + time.perf_counter() - t0
+            took = time.perf_counter() - t0
+            self.seconds[step] = self.seconds.get(step, 0.0) + took - self._inner
+            self._inner = outer + took
 
 
 def check_state(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor], pool: CasePool
