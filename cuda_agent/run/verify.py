@@ -143,8 +143,9 @@ class VerifyResult:
     max_rel_err: float = 0.0
     seconds: dict[str, float] = field(default_factory=dict)
     """where `check`'s time went, summed over the trials: draw (the case's inputs drawn
-    again), hash (before and after the run), run, reference_compare (the reference's chunks
-    computed or fetched, and the comparison)"""
+    again), hash (before and after the run), run, reference (the float64 reference's chunks
+    computed again, where they are not held), compare (the comparison, fetching a reference
+    held in host memory included)"""
 
 
 class CandidateError(Exception):
