@@ -542,12 +542,20 @@ class Tuner:
         cand = self._build([fixed[0]], self._deadline)[0]
         if self._time_up() or (cand.build_error and cand.build_error[0] == CUT):
             return None
+        trial = self._take(cand, trials, progress, self.settings.include_default)
+        trial.stage = 0
+        return trial
+
+    def _take(self, cand: Candidate, trials: list[Trial],
+              progress: Callable[[Trial, "Trial | None"], None] | None,
+              as_default: bool) -> Trial:
+        """Measure `cand` as the next trial and keep it: as the untuned default where
+        `as_default` and none is kept yet, as the best (in `self.space`) where faster."""
         best = self._best
         trial = self._measure_one(cand, best.measurement.time_ms if best else None,
                                   len(trials) + 1)
-        trial.stage = 0
         trials.append(trial)
-        if self._default is None and self.settings.include_default:
+        if as_default and self._default is None:
             self._default = trial
         m = trial.measurement
         if m.ok and m.time_ms is not None and (best is None or
@@ -689,19 +697,10 @@ class Tuner:
                     if share_spent():
                         settled = True  # this stage's seconds: the next stage's turn
                         break
-                    trial = self._measure_one(
-                        cand, best.measurement.time_ms if best else None, len(trials) + 1)
-                    trials.append(trial)
-                    m = trial.measurement
-                    if self._default is None and include_default and len(trials) == first + 1:
-                        self._default = trial
-                    if m.ok and m.time_ms is not None and (
-                            best is None or m.time_ms < best.measurement.time_ms):
-                        best = self._best = trial
-                        self._best_space = self.space
+                    trial = self._take(cand, trials, progress,
+                                       include_default and len(trials) == first)
+                    best, m = self._best, trial.measurement
                     results.append((cand.config, m))
-                    if progress:
-                        progress(trial, best)
                     settled = plateau is not None and plateau.update(
                         m.time_ms if m.ok else None)
                     if settled:
