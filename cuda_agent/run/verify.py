@@ -517,7 +517,8 @@ class SlackSum:
         back once (each piece's own reads were seven synchronisations a piece of about 5 M
         elements on a GPU); where an element of either is not finite, the pieces are summed
         again over their finite elements."""
-        acc: torch.Tensor | None = None
+        sums: torch.Tensor | None = None  # finite elements, squared difference, squared ref
+        peak: torch.Tensor | None = None  # the largest difference
         numel = 0
         for w, r in pieces(witness, ref, limit):
             if r.numel() == 0:
@@ -525,14 +526,13 @@ class SlackSum:
             diff = (w.double() - r.double()).abs_()
             part = torch.stack([(torch.isfinite(r) & torch.isfinite(w)).sum(dtype=torch.float64),
                                 torch.linalg.vector_norm(diff) ** 2,
-                                torch.linalg.vector_norm(r, dtype=torch.float64) ** 2,
-                                diff.max()])
-            acc = part if acc is None else torch.cat([acc[:3] + part[:3],
-                                                      torch.maximum(acc[3:], part[3:])])
+                                torch.linalg.vector_norm(r, dtype=torch.float64) ** 2])
+            sums = part if sums is None else sums.add_(part)
+            peak = diff.max() if peak is None else torch.maximum(peak, diff.max())
             numel += r.numel()
-        if acc is None:
+        if sums is None or peak is None:
             return
-        finite, sq_diff, sq_ref, max_diff = acc.tolist()
+        finite, sq_diff, sq_ref, max_diff = torch.cat([sums, peak.reshape(1)]).tolist()
         if int(finite) != numel:
             self._add_finite(witness, ref, limit)
             return

@@ -922,7 +922,8 @@ def worker_main(conn: Any, device_index: int, timing: TimingSettings,
                            "memory": {**state.memory.as_dict(),
                                       "peak_by_setup_step": state.phases.marks},
                            "setup_phases": state.phases.as_dict(),
-                           # within the cases step: drawing, the witness, the reference chunks
+                           # within the cases step: drawing, the witness, the reference
+                           # chunks and the sums, trivial-output and replay checks over them
                            "cases_seconds": state.pool.setup_seconds})
             elif op == "eval":
                 assert state is not None, "setup first"
