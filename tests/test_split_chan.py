@@ -148,3 +148,57 @@ def test_a_training_mode_chain_with_split_statistics_matches_torch_and_its_stati
         start, n = update[stat]
         torch.testing.assert_close(words[start // 4:start // 4 + n].double(), expect,
                                    rtol=1e-4, atol=1e-5)
+
+
+WELFORD = {  # batch norm's mean and variance, far from zero: where a naive sum of squares
+    # cancels (a mean of 300 against a spread of 1: 1e5 against 1 in float32)
+    "batch_norm_offset": (lambda x: F.batch_norm(x, None, None, training=True, eps=1e-5),
+                          (4, 3, 8, 36)),
+    "batch_norm_odd_relu": (lambda x: torch.relu(F.batch_norm(x, None, None, training=True)),
+                            (3, 2, 101)),
+}
+
+
+def test_one_welford_pass_is_offered_only_where_a_mean_and_its_deviations_are_the_levels():
+    _, sp = _space(*WELFORD["batch_norm_offset"])
+    for name in ("chan", "split"):
+        assert {c["compute.algo"] for c in sp.configs_of(name)} == {"passes", "online"}, name
+    online = [c for c in sp.configs_of("split") if c["compute.algo"] == "online"]
+    assert "atomic" not in {c["reduction.cross"] for c in online}  # no atomic Welford merge
+    # one reduction level, or two that are not a mean and its deviations: passes only
+    for f, shape in (CASES["channel_mean"], CASES["channel_sumsq_odd"]):
+        _, sp = _space(f, shape)
+        assert {c["compute.algo"] for c in sp.configs} == {"passes"}
+    # a pass fewer: the channel is read twice (statistics, output), not three times
+    for name in ("chan", "split"):
+        cfg = next(c for c in sp_configs(name) if c["compute.algo"] == "online"
+                   and c.get("memory.cache") in (None, "-", "reload"))
+        assert dict(_space(*WELFORD["batch_norm_offset"])[1].render(cfg).facts)[
+            "reads_per_elem"] == 2.0, name
+
+
+def sp_configs(name):
+    return _space(*WELFORD["batch_norm_offset"])[1].configs_of(name)
+
+
+@pytest.mark.skipif(not cpu_exec.available(), reason="needs g++")
+@pytest.mark.parametrize("name", sorted(WELFORD))
+def test_welford_channels_match_torch_far_from_zero(name):
+    f, shape = WELFORD[name]
+    plan, sp = _space(f, shape)
+    torch.manual_seed(3)
+    x = torch.randn(*shape) + 300.0
+    want = f(x.double()).float().numpy().reshape(plan.out_shape)
+    rng = random.Random(name)
+    chosen = []
+    for tname, keys in (("chan", ("memory.cache", "config.cluster", "config.block")),
+                        ("split", ("reduction.cross", "memory.vec", "config.out_grid"))):
+        online = [c for c in sp.configs_of(tname) if c["compute.algo"] == "online"
+                  and c.get("config.block") <= 256]
+        kinds = sorted({tuple(c[k] for k in keys) for c in online}, key=str)
+        chosen += [rng.choice([c for c in online if tuple(c[k] for k in keys) == kind])
+                   for kind in rng.sample(kinds, min(6, len(kinds)))]
+    assert {sp.template_of(c).name for c in chosen} == {"chan", "split"}
+    for cfg in chosen:
+        err = cpu_exec.max_rel_error(sp.render(cfg), [x.numpy()], want)
+        assert err < 2e-4, (cfg.short(), err)

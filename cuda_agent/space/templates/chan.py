@@ -7,8 +7,9 @@ persistent) and its T threads walk the channel's A*B elements as one flat index,
 consecutive b at a time (vector loads and stores along the contiguous B), so that every warp
 reads contiguous runs of B. Each reduction level is one pass over the channel (mean, then the
 mean-shifted variance), re-reading it from global memory: while the blocks in flight hold less
-than L2, the later passes hit L2. Partial results are combined with warp shuffles or a
-shared-memory tree.
+than L2, the later passes hit L2; or (`compute.algo` online) the mean and the squared deviations
+are one Welford pass, merged across threads as (count, mean, squared deviations) states.
+Partial results are combined with warp shuffles or a shared-memory tree.
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ from .. import codegen as cg
 from ..slots import Launch, Rendered, Slot, Target
 from .base import (Code, Template, block_combine, pow2_ceil, smem_for_combine,
                    wave_blocks)
-from .rowcommon import (bind_reducers, carve_dynamic, cluster_combine, emit_new_row_values,
-                        make_passes, operand_roles, pass_roots)
+from .rowcommon import (Pass, bind_reducers, bind_welford, carve_dynamic, cluster_combine,
+                        cluster_combine_state, combine_state, emit_new_row_values, make_passes,
+                        operand_roles, pass_roots, welford_alone, welford_finish, welford_state,
+                        welford_update)
 
 
 def channel_runs(plan: KernelPlan) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
@@ -67,15 +70,20 @@ def _segment_vectors(plan: KernelPlan, cfg: dict[str, Any]) -> int:
     return -(-NV // cfg.get("config.cluster", 1))
 
 
+def chan_passes(plan: KernelPlan, cfg: dict[str, Any]) -> list[Pass]:
+    """The passes over a channel: a level each, or the first two as one Welford pass."""
+    return make_passes(plan, cfg.get("compute.algo") == "online")
+
+
 LONG_CHANNEL = 1 << 20
 """elements per channel from which one block per channel is slow (a few ms a channel)"""
 
 
 class ChanTemplate(Template):
     name = "chan"
-    version = "3"
+    version = "4"  # 4: compute.algo (Welford)
     # version 1 re-read the channel on every pass, one block per channel
-    legacy = {"memory.cache": "reload", "config.cluster": 1}
+    legacy = {"memory.cache": "reload", "config.cluster": 1, "compute.algo": "passes"}
 
     def applies(self, plan: KernelPlan) -> bool:
         # arg-reductions have no meaning over non-adjacent dims (torch's take one dim)
@@ -105,6 +113,9 @@ class ChanTemplate(Template):
                  "store cache hint for full outputs (streaming: evict first)"),
             Slot("compute.unroll", (1, 2, 4), "unroll of the loop over a channel's elements"),
             Slot("compute.fastmath", (0, 1), "hardware approximations of exp/log/div"),
+            Slot("compute.algo", ("passes", "online") if welford_alone(plan) else ("passes",),
+                 "a pass per reduction level, or the mean and the squared deviations from it "
+                 "in one Welford pass"),
             Slot("reduction.combine", ("shfl", "smem_tree"),
                  "combine within a block: warp shuffles or shared-memory tree"),
         ]
@@ -126,7 +137,9 @@ class ChanTemplate(Template):
             cfg["compute.unroll"] = 1  # one trip per thread: nothing to unroll
         if C <= wave_blocks(cfg["config.block"], target):
             cfg["config.grid"] = "exact"
-        passes = make_passes(plan, False)
+        if cfg["compute.algo"] == "online":
+            cfg["reduction.combine"] = "shfl"  # Welford states merge by shuffles only
+        passes = chan_passes(plan, cfg)
         if len(passes) < 2 or not operand_roles(plan, passes).cached:
             cfg["memory.cache"] = "reload"
         if cfg["memory.cache"] == "regs":
@@ -149,7 +162,7 @@ class ChanTemplate(Template):
         if CL > 1 and _segment_vectors(plan, cfg) < T:
             return "a cluster's shares are smaller than a block's loads"
         if cache != "reload":
-            cached = len(operand_roles(plan, make_passes(plan, False)).cached)
+            cached = len(operand_roles(plan, chan_passes(plan, cfg)).cached)
             per_thread = -(-_segment_vectors(plan, cfg) // T) * vec * cached
             if cache == "regs" and per_thread > MAX_CACHED_REGS:
                 return "channel share does not fit in registers"
@@ -160,7 +173,7 @@ class ChanTemplate(Template):
     def _dyn_smem(self, plan: KernelPlan, cfg: dict[str, Any]) -> int:
         if cfg["memory.cache"] != "smem":
             return 0
-        cached = len(operand_roles(plan, make_passes(plan, False)).cached)
+        cached = len(operand_roles(plan, chan_passes(plan, cfg)).cached)
         return _segment_vectors(plan, cfg) * cfg["memory.vec"] * cached * 4
 
     def default(self, plan: KernelPlan, target: Target) -> dict[str, Any]:
@@ -168,7 +181,7 @@ class ChanTemplate(Template):
         return {"config.block": 256, "config.grid": "exact", "config.cluster": 1,
                 "memory.cache": "reload", "memory.vec": 1,
                 "memory.load": "default", "memory.store": "default", "compute.unroll": 1,
-                "compute.fastmath": 0, "reduction.combine": "smem_tree"}
+                "compute.fastmath": 0, "compute.algo": "passes", "reduction.combine": "smem_tree"}
 
     # -- code ----------------------------------------------------------------------------------
     def render(self, plan: KernelPlan, cfg: dict[str, Any], target: Target) -> Rendered:
@@ -181,11 +194,13 @@ class ChanTemplate(Template):
         fast = bool(cfg["compute.fastmath"])
         # 32-bit index arithmetic where every offset fits (divisions by constants are cheaper)
         idx_t = "int" if plan.numel < 2 ** 31 else "long long"
-        passes = make_passes(plan, False)
+        passes = chan_passes(plan, cfg)
         roles = operand_roles(plan, passes)
         op_index = {nid: k for k, nid in roles.full + roles.row}
         all_red = [r for p in passes for r in p.reducers]
         n_red, _ = smem_for_combine(all_red, T, 1, cfg["reduction.combine"])
+        welford = any(p.welford_shift is not None for p in passes)
+        n_wf = T // 32 if welford and T > 32 else 0  # each float of a Welford state
         cache, CL = cfg["memory.cache"], cfg["config.cluster"]
         # a cached channel (or a cluster block's share of it) is walked in NCH chunks of T
         # vectors, unrolled, so that each thread's elements have fixed registers or slots
@@ -212,14 +227,17 @@ class ChanTemplate(Template):
             c("extern __shared__ float4 ca_dyn4[];",
               "float* ca_dyn = reinterpret_cast<float*>(ca_dyn4);")
         if CL > 1:  # all shared memory dynamic (see the row template)
-            dyn = 4 * carve_dynamic(c, dyn // 4, [("ca_red", n_red, "float"),
-                                                  ("ca_cl", len(all_red), "float")])
+            dyn = 4 * carve_dynamic(c, dyn // 4, [
+                ("ca_red", max(n_red, n_wf), "float"), ("ca_red2", n_wf, "float"),
+                ("ca_red3", n_wf, "float"), ("ca_cl", len(all_red) + 3 * welford, "float")])
             c("const unsigned ca_rank = ca_cluster_rank();",
               f"const idx_t ca_seg0 = (idx_t)ca_rank * {NVseg};  // this block's first vector")
             c.open(f"for (idx_t o = blockIdx.x / {CL}; o < {C}; o += gridDim.x / {CL})")
         else:
-            if n_red:
-                c(f"__shared__ float ca_red[{n_red}];")
+            if max(n_red, n_wf):
+                c(f"__shared__ float ca_red[{max(n_red, n_wf)}];")
+            if n_wf:
+                c(f"__shared__ float ca_red2[{n_wf}];", f"__shared__ float ca_red3[{n_wf}];")
             c.open(f"for (idx_t o = blockIdx.x; o < {C}; o += gridDim.x)")
         if cache == "regs":
             for nid in roles.cached:
@@ -235,8 +253,11 @@ class ChanTemplate(Template):
             c(f"// pass {pi + 1}: " + ("output" if p.writes_output else
                                        "reduce " + ", ".join(f"%{r.nid}:{r.kind}"
                                                              for r in p.reducers)))
-            for r in p.reducers:
-                c(*r.declare())
+            if p.welford_shift is not None:
+                c("float wf_n = 0.f, wf_k = 0.f, wf_1 = 0.f, wf_2 = 0.f;  // count, shift, sums")
+            else:
+                for r in p.reducers:
+                    c(*r.declare())
             if cache == "reload":
                 c(f"#pragma unroll {cfg['compute.unroll']}")
                 c.open(f"for (idx_t j = lane; j < {NV}; j += {T})")
@@ -290,15 +311,24 @@ class ChanTemplate(Template):
                 c(*stmts)
                 if p.writes_output:
                     out_vals.append(names[plan.output])
-                for r in p.reducers:
-                    c(r.update(names[plan.graph[r.nid].args[0]]))
+                elif p.welford_shift is not None:
+                    c(welford_update(names[pass_roots(plan, p)[0]]))
+                else:
+                    for r in p.reducers:
+                        c(r.update(names[plan.graph[r.nid].args[0]]))
             if p.writes_output:
                 c(cg.vec_store(f"out + (a * {C * B} + o * {B} + b)", out_vals,
                                cg.STORE_HINTS[cfg["memory.store"]]))
             if cache != "reload":
                 c.close()  # if j
             c.close()  # for j
-            if p.reducers:
+            if p.welford_shift is not None:
+                c(welford_finish())
+                combine_state(c, welford_state(), T)
+                if CL > 1:
+                    slot = cluster_combine_state(c, welford_state(), CL, slot)
+                bind_welford(c, plan, p, row_bound, done, fast)
+            elif p.reducers:
                 block_combine(c, p.reducers, T, 1, cfg["reduction.combine"])
                 if CL > 1:
                     cluster_combine(c, p.reducers, CL, slot)

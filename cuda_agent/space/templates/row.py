@@ -19,9 +19,9 @@ from .gemm import CP_ASYNC
 from .base import (Code, Template, block_combine, pow2_ceil, pow2_choices, smem_for_combine,
                    wave_blocks)
 from .total import CROSS, Totals
-from .rowcommon import (bind_reducers, carve_dynamic, cluster_combine, cluster_combine_state,
-                        combine_state, emit_new_row_values, make_passes, online_pair,
-                        online_state, online_update, operand_roles, pass_extras,
+from .rowcommon import (bind_reducers, bind_welford, carve_dynamic, cluster_combine,
+                        cluster_combine_state, combine_state, emit_new_row_values, make_passes,
+                        online_pair, online_state, online_update, operand_roles, pass_extras,
                         pass_roots, welford_finish, welford_state, welford_update)
 
 MAX_CACHED_REGS = 64  # floats per thread kept in registers across passes
@@ -400,16 +400,7 @@ class RowTemplate(Template):
                 combine_state(c, welford_state(), T)
                 if CL > 1:
                     slot = cluster_combine_state(c, welford_state(), CL, slot)
-                sm, sv = p.online
-                c(f"const float s{sm} = wf_n * wf_m;")  # the sum, then the mean from it as planned
-                row_bound[sm] = f"s{sm}"
-                done.add(sm)
-                emit_new_row_values(c, plan, row_bound, done, fast)
-                mu = row_bound[p.welford_shift]
-                # deviations from the planned mean, from those about the exact one
-                c(f"const float s{sv} = wf_q + wf_n * (wf_m - {mu}) * (wf_m - {mu});")
-                row_bound[sv] = f"s{sv}"
-                done.add(sv)
+                bind_welford(c, plan, p, row_bound, done, fast)
             elif p.online:
                 combine_state(c, online_state(fast), T)
                 if CL > 1:

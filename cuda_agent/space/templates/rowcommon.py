@@ -229,6 +229,29 @@ def welford_merge(on: str, om: str, oq: str) -> str:
             "wf_n = n_; } }")
 
 
+def bind_welford(c, plan: KernelPlan, p: Pass, row_bound: dict[int, str], done: set[int],
+                 fast: bool) -> None:
+    """Name a combined Welford state's results as the plan's two reductions (every thread
+    holds wf_n, wf_m, wf_q): the sum S = n * mean, the row values that follow from it (the
+    planned mean M among them), then V, the squared deviations from M, from those about the
+    exact mean (they differ by n * (mean - M)^2, M rounded from S)."""
+    sm, sv = p.online
+    c(f"const float s{sm} = wf_n * wf_m;")
+    row_bound[sm] = f"s{sm}"
+    done.add(sm)
+    emit_new_row_values(c, plan, row_bound, done, fast)
+    mu = row_bound[p.welford_shift]
+    c(f"const float s{sv} = wf_q + wf_n * (wf_m - {mu}) * (wf_m - {mu});")
+    row_bound[sv] = f"s{sv}"
+    done.add(sv)
+
+
+def welford_alone(plan: KernelPlan) -> bool:
+    """Whether one Welford sweep computes the plan's first two levels with nothing riding
+    along (the templates without extras in their online pass: chan, split)."""
+    return welford_pair(plan) is not None and len(plan.levels[0]) == 1
+
+
 def online_update(m: str, s: str, value: str, fast: bool) -> str:
     ex = "__expf" if fast else "expf"
     return (f"{{ const float a_ = {value}; if (a_ > {m}) {{ {s} = {s} * {ex}({m} - a_) + 1.f; "

@@ -18,7 +18,10 @@ then the S partials of a row meet per `reduction.cross`:
 * ``atomic``: partials go straight into a per-row accumulator with atomics (sums; max/min through
   an order-preserving unsigned encoding), in a workspace zeroed before each run.
 
-Later levels read earlier levels' row results from the workspace. Full outputs are written by a
+With `compute.algo` online, a mean and the squared deviations from it (batch norm's two levels)
+are one Welford pass: a block's partial is its (count, mean, squared deviations), and the fold
+merges them (Chan's formula; no atomic form). Later levels read earlier levels' row results
+from the workspace. Full outputs are written by a
 last elementwise kernel over the same (S, O) grid; row outputs by the last fold (or, with atomics,
 by a small kernel with a thread per row).
 """
@@ -32,7 +35,9 @@ from .. import codegen as cg
 from ..slots import Launch, Rendered, Slot, Target
 from .base import Code, Reducer, Template, block_combine, pow2_ceil, smem_for_combine
 from .chan import channel_runs, channel_sizes, channel_vectors_ok
-from .rowcommon import Pass, make_passes, operand_roles, pass_roots, row_values_after
+from .rowcommon import (Pass, bind_welford, combine_state, make_passes, operand_roles,
+                        pass_roots, row_values_after, welford_alone, welford_finish,
+                        welford_merge, welford_state, welford_update)
 
 MAX_ROWS = 4096
 OUT_BLOCK = 128  # threads per block of the row-output kernel (atomic cross)
@@ -78,8 +83,8 @@ def splits(plan: KernelPlan, block: int, vec: int, waves: int, sm_count: int) ->
 
 class SplitTemplate(Template):
     name = "split"
-    version = "2"
-    legacy = {"config.out_grid": "chunks"}
+    version = "3"  # 3: compute.algo (Welford)
+    legacy = {"config.out_grid": "chunks", "compute.algo": "passes"}
 
     def applies(self, plan: KernelPlan) -> bool:
         # only where some configuration gives a row two blocks or more (one block per row is
@@ -102,6 +107,9 @@ class SplitTemplate(Template):
             Slot("compute.unroll", (1, 2, 4), "unroll of the block-stride loop over a chunk"),
             Slot("compute.fastmath", (0, 1) if plan.fast_math_matters() else (0,),
                  "hardware approximations of exp/log/div"),
+            Slot("compute.algo", ("passes", "online") if welford_alone(plan) else ("passes",),
+                 "a partial kernel per reduction level, or the mean and the squared deviations "
+                 "from it in one Welford pass (each block's partial a (count, mean, M2) state)"),
             Slot("reduction.cross", ("two_pass", "last_block", "atomic"),
                  "how the blocks of a row meet: fold kernel, last block folds, or atomics"),
             Slot("reduction.combine", ("shfl", "smem_tree"),
@@ -150,6 +158,8 @@ class SplitTemplate(Template):
                 return "an operand cannot be read in vectors along the row"
         if cfg["reduction.cross"] == "atomic" and not _kinds(plan) <= {"sum", "max", "min"}:
             return "atomics combine only sum, max and min"
+        if cfg["reduction.cross"] == "atomic" and cfg.get("compute.algo") == "online":
+            return "atomics do not merge Welford states"
         return None
 
     def default(self, plan: KernelPlan, target: Target) -> dict[str, Any]:
@@ -158,7 +168,7 @@ class SplitTemplate(Template):
                              if splits(plan, b, 1, w, target.sm_count)[0] >= 2), (128, 8))
         return {"config.block": block, "config.waves": waves, "memory.vec": 1,
                 "memory.load": "default", "compute.unroll": 1, "compute.fastmath": 0,
-                "reduction.cross": "two_pass", "reduction.combine": "smem_tree",
+                "compute.algo": "passes", "reduction.cross": "two_pass", "reduction.combine": "smem_tree",
                 "config.out_grid": "chunks"}
 
     # -- code ----------------------------------------------------------------------------------
@@ -219,7 +229,7 @@ class _Renderer:
         self.cross = cfg["reduction.cross"] if self.S > 1 else "none"
         self.mode = cfg["reduction.combine"]
         self.unroll = cfg["compute.unroll"]
-        self.passes = make_passes(plan, False)
+        self.passes = make_passes(plan, cfg.get("compute.algo") == "online")
         self.roles = operand_roles(plan, self.passes)
         self.op_index = {nid: k for k, nid in self.roles.full + self.roles.row}
         self.levels = [p for p in self.passes if p.reducers]
@@ -233,7 +243,8 @@ class _Renderer:
         # workspace layout, in 4-byte words
         O, S = plan.O, self.S
         nall = len(self.all_red)
-        maxlev = max(len(p.reducers) for p in self.levels)
+        # a Welford partial is three words: (count, mean, squared deviations)
+        maxlev = max(3 if p.welford_shift is not None else len(p.reducers) for p in self.levels)
         self.RES = 0
         self.RESI = nall * O
         words = self.RESI + (nall * O if self.has_arg else 0)
@@ -257,12 +268,17 @@ class _Renderer:
           "int* wsi = reinterpret_cast<int*>(ws);",
           "unsigned* wsu = reinterpret_cast<unsigned*>(ws);")
 
-    def combine_buffers(self, c: Code, reds: list[Reducer], T: int) -> None:
-        n, need_i = smem_for_combine(reds, T, 1, self.mode)
-        if n:
-            c(f"__shared__ float ca_red[{n}];")
-            if need_i:
-                c(f"__shared__ int ca_red_i[{n}];")
+    def combine_buffers(self, c: Code, reds: list[Reducer], T: int, welford: bool = False
+                        ) -> None:
+        if welford:  # a warp's part of each float of the state (`combine_state`)
+            if T > 32:
+                c(*(f"__shared__ float {a}[{T // 32}];" for a in ("ca_red", "ca_red2", "ca_red3")))
+        else:
+            n, need_i = smem_for_combine(reds, T, 1, self.mode)
+            if n:
+                c(f"__shared__ float ca_red[{n}];")
+                if need_i:
+                    c(f"__shared__ int ca_red_i[{n}];")
         c("const int lane = threadIdx.x;", "const int grp = 0;")
 
     def result_expr(self, r: Reducer) -> tuple[str, str]:
@@ -346,6 +362,8 @@ class _Renderer:
             c(*stmts)
             if p.writes_output:
                 out_vals.append(names[plan.output])
+            elif p.welford_shift is not None:
+                c(welford_update(names[roots[0]]))
             else:
                 for r in p.reducers:
                     c(r.update(names[plan.graph[r.nid].args[0]], f"c + {l}"))
@@ -355,15 +373,24 @@ class _Renderer:
         if tiles:
             c.close()
 
-    def finish_row(self, c: Code, li: int, reds: list[Reducer], bound: dict[int, str]) -> None:
-        """Thread 0 with a level's finished accumulators: write the results, or the output."""
+    def finish_row(self, c: Code, li: int, p: Pass, bound: dict[int, str]) -> None:
+        """Thread 0 with a level's finished accumulators (or Welford state): write the
+        results, or the output."""
         last = li == len(self.levels) - 1
+        reds = p.reducers
+        if p.welford_shift is not None:
+            b = dict(bound)
+            done = {n for n in b if self.plan.graph[n].op == "reduce"}
+            bind_welford(c, self.plan, p, b, done, self.fast)
+            values = {r.nid: b[r.nid] for r in reds}
+        else:
+            values = {r.nid: r.acc for r in reds}
         if last and self.plan.output_is_row:
             b = dict(bound)
             for r in reds:
                 ctype = "long long" if r.is_arg else "float"
-                c(f"const {ctype} s{r.nid} = {r.result()};")
-                b[r.nid] = f"s{r.nid}"
+                c(f"const {ctype} f{r.nid} = {r.result() if r.is_arg else values[r.nid]};")
+                b[r.nid] = f"f{r.nid}"
             done = {n for n in b if self.plan.graph[n].op == "reduce"}
             b = self.add_rows(c, b, done, "f")
             c(f"out[o] = {b[self.plan.output]};")
@@ -374,7 +401,7 @@ class _Renderer:
             if r.is_arg:
                 c(f"wsi[{self.RESI + q * O} + o] = {r.idx};")
             else:
-                c(f"wsf[{self.RES + q * O} + o] = {r.acc};")
+                c(f"wsf[{self.RES + q * O} + o] = {values[r.nid]};")
 
     def fold(self, c: Code, reds: list[Reducer], T: int, load: str, declared: bool) -> None:
         """All T threads fold the S partials of row o (and leave the result in every thread)."""
@@ -395,22 +422,45 @@ class _Renderer:
         c.close()
         block_combine(c, reds, T, 1, self.mode)
 
+    def fold_welford(self, c: Code, T: int, load: str, declared: bool) -> None:
+        """All T threads merge the S Welford partials of row o (every thread ends with the
+        row's (wf_n, wf_m, wf_q))."""
+        O, S = self.plan.O, self.S
+        c(welford_state().reset if declared else "float wf_n = 0.f, wf_m = 0.f, wf_q = 0.f;")
+        c.open(f"for (int p = threadIdx.x; p < {S}; p += {T})")
+        parts = []
+        for j, name in enumerate(("pn_", "pm_", "pq_")):
+            at = f"wsf + {self.PART} + ({j * O} + o) * {S} + p"
+            parts.append(name)
+            c(f"const float {name} = {f'{load}({at})' if load else f'*({at})'};")
+        c(welford_merge(*parts))
+        c.close()
+        combine_state(c, welford_state(), T)
+
     # -- kernels -------------------------------------------------------------------------------
     def partial_kernel(self, c: Code, li: int, p: Pass, pi: int) -> Launch:
         B, S, O = self.B, self.S, self.plan.O
         name = f"ca_split_l{li + 1}"
         self.head(c, name, B)
         reds = p.reducers
-        self.combine_buffers(c, reds, B)
+        welford = p.welford_shift is not None
+        self.combine_buffers(c, reds, B, welford)
         c("const idx_t o = blockIdx.y;")
         bound = self.row_context(c, li)
-        for r in reds:
-            c(*r.declare())
+        if welford:
+            c("float wf_n = 0.f, wf_k = 0.f, wf_1 = 0.f, wf_2 = 0.f;  // count, shift, sums")
+        else:
+            for r in reds:
+                c(*r.declare())
         self.chunk_loop(c, p, bound, pi)
-        block_combine(c, reds, B, 1, self.mode)
+        if welford:
+            c(welford_finish())
+            combine_state(c, welford_state(), B)
+        else:
+            block_combine(c, reds, B, 1, self.mode)
         if self.cross == "none":
             c.open("if (threadIdx.x == 0)")
-            self.finish_row(c, li, reds, bound)
+            self.finish_row(c, li, p, bound)
             c.close()
         elif self.cross == "atomic":
             c.open("if (threadIdx.x == 0)")
@@ -423,11 +473,12 @@ class _Renderer:
             c.close()
         else:
             c.open("if (threadIdx.x == 0)")
-            for j, r in enumerate(reds):
+            for j, acc in enumerate(("wf_n", "wf_m", "wf_q") if welford else
+                                    [r.acc for r in reds]):
                 at = f"({j * O} + o) * {S} + blockIdx.x"
-                c(f"wsf[{self.PART} + {at}] = {r.acc};")
-                if r.is_arg:
-                    c(f"wsi[{self.PARTI} + {at}] = {r.idx};")
+                c(f"wsf[{self.PART} + {at}] = {acc};")
+                if not welford and reds[j].is_arg:
+                    c(f"wsi[{self.PARTI} + {at}] = {reds[j].idx};")
             c.close()
             if self.cross == "last_block":
                 c("__shared__ int ca_last;")
@@ -440,9 +491,12 @@ class _Renderer:
                 c("// ca_last is block-uniform: the barriers inside are reached by every thread")
                 c.open("if (ca_last)")
                 c("__threadfence();")
-                self.fold(c, reds, B, "__ldcg", True)
+                if welford:
+                    self.fold_welford(c, B, "__ldcg", True)
+                else:
+                    self.fold(c, reds, B, "__ldcg", True)
                 c.open("if (threadIdx.x == 0)")
-                self.finish_row(c, li, reds, bound)
+                self.finish_row(c, li, p, bound)
                 c(f"wsu[{self.TICKET} + o] = 0u;  // ready for the next run")
                 c.close()
                 c.close()
@@ -453,12 +507,16 @@ class _Renderer:
         T = max(32, min(256, pow2_ceil(self.S)))
         name = f"ca_split_f{li + 1}"
         self.head(c, name, T)
-        self.combine_buffers(c, p.reducers, T)
+        welford = p.welford_shift is not None
+        self.combine_buffers(c, p.reducers, T, welford)
         c("const idx_t o = blockIdx.x;")
         bound = self.row_context(c, li)
-        self.fold(c, p.reducers, T, "", False)
+        if welford:
+            self.fold_welford(c, T, "", False)
+        else:
+            self.fold(c, p.reducers, T, "", False)
         c.open("if (threadIdx.x == 0)")
-        self.finish_row(c, li, p.reducers, bound)
+        self.finish_row(c, li, p, bound)
         c.close()
         c.close()
         return Launch(name, (self.plan.O, 1, 1), (T, 1, 1), 0)
