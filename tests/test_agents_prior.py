@@ -92,7 +92,7 @@ def test_strategy_rejects_a_negative_prior_weight():
         AgentsStrategy(space_of("relu_small"), prior_weight=-1.0)
 
 
-@pytest.mark.parametrize("stage", [0, 1, 3])
+@pytest.mark.parametrize("stage", [0, 1])
 def test_a_program_stage_is_modelled_as_the_whole_program_would_be(stage, monkeypatch):
     """A stage's configurations get the whole program's modelled time (the other stages at
     their fixed configurations), while the other stages are rendered once, not once per
@@ -105,7 +105,7 @@ def test_a_program_stage_is_modelled_as_the_whole_program_would_be(stage, monkey
 
     plan = make_plan(capture(ConvBatchNormRelu, [3, 8], lambda: [torch.randn(4, 3, 32, 32)]))
     spaces = stage_spaces(plan, Target())
-    assert len(spaces) == 4
+    assert len(spaces) == 2  # the convolution; the norm, its statistics as side outputs
     space = StageSpace.of(plan, stage, spaces, [sp.default() for sp in spaces])
     configs = random.Random(stage).sample(space.configs, 24)
     whole = [simulate(space.plan, space.render(c), None, space.target) for c in configs]

@@ -142,8 +142,11 @@ def test_lowering_matches_torch_and_plans(case):
         torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-9)
     plan = make_plan(g)
     assert plan.kind == _kind(case)
-    if plan.kind == "program":  # stages: the mean, the variance, the normalisation
-        assert plan.family == "reduction+reduction+elementwise"
+    if plan.kind == "program":
+        if plan.program.stages[0].graph.sides:  # one stage: the norm, statistics on the side
+            assert plan.family == "norm" and len(plan.program.stages[0].graph.sides) == 2
+        else:  # (N, C) statistics are columns, no chan plan: the mean, the variance, the rest
+            assert plan.family == "reduction+reduction+elementwise" and len(shape) == 2
         return
     want_family = "elementwise" if plan.kind == "map" else "norm"
     assert plan.family == want_family

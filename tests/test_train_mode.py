@@ -79,8 +79,15 @@ TRAIN = {
 }
 
 
+# channels long enough for the split template's blocks to share one (two blocks of 128 or more)
+LONG = {
+    "plain_bn2d_long": (PlainBN, (3,), (4, 3, 8, 40)),
+    "conv_bn_relu_long": (ConvBN, (), (2, 3, 18, 20)),
+}
+
+
 def _capture(name: str):
-    cls, init, shape = TRAIN[name]
+    cls, init, shape = {**TRAIN, **LONG}[name]
     return capture(cls, list(init), lambda: [torch.randn(*shape)])
 
 
@@ -207,19 +214,21 @@ def test_a_buffer_read_and_counted_in_place_is_refused():
 
 # -- the generated program on the CPU emulator, with the state update -------------------------
 
-def _run_program(name: str, seed: int = 0):
+def _run_program(name: str, seed: int = 0, pick=None):
     """The program's default configuration (the main product generated, not a library call;
     one-dimensional blocks, as the emulator runs them) run on the CPU emulator, then the
-    state update: (output, updated buffers, model, input)."""
-    cls, init, shape = TRAIN[name]
+    state update: (output, updated buffers, model, input). `pick(stage, space)` may choose a
+    stage's configuration instead (None: the default)."""
+    cls, init, shape = {**TRAIN, **LONG}[name]
     g = _capture(name)
     plan = make_plan(g)
     spaces = stage_spaces(plan, Target())
     chosen = []
-    for sp in spaces:
+    for i, sp in enumerate(spaces):
         own = [c for c in sp.configs if all(not L.library and L.block[1:] == (1, 1)
                                             for L in sp.render(c).launches)]
-        chosen.append(sp.default() if sp.default() in own else own[0])
+        picked = pick(i, sp) if pick else None
+        chosen.append(picked or (sp.default() if sp.default() in own else own[0]))
     rendered = compose(plan, [sp.render(c) for sp, c in zip(spaces, chosen)])
     torch.manual_seed(seed)
     model = cls(*init)
@@ -252,6 +261,64 @@ def test_emulated_program_matches_the_training_mode_module_and_its_running_stats
     for k, v in model.named_buffers():
         assert not torch.equal(v, before[k])  # the reference did update its buffers
         torch.testing.assert_close(buffers[k], v, rtol=1e-5, atol=1e-6)
+
+
+def test_side_outputs_go_only_to_stages_whose_templates_write_them():
+    """A stage with side outputs is planned as a kind every template of which writes them;
+    where the statistics are a plain row or column reduction (a batch of one; BatchNorm1d
+    after a linear layer) each stays a stage of its own."""
+    from cuda_agent.ir.partition import SIDE_PLAN_KINDS
+    from cuda_agent.space.space import Space
+    from cuda_agent.space.templates import TEMPLATES
+
+    for name in sorted({**TRAIN, **LONG}):
+        plan = make_plan(_capture(name))
+        values = set(plan.program.values)
+        (u,) = [u for u in plan.graph.updates if isinstance(u, RunningStats)]
+        assert {u.mean, u.var} <= values
+        sided = [st for st in plan.program.stages if st.graph.sides]
+        if name in ("plain_bn2d_batch_of_one", "linear_bn1d_relu"):
+            assert not sided and len(plan.program.stages) >= 3, name
+            continue
+        assert len(sided) == 1 and len(sided[0].sides) == 2, name
+        assert sided[0].plan.kind in SIDE_PLAN_KINDS
+        templates = Space.for_plan(sided[0].plan, Target()).templates
+        assert templates and all(t.writes_sides for t in templates), name
+    # every template that covers such a plan writes side outputs (the two lists agree)
+    plan = make_plan(_capture("plain_bn2d_long")).program.stages[0].plan
+    assert all(t.writes_sides for t in TEMPLATES if t.applies(plan))
+
+
+SIDE_KINDS = [("chan", "passes", "reload"), ("chan", "online", "reload"),
+              ("chan", "online", "regs"), ("split", "passes", "two_pass"),
+              ("split", "online", "two_pass"), ("split", "online", "last_block")]
+
+
+@pytest.mark.skipif(not cpu_exec.available(), reason="needs g++")
+@pytest.mark.parametrize("kind", SIDE_KINDS, ids=["-".join(k) for k in SIDE_KINDS])
+def test_a_stage_writing_the_statistics_as_side_outputs_matches_the_module(kind):
+    """A batch norm's statistics and normalisation are one stage that also writes the batch
+    mean and variance (`Graph.sides`) where the running update reads them: for each template
+    and pass structure, the output and the updated running statistics are torch's."""
+    template, algo, how = kind
+    key = "memory.cache" if template == "chan" else "reduction.cross"
+
+    def pick(stage, sp):
+        if not sp.plan.graph.sides:
+            return None
+        return next(c for c in sp.configs_of(template) if c["compute.algo"] == algo
+                    and c[key] == how and c.get("config.cluster") in (None, "-", 1)
+                    and c["config.block"] <= 256)
+
+    for name in sorted(LONG):
+        plan = make_plan(_capture(name))
+        assert any(st.graph.sides for st in plan.program.stages), name
+        out, buffers, model, x = _run_program(name, pick=pick)
+        with torch.no_grad():
+            want = model(x)
+        torch.testing.assert_close(out, want, rtol=1e-4, atol=1e-4)
+        for k, v in model.named_buffers():
+            torch.testing.assert_close(buffers[k], v, rtol=1e-5, atol=1e-6)
 
 
 def test_update_state_is_torch_s_running_statistics_formula():

@@ -112,6 +112,9 @@ class Graph:
     modes: tuple[bool, ...] | None = None
     """where the computation depends on train/eval mode (batch norm, dropout): the `training`
     flag of each of the module's submodules (`nn.Module.modules()` order) when captured"""
+    sides: list[int] = field(default_factory=list)
+    """values a program stage's kernel writes besides its output (`partition`: batch
+    statistics a state update reads), each to a buffer of its own, in kernel-parameter order"""
 
     # -- construction -------------------------------------------------------------------------
     def add(self, op: str, args: tuple[int, ...], shape: tuple[int, ...], dtype: str,
@@ -168,6 +171,8 @@ class Graph:
         }
         if self.updates:  # only where present, so that other graphs keep their fingerprints
             out["updates"] = [{"kind": type(u).__name__, **u.__dict__} for u in self.updates]
+        if self.sides:
+            out["sides"] = list(self.sides)
         return out
 
     def fingerprint(self) -> str:

@@ -17,9 +17,13 @@ Everything else stays fused: an epilogue goes with its structured op, a normaliz
 statistics and scaling stay one row kernel. A graph with no cut is not a program (None).
 
 Values the module's state is updated from (`Graph.kept_values`: training-mode batch norm's
-batch mean and variance) are cut too, whatever their users: each then lies in a buffer of its
-own after the program ran, where the state update reads it, and the stages after it read the
-very values that update uses.
+batch mean and variance) must lie in buffers of their own after the program ran, where the
+state update reads them, and the stages after them read the very values that update uses. The
+stage that computes one writes it as a side output (`Graph.sides`: batch norm's statistics and
+normalisation stay one channel reduction, its two levels one Welford pass: the activations read
+twice, as torch.compile reads them, where a stage per statistic read them three times). Where
+that stage's plan has no template that writes side outputs (`SIDE_PLAN_KINDS`), each kept
+value is cut into a stage of its own instead (`partition(sides=False)`).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from typing import Any
 
 from ..errors import UnsupportedError
 from .graph import INDEX_DTYPE, Graph, GraphInput, Node
-from .plan import KernelPlan
+from .plan import CHAN_REDUCE, KernelPlan
 
 INTERMEDIATE = "intermediate"  # GraphInput.role of a value an earlier stage wrote
 
@@ -56,6 +60,7 @@ class Stage:
     sources: list[StageSource]  # per stage-graph input, in order
     writes: int | None  # buffer index it writes, None for the last stage (the output)
     plan: Any = None  # its KernelPlan, set by the program planner
+    sides: list[int] = field(default_factory=list)  # buffers of its side outputs (graph.sides)
 
 
 @dataclass
@@ -70,11 +75,16 @@ def _signature(graph: Graph, n: Node) -> tuple:
     return (graph[n.args[0]].shape, n.attr("dims"))
 
 
-def cut_values(graph: Graph) -> list[int]:
-    """Node ids whose values must be materialized, in topological order (empty: one kernel)."""
+#: plan kinds whose templates write side outputs (chan and split: `Template.writes_sides`)
+SIDE_PLAN_KINDS = frozenset({CHAN_REDUCE})
+
+
+def cut_values(graph: Graph, cut_kept: bool = True) -> list[int]:
+    """Node ids whose values must be materialized, in topological order (empty: one kernel);
+    with `cut_kept`, the kept values among them whatever their users."""
     structured = structured_ops()
     live = graph.live()
-    kept = set(graph.kept_values())
+    kept = set(graph.kept_values()) if cut_kept else set()
     cuts: list[int] = []
     # barriers[n]: the structured ops and reduction signatures n depends on within its stage
     barriers: dict[int, frozenset] = {}
@@ -109,20 +119,31 @@ def cut_values(graph: Graph) -> list[int]:
     return sorted(cuts)
 
 
-def partition(graph: Graph) -> Program | None:
-    """The graph as stages, or None when one kernel covers it."""
-    cuts = cut_values(graph)
-    if not cuts:
+def partition(graph: Graph, sides: bool = True) -> Program | None:
+    """The graph as stages, or None when one kernel covers it. With `sides`, a kept value no
+    other rule cuts is a side output of the first stage that computes it (a program of one
+    stage where nothing else is cut); without, a stage of its own."""
+    cuts = cut_values(graph, cut_kept=not sides)
+    extra = [k for k in graph.kept_values() if k not in cuts] if sides else []
+    if not cuts and not extra:
         return None
-    buffer_of = {c: i for i, c in enumerate(cuts)}
-    program = Program([], [(graph[c].shape, graph[c].dtype) for c in cuts], list(cuts))
+    values = cuts + extra
+    buffer_of = {v: i for i, v in enumerate(values)}
+    program = Program([], [(graph[v].shape, graph[v].dtype) for v in values], values)
+    unowned = list(extra)
     for target in cuts + [graph.output]:
-        program.stages.append(_stage(graph, target, buffer_of))
+        reach = _reach(graph, target, {c: buffer_of[c] for c in cuts})
+        own = [k for k in unowned if k in reach]
+        unowned = [k for k in unowned if k not in own]
+        program.stages.append(_stage(graph, target, buffer_of, own))
+    assert not unowned, "a kept value is an ancestor of the output"
     return program
 
 
-def _stage(graph: Graph, target: int, buffer_of: dict[int, int]) -> Stage:
-    """The subgraph computing `target` from graph inputs and earlier buffers."""
+def _reach(graph: Graph, target: int, buffer_of: dict[int, int],
+           own: frozenset[int] | list[int] = ()) -> set[int]:
+    """The nodes of `target`'s stage: its ancestors, stopping at values read from buffers
+    (other than its own side outputs `own`)."""
     keep: set[int] = set()
     stack = [target]
     while stack:
@@ -130,16 +151,23 @@ def _stage(graph: Graph, target: int, buffer_of: dict[int, int]) -> Stage:
         if k in keep:
             continue
         keep.add(k)
-        if k != target and k in buffer_of:
+        if k != target and k in buffer_of and k not in own:
             continue  # read from its buffer
         stack.extend(graph[k].args)
+    return keep
+
+
+def _stage(graph: Graph, target: int, buffer_of: dict[int, int], own: list[int]) -> Stage:
+    """The subgraph computing `target` (and its side outputs `own`) from graph inputs and
+    earlier buffers."""
+    keep = _reach(graph, target, buffer_of, own)
     g = Graph()
     new_id: dict[int, int] = {}
     sources: list[StageSource] = []
     for n in graph.nodes:
         if n.id not in keep:
             continue
-        if n.id != target and n.id in buffer_of:
+        if n.id != target and n.id in buffer_of and n.id not in own:
             b = buffer_of[n.id]
             new_id[n.id] = g.add_input(GraphInput(f"t{b}", INTERMEDIATE, n.shape, n.dtype))
             sources.append(StageSource("buffer", b))
@@ -152,7 +180,8 @@ def _stage(graph: Graph, target: int, buffer_of: dict[int, int]) -> Stage:
             new_id[n.id] = g.add(n.op, tuple(new_id[a] for a in n.args), n.shape, n.dtype,
                                  **attrs)
     g.output = new_id[target]
-    return Stage(g, sources, buffer_of.get(target))
+    g.sides = [new_id[k] for k in own]
+    return Stage(g, sources, buffer_of.get(target), sides=[buffer_of[k] for k in own])
 
 
 class ProgramPlan(KernelPlan):
@@ -172,6 +201,15 @@ class ProgramPlan(KernelPlan):
     def buffer_bytes(self) -> list[int]:
         return [4 * math.prod(shape) * (2 if dtype == INDEX_DTYPE else 1)
                 for shape, dtype in self.program.buffers]
+
+
+def sides_written(program: Program) -> bool:
+    """Whether every stage with side outputs has a plan whose templates write them: one of
+    `SIDE_PLAN_KINDS`, the side values among its per-row values."""
+    return all(not st.graph.sides or (
+        st.plan.kind in SIDE_PLAN_KINDS and all(st.plan.classes.get(n) == "row"
+                                                 for n in st.graph.sides))
+        for st in program.stages)
 
 
 def make_program_plan(graph: Graph, program: Program) -> ProgramPlan:

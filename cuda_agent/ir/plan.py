@@ -218,12 +218,19 @@ def _view_fmap(src_shape: tuple[int, ...], src_fmap: FMap, shape: tuple[int, ...
 def make_plan(graph: Graph) -> KernelPlan:
     """Classify the graph into one kernel pattern; where none covers it, into a program of
     stages (`partition.py`); or raise `UnsupportedError` saying why."""
-    from .partition import make_program_plan, partition
+    from .partition import make_program_plan, partition, sides_written
 
     if graph.kept_values():  # state updates read values kept in memory: always a program
         program = partition(graph)
         assert program is not None, "kept values are cut"
-        return make_program_plan(graph, program)
+        try:
+            plan = make_program_plan(graph, program)
+            if sides_written(plan.program):
+                return plan
+        except UnsupportedError:
+            pass
+        # no template writes these side outputs: a stage per kept value
+        return make_program_plan(graph, partition(graph, sides=False))
     try:
         return make_single_plan(graph)
     except UnsupportedError as single:

@@ -309,6 +309,9 @@ def iota_nodes(plan: KernelPlan) -> list[tuple[int, int]]:
 
 
 def kernel_params(plan: KernelPlan) -> str:
-    """Every kernel of a candidate takes the same arguments: inputs, output, workspace."""
+    """Every kernel of a candidate takes the same arguments: inputs, output, side outputs (a
+    program stage's, `Graph.sides`), workspace."""
     ins = [f"const {in_ctype(plan, k)}* __restrict__ in{k}" for k in plan.operands]
-    return ", ".join(ins + [f"{out_ctype(plan)}* __restrict__ out", "void* __restrict__ ws"])
+    sides = [f"float* __restrict__ side{j}" for j in range(len(plan.graph.sides))]
+    return ", ".join(ins + [f"{out_ctype(plan)}* __restrict__ out"] + sides +
+                     ["void* __restrict__ ws"])

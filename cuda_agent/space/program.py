@@ -178,9 +178,8 @@ def compose(plan: ProgramPlan, parts: list[Rendered]) -> Rendered:
             src = re.sub(rf"\b{re.escape(name)}\b", f"s{i}_{name}", src)
         sources.append(f"namespace cuda_agent_stage{i} {{\n{src}\n}}  // stage {i}\n")
         operands = [_source_arg(plan, stage.sources[k], offsets) for k in stage.plan.operands]
-        out_arg = ["out"] if stage.writes is None else \
-            ["buf", offsets[stage.writes], list(program.buffers[stage.writes][0]),
-             program.buffers[stage.writes][1]]
+        out_arg = ["out"] if stage.writes is None else _buffer_arg(plan, stage.writes, offsets)
+        side_args = [_buffer_arg(plan, b, offsets) for b in stage.sides]
         after_library = False
         for L in r.launches:
             if L.library is not None:
@@ -190,7 +189,7 @@ def compose(plan: ProgramPlan, parts: list[Rendered]) -> Rendered:
                 continue
             ws_arg = ["product"] if after_library else ["buf", scratch, [], "uint8"]
             launches.append(Launch(f"s{i}_{L.kernel}", L.grid, L.block, L.smem,
-                                   args=tuple(operands + [out_arg, ws_arg]),
+                                   args=tuple(operands + [out_arg] + side_args + [ws_arg]),
                                    cluster=L.cluster))
         facts += [(f"s{i}.{k}", v) for k, v in r.facts]
     return Rendered("\n".join(sources), tuple(launches), workspace_bytes=ws,
@@ -201,5 +200,9 @@ def compose(plan: ProgramPlan, parts: list[Rendered]) -> Rendered:
 def _source_arg(plan: ProgramPlan, src: Any, offsets: list[int]) -> list:
     if src.kind == "input":
         return ["in", plan.operands.index(src.index)]
-    shape, dtype = plan.program.buffers[src.index]
-    return ["buf", offsets[src.index], list(shape), dtype]
+    return _buffer_arg(plan, src.index, offsets)
+
+
+def _buffer_arg(plan: ProgramPlan, index: int, offsets: list[int]) -> list:
+    shape, dtype = plan.program.buffers[index]
+    return ["buf", offsets[index], list(shape), dtype]

@@ -35,7 +35,8 @@ class Space:
 
     @staticmethod
     def for_plan(plan: KernelPlan, target: Target) -> "Space":
-        templates = [t for t in TEMPLATES if t.applies(plan)]
+        templates = [t for t in TEMPLATES if t.applies(plan) and
+                     (t.writes_sides or not plan.graph.sides)]
         if not templates:
             raise UnsupportedError(f"unsupported: no template covers this {plan.family} problem")
         # a template whose every configuration is invalid here is not offered at all

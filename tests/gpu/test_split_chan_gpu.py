@@ -78,3 +78,41 @@ def test_few_long_channels_run_faster_split(tmp_path):
     print(f"bn_long (1 GiB, 32 channels): best chan {best['chan']:.3f} ms, "
           f"best split {best['split']:.3f} ms")
     assert best["split"] < 0.8 * best["chan"]
+
+
+def test_one_welford_pass_beats_a_pass_per_statistic_on_long_channels(tmp_path):
+    """The same 1 GiB batch norm: sampled split and chan configurations whose statistics are
+    one Welford pass against their twins with a pass per level (same configuration otherwise),
+    all verified; the best Welford kernel reads the channels twice (statistics, output) where
+    the best of the others reads them three times, and is faster."""
+    from cuda_agent.space.slots import Config
+
+    path = write_problem(tmp_path / "p", "bn_long", BATCH_NORM, "torch.randn(32, 32, 512, 512)",
+                         init_body=INIT.format(c=32))
+    prob = load_problem(path)
+    plan = make_plan(prob.graph())
+    dev = CudaDevice(timing=TimingSettings(reps=10, warmup=2))
+    best: dict[str, float] = {}
+    try:
+        dev.setup(prob, plan)
+        space = Space.for_plan(plan, dev.target())
+        online = [c for c in space.configs if c.get("compute.algo") == "online"]
+        picked = random.Random(1).sample(online, min(24, len(online)))
+        pairs = [(c, Config.of({**c.as_dict(), "compute.algo": "passes"})) for c in picked]
+        pairs = [(a, b) for a, b in pairs if space.contains(b)]
+        assert len(pairs) >= 12
+        configs = [c for pair in pairs for c in pair]
+        rendered = [space.render(c) for c in configs]
+        with Builder(cache_dir=tmp_path / "cache") as b:
+            built = b.build([BuildInput(r.source, "sm_90") for r in rendered])
+        for cfg, r, bl in zip(configs, rendered, built):
+            assert bl.ok, (cfg.short(), bl.error_msg)
+            m = dev.evaluate(Candidate(cfg.short(), cfg, r, bl.cubin_path))
+            assert m.ok and m.verified, (cfg.short(), m.error_kind, m.error_msg)
+            algo = cfg["compute.algo"]
+            best[algo] = min(best.get(algo, float("inf")), m.time_ms)
+    finally:
+        dev.close()
+    print(f"bn_long (1 GiB, 32 channels), {len(pairs)} pairs: best one Welford pass "
+          f"{best['online']:.3f} ms, best a pass per level {best['passes']:.3f} ms")
+    assert best["online"] < 0.95 * best["passes"]

@@ -19,6 +19,9 @@ class Template(ABC):
     # Slots added after version 1, with the value that reproduces the older kernel: recorded
     # sweeps of an older version are read as configurations of this one (versioned spaces).
     legacy: dict[str, Any] = {}
+    # whether its kernels write a stage's side outputs (`Graph.sides`, per-row values into
+    # side<j>[row]); a template that does not is not offered for a plan that has them
+    writes_sides: bool = False
 
     @abstractmethod
     def applies(self, plan: KernelPlan) -> bool: ...

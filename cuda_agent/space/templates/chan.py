@@ -24,7 +24,7 @@ from .base import (Code, Template, block_combine, pow2_ceil, smem_for_combine,
                    wave_blocks)
 from .rowcommon import (Pass, bind_reducers, bind_welford, carve_dynamic, cluster_combine,
                         cluster_combine_state, combine_state, emit_new_row_values, make_passes,
-                        operand_roles, pass_roots, welford_alone, welford_finish, welford_state,
+                        operand_roles, pass_roots, side_stores, welford_alone, welford_finish, welford_state,
                         welford_update)
 
 
@@ -81,6 +81,7 @@ LONG_CHANNEL = 1 << 20
 
 class ChanTemplate(Template):
     name = "chan"
+    writes_sides = True
     version = "4"  # 4: compute.algo (Welford)
     # version 1 re-read the channel on every pass, one block per channel
     legacy = {"memory.cache": "reload", "config.cluster": 1, "compute.algo": "passes"}
@@ -137,7 +138,7 @@ class ChanTemplate(Template):
             cfg["compute.unroll"] = 1  # one trip per thread: nothing to unroll
         if C <= wave_blocks(cfg["config.block"], target):
             cfg["config.grid"] = "exact"
-        if cfg["compute.algo"] == "online":
+        if cfg["compute.algo"] == "online" and len(plan.levels) == 2:
             cfg["reduction.combine"] = "shfl"  # Welford states merge by shuffles only
         passes = chan_passes(plan, cfg)
         if len(passes) < 2 or not operand_roles(plan, passes).cached:
@@ -335,9 +336,11 @@ class ChanTemplate(Template):
                     slot += len(p.reducers)
                 bind_reducers(c, p.reducers, row_bound, done)
             emit_new_row_values(c, plan, row_bound, done, fast)
-        if plan.output_is_row:
+        if plan.output_is_row or plan.graph.sides:
             c.open("if (lane == 0" + (" && ca_rank == 0)" if CL > 1 else ")"))
-            c(f"out[o] = {row_bound[plan.output]};")
+            if plan.output_is_row:
+                c(f"out[o] = {row_bound[plan.output]};")
+            c(*side_stores(plan, row_bound))
             c.close()
         if CL > 1:  # peers are done with this block's slots (see the row template)
             c("ca_cluster_sync();")

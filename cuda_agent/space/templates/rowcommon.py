@@ -208,6 +208,13 @@ def row_values_after(plan: KernelPlan, done: set[int]) -> list[int]:
     return out
 
 
+def side_stores(plan: KernelPlan, row_bound: dict[int, str]) -> list[str]:
+    """Stores of a program stage's side outputs (`Graph.sides`: row values) for row `o`."""
+    missing = [nid for nid in plan.graph.sides if nid not in row_bound]
+    assert not missing, f"side outputs {missing} are not row values of this kernel"
+    return [f"side{j}[o] = {row_bound[nid]};" for j, nid in enumerate(plan.graph.sides)]
+
+
 def welford_update(value: str) -> str:
     """One element into a thread's shifted sums: deviations from the thread's first element
     (wf_k), so that the sum of squares does not cancel against a large mean."""

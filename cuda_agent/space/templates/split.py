@@ -36,7 +36,7 @@ from ..slots import Launch, Rendered, Slot, Target
 from .base import Code, Reducer, Template, block_combine, pow2_ceil, smem_for_combine
 from .chan import channel_runs, channel_sizes, channel_vectors_ok
 from .rowcommon import (Pass, bind_welford, combine_state, make_passes, operand_roles,
-                        pass_roots, row_values_after, welford_alone, welford_finish,
+                        pass_roots, row_values_after, side_stores, welford_alone, welford_finish,
                         welford_merge, welford_state, welford_update)
 
 MAX_ROWS = 4096
@@ -83,6 +83,7 @@ def splits(plan: KernelPlan, block: int, vec: int, waves: int, sm_count: int) ->
 
 class SplitTemplate(Template):
     name = "split"
+    writes_sides = True
     version = "3"  # 3: compute.algo (Welford)
     legacy = {"config.out_grid": "chunks", "compute.algo": "passes"}
 
@@ -135,6 +136,8 @@ class SplitTemplate(Template):
                 break
         if S == 1:
             cfg["reduction.cross"] = "two_pass"
+        if cfg["compute.algo"] == "online" and len(plan.levels) == 2:
+            cfg["reduction.combine"] = "shfl"  # Welford states merge by shuffles only
         trips = _cdiv(CH, cfg["config.block"] * cfg["memory.vec"])
         while cfg["compute.unroll"] > 1 and cfg["compute.unroll"] > trips:
             cfg["compute.unroll"] //= 2  # unrolling past the trip count changes nothing
@@ -393,7 +396,7 @@ class _Renderer:
                 b[r.nid] = f"f{r.nid}"
             done = {n for n in b if self.plan.graph[n].op == "reduce"}
             b = self.add_rows(c, b, done, "f")
-            c(f"out[o] = {b[self.plan.output]};")
+            c(f"out[o] = {b[self.plan.output]};", *side_stores(self.plan, b))
             return
         O = self.plan.O
         for r in reds:
@@ -528,6 +531,10 @@ class _Renderer:
             c("const idx_t o = blockIdx.y;")
             bound = self.row_context(c, len(self.levels))
             tiles = self.cfg.get("config.out_grid") == "tiles"
+            if plan.graph.sides:  # one block of each row stores them
+                c.open("if (blockIdx.x == 0 && threadIdx.x == 0)")
+                c(*side_stores(plan, bound))
+                c.close()
             self.chunk_loop(c, p, bound, pi, tiles)
             c.close()
             blocks = _cdiv(plan.R, self.B * self.vec * self.unroll) if tiles else self.S
@@ -537,7 +544,7 @@ class _Renderer:
         c(f"const idx_t o = (idx_t)blockIdx.x * {OUT_BLOCK} + threadIdx.x;")
         c.open(f"if (o < {plan.O})")
         bound = self.row_context(c, len(self.levels))
-        c(f"out[o] = {bound[plan.output]};")
+        c(f"out[o] = {bound[plan.output]};", *side_stores(plan, bound))
         c.close()
         c.close()
         return Launch("ca_split_out", (_cdiv(plan.O, OUT_BLOCK), 1, 1), (OUT_BLOCK, 1, 1), 0)
