@@ -191,6 +191,21 @@ def test_the_same_modules_in_eval_mode_or_at_p0_are_captured(make):
     torch.testing.assert_close(interpret(g, graph_tensors(g, model, [x])), model(x))
 
 
+def test_a_running_update_from_values_the_output_ignores_is_refused_in_one_line():
+    class Unused(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bn = nn.BatchNorm2d(4)
+
+        def forward(self, x):
+            self.bn(x)  # its running statistics change; its output is dropped
+            return x * 2
+
+    with pytest.raises(UnsupportedError, match="values the output does not depend on") as info:
+        make_plan(capture(Unused, [], lambda: [torch.randn(3, 4, 5, 5)]))
+    assert "\n" not in str(info.value)
+
+
 def test_a_running_statistic_passed_as_an_argument_is_refused():
     class ArgStats(nn.Module):
         def forward(self, x, rm, rv):

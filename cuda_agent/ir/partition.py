@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Collection
 
 from ..errors import UnsupportedError
 from .graph import INDEX_DTYPE, Graph, GraphInput, Node
@@ -136,12 +136,14 @@ def partition(graph: Graph, sides: bool = True) -> Program | None:
         own = [k for k in unowned if k in reach]
         unowned = [k for k in unowned if k not in own]
         program.stages.append(_stage(graph, target, buffer_of, own))
-    assert not unowned, "a kept value is an ancestor of the output"
+    if unowned:  # the statistics of a batch norm whose output forward() does not use
+        raise UnsupportedError("unsupported: a module state update from values the output "
+                               "does not depend on")
     return program
 
 
 def _reach(graph: Graph, target: int, buffer_of: dict[int, int],
-           own: frozenset[int] | list[int] = ()) -> set[int]:
+           own: Collection[int] = ()) -> set[int]:
     """The nodes of `target`'s stage: its ancestors, stopping at values read from buffers
     (other than its own side outputs `own`)."""
     keep: set[int] = set()
