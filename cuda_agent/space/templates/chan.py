@@ -22,10 +22,9 @@ from .. import codegen as cg
 from ..slots import Launch, Rendered, Slot, Target
 from .base import (Code, Template, block_combine, pow2_ceil, smem_for_combine,
                    wave_blocks)
-from .rowcommon import (Pass, bind_reducers, bind_welford, carve_dynamic, cluster_combine,
-                        cluster_combine_state, combine_state, emit_new_row_values, make_passes,
-                        operand_roles, pass_roots, side_stores, welford_alone, welford_finish, welford_state,
-                        welford_update)
+from .rowcommon import (Pass, bind_reducers, carve_dynamic, cluster_combine,
+                        emit_new_row_values, finish_welford, make_passes, operand_roles,
+                        pass_roots, side_stores, welford_alone, welford_update)
 
 
 def channel_runs(plan: KernelPlan) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
@@ -324,11 +323,7 @@ class ChanTemplate(Template):
                 c.close()  # if j
             c.close()  # for j
             if p.welford_shift is not None:
-                c(welford_finish())
-                combine_state(c, welford_state(), T)
-                if CL > 1:
-                    slot = cluster_combine_state(c, welford_state(), CL, slot)
-                bind_welford(c, plan, p, row_bound, done, fast)
+                slot = finish_welford(c, plan, p, row_bound, done, fast, T, CL, slot)
             elif p.reducers:
                 block_combine(c, p.reducers, T, 1, cfg["reduction.combine"])
                 if CL > 1:

@@ -19,10 +19,10 @@ from .gemm import CP_ASYNC
 from .base import (Code, Template, block_combine, pow2_ceil, pow2_choices, smem_for_combine,
                    wave_blocks)
 from .total import CROSS, Totals
-from .rowcommon import (bind_reducers, bind_welford, carve_dynamic, cluster_combine,
-                        cluster_combine_state, combine_state, emit_new_row_values, make_passes,
+from .rowcommon import (bind_reducers, carve_dynamic, cluster_combine, cluster_combine_state,
+                        combine_state, emit_new_row_values, finish_welford, make_passes,
                         online_pair, online_state, online_update, operand_roles, pass_extras,
-                        pass_roots, welford_finish, welford_state, welford_update)
+                        pass_roots, welford_update)
 
 MAX_CACHED_REGS = 64  # floats per thread kept in registers across passes
 FULL_UNROLL_CHUNKS = 8  # a row loop of at most this many chunks is always unrolled whole
@@ -396,11 +396,7 @@ class RowTemplate(Template):
             c.close()  # if c < R
             c.close()  # for j
             if p.welford_shift is not None:
-                c(welford_finish())
-                combine_state(c, welford_state(), T)
-                if CL > 1:
-                    slot = cluster_combine_state(c, welford_state(), CL, slot)
-                bind_welford(c, plan, p, row_bound, done, fast)
+                slot = finish_welford(c, plan, p, row_bound, done, fast, T, CL, slot)
             elif p.online:
                 combine_state(c, online_state(fast), T)
                 if CL > 1:

@@ -253,6 +253,19 @@ def bind_welford(c, plan: KernelPlan, p: Pass, row_bound: dict[int, str], done: 
     done.add(sv)
 
 
+def finish_welford(c, plan: KernelPlan, p: Pass, row_bound: dict[int, str], done: set[int],
+                   fast: bool, T: int, CL: int, slot: int) -> int:
+    """After a Welford pass: each thread's sums as a state, merged over the T threads of its
+    row group and the CL blocks of its cluster, then named as the plan's two reductions
+    (`bind_welford`). Returns the next free cluster slot."""
+    c(welford_finish())
+    combine_state(c, welford_state(), T)
+    if CL > 1:
+        slot = cluster_combine_state(c, welford_state(), CL, slot)
+    bind_welford(c, plan, p, row_bound, done, fast)
+    return slot
+
+
 def welford_alone(plan: KernelPlan) -> bool:
     """Whether one Welford sweep computes the plan's first two levels with nothing riding
     along (the templates without extras in their online pass: chan, split)."""
