@@ -215,3 +215,24 @@ def test_welford_channels_match_torch_far_from_zero(name):
     for cfg in chosen:
         err = cpu_exec.max_rel_error(sp.render(cfg), [x.numpy()], want)
         assert err < 2e-4, (cfg.short(), err)
+
+
+@pytest.mark.skipif(not cpu_exec.available(), reason="needs g++")
+def test_a_thread_s_long_share_of_a_channel_keeps_its_precision():
+    """32 threads sharing a channel of 16.8 M elements, 524288 each, quantized values (exact
+    ties, rounding that does not average out), every thread's first element 3 standard
+    deviations out: summed about that one shift, a thread's squared deviations lost 1.5e-2
+    of the output here (2e-4 on the H100's 8 M-element channels, 2026-12-06); summed in chunks
+    folded into a Welford state they keep it (9e-8)."""
+    f = lambda x: F.batch_norm(x, None, None, training=True)  # noqa: E731
+    shape = (2, 2, 8_388_608)
+    plan, sp = _welford_space(f, shape)
+    g = torch.Generator().manual_seed(4)
+    x = (torch.randn(*shape, generator=g) * 4).round() / 4
+    x[:, :, :64] = 3.0  # the first element each thread of a 32-thread block reads
+    want = f(x.double()).float().numpy()
+    cfg = next(c for c in sp.configs_of("chan") if c["compute.algo"] == "online"
+               and c["config.block"] == 32 and c["memory.vec"] == 1
+               and c["config.cluster"] == 1 and c["memory.cache"] == "reload")
+    err = cpu_exec.max_rel_error(sp.render(cfg), [x.numpy()], want)
+    assert err < 2e-5, err

@@ -235,6 +235,11 @@ def test_a_training_mode_chain_after_a_grouped_convolution_checks_its_running_st
     with torch.no_grad():
         want, got = ref64(x.double()), new(x)
     assert _rel(got, want) < 1e-4
+    spread = ref64.bn.running_var.sqrt().norm()
     for (k, a), b in zip(ref64.named_buffers(), new.buffers()):
-        if a.is_floating_point():
+        if k.endswith("running_mean"):
+            # a batch mean near zero (a convolution of zero-mean data) has no relative
+            # precision to keep: its error counts against the spread it is normalised by
+            assert float((b.double() - a).norm() / spread) < 1e-6, k
+        elif a.is_floating_point():
             assert _rel(b, a) < 1e-5, k

@@ -24,7 +24,8 @@ from .base import (Code, Template, block_combine, pow2_ceil, smem_for_combine,
                    wave_blocks)
 from .rowcommon import (Pass, bind_reducers, carve_dynamic, cluster_combine,
                         emit_new_row_values, finish_welford, make_passes, operand_roles,
-                        pass_roots, side_stores, welford_alone, welford_update)
+                        pass_roots, side_stores, welford_alone, welford_declare,
+                        welford_update)
 
 
 def channel_runs(plan: KernelPlan) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
@@ -254,7 +255,7 @@ class ChanTemplate(Template):
                                        "reduce " + ", ".join(f"%{r.nid}:{r.kind}"
                                                              for r in p.reducers)))
             if p.welford_shift is not None:
-                c("float wf_n = 0.f, wf_k = 0.f, wf_1 = 0.f, wf_2 = 0.f;  // count, shift, sums")
+                c(welford_declare())
             else:
                 for r in p.reducers:
                     c(*r.declare())

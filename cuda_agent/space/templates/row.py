@@ -22,7 +22,7 @@ from .total import CROSS, Totals
 from .rowcommon import (bind_reducers, carve_dynamic, cluster_combine, cluster_combine_state,
                         combine_state, emit_new_row_values, finish_welford, make_passes,
                         online_pair, online_state, online_update, operand_roles, pass_extras,
-                        pass_roots, welford_update)
+                        pass_roots, welford_declare, welford_update)
 
 MAX_CACHED_REGS = 64  # floats per thread kept in registers across passes
 FULL_UNROLL_CHUNKS = 8  # a row loop of at most this many chunks is always unrolled whole
@@ -310,7 +310,7 @@ class RowTemplate(Template):
             c(f"// pass {pi + 1}: " + ("output" if p.writes_output else
                                        "reduce " + ", ".join(f"%{r.nid}:{r.kind}" for r in p.reducers)))
             if p.welford_shift is not None:
-                c("float wf_n = 0.f, wf_k = 0.f, wf_1 = 0.f, wf_2 = 0.f;  // count, shift, sums")
+                c(welford_declare())
             elif p.online:
                 c("float om = -CA_INF, os = 0.f;")
             for r in pass_extras(p):

@@ -36,8 +36,8 @@ from ..slots import Launch, Rendered, Slot, Target
 from .base import Code, Reducer, Template, block_combine, pow2_ceil, smem_for_combine
 from .chan import channel_runs, channel_sizes, channel_vectors_ok
 from .rowcommon import (Pass, bind_welford, combine_state, make_passes, operand_roles,
-                        pass_roots, row_values_after, side_stores, welford_alone, welford_finish,
-                        welford_merge, welford_state, welford_update)
+                        pass_roots, row_values_after, side_stores, welford_alone, welford_declare,
+                        welford_finish, welford_merge, welford_state, welford_update)
 
 MAX_ROWS = 4096
 OUT_BLOCK = 128  # threads per block of the row-output kernel (atomic cross)
@@ -451,7 +451,7 @@ class _Renderer:
         c("const idx_t o = blockIdx.y;")
         bound = self.row_context(c, li)
         if welford:
-            c("float wf_n = 0.f, wf_k = 0.f, wf_1 = 0.f, wf_2 = 0.f;  // count, shift, sums")
+            c(welford_declare())
         else:
             for r in reds:
                 c(*r.declare())
