@@ -21,9 +21,10 @@ then the S partials of a row meet per `reduction.cross`:
 With `compute.algo` online, a mean and the squared deviations from it (batch norm's two levels)
 are one Welford pass: a block's partial is its (count, mean, squared deviations), and the fold
 merges them (Chan's formula; no atomic form). Later levels read earlier levels' row results
-from the workspace. Full outputs are written by a
-last elementwise kernel over the same (S, O) grid; row outputs by the last fold (or, with atomics,
-by a small kernel with a thread per row).
+from the workspace. Full outputs are written by a last elementwise kernel over the same (S, O)
+grid; row outputs by the last fold (or, with atomics, by a small kernel with a thread per row).
+A program stage's side outputs (`Graph.sides`) are stored by one block of each row of that last
+kernel, or with the row output.
 """
 
 from __future__ import annotations
@@ -171,8 +172,8 @@ class SplitTemplate(Template):
                              if splits(plan, b, 1, w, target.sm_count)[0] >= 2), (128, 8))
         return {"config.block": block, "config.waves": waves, "memory.vec": 1,
                 "memory.load": "default", "compute.unroll": 1, "compute.fastmath": 0,
-                "compute.algo": "passes", "reduction.cross": "two_pass", "reduction.combine": "smem_tree",
-                "config.out_grid": "chunks"}
+                "compute.algo": "passes", "reduction.cross": "two_pass",
+                "reduction.combine": "smem_tree", "config.out_grid": "chunks"}
 
     # -- code ----------------------------------------------------------------------------------
     def render(self, plan: KernelPlan, cfg: dict[str, Any], target: Target) -> Rendered:
