@@ -22,7 +22,7 @@ from .. import codegen as cg
 from ..slots import Launch, Rendered, Slot, Target
 from .base import (Code, Template, block_combine, pow2_ceil, smem_for_combine,
                    wave_blocks)
-from .rowcommon import (Pass, bind_reducers, carve_dynamic, cluster_combine,
+from .rowcommon import (bind_reducers, carve_dynamic, cluster_combine,
                         emit_new_row_values, finish_welford, make_passes, operand_roles,
                         pass_roots, side_stores, welford_alone, welford_declare,
                         welford_update)
@@ -68,11 +68,6 @@ def _segment_vectors(plan: KernelPlan, cfg: dict[str, Any]) -> int:
     A, _, B = channel_sizes(plan)
     NV = A * B // cfg["memory.vec"]
     return -(-NV // cfg.get("config.cluster", 1))
-
-
-def chan_passes(plan: KernelPlan, cfg: dict[str, Any]) -> list[Pass]:
-    """The passes over a channel: a level each, or the first two as one Welford pass."""
-    return make_passes(plan, cfg.get("compute.algo") == "online")
 
 
 LONG_CHANNEL = 1 << 20
@@ -140,7 +135,7 @@ class ChanTemplate(Template):
             cfg["config.grid"] = "exact"
         if cfg["compute.algo"] == "online" and len(plan.levels) == 2:
             cfg["reduction.combine"] = "shfl"  # Welford states merge by shuffles only
-        passes = chan_passes(plan, cfg)
+        passes = make_passes(plan, cfg["compute.algo"] == "online")
         if len(passes) < 2 or not operand_roles(plan, passes).cached:
             cfg["memory.cache"] = "reload"
         if cfg["memory.cache"] == "regs":
@@ -163,7 +158,8 @@ class ChanTemplate(Template):
         if CL > 1 and _segment_vectors(plan, cfg) < T:
             return "a cluster's shares are smaller than a block's loads"
         if cache != "reload":
-            cached = len(operand_roles(plan, chan_passes(plan, cfg)).cached)
+            passes = make_passes(plan, cfg["compute.algo"] == "online")
+            cached = len(operand_roles(plan, passes).cached)
             per_thread = -(-_segment_vectors(plan, cfg) // T) * vec * cached
             if cache == "regs" and per_thread > MAX_CACHED_REGS:
                 return "channel share does not fit in registers"
@@ -174,8 +170,9 @@ class ChanTemplate(Template):
     def _dyn_smem(self, plan: KernelPlan, cfg: dict[str, Any]) -> int:
         if cfg["memory.cache"] != "smem":
             return 0
-        cached = len(operand_roles(plan, chan_passes(plan, cfg)).cached)
-        return _segment_vectors(plan, cfg) * cfg["memory.vec"] * cached * 4
+        passes = make_passes(plan, cfg["compute.algo"] == "online")
+        return _segment_vectors(plan, cfg) * cfg["memory.vec"] * len(
+            operand_roles(plan, passes).cached) * 4
 
     def default(self, plan: KernelPlan, target: Target) -> dict[str, Any]:
         # a block of 256 per channel, scalar loads, a shared-memory tree: the textbook kernel
@@ -195,7 +192,7 @@ class ChanTemplate(Template):
         fast = bool(cfg["compute.fastmath"])
         # 32-bit index arithmetic where every offset fits (divisions by constants are cheaper)
         idx_t = "int" if plan.numel < 2 ** 31 else "long long"
-        passes = chan_passes(plan, cfg)
+        passes = make_passes(plan, cfg["compute.algo"] == "online")
         roles = operand_roles(plan, passes)
         op_index = {nid: k for k, nid in roles.full + roles.row}
         all_red = [r for p in passes for r in p.reducers]

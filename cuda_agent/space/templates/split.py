@@ -233,7 +233,7 @@ class _Renderer:
         self.cross = cfg["reduction.cross"] if self.S > 1 else "none"
         self.mode = cfg["reduction.combine"]
         self.unroll = cfg["compute.unroll"]
-        self.passes = make_passes(plan, cfg.get("compute.algo") == "online")
+        self.passes = make_passes(plan, cfg["compute.algo"] == "online")
         self.roles = operand_roles(plan, self.passes)
         self.op_index = {nid: k for k, nid in self.roles.full + self.roles.row}
         self.levels = [p for p in self.passes if p.reducers]
