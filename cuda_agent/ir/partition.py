@@ -75,8 +75,9 @@ def _signature(graph: Graph, n: Node) -> tuple:
     return (graph[n.args[0]].shape, n.attr("dims"))
 
 
-#: plan kinds whose templates write side outputs (chan and split: `Template.writes_sides`)
-SIDE_PLAN_KINDS = frozenset({CHAN_REDUCE})
+#: plan kinds every template of which writes side outputs (`Template.writes_sides`: row, col
+#: and split for "reduce"; chan and split for CHAN_REDUCE)
+SIDE_PLAN_KINDS = frozenset({CHAN_REDUCE, "reduce"})
 
 
 def cut_values(graph: Graph, cut_kept: bool = True) -> list[int]:
@@ -210,7 +211,9 @@ def sides_written(program: Program) -> bool:
     `SIDE_PLAN_KINDS`, the side values among its per-row values."""
     return all(not st.graph.sides or (
         st.plan.kind in SIDE_PLAN_KINDS and all(st.plan.classes.get(n) == "row"
-                                                 for n in st.graph.sides))
+                                                 for n in st.graph.sides)
+        # the col template does not take whole-row-only reductions (the row template does)
+        and not (st.plan.kind == "reduce" and st.plan.I > 1 and st.plan.whole_rows_only))
         for st in program.stages)
 
 

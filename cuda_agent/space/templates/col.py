@@ -22,7 +22,7 @@ from .. import codegen as cg
 from ..slots import Launch, Rendered, Slot, Target
 from .base import Code, Reducer, Template, pow2_ceil, wave_blocks
 from .rowcommon import (make_passes, online_merge, online_softmax_pair, online_update,
-                        operand_roles, pass_roots, row_values_after)
+                        operand_roles, pass_roots, row_values_after, side_stores)
 
 MAX_CACHED_REGS = 64  # floats per thread kept in registers across passes
 SMEM_RESERVE = 8192  # bytes of shared memory kept free for the compiler and the runtime
@@ -80,6 +80,7 @@ UNDERFILL_MIN_ELEMS = 1 << 20
 class ColTemplate(Template):
     name = "col"
     version = "1"
+    writes_sides = True
 
     def applies(self, plan: KernelPlan) -> bool:
         return plan.kind == "reduce" and plan.I > 1 and not plan.whole_rows_only
@@ -181,6 +182,8 @@ class ColTemplate(Template):
                 return "the grid already fills the GPU with half as many splits"
             if cfg["config.grid"] != "exact":
                 return "a split grid is exact"
+        if S > 1 and plan.graph.sides:
+            return "side outputs are written by a column's one block"
         if cfg["reduction.cross"] == "atomic" and not _all_sum(plan):
             return "atomic cross-block combine only for sums"
         if plan.numel >= UNDERFILL_MIN_ELEMS and \
@@ -379,6 +382,11 @@ class ColTemplate(Template):
                     c(*stmts)
                     for n in new_rows:
                         rb[l][n] = names[n]
+        if plan.graph.sides:  # a program stage's per-column values besides its output
+            c.open("if (active && ty == 0)")
+            for l in range(VEC):
+                c(*side_stores(plan, rb[l], f"o * {I} + i0 + {l}"))
+            c.close()
         launches = []
         ws_bytes, zero_ws = 0, False
         reds = passes[0].reducers if S > 1 else []

@@ -22,7 +22,7 @@ from .total import CROSS, Totals
 from .rowcommon import (bind_reducers, carve_dynamic, cluster_combine, cluster_combine_state,
                         combine_state, emit_new_row_values, finish_welford, make_passes,
                         online_pair, online_state, online_update, operand_roles, pass_extras,
-                        pass_roots, welford_declare, welford_update)
+                        pass_roots, side_stores, welford_declare, welford_update)
 
 MAX_CACHED_REGS = 64  # floats per thread kept in registers across passes
 FULL_UNROLL_CHUNKS = 8  # a row loop of at most this many chunks is always unrolled whole
@@ -51,6 +51,7 @@ class RowTemplate(Template):
     # version 1 stored with plain stores; version 2 had no clusters; version 3 folded the
     # warps' parts of a row serially
     legacy = {"memory.store": "default", "config.cluster": 1}
+    writes_sides = True
 
     def applies(self, plan: KernelPlan) -> bool:
         return plan.kind == "reduce" and plan.I == 1
@@ -422,9 +423,15 @@ class RowTemplate(Template):
             emit_new_row_values(c, plan, row_bound, done, fast)
         if totals:
             totals.add_row(c, row_bound, fast, "active && lane == 0")
-        elif plan.output_is_row:
-            c.open("if (active && lane == 0" + (" && ca_rank == 0)" if CL > 1 else ")"))
+        # the row's one writer: its first lane (of the cluster's first block)
+        writer = "if (active && lane == 0" + (" && ca_rank == 0)" if CL > 1 else ")")
+        if not totals and plan.output_is_row:
+            c.open(writer)
             c(f"out[o] = {row_bound[plan.output]};")
+            c.close()
+        if plan.graph.sides:  # a program stage's per-row values besides its output
+            c.open(writer)
+            c(*side_stores(plan, row_bound))
             c.close()
         if cache == "async":
             c("ca_buf ^= 1;")

@@ -208,11 +208,12 @@ def row_values_after(plan: KernelPlan, done: set[int]) -> list[int]:
     return out
 
 
-def side_stores(plan: KernelPlan, row_bound: dict[int, str]) -> list[str]:
-    """Stores of a program stage's side outputs (`Graph.sides`: row values) for row `o`."""
+def side_stores(plan: KernelPlan, row_bound: dict[int, str], at: str = "o") -> list[str]:
+    """Stores of a program stage's side outputs (`Graph.sides`: row values) for the row whose
+    flat index is `at` (a column's `o * I + i` in the col template)."""
     missing = [nid for nid in plan.graph.sides if nid not in row_bound]
     assert not missing, f"side outputs {missing} are not row values of this kernel"
-    return [f"side{j}[o] = {row_bound[nid]};" for j, nid in enumerate(plan.graph.sides)]
+    return [f"side{j}[{at}] = {row_bound[nid]};" for j, nid in enumerate(plan.graph.sides)]
 
 
 WELFORD_CHUNK = 32
