@@ -20,7 +20,8 @@ Values the module's state is updated from (`Graph.kept_values`: training-mode ba
 batch mean and variance) must lie in buffers of their own after the program ran, where the
 state update reads them, and the stages after them read the very values that update uses. The
 stage that computes one writes it as a side output (`Graph.sides`: batch norm's statistics and
-normalisation stay one channel reduction, its two levels one Welford pass: the activations read
+normalisation stay one reduction stage, over channels, rows or columns; its two levels can be
+one Welford pass (chan, split and row templates): the activations read
 twice, as torch.compile reads them, where a stage per statistic read them three times). Where
 that stage's plan has no template that writes side outputs (`SIDE_PLAN_KINDS`), each kept
 value is cut into a stage of its own instead (`partition(sides=False)`).
