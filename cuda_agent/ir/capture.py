@@ -702,6 +702,32 @@ def _diag(lw: _Lowering, node, args, kwargs):
     return lw.g.add("diag", (v,), (n, n), "float32")
 
 
+def _einsum(lw: _Lowering, node, args, kwargs):
+    """torch.einsum as torch itself computes it: its decomposition (permutes, views and one
+    bmm, traced on meta tensors by make_fx) lowered op by op, so an einsum plans as the
+    matrix product it is."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    equation, operands = args[0], list(args[1])
+    metas = [o.meta["val"] for o in operands]
+    if any(m.dtype != torch.float32 for m in metas):
+        raise UnsupportedError("unsupported: einsum of tensors other than float32")
+    sub = make_fx(lambda *t: torch.einsum(equation, *t))(
+        *[torch.empty(m.shape, dtype=m.dtype, device="meta") for m in metas])
+    placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
+    for n in sub.graph.nodes:  # names of their own: the outer graph's may coincide
+        n.name = f"{node.name}__{n.name}"
+    for n, outer in zip(placeholders, operands):
+        lw.env[n.name] = lw.val(outer)
+    out = None
+    for n in sub.graph.nodes:
+        if n.op == "call_function":
+            lw.env[n.name] = lw.lower_call(n)
+        elif n.op == "output":
+            out = lw.val(n.args[0][0] if isinstance(n.args[0], (list, tuple)) else n.args[0])
+    return out
+
+
 def _broadcast_tensors(lw: _Lowering, node, args, kwargs):
     vals = [lw.val(v) for v in args[0]]
     try:
@@ -724,6 +750,11 @@ _HANDLERS: dict[str, Callable] = {
     "softplus": lambda lw, n, a, k: lw.unary(
         "softplus", lw.val(a[0]), beta=float(_arg(a, k, 1, "beta", 1.0)),
         threshold=float(_arg(a, k, 2, "threshold", 20.0))),
+    # log(sigmoid(x)) = -softplus(-x), stable for large |x| (softplus's threshold branch)
+    "log_sigmoid_forward": lambda lw, n, a, k: (lw.unary("neg", lw.unary(
+        "softplus", lw.unary("neg", lw.val(a[0])), beta=1.0, threshold=20.0)), None),
+    "log_sigmoid": lambda lw, n, a, k: lw.unary("neg", lw.unary(
+        "softplus", lw.unary("neg", lw.val(a[0])), beta=1.0, threshold=20.0)),
     "elu": _elu_handler,
     "selu": _unary_handler("elu", alpha=1.6732632423543772, scale=1.0507009873554805),
     "celu": lambda lw, n, a, k: lw.unary(
@@ -783,6 +814,7 @@ _HANDLERS: dict[str, Callable] = {
     "mm": lambda lw, n, a, k: _matmul(lw, lw.val(a[0]), lw.val(a[1])),
     "bmm": lambda lw, n, a, k: _matmul(lw, lw.val(a[0]), lw.val(a[1])),
     "matmul": lambda lw, n, a, k: _matmul(lw, lw.val(a[0]), lw.val(a[1])),
+    "einsum": _einsum,
     "linear": _linear,
     "addmm": _addmm, "baddbmm": _addmm,
     "t": _t, "numpy_T": _t, "mT": _t,
@@ -801,6 +833,7 @@ _HANDLERS: dict[str, Callable] = {
     # torch.export asserts metadata before dtype conversions; nothing to compute
     "_assert_tensor_metadata": lambda lw, n, a, k: None,
     "view": _reshape, "reshape": _reshape, "_unsafe_view": _reshape, "unsqueeze": _reshape,
+    "expand_as": _expand,
     "squeeze": _reshape, "flatten": _reshape,
     "expand": _expand,
 }

@@ -55,6 +55,33 @@ def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(math.prod(shape[j + 1:]) for j in range(len(shape)))
 
 
+def view_strides(shape: tuple[int, ...], strides: tuple[int, ...],
+                 new_shape: tuple[int, ...]) -> tuple[int, ...] | None:
+    """Strides of a view of a strided tensor as `new_shape` without a copy, or None where
+    none exists: torch's own rule (`computeStride` in ATen), dims merged or split only within
+    runs that are contiguous among themselves (einsum's decomposition merges a permuted
+    operand's batch dims and drops a size-1 dim this way)."""
+    if math.prod(shape) != math.prod(new_shape) or not shape:
+        return None
+    out = [0] * len(new_shape)
+    view_d = len(new_shape) - 1
+    chunk = strides[-1]
+    tensor_numel = view_numel = 1
+    for d in range(len(shape) - 1, -1, -1):
+        tensor_numel *= shape[d]
+        if d == 0 or (shape[d - 1] != 1 and strides[d - 1] != tensor_numel * chunk):
+            while view_d >= 0 and (view_numel < tensor_numel or new_shape[view_d] == 1):
+                out[view_d] = view_numel * chunk
+                view_numel *= new_shape[view_d]
+                view_d -= 1
+            if view_numel != tensor_numel:
+                return None
+            if d > 0:
+                chunk = strides[d - 1]
+                tensor_numel = view_numel = 1
+    return tuple(out) if view_d == -1 else None
+
+
 def strided_operand(graph: Graph, nid: int) -> StridedOperand:
     """Resolve a chain of views, transposes and expands down to an input, or raise."""
     n = graph[nid]
@@ -79,8 +106,11 @@ def strided_operand(graph: Graph, nid: int) -> StridedOperand:
             kept = iter([st for s, st in zip(src.shape, src.strides) if s != 1])
             return StridedOperand(src.index, n.shape,
                                   tuple(0 if s == 1 else next(kept) for s in n.shape))
-        raise UnsupportedError(f"unsupported: reshape {src.shape} -> {n.shape} of a "
-                               "transposed matrix-product operand")
+        strides = view_strides(src.shape, src.strides, n.shape)
+        if strides is None:
+            raise UnsupportedError(f"unsupported: reshape {src.shape} -> {n.shape} of a "
+                                   "transposed matrix-product operand")
+        return StridedOperand(src.index, n.shape, strides)
     raise UnsupportedError(f"unsupported: {n.op} on a matrix-product operand (only views, "
                            "transposes and broadcasts of inputs are read in place)")
 

@@ -194,9 +194,11 @@ def _merge(node: Node, parts: list[tuple[tuple[int, ...], FMap]]) -> FMap:
     for shape, fmap in parts:
         off = rank - len(shape)
         for j, size in enumerate(shape):
-            if size == 1:
-                continue
             f = fmap[j]
+            # a dim of size 1, or one the value was broadcast along (an expand, zeros_like:
+            # the same value all along it), constrains nothing
+            if size == 1 or f is None:
+                continue
             if out[j + off] is None:
                 out[j + off] = f
             elif out[j + off] != f:

@@ -1,4 +1,5 @@
-"""Capture of pooling: aten max_pool{1,2,3}d(_with_indices) and avg_pool{1,2,3}d -> one ``pool``.
+"""Capture of pooling: aten max_pool{1,2,3}d(_with_indices) and avg_pool{1,2,3}d -> one ``pool``;
+adaptive pooling -> a reduction (an output of 1) or a fixed-window ``pool`` (`_adaptive_pool`).
 
 torch.export keeps pooling as one aten op per variant; each becomes one IR node ``pool`` whose
 attrs carry everything the template needs (kind, spatial rank, kernel, stride, padding,
@@ -102,8 +103,41 @@ def _avg_pool(rank: int) -> Callable:
     return handle
 
 
+def _adaptive_pool(rank: int, kind: str) -> Callable:
+    """adaptive_{avg,max}_pool{r}d(self, output_size): an output of 1 along every pooled dim is
+    a mean (max) over them, a row reduction; sizes dividing the input's are a fixed window
+    (kernel = stride = input // output); other sizes, whose windows vary in length, are
+    refused by name."""
+    def handle(lw: Any, node: torch.fx.Node, args: list, kwargs: dict) -> Any:
+        x = lw.val(args[0])
+        shape = lw.shape(x)
+        out = _tuple(_arg(args, kwargs, 1, "output_size"), rank, "output size")
+        if len(shape) not in (rank + 1, rank + 2):
+            raise UnsupportedError(f"unsupported: {rank}-D adaptive pooling of a tensor of "
+                                   f"shape {shape}")
+        spatial = shape[-rank:]
+        if any(i % o for i, o in zip(spatial, out)):
+            raise UnsupportedError(
+                f"unsupported: adaptive {kind} pooling of {tuple(spatial)} to {out} (windows "
+                "of varying length; output sizes that divide the input's are supported)")
+        window = tuple(i // o for i, o in zip(spatial, out))
+        params = (x, kind, rank, window, window, (0,) * rank, (1,) * rank, False, True, None)
+        if all(o == 1 for o in out):  # global: a reduction over the pooled dims
+            dims = tuple(range(len(shape) - rank, len(shape)))
+            y = lw.mean(x, dims, True) if kind == "avg" else lw.reduce("max", x, dims, True)
+        else:
+            y = _pool_node(lw, node, *params)
+        if kind == "max":  # aten's adaptive max pooling returns (values, indices)
+            return y, _pool_node(lw, node, *params, indices=True)
+        return y
+    return handle
+
+
 POOL_HANDLERS: dict[str, Callable] = {
     **{f"max_pool{r}d": _max_pool(r, False) for r in (1, 2, 3)},
     **{f"max_pool{r}d_with_indices": _max_pool(r, True) for r in (1, 2, 3)},
     **{f"avg_pool{r}d": _avg_pool(r) for r in (1, 2, 3)},
+    **{f"_adaptive_avg_pool{r}d": _adaptive_pool(r, "avg") for r in (1, 2, 3)},
+    **{f"adaptive_avg_pool{r}d": _adaptive_pool(r, "avg") for r in (1, 2, 3)},
+    **{f"adaptive_max_pool{r}d": _adaptive_pool(r, "max") for r in (1, 2, 3)},
 }

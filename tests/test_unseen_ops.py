@@ -1,0 +1,144 @@
+"""Operators a user's program may hold that no suite here wrote, found refused or mis-planned by
+a batch of 52 KernelBench-style operators written for the purpose (2026-12-06): log-sigmoid,
+adaptive pooling, einsum, torch.where against zeros_like (a constant broadcast by an expand,
+which the planner took for a reduced value read across rows), and a row value expanded before
+use. Each is captured, planned, and its generated kernels (the default configuration and a few
+sampled ones, those the CPU emulator runs) agree with torch."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import cpu_exec
+from cuda_agent.errors import UnsupportedError
+from cuda_agent.ir.capture import capture
+from cuda_agent.ir.plan import make_plan
+from cuda_agent.space.slots import Target
+from cuda_agent.space.space import Space
+from helpers import Fn
+
+X2 = (37, 50)  # odd sizes: partial warps, rows not a multiple of any vector width
+X4 = (3, 5, 12, 8)
+
+CASES = {
+    # name: (forward, input shapes, plan kind)
+    "log_sigmoid": (lambda x: F.logsigmoid(x * 30), [X2], "map"),
+    "where_zeros_like": (lambda x: torch.where(x > 0, x, torch.zeros_like(x)).clamp(max=1.0),
+                         [X2], "map"),
+    "expanded_row_mean": (lambda x: x - x.mean(1, keepdim=True).expand_as(x), [X2], "reduce"),
+    "adaptive_avg_global": (lambda x: F.adaptive_avg_pool2d(x, 1), [X4], "reduce"),
+    "adaptive_max_global": (lambda x: F.adaptive_max_pool2d(x, (1, 1)), [X4], "reduce"),
+    "adaptive_avg_windows": (lambda x: F.adaptive_avg_pool2d(x, (4, 2)), [X4], "pool"),
+    "adaptive_max_windows_1d": (lambda x: F.adaptive_max_pool1d(x, 4), [(3, 5, 12)], "pool"),
+    "einsum_batched_product": (lambda a, b: torch.einsum("bij,jk->bik", a, b),
+                               [(3, 9, 7), (7, 5)], "gemm"),
+    "einsum_attention_scores": (lambda q, k: torch.einsum("bhqd,bhkd->bhqk", q, k),
+                                [(2, 3, 6, 4), (2, 3, 5, 4)], "gemm"),
+}
+
+
+def _graph(name: str):
+    f, shapes, _ = CASES[name]
+    return capture(Fn, [f], lambda: [torch.randn(*s) for s in shapes])
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_operator_is_captured_and_planned(name):
+    plan = make_plan(_graph(name))
+    assert plan.kind == CASES[name][2], name
+    assert Space.for_plan(plan, Target()).templates, name
+
+
+def _emulatable(space: Space, cfg) -> bool:
+    return all(not L.library and L.block[1:] == (1, 1) for L in space.render(cfg).launches)
+
+
+@pytest.mark.skipif(not cpu_exec.available(), reason="needs g++")
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_generated_kernels_agree_with_torch(name):
+    f, shapes, _ = CASES[name]
+    plan = make_plan(_graph(name))
+    space = Space.for_plan(plan, Target())
+    torch.manual_seed(0)
+    ins = [torch.randn(*s) for s in shapes]
+    want = f(*[t.double() for t in ins]).float().numpy().reshape(plan.out_shape)
+    ops = [ins[k].reshape(plan.operand_shapes[k]).numpy() for k in plan.operands]
+    configs = [c for c in [space.default()] + space.sample(12, random.Random(0))
+               if _emulatable(space, c)][:4]
+    assert configs, f"{name}: no configuration the emulator runs"
+    for cfg in configs:
+        err = cpu_exec.max_rel_error(space.render(cfg), ops, want)
+        assert err < 1e-4, (name, cfg.short(), err)  # the verifier's fp32 tolerance
+
+
+def test_log_sigmoid_is_stable_where_sigmoid_underflows():
+    """log(sigmoid(x)) is -softplus(-x): at x = -200 sigmoid underflows to 0 and its log to
+    -inf; the lowering keeps -200 (softplus's linear branch)."""
+    from test_capture import interpret
+
+    g = capture(Fn, [lambda x: F.logsigmoid(x)], lambda: [torch.randn(4)])
+    x = torch.tensor([-200.0, -5.0, 0.0, 40.0])
+    got = interpret(g, [x])
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got, F.logsigmoid(x.double()), rtol=1e-12, atol=1e-12)
+
+
+def test_adaptive_pooling_with_windows_of_varying_length_is_refused_in_one_line():
+    with pytest.raises(UnsupportedError, match=r"adaptive avg pooling of \(12, 8\) to \(5, 3\)"):
+        capture(Fn, [lambda x: F.adaptive_avg_pool2d(x, (5, 3))], lambda: [torch.randn(*X4)])
+
+
+def test_adaptive_max_pooling_indices_are_refused_by_name():
+    g = capture(Fn, [lambda x: F.adaptive_max_pool2d(x, 2, return_indices=True)[1].float()],
+                lambda: [torch.randn(*X4)])
+    with pytest.raises(UnsupportedError, match="max pooling indices"):
+        make_plan(g)
+
+
+def test_a_value_read_across_rows_is_still_refused():
+    """The broadcast rule frees only a dim a value was broadcast along: each row's mean read
+    as a column's (x - x.mean(1) on a square x: element (i, j) takes row j's mean) is still
+    refused, not computed as a row's own."""
+    g = capture(Fn, [lambda x: x - x.mean(1)], lambda: [torch.randn(40, 40)])
+    with pytest.raises(UnsupportedError, match="cross-row access"):
+        make_plan(g)
+
+
+def test_view_strides_follow_torch_s_view_rule():
+    """`gemm.view_strides` against torch's own views of permuted tensors: the same strides
+    where torch views without a copy, None where torch refuses the view."""
+    from cuda_agent.ir.gemm import view_strides
+
+    rng = random.Random(0)
+    checked = refused = 0
+    for _ in range(300):
+        shape = tuple(rng.choice((1, 2, 3, 4)) for _ in range(rng.randint(2, 5)))
+        perm = list(range(len(shape)))
+        rng.shuffle(perm)
+        t = torch.empty(shape).permute(perm)
+        flat = [s for s in t.shape]
+        # a random regrouping of the permuted shape's elements into a new shape
+        new: list[int] = []
+        while flat:
+            k = rng.randint(1, min(2, len(flat)))
+            new.append(int(np.prod(flat[:k])))
+            flat = flat[k:]
+            if rng.random() < 0.2:
+                new.append(1)
+        got = view_strides(tuple(t.shape), tuple(t.stride()), tuple(new))
+        try:
+            want = t.view(new).stride()
+        except RuntimeError:
+            assert got is None, (shape, perm, new)
+            refused += 1
+            continue
+        assert got is not None, (shape, perm, new)
+        assert [g for g, s in zip(got, new) if s != 1] == \
+            [w for w, s in zip(want, new) if s != 1], (shape, perm, new)
+        checked += 1
+    assert checked > 50 and refused > 20, (checked, refused)
