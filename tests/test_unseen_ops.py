@@ -1,8 +1,10 @@
 """Operators a user's program may hold that no suite here wrote, found refused or mis-planned by
-a batch of 52 KernelBench-style operators written for the purpose (2026-12-06): log-sigmoid,
-adaptive pooling, einsum, torch.where against zeros_like (a constant broadcast by an expand,
-which the planner took for a reduced value read across rows), and a row value expanded before
-use. Each is captured, planned, and its generated kernels (the default configuration and a few
+two batches of KernelBench-style operators written for the purpose (98 in all, 2026-12-06):
+log-sigmoid, adaptive pooling, einsum, masked_fill, torch.where against zeros_like (a constant
+broadcast by an expand, which the planner took for a reduced value read across rows), a row
+value expanded before use, max's unused indices over a dim of size 1, a per-channel scale after
+group norm (computed in group norm's own shape), and an instance norm of unsqueezed rows added
+to a matrix (an input placed by the value it meets, the output squeezed). Each is captured, planned, and its generated kernels (the default configuration and a few
 sampled ones, those the CPU emulator runs) agree with torch."""
 
 from __future__ import annotations
@@ -35,6 +37,15 @@ CASES = {
     "adaptive_max_global": (lambda x: F.adaptive_max_pool2d(x, (1, 1)), [X4], "reduce"),
     "adaptive_avg_windows": (lambda x: F.adaptive_avg_pool2d(x, (4, 2)), [X4], "pool"),
     "adaptive_max_windows_1d": (lambda x: F.adaptive_max_pool1d(x, 4), [(3, 5, 12)], "pool"),
+    "group_norm_then_channel_scale": (lambda x, s: F.group_norm(x, 5) * s + 0.5,
+                                      [(3, 10, 6, 4), (10, 1, 1)], "reduce"),
+    "instance_norm_of_unsqueezed_rows": (
+        lambda x, y: (F.instance_norm(x.unsqueeze(1).unsqueeze(1)).squeeze(1).squeeze(1) + y) * y,
+        [X2, X2], "reduce"),
+    "masked_fill_softmax": (lambda x: torch.softmax(x.masked_fill(x < -1.0, float("-inf")), -1),
+                            [X2], "reduce"),
+    "max_over_a_dim_of_one": (lambda x: torch.max(x.sum(1, keepdim=True), dim=1, keepdim=True)[0],
+                              [X2], "reduce"),
     "einsum_batched_product": (lambda a, b: torch.einsum("bij,jk->bik", a, b),
                                [(3, 9, 7), (7, 5)], "gemm"),
     "einsum_attention_scores": (lambda q, k: torch.einsum("bhqd,bhkd->bhqk", q, k),

@@ -46,6 +46,40 @@ def dtype_name(dtype: torch.dtype) -> str:
     return DTYPE_NAMES.get(dtype, str(dtype).replace("torch.", ""))
 
 
+def _view_runs(src: tuple[int, ...], dst: tuple[int, ...]
+               ) -> list[tuple[list[int], list[int]]]:
+    """The dims of two shapes of one size in runs of equal size, (src dims, dst dims) each:
+    (N, G, C/G, HW) and (N, C, H, W) give ([0], [0]), ([1, 2], [1]), ([3], [2, 3]). A
+    trailing dim of size 1 joins the last run."""
+    runs: list[tuple[list[int], list[int]]] = []
+    i = j = 0
+    while i < len(src) and j < len(dst):
+        si, dj, ps, pd = [i], [j], src[i], dst[j]
+        i, j = i + 1, j + 1
+        while ps != pd:
+            if ps < pd:
+                si.append(i)
+                ps *= src[i]
+                i += 1
+            else:
+                dj.append(j)
+                pd *= dst[j]
+                j += 1
+        runs.append((si, dj))
+    if runs:
+        runs[-1][0].extend(range(i, len(src)))
+        runs[-1][1].extend(range(j, len(dst)))
+    return runs
+
+
+@dataclasses.dataclass(frozen=True)
+class Refused:
+    """A value of a multi-output op that cannot be computed (max's indices over a dim of size
+    1): lowering fails with `reason` only where something uses it."""
+
+    reason: str
+
+
 class _Lowering:
     """Turns one exported FX graph into a `Graph`; one method per family of aten ops."""
 
@@ -72,6 +106,8 @@ class _Lowering:
         """IR node id for an FX argument: a node already lowered, or a Python scalar."""
         if isinstance(arg, torch.fx.Node):
             value = self.env[arg.name]
+            if isinstance(value, Refused):
+                raise UnsupportedError(value.reason)
             if isinstance(value, tuple):
                 raise UnsupportedError(f"unsupported: tuple value {arg.name} used as a tensor")
             return value
@@ -103,6 +139,14 @@ class _Lowering:
                 src = n.args[0]
                 scalar = self.view(other, ()) if self.shape(other) else other
                 pair = (src, scalar) if this == a else (scalar, src)
+                return self.sink_view(self.binary(op, *pair), n.shape)
+            regrouped = self._regrouped(n, other) if n.op == "view" and n.attr("sink") \
+                else None
+            if regrouped is not None:
+                # a broadcast operand (a per-channel scale after group norm) read in the
+                # source's shape: computed there, the reshape kept last
+                src = n.args[0]
+                pair = (src, regrouped) if this == a else (regrouped, src)
                 return self.sink_view(self.binary(op, *pair), n.shape)
         try:
             shape = broadcast_shapes(sa, sb)
@@ -178,6 +222,30 @@ class _Lowering:
         n = self.count(x, d) - correction
         return self.binary("mul", ss, self.g.const(1.0 / n if n > 0 else float("nan")))
 
+    def _regrouped(self, view: Node, other: int) -> int | None:
+        """`other`, broadcast against the sunk `view` (source shape S, shape T), viewed in S's
+        terms, or None. S and T split into runs of equal size (group norm's (N, G, C/G, HW)
+        against (N, C, H, W): N | G, C/G = C | HW = H, W); `other` must be, in each run,
+        either all broadcast (size 1) or whole, and broadcast somewhere (a full operand stays
+        as it was). A (C, 1, 1) scale is then (1, G, C/G, 1)."""
+        src_shape, shape = self.shape(view.args[0]), view.shape
+        oshape = self.shape(other)
+        if len(oshape) > len(shape) or all(s == 1 for s in oshape):
+            return None
+        padded = (1,) * (len(shape) - len(oshape)) + oshape
+        if padded == shape or any(o not in (1, t) for o, t in zip(padded, shape)):
+            return None
+        new: list[int] = []
+        for si, ti in _view_runs(src_shape, shape):
+            part = [padded[j] for j in ti]
+            if all(p == 1 for p in part):
+                new += [1] * len(si)
+            elif part == [shape[j] for j in ti]:
+                new += [src_shape[i] for i in si]
+            else:
+                return None  # broadcast within a run: not a view of the source's shape
+        return self.view(other, tuple(new))
+
     def sink_view(self, x: int, shape: tuple[int, ...]) -> int:
         """A reshape of a kernel's result that elementwise ops with scalar operands are computed
         under (moved after them): group norm computes in its (N, G, C/G, S) shape, and a
@@ -194,6 +262,11 @@ class _Lowering:
             raise UnsupportedError(f"unsupported view of {self.shape(x)} as {shape}")
         if shape == self.shape(x):
             return x
+        n = self.g[x]
+        if n.op == "view" and not n.attr("sink") and self.g[n.args[0]].op == "input":
+            # a reshape of a reshaped input is one reshape of it (x.unsqueeze(1).unsqueeze(1)):
+            # the planner reads an input through one view
+            return self.view(n.args[0], shape)
         return self.g.add("view", (x,), shape, self.g[x].dtype)
 
     # -- ops ----------------------------------------------------------------------------------
@@ -252,7 +325,12 @@ def _max_dim(kind: str, index_kind: str) -> Callable:
         if len(args) < 2 and "dim" not in kwargs:  # max.default: full reduction to a scalar
             return lw.reduce(kind, x, None, False)
         dim, keep = _arg(args, kwargs, 1, "dim"), bool(_arg(args, kwargs, 2, "keepdim", False))
-        return (lw.reduce(kind, x, dim, keep), lw.reduce(index_kind, x, dim, keep))
+        values = lw.reduce(kind, x, dim, keep)
+        try:
+            index: int | Refused = lw.reduce(index_kind, x, dim, keep)
+        except UnsupportedError as exc:  # e.g. over a dim of size 1: refused only if used
+            index = Refused(str(exc))
+        return values, index
     return handle
 
 
@@ -777,6 +855,8 @@ _HANDLERS: dict[str, Callable] = {
     "div": _div, "true_divide": _div,
     "rsub": _rsub,
     "where": _where,
+    # masked_fill(x, mask, value) = where(mask, value, x)
+    "masked_fill": lambda lw, n, a, k: lw.where(lw.val(a[1]), lw.val(a[2]), lw.val(a[0])),
     # reductions
     "sum": _reduce_handler("sum"),
     "prod": _reduce_handler("prod"),

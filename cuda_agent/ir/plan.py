@@ -209,6 +209,32 @@ def _merge(node: Node, parts: list[tuple[tuple[int, ...], FMap]]) -> FMap:
     return tuple(out)
 
 
+def _place_inputs_by_context(plan: KernelPlan, n: Node, reduce_dims: tuple[int, ...]) -> None:
+    """Give an input of elementwise node `n` that does not broadcast to F right-aligned the
+    place `n`'s other operands give its dims (or raise): a (B, D) input added to a value
+    computed in F = (B, 1, 1, D) and squeezed back to (B, D) (an instance norm of an
+    unsqueezed matrix, then a residual) runs along F's dims 0 and 3."""
+    graph = plan.graph
+    missing = [a for a in n.args if plan.fmaps[a] is None]
+    known = [(graph[a].shape, plan.fmaps[a]) for a in n.args if plan.fmaps[a] is not None]
+    if not missing:
+        return
+    context = _merge(n, known) if known and all(graph[a].op == "input" for a in missing) \
+        else None
+    for a in missing:
+        shape = graph[a].shape
+        off = len(n.shape) - len(shape)
+        fm = None if context is None or off < 0 else tuple(
+            None if s == 1 else context[j + off] for j, s in enumerate(shape))
+        if fm is None or any(f is None and s != 1 for f, s in zip(fm, shape)) or any(
+                s != 1 and s != n.shape[j + off] for j, s in enumerate(shape)):
+            raise UnsupportedError(f"unsupported: input of shape {shape} does not broadcast "
+                                   f"to {plan.full_shape}")
+        plan.fmaps[a] = fm
+        varies = any(f in reduce_dims for f in fm if f is not None) or plan.kind == "map"
+        plan.classes[a] = "full" if varies else "row"
+
+
 def _view_fmap(src_shape: tuple[int, ...], src_fmap: FMap, shape: tuple[int, ...]) -> FMap | None:
     """fmap through a view that only inserts or removes size-1 dims; None for other views."""
     if [s for s in src_shape if s != 1] != [s for s in shape if s != 1]:
@@ -337,10 +363,7 @@ def make_single_plan(graph: Graph) -> KernelPlan:
                     raise UnsupportedError(f"unsupported: reshape {src.shape} -> {n.shape} "
                                            "in the middle of the computation")
         elif is_elementwise(n.op):
-            for a in n.args:
-                if plan.fmaps[a] is None:
-                    raise UnsupportedError(f"unsupported: input of shape {graph[a].shape} does "
-                                           f"not broadcast to {full_shape}")
+            _place_inputs_by_context(plan, n, reduce_dims)
             fm = _merge(n, [(graph[a].shape, plan.fmaps[a]) for a in n.args])
         else:
             raise UnsupportedError(f"unsupported IR op {n.op}")
@@ -368,9 +391,12 @@ def make_single_plan(graph: Graph) -> KernelPlan:
         raise UnsupportedError("unsupported: a reduction over all rows that the output does not "
                                "end with (its result is broadcast back over the rows)")
     elif kind == "map" or plan.classes[kernel_out] == "full":
-        # a size-1 dim of F is broadcast in every value (fmap None): it moves no element
-        if any(f != k and not (f is None and full_shape[k] == 1) for k, f in enumerate(out_fm)) \
-                or len(out_fm) != rank:
+        # a size-1 dim of F is broadcast in every value (fmap None): it moves no element, and
+        # the output may drop or add such dims (a squeeze at the end: the same flat order)
+        out_shape_k = graph[kernel_out].shape
+        if [f for f in out_fm if f is not None and full_shape[f] != 1] != \
+                [k for k in range(rank) if full_shape[k] != 1] \
+                or any(f is None and size != 1 for f, size in zip(out_fm, out_shape_k)):
             raise UnsupportedError("unsupported: the output does not cover the iteration space "
                                    f"{full_shape} (it is broadcast in some dims)")
     else:

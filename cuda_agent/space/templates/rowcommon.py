@@ -296,8 +296,11 @@ def welford_alone(plan: KernelPlan) -> bool:
 
 def online_update(m: str, s: str, value: str, fast: bool) -> str:
     ex = "__expf" if fast else "expf"
+    # a -inf element (a masked_fill'ed softmax) before any finite one would add
+    # exp(-inf - -inf) = NaN; after one it adds exp(-inf) = 0 either way: skipped (a NaN is
+    # not, so that it propagates as in torch)
     return (f"{{ const float a_ = {value}; if (a_ > {m}) {{ {s} = {s} * {ex}({m} - a_) + 1.f; "
-            f"{m} = a_; }} else {{ {s} += {ex}(a_ - {m}); }} }}")
+            f"{m} = a_; }} else if (a_ != -CA_INF) {{ {s} += {ex}(a_ - {m}); }} }}")
 
 
 def online_merge(m: str, s: str, om: str, os_: str, fast: bool) -> str:
