@@ -4,7 +4,8 @@ log-sigmoid, adaptive pooling, einsum, masked_fill, torch.where against zeros_li
 broadcast by an expand, which the planner took for a reduced value read across rows), a row
 value expanded before use, max's unused indices over a dim of size 1, a per-channel scale after
 group norm (computed in group norm's own shape), and an instance norm of unsqueezed rows added
-to a matrix (an input placed by the value it meets, the output squeezed). Each is captured, planned, and its generated kernels (the default configuration and a few
+to a matrix (an input placed by the value it meets, the output squeezed), var_mean, `&` and
+`|` on masks, and two matrix products meeting at an elementwise op (LLaMA's gate). Each is captured, planned, and its generated kernels (the default configuration and a few
 sampled ones, those the CPU emulator runs) agree with torch."""
 
 from __future__ import annotations
@@ -46,6 +47,10 @@ CASES = {
                             [X2], "reduce"),
     "max_over_a_dim_of_one": (lambda x: torch.max(x.sum(1, keepdim=True), dim=1, keepdim=True)[0],
                               [X2], "reduce"),
+    "var_mean_sum": (lambda x: (lambda vm: vm[0] + vm[1])(torch.var_mean(x, dim=1)), [X2],
+                     "reduce"),
+    "mask_and_count": (lambda x: ((x > 0) & (x < 1)).float().sum(dim=1)
+                       + ((x < -1) | (x > 2)).float().mean(dim=1), [X2], "reduce"),
     "einsum_batched_product": (lambda a, b: torch.einsum("bij,jk->bik", a, b),
                                [(3, 9, 7), (7, 5)], "gemm"),
     "einsum_attention_scores": (lambda q, k: torch.einsum("bhqd,bhkd->bhqk", q, k),
@@ -153,3 +158,45 @@ def test_view_strides_follow_torch_s_view_rule():
             [w for w, s in zip(want, new) if s != 1], (shape, perm, new)
         checked += 1
     assert checked > 50 and refused > 20, (checked, refused)
+
+
+class SwiGLU(torch.nn.Module):
+    """LLaMA's MLP gate: two products of one input meeting at an elementwise op."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = torch.nn.Linear(24, 20, bias=False)
+        self.up = torch.nn.Linear(24, 20)
+
+    def forward(self, x):
+        return F.silu(self.gate(x)) * self.up(x)
+
+
+def test_two_products_meeting_at_an_elementwise_op_are_two_stages():
+    """The first product is cut into a buffer; the second's stage reads it in its epilogue
+    (before, the two products in one problem were refused). Each stage's configurations the
+    emulator runs agree with torch, the other stage fixed."""
+    from cuda_agent.space.program import StageSpace, stage_spaces
+
+    torch.manual_seed(0)
+    model = SwiGLU()
+    g = capture(SwiGLU, [], lambda: [torch.randn(6, 24)])
+    plan = make_plan(g)
+    assert [st.plan.kind for st in plan.program.stages] == ["gemm", "gemm"]
+    if not cpu_exec.available():
+        return
+    spaces = stage_spaces(plan, Target())
+    ok = [[c for c in sp.configs if _emulatable(sp, c)] for sp in spaces]
+    assert all(ok)
+    x = torch.randn(6, 24)
+    state = dict(model.named_parameters())
+    ins = [(x if g.inputs[k].role == "input" else state[g.inputs[k].target]).detach().numpy()
+           for k in plan.operands]
+    with torch.no_grad():
+        want = model(x).numpy()
+    fixed = [cs[0] for cs in ok]
+    for stage, cs in enumerate(ok):
+        space = StageSpace.of(plan, stage, spaces, fixed)
+        for cfg in random.Random(stage).sample(cs, min(3, len(cs))):
+            err = cpu_exec.max_rel_error(space.render(cfg), ins, want)
+            assert err < 1e-4, (stage, cfg.short(), err)

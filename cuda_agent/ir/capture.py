@@ -422,6 +422,24 @@ def _var_std(std: bool) -> Callable:
     return handle
 
 
+def _var_mean(lw: _Lowering, node, args, kwargs):
+    """torch.var_mean: (var, mean), with var's arguments."""
+    keepdim = bool(kwargs.get("keepdim", args[3] if len(args) > 3 else False))
+    return (_var_std(False)(lw, node, args, kwargs),
+            lw.mean(lw.val(args[0]), _arg(args, kwargs, 1, "dim"), keepdim))
+
+
+def _bool_binary(op: str) -> Callable:
+    """`&`, `|` on masks: the logical op (on other dtypes, integer bit arithmetic: refused)."""
+    def handle(lw: _Lowering, node, args, kwargs):
+        a, b = lw.val(args[0]), lw.val(args[1])
+        if lw.g[a].dtype != "bool" or lw.g[b].dtype != "bool":
+            raise UnsupportedError(f"unsupported: bitwise {op.split('_')[1]} of non-boolean "
+                                   "tensors")
+        return lw.binary(op, a, b)
+    return handle
+
+
 def _logsumexp(lw: _Lowering, node, args, kwargs):
     x, dims = lw.val(args[0]), _arg(args, kwargs, 1, "dim")
     keep = bool(_arg(args, kwargs, 2, "keepdim", False))
@@ -869,6 +887,9 @@ _HANDLERS: dict[str, Callable] = {
     "mean": lambda lw, n, a, k: lw.mean(lw.val(a[0]), _arg(a, k, 1, "dim"),
                                         bool(_arg(a, k, 2, "keepdim", False))),
     "var": _var_std(False),
+    "var_mean": _var_mean,
+    **{name: _bool_binary("logical_and") for name in ("__and__", "bitwise_and")},
+    **{name: _bool_binary("logical_or") for name in ("__or__", "bitwise_or")},
     "std": _var_std(True),
     "logsumexp": _logsumexp,
     "linalg_vector_norm": _linalg_vector_norm,

@@ -109,12 +109,20 @@ def cut_values(graph: Graph, cut_kept: bool = True) -> list[int]:
                 need = False
             if need:
                 cuts.append(a)
+        # two structured ops meeting at one node (silu(x @ Wg) * (x @ Wu)): the operands
+        # after all but the last op are cut, and its stage reads them as inputs
+        meeting = [a for a in n.args if a not in cuts and any(
+            b[0] == "structured" for b in barriers.get(a, frozenset()))]
+        if len({b for a in meeting for b in barriers[a] if b[0] == "structured"}) > 1:
+            last = max(meeting, key=lambda a: max(b[2] for b in barriers[a]
+                                                   if b[0] == "structured"))
+            cuts += [a for a in meeting if a != last and a not in cuts]
         own: set = set()
         for a in n.args:
             if a not in cuts:
                 own |= barriers.get(a, frozenset())
         if n.op in structured:
-            own.add(("structured", n.op))
+            own.add(("structured", n.op, n.id))
         elif n.op == "reduce":
             own.add(("reduce", _signature(graph, n)))
         barriers[n.id] = frozenset(own)
