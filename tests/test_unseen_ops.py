@@ -5,7 +5,8 @@ broadcast by an expand, which the planner took for a reduced value read across r
 value expanded before use, max's unused indices over a dim of size 1, a per-channel scale after
 group norm (computed in group norm's own shape), and an instance norm of unsqueezed rows added
 to a matrix (an input placed by the value it meets, the output squeezed), var_mean, `&` and
-`|` on masks, and two matrix products meeting at an elementwise op (LLaMA's gate). Each is captured, planned, and its generated kernels (the default configuration and a few
+`|` on masks, a transposed input read in place, and two matrix products meeting at an
+elementwise op (LLaMA's gate). Each is captured, planned, and its generated kernels (the default configuration and a few
 sampled ones, those the CPU emulator runs) agree with torch."""
 
 from __future__ import annotations
@@ -51,6 +52,11 @@ CASES = {
                      "reduce"),
     "mask_and_count": (lambda x: ((x > 0) & (x < 1)).float().sum(dim=1)
                        + ((x < -1) | (x > 2)).float().mean(dim=1), [X2], "reduce"),
+    "transposed_then_scaled": (lambda x: x.transpose(1, 2).contiguous() * 2.0 + 1.0,
+                               [(4, 6, 10)], "map"),
+    "transposed_square": (lambda x: x.transpose(0, 1) * 3.0, [(9, 9)], "map"),
+    "softmax_of_transposed": (lambda x: torch.softmax(x.transpose(1, 2), dim=-1),
+                              [(4, 10, 6)], "reduce"),
     "einsum_batched_product": (lambda a, b: torch.einsum("bij,jk->bik", a, b),
                                [(3, 9, 7), (7, 5)], "gemm"),
     "einsum_attention_scores": (lambda q, k: torch.einsum("bhqd,bhkd->bhqk", q, k),
@@ -200,3 +206,9 @@ def test_two_products_meeting_at_an_elementwise_op_are_two_stages():
         for cfg in random.Random(stage).sample(cs, min(3, len(cs))):
             err = cpu_exec.max_rel_error(space.render(cfg), ins, want)
             assert err < 1e-4, (stage, cfg.short(), err)
+
+
+def test_a_permute_of_a_computed_value_is_refused_in_one_line():
+    g = capture(Fn, [lambda x: torch.exp(x).transpose(0, 1) * 2], lambda: [torch.randn(8, 8)])
+    with pytest.raises(UnsupportedError, match="permute of a computed value"):
+        make_plan(g)

@@ -209,6 +209,28 @@ def _merge(node: Node, parts: list[tuple[tuple[int, ...], FMap]]) -> FMap:
     return tuple(out)
 
 
+def _read_through_permute(plan: KernelPlan, live: list[Node], n: Node,
+                          reduce_dims: tuple[int, ...]) -> FMap:
+    """fmap of a permute of an input (x.transpose(1, 2) in an elementwise chain or a
+    softmax): the input is read in place with its dims carried to the permuted places; a
+    permute of a computed value (data movement between two kernels) is refused."""
+    graph = plan.graph
+    src = graph[n.args[0]]
+    fm = _broadcast_fmap(n.shape, plan.full_shape)
+    if src.op != "input" or fm is None:
+        raise UnsupportedError("unsupported: a permute of a computed value inside a kernel "
+                               f"({graph[n.args[0]].shape} -> {n.shape})")
+    if any(m.id != n.id and src.id in m.args for m in live):
+        raise UnsupportedError(f"unsupported: input {src.shape} read both as is and permuted")
+    src_fm: list[int | None] = [None] * len(src.shape)
+    for j, p in enumerate(n.attr("perm")):
+        src_fm[p] = fm[j]
+    plan.fmaps[src.id] = tuple(src_fm)
+    varies = any(f in reduce_dims for f in src_fm if f is not None) or plan.kind == "map"
+    plan.classes[src.id] = "full" if varies else "row"
+    return fm
+
+
 def _place_inputs_by_context(plan: KernelPlan, n: Node, reduce_dims: tuple[int, ...]) -> None:
     """Give an input of elementwise node `n` that does not broadcast to F right-aligned the
     place `n`'s other operands give its dims (or raise): a (B, D) input added to a value
@@ -362,6 +384,8 @@ def make_single_plan(graph: Graph) -> KernelPlan:
                 else:
                     raise UnsupportedError(f"unsupported: reshape {src.shape} -> {n.shape} "
                                            "in the middle of the computation")
+        elif n.op == "permute":
+            fm = _read_through_permute(plan, live, n, reduce_dims)
         elif is_elementwise(n.op):
             _place_inputs_by_context(plan, n, reduce_dims)
             fm = _merge(n, [(graph[a].shape, plan.fmaps[a]) for a in n.args])

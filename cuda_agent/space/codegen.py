@@ -262,7 +262,7 @@ def emit_values(plan: KernelPlan, roots: list[int], bound: dict[int, str], fast:
         if n.op == "const":
             names[n.id] = ops.float_literal(n.attr("value"))
             continue
-        if n.op in ("view",):
+        if n.op in ("view", "permute"):  # a permuted input is read at permuted places
             names[n.id] = names[n.args[0]]
             continue
         if n.op in ("input", "reduce", "iota"):
