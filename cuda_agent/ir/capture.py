@@ -283,8 +283,8 @@ class _Lowering:
                 f"unsupported op {name} (aten.{name}); supported: elementwise math and "
                 "activations, sum/mean/prod/max/min/argmax/argmin/var/std, softmax, "
                 "log_softmax, layer_norm, rms_norm, instance/group/batch norm, vector norms, "
-                "losses, matrix products, conv1d/2d/3d and their transposes, cumsum/cumprod, "
-                "attention")
+                "losses, matrix products and einsum, conv1d/2d/3d and their transposes, "
+                "pooling (adaptive too), cumsum/cumprod, attention")
         return handler(self, node, args, kwargs)
 
 
