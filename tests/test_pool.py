@@ -90,7 +90,6 @@ def test_plan_describes_the_pool_and_fuses_the_epilogue():
 @pytest.mark.parametrize("f,shapes,words", [
     (lambda x: F.max_pool2d(torch.relu(x), 2), [(2, 3, 8, 8)], "computed value"),
     (lambda x: F.max_pool2d(x, 2, return_indices=True)[1].float(), [(2, 3, 8, 8)], "indices"),
-    (lambda x: F.avg_pool2d(x, 2) + F.max_pool2d(x, 2), [(2, 3, 8, 8)], "structured ops"),
 ])
 def test_unsupported_pooling_is_named(f, shapes, words):
     with pytest.raises(UnsupportedError, match=words):

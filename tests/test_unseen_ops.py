@@ -5,8 +5,8 @@ broadcast by an expand, which the planner took for a reduced value read across r
 value expanded before use, max's unused indices over a dim of size 1, a per-channel scale after
 group norm (computed in group norm's own shape), and an instance norm of unsqueezed rows added
 to a matrix (an input placed by the value it meets, the output squeezed), var_mean, `&` and
-`|` on masks, a transposed input read in place, and two matrix products meeting at an
-elementwise op (LLaMA's gate). Each is captured, planned, and its generated kernels (the default configuration and a few
+`|` on masks, a transposed input read in place, and two matrix products (or two pools)
+meeting at an elementwise op (LLaMA's gate). Each is captured, planned, and its generated kernels (the default configuration and a few
 sampled ones, those the CPU emulator runs) agree with torch."""
 
 from __future__ import annotations
@@ -178,34 +178,44 @@ class SwiGLU(torch.nn.Module):
         return F.silu(self.gate(x)) * self.up(x)
 
 
-def test_two_products_meeting_at_an_elementwise_op_are_two_stages():
-    """The first product is cut into a buffer; the second's stage reads it in its epilogue
-    (before, the two products in one problem were refused). Each stage's configurations the
-    emulator runs agree with torch, the other stage fixed."""
+def _emulate_program(model: torch.nn.Module, graph, x: torch.Tensor, samples: int = 3) -> None:
+    """Each stage's configurations the emulator runs, the other stages fixed, against torch."""
     from cuda_agent.space.program import StageSpace, stage_spaces
 
-    torch.manual_seed(0)
-    model = SwiGLU()
-    g = capture(SwiGLU, [], lambda: [torch.randn(6, 24)])
-    plan = make_plan(g)
-    assert [st.plan.kind for st in plan.program.stages] == ["gemm", "gemm"]
-    if not cpu_exec.available():
-        return
+    plan = make_plan(graph)
     spaces = stage_spaces(plan, Target())
     ok = [[c for c in sp.configs if _emulatable(sp, c)] for sp in spaces]
     assert all(ok)
-    x = torch.randn(6, 24)
     state = dict(model.named_parameters())
-    ins = [(x if g.inputs[k].role == "input" else state[g.inputs[k].target]).detach().numpy()
-           for k in plan.operands]
+    ins = [(x if graph.inputs[k].role == "input" else state[graph.inputs[k].target]
+            ).detach().numpy() for k in plan.operands]
     with torch.no_grad():
         want = model(x).numpy()
     fixed = [cs[0] for cs in ok]
     for stage, cs in enumerate(ok):
         space = StageSpace.of(plan, stage, spaces, fixed)
-        for cfg in random.Random(stage).sample(cs, min(3, len(cs))):
-            err = cpu_exec.max_rel_error(space.render(cfg), ins, want)
+        for cfg in random.Random(stage).sample(cs, min(samples, len(cs))):
+            err = cpu_exec.max_rel_error(space.render(cfg), ins, want.reshape(plan.out_shape))
             assert err < 1e-4, (stage, cfg.short(), err)
+
+
+@pytest.mark.parametrize("which", ["products", "pools"])
+def test_two_structured_ops_meeting_at_an_elementwise_op_are_two_stages(which):
+    """The first op's result is cut into a buffer; the second's stage reads it in its
+    epilogue (before, two such ops in one problem were refused): LLaMA's gate, and an average
+    and a max pool of one input added. Each stage's configurations the emulator runs agree
+    with torch, the other stage fixed."""
+    torch.manual_seed(0)
+    if which == "products":
+        model, shape, kinds = SwiGLU(), (6, 24), ["gemm", "gemm"]
+    else:
+        model, shape, kinds = Fn(lambda x: F.avg_pool2d(x, 2) + F.max_pool2d(x, 2)), \
+            (2, 3, 8, 10), ["pool", "pool"]
+    g = capture(type(model), [] if which == "products" else [model.f],
+                lambda: [torch.randn(*shape)])
+    assert [st.plan.kind for st in make_plan(g).program.stages] == kinds
+    if cpu_exec.available():
+        _emulate_program(model, g, torch.randn(*shape))
 
 
 def test_a_permute_of_a_computed_value_is_refused_in_one_line():

@@ -422,6 +422,12 @@ def _var_std(std: bool) -> Callable:
     return handle
 
 
+def _log_sigmoid(lw: _Lowering, x: int) -> int:
+    """log(sigmoid(x)) = -softplus(-x): finite where sigmoid underflows (softplus's linear
+    branch past its threshold)."""
+    return lw.unary("neg", lw.unary("softplus", lw.unary("neg", x), beta=1.0, threshold=20.0))
+
+
 def _var_mean(lw: _Lowering, node, args, kwargs):
     """torch.var_mean: (var, mean), with var's arguments."""
     keepdim = bool(kwargs.get("keepdim", args[3] if len(args) > 3 else False))
@@ -846,11 +852,8 @@ _HANDLERS: dict[str, Callable] = {
     "softplus": lambda lw, n, a, k: lw.unary(
         "softplus", lw.val(a[0]), beta=float(_arg(a, k, 1, "beta", 1.0)),
         threshold=float(_arg(a, k, 2, "threshold", 20.0))),
-    # log(sigmoid(x)) = -softplus(-x), stable for large |x| (softplus's threshold branch)
-    "log_sigmoid_forward": lambda lw, n, a, k: (lw.unary("neg", lw.unary(
-        "softplus", lw.unary("neg", lw.val(a[0])), beta=1.0, threshold=20.0)), None),
-    "log_sigmoid": lambda lw, n, a, k: lw.unary("neg", lw.unary(
-        "softplus", lw.unary("neg", lw.val(a[0])), beta=1.0, threshold=20.0)),
+    "log_sigmoid_forward": lambda lw, n, a, k: (_log_sigmoid(lw, lw.val(a[0])), None),
+    "log_sigmoid": lambda lw, n, a, k: _log_sigmoid(lw, lw.val(a[0])),
     "elu": _elu_handler,
     "selu": _unary_handler("elu", alpha=1.6732632423543772, scale=1.0507009873554805),
     "celu": lambda lw, n, a, k: lw.unary(

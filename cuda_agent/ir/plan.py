@@ -226,8 +226,7 @@ def _read_through_permute(plan: KernelPlan, live: list[Node], n: Node,
     for j, p in enumerate(n.attr("perm")):
         src_fm[p] = fm[j]
     plan.fmaps[src.id] = tuple(src_fm)
-    varies = any(f in reduce_dims for f in src_fm if f is not None) or plan.kind == "map"
-    plan.classes[src.id] = "full" if varies else "row"
+    plan.classes[src.id] = _varying_class(plan, src_fm, reduce_dims)
     return fm
 
 
@@ -253,8 +252,15 @@ def _place_inputs_by_context(plan: KernelPlan, n: Node, reduce_dims: tuple[int, 
             raise UnsupportedError(f"unsupported: input of shape {shape} does not broadcast "
                                    f"to {plan.full_shape}")
         plan.fmaps[a] = fm
-        varies = any(f in reduce_dims for f in fm if f is not None) or plan.kind == "map"
-        plan.classes[a] = "full" if varies else "row"
+        plan.classes[a] = _varying_class(plan, fm, reduce_dims)
+
+
+def _varying_class(plan: KernelPlan, fm: FMap, reduce_dims: tuple[int, ...]) -> str:
+    """"full" for a value that varies along the reduced dims (or any value of a map), else
+    "row": the class of a plain value by its fmap (the planner's sweep, for an input placed
+    after it was first seen)."""
+    return "full" if plan.kind == "map" or any(f in reduce_dims for f in fm if f is not None) \
+        else "row"
 
 
 def _view_fmap(src_shape: tuple[int, ...], src_fmap: FMap, shape: tuple[int, ...]) -> FMap | None:
@@ -398,10 +404,8 @@ def make_single_plan(graph: Graph) -> KernelPlan:
             plan.classes[n.id] = "const"
         elif n.id in outer_ids or any(plan.classes.get(a) == "total" for a in n.args):
             plan.classes[n.id] = _total_class(plan, n)
-        elif any(f in reduce_dims for f in fm if f is not None) or (kind == "map"):
-            plan.classes[n.id] = "full"
         else:
-            plan.classes[n.id] = "row"
+            plan.classes[n.id] = _varying_class(plan, fm, reduce_dims)
         if n.op == "reduce" and n.id not in outer_ids:
             plan.classes[n.id] = "row"
 
