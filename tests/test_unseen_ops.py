@@ -1,5 +1,7 @@
 """Operators a user's program may hold that no suite here wrote, found refused or mis-planned by
-two batches of KernelBench-style operators written for the purpose (98 in all, 2026-12-06):
+batches of KernelBench-style operators written for the purpose (`benchmarks/unseen_ops.py`,
+128 in all, 2026-12-06: 30 refused at the day's start, 13 after; results in
+`benchmarks/results/2026-12-06-unseen-ops-cpu*.json`):
 log-sigmoid, adaptive pooling, einsum, masked_fill, torch.where against zeros_like (a constant
 broadcast by an expand, which the planner took for a reduced value read across rows), a row
 value expanded before use, max's unused indices over a dim of size 1, a per-channel scale after
