@@ -1,13 +1,13 @@
 """Operators a user's program may hold that no suite here wrote, found refused or mis-planned by
 batches of KernelBench-style operators written for the purpose (`benchmarks/unseen_ops.py`,
-128 in all, 2026-12-06: 30 refused at the day's start, 13 after; results in
+128 in all, 2026-12-06: 30 refused at the day's start, 12 after; results in
 `benchmarks/results/2026-12-06-unseen-ops-cpu*.json`):
 log-sigmoid, adaptive pooling, einsum, masked_fill, torch.where against zeros_like (a constant
 broadcast by an expand, which the planner took for a reduced value read across rows), a row
 value expanded before use, max's unused indices over a dim of size 1, a per-channel scale after
 group norm (computed in group norm's own shape), and an instance norm of unsqueezed rows added
 to a matrix (an input placed by the value it meets, the output squeezed), var_mean, `&` and
-`|` on masks, a transposed input read in place, and two matrix products (or two pools)
+`|` on masks, cummax and cummin (values), a transposed input read in place, and two matrix products (or two pools)
 meeting at an elementwise op (LLaMA's gate). Each is captured, planned, and its generated kernels (the default configuration and a few
 sampled ones, those the CPU emulator runs) agree with torch."""
 
@@ -59,6 +59,8 @@ CASES = {
     "transposed_square": (lambda x: x.transpose(0, 1) * 3.0, [(9, 9)], "map"),
     "softmax_of_transposed": (lambda x: torch.softmax(x.transpose(1, 2), dim=-1),
                               [(4, 10, 6)], "reduce"),
+    "cummax_rows": (lambda x: torch.cummax(x, dim=1)[0] * 2.0, [X2], "scan"),
+    "cummin_reversed": (lambda x: torch.cummin(x.flip(0), dim=0)[0].flip(0), [X2], "scan"),
     "einsum_batched_product": (lambda a, b: torch.einsum("bij,jk->bik", a, b),
                                [(3, 9, 7), (7, 5)], "gemm"),
     "einsum_attention_scores": (lambda q, k: torch.einsum("bhqd,bhkd->bhqk", q, k),
@@ -224,3 +226,9 @@ def test_a_permute_of_a_computed_value_is_refused_in_one_line():
     g = capture(Fn, [lambda x: torch.exp(x).transpose(0, 1) * 2], lambda: [torch.randn(8, 8)])
     with pytest.raises(UnsupportedError, match="permute of a computed value"):
         make_plan(g)
+
+
+def test_cummax_indices_are_refused_by_name():
+    with pytest.raises(UnsupportedError, match="cummax's indices"):
+        make_plan(capture(Fn, [lambda x: torch.cummax(x, dim=1)[1].float()],
+                          lambda: [torch.randn(*X2)]))

@@ -23,7 +23,7 @@ class ScanInfo:
     """out[o, l, i] = arg[o, 0, i] op ... op arg[o, l, i] (l in scan order; exclusive: up to
     l - 1, the identity at l = 0)."""
 
-    kind: str  # "sum" | "prod"
+    kind: str  # "sum" | "prod" | "max" | "min"
     dim: int
     reverse: bool
     exclusive: bool
@@ -34,11 +34,13 @@ class ScanInfo:
 
     @property
     def identity(self) -> str:
-        return "0.f" if self.kind == "sum" else "1.f"
+        return {"sum": "0.f", "prod": "1.f", "max": "(-CA_INF)", "min": "CA_INF"}[self.kind]
 
     def op(self, a: str, b: str) -> str:
-        """C expression combining an earlier prefix `a` with a later value `b`."""
-        return f"({a} + {b})" if self.kind == "sum" else f"({a} * {b})"
+        """C expression combining an earlier prefix `a` with a later value `b` (max and min
+        carry a NaN on, as torch's cummax does)."""
+        return {"sum": f"({a} + {b})", "prod": f"({a} * {b})", "max": f"ca_max({a}, {b})",
+                "min": f"ca_min({a}, {b})"}[self.kind]
 
 
 def make_scan_plan(graph: Graph) -> KernelPlan:

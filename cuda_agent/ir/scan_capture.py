@@ -1,7 +1,8 @@
-"""Capture of scans: aten cumsum / cumprod -> one ``scan`` node, with reverse and exclusive forms.
+"""Capture of scans: aten cumsum / cumprod / cummax / cummin -> one ``scan`` node, with reverse
+and exclusive forms (cummax's and cummin's indices are refused where used).
 
 A ``scan`` node has one argument (the scanned value, of the node's own shape) and attrs
-``kind`` ("sum" | "prod"), ``dim`` (normalized), ``reverse`` and ``exclusive``. torch has no
+``kind`` ("sum" | "prod" | "max" | "min"), ``dim`` (normalized), ``reverse`` and ``exclusive``. torch has no
 reverse or exclusive cumsum, so programs spell them with flips, slices and concatenations;
 these are recognized here while lowering:
 
@@ -23,8 +24,8 @@ import torch
 from ..errors import UnsupportedError
 from .graph import Graph
 
-SCAN_KINDS = {"cumsum": "sum", "cumprod": "prod"}
-IDENTITY = {"sum": 0.0, "prod": 1.0}
+SCAN_KINDS = {"cumsum": "sum", "cumprod": "prod", "cummax": "max", "cummin": "min"}
+IDENTITY = {"sum": 0.0, "prod": 1.0, "max": float("-inf"), "min": float("inf")}
 
 
 def _arg(args: list, kwargs: dict, i: int, name: str, default: Any = None) -> Any:
@@ -56,9 +57,15 @@ def _scan(name: str) -> Callable:
             # cancels against this one
             scan = lw.g.add("scan", (src.args[0],), shape, "float32", kind=kind, dim=d,
                             reverse=True, exclusive=False)
-            return lw.g.add("flip", (scan,), shape, "float32", dims=(d,))
-        return lw.g.add("scan", (x,), shape, "float32", kind=kind, dim=d, reverse=False,
-                        exclusive=False)
+            out = lw.g.add("flip", (scan,), shape, "float32", dims=(d,))
+        else:
+            out = lw.g.add("scan", (x,), shape, "float32", kind=kind, dim=d, reverse=False,
+                           exclusive=False)
+        if kind in ("max", "min"):  # aten's cummax/cummin return (values, indices)
+            from .capture import Refused
+
+            return out, Refused(f"unsupported: {name}'s indices (its values are supported)")
+        return out
     return handle
 
 
@@ -147,6 +154,7 @@ def _cat(lw, node, args, kwargs):  # noqa: ANN001
 
 SCAN_HANDLERS: dict[str, Callable] = {
     "cumsum": _scan("cumsum"), "cumprod": _scan("cumprod"),
+    "cummax": _scan("cummax"), "cummin": _scan("cummin"),
     "flip": _flip, "slice": _slice, "cat": _cat, "concat": _cat,
     "zeros_like": _fill(0.0, True), "ones_like": _fill(1.0, True),
     "zeros": _fill(0.0, False), "ones": _fill(1.0, False),
