@@ -1,15 +1,15 @@
 """Operators a user's program may hold that no suite here wrote, found refused or mis-planned by
 batches of KernelBench-style operators written for the purpose (`benchmarks/unseen_ops.py`,
 128 in all, 2026-12-06: 30 refused at the day's start, 12 after; results in
-`benchmarks/results/2026-12-06-unseen-ops-cpu*.json`):
-log-sigmoid, adaptive pooling, einsum, masked_fill, torch.where against zeros_like (a constant
-broadcast by an expand, which the planner took for a reduced value read across rows), a row
-value expanded before use, max's unused indices over a dim of size 1, a per-channel scale after
-group norm (computed in group norm's own shape), and an instance norm of unsqueezed rows added
-to a matrix (an input placed by the value it meets, the output squeezed), var_mean, `&` and
-`|` on masks, cummax and cummin (values), a transposed input read in place, and two matrix products (or two pools)
-meeting at an elementwise op (LLaMA's gate). Each is captured, planned, and its generated kernels (the default configuration and a few
-sampled ones, those the CPU emulator runs) agree with torch."""
+`benchmarks/results/2026-12-06-unseen-ops-cpu*.json`): log-sigmoid, adaptive pooling, einsum,
+masked_fill, var_mean, `&` and `|` on masks, cummax and cummin (values), torch.where against
+zeros_like (a constant broadcast by an expand, which the planner took for a reduced value read
+across rows), a row value expanded before use, max's unused indices over a dim of size 1, a
+per-channel scale after group norm (computed in group norm's own shape), an instance norm of
+unsqueezed rows added to a matrix (an input placed by the value it meets, the output
+squeezed), a transposed input read in place, and two matrix products (or two pools) meeting at
+an elementwise op (LLaMA's gate). Each is captured and planned, and its generated kernels (the
+default configuration and a few sampled ones, those the CPU emulator runs) agree with torch."""
 
 from __future__ import annotations
 
