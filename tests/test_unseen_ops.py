@@ -7,9 +7,10 @@ zeros_like (a constant broadcast by an expand, which the planner took for a redu
 across rows), a row value expanded before use, max's unused indices over a dim of size 1, a
 per-channel scale after group norm (computed in group norm's own shape), an instance norm of
 unsqueezed rows added to a matrix (an input placed by the value it meets, the output
-squeezed), a transposed input read in place, and two matrix products (or two pools) meeting at
-an elementwise op (LLaMA's gate). Each is captured and planned, and its generated kernels (the
-default configuration and a few sampled ones, those the CPU emulator runs) agree with torch."""
+squeezed), a transposed input read in place, two matrix products (or two pools) meeting at an
+elementwise op (LLaMA's gate), and einsum scores before a masked softmax. Each is captured and
+planned, and its generated kernels (the default configuration and a few sampled ones, those the
+CPU emulator runs) agree with torch."""
 
 from __future__ import annotations
 
@@ -182,7 +183,8 @@ class SwiGLU(torch.nn.Module):
         return F.silu(self.gate(x)) * self.up(x)
 
 
-def _emulate_program(model: torch.nn.Module, graph, x: torch.Tensor, samples: int = 3) -> None:
+def _emulate_program(model: torch.nn.Module, graph, xs: list[torch.Tensor],
+                     samples: int = 3) -> None:
     """Each stage's configurations the emulator runs, the other stages fixed, against torch."""
     from cuda_agent.space.program import StageSpace, stage_spaces
 
@@ -191,16 +193,31 @@ def _emulate_program(model: torch.nn.Module, graph, x: torch.Tensor, samples: in
     ok = [[c for c in sp.configs if _emulatable(sp, c)] for sp in spaces]
     assert all(ok)
     state = dict(model.named_parameters())
-    ins = [(x if graph.inputs[k].role == "input" else state[graph.inputs[k].target]
+    gins = graph.inputs
+    ins = [(xs[gins[k].arg_index] if gins[k].role == "input" else state[gins[k].target]
             ).detach().numpy() for k in plan.operands]
     with torch.no_grad():
-        want = model(x).numpy()
+        want = model(*xs).numpy()
     fixed = [cs[0] for cs in ok]
     for stage, cs in enumerate(ok):
         space = StageSpace.of(plan, stage, spaces, fixed)
         for cfg in random.Random(stage).sample(cs, min(samples, len(cs))):
             err = cpu_exec.max_rel_error(space.render(cfg), ins, want.reshape(plan.out_shape))
             assert err < 1e-4, (stage, cfg.short(), err)
+
+
+def test_einsum_scores_then_a_masked_softmax_are_two_stages():
+    """einsum's decomposition ends its product with reshapes of the flattened batch; the
+    product is taken over the batch dims themselves, so the softmax after it is a stage of its
+    own with nothing between (before: refused, a reshape after the product)."""
+    torch.manual_seed(0)
+    model = Fn(lambda q, k: torch.softmax((lambda s: s.masked_fill(s < -1.0, float("-inf")))(
+        torch.einsum("bhqd,bhkd->bhqk", q, k)), dim=-1))
+    shapes = [(2, 3, 6, 4), (2, 3, 5, 4)]
+    g = capture(Fn, [model.f], lambda: [torch.randn(*s) for s in shapes])
+    assert [st.plan.kind for st in make_plan(g).program.stages] == ["gemm", "reduce"]
+    if cpu_exec.available():
+        _emulate_program(model, g, [torch.randn(*s) for s in shapes])
 
 
 @pytest.mark.parametrize("which", ["products", "pools"])
@@ -219,7 +236,7 @@ def test_two_structured_ops_meeting_at_an_elementwise_op_are_two_stages(which):
                 lambda: [torch.randn(*shape)])
     assert [st.plan.kind for st in make_plan(g).program.stages] == kinds
     if cpu_exec.available():
-        _emulate_program(model, g, torch.randn(*shape))
+        _emulate_program(model, g, [torch.randn(*shape)])
 
 
 def test_a_permute_of_a_computed_value_is_refused_in_one_line():

@@ -827,7 +827,35 @@ def _einsum(lw: _Lowering, node, args, kwargs):
             lw.env[n.name] = lw.lower_call(n)
         elif n.op == "output":
             out = lw.val(n.args[0][0] if isinstance(n.args[0], (list, tuple)) else n.args[0])
-    return out
+    return _as_one_reshape(lw, out)
+
+
+def _as_one_reshape(lw: _Lowering, x: int) -> int:
+    """`x` as one reshape of the value below its chain of views and permutes, where the
+    permutes move only dims of size 1 (einsum's decomposition ends a product with
+    view -> permute -> view that keep its element order). Where that value is a product and
+    the reshape only splits its batch dim, the product is taken over the split batch dims
+    instead (its operands reshaped, read in place), so that an epilogue or a softmax after
+    it sees no reshape at all."""
+    base = x
+    while lw.g[base].op in ("view", "permute"):
+        n = lw.g[base]
+        if n.op == "permute":
+            src = lw.shape(n.args[0])
+            moved = [p for p in n.attr("perm") if src[p] != 1]
+            if moved != sorted(moved):
+                return x
+        base = n.args[0]
+    if base == x:
+        return x
+    shape, product = lw.shape(x), lw.g[base]
+    if product.op == "matmul" and shape[-2:] == product.shape[-2:]:
+        batch = shape[:-2]
+        lifted = [lw.view(v, batch + lw.shape(v)[-2:]) for v in product.args
+                  if math.prod(lw.shape(v)[:-2]) == math.prod(batch)]
+        if len(lifted) == 2:
+            return _matmul(lw, *lifted)
+    return lw.view(base, shape)
 
 
 def _broadcast_tensors(lw: _Lowering, node, args, kwargs):
