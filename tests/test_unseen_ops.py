@@ -220,6 +220,34 @@ def test_einsum_scores_then_a_masked_softmax_are_two_stages():
         _emulate_program(model, g, [torch.randn(*s) for s in shapes])
 
 
+class Projections(torch.nn.Module):
+    """A transformer block's attention: q, k, v each a linear layer viewed as (B, S, H, D) and
+    transposed to (B, H, S, D)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.q, self.k, self.v = (torch.nn.Linear(16, 16) for _ in range(3))
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        heads = [m(x).view(b, s, 2, 8).transpose(1, 2) for m in (self.q, self.k, self.v)]
+        return F.scaled_dot_product_attention(*heads)
+
+
+def test_projections_viewed_and_transposed_into_attention():
+    """Each projection's stage writes its product in its own layout; the attention stage reads
+    the buffers through the view and the transpose by strides (a stage cannot write its output
+    permuted: before, refused as a reshape after the product). Each stage's configurations the
+    emulator runs agree with torch."""
+    torch.manual_seed(0)
+    model = Projections()
+    g = capture(Projections, [], lambda: [torch.randn(2, 6, 16)])
+    assert [st.plan.kind for st in make_plan(g).program.stages] == \
+        ["gemm", "gemm", "gemm", "attention"]
+    if cpu_exec.available():
+        _emulate_program(model, g, [torch.randn(2, 6, 16)], samples=2)
+
+
 @pytest.mark.parametrize("which", ["products", "pools"])
 def test_two_structured_ops_meeting_at_an_elementwise_op_are_two_stages(which):
     """The first op's result is cut into a buffer; the second's stage reads it in its

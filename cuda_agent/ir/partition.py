@@ -88,6 +88,8 @@ def cut_values(graph: Graph, cut_kept: bool = True) -> list[int]:
     live = graph.live()
     kept = set(graph.kept_values()) if cut_kept else set()
     cuts: list[int] = []
+    # views and permutes over a cut value: recomputed where used (free), not stage barriers
+    through: set[int] = set()
     # barriers[n]: the structured ops and reduction signatures n depends on within its stage
     barriers: dict[int, frozenset] = {}
     for n in live:
@@ -98,7 +100,7 @@ def cut_values(graph: Graph, cut_kept: bool = True) -> list[int]:
             if a in kept and a not in cuts:
                 cuts.append(a)  # a value the state update reads: in memory, wherever used
             up = barriers.get(a, frozenset())
-            if not up or a in cuts:
+            if not up or a in cuts or a in through:
                 continue
             if n.op in structured:
                 need = True
@@ -108,10 +110,13 @@ def cut_values(graph: Graph, cut_kept: bool = True) -> list[int]:
             else:
                 need = False
             if need:
-                cuts.append(a)
+                base, chain = _natural_layout(graph, a)
+                through.update(chain)
+                if base not in cuts:
+                    cuts.append(base)
         # two structured ops meeting at one node (silu(x @ Wg) * (x @ Wu)): the operands
         # after all but the last op are cut, and its stage reads them as inputs
-        meeting = [a for a in n.args if a not in cuts and any(
+        meeting = [a for a in n.args if a not in cuts and a not in through and any(
             b[0] == "structured" for b in barriers.get(a, frozenset()))]
         if len({b for a in meeting for b in barriers[a] if b[0] == "structured"}) > 1:
             last = max(meeting, key=lambda a: max(b[2] for b in barriers[a]
@@ -119,7 +124,7 @@ def cut_values(graph: Graph, cut_kept: bool = True) -> list[int]:
             cuts += [a for a in meeting if a != last and a not in cuts]
         own: set = set()
         for a in n.args:
-            if a not in cuts:
+            if a not in cuts and a not in through:
                 own |= barriers.get(a, frozenset())
         if n.op in structured:
             own.add(("structured", n.op, n.id))
@@ -127,6 +132,21 @@ def cut_values(graph: Graph, cut_kept: bool = True) -> list[int]:
             own.add(("reduce", _signature(graph, n)))
         barriers[n.id] = frozenset(own)
     return sorted(cuts)
+
+
+def _natural_layout(graph: Graph, nid: int) -> tuple[int, list[int]]:
+    """The value to keep in memory for `nid`, cut before a stage that needs it: `nid` itself,
+    or, where `nid` is a chain of views and permutes with a permute in it over a computed
+    value (attention's q = linear(x).view(B, S, H, D).transpose(1, 2)), the value below the
+    chain, in its own layout, with the chain's nodes (the consumer reads the buffer through
+    them by strides; a stage cannot write its output permuted)."""
+    chain, base = [], nid
+    while graph[base].op in ("view", "permute"):
+        chain.append(base)
+        base = graph[base].args[0]
+    if any(graph[c].op == "permute" for c in chain) and graph[base].op not in ("input", "const"):
+        return base, chain
+    return nid, []
 
 
 def partition(graph: Graph, sides: bool = True) -> Program | None:
