@@ -189,6 +189,8 @@ PIECES = {
  "bias_gelu_residual_layernorm": (mk(lambda s: (setattr(s,'l',nn.Linear(32,32)), setattr(s,'ln',nn.LayerNorm(32))), lambda s,x: s.ln(F.gelu(s.l(x))+x)), r(8,32)),
  "attention_manual_masked": (mk(no, lambda s,q,k,v: torch.softmax((q@k.transpose(-2,-1))/4.0 + torch.triu(torch.full((16,16), float('-inf')),1), dim=-1)@v), lambda: [torch.randn(2,4,16,16) for _ in range(3)]),
  "einsum_scores_masked_softmax": (mk(no, lambda s,q,k: torch.softmax((lambda t: t.masked_fill(t < -3.0, float('-inf')))(torch.einsum("bhqd,bhkd->bhqk", q, k)), dim=-1)), lambda: [torch.randn(2,4,64,32), torch.randn(2,4,64,32)]),
+ "attention_projections": (mk(lambda s: [setattr(s, n, nn.Linear(64, 64)) for n in "qkv"], lambda s,x: F.scaled_dot_product_attention(*[getattr(s, n)(x).view(2,32,4,16).transpose(1,2) for n in "qkv"])), r(2,32,64)),
+ "attention_with_output_projection": (mk(lambda s: [setattr(s, n, nn.Linear(64, 64)) for n in "qkvo"], lambda s,x: s.o(F.scaled_dot_product_attention(*[getattr(s, n)(x).view(2,32,4,16).transpose(1,2) for n in "qkv"]).transpose(1,2).reshape(2,32,64))), r(2,32,64)),
  "silu_mul_down": (mk(lambda s: (setattr(s,'g',nn.Linear(32,64,bias=False)), setattr(s,'u',nn.Linear(32,64,bias=False))), lambda s,x: F.silu(s.g(x))*s.u(x)), r(8,32)),
 }
 

@@ -1,6 +1,6 @@
 """Operators a user's program may hold that no suite here wrote, found refused or mis-planned by
 batches of KernelBench-style operators written for the purpose (`benchmarks/unseen_ops.py`,
-129 in all, 2026-12-06: 31 refused at the day's start, 12 after; results in
+131 in all, 2026-12-06: 33 refused at the day's start, 13 after; results in
 `benchmarks/results/2026-12-06-unseen-ops-cpu*.json`): log-sigmoid, adaptive pooling, einsum,
 masked_fill, var_mean, `&` and `|` on masks, cummax and cummin (values), torch.where against
 zeros_like (a constant broadcast by an expand, which the planner took for a reduced value read
