@@ -8,9 +8,10 @@ across rows), a row value expanded before use, max's unused indices over a dim o
 per-channel scale after group norm (computed in group norm's own shape), an instance norm of
 unsqueezed rows added to a matrix (an input placed by the value it meets, the output
 squeezed), a transposed input read in place, two matrix products (or two pools) meeting at an
-elementwise op (LLaMA's gate), and einsum scores before a masked softmax. Each is captured and
-planned, and its generated kernels (the default configuration and a few sampled ones, those the
-CPU emulator runs) agree with torch."""
+elementwise op (LLaMA's gate), einsum scores before a masked softmax, and attention over
+projections viewed and transposed into heads. Each is captured and planned, and its generated
+kernels (the default configuration and a few sampled ones, those the CPU emulator runs) agree
+with torch."""
 
 from __future__ import annotations
 
