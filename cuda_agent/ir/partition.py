@@ -90,6 +90,13 @@ def cut_values(graph: Graph, cut_kept: bool = True) -> list[int]:
     cuts: list[int] = []
     # views and permutes over a cut value: recomputed where used (free), not stage barriers
     through: set[int] = set()
+
+    def cut(a: int) -> None:
+        base, chain = _natural_layout(graph, a)
+        through.update(chain)
+        if base not in cuts:
+            cuts.append(base)
+
     # barriers[n]: the structured ops and reduction signatures n depends on within its stage
     barriers: dict[int, frozenset] = {}
     for n in live:
@@ -110,10 +117,7 @@ def cut_values(graph: Graph, cut_kept: bool = True) -> list[int]:
             else:
                 need = False
             if need:
-                base, chain = _natural_layout(graph, a)
-                through.update(chain)
-                if base not in cuts:
-                    cuts.append(base)
+                cut(a)
         # two structured ops meeting at one node (silu(x @ Wg) * (x @ Wu)): the operands
         # after all but the last op are cut, and its stage reads them as inputs
         meeting = [a for a in n.args if a not in cuts and a not in through and any(
@@ -121,7 +125,9 @@ def cut_values(graph: Graph, cut_kept: bool = True) -> list[int]:
         if len({b for a in meeting for b in barriers[a] if b[0] == "structured"}) > 1:
             last = max(meeting, key=lambda a: max(b[2] for b in barriers[a]
                                                    if b[0] == "structured"))
-            cuts += [a for a in meeting if a != last and a not in cuts]
+            for a in meeting:
+                if a != last:
+                    cut(a)
         own: set = set()
         for a in n.args:
             if a not in cuts and a not in through:

@@ -2,9 +2,9 @@
 and exclusive forms (cummax's and cummin's indices are refused where used).
 
 A ``scan`` node has one argument (the scanned value, of the node's own shape) and attrs
-``kind`` ("sum" | "prod" | "max" | "min"), ``dim`` (normalized), ``reverse`` and ``exclusive``. torch has no
-reverse or exclusive cumsum, so programs spell them with flips, slices and concatenations;
-these are recognized here while lowering:
+``kind`` ("sum" | "prod" | "max" | "min"), ``dim`` (normalized), ``reverse`` and
+``exclusive``. torch has no reverse or exclusive cumsum, so programs spell them with flips,
+slices and concatenations; these are recognized here while lowering:
 
 * reverse:   flip(cumsum(flip(x, d), d), d). A cumsum of a flip becomes flip(reverse scan),
   and two flips over the same dims cancel, so the outer flip leaves the reverse scan;
