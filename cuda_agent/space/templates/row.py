@@ -423,14 +423,13 @@ class RowTemplate(Template):
             emit_new_row_values(c, plan, row_bound, done, fast)
         if totals:
             totals.add_row(c, row_bound, fast, "active && lane == 0")
-        # the row's one writer: its first lane (of the cluster's first block)
-        writer = "if (active && lane == 0" + (" && ca_rank == 0)" if CL > 1 else ")")
-        if not totals and plan.output_is_row:
-            c.open(writer)
-            c(f"out[o] = {row_bound[plan.output]};")
-            c.close()
-        if plan.graph.sides:  # a program stage's per-row values besides its output
-            c.open(writer)
+        # the row's one writer (its first lane, of the cluster's first block) stores its row
+        # output and a program stage's per-row side outputs, as the chan template does
+        row_out = not totals and plan.output_is_row
+        if row_out or plan.graph.sides:
+            c.open("if (active && lane == 0" + (" && ca_rank == 0)" if CL > 1 else ")"))
+            if row_out:
+                c(f"out[o] = {row_bound[plan.output]};")
             c(*side_stores(plan, row_bound))
             c.close()
         if cache == "async":
