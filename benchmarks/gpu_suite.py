@@ -406,7 +406,8 @@ def run_library(out: Path, problems: list[Path], deadline: float) -> None:
                 log(f"deadline: library configurations of {p.name} and later not measured")
                 break
             t0 = time.time()
-            tuner = Tuner(load_problem(p), TuneSettings(device="cuda"), device=device)
+            tuner = Tuner(load_problem(p), TuneSettings(device="cuda", strategy="random"),
+                          device=device)
             try:
                 lib = [c for c in tuner.space.configs
                        if tuner.space.template_of(c).name == "lib"]

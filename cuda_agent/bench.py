@@ -24,22 +24,22 @@ from typing import Any, Callable
 
 from . import metrics
 from .errors import SettingsError
+from .flags import check_bench
 from .problem import load_problem
 from .run.baselines import headline_ms, matched_ms, read_record
 from .run.devices import Device
 from .run.replay import ReplayDevice, find_sweep, read_sweep
 from .run.sim_folds import FoldConstants
+from .search import BENCH_ABLATIONS, BENCH_DEFAULT, KERNEL_TUNER, KERNEL_TUNER_WARM
 from .search.base import is_agents
 from .space.program import STAGE_PATIENCE
 from .store import Store
-from .tuner import Tuner, TuneSettings, check_precision, check_tolerance
+from .tuner import Tuner, TuneSettings
 
-OURS = ("random", "genetic", "optuna", "marl")
-KT_STRATEGIES = ("genetic_algorithm", "bayes_opt", "simulated_annealing", "random_sample")
-KERNEL_TUNER = tuple(f"kt:{s}" for s in KT_STRATEGIES)
-WARM = ("optuna_warm",) + tuple(f"kt_warm:{s}" for s in KT_STRATEGIES)
+# the names are the search registry's (`search/__init__.py`: the one list)
+WARM = ("optuna_warm",) + KERNEL_TUNER_WARM
 """the classic peers warm-started with the analytic model's top picks (the second column)"""
-DEFAULT_STRATEGIES = OURS + ("prior",) + KERNEL_TUNER + WARM
+DEFAULT_STRATEGIES = BENCH_DEFAULT
 
 
 def is_kernel_tuner(strategy: str) -> bool:
@@ -67,7 +67,7 @@ def start_of(strategy: str) -> str:
     if strategy in WARM:
         return "warm: the model's top picks first"
     return "cold"
-ABLATIONS = ("marl_noprior", "marl_untrained", "marl_single")
+ABLATIONS = BENCH_ABLATIONS
 """strategies run only when named: the agents without the analytic model's prior, with a
 fresh policy, and the single-agent ablation (its checkpoints: `BenchSettings.single_policy`)"""
 
@@ -216,20 +216,15 @@ def provenance() -> dict[str, Any]:
             "python": platform.python_version()}
 
 
-def check_settings(settings: BenchSettings) -> None:
-    known = DEFAULT_STRATEGIES + ABLATIONS
-    unknown = [s for s in settings.strategies if s not in known]
-    if unknown:
-        raise SettingsError(f"unknown strategies {unknown}; choose from {', '.join(known)}")
-    if settings.budget < 1 or settings.seeds < 1:
-        raise SettingsError("--budget and --seeds must be at least 1")
-    if "marl_single" in settings.strategies and not settings.single_policy:
-        raise SettingsError("strategy marl_single needs --single-policy (a single-agent "
-                            "checkpoint, e.g. from `cuda-agent train --agents single`)")
-    if settings.parallel < 1:
-        raise SettingsError(f"--parallel must be at least 1, not {settings.parallel}")
-    check_precision(settings.precision)
-    check_tolerance(settings.tolerance)
+def check_settings(settings: BenchSettings, device: str | None = None) -> None:
+    """A one-line `SettingsError` for the first setting out of range (`flags.check_bench`)."""
+    s = settings
+    check_bench(suite=s.suite, device=device, strategies=s.strategies, budget=s.budget,
+                seeds=s.seeds, parallel=s.parallel, policy=s.policy,
+                single_policy=s.single_policy, sim_constants=s.sim_constants,
+                precision=s.precision, tolerance=s.tolerance,
+                problem_seconds=s.problem_seconds, stage_patience=s.stage_patience,
+                replay_root=s.replay_root)
 
 
 def problem_files(suite: str) -> list[Path]:
@@ -309,6 +304,8 @@ def _order_ask_tell(path: Path, strategy: str, device: Device, budget: int, seed
         res = tuner.run()
     finally:
         tuner.close()
+    if res.interrupted:  # the tuner keeps a search Ctrl-C ended; a comparison stops there
+        raise KeyboardInterrupt
     return [t.measurement.time_ms if t.measurement.ok else None for t in res.trials]
 
 
@@ -348,26 +345,47 @@ def _order_kernel_tuner(records: list[dict[str, Any]], strategy: str, budget: in
     return [r["time_ms"] if r.get("ok") else None for _, r in order], error
 
 
+def jobs_of(settings: BenchSettings) -> list[tuple[str, int]]:
+    """Each problem's strategy runs, (strategy, seed), in order: the agents only with a trained
+    policy (without one they are not cuda-agent's offer). A progress bar's total is this many
+    per problem."""
+    return [(st, k) for st in settings.strategies for k in range(settings.seeds)
+            if not is_agents(st) or settings.policy]
+
+
 def run_bench(settings: BenchSettings,
-              progress: Callable[[str, str, int], None] | None = None) -> BenchResult:
-    check_settings(settings)
-    check_precision(settings.precision, "replay")
-    check_tolerance(settings.tolerance, "replay")
+              progress: Callable[[str, str, int], None] | None = None,
+              skipped: Callable[[str, int], None] | None = None,
+              on_problem: Callable[[BenchResult], None] | None = None) -> BenchResult:
+    """Every strategy of `settings` on every problem of the suite with a recorded sweep, on
+    replay. `progress(problem, strategy, seed)` follows each run, `skipped(problem, runs)`
+    the runs of a problem not compared; `on_problem` sees the result after each problem (the
+    CLI keeps it on disk, so Ctrl-C keeps what is finished)."""
+    check_settings(settings, "replay")
     root = Path(settings.replay_root) if settings.replay_root else None
     device = ReplayDevice(root)
     result = BenchResult(settings, date=time.strftime("%Y-%m-%d"), provenance=provenance())
     policies, single = Policies(settings.policy), Policies(settings.single_policy)
     folds = FoldConstants(settings.sim_constants)
     result.trained_on = policies.trained_on()
+    jobs = jobs_of(settings)
+
+    def skip(name: str, why: str | None) -> None:
+        if why:
+            result.skipped[name] = why
+        if skipped:
+            skipped(name, len(jobs))
+
     for path in problem_files(settings.suite):
         problem = load_problem(path)
         try:
             sweep = read_sweep(find_sweep(problem, root))
         except Exception:  # noqa: BLE001 - a problem without a recorded sweep is skipped
-            result.skipped[problem.name] = "no recorded sweep"
+            skip(problem.name, "no recorded sweep")
             continue
         ok = [r["time_ms"] for r in sweep["records"] if r.get("ok") and r.get("time_ms")]
         if not ok:
+            skip(problem.name, None)
             continue
         from .ir.partition import ProgramPlan
         from .ir.plan import make_plan
@@ -375,9 +393,9 @@ def run_bench(settings: BenchSettings,
         plan = make_plan(problem.graph())
         if isinstance(plan, ProgramPlan):
             # a multi-kernel program's sweep is stage by stage: not replayable
-            result.skipped[problem.name] = "a multi-kernel program (sweeps are stage by stage)"
+            skip(problem.name, "a multi-kernel program (sweeps are stage by stage)")
             continue
-        result.problems[problem.name] = {
+        facts: dict[str, Any] = {
             "family": plan.family, "best_ms": min(ok), "recorded": len(sweep["records"]),
             # at PyTorch's defaults and matched (a sweep recorded before the defaults were
             # timed has matched figures only: `read_record`)
@@ -385,31 +403,33 @@ def run_bench(settings: BenchSettings,
             "bytes": plan.bytes_moved(), "copy_bw": sweep.get("copy_bw"),
             "gpu": sweep.get("gpu"), "simulated": bool(sweep.get("simulated"))}
         if policies:  # which checkpoint the agents used (several: cross-fitted)
-            result.problems[problem.name]["policy"] = Path(policies.pick(problem.name)).name
+            facts["policy"] = Path(policies.pick(problem.name)).name
         constants = folds.pick(problem.name)
         if folds:  # the model's constants: a fold's fitted without this problem, or shipped
-            result.problems[problem.name]["sim_constants"] = (
+            facts["sim_constants"] = (
                 Path(constants).name if constants else "shipped (no fold left it out)")
         warm: list[dict[str, Any]] | None = None
-        for strategy in settings.strategies:
-            if is_agents(strategy) and not policies:
-                continue  # the agents without a trained policy are not cuda-agent's offer
-            for seed in range(settings.seeds):
-                t0, error = time.perf_counter(), None
-                if is_kernel_tuner(strategy):
-                    if strategy.startswith("kt_warm:") and warm is None:
-                        warm = warm_records(path, device, sweep["records"], constants)
-                    times, error = _order_kernel_tuner(
-                        sweep["records"], strategy, settings.budget, seed,
-                        warm if strategy.startswith("kt_warm:") else None)
-                else:
-                    times = _order_ask_tell(path, strategy, device, settings.budget, seed,
-                                            policies.for_strategy(strategy, problem.name,
-                                                                  single), constants)
-                result.runs.append(Run(problem.name, strategy, seed, times,
-                                       time.perf_counter() - t0, error=error))
-                if progress:
-                    progress(problem.name, strategy, seed)
+        runs: list[Run] = []  # kept once all are done: a whole problem or none of it
+        for strategy, seed in jobs:
+            t0, error = time.perf_counter(), None
+            if is_kernel_tuner(strategy):
+                if strategy.startswith("kt_warm:") and warm is None:
+                    warm = warm_records(path, device, sweep["records"], constants)
+                times, error = _order_kernel_tuner(
+                    sweep["records"], strategy, settings.budget, seed,
+                    warm if strategy.startswith("kt_warm:") else None)
+            else:
+                times = _order_ask_tell(path, strategy, device, settings.budget, seed,
+                                        policies.for_strategy(strategy, problem.name,
+                                                              single), constants)
+            runs.append(Run(problem.name, strategy, seed, times, time.perf_counter() - t0,
+                            error=error))
+            if progress:
+                progress(problem.name, strategy, seed)
+        result.problems[problem.name] = facts
+        result.runs += runs
+        if on_problem:
+            on_problem(result)
     if not result.problems:
         raise SettingsError(f"no recorded sweeps for the problems of {settings.suite}")
     return result

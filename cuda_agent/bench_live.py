@@ -40,8 +40,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .bench import (KERNEL_TUNER, BenchResult, BenchSettings, Policies, Run, check_settings,
-                    is_kernel_tuner,
-                    problem_files, provenance, strategy_settings)
+                    is_kernel_tuner, jobs_of, problem_files, provenance, strategy_settings)
 from .build.builder import Builder
 from .errors import (CudaAgentError, DeviceError, ProblemError, SettingsError,
                      UnsupportedError, first_line)
@@ -52,7 +51,6 @@ from .run.baselines import Baselines, with_matched
 from .run.devices import Device, cudnn_baselines
 from .run.replay import find_sweep, read_sweep
 from .run.sim_folds import FoldConstants
-from .search.base import is_agents
 from .space.program import StagePlateau, StageSpace, stage_share
 from .space.slots import Config
 from .store import TRANSIENT_KINDS, Store
@@ -155,6 +153,8 @@ class _ProblemBench:
             tuner = self._tuner(strategy, seed)
             try:
                 res = tuner.run()
+                if res.interrupted:  # the tuner keeps a search Ctrl-C ended; a bench stops
+                    raise KeyboardInterrupt
                 trials, timing = res.trials, res.timing
             except DeviceError:
                 raise  # the device is gone: no strategy can go on
@@ -348,13 +348,16 @@ def _run_strategies(bench: _ProblemBench, jobs: list[tuple[str, int]], started: 
 def run_live_bench(settings: BenchSettings, device_name: str,
                    progress: Callable[[str, str, int], None] | None = None,
                    notify: Callable[[str], None] = lambda s: None,
-                   on_problem: Callable[[BenchResult], None] | None = None) -> BenchResult:
+                   on_problem: Callable[[BenchResult], None] | None = None,
+                   skipped: Callable[[str, int], None] | None = None) -> BenchResult:
     """Every strategy of `settings` on every problem of the suite, measured on
-    `device_name` (cuda or sim) in this run. `on_problem` sees the result after each problem
-    (the CLI keeps it on disk, so a run stopped from outside keeps what it finished)."""
+    `device_name` (cuda or sim) in this run. `progress(problem, strategy, seed)` follows each
+    strategy run, `skipped(problem, runs)` the runs of a problem that will not be made;
+    `on_problem` sees the result after each problem (the CLI keeps it on disk, so a run
+    stopped from outside, or by Ctrl-C, keeps what it finished)."""
     if device_name not in ("cuda", "sim"):
         raise SettingsError(f"live bench runs on cuda or sim, not {device_name!r}")
-    check_settings(settings)
+    check_settings(settings, device_name)
     files = problem_files(settings.suite)
     if any(is_kernel_tuner(s) for s in settings.strategies):
         try:
@@ -371,6 +374,7 @@ def run_live_bench(settings: BenchSettings, device_name: str,
                                                     precision=settings.precision,
                                                     tolerance=settings.tolerance), notify)
     builder = Builder("nvrtc", None)
+    jobs = jobs_of(settings)
     try:
         for path in files:
             try:
@@ -380,6 +384,8 @@ def run_live_bench(settings: BenchSettings, device_name: str,
                 # one bad file in a suite is reported, not the end of an hours-long run
                 result.skipped[path.stem] = first_line(exc)
                 notify(f"{path.name}: not compared ({first_line(exc)})")
+                if skipped:
+                    skipped(path.stem, len(jobs))
                 continue
             # where a problem's wall time goes (a live bench of a whole suite takes hours);
             # the device is set up for the problem as its first tuner is made
@@ -394,6 +400,8 @@ def run_live_bench(settings: BenchSettings, device_name: str,
                 # set-up ended a live bench of 12 problems on the H100, 2026-12-06
                 result.skipped[problem.name] = first_line(exc)
                 notify(f"{problem.name}: not compared ({first_line(exc)})")
+                if skipped:
+                    skipped(problem.name, len(jobs))
                 if on_problem:
                     on_problem(result)
                 continue
@@ -407,10 +415,9 @@ def run_live_bench(settings: BenchSettings, device_name: str,
                 sweep_best = _timed(phase_s, "recorded_best", bench.sweep_reference)
                 notify(f"{problem.name}: " + ", ".join(f"{k} {v:.1f} s"
                                                         for k, v in phase_s.items()))
-                jobs = [(st, k) for st in settings.strategies for k in range(settings.seeds)
-                        # the agents without a trained policy are not cuda-agent's offer
-                        if not is_agents(st) or policies]
                 done, late = _run_strategies(bench, jobs, started, notify, progress)
+                if skipped and len(done) < len(jobs):  # given up: the rest are not made
+                    skipped(problem.name, len(jobs) - len(done))
                 runs = bench.finish(done)
                 if late or not bench.ok_times:
                     result.skipped[bench.problem.name] = late or "no configuration verified"

@@ -12,18 +12,19 @@ import platform
 import shutil
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 import typer
 from rich.console import Console
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                           TimeElapsedColumn)
+                           TimeElapsedColumn, TimeRemainingColumn)
 from rich.table import Table
 
-from . import __version__
-from .errors import CudaAgentError
-from .search import strategy_names
+from . import __version__, flags, interrupt
+from .errors import CudaAgentError, SettingsError
+from .search import BENCH_DEFAULT, bench_strategy_names, strategy_names
 from .limits import BASELINE_TIMEOUT_S, COMPILE_TIMEOUT_S, TIME_LIMIT_S
 from .outputs import check_out_dir
 from .space.program import STAGE_PATIENCE
@@ -43,6 +44,9 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                        "measuring candidates on the GPU.")
 console = Console()
 err_console = Console(stderr=True)
+
+AGENTS = ("multi", "single")
+"""--agents: the four agents, or one over every slot (the ablation)"""
 
 INTERRUPTED = 130
 """exit status after Ctrl-C (128 + SIGINT), as a shell reports it"""
@@ -77,9 +81,11 @@ def _fmt_x(v: Optional[float]) -> str:
 
 
 def _progress() -> Progress:
+    """A bar with its total, the time spent and the time left (estimated from the pace so
+    far: bench's runs and train's iterations are alike enough for it to mean something)."""
     return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TextColumn("{task.fields[status]}"), TimeElapsedColumn(), console=console,
-                    transient=False)
+                    TextColumn("{task.fields[status]}"), TimeElapsedColumn(),
+                    TextColumn("eta"), TimeRemainingColumn(), console=console, transient=False)
 
 
 def run_tune(problem_path: Path, settings_kw: dict, out: Optional[Path]):
@@ -104,11 +110,13 @@ def run_tune(problem_path: Path, settings_kw: dict, out: Optional[Path]):
         tuner.close()
 
 
-def _seconds(value: float, flag: str) -> Optional[float]:
-    """A positive number of seconds; 0 means no limit."""
-    if value < 0:
-        fail(f"{flag} must be 0 (no limit) or a positive number of seconds, not {value:g}")
-    return value or None
+@contextmanager
+def _flag_errors() -> Iterator[None]:
+    """A command's flag checks (`flags.py`): the first bad flag is one line and exit 2."""
+    try:
+        yield
+    except CudaAgentError as exc:
+        fail(str(exc), exc.exit_code)
 
 
 def _bar_callback(bar: Progress, tuner, budget: int):  # noqa: ANN001, ANN202
@@ -197,9 +205,9 @@ def tune(
     device: Optional[str] = typer.Option(None, help="cuda | sim | replay (default: cuda when a "
                                          "GPU is present, else sim)"),
     strategy: Optional[str] = typer.Option(
-        None, help="search strategy: default | " + " | ".join(strategy_names()) + " (default: "
-        "'default', the best on the measured evidence (BENCHMARKS.md); marl, the learning "
-        "agents, with --policy)"),
+        None, help="search strategy: " + " | ".join(strategy_names()) + " (default: 'default', "
+        "the best on the measured evidence (BENCHMARKS.md): the learning agents with the policy "
+        "the package ships; with --policy: marl, your trained agents)"),
     budget: int = typer.Option(64, help="configurations to measure"),
     out: Optional[Path] = typer.Option(None, help="output directory (default runs/<problem>)"),
     batch: int = typer.Option(16, help="configurations built and measured together"),
@@ -237,20 +245,26 @@ def tune(
     Ctrl-C stops the search and writes the best kernel verified so far (exit 130)."""
     from .search.base import is_agents
 
-    if stage_patience < 0:
-        fail(f"--stage-patience must be 0 or more, not {stage_patience}")
-    if not baseline_timeout > 0:
-        fail(f"--baseline-timeout must be a positive number of seconds, not {baseline_timeout:g}")
-    limits = dict(time_limit_s=_seconds(time_limit, "--time-limit"),
-                  compile_timeout_s=_seconds(compile_timeout, "--compile-timeout"),
-                  baseline_timeout_s=baseline_timeout)
     strategy = strategy or ("marl" if policy is not None else "default")
-    if policy is not None and not is_agents(strategy):
-        fail(f"--policy is a checkpoint of the agents; --strategy {strategy} does not take one")
     out = out or Path("runs") / problem.stem
-    try:
+    with _flag_errors():  # every flag, before the problem is loaded or anything is printed
+        limits = dict(time_limit_s=flags.seconds_or_none("--time-limit", time_limit),
+                      compile_timeout_s=flags.seconds_or_none("--compile-timeout",
+                                                              compile_timeout),
+                      baseline_timeout_s=baseline_timeout)
+        flags.check_tune(device=device, strategy=strategy, budget=budget, batch=batch,
+                         precision=precision, tolerance=tolerance, **limits)
+        flags.at_least("--stage-patience", stage_patience, 0)
+        flags.at_least("--patience", patience, 1)
+        flags.one_of("--agents", agents, AGENTS)
+        flags.existing_file("--policy", policy)
+        if policy is not None and not is_agents(strategy):
+            raise SettingsError(f"--policy is a checkpoint of the agents; --strategy {strategy} "
+                                "does not take one")
+        flags.existing_dir("--replay-root", replay_root)
         # before the search, not after it: a path that cannot be written fails in a second
         check_out_dir(out)
+    try:
         options: dict = {}
         if is_agents(strategy):
             options = {"policy": str(policy) if policy else None, "agents": agents,
@@ -284,14 +298,16 @@ def tune(
     if result.stopped in ("interrupted", "time_limit"):
         why = "interrupted" if result.interrupted else \
             f"time limit ({result.settings.time_limit_s:g} s) reached"
+        # Ctrl-C's one line goes to stderr, as bench's and train's do
+        say = err_console if result.interrupted else console
         if result.best is None:
-            console.print(f"{why} after {len(result.trials)} measured candidates, none "
-                          f"passed yet: wrote {out}/report.json only", highlight=False)
+            say.print(f"{why} after {len(result.trials)} measured candidates, none passed yet: "
+                      f"wrote {out}/report.json only", highlight=False, soft_wrap=True)
         else:
-            console.print(f"{why} after {len(result.trials)} measured candidates: kept the best "
-                          f"so far ({_fmt_ms(result.best.measurement.time_ms, result.simulated)}"
-                          f"); wrote {out}/model_new.py, kernel.cu, report.json{sim}",
-                          highlight=False)
+            say.print(f"{why} after {len(result.trials)} measured candidates: kept the best so "
+                      f"far ({_fmt_ms(result.best.measurement.time_ms, result.simulated)}); "
+                      f"wrote {out}/model_new.py, kernel.cu, report.json{sim}",
+                      highlight=False, soft_wrap=True)
         if result.interrupted:
             raise typer.Exit(INTERRUPTED)
         if result.best is not None:
@@ -312,16 +328,21 @@ def sweep(
     store: Optional[str] = typer.Option(None),
 ) -> None:
     """Measure a whole space (or a stated sample) and record it for the replay device."""
+    files: list[Path] = []
+    with _flag_errors():  # every flag, before a device is opened or anything is printed
+        for p in problems:
+            flags.existing_path("", p)
+            files.extend(sorted(p.glob("*.py")) if p.is_dir() else [p])
+        if device == "replay":
+            raise SettingsError("--device replay: sweep needs a measuring device; choose from "
+                                "cuda, sim")
+        flags.check_device(device, ("cuda", "sim"))
+        if sample is not None:
+            flags.at_least("--sample", sample, 1)
+        check_out_dir(out_root)
     from .sweep import sweep_problem
     from .tuner import TuneSettings, open_device
 
-    files: list[Path] = []
-    for p in problems:
-        if not p.exists():
-            fail(f"{p}: no such file or directory")
-        files.extend(sorted(p.glob("*.py")) if p.is_dir() else [p])
-    if device == "replay":
-        fail("sweep needs a measuring device (cuda or sim), not replay")
     try:
         shared = open_device(device, TuneSettings(device=device),
                              lambda s: console.print(f"[yellow]{s}[/]"))
@@ -378,51 +399,80 @@ def train(
         None, help="seconds: no update is started that the last one's duration says would end "
         "past it; the checkpoint is saved and --resume continues the run"),
 ) -> None:
-    """Train the agents across a suite of operators (multi-agent PPO)."""
+    """Train the agents across a suite of operators (multi-agent PPO).
+
+    Ctrl-C stops the run at once: the checkpoint of the last finished iteration is kept and
+    --resume continues from it (exit 130); a second Ctrl-C aborts."""
+    with _flag_errors():  # every flag, before the suite is loaded or anything is printed
+        flags.check_suite(str(suite))
+        flags.check_device(device)
+        flags.existing_dir("--replay-root", replay_root)
+        flags.one_of("--agents", agents, AGENTS)
+        for name, value in (("iterations", iterations), ("episodes", episodes),
+                            ("steps", steps), ("batch", batch), ("samplers", samplers)):
+            flags.at_least(f"--{name}", value, 1)
+        flags.at_least("--operators-per-iteration", operators_per_iteration, 0)
+        flags.at_least("--aux-weight", aux_weight, 0)
+        flags.one_of("--explore", explore, ("targeted", "none"))
+        flags.at_least("--prior-weight", prior_weight, 0)
+        flags.positive("--time-limit", time_limit)
+        check_out_dir(out)
     from .agents.reward import RewardSettings
     from .agents.train import TrainSettings, Trainer, write_curves
 
-    if explore not in ("targeted", "none"):
-        fail("--explore must be targeted or none")
-    for name, value in (("iterations", iterations), ("episodes", episodes), ("steps", steps),
-                        ("batch", batch), ("samplers", samplers)):
-        if value < 1:
-            fail(f"--{name} must be at least 1")
-    if prior_weight < 0:
-        fail(f"--prior-weight must be at least 0, got {prior_weight}")
-    if time_limit is not None and time_limit <= 0:
-        fail(f"--time-limit must be positive, got {time_limit}")
     deadline = time.time() + time_limit if time_limit else None
     settings = TrainSettings(
         suite=str(suite), device=device, replay_root=str(replay_root) if replay_root else None,
         agents=agents, iterations=iterations, episodes=episodes, steps=steps, batch=batch,
         holdout=tuple(h for h in holdout.split(",") if h), explore=explore, out=str(out),
         resume=resume, seed=seed, samplers=samplers,
-        operators_per_iteration=max(0, operators_per_iteration), prior_weight=prior_weight,
+        operators_per_iteration=operators_per_iteration, prior_weight=prior_weight,
         reward=RewardSettings(aux_weight=aux_weight))
-    try:
-        with _progress() as bar:  # capturing and planning every problem of the suite
-            load = bar.add_task("loading the suite", total=None, status="")
-            trainer = Trainer(settings, notify=lambda m: console.print(f"[yellow]{m}[/]"),
-                              loading=lambda i, n, name: bar.update(
-                                  load, completed=i, total=n, status=name))
-    except (CudaAgentError, ValueError) as exc:
-        fail(str(exc))
-        return
-    sim = " (simulated)" if trainer.device.simulated else ""
-    try:
-        with _progress() as bar:
-            task = bar.add_task(f"train ({trainer.device.kind}{sim})", total=iterations,
-                                completed=trainer.iteration, status="")
+    with interrupt.first_stops_second_aborts():
+        try:
+            with _progress() as bar:  # capturing and planning every problem of the suite
+                load = bar.add_task("loading the suite", total=None, status="")
+                trainer = Trainer(settings, notify=lambda m: console.print(f"[yellow]{m}[/]"),
+                                  loading=lambda i, n, name: bar.update(
+                                      load, completed=i, total=n, status=name))
+        except (CudaAgentError, ValueError) as exc:
+            fail(str(exc))
+            return
+        except KeyboardInterrupt:
+            err_console.print("interrupted while loading the suite: nothing written",
+                              highlight=False)
+            raise typer.Exit(INTERRUPTED)
+        sim = " (simulated)" if trainer.device.simulated else ""
+        stopped = False
+        try:
+            with _progress() as bar:
+                task = bar.add_task(f"train ({trainer.device.kind}{sim})", total=iterations,
+                                    completed=trainer.iteration, status="")
 
-            def on_iter(row: dict) -> None:
-                ent = " ".join(f"{g[:4]} {v:.2f}" for g, v in row["entropy"].items())
-                bar.update(task, completed=row["iteration"],
-                           status=f"reward {row['mean_reward'] or 0:+.3f} entropy {ent}")
-            curves = trainer.train(on_iter, deadline=deadline, preparing=lambda name: bar.update(
-                task, status=f"listing the space of {name}"))
-    finally:
-        trainer.close()
+                def on_iter(row: dict) -> None:
+                    ent = " ".join(f"{g[:4]} {v:.2f}" for g, v in row["entropy"].items())
+                    bar.update(task, completed=row["iteration"],
+                               status=f"reward {row['mean_reward'] or 0:+.3f} entropy {ent}")
+                curves = trainer.train(on_iter, deadline=deadline,
+                                       preparing=lambda name: bar.update(
+                                           task, status=f"listing the space of {name}"))
+        except KeyboardInterrupt:
+            # the checkpoint on disk is the last finished iteration's (each is saved whole
+            # as it ends); the iteration cut short is sampled again by --resume
+            stopped, curves = True, list(trainer.curves)
+        finally:
+            trainer.close()
+        if stopped:
+            if not curves:
+                err_console.print("interrupted before the first update finished: nothing "
+                                  "written", highlight=False, soft_wrap=True)
+                raise typer.Exit(INTERRUPTED)
+            png = write_curves(curves, out, f"cuda-agent train ({agents} agents, "
+                                            f"{trainer.device.gpu_name()})")
+            err_console.print(f"interrupted: kept {out}/policy.pt at iteration {len(curves)} of "
+                              f"{iterations} (curves.json, {png.name}); --resume continues",
+                              highlight=False, soft_wrap=True)
+            raise typer.Exit(INTERRUPTED)
     if len(curves) < iterations:
         console.print(f"[yellow]stopped at iteration {len(curves)} of {iterations} by "
                       "--time-limit; --resume continues[/]")
@@ -467,14 +517,12 @@ def bench(
                                                "benchmarks/data)"),
     budget: int = typer.Option(100, help="measurements per strategy, problem and seed"),
     seeds: int = typer.Option(5),
-    strategies: str = typer.Option(",".join((
-        "random", "genetic", "optuna", "marl", "prior", "kt:genetic_algorithm", "kt:bayes_opt",
-        "kt:simulated_annealing", "kt:random_sample", "optuna_warm", "kt_warm:genetic_algorithm",
-        "kt_warm:bayes_opt", "kt_warm:simulated_annealing", "kt_warm:random_sample")),
-        help="comma-separated; prior: the analytic model's ranking alone; optuna_warm, "
-             "kt_warm:*: the peers started from the model's top picks (optuna, kt:* start "
-             "cold); the agents' ablations when named: marl_noprior, marl_untrained, "
-             "marl_single"),
+    strategies: str = typer.Option(
+        ",".join(BENCH_DEFAULT),
+        help="comma-separated, of: " + ", ".join(bench_strategy_names()) + ". prior: the "
+             "analytic model's ranking alone; optuna_warm, kt_warm:*: the peers started from "
+             "the model's top picks (optuna, kt:* start cold); the agents' ablations when "
+             "named: marl_noprior, marl_untrained, marl_single"),
     policy: Optional[Path] = typer.Option(None, help="trained agents checkpoint (for marl), or "
                                           "several comma-separated: each problem tuned by one "
                                           "that never trained on it"),
@@ -501,47 +549,57 @@ def bench(
     baselines: bool = typer.Option(True, help="live runs: time torch eager and torch.compile "
                                    "per problem too (--no-baselines: the strategies alone)"),
 ) -> None:
-    """Compare cuda-agent with random search, a genetic algorithm, Optuna and Kernel Tuner."""
-    from .bench import BenchSettings, run_bench
+    """Compare cuda-agent with random search, a genetic algorithm, Optuna and Kernel Tuner.
+
+    Ctrl-C stops the run at once: the problems finished are kept and reported (exit 130); a
+    second Ctrl-C aborts."""
+    settings_kw = dict(suite=str(suite), replay_root=str(replay_root) if replay_root else None,
+                       strategies=tuple(s for s in strategies.split(",") if s), budget=budget,
+                       seeds=seeds, policy=str(policy) if policy else None,
+                       single_policy=single_policy, sim_constants=sim_constants, out=str(out),
+                       problem_seconds=problem_seconds, parallel=parallel, precision=precision,
+                       stage_patience=stage_patience, tolerance=tolerance, baselines=baselines)
+    with _flag_errors():  # every flag, before a problem is loaded or anything is printed
+        flags.check_bench(device=device, **{k: v for k, v in settings_kw.items()
+                                             if k not in ("out", "baselines")})
+        check_out_dir(out)
+    from .bench import BenchSettings, jobs_of, problem_files, run_bench
     from .report.bench_report import PARTIAL, write_partial, write_report
 
-    if device not in ("replay", "cuda", "sim"):
-        fail(f"unknown device {device!r}; choose from replay, cuda, sim")
-    if problem_seconds is not None and problem_seconds <= 0:
-        fail(f"--problem-seconds must be positive, not {problem_seconds:g}")
-    if stage_patience < 0:
-        fail(f"--stage-patience must be 0 or more, not {stage_patience}")
-    settings = BenchSettings(suite=str(suite), replay_root=str(replay_root) if replay_root
-                             else None, strategies=tuple(s for s in strategies.split(",") if s),
-                             budget=budget, seeds=seeds, policy=str(policy) if policy else None,
-                             single_policy=single_policy, sim_constants=sim_constants,
-                             out=str(out),
-                             problem_seconds=problem_seconds, parallel=parallel,
-                             precision=precision, stage_patience=stage_patience or None,
-                             tolerance=tolerance, baselines=baselines)
+    settings = BenchSettings(**{**settings_kw, "stage_patience": stage_patience or None})
     out_existed = out.exists()
+    total = len(problem_files(settings.suite)) * len(jobs_of(settings))
     try:
-        with _progress() as bar:
-            task = bar.add_task(f"bench ({device})", total=None, status="")
+        with interrupt.first_stops_second_aborts():
+            try:
+                with _progress() as bar:
+                    task = bar.add_task(f"bench ({device})", total=total, status="")
+                    started: set[str] = set()
 
-            started: set[str] = set()
+                    def step(p: str, s: str, k: int) -> None:
+                        bar.update(task, advance=1, status=f"{p} {s} seed {k}")
+                        if not console.is_terminal and p not in started:
+                            # a log file gets no live bar: one line per problem shows progress
+                            started.add(p)
+                            console.print(f"bench ({device}): {p} ({len(started)} problems "
+                                          "begun)")
 
-            def step(p: str, s: str, k: int) -> None:
-                bar.update(task, advance=1, status=f"{p} {s} seed {k}")
-                if not console.is_terminal and p not in started:
-                    # a log file gets no live bar: one line per problem shows progress
-                    started.add(p)
-                    console.print(f"bench ({device}): {p} ({len(started)} problems begun)")
+                    def skip(p: str, runs: int) -> None:  # runs that will not be made
+                        bar.update(task, advance=runs, status=f"{p} not compared")
 
-            if device == "replay":
-                result = run_bench(settings, step)
-            else:
-                from .bench_live import run_live_bench
+                    # what is finished stays on disk (a run stopped from outside, a time
+                    # limit, Ctrl-C, keeps its problems, and `cuda-agent report` reads them)
+                    if device == "replay":
+                        result = run_bench(settings, step, skip,
+                                           on_problem=lambda r: write_partial(r, out))
+                    else:
+                        from .bench_live import run_live_bench
 
-                # what is finished stays on disk: a live run stopped from outside (a time
-                # limit) keeps its problems, and `cuda-agent report` reads them
-                result = run_live_bench(settings, device, step, notify=console.print,
-                                        on_problem=lambda r: write_partial(r, out))
+                        result = run_live_bench(settings, device, step, notify=console.print,
+                                                on_problem=lambda r: write_partial(r, out),
+                                                skipped=skip)
+            except KeyboardInterrupt:
+                _keep_finished_bench(out, out_existed)
     except CudaAgentError as exc:
         if (out / PARTIAL).exists():
             # the problems finished before the error are whole results (written atomically
@@ -549,14 +607,39 @@ def bench(
             fail(f"{exc} (the problems finished before it are in {out / PARTIAL}: "
                  f"`cuda-agent report {out}` reports them)")
             return
-        if not out_existed and out.exists() and not any(out.iterdir()):
-            out.rmdir()
+        _remove_if_empty(out, out_existed)
         fail(str(exc))
         return
     files = write_report(result, out)
     (out / PARTIAL).unlink(missing_ok=True)
     console.print(files["markdown"].read_text().split("###")[1].split("\n", 1)[1])
     console.print(f"wrote {', '.join(str(p) for p in files.values())}")
+
+
+def _remove_if_empty(out: Path, existed: bool) -> None:
+    """A directory this run made and left empty goes: a failed run writes nothing."""
+    if not existed and out.is_dir() and not any(out.iterdir()):
+        out.rmdir()
+
+
+def _keep_finished_bench(out: Path, existed: bool) -> None:
+    """After Ctrl-C: the report of the problems finished (as `cuda-agent report` rebuilds it
+    from the partial result), one line saying what was kept, exit 130."""
+    from .report.bench_report import PARTIAL, load_run, rebuild
+
+    partial = out / PARTIAL
+    done = load_run(out) if partial.exists() else None
+    if done is None or not done.problems:
+        partial.unlink(missing_ok=True)
+        _remove_if_empty(out, existed)
+        err_console.print("interrupted before any problem was finished: nothing written",
+                          highlight=False, soft_wrap=True)
+        raise typer.Exit(INTERRUPTED)
+    files = rebuild(out)
+    err_console.print(f"interrupted: kept the {len(done.problems)} problems finished, reported "
+                      f"in {files['json']} ({files['markdown'].name}, {files['html'].name}); "
+                      "the rest were not run", highlight=False, soft_wrap=True)
+    raise typer.Exit(INTERRUPTED)
 
 
 @app.command()

@@ -324,7 +324,10 @@ def report_dict(result: Any) -> dict[str, Any]:
         "memory": (result.facts or {}).get("memory"),
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "commit": git_commit(), "cuda_agent": __version__, "toolchain": result.toolchain,
-        "strategy": result.settings.strategy, "budget": result.settings.budget,
+        # the strategy asked for ("default": the best on the evidence) and what it ran as
+        "strategy": result.settings.strategy,
+        "strategy_resolved": result.strategy_resolved or result.settings.strategy,
+        "budget": result.settings.budget,
         "precision": result.settings.precision,
         # strict protocol or conformance mode (`tune --tolerance`), the reference, the bounds
         "verification": verification(result),

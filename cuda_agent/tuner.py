@@ -17,10 +17,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from . import metrics
+from . import interrupt, metrics
 from .build.builder import Builder, BuildInput
 from .build.pool import CUT
-from .errors import DeviceError, SettingsError, UnsupportedError
+from .errors import DeviceError, UnsupportedError
+# the flags' checks (re-exported: bench and the tests read them from here)
+from .flags import (DEVICES, check_device, check_precision,  # noqa: F401
+                    check_tolerance, check_tune)
 from .ir.partition import ProgramPlan
 from .ir.plan import KernelPlan, make_plan
 from .problem import Problem, load_problem
@@ -32,15 +35,13 @@ from .run.records import Measurement
 from .run.replay import ReplayDevice
 from .run.sim import SimDevice
 from .run.verify import STRICT, VerifySettings, parse_tolerance
-from .search import make_strategy
+from .search import make_strategy, resolve_strategy
 from .space.program import (STAGE_PATIENCE, StagePlateau, StageSpace, stage_share,
                              stage_spaces)
-from .space.slots import PRECISIONS, Config
+from .space.slots import Config
 from .space.space import Space
 from .stopwatch import Phases
 from .store import Store, default_store
-
-DEVICES = ("cuda", "sim", "replay")
 
 STOPPED = ("budget", "space", "plateau", "time_limit", "interrupted")
 """why a search ended: its budget was spent; the space (or the strategy's proposals) ran out;
@@ -57,9 +58,10 @@ class TuneSettings:
 
     device: str | None = None
     """cuda, sim or replay; None picks cuda when a GPU is present, else sim"""
-    strategy: str = "random"
-    """search strategy name (see `cuda_agent.search.STRATEGIES`); "default": the best on the
-    measured evidence, with its shipped policy (`search/default.py`; `cuda-agent tune`'s)"""
+    strategy: str = "default"
+    """search strategy name (`cuda_agent.search.strategy_names()`); "default", as
+    `cuda-agent tune`: the best on the measured evidence, with its shipped policy
+    (`search/default.py`)"""
     budget: int = 64
     """configurations to evaluate (failures count: each costs a measurement)"""
     batch: int = 16
@@ -144,6 +146,9 @@ class TuneResult:
     default was measured (the model's picks and the second batch), not wall time of its own"""
     stopped: str = "budget"
     """why the search ended (one of `STOPPED`)"""
+    strategy_resolved: str = ""
+    """the strategy the search ran as: `settings.strategy` keeps the name asked for, and
+    "default" runs as the best one on the evidence (`search.resolve_strategy`)"""
     phases: dict[str, float] = field(default_factory=dict)
     """wall seconds of the run's phases (`stopwatch.Phases`): the tuner's set-up (opening the
     device, the GPU worker's set-up for the problem, the space, the strategy), the search and
@@ -169,29 +174,19 @@ class TuneResult:
             target, fraction)
 
 
-def check_precision(precision: str, device: str | None = None) -> None:
-    """An unknown precision, or one the device cannot hold kernels to, is a settings error:
-    the recorded sweeps `replay` serves are strict fp32."""
-    if precision not in PRECISIONS:
-        raise SettingsError(f"unknown precision {precision!r}; choose from "
-                            f"{', '.join(PRECISIONS)}")
-    if device == "replay" and precision != "fp32":
-        raise SettingsError(f"--precision {precision}: the recorded sweeps are strict fp32; "
-                            "use --device cuda or sim")
-
-
 def verify_settings(settings: TuneSettings) -> VerifySettings:
     """The verifier's settings for a run: the precision contract and the tolerance."""
     return VerifySettings(precision=settings.precision,
                           tolerance=parse_tolerance(settings.tolerance))
 
 
-def check_tolerance(tolerance: str, device: str | None = None) -> None:
-    """A malformed --tolerance is a settings error, and so is conformance mode on replay: the
-    recorded sweeps were verified by the strict protocol."""
-    if parse_tolerance(tolerance) is not None and device == "replay":
-        raise SettingsError(f"--tolerance {tolerance}: the recorded sweeps were verified by the "
-                            "strict protocol; use --device cuda or sim")
+def check_settings(settings: TuneSettings) -> None:
+    """A one-line `SettingsError` for the first setting out of range (`flags.check_tune`)."""
+    check_tune(device=settings.device, strategy=settings.strategy, budget=settings.budget,
+               batch=settings.batch, precision=settings.precision,
+               tolerance=settings.tolerance, time_limit_s=settings.time_limit_s,
+               compile_timeout_s=settings.compile_timeout_s,
+               baseline_timeout_s=settings.baseline_timeout_s)
 
 
 def open_device(name: str | None, settings: TuneSettings, notify: Callable[[str], None]) -> Device:
@@ -202,8 +197,7 @@ def open_device(name: str | None, settings: TuneSettings, notify: Callable[[str]
             name = "sim"
             notify("No CUDA GPU found: running on the simulated device (an analytic H200 model). "
                    "Times are simulated, correctness is not checked.")
-    if name not in DEVICES:
-        raise SettingsError(f"unknown device {name!r}; choose from {', '.join(DEVICES)}")
+    check_device(name)
     check_precision(settings.precision, name)
     check_tolerance(settings.tolerance, name)
     if name == "cuda":
@@ -243,21 +237,11 @@ class Tuner:
                  on_setup: Callable[[str], None] | None = None) -> None:
         """`notify` receives notices a user must see (the simulator's fallback); `on_setup`,
         where given, a line once the GPU has set the problem up (`setup_notice`)."""
-        if settings.budget < 1:
-            raise SettingsError("--budget must be at least 1")
-        if settings.batch < 1:
-            raise SettingsError("--batch must be at least 1")
-        for name, value in (("--time-limit", settings.time_limit_s),
-                            ("--compile-timeout", settings.compile_timeout_s),
-                            ("--baseline-timeout", settings.baseline_timeout_s)):
-            if value is not None and not value > 0:
-                raise SettingsError(f"{name} must be a positive number of seconds, not {value}")
-        if settings.strategy == "default":  # the best per the measured evidence
-            from .search.default import default_strategy
-
-            name, opts = default_strategy(settings.budget)
-            settings = replace(settings, strategy=name,
-                               strategy_options={**opts, **settings.strategy_options})
+        check_settings(settings)
+        # "default" runs as the best strategy on the measured evidence (`search/default.py`);
+        # the settings keep the name asked for, the report both
+        self.strategy_name, self.strategy_options = resolve_strategy(
+            settings.strategy, settings.budget, settings.strategy_options)
         self.problem = problem
         self.settings = settings
         self.notify = notify
@@ -322,8 +306,8 @@ class Tuner:
         self.problem_id = self.store.problem_id(problem.name, problem.source_hash,
                                                 problem.graph().fingerprint(), self.plan.family)
         with phases("strategy"):
-            self.strategy = make_strategy(settings.strategy, self.space, seed=settings.seed,
-                                          **settings.strategy_options)
+            self.strategy = make_strategy(self.strategy_name, self.space, seed=settings.seed,
+                                          **self.strategy_options)
 
     # -- one batch --------------------------------------------------------------------------------
     def _build(self, configs: list[Config], deadline: float | None = None) -> list[Candidate]:
@@ -381,7 +365,7 @@ class Tuner:
         for slot, value in cand.config.present().items():
             agents.setdefault(slot.split(".", 1)[0], {})[slot] = value
         self.store.record(self.problem_id, cand.key, trial.template, cand.config.as_dict(), m,
-                          self.device.gpu_name(), self._measured_with(), self.settings.strategy,
+                          self.device.gpu_name(), self._measured_with(), self.strategy_name,
                           cand.resources, agents)
         return trial
 
@@ -392,6 +376,8 @@ class Tuner:
         including the first trial `stop` says ends the batch."""
         out = []
         for cand in self._build(configs):
+            if interrupt.requested():  # Ctrl-C: a training episode's thread ends here
+                raise KeyboardInterrupt
             out.append(self._measure_one(cand, best_ms, 0))
             if stop is not None and stop(out[-1]):
                 break
@@ -433,7 +419,8 @@ class Tuner:
         return TuneResult(self.problem, self.plan, self.space, self.device, s, trials, baselines,
                           self._default, self._best, self.toolchain, time.perf_counter() - t0,
                           facts, dict(self.builder.stats) if self.builder else {},
-                          dict(self.timing), stopped, self.phases.as_dict())
+                          dict(self.timing), stopped, self.strategy_name,
+                          self.phases.as_dict())
 
     def _time_up(self) -> bool:
         return self._deadline is not None and time.monotonic() >= self._deadline
@@ -464,8 +451,8 @@ class Tuner:
             if budget < 1:
                 continue
             self.space = StageSpace.of(self.plan, i, self.stages, fixed)
-            self.strategy = make_strategy(s.strategy, self.space, seed=s.seed + i,
-                                          **s.strategy_options)
+            self.strategy = make_strategy(self.strategy_name, self.space, seed=s.seed + i,
+                                          **self.strategy_options)
             first = len(trials)
             plateau = None if i == n - 1 or s.stage_patience is None else StagePlateau(
                 best.measurement.time_ms if best else None, s.stage_patience)
@@ -504,8 +491,9 @@ class Tuner:
         s = self.settings
         first = len(trials)
         defaults = [sp.default() for sp in self.stages]
-        probe = make_strategy(s.strategy, StageSpace.of(self.plan, 0, self.stages, defaults),
-                              seed=s.seed, **s.strategy_options)
+        probe = make_strategy(self.strategy_name,
+                              StageSpace.of(self.plan, 0, self.stages, defaults), seed=s.seed,
+                              **self.strategy_options)
         modelling = ThreadPoolExecutor(1)
         try:
             ahead = modelling.submit(lambda: [probe.stage_pick(sp) for sp in self.stages])
@@ -551,6 +539,8 @@ class Tuner:
               as_default: bool) -> Trial:
         """Measure `cand` as the next trial and keep it: as the untuned default where
         `as_default` and none is kept yet, as the best (in `self.space`) where faster."""
+        if interrupt.requested():  # Ctrl-C while this search runs off the main thread
+            raise KeyboardInterrupt
         best = self._best
         trial = self._measure_one(cand, best.measurement.time_ms if best else None,
                                   len(trials) + 1)
@@ -781,6 +771,7 @@ def tune(problem: str | Path | Problem, out: str | Path | None = None,
     """
     options.setdefault("store", default_store())
     settings = TuneSettings(**options)
+    check_settings(settings)  # before the problem is loaded: a bad setting costs nothing
     if out is not None:
         from .outputs import check_out_dir
 

@@ -9,7 +9,7 @@ GOOD = Path(__file__).resolve().parent / "data" / "good"
 
 def test_tune_from_python_writes_the_outputs(tmp_path):
     r = cuda_agent.tune(GOOD / "relu_small.py", out=tmp_path / "o", device="sim", budget=4,
-                        store=":memory:")
+                        store=":memory:", strategy="random")
     assert r.simulated and r.best is not None and len(r.trials) == 4
     assert {p.name for p in (tmp_path / "o").iterdir()} == {"model_new.py", "kernel.cu",
                                                              "report.json"}
@@ -23,7 +23,7 @@ def test_the_report_says_where_the_wall_time_went(tmp_path):
 
     t0 = time.perf_counter()
     r = cuda_agent.tune(GOOD / "relu_small.py", out=tmp_path / "o", device="sim", budget=4,
-                        store=":memory:")
+                        store=":memory:", strategy="random")
     took = time.perf_counter() - t0
     phases = json.loads((tmp_path / "o" / "report.json").read_text())["phases"]
     assert phases == r.phases

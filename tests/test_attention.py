@@ -285,7 +285,8 @@ def test_sim_model_follows_the_work():
 
 def test_tune_an_attention_problem_on_sim(tmp_path):
     path = ROOT / "benchmarks" / "problems" / "attention_manual_odd.py"
-    r = cuda_agent.tune(path, out=tmp_path / "o", device="sim", budget=6, store=":memory:")
+    r = cuda_agent.tune(path, out=tmp_path / "o", device="sim", budget=6, store=":memory:",
+                        strategy="random")
     assert r.simulated and r.best is not None and len(r.trials) == 6
     assert "ca_attention" in (tmp_path / "o" / "kernel.cu").read_text()
     times = [t.measurement.time_ms for t in r.trials if t.measurement.time_ms]

@@ -343,7 +343,7 @@ def test_report_headline_is_at_the_defaults_with_the_matched_beside(tmp_path):
     from cuda_agent.tuner import tune
 
     res = tune(PROBLEMS / "conv2d_standard.py", device="sim", budget=2,
-               store=str(tmp_path / "s.db"))
+               store=str(tmp_path / "s.db"), strategy="random")
     best = res.best.measurement.time_ms
     res.baselines = read_record(_fields(best / 2, best * 2))
     d = report_dict(res)

@@ -264,7 +264,7 @@ def test_replay_rejects_a_sweep_of_another_shape(swept, tmp_path):
                           "torch.randn(16, 301)")
     with pytest.raises(DeviceError, match="different"):
         tune(other, device="replay", replay_root=str(root / "sweeps"), budget=2,
-             store=str(tmp_path / "r.db"))
+             store=str(tmp_path / "r.db"), strategy="random")
 
 
 # -- doctor ------------------------------------------------------------------------------------------
@@ -282,9 +282,9 @@ def test_tune_api_sim_is_deterministic(tmp_path):
     from cuda_agent.tuner import tune
 
     a = tune(GOOD / "relu_small.py", device="sim", budget=6, batch=3,
-             store=str(tmp_path / "a.db"))
+             store=str(tmp_path / "a.db"), strategy="random")
     b = tune(GOOD / "relu_small.py", device="sim", budget=6, batch=3,
-             store=str(tmp_path / "b.db"))
+             store=str(tmp_path / "b.db"), strategy="random")
     assert [t.config for t in a.trials] == [t.config for t in b.trials]
     assert [t.measurement.time_ms for t in a.trials] == [t.measurement.time_ms for t in b.trials]
     assert a.simulated and all(t.measurement.verified is None for t in a.trials)
@@ -294,8 +294,8 @@ def test_tune_api_reuses_the_store(tmp_path):
     from cuda_agent.tuner import tune
 
     store = str(tmp_path / "s.db")
-    first = tune(GOOD / "sum_small.py", device="sim", budget=4, store=store)
-    again = tune(GOOD / "sum_small.py", device="sim", budget=4, store=store)
+    first = tune(GOOD / "sum_small.py", device="sim", budget=4, store=store, strategy="random")
+    again = tune(GOOD / "sum_small.py", device="sim", budget=4, store=store, strategy="random")
     assert [t.config for t in first.trials] == [t.config for t in again.trials]
     assert all(t.measurement.reused for t in again.trials)
     assert not any(t.measurement.reused for t in first.trials)
@@ -305,7 +305,7 @@ def test_tune_api_writes_outputs(tmp_path):
     from cuda_agent.tuner import tune
 
     res = tune(GOOD / "relu_small.py", out=tmp_path / "o", device="sim", budget=3,
-               store=str(tmp_path / "s.db"))
+               store=str(tmp_path / "s.db"), strategy="random")
     assert tree(tmp_path / "o") == ["kernel.cu", "model_new.py", "report.json"]
     assert len(json.loads((tmp_path / "o" / "report.json").read_text())["candidates"]) == 3
     assert res.best is not None
@@ -325,7 +325,8 @@ def test_model_new_imports_without_a_gpu(tmp_path):
     path = write_problem(tmp_path / "p", "ln_params", "self.ln(x)", "torch.randn(16, 96)",
                          init_sig=", n", init_body="self.ln = nn.LayerNorm(n)",
                          init_inputs="96")
-    tune(path, out=tmp_path / "o", device="sim", budget=3, store=str(tmp_path / "s.db"))
+    tune(path, out=tmp_path / "o", device="sim", budget=3, store=str(tmp_path / "s.db"),
+         strategy="random")
     spec = importlib.util.spec_from_file_location("model_new_ln", tmp_path / "o" / "model_new.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -346,10 +347,10 @@ def test_a_time_taken_under_another_timing_protocol_is_not_reused(tmp_path, monk
 
     store = str(tmp_path / "s.db")
     monkeypatch.setattr(SimDevice, "measure_protocol", "t1")
-    first = tune(GOOD / "sum_small.py", device="sim", budget=4, store=store)
+    first = tune(GOOD / "sum_small.py", device="sim", budget=4, store=store, strategy="random")
     monkeypatch.setattr(SimDevice, "measure_protocol", "t2")
-    again = tune(GOOD / "sum_small.py", device="sim", budget=4, store=store)
+    again = tune(GOOD / "sum_small.py", device="sim", budget=4, store=store, strategy="random")
     assert [t.config for t in first.trials] == [t.config for t in again.trials]
     assert not any(t.measurement.reused for t in again.trials)
-    third = tune(GOOD / "sum_small.py", device="sim", budget=4, store=store)
+    third = tune(GOOD / "sum_small.py", device="sim", budget=4, store=store, strategy="random")
     assert all(t.measurement.reused for t in third.trials)

@@ -150,9 +150,9 @@ def test_report_states_the_tolerance(tmp_path):
     from cuda_agent.tuner import tune
 
     tune(GOOD / "relu_small.py", out=tmp_path / "c", device="sim", budget=1,
-         store=str(tmp_path / "s.db"), tolerance="kernelbench", workers=1)
+         store=str(tmp_path / "s.db"), tolerance="kernelbench", workers=1, strategy="random")
     tune(GOOD / "relu_small.py", out=tmp_path / "s", device="sim", budget=1,
-         store=str(tmp_path / "s.db"), workers=1)
+         store=str(tmp_path / "s.db"), workers=1, strategy="random")
     conf = json.loads((tmp_path / "c" / "report.json").read_text())["verification"]
     strict = json.loads((tmp_path / "s" / "report.json").read_text())["verification"]
     assert conf["mode"] == "conformance" and conf["tolerance"] == "allclose(atol=0.01, rtol=0.01)"
@@ -166,10 +166,12 @@ def test_conformance_records_are_kept_apart_from_strict_ones(tmp_path):
 
     store = str(tmp_path / "s.db")
     tune(GOOD / "sum_small.py", device="sim", budget=2, store=store, tolerance="kernelbench",
-         workers=1)
-    again = tune(GOOD / "sum_small.py", device="sim", budget=2, store=store, workers=1)
+         workers=1, strategy="random")
+    again = tune(GOOD / "sum_small.py", device="sim", budget=2, store=store, workers=1,
+                 strategy="random")
     assert not any(t.measurement.reused for t in again.trials)
-    third = tune(GOOD / "sum_small.py", device="sim", budget=2, store=store, workers=1)
+    third = tune(GOOD / "sum_small.py", device="sim", budget=2, store=store, workers=1,
+                 strategy="random")
     assert all(t.measurement.reused for t in third.trials)
 
 

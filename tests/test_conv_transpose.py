@@ -197,7 +197,8 @@ def test_tune_a_fused_transposed_conv_on_sim(tmp_path):
     from cuda_agent.problem import load_problem
 
     r = cuda_agent.tune(ROOT / "benchmarks/problems/fused_conv_transpose2d_relu_bias.py",
-                        out=tmp_path / "o", device="sim", budget=8, store=":memory:")
+                        out=tmp_path / "o", device="sim", budget=8, store=":memory:",
+                        strategy="random")
     assert r.simulated and r.best is not None
     # every template's default is measured first (a generated GEMM and the library product)
     sp = Space.for_plan(make_plan(load_problem(

@@ -36,9 +36,9 @@ def test_tune_without_a_strategy_runs_the_default_with_the_shipped_policy():
     tuner = Tuner(load_problem(GOOD / "sum_small.py"),
                   TuneSettings(device="sim", strategy="default", budget=4, baselines=False))
     try:
-        assert tuner.settings.strategy == DEFAULT
+        assert tuner.settings.strategy == "default" and tuner.strategy_name == DEFAULT
         if DEFAULT == "marl":
-            assert tuner.settings.strategy_options["policy"] == str(shipped_policy())
+            assert tuner.strategy_options["policy"] == str(shipped_policy())
             assert tuner.strategy.ranked_left == 3  # a trained policy's first picks
     finally:
         tuner.close()

@@ -199,7 +199,7 @@ def test_tune_on_sim_tries_every_template_then_picks_one(tmp_path):
         "def get_inputs():\n    return [torch.randn(512, 256), torch.randn(256, 384)]\n\n\n"
         "def get_init_inputs():\n    return []\n")
     r = tune(path, out=tmp_path / "o", device="sim", budget=12, batch=12,
-             store=str(tmp_path / "s.sqlite"))
+             store=str(tmp_path / "s.sqlite"), strategy="random")
     assert [t.config["reduction.scope"] for t in r.trials[:3]] == ["gemm", "lib", "gemm_tc"]
     assert len({t.config for t in r.trials}) == len(r.trials) == 12
     assert r.best is not None and r.best.template in ("gemm", "gemm_tc", "lib")

@@ -273,7 +273,8 @@ def test_cross_entropy_tunes_end_to_end_on_the_simulator(tmp_path):
     import cuda_agent
 
     r = cuda_agent.tune(ROOT / "benchmarks/problems/loss_cross_entropy_odd.py",
-                        out=tmp_path / "o", device="sim", budget=6, store=":memory:")
+                        out=tmp_path / "o", device="sim", budget=6, store=":memory:",
+                        strategy="random")
     assert r.simulated and r.best is not None and len(r.trials) == 6
     src = (tmp_path / "o" / "kernel.cu").read_text()
     assert "ca_row" in src and "const long long* __restrict__ in1" in src

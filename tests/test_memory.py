@@ -162,7 +162,7 @@ def test_the_report_carries_the_footprint():
     from cuda_agent.emit import report_dict
 
     r = cuda_agent.tune(ROOT / "tests" / "data" / "good" / "relu_small.py", device="sim",
-                        budget=1, store=":memory:", baselines=False)
+                        budget=1, store=":memory:", baselines=False, strategy="random")
     assert report_dict(r)["memory"] is None
     plan = elementwise(6)
     plan.peak_bytes = plan.bound_bytes - GiB
@@ -191,7 +191,7 @@ def test_the_report_says_where_each_candidate_s_seconds_went():
     from cuda_agent.emit import report_dict
 
     r = cuda_agent.tune(ROOT / "tests" / "data" / "good" / "relu_small.py", device="sim",
-                        budget=1, store=":memory:", baselines=False)
+                        budget=1, store=":memory:", baselines=False, strategy="random")
     m = r.best.measurement
     m.wall_s = 9.5
     m.counters.update({"eval_load_and_probe_s": 0.5, "eval_checks_s": 8.0,

@@ -221,7 +221,8 @@ def test_the_emulator_catches_a_wrong_kernel(tmp_path):
 
 def test_tune_a_pool_problem_on_sim(tmp_path):
     path = ROOT / "benchmarks" / "problems" / "pool_avg3d_odd.py"
-    r = cuda_agent.tune(path, out=tmp_path / "o", device="sim", budget=6, store=":memory:")
+    r = cuda_agent.tune(path, out=tmp_path / "o", device="sim", budget=6, store=":memory:",
+                        strategy="random")
     assert r.simulated and r.best is not None and len(r.trials) == 6
     assert "ca_pool" in (tmp_path / "o" / "kernel.cu").read_text()
     times = [t.measurement.time_ms for t in r.trials if t.measurement.time_ms]

@@ -184,15 +184,15 @@ def test_replay_refuses_tf32_and_sim_tunes_with_it(tmp_path):
     problem = ROOT / "benchmarks/problems/gemm_odd.py"
     for precision in ("tf32", "fp16", "bf16"):
         with pytest.raises(SettingsError, match="strict fp32"):
-            tune(problem, device="replay", precision=precision, budget=2)
+            tune(problem, device="replay", precision=precision, budget=2, strategy="random")
     with pytest.raises(SettingsError, match="unknown precision"):
-        tune(problem, device="sim", precision="bf8", budget=2)
+        tune(problem, device="sim", precision="bf8", budget=2, strategy="random")
     r = tune(problem, out=tmp_path / "o", device="sim", precision="tf32", budget=4, batch=4,
-             baselines=False)
+             baselines=False, strategy="random")
     assert r.space.target.precision == "tf32"
     assert "Precision: TF32" in (tmp_path / "o" / "model_new.py").read_text()
     r = tune(problem, out=tmp_path / "h", device="sim", precision="bf16", budget=4, batch=4,
-             baselines=False)
+             baselines=False, strategy="random")
     assert "Precision: bf16 (opted in)" in (tmp_path / "h" / "model_new.py").read_text()
 
 

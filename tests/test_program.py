@@ -158,7 +158,7 @@ def test_tune_on_sim_searches_every_stage_and_emits(tmp_path):
 
     path = tmp_path / "conv_pool.py"
     path.write_text(CONV_POOL_SRC)
-    res = tune(str(path), device="sim", budget=12, batch=4, out=tmp_path / "out")
+    res = tune(str(path), device="sim", budget=12, batch=4, out=tmp_path / "out", strategy="random")
     assert len(res.trials) == 12 and res.best is not None
     assert res.plan.family == "conv+pool"
     model_new = (tmp_path / "out" / "model_new.py").read_text()
@@ -228,7 +228,7 @@ def test_a_settled_stage_hands_the_rest_of_its_share_to_the_next(tmp_path):
     path = tmp_path / "conv_pool.py"
     path.write_text(CONV_POOL_SRC)
     res = tune(str(path), device="sim", budget=16, batch=4, stage_patience=2, baselines=False,
-               store=":memory:")
+               store=":memory:", strategy="random")
     stages = [t.stage for t in res.trials]
     assert len(stages) == 16 and stages == sorted(stages) and set(stages) == {0, 1}
     first = [t.measurement.time_ms if t.measurement.ok else None
@@ -238,7 +238,7 @@ def test_a_settled_stage_hands_the_rest_of_its_share_to_the_next(tmp_path):
     assert len(first) == settled_at < 8, "the conv stage ran past its plateau"
 
     even = tune(str(path), device="sim", budget=16, batch=4, stage_patience=None,
-                baselines=False, store=":memory:")
+                baselines=False, store=":memory:", strategy="random")
     assert [t.stage for t in even.trials] == [0] * 8 + [1] * 8
 
 
@@ -285,7 +285,8 @@ def test_a_time_limit_is_shared_among_the_stages(tmp_path, monkeypatch):
     path = tmp_path / "conv_pool.py"
     path.write_text(CONV_POOL_SRC)
     res = tune(str(path), device="sim", budget=60, batch=2, time_limit_s=8.0, baselines=False,
-               store=":memory:", stage_patience=None)  # no stage settles: only the seconds
+               store=":memory:", stage_patience=None,
+               strategy="random")  # no stage settles: only the seconds
     stages = [t.stage for t in res.trials]
     assert res.stopped == "time_limit" and stages == sorted(stages)
     assert stages.count(0) >= 2 and stages.count(1) >= 2, stages

@@ -189,8 +189,8 @@ def test_ctrl_c_writes_the_best_so_far_and_exits_130(tmp_path):
     assert report["interrupted"] is True and report["stopped"] == "interrupted"
     assert report["evals"] == len(report["candidates"]) >= 3
     assert report["best"] is not None and report["simulated"] is True
-    assert f"interrupted after {report['evals']} measured candidates" in " ".join(stdout.split())
-    assert "kept the best so far" in stdout
+    assert f"interrupted after {report['evals']} measured candidates" in " ".join(stderr.split())
+    assert "kept the best so far" in stderr
     assert "simulated" in (out / "model_new.py").read_text().lower()
 
 
@@ -216,7 +216,7 @@ def test_ctrl_c_before_anything_was_measured_writes_the_report_only(tmp_path):
     assert tree(out) == ["report.json"]
     report = json.loads((out / "report.json").read_text())
     assert report["interrupted"] is True and report["evals"] == 0 and report["best"] is None
-    assert "none passed yet" in " ".join(stdout.split())
+    assert "none passed yet" in " ".join(stderr.split())
 
 
 # -- 5. the time limit and the compile timeout -------------------------------------------------------
@@ -250,7 +250,8 @@ def test_the_time_limit_cuts_a_first_batch_that_compiles_too_long(tmp_path, monk
     monkeypatch.setenv("CUDA_AGENT_CACHE", str(tmp_path / "cache"))  # every source compiles
     monkeypatch.setattr(Builder, "_worker", staticmethod(_stalls))
     t0 = time.monotonic()
-    r = tune(RELU, device="sim", budget=8, batch=8, time_limit_s=4.0, store=":memory:")
+    r = tune(RELU, device="sim", budget=8, batch=8, time_limit_s=4.0, store=":memory:",
+             strategy="random")
     took = time.monotonic() - t0
     assert r.stopped == "time_limit" and r.trials == [] and r.best is None
     assert took < 60, f"{took:.0f} s for a 4 s limit"
@@ -265,7 +266,7 @@ def test_the_time_limit_returns_the_best_so_far(tmp_path):
 
     t0 = time.monotonic()
     r = tune(SOFTMAX, out=tmp_path / "o", device="sim", budget=100000, batch=4,
-             time_limit_s=6.0, store=":memory:")
+             time_limit_s=6.0, store=":memory:", strategy="random")
     took = time.monotonic() - t0
     assert r.stopped == "time_limit" and r.best is not None
     assert 0 < len(r.trials) < 100000
@@ -285,13 +286,15 @@ def test_a_compile_past_its_timeout_is_the_candidates_failure(tmp_path, monkeypa
     monkeypatch.setenv("CUDA_AGENT_CACHE", str(tmp_path / "cache"))  # every source compiles
     monkeypatch.setattr(Builder, "_worker", staticmethod(_stalls_on_big_blocks))
     store = str(tmp_path / "s.db")
-    r = tune(RELU, device="sim", budget=4, batch=4, compile_timeout_s=3.0, store=store)
+    r = tune(RELU, device="sim", budget=4, batch=4, compile_timeout_s=3.0, store=store,
+             strategy="random")
     kinds = [t.measurement.error_kind for t in r.trials]
     stalled = [t.config["config.block"] == STALLING_BLOCK for t in r.trials]
     assert kinds == ["compile_timeout" if s else None for s in stalled], (kinds, stalled)
     assert any(stalled) and not all(stalled), "the sample should hold both kinds of candidate"
     assert r.best is not None and r.stopped == "budget"
-    again = tune(RELU, device="sim", budget=4, batch=4, compile_timeout_s=3.0, store=store)
+    again = tune(RELU, device="sim", budget=4, batch=4, compile_timeout_s=3.0, store=store,
+                 strategy="random")
     for t in again.trials:
         assert t.measurement.reused == (t.measurement.error_kind != "compile_timeout")
 
@@ -332,7 +335,7 @@ def test_the_api_warns_when_it_falls_back_to_the_simulator(tmp_path):
     if cuda_available():
         pytest.skip("a GPU is present: no fallback")
     with pytest.warns(SimulatedDeviceWarning, match="simulated"):
-        tune(RELU, budget=2, batch=2, store=":memory:")
+        tune(RELU, budget=2, batch=2, store=":memory:", strategy="random")
 
 
 def test_the_api_uses_the_clis_store(tmp_path, monkeypatch):
@@ -340,7 +343,7 @@ def test_the_api_uses_the_clis_store(tmp_path, monkeypatch):
     from cuda_agent.tuner import tune
 
     monkeypatch.setenv("CUDA_AGENT_HOME", str(tmp_path / "home"))
-    r = tune(RELU, device="sim", budget=2, batch=2)
+    r = tune(RELU, device="sim", budget=2, batch=2, strategy="random")
     assert Path(default_store()) == tmp_path / "home" / "store.sqlite"
     assert [ok for ok, _ in _measurements(Path(default_store()))] == [1, 1]
     assert r.best is not None

@@ -184,7 +184,7 @@ def test_tune_a_scan_on_the_simulated_device(tmp_path):
     import cuda_agent
 
     r = cuda_agent.tune(ROOT / "benchmarks/problems/scan_cumsum_rows_odd.py", out=tmp_path / "o",
-                        device="sim", budget=6, store=":memory:")
+                        device="sim", budget=6, store=":memory:", strategy="random")
     assert r.simulated and r.best is not None and len(r.trials) == 6
     src = (tmp_path / "o" / "kernel.cu").read_text()
     assert "ca_scan_" in src

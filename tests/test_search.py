@@ -92,7 +92,7 @@ def test_tuning_measures_without_listing_the_space(monkeypatch):
     that it has one (`Space.for_plan`) and where its default is not valid here."""
     listed = _counting_enumeration(monkeypatch)
     t = Tuner(load_problem(GOOD / "softmax_small.py"), TuneSettings(device="sim", budget=20,
-              batch=8), device=FakeDevice(), builder=FakeBuilder())
+              batch=8, strategy="random"), device=FakeDevice(), builder=FakeBuilder())
     try:
         res = t.run()
     finally:
@@ -282,7 +282,7 @@ def test_the_first_measurement_does_not_wait_for_the_whole_first_batch():
             return super().evaluate(cand, best_ms)
 
     t = Tuner(load_problem(GOOD / "relu_small.py"), TuneSettings(device="sim", budget=20,
-              batch=8), device=SignallingDevice(), builder=SlowBuilder())
+              batch=8, strategy="random"), device=SignallingDevice(), builder=SlowBuilder())
     try:
         res = t.run()
     finally:
@@ -492,12 +492,14 @@ def test_a_gpu_set_up_is_announced_before_the_search():
                                "chunk": "5 of 32 along output dim 1"}}
 
     lines: list[str] = []
-    Tuner(load_problem(GOOD / "softmax_small.py"), TuneSettings(device="sim", budget=2),
+    Tuner(load_problem(GOOD / "softmax_small.py"), TuneSettings(device="sim", budget=2,
+                                                                strategy="random"),
           device=GpuLike(), store=Store(":memory:"), on_setup=lines.append)
     assert len(lines) == 1 and lines[0].startswith("softmax_small: set up on the GPU in ")
     assert "bound 4.00 GiB" in lines[0] and "chunked (5 of 32" in lines[0]
     silent: list[str] = []  # the simulator's own runs say nothing
-    Tuner(load_problem(GOOD / "softmax_small.py"), TuneSettings(device="sim", budget=2),
+    Tuner(load_problem(GOOD / "softmax_small.py"), TuneSettings(device="sim", budget=2,
+                                                                strategy="random"),
           device=SimDevice(), store=Store(":memory:"), on_setup=silent.append)
     assert silent == []
     assert setup_notice("p", None, None) == "p: set up on the GPU; searching"

@@ -541,7 +541,8 @@ def emitted_bn(tmp_path_factory):
                          init_body="self.conv = nn.Conv2d(cin, cout, 3)\n"
                                    "self.bn = nn.BatchNorm2d(cout)",
                          init_inputs="3, 8")
-    tune(path, out=root / "o", device="sim", budget=1, store=str(root / "s.db"), workers=1)
+    tune(path, out=root / "o", device="sim", budget=1, store=str(root / "s.db"), workers=1,
+         strategy="random")
     spec = importlib.util.spec_from_file_location("model_new_conv_bn", root / "o" / "model_new.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

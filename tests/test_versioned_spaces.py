@@ -37,7 +37,7 @@ def test_replay_reads_version_1_sweeps_of_the_row_template():
     assert sweep["space_version"] == "row1"  # recorded before memory.store existed
     t = Tuner(load_problem(ROOT / "benchmarks/problems/softmax_short_rows.py"),
               TuneSettings(device="replay", replay_root=str(H200.parent), baselines=False,
-                           budget=5, batch=5), store=Store(":memory:"))
+                           budget=5, batch=5, strategy="random"), store=Store(":memory:"))
     try:
         assert len(t.space) == len(sweep["records"])
         r = t.run()
@@ -60,7 +60,7 @@ def test_a_sweep_from_before_the_problem_had_two_templates_still_replays():
     assert mapped and all(c["reduction.scope"] == "gemm" for c in mapped)
     t = Tuner(load_problem(ROOT / "benchmarks/problems/gemm_tril.py"),
               TuneSettings(device="replay", replay_root=str(H200.parent), baselines=False,
-                           budget=4, batch=4), store=Store(":memory:"))
+                           budget=4, batch=4, strategy="random"), store=Store(":memory:"))
     try:
         r = t.run()
         assert r.best is not None and all(tr.measurement.ok for tr in r.trials)

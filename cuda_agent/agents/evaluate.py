@@ -101,7 +101,8 @@ def compare(problems: list[Path], contenders: list[Contender], device: Device,
     """For each held-out problem and contender: evals to 95 % of the recorded best, per seed."""
     out = EvalResult()
     for path in problems:
-        tuner = Tuner(load_problem(path), TuneSettings(device=device.kind, baselines=False),
+        tuner = Tuner(load_problem(path), TuneSettings(device=device.kind, strategy="random",
+                                                     baselines=False),
                       device=device, store=Store(":memory:"))
         best = device.best_recorded_ms() if hasattr(device, "best_recorded_ms") else None
         size = len(tuner.space)

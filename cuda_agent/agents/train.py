@@ -203,9 +203,10 @@ class Trainer:
             if loading:
                 loading(i, len(files), f.stem)
             try:
+                # measured through `Tuner.measure`: the episodes propose, no strategy asks
                 tuner = Tuner(load_problem(f), TuneSettings(
-                    device=settings.device, seed=settings.seed, replay_root=settings.replay_root,
-                    baselines=False), device=self.device, store=self.store, notify=notify,
+                    device=settings.device, strategy="random", seed=settings.seed,
+                    replay_root=settings.replay_root, baselines=False), device=self.device, store=self.store, notify=notify,
                     builder=self.builder)
             except (DeviceError, UnsupportedError) as exc:
                 if self.device.kind != "replay":
@@ -341,6 +342,14 @@ class Trainer:
                     progress(self.curves[-1])
                 if not more:
                     break
+        except KeyboardInterrupt:
+            # Ctrl-C: the episodes in flight are not waited for (they stop at their next
+            # measurement, `interrupt.STOP`), nor those not begun; the checkpoint on disk
+            # is the last finished iteration's
+            for f in pending:
+                f.cancel()
+            pending = []
+            raise
         finally:
             if pending:
                 fleet.gather(pending)

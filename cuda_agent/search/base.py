@@ -23,9 +23,27 @@ def register_lazy(module: str, *names: str) -> None:
         LAZY[name] = module
 
 
+DEFAULT = "default"
+"""the name of what `tune` runs when no strategy is named: the best strategy on the measured
+evidence, with its options (`default.py`); `resolve_strategy` says which it is"""
+
+
 def strategy_names() -> list[str]:
-    """Every strategy `make_strategy` accepts, registered or to be registered on first use."""
-    return sorted(set(STRATEGIES) | set(LAZY))
+    """Every strategy `make_strategy` accepts: "default" first, then the registered ones and
+    those registered on first use, by name."""
+    return [DEFAULT] + sorted(set(STRATEGIES) | set(LAZY))
+
+
+def resolve_strategy(name: str, budget: int, options: dict[str, Any]
+                     ) -> tuple[str, dict[str, Any]]:
+    """The strategy `name` runs as and its options: "default" is the best on the evidence
+    (`default.default_strategy`), its options under the caller's; any other name is itself."""
+    if name != DEFAULT:
+        return name, dict(options)
+    from .default import default_strategy
+
+    resolved, opts = default_strategy(budget)
+    return resolved, {**opts, **options}
 
 
 def register(name: str) -> Callable[[type["Strategy"]], type["Strategy"]]:
@@ -92,12 +110,18 @@ def is_agents(name: str) -> bool:
 
 
 def make_strategy(name: str, space: Space, seed: int = 0, **options: Any) -> Strategy:
+    if name == DEFAULT:
+        name, options = resolve_strategy(name, options.pop("budget", 64), options)
     if name in LAZY and name not in STRATEGIES:
         importlib.import_module(LAZY[name])  # registers it ("marl", "marl_*")
     if name not in STRATEGIES:
-        raise SettingsError(f"unknown strategy {name!r}; choose from "
-                            f"{', '.join(strategy_names())}")
+        raise SettingsError(unknown_strategy(name))
     return STRATEGIES[name](space, seed=seed, **options)
+
+
+def unknown_strategy(name: str) -> str:
+    """The one-line error for a strategy name nobody registered, naming every valid one."""
+    return f"--strategy {name!r}: unknown; choose from {', '.join(strategy_names())}"
 
 
 def nearest(space: Space, wish: dict[str, Any], exclude: set[Config], rng: Any

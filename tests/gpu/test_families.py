@@ -24,7 +24,7 @@ PROBLEMS += [p for p in sorted((ROOT / "benchmarks" / "problems").glob("scan_*.p
 @pytest.mark.parametrize("path", PROBLEMS, ids=lambda p: p.stem)
 def test_family_verifies_and_model_new_matches(path, tmp_path):
     result = tune(path, out=tmp_path / "o", device="cuda", budget=12, batch=12,
-                  store=str(tmp_path / "s.sqlite"), baselines=False)
+                  store=str(tmp_path / "s.sqlite"), baselines=False, strategy="random")
     assert result.best is not None, "no verified kernel: " + "; ".join(
         f"{t.measurement.error_kind}: {t.measurement.error_msg}" for t in result.trials[:3])
     assert result.best.measurement.verified is True

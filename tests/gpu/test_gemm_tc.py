@@ -117,7 +117,7 @@ def test_tune_with_tf32_verifies_on_the_gpu(tmp_path):
 
     root = Path(__file__).resolve().parents[2]
     r = tune(root / "benchmarks/problems/gemm_odd.py", out=tmp_path / "o", device="cuda",
-             precision="tf32", budget=6, batch=6)
+             precision="tf32", budget=6, batch=6, strategy="random")
     tc = [t for t in r.trials if t.template == "gemm_tc"]
     assert tc and all(t.measurement.ok for t in tc), [t.measurement.error_msg for t in tc]
     assert r.best is not None
@@ -159,7 +159,7 @@ def test_tune_with_half_precision_verifies_on_the_gpu(tmp_path, precision):
 
     root = Path(__file__).resolve().parents[2]
     r = tune(root / "benchmarks/problems/gemm_odd.py", out=tmp_path / "o", device="cuda",
-             precision=precision, budget=6, batch=6)
+             precision=precision, budget=6, batch=6, strategy="random")
     tc = [t for t in r.trials if t.template == "gemm_tc"]
     assert tc and all(t.measurement.ok for t in tc), [t.measurement.error_msg for t in tc]
     assert r.best is not None and r.baselines.eager_ms

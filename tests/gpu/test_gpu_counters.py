@@ -13,7 +13,7 @@ GOOD = Path(__file__).parents[1] / "data" / "good"
 
 def test_profiled_candidates_carry_hardware_counters(tmp_path):
     r = tune(GOOD / "softmax_small.py", device="cuda", budget=4, batch=4, baselines=False,
-             store=str(tmp_path / "s.sqlite"), profile_every=1)
+             store=str(tmp_path / "s.sqlite"), profile_every=1, strategy="random")
     ok = [t.measurement for t in r.trials if t.measurement.ok]
     assert ok
     for m in ok:

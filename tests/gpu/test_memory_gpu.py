@@ -26,7 +26,7 @@ GiB = 1 << 30
 
 def _tune(path, tmp_path, budget=4, **kw):
     result = tune(path, out=tmp_path / "o", device="cuda", budget=budget, batch=budget,
-                  store=str(tmp_path / "s.sqlite"), **kw)
+                  store=str(tmp_path / "s.sqlite"), **{"strategy": "random", **kw})
     report = json.loads((tmp_path / "o" / "report.json").read_text())
     mem = report["memory"]
     best = report["best"]
@@ -159,7 +159,7 @@ def test_a_problem_that_cannot_fit_is_refused_before_any_search(tmp_path):
                          "torch.randn(409600, 131072)")
     t0 = time.perf_counter()
     with pytest.raises(DeviceError) as exc:
-        tune(path, device="cuda", budget=4, store=":memory:")
+        tune(path, device="cuda", budget=4, store=":memory:", strategy="random")
     msg = str(exc.value)
     assert "\n" not in msg and "does not fit on the GPU" in msg and "relu_200gib" in msg, msg
     assert time.perf_counter() - t0 < 120  # no search, no candidate built or run
@@ -173,7 +173,7 @@ def test_a_problem_whose_tuning_cannot_fit_is_refused_in_one_line(tmp_path):
     path = write_problem(tmp_path / "p", "relu_too_big", "torch.relu(x)",
                          f"torch.randn({rows}, 65536)")
     with pytest.raises(DeviceError) as exc:
-        tune(path, device="cuda", budget=4, store=":memory:")
+        tune(path, device="cuda", budget=4, store=":memory:", strategy="random")
     msg = str(exc.value)
     assert "\n" not in msg and "does not fit on the GPU" in msg, msg
     print(msg)

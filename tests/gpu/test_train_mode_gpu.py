@@ -101,7 +101,8 @@ def _tune(tmp_path: Path, name: str, source: str, **kw):
     path = tmp_path / f"{name}.py"
     path.write_text(source)
     result = tune(path, out=tmp_path / "o", device="cuda", budget=kw.pop("budget", 10),
-                  batch=10, store=str(tmp_path / "s.sqlite"), baselines=False, **kw)
+                  batch=10, store=str(tmp_path / "s.sqlite"), baselines=False,
+                  **{"strategy": "random", **kw})
     assert result.best is not None, "no verified kernel: " + "; ".join(
         f"{t.measurement.error_kind}: {t.measurement.error_msg}" for t in result.trials[:3])
     spec = importlib.util.spec_from_file_location(f"model_new_{name}", tmp_path / "o" /
