@@ -20,7 +20,7 @@ import typer
 from rich.console import Console
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                            TimeElapsedColumn, TimeRemainingColumn)
-from rich.table import Table
+from rich.table import Column, Table
 
 from . import __version__, flags, interrupt
 from .errors import CudaAgentError, SettingsError
@@ -83,21 +83,28 @@ def _fmt_x(v: Optional[float]) -> str:
 def _progress() -> Progress:
     """A bar with its total, the time spent and the time left (estimated from the pace so
     far: bench's runs and train's iterations are alike enough for it to mean something)."""
-    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TextColumn("{task.fields[status]}"), TimeElapsedColumn(),
-                    TextColumn("eta"), TimeRemainingColumn(), console=console, transient=False)
+    # the status last, cut to what is left of the line: a long one (train's entropies) took
+    # the count and the times off an 80-column log
+    return Progress(TextColumn("[bold]{task.description}", table_column=Column(no_wrap=True)),
+                    MofNCompleteColumn(), BarColumn(bar_width=16), TimeElapsedColumn(),
+                    TextColumn("eta"), TimeRemainingColumn(),
+                    TextColumn("{task.fields[status]}", table_column=Column(
+                        no_wrap=True, overflow="ellipsis", ratio=1)),
+                    console=console, transient=False, expand=True)
 
 
-def run_tune(problem_path: Path, settings_kw: dict, out: Optional[Path]):
+def run_tune(problem_path: Path, settings_kw: dict, out: Optional[Path],
+             started: Optional[float] = None):
     """`tune` on one problem, with a progress bar. Ctrl-C during the search ends it and the
-    best so far is written (`TuneResult.stopped` says so); before the search, it propagates."""
+    best so far is written (`TuneResult.stopped` says so); before the search, it propagates.
+    `started` (time.monotonic()): when the command began, the time limit's start."""
     from .problem import load_problem
     from .tuner import TuneSettings, Tuner
 
     problem = load_problem(problem_path)
     settings = TuneSettings(**settings_kw)
     tuner = Tuner(problem, settings, notify=lambda s: console.print(f"[yellow]{s}[/]"),
-                  on_setup=lambda s: console.print(s, highlight=False))
+                  on_setup=lambda s: console.print(s, highlight=False), started=started)
     try:
         with _progress() as bar:
             result = tuner.run(_bar_callback(bar, tuner, settings.budget))
@@ -119,10 +126,19 @@ def _flag_errors() -> Iterator[None]:
         fail(str(exc), exc.exit_code)
 
 
+COUNTED_FOR_THE_BAR = 1024
+"""configurations listed at most to tell whether a space is smaller than the budget (the bar's
+total): listing up to a budget of 100000 took seconds of a time-limited run's start"""
+
+
 def _bar_callback(bar: Progress, tuner, budget: int):  # noqa: ANN001, ANN202
     sim = tuner.device.simulated
-    task = bar.add_task(f"{tuner.problem.name} [{tuner.device.kind}]",
-                        total=tuner.space.at_least(budget), status="")
+    total = budget
+    if not tuner.stages:  # (a program's budget goes to several stages' spaces)
+        upto = min(budget, COUNTED_FOR_THE_BAR)
+        found = tuner.space.at_least(upto)
+        total = found if found < upto else budget
+    task = bar.add_task(f"{tuner.problem.name} [{tuner.device.kind}]", total=total, status="")
 
     def on_trial(trial, best):  # noqa: ANN001, ANN202
         status = "best " + (_fmt_ms(best.measurement.time_ms, sim) if best else "-")
@@ -231,8 +247,10 @@ def tune(
     stage_patience: int = typer.Option(STAGE_PATIENCE, help=STAGE_PATIENCE_HELP),
     tolerance: str = typer.Option("strict", help=TOLERANCE_HELP),
     time_limit: float = typer.Option(
-        TIME_LIMIT_S, help="seconds the search may run (0: no limit); then compiles in flight "
-        "are stopped and the best kernel found so far is written, with the report"),
+        TIME_LIMIT_S, help="seconds tune may run from its start, loading the problem and the "
+        "set-up included (0: no limit); then compiles in flight are stopped and the best "
+        "kernel found so far is written, with the report (the baselines are bounded apart, "
+        "--baseline-timeout)"),
     compile_timeout: float = typer.Option(
         COMPILE_TIMEOUT_S, help="seconds one candidate may take to compile (0: no limit); "
         "past it the compile is stopped and the candidate recorded as compile_timeout"),
@@ -243,6 +261,7 @@ def tune(
     """Find a fast, verified kernel for PROBLEM and write model_new.py, kernel.cu, report.json.
 
     Ctrl-C stops the search and writes the best kernel verified so far (exit 130)."""
+    started = time.monotonic()  # the time limit counts from here: loading the problem too
     from .search.base import is_agents
 
     strategy = strategy or ("marl" if policy is not None else "default")
@@ -276,7 +295,7 @@ def tune(
                                         strategy_options=options, precision=precision,
                                         stage_patience=stage_patience or None,
                                         tolerance=tolerance, **limits),
-                          out)
+                          out, started)
     except CudaAgentError as exc:
         fail(str(exc), exc.exit_code)
         return
@@ -459,7 +478,8 @@ def train(
         except KeyboardInterrupt:
             # the checkpoint on disk is the last finished iteration's (each is saved whole
             # as it ends); the iteration cut short is sampled again by --resume
-            stopped, curves = True, list(trainer.curves)
+            stopped = True
+            curves = [c for c in trainer.curves if c["iteration"] <= trainer.saved_iteration]
         finally:
             trainer.close()
         if stopped:
@@ -469,9 +489,10 @@ def train(
                 raise typer.Exit(INTERRUPTED)
             png = write_curves(curves, out, f"cuda-agent train ({agents} agents, "
                                             f"{trainer.device.gpu_name()})")
-            err_console.print(f"interrupted: kept {out}/policy.pt at iteration {len(curves)} of "
-                              f"{iterations} (curves.json, {png.name}); --resume continues",
-                              highlight=False, soft_wrap=True)
+            err_console.print(f"interrupted: kept {out}/policy.pt at iteration "
+                              f"{trainer.saved_iteration} of {iterations} (curves.json, "
+                              f"{png.name}); --resume continues", highlight=False,
+                              soft_wrap=True)
             raise typer.Exit(INTERRUPTED)
     if len(curves) < iterations:
         console.print(f"[yellow]stopped at iteration {len(curves)} of {iterations} by "
@@ -636,9 +657,11 @@ def _keep_finished_bench(out: Path, existed: bool) -> None:
                           highlight=False, soft_wrap=True)
         raise typer.Exit(INTERRUPTED)
     files = rebuild(out)
-    err_console.print(f"interrupted: kept the {len(done.problems)} problems finished, reported "
-                      f"in {files['json']} ({files['markdown'].name}, {files['html'].name}); "
-                      "the rest were not run", highlight=False, soft_wrap=True)
+    n = len(done.problems)
+    err_console.print(f"interrupted: kept {n} finished problem{'s' if n != 1 else ''}, "
+                      f"reported in {files['json']} ({files['markdown'].name}, "
+                      f"{files['html'].name}); the rest were not run", highlight=False,
+                      soft_wrap=True)
     raise typer.Exit(INTERRUPTED)
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from . import interrupt, metrics
+from .background import in_background
 from .build.builder import Builder, BuildInput
 from .build.pool import CUT
 from .errors import DeviceError, UnsupportedError
@@ -81,8 +82,10 @@ class TuneSettings:
     profile_every: int = 0
     """on cuda, profile every n-th verified candidate with Nsight Compute (0: never)"""
     time_limit_s: float | None = TIME_LIMIT_S
-    """seconds the search may run (None: no limit): then compiles in flight are stopped, nothing
-    more is measured, and the run returns the best found so far (`TuneResult.stopped` is
+    """seconds the run may take from its start (`tune()`'s call, the CLI's command, else the
+    `Tuner`'s creation: loading the problem and the set-up count; None: no limit): then
+    compiles in flight are stopped, the strategy is no longer waited for, nothing more is
+    measured, and the run returns the best found so far (`TuneResult.stopped` is
     "time_limit"); the budget still caps. The baselines after the search are bounded apart
     (`baseline_timeout_s`)"""
     compile_timeout_s: float | None = COMPILE_TIMEOUT_S
@@ -234,9 +237,14 @@ class Tuner:
                  builder: Builder | None = None, store: Store | None = None,
                  notify: Callable[[str], None] = lambda s: None,
                  device_lock: Any = None,
-                 on_setup: Callable[[str], None] | None = None) -> None:
+                 on_setup: Callable[[str], None] | None = None,
+                 started: float | None = None) -> None:
         """`notify` receives notices a user must see (the simulator's fallback); `on_setup`,
-        where given, a line once the GPU has set the problem up (`setup_notice`)."""
+        where given, a line once the GPU has set the problem up (`setup_notice`); `started`,
+        the `time.monotonic()` instant the run began (the problem's loading included), from
+        which the time limit counts (default: now): the set-up below (the device, the GPU's
+        set-up for the problem, the strategy) is spent from the same seconds as the search."""
+        self._started: float | None = time.monotonic() if started is None else started
         check_settings(settings)
         # "default" runs as the best strategy on the measured evidence (`search/default.py`);
         # the settings keep the name asked for, the report both
@@ -393,8 +401,9 @@ class Tuner:
         trials = self.trials = []
         self._best = self._default = None
         self._best_space = None
-        self._deadline = (time.monotonic() + s.time_limit_s if s.time_limit_s is not None
-                          else None)
+        # counted from the run's start (the first run: the Tuner's creation or `started`)
+        begun, self._started = self._started or time.monotonic(), None
+        self._deadline = begun + s.time_limit_s if s.time_limit_s is not None else None
         try:
             with self.phases("search"):
                 if not self.stages:
@@ -425,6 +434,27 @@ class Tuner:
     def _time_up(self) -> bool:
         return self._deadline is not None and time.monotonic() >= self._deadline
 
+    def _left(self) -> float | None:
+        """Seconds left before the time limit (None: no limit)."""
+        return None if self._deadline is None else max(0.0, self._deadline - time.monotonic())
+
+    def _bounded(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> tuple[bool, Any]:
+        """(True, fn(*args)), or (False, None) where the time limit came first. Without a
+        limit fn runs here; with one, on a daemon thread waited for until the limit, and one
+        that runs past it goes on unheard while the run ends on time: the strategy's own work
+        (the model's picks of a large stage, listing its space, an online update) held a
+        time-limited search of a three-layer MLP 1.8-4.4 s past a 15 s limit on the
+        simulator. The strategy is not used again after such a call."""
+        if self._deadline is None:
+            return True, fn(*args, **kw)
+        if self._time_up():
+            return False, None
+        job = in_background(lambda: fn(*args, **kw), name="cuda-agent-strategy")
+        futures_wait([job], timeout=self._left())
+        if not job.done():
+            return False, None
+        return True, job.result()
+
     def _search_stages(self, trials: list[Trial],
                        progress: Callable[[Trial, "Trial | None"], None] | None) -> str:
         """Coordinate search over a program's stages: each stage's space in turn, the others
@@ -451,8 +481,12 @@ class Tuner:
             if budget < 1:
                 continue
             self.space = StageSpace.of(self.plan, i, self.stages, fixed)
-            self.strategy = make_strategy(self.strategy_name, self.space, seed=s.seed + i,
-                                          **self.strategy_options)
+            made, strategy = self._bounded(make_strategy, self.strategy_name, self.space,
+                                           seed=s.seed + i, **self.strategy_options)
+            if not made:
+                stopped = "time_limit"
+                break
+            self.strategy = strategy
             first = len(trials)
             plateau = None if i == n - 1 or s.stage_patience is None else StagePlateau(
                 best.measurement.time_ms if best else None, s.stage_patience)
@@ -491,22 +525,22 @@ class Tuner:
         s = self.settings
         first = len(trials)
         defaults = [sp.default() for sp in self.stages]
-        probe = make_strategy(self.strategy_name,
-                              StageSpace.of(self.plan, 0, self.stages, defaults), seed=s.seed,
-                              **self.strategy_options)
-        modelling = ThreadPoolExecutor(1)
-        try:
-            ahead = modelling.submit(lambda: [probe.stage_pick(sp) for sp in self.stages])
-            if s.include_default and self._measure_program(defaults, trials, progress) is None:
-                return defaults, "time_limit"
-            t = time.perf_counter()
-            left = None if self._deadline is None else max(0.0,
-                                                           self._deadline - time.monotonic())
-            futures_wait([ahead], timeout=left)
-            self.timing["strategy_s"] += time.perf_counter() - t
-            picks = ahead.result() if ahead.done() else None
-        finally:
-            modelling.shutdown(wait=False, cancel_futures=True)
+
+        def model_picks() -> list[Config | None]:
+            probe = make_strategy(self.strategy_name,
+                                  StageSpace.of(self.plan, 0, self.stages, defaults),
+                                  seed=s.seed, **self.strategy_options)
+            return [probe.stage_pick(sp) for sp in self.stages]
+
+        # modelled while the baseline is measured; on a daemon thread, so that a run the time
+        # limit ends is not held until the modelling ends
+        ahead = in_background(model_picks, name="cuda-agent-picks")
+        if s.include_default and self._measure_program(defaults, trials, progress) is None:
+            return defaults, "time_limit"
+        t = time.perf_counter()
+        futures_wait([ahead], timeout=self._left())
+        self.timing["strategy_s"] += time.perf_counter() - t
+        picks = ahead.result() if ahead.done() else None
         if picks is None:
             return defaults, "time_limit"
         program = [p if p is not None else d for p, d in zip(picks, defaults)]
@@ -598,7 +632,7 @@ class Tuner:
         # 3-7 s of a 20 s search on the H100 (2026-12-06), all of it before the first
         # measurement. Its own batch whatever the timing: a seeded search measures the same
         # batches every time
-        asking = ThreadPoolExecutor(1) if picks_due and not adaptive else None
+        ahead_ok = picks_due and not adaptive
         asked_ahead: Future | None = None
 
         def ask(n: int, clock: str = "strategy_s") -> list[Config]:
@@ -632,10 +666,10 @@ class Tuner:
             return pool.submit(self._build, configs, self._deadline) if configs else None
 
         def ask_ahead(n: int) -> tuple[Future, Future]:
-            """(the next batch's build, the next batch): asked for in the background, then
-            built; the strategy is told nothing until it has answered (`wait_asked`)."""
-            assert asking is not None
-            configs = asking.submit(ask, n, "strategy_ahead_s")
+            """(the next batch's build, the next batch): asked for in the background (a daemon
+            thread: the time limit does not wait for it), then built; the strategy is told
+            nothing until it has answered (`wait_asked`)."""
+            configs = in_background(ask, n, "strategy_ahead_s", name="cuda-agent-ask")
             return pool.submit(lambda: self._build(c, self._deadline) if (c := configs.result())
                                else []), configs
 
@@ -644,19 +678,16 @@ class Tuner:
             if asked_ahead is None or asked_ahead.done():
                 return True
             t = time.perf_counter()
-            left = None if self._deadline is None else max(0.0,
-                                                           self._deadline - time.monotonic())
-            futures_wait([asked_ahead], timeout=left)
+            futures_wait([asked_ahead], timeout=self._left())
             self.timing["strategy_s"] += time.perf_counter() - t
             return asked_ahead.done()
 
         remaining = budget
         stopped = "space"
         try:
-            if self._time_up():
+            asked, batch = self._bounded(ask, min(s.batch, remaining))
+            if not asked:
                 stopped, batch = "time_limit", []
-            else:
-                batch = ask(min(s.batch, remaining))
             while batch and remaining > 0:
                 t = time.perf_counter()
                 if next_build is not None:
@@ -672,12 +703,15 @@ class Tuner:
                 seen.update(batch)
                 remaining -= len(batch)
                 following: list[Config] | None
-                if asking is not None and picks_due and remaining > 0:
+                if ahead_ok and picks_due and remaining > 0:
                     following = None  # asked in the background: `asked_ahead`
                     next_build, asked_ahead = ask_ahead(min(s.batch, remaining))
                 else:
-                    following = ([] if adaptive or remaining <= 0
-                                 else ask(min(s.batch, remaining)))
+                    following = []
+                    if not adaptive and remaining > 0:
+                        asked, following = self._bounded(ask, min(s.batch, remaining))
+                        if not asked:
+                            stopped, following = "time_limit", []
                     next_build = build_ahead(following)
                 results, settled = [], False
                 for cand in cands:
@@ -701,8 +735,9 @@ class Tuner:
                     stopped = "time_limit"
                     break
                 t = time.perf_counter()
-                if results:
-                    self.strategy.tell(results)
+                if results and stopped != "time_limit" and \
+                        not self._bounded(self.strategy.tell, results)[0]:
+                    stopped = "time_limit"
                 self.timing["strategy_s"] += time.perf_counter() - t
                 if stopped == "time_limit":
                     break
@@ -719,7 +754,10 @@ class Tuner:
                     assert asked_ahead is not None
                     following = asked_ahead.result()
                 elif adaptive:
-                    following = ask(min(s.batch, remaining))
+                    asked, following = self._bounded(ask, min(s.batch, remaining))
+                    if not asked:
+                        stopped = "time_limit"
+                        break
                     next_build = build_ahead(following)
                 batch = following
         finally:
@@ -727,8 +765,6 @@ class Tuner:
             if next_build is not None:
                 next_build.cancel()
             pool.shutdown(wait=False, cancel_futures=True)
-            if asking is not None:
-                asking.shutdown(wait=False, cancel_futures=True)
         return stopped
 
     def close(self) -> None:
@@ -769,6 +805,7 @@ def tune(problem: str | Path | Problem, out: str | Path | None = None,
     No `if __name__ == "__main__":` guard is needed in the calling script: the worker processes
     do not re-import it (`procs.py`).
     """
+    started = time.monotonic()  # the time limit counts from here: loading the problem too
     options.setdefault("store", default_store())
     settings = TuneSettings(**options)
     check_settings(settings)  # before the problem is loaded: a bad setting costs nothing
@@ -777,7 +814,7 @@ def tune(problem: str | Path | Problem, out: str | Path | None = None,
 
         check_out_dir(out)
     prob = problem if isinstance(problem, Problem) else load_problem(problem)
-    tuner = Tuner(prob, settings, notify=notify or _warn)
+    tuner = Tuner(prob, settings, notify=notify or _warn, started=started)
     try:
         result = tuner.run(progress)
         if out is not None:

@@ -156,10 +156,12 @@ def test_sim_report(sim_softmax):
     assert rep["family"] == "softmax" and rep["shape"] == [33, 257]
     assert rep["default"]["index"] == 1
     assert rep["space_size"] >= 100
-    # no --strategy: the best on the evidence, with the policy the package ships
+    # no --strategy: the best on the evidence, with the policy the package ships; the report
+    # names both what was asked for and what it ran as
     from cuda_agent.search.default import default_strategy
 
-    assert rep["strategy"] == default_strategy(8)[0]
+    assert rep["strategy"] == "default"
+    assert rep["strategy_resolved"] == default_strategy(8)[0]
 
 
 def test_sim_run_used_the_private_store(sim_softmax):
@@ -354,3 +356,131 @@ def test_a_time_taken_under_another_timing_protocol_is_not_reused(tmp_path, monk
     assert not any(t.measurement.reused for t in again.trials)
     third = tune(GOOD / "sum_small.py", device="sim", budget=4, store=store, strategy="random")
     assert all(t.measurement.reused for t in third.trials)
+
+
+# -- one default strategy, one list of names (issue 47) ---------------------------------------------
+
+def test_the_api_runs_the_clis_default_strategy():
+    """`cuda_agent.tune()` without a strategy runs what `cuda-agent tune` runs ("default": the
+    agents with the shipped policy), not random search (it found a worse kernel with twice the
+    budget)."""
+    import cuda_agent
+    from cuda_agent.search.default import default_strategy
+    from cuda_agent.tuner import TuneSettings
+
+    assert TuneSettings().strategy == "default"
+    r = cuda_agent.tune(GOOD / "relu_small.py", device="sim", budget=2, baselines=False,
+                        store=":memory:")
+    assert r.settings.strategy == "default"
+    assert r.strategy_resolved == default_strategy(2)[0] != "random"
+
+
+def _readme_strategies() -> list[str]:
+    """The names in the README's `# strategies: a, b (a note), c. ...` comment of `tune`."""
+    import re
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    head, *rest = readme.split("# strategies:", 1)[1].splitlines()
+    text = " ".join([head] + [line.split("#", 1)[1] for line in rest[:4]])
+    text = re.sub(r"\([^)]*\)", "", text)  # the notes in parentheses
+    return [w.strip() for w in re.split(r"[.;]", text, maxsplit=1)[0].split(",")]
+
+
+def test_one_list_of_strategy_names_everywhere():
+    """--help, the error for an unknown name, the README and bench all name the strategies
+    of the one registry (`cuda_agent/search/__init__.py`), "default" among them."""
+    from typer.testing import CliRunner
+
+    from cuda_agent.cli import app
+    from cuda_agent.errors import SettingsError
+    from cuda_agent.search import (BENCH_ABLATIONS, BENCH_DEFAULT, STRATEGIES,
+                                   bench_strategy_names, make_strategy, strategy_names)
+    from cuda_agent.search.base import LAZY
+    from helpers import good_space
+
+    names = strategy_names()
+    assert names == ["default"] + sorted(set(STRATEGIES) | set(LAZY))
+    assert "optuna_warm" in names and "prior" in names
+    help_text = " ".join(CliRunner().invoke(app, ["tune", "--help"], terminal_width=400)
+                         .output.replace("│", " ").split())
+    assert " | ".join(names) in help_text
+    with pytest.raises(SettingsError) as err:
+        make_strategy("bogus", good_space("relu_small"))
+    assert ", ".join(names) in str(err.value) and "--strategy" in str(err.value)
+    assert _readme_strategies() == names
+    bench = bench_strategy_names()
+    assert set(BENCH_DEFAULT) | set(BENCH_ABLATIONS) <= set(bench)
+    assert set(bench) - {n for n in bench if n.startswith(("kt:", "kt_warm:"))} == \
+        set(names) - {"default", "exhaustive"}
+
+
+# -- the time limit held (issue 47: --time-limit 60 ran a search of 80 s) ---------------------------
+
+MLP3 = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l1 = nn.Linear(1024, 4096)
+        self.l2 = nn.Linear(4096, 4096)
+        self.l3 = nn.Linear(4096, 1024)
+
+    def forward(self, x):
+        return self.l3(torch.relu(self.l2(torch.relu(self.l1(x)))))
+
+
+def get_inputs():
+    return [torch.randn(8192, 1024)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_the_time_limit_holds_a_three_layer_mlp(tmp_path):
+    """A program of three GEMM stages whose spaces hold tens of thousands of configurations
+    each: the agents' model picks, their listing of each stage and the report's count of the
+    space took seconds past the limit. The search phase, and the whole call (loading the
+    problem and writing the outputs included; the simulator has no baselines) end within 5 %
+    of the limit, plus a second for writing the output."""
+    import time
+
+    import cuda_agent
+
+    path = tmp_path / "mlp3.py"
+    path.write_text(MLP3)
+    limit = 6.0
+    t0 = time.monotonic()
+    r = cuda_agent.tune(path, out=tmp_path / "o", device="sim", budget=100000,
+                        time_limit_s=limit, store=":memory:")
+    wall = time.monotonic() - t0
+    assert len(r.plan.program.stages) == 3 and r.stopped == "time_limit"
+    assert r.phases["search"] <= 1.05 * limit + 0.3, r.phases
+    assert wall <= 1.05 * limit + 1.0, (wall, r.phases)
+    assert json.loads((tmp_path / "o" / "report.json").read_text())["stopped"] == "time_limit"
+
+
+def test_a_strategy_slower_than_the_limit_does_not_hold_the_search(monkeypatch):
+    """The agents' picks of each template, computed in the search's own thread, ran past the
+    limit for as long as they took; they are now waited for until the limit only."""
+    import time
+
+    from cuda_agent.agents.strategy import AgentsStrategy
+    from cuda_agent.tuner import tune
+
+    def slow_picks(self):
+        time.sleep(4.0)
+        return None
+
+    monkeypatch.setattr(AgentsStrategy, "template_picks", slow_picks)
+    limit = 2.0
+    t0 = time.monotonic()
+    r = tune(GOOD / "relu_small.py", device="sim", budget=64, batch=4, time_limit_s=limit,
+             baselines=False, store=":memory:")
+    assert r.strategy_resolved == "marl" and r.stopped == "time_limit"
+    assert r.phases["search"] <= 1.05 * limit + 0.3, r.phases
+    assert time.monotonic() - t0 <= 1.05 * limit + 0.5

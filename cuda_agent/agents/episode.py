@@ -7,13 +7,12 @@ observations; the batch is measured; rewards are computed within the batch and t
 
 from __future__ import annotations
 
-import threading
-from concurrent.futures import Future
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
 
+from ..background import in_background
 from ..run.records import Measurement
 from ..space.slots import Config
 from ..space.space import Space
@@ -27,21 +26,6 @@ from .reward import RewardSettings, rewards
 from .vocab import SpaceIndex
 
 
-def _in_background(fn: Callable[..., Any], *args: Any) -> Future:
-    """fn(*args) in a daemon thread of its own, its result in the future returned: a run that
-    ends before it (a budget of one, Ctrl-C) exits without waiting for it."""
-    future: Future = Future()
-
-    def run() -> None:
-        try:
-            future.set_result(fn(*args))
-        except BaseException as exc:  # noqa: BLE001 - raised where the result is asked for
-            future.set_exception(exc)
-
-    threading.Thread(target=run, name="cuda-agent-index", daemon=True).start()
-    return future
-
-
 class Episode:
     def __init__(self, policy: MultiAgentPolicy, space: Space, budget: int,
                  rng: np.random.Generator, reward: RewardSettings, episode_id: int,
@@ -52,7 +36,8 @@ class Episode:
         # the space's index lists every configuration (seconds for a large space): listed in a
         # background thread, so that a tune measures its untuned default meanwhile (`ready`)
         self._index = index
-        self._index_future = None if index is not None else _in_background(SpaceIndex.of, space)
+        self._index_future = None if index is not None else in_background(
+            SpaceIndex.of, space, name="cuda-agent-index")
         self.rng = rng
         self.reward = reward
         self.episode_id = episode_id

@@ -228,6 +228,8 @@ class Trainer:
         self.measurements = 0
         self.sampler_state: dict[str, Any] = {}
         self.pending_jobs: list[tuple[int, int, int, int]] = []
+        self.saved_iteration = 0
+        """the iteration the checkpoint on disk holds (what Ctrl-C keeps; 0: none saved)"""
         ckpt = self.out / "policy.pt"
         if settings.resume and ckpt.exists():
             self._resume(ckpt)
@@ -248,6 +250,7 @@ class Trainer:
     def save(self) -> Path:
         path = self.out / "policy.pt"
         checkpoint.save(path, self.policy, self._meta(), self.optimizer, self.rng)
+        self.saved_iteration = self.iteration
         return path
 
     def _resume(self, path: Path) -> None:
@@ -266,6 +269,7 @@ class Trainer:
         random.setstate(blob["python_rng"])
         self.generator.set_state(torch.tensor(meta["generator"], dtype=torch.uint8))
         self.iteration, self.version = meta["iteration"], meta["version"]
+        self.saved_iteration = self.iteration
         self.measurements, self.curves = meta["measurements"], meta["curves"]
         for op in self.operators:
             op.best_known = meta["best_known"].get(op.name)

@@ -23,6 +23,8 @@ from .templates import TEMPLATES, Template
 
 SCOPE_SLOT = "reduction.scope"
 _ENUMERATED: dict[tuple, list[Config]] = {}
+_COUNTED: dict[tuple, int] = {}
+"""`len` of spaces not listed, by `Space._enumeration_key`"""
 
 
 @dataclass
@@ -202,8 +204,7 @@ class Space:
         for a given computation, target and template set)."""
         if self.subset:
             return [c for c in self.__dict__["_parent"].configs if c in self.__dict__["_keep"]]
-        key = (self.plan.graph.fingerprint(), self.target,
-               tuple((t.name, t.version) for t in self.templates))
+        key = self._enumeration_key()
         if key not in _ENUMERATED:
             out: list[Config] = []
             for t in self.templates:
@@ -214,6 +215,12 @@ class Space:
                 _ENUMERATED.clear()
             _ENUMERATED[key] = out
         return list(_ENUMERATED[key])
+
+    def _enumeration_key(self) -> tuple:
+        """What the list of configurations depends on: spaces of the same computation, target
+        and templates (a program stage's space and each `StageSpace` over it) share it."""
+        return (self.plan.graph.fingerprint(), self.target,
+                tuple((t.name, t.version) for t in self.templates))
 
     def iter_configs(self) -> Iterable[Config]:
         """`configs` one at a time, listed as they are taken where the space is not listed
@@ -290,12 +297,22 @@ class Space:
     def __len__(self) -> int:
         if self.subset:
             return len(self.__dict__["_keep"])
-        if "configs" not in self.__dict__ and "_len" not in self.__dict__:
+        if "configs" in self.__dict__:
+            return len(self.configs)
+        key = self._enumeration_key()
+        if key in _ENUMERATED:  # listed already, through another space of the same computation
+            return len(_ENUMERATED[key])
+        if key not in _COUNTED:
             # counted without listing: a member is a raw combination that is valid and its
-            # own canonical form, so only those are checked, and no configuration is built
-            self.__dict__["_len"] = sum(self._valid_raw(t, raw) for t in self.templates
-                                        for raw in self._raw(t))
-        return self.__dict__.get("_len") or len(self.configs)
+            # own canonical form, so only those are checked, and no configuration is built.
+            # Kept per computation: a program's report counted its stage's 600k raw
+            # combinations again for each new `StageSpace` over it (seconds each, after the
+            # time limit)
+            if len(_COUNTED) > 256:
+                _COUNTED.clear()
+            _COUNTED[key] = sum(self._valid_raw(t, raw) for t in self.templates
+                                for raw in self._raw(t))
+        return _COUNTED[key]
 
     def check(self, cfg: Config) -> str | None:
         """Why `cfg` is not in the space (None when it is)."""
