@@ -477,7 +477,7 @@ def test_a_run_ended_by_an_error_keeps_the_problems_it_finished(tmp_path, monkey
     from cuda_agent.errors import DeviceError
     from cuda_agent.report.bench_report import PARTIAL, load_run, write_partial
 
-    def ends_after_one(settings, device, progress=None, notify=print, on_problem=None):
+    def ends_after_one(settings, device, progress=None, notify=print, on_problem=None, **kw):
         write_partial(_result("a"), Path(settings.out))
         raise DeviceError("the GPU worker died")
 
