@@ -11,8 +11,9 @@ __version__ = "0.1.0"
 
 def tune(problem: Any, out: Any = None, **options: Any) -> Any:
     """Tune one problem file (see `cuda_agent.tuner.tune` and `TuneSettings` for options): the
-    CLI's store, a 30-minute time limit, a warning when it falls back to the simulator; no
-    main guard needed in the calling script."""
+    CLI's default strategy ("default": the agents with the shipped policy; `strategy="random"`
+    and the others by name), the CLI's store, a 30-minute time limit, a warning when it falls
+    back to the simulator; no main guard needed in the calling script."""
     from .tuner import tune as _tune  # imported lazily: `import cuda_agent` stays light
 
     return _tune(problem, out=out, **options)

@@ -437,7 +437,11 @@ def train(
         flags.positive("--time-limit", time_limit)
         check_out_dir(out)
     from .agents.reward import RewardSettings
-    from .agents.train import TrainSettings, Trainer, write_curves
+    from .agents.train import TrainSettings, Trainer, resumable, write_curves
+
+    if resume and (out / "policy.pt").exists():
+        with _flag_errors():  # a checkpoint that cannot go on: before the suite is loaded
+            resumable(out / "policy.pt", agents)
 
     deadline = time.time() + time_limit if time_limit else None
     settings = TrainSettings(

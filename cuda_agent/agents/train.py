@@ -130,6 +130,21 @@ def suite_files(suite: str) -> list[Path]:
     return files
 
 
+def resumable(path: Path, agents: str) -> dict[str, Any]:
+    """The checkpoint `--resume` continues from, or a one-line `SettingsError` naming it: a
+    published policy (no training state) or one trained with other agents cannot go on (the
+    CLI asks before it loads the suite)."""
+    blob = checkpoint.load(path)
+    meta = blob["meta"]
+    if meta.get("resumable") is False:
+        raise SettingsError(f"{path}: a published policy without its training state "
+                            "(optimizer, random states) cannot be resumed; pass it to "
+                            "`tune --policy`, or train anew")
+    if meta["settings"]["agents"] != agents:
+        raise SettingsError(f"{path}: trained with --agents {meta['settings']['agents']}")
+    return blob
+
+
 def temperatures(settings: TrainSettings, groups: list[str], episode_seed: int,
                  stalled: int) -> dict[str, float]:
     """Targeted exploration: raise exactly one agent's temperature, chosen by the schedule
@@ -254,14 +269,8 @@ class Trainer:
         return path
 
     def _resume(self, path: Path) -> None:
-        blob = checkpoint.load(path)
+        blob = resumable(path, self.s.agents)
         meta = blob["meta"]
-        if meta.get("resumable") is False:
-            raise SettingsError(f"{path}: a published policy without its training state "
-                                "(optimizer, random states) cannot be resumed; pass it to "
-                                "`tune --policy`, or train anew")
-        if meta["settings"]["agents"] != self.s.agents:
-            raise SettingsError(f"{path}: trained with --agents {meta['settings']['agents']}")
         self.policy.load_state_dict(blob["policy"])
         self.optimizer.load_state_dict(blob["optimizer"])
         self.rng.bit_generator.state = blob["numpy_rng"]
