@@ -331,7 +331,8 @@ def report_dict(result: Any) -> dict[str, Any]:
         "precision": result.settings.precision,
         # strict protocol or conformance mode (`tune --tolerance`), the reference, the bounds
         "verification": verification(result),
-        "evals": len(result.trials), "space_size": len(result.space),
+        # (None: counting it did not fit in the time limit)
+        "evals": len(result.trials), "space_size": result.space_size,
         "space_version": result.space.version,
         "shape": list(plan.full_shape), "reduce_dims": list(plan.reduce_dims),
         "bytes": bytes_moved, "flops": plan.flops(),

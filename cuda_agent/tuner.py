@@ -49,6 +49,10 @@ STOPPED = ("budget", "space", "plateau", "time_limit", "interrupted")
 the strategy said it had plateaued; the time limit came; the user pressed Ctrl-C"""
 
 
+COUNT_GRACE_S = 0.5
+"""seconds past the time limit the report may spend counting the space (`Tuner.space_size`)"""
+
+
 class SimulatedDeviceWarning(UserWarning):
     """`tune()` found no GPU and runs on the simulated device: times are model estimates."""
 
@@ -149,6 +153,9 @@ class TuneResult:
     default was measured (the model's picks and the second batch), not wall time of its own"""
     stopped: str = "budget"
     """why the search ended (one of `STOPPED`)"""
+    space_size: int | None = None
+    """configurations in the space (a program: in the best's stage); None where counting it
+    did not fit in the time limit (`Tuner.space_size`)"""
     strategy_resolved: str = ""
     """the strategy the search ran as: `settings.strategy` keeps the name asked for, and
     "default" runs as the best one on the evidence (`search.resolve_strategy`)"""
@@ -428,8 +435,21 @@ class Tuner:
         return TuneResult(self.problem, self.plan, self.space, self.device, s, trials, baselines,
                           self._default, self._best, self.toolchain, time.perf_counter() - t0,
                           facts, dict(self.builder.stats) if self.builder else {},
-                          dict(self.timing), stopped, self.strategy_name,
+                          dict(self.timing), stopped, self.space_size(), self.strategy_name,
                           self.phases.as_dict())
+
+    def space_size(self) -> int | None:
+        """How many configurations `self.space` holds, for the report: known where the space
+        was listed or counted (the agents list it), else counted, under a time limit on a
+        daemon thread waited for until `COUNT_GRACE_S` past the limit (counting a large space
+        takes seconds: a three-stage MLP's report counted 600k raw combinations after its
+        limit had passed); None where that was not enough."""
+        known = self.space.known_len()
+        if known is not None or self._deadline is None:
+            return known if known is not None else len(self.space)
+        job = in_background(len, self.space, name="cuda-agent-count")
+        futures_wait([job], timeout=(self._left() or 0.0) + COUNT_GRACE_S)
+        return job.result() if job.done() else None
 
     def _time_up(self) -> bool:
         return self._deadline is not None and time.monotonic() >= self._deadline

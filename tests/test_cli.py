@@ -446,7 +446,7 @@ def test_the_time_limit_holds_a_three_layer_mlp(tmp_path):
     each: the agents' model picks, their listing of each stage and the report's count of the
     space took seconds past the limit. The search phase, and the whole call (loading the
     problem and writing the outputs included; the simulator has no baselines) end within 5 %
-    of the limit, plus a second for writing the output."""
+    of the limit, plus two seconds for writing the output (a loaded CI machine)."""
     import time
 
     import cuda_agent
@@ -459,8 +459,8 @@ def test_the_time_limit_holds_a_three_layer_mlp(tmp_path):
                         time_limit_s=limit, store=":memory:")
     wall = time.monotonic() - t0
     assert len(r.plan.program.stages) == 3 and r.stopped == "time_limit"
-    assert r.phases["search"] <= 1.05 * limit + 0.3, r.phases
-    assert wall <= 1.05 * limit + 1.0, (wall, r.phases)
+    assert r.phases["search"] <= 1.05 * limit + 0.5, r.phases
+    assert wall <= 1.05 * limit + 2.0, (wall, r.wall_s, r.phases)
     assert json.loads((tmp_path / "o" / "report.json").read_text())["stopped"] == "time_limit"
 
 
@@ -482,5 +482,5 @@ def test_a_strategy_slower_than_the_limit_does_not_hold_the_search(monkeypatch):
     r = tune(GOOD / "relu_small.py", device="sim", budget=64, batch=4, time_limit_s=limit,
              baselines=False, store=":memory:")
     assert r.strategy_resolved == "marl" and r.stopped == "time_limit"
-    assert r.phases["search"] <= 1.05 * limit + 0.3, r.phases
-    assert time.monotonic() - t0 <= 1.05 * limit + 0.5
+    assert r.phases["search"] <= 1.05 * limit + 0.5, r.phases
+    assert time.monotonic() - t0 <= 1.05 * limit + 1.0

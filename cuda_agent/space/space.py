@@ -294,14 +294,23 @@ class Space:
         # combinations, at the end of every tune)
         return True
 
-    def __len__(self) -> int:
+    def known_len(self) -> int | None:
+        """`len(self)` where it is known without counting (listed, or counted before, through
+        any space of the same computation); None where it would take counting."""
         if self.subset:
             return len(self.__dict__["_keep"])
         if "configs" in self.__dict__:
             return len(self.configs)
         key = self._enumeration_key()
-        if key in _ENUMERATED:  # listed already, through another space of the same computation
+        if key in _ENUMERATED:
             return len(_ENUMERATED[key])
+        return _COUNTED.get(key)
+
+    def __len__(self) -> int:
+        known = self.known_len()
+        if known is not None:
+            return known
+        key = self._enumeration_key()
         if key not in _COUNTED:
             # counted without listing: a member is a raw combination that is valid and its
             # own canonical form, so only those are checked, and no configuration is built.
