@@ -33,6 +33,13 @@ from .store import default_store
 STAGE_PATIENCE_HELP = ("multi-kernel programs: measurements a stage may go without progress "
                        "before it hands the rest of its share to the next stage (0: split the "
                        "budget evenly)")
+PRECISION_HELP = ("auto: each product at the precision your torch gives it (by default "
+                  "convolutions on TF32, as cudnn.allow_tf32 lets them; matrix products strict, "
+                  "as float32_matmul_precision 'highest' keeps them), verified against torch's "
+                  "own answer under those flags | fp32: strict fp32 accuracy everywhere | tf32, "
+                  "fp16, bf16: tensor-core products on operands rounded to that type (verified "
+                  "against torch's own answer with TF32 on or under autocast; eager and "
+                  "torch.compile timed that way too, as 'matched', beside PyTorch's defaults)")
 TOLERANCE_HELP = ("strict: the strict protocol (float64 reference) | kernelbench: conformance "
                   "mode, pass where torch.allclose(out, ref, atol=1e-2, rtol=1e-2) against the "
                   "module in fp32 at PyTorch defaults, as KernelBench checks | atol=A,rtol=R: "
@@ -157,7 +164,11 @@ def _row(r) -> dict:  # noqa: ANN001 - a TuneResult
 def _matched_settings(d: dict) -> str:
     """What the matched baselines ran under: the kernels' contract (--precision)."""
     what = {"fp32": "strict fp32, TF32 off", "tf32": "TF32 on",
+            "tf32:conv": "TF32 on in convolutions, off in matrix products",
+            "tf32:matmul": "TF32 on in matrix products, off in convolutions",
             "fp16": "autocast fp16", "bf16": "autocast bf16"}.get(d["precision"], d["precision"])
+    if d.get("precision_asked") == "auto":
+        what = f"{what} (--precision auto)"
     same = (d.get("baseline_settings") or {}).get("same")
     return what + (" (the same as PyTorch's defaults for this problem)" if same else "")
 
@@ -215,11 +226,7 @@ def tune(
                                "(four agents) or single (one agent, the ablation)"),
     patience: int = typer.Option(3, help="with the agents: batches without improvement "
                                  "before stopping"),
-    precision: str = typer.Option("fp32", help="fp32: strict fp32 accuracy | tf32, fp16, bf16: "
-                                  "opt into tensor-core products on operands rounded to that "
-                                  "type (verified against torch's own answer with TF32 on or "
-                                  "under autocast; eager and torch.compile timed that way too, "
-                                  "as 'matched', beside PyTorch's defaults)"),
+    precision: str = typer.Option("auto", help=PRECISION_HELP),
     stage_patience: int = typer.Option(STAGE_PATIENCE, help=STAGE_PATIENCE_HELP),
     tolerance: str = typer.Option("strict", help=TOLERANCE_HELP),
     time_limit: float = typer.Option(
@@ -493,9 +500,7 @@ def bench(
     parallel: int = typer.Option(1, help="live runs: strategy runs searching at once per "
                                  "problem (they compile side by side; measurements still take "
                                  "the GPU one at a time)"),
-    precision: str = typer.Option("fp32", help="live runs: fp32 (strict) | tf32, fp16, bf16 "
-                                  "(tensor-core products on operands in that type; matched "
-                                  "baselines with TF32 on or under autocast)"),
+    precision: str = typer.Option("auto", help="live runs: " + PRECISION_HELP),
     stage_patience: int = typer.Option(STAGE_PATIENCE, help=STAGE_PATIENCE_HELP),
     tolerance: str = typer.Option("strict", help=TOLERANCE_HELP),
     baselines: bool = typer.Option(True, help="live runs: time torch eager and torch.compile "

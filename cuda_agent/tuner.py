@@ -35,7 +35,9 @@ from .run.verify import STRICT, VerifySettings, parse_tolerance
 from .search import make_strategy
 from .space.program import (STAGE_PATIENCE, StagePlateau, StageSpace, stage_share,
                              stage_spaces)
-from .space.slots import PRECISIONS, Config
+from .precision import CONTRACTS, PRECISIONS
+from .precision import resolve as resolve_precision
+from .space.slots import Config
 from .space.space import Space
 from .stopwatch import Phases
 from .store import Store, default_store
@@ -94,14 +96,21 @@ class TuneSettings:
     """a multi-kernel program: measurements a stage may go without progress before it hands
     the rest of its share to the next (`space/program.StagePlateau`); None: never (an even
     split, as sweeps sample each stage)"""
-    precision: str = "fp32"
-    """fp32: every kernel held to strict fp32 accuracy (tensor cores only error-compensated);
-    tf32: the user opts into TF32 tensor-core products (convolutions and matrix products, the
+    precision: str = "auto"
+    """auto: each product at the precision the user's torch gives it (`precision.py`: by
+    default convolutions on TF32, as cudnn.allow_tf32 lets them, matrix products strict fp32,
+    as float32_matmul_precision "highest" keeps them), verified against torch's own answer
+    under those flags; resolved to a contract when the run starts (`precision_asked` keeps
+    "auto"); fp32: every kernel held to strict fp32 accuracy (tensor cores only
+    error-compensated); tf32: the user opts into TF32 tensor-core products (convolutions and matrix products, the
     library's cuDNN and cuBLAS steps included), verified against torch's own TF32 answer;
     fp16, bf16: products on operands rounded to that type with fp32 accumulation, verified
     against torch under autocast in that dtype. Eager and torch.compile are timed twice: at
     PyTorch's defaults (the headline: a user's process) and matched to this contract (TF32 on,
     or under autocast, like for like)"""
+    precision_asked: str | None = None
+    """the precision the user asked for where `precision` holds what it resolved to ("auto");
+    None: `precision` is what was asked"""
     tolerance: str = STRICT
     """strict: the strict protocol (float64 reference, relative bounds); kernelbench or
     atol=A,rtol=R: conformance mode, a candidate passes where torch.allclose(out, ref, atol,
@@ -171,13 +180,22 @@ class TuneResult:
 
 def check_precision(precision: str, device: str | None = None) -> None:
     """An unknown precision, or one the device cannot hold kernels to, is a settings error:
-    the recorded sweeps `replay` serves are strict fp32."""
-    if precision not in PRECISIONS:
+    the recorded sweeps `replay` serves are strict fp32 (there "auto" is strict fp32)."""
+    if precision not in PRECISIONS and precision not in CONTRACTS:
         raise SettingsError(f"unknown precision {precision!r}; choose from "
                             f"{', '.join(PRECISIONS)}")
-    if device == "replay" and precision != "fp32":
+    if device == "replay" and precision not in ("auto", "fp32"):
         raise SettingsError(f"--precision {precision}: the recorded sweeps are strict fp32; "
                             "use --device cuda or sim")
+
+
+def resolve_settings_precision(settings: TuneSettings, device_kind: str | None) -> TuneSettings:
+    """`settings` with its precision resolved to a contract (`precision.resolve`: "auto" as
+    this process's torch flags say), the precision asked for kept in `precision_asked`."""
+    contract = resolve_precision(settings.precision, device_kind)
+    if contract == settings.precision:
+        return settings
+    return replace(settings, precision=contract, precision_asked=settings.precision)
 
 
 def verify_settings(settings: TuneSettings) -> VerifySettings:
@@ -206,6 +224,7 @@ def open_device(name: str | None, settings: TuneSettings, notify: Callable[[str]
         raise SettingsError(f"unknown device {name!r}; choose from {', '.join(DEVICES)}")
     check_precision(settings.precision, name)
     check_tolerance(settings.tolerance, name)
+    settings = resolve_settings_precision(settings, name)
     if name == "cuda":
         if not cuda_available():
             raise DeviceError("--device cuda: no CUDA GPU is available on this machine")
@@ -258,6 +277,10 @@ class Tuner:
             name, opts = default_strategy(settings.budget)
             settings = replace(settings, strategy=name,
                                strategy_options={**opts, **settings.strategy_options})
+        check_precision(settings.precision, settings.device)
+        # "auto": as this process's torch runs each product (the problem file imported)
+        settings = resolve_settings_precision(
+            settings, device.kind if device is not None else settings.device)
         self.problem = problem
         self.settings = settings
         self.notify = notify

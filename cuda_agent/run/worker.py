@@ -52,12 +52,13 @@ process runs with, and the baselines at the defaults run under them (`ProblemSta
 
 def use_precision(precision: str) -> None:
     """The worker's flags, process-wide: the kernels' contract, which the witness, the
-    verification and the candidates' library steps run under. Strict fp32 (cuDNN would
-    otherwise run fp32 convolutions on TF32 tensor cores, its default), or TF32 products in
-    cuBLAS and cuDNN where the user opted into TF32 (`--precision tf32`). For fp16 and bf16 the
-    products run under autocast (`precision_context`) and the rest stays fp32."""
+    verification and the candidates' library steps run under. Each product is strict fp32 or
+    TF32 as the contract says (`--precision auto`: as torch's flags said in the tuning process,
+    by default cuDNN's convolutions on TF32 and cuBLAS's products strict; `--precision tf32`:
+    both on TF32). For fp16 and bf16 the products run under autocast (`precision_context`) and
+    the rest stays fp32."""
     tf32 = contract_tf32(precision)
-    launcher.set_tf32(tf32, tf32)
+    launcher.set_tf32(tf32["conv"], tf32["matmul"])
 
 
 def precision_context(precision: str) -> Any:
@@ -716,7 +717,7 @@ class ProblemState:
         torch.cuda.empty_cache()
         tf32 = contract_tf32(self.precision)
         flags = (launcher.tf32_mode(flags=TORCH_DEFAULTS) if settings == DEFAULTS
-                 else launcher.tf32_mode(tf32, tf32))
+                 else launcher.tf32_mode(tf32["conv"], tf32["matmul"]))
         numerics = (contextlib.nullcontext() if settings == DEFAULTS
                     else precision_context(self.precision))
         compiled = which.startswith("compile")
