@@ -139,6 +139,8 @@ def _row(r) -> dict:  # noqa: ANN001 - a TuneResult
         "device": r.device.gpu_name() + (" (cuda)" if r.device.kind == "cuda" else ""),
         "best": _fmt_ms(d["best_ms"], sim),
         "default config": _fmt_ms(r.default.measurement.time_ms if r.default else None, sim),
+        "library route": _fmt_ms(d["library_floor_ms"], sim),
+        "won by": d["won_by"] or "-",
         # as a user's process runs them (PyTorch's defaults), then under the kernels' contract
         "torch eager": _fmt_ms(d["eager_ms"]),
         **({"eager, cudnn.benchmark": _fmt_ms(d["eager_cudnn_benchmark_ms"])}
@@ -277,6 +279,9 @@ def tune(
         err_console.print("interrupted before anything could be kept; nothing written",
                           highlight=False)
         raise typer.Exit(INTERRUPTED)
+    from .emit import report_dict
+
+    console.print(f"[bold]{report_dict(result)['headline']}[/]", highlight=False)
     console.print(summary_table([result], "cuda-agent tune"))
     advice = _tf32_note(result)
     if advice:

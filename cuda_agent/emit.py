@@ -228,6 +228,33 @@ def _matched_note(b: Any, precision: str) -> str:
             f"torch.compile {_ms(b.compile_matched_ms)}")
 
 
+def route_bests(trials: list[Any]) -> tuple[float | None, float | None]:
+    """The best verified time of the candidates that ran a library step for their product,
+    and of those that did not (None where no such candidate passed)."""
+    best: dict[bool, float] = {}
+    for t in trials:
+        m = t.measurement
+        if m.ok and m.time_ms is not None:
+            best[t.library] = min(best.get(t.library, m.time_ms), m.time_ms)
+    return best.get(True), best.get(False)
+
+
+def headline(result: Any, best_ms: float | None, compile_ms: float | None) -> str:
+    """One line: whether the kernel beats the user's default torch.compile, and by how much."""
+    if best_ms is None:
+        return "no kernel passed verification"
+    if result.simulated:
+        return (f"simulated: best {best_ms:.4f} ms is a model estimate; no comparison with "
+                "torch.compile (tune on a GPU)")
+    if not compile_ms:
+        why = (result.baselines.notes or {}).get("compile")
+        return f"best {best_ms:.4f} ms; torch.compile not measured" + (f" ({why})" if why else "")
+    ratio = compile_ms / best_ms
+    verdict = (f"{ratio:.2f}x faster than" if ratio >= 1 else f"{1 / ratio:.2f}x slower than")
+    return (f"{verdict} your default torch.compile(model): {best_ms:.4f} ms against "
+            f"{compile_ms:.4f} ms")
+
+
 def _library_tf32_note(rendered: Any) -> str:
     """How the library steps of a kernel treat TF32: as its calls were rendered for the
     contract (`library.py`: a call that may use TF32 says so)."""
@@ -329,7 +356,10 @@ def report_dict(result: Any) -> dict[str, Any]:
     eager, comp = base["eager_ms"], base["compile_ms"]  # at PyTorch's defaults: the headline
     eager_m, comp_m = base["eager_matched_ms"], base["compile_matched_ms"]
     achieved = bytes_moved / (best_ms * 1e-3) if best_ms else None
+    library_ms, own_ms = route_bests(result.trials)
     return {
+        # first: does the kernel beat what the user would run, their own torch.compile(model)?
+        "headline": headline(result, best_ms, comp),
         "problem": result.problem.name, "path": str(result.problem.path),
         "family": plan.family, "device": result.device.kind, "simulated": result.simulated,
         "gpu": result.device.gpu_name(),
@@ -357,6 +387,10 @@ def report_dict(result: Any) -> dict[str, Any]:
         "library": library_parts(result.space.render(best.config)) or None if best else None,
         "default": trial_json(result.default) if result.default else None,
         "best_ms": best_ms,
+        # the library route (cuBLAS/cuDNN through torch for the product, a generated kernel for
+        # the rest), measured right after the untuned default, against the own templates' best
+        "library_floor_ms": library_ms, "own_templates_ms": own_ms,
+        "won_by": None if best is None else "library route" if best.library else "own templates",
         # eager_ms, compile_ms, ... as a user's process runs them (PyTorch's defaults), the
         # same *_matched_ms under the kernels' contract, and what each setting was
         # (baseline_settings); a convolution's eager with cuDNN's benchmark mode on too

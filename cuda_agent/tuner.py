@@ -129,6 +129,9 @@ class Trial:
     resources: dict[str, Any] = field(default_factory=dict)
     stage: int | None = None
     """a multi-kernel program's stage whose space `config` belongs to (None: one kernel)"""
+    library: bool = False
+    """whether the candidate ran a vendor-library step (cuBLAS/cuDNN through torch) for a
+    product: the library route, against which the own templates' kernels are counted apart"""
 
 
 @dataclass
@@ -246,6 +249,26 @@ def setup_notice(name: str, seconds: float | None, memory: dict[str, Any] | None
     footprint = describe(memory)
     return f"{name}: set up on the GPU{took}" + (f"; {footprint}" if footprint else "") + \
         "; searching"
+
+
+LIBRARY = "lib"
+"""the library template's name: cuBLAS/cuDNN through torch for the product, one generated
+kernel for the epilogue (`space/templates/library.py`)"""
+
+
+def library_pick(strategy: Any, space: Space) -> Config | None:
+    """The library route's configuration of `space` (a stage's own space, or a kernel's): the
+    strategy's model's fastest of the library template's few configurations where it holds a
+    model, else the template's default; None where the library template does not apply."""
+    configs = space.configs_of(LIBRARY)
+    if not configs:
+        return None
+    pick = strategy.stage_pick(space.restricted(configs))
+    if pick is not None:
+        return pick
+    default = next((c for c in space.template_defaults(fallback=True)
+                    if space.template_of(c).name == LIBRARY), None)
+    return default if default is not None else configs[0]
 
 
 def _later(build: Future) -> Iterator[Candidate]:
@@ -398,7 +421,8 @@ class Tuner:
         m = self._evaluate(cand, best_ms)
         m.simulated = self.device.simulated
         trial = Trial(index, cand.config, self.space.template_of(cand.config).name, m,
-                      cand.resources)
+                      cand.resources,
+                      library=any(la.library for la in cand.rendered.launches))
         # which agent chose what: a failure can be traced to the agents' choices
         agents: dict[str, dict[str, Any]] = {}
         for slot, value in cand.config.present().items():
@@ -531,23 +555,32 @@ class Tuner:
                               seed=s.seed, **s.strategy_options)
         modelling = ThreadPoolExecutor(1)
         try:
+            # the library's configurations are few: modelled first, the whole stages after
+            library = modelling.submit(lambda: [library_pick(probe, sp) for sp in self.stages])
             ahead = modelling.submit(lambda: [probe.stage_pick(sp) for sp in self.stages])
             if s.include_default and self._measure_program(defaults, trials, progress) is None:
                 return defaults, "time_limit"
             t = time.perf_counter()
             left = None if self._deadline is None else max(0.0,
                                                            self._deadline - time.monotonic())
-            futures_wait([ahead], timeout=left)
+            futures_wait([library, ahead], timeout=left)
             self.timing["strategy_s"] += time.perf_counter() - t
             picks = ahead.result() if ahead.done() else None
+            floors = library.result() if library.done() else None
         finally:
             modelling.shutdown(wait=False, cancel_futures=True)
-        if picks is None:
+        if picks is None or floors is None:
             return defaults, "time_limit"
         program = [p if p is not None else d for p, d in zip(picks, defaults)]
-        if program != defaults and len(trials) - first < s.budget:
-            if self._measure_program(program, trials, progress) is None:
-                return defaults, "time_limit"
+        # the library floor next: cuBLAS/cuDNN for every heavy stage, the model's picks around
+        # it, so that no search ends slower than "library + fused epilogue" for want of time
+        floor = [lib if lib is not None else p for lib, p in zip(floors, program)]
+        measured = [defaults]
+        for candidate in (floor, program):
+            if candidate not in measured and len(trials) - first < s.budget:
+                if self._measure_program(candidate, trials, progress) is None:
+                    return defaults, "time_limit"
+                measured.append(candidate)
         if self._best is None or self._best_space is None:
             return defaults, ""
         return self._best_space.with_choice(self._best.config), ""
@@ -648,8 +681,12 @@ class Tuner:
                 if picks_due:
                     picks_due = False
                     t = time.perf_counter()
-                    pending.extend(self.strategy.template_picks()
-                                   or self.space.template_defaults(fallback=True))
+                    picks = (self.strategy.template_picks()
+                             or self.space.template_defaults(fallback=True))
+                    # the library route first (its floor: cuBLAS/cuDNN and a fused epilogue),
+                    # so that a time-limited search never ends without it
+                    pending.extend(sorted(picks, key=lambda c: self.space.template_of(c).name
+                                          != LIBRARY))
                     self.timing[clock] += time.perf_counter() - t
                     continue
                 t = time.perf_counter()

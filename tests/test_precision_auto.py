@@ -141,3 +141,55 @@ def test_replay_takes_auto_as_strict_and_refuses_tf32(flags):
         check_precision("tf32:conv", "replay")
     with pytest.raises(SettingsError, match="unknown precision"):
         check_precision("tf33", "cuda")
+
+
+# -- the library floor -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("strategy", ["prior", "random"])
+def test_a_program_measures_the_library_route_right_after_its_untuned_default(strategy):
+    """A convolution chain (a program of stages): its second measurement is cuDNN for the
+    convolution with the other stages at the model's picks, so that no search ends without
+    the "library + fused epilogue" route, whichever strategy searches."""
+    from cuda_agent.tuner import tune
+
+    r = tune(PROBLEMS / "fused_conv2d_groupnorm_tanh.py", device="sim", budget=6, batch=2,
+             baselines=False, strategy=strategy)
+    from cuda_agent.ir.partition import ProgramPlan
+
+    assert isinstance(r.plan, ProgramPlan), "a program of stages"
+    assert not r.trials[0].library  # the untuned default
+    assert r.trials[1].library  # the library floor next
+    assert sum(t.library for t in r.trials[:3]) == 1 or strategy == "random"
+
+
+def test_a_single_kernel_measures_its_library_route_first_among_the_template_picks():
+    from cuda_agent.tuner import tune
+
+    r = tune(PROBLEMS / "fused_conv2d_relu_scale.py", device="sim", budget=4, batch=4,
+             baselines=False, strategy="prior")
+    from cuda_agent.ir.partition import ProgramPlan
+
+    assert not isinstance(r.plan, ProgramPlan)
+    assert not r.trials[0].library and r.trials[1].library
+
+
+def test_the_report_leads_with_the_verdict_against_torch_compile(tmp_path):
+    from types import SimpleNamespace
+
+    from cuda_agent.emit import headline, route_bests
+    from cuda_agent.run.baselines import Baselines
+
+    gpu = SimpleNamespace(simulated=False, baselines=Baselines())
+    assert headline(gpu, 1.0, 1.5).startswith("1.50x faster than your default torch.compile")
+    assert headline(gpu, 2.0, 1.0).startswith("2.00x slower than your default torch.compile")
+    gpu.baselines.notes["compile"] = "not measured: no answer within 300 s"
+    assert "torch.compile not measured (not measured: no answer" in headline(gpu, 1.0, None)
+    assert headline(gpu, None, 1.0) == "no kernel passed verification"
+    assert headline(SimpleNamespace(simulated=True), 1.0, 2.0).startswith("simulated")
+
+    def trial(ms, library, ok=True):
+        return SimpleNamespace(library=library, measurement=SimpleNamespace(ok=ok, time_ms=ms))
+
+    assert route_bests([trial(3.0, True), trial(2.0, True), trial(1.0, False, ok=False),
+                        trial(2.5, False)]) == (2.0, 2.5)
+    assert route_bests([trial(1.0, False)]) == (None, 1.0)
