@@ -239,7 +239,8 @@ def report_fields(report: dict | None) -> dict:
     if not report:
         return {}
     keep = ("family", "strategy", "evals", "evals_to_95", "best_ms", "space_size", "precision",
-            "commit", "failures", "gpu")  # gpu: a row the harness never ran still names it
+            "precision_asked", "commit", "failures", "gpu", "headline", "library_floor_ms",
+            "own_templates_ms", "won_by")  # gpu: a row the harness never ran still names it
     row = {k: report.get(k) for k in keep if k in report}
     row["tune_verified"] = bool(report.get("best") and report["best"].get("verified"))
     # where the tune's wall time went: the tuner's phases and the GPU worker's set-up phases
@@ -272,7 +273,8 @@ def run_problem(entry: dict, gpu: str, s: RunSettings, cli_limit: bool) -> dict 
                  "flops": entry["flops"], "input_bytes": entry["input_bytes"],
                  "budget": s.budget, "time_limit_s": s.time_limit_s,
                  "tune_time_limit_flag": cli_limit, "policy": s.policy,
-                 "tune_args": s.tune_args, "verified": False, "best_ms": None,
+                 "tune_args": s.tune_args, "precision_asked": precision_of(s.tune_args),
+                 "verified": False, "best_ms": None,
                  "eager_ms": None, "compile_ms": None, "strategy": None, "evals": None,
                  "evals_to_95": None}
     with GpuMemorySampler(gpu) as mem:
@@ -317,13 +319,26 @@ def run_problem(entry: dict, gpu: str, s: RunSettings, cli_limit: bool) -> dict 
 
 
 def precision_of(tune_args: list[str] | None) -> str:
-    """The kernels' precision a row's `tune` flags asked for (fp32 unless `--precision`)."""
+    """The precision a call's `tune` flags ask for: `--precision`'s value, else `tune`'s
+    default, "auto" (each product as the user's torch runs it)."""
     args = list(tune_args or [])
     for i, a in enumerate(args):
         if a == "--precision" and i + 1 < len(args):
             return args[i + 1]
         if a.startswith("--precision="):
             return a.split("=", 1)[1]
+    return "auto"
+
+
+def row_precision(row: dict) -> str:
+    """The precision a row was tuned at, as asked: its `precision_asked` (rows from the
+    precision's "auto" default on), else its flags' `--precision`; a row with neither was tuned
+    before "auto" existed, when `tune`'s default was strict fp32."""
+    if row.get("precision_asked"):
+        return row["precision_asked"]
+    args = list(row.get("tune_args") or [])
+    if any(a == "--precision" or a.startswith("--precision=") for a in args):
+        return precision_of(args)
     return "fp32"
 
 
@@ -333,7 +348,7 @@ def load_rows(files: list[Path], precision: str | None = None) -> dict[str, dict
     rows: dict[str, dict] = {}
     for f in files:
         for r in json.loads(f.read_text())["rows"]:
-            if precision is None or precision_of(r.get("tune_args")) == precision:
+            if precision is None or row_precision(r) == precision:
                 rows[r["problem"]] = r
     return rows
 
@@ -380,6 +395,7 @@ def results_doc(rows: dict[str, dict], manifest: list[dict], settings: RunSettin
                          "tune_grace_s": settings.tune_grace_s,
                          "harness_limit_s": settings.harness_limit_s,
                          "policy": settings.policy, "tune_args": settings.tune_args,
+                         "precision_asked": precision_of(settings.tune_args),
                          "seeds": settings.seeds},
             "rows": ordered}
 
@@ -469,7 +485,8 @@ def run_suite(s: RunSettings, log=print) -> dict[str, dict]:  # noqa: ANN001
             except Exception as exc:  # noqa: BLE001 - the suite goes on without this problem
                 row = {"problem": entry["problem"], "family": entry["family"],
                        "status": "error", "message": f"suite runner: {type(exc).__name__}: "
-                       f"{exc}"[:300], "verified": False, "tune_args": s.tune_args}
+                       f"{exc}"[:300], "verified": False, "tune_args": s.tune_args,
+                       "precision_asked": precision_of(s.tune_args)}
             if row is None:
                 log(f"realistic [{gpu}]: {entry['problem']} cut by the deadline; left for the "
                     "next call")

@@ -34,12 +34,12 @@ def merge(docs: list[dict], precision: str = "fp32") -> dict[str, dict]:
     """Rows by problem tuned at `precision` (fp32: the strict contract, the headline's; tf32:
     `tune --precision tf32`, a column beside it), a later document's row replacing an
     earlier one's."""
-    from benchmarks.realistic_run import precision_of
+    from benchmarks.realistic_run import row_precision
 
     rows: dict[str, dict] = {}
     for d in docs:
         for r in d["rows"]:
-            if precision_of(r.get("tune_args")) == precision:
+            if row_precision(r) == precision:
                 rows[r["problem"]] = r
     return rows
 
@@ -293,11 +293,10 @@ def section_lines(s: dict, rows: dict[str, dict], manifest: list[dict],
 def write(md: Path, docs: list[dict], manifest: list[dict]) -> dict:
     """Both sections from the results files: the strict (fp32) rows are the headline and the
     table; rows tuned with `--precision tf32` are a column and a sentence beside them."""
-    from benchmarks.realistic_run import precision_of
+    from benchmarks.realistic_run import row_precision
 
     rows, tf32 = merge(docs), merge(docs, "tf32")
-    strict_docs = [d for d in docs
-                   if precision_of(d.get("settings", {}).get("tune_args")) == "fp32"]
+    strict_docs = [d for d in docs if row_precision(d.get("settings", {})) == "fp32"]
     tf32_docs = [d for d in docs if d not in strict_docs]
     s = summarize(rows, manifest)
     s["tf32"] = tf32_summary(rows, tf32)

@@ -167,8 +167,11 @@ def test_a_tf32_call_runs_the_problems_its_fp32_rows_do_not_cover(fake_suite, tm
     rows = rr.run_suite(fake_suite(previous=[fp32], tune_args=["--precision", "tf32"],
                                    work=tmp_path / "w2", final=tmp_path / "o2", only=["a", "b"]))
     assert sorted(ran) == ["a", "b"]
-    assert all(rr.precision_of(r.get("tune_args")) == "tf32" for r in rows.values())
-    assert rr.precision_of(["--precision=bf16"]) == "bf16" and rr.precision_of(None) == "fp32"
+    assert all(rr.row_precision(r) == "tf32" for r in rows.values())
+    assert rr.precision_of(["--precision=bf16"]) == "bf16" and rr.precision_of(None) == "auto"
+    # rows from before "auto" (no precision_asked, no flag) were tuned at the old default
+    assert rr.row_precision({"tune_args": []}) == "fp32"
+    assert rr.row_precision({"tune_args": [], "precision_asked": "auto"}) == "auto"
 
 
 def test_problems_are_named_or_taken_by_family():
@@ -187,7 +190,8 @@ def test_a_call_s_results_file_holds_only_the_rows_it_ran(fake_suite, tmp_path):
     H200's rows of 2026-12-04 into its file, headed "NVIDIA H200")."""
     earlier = tmp_path / "earlier.json"
     earlier.write_text(json.dumps({"gpu": "Other GPU", "rows": [
-        {"problem": p, "status": "ok", "gpu": "Other GPU"} for p in "bcd"]}))
+        {"problem": p, "status": "ok", "gpu": "Other GPU", "precision_asked": "auto"}
+        for p in "bcd"]}))
     rows = rr.run_suite(fake_suite(previous=[earlier]), log=lambda line: None)
     assert set(rows) == set("abcd")
     doc = json.loads((tmp_path / "out" / "realistic.json").read_text())
