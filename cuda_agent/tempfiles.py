@@ -5,9 +5,9 @@ and renamed into place, so that a reader never sees half a file. A run killed wh
 (SIGKILL, the OOM killer) leaves its temporary behind, and nothing else would ever remove it.
 So a temporary's name says who wrote it, `.cuda-agent-<host>-<pid>-<random>[suffix]`, and a later
 run removes those whose writer is no longer running (`sweep`), never those of a live run: six
-tunes may share one store and its caches. A writer on another host (a cache on a network file
-system) cannot be asked; its temporaries go once they are a day old, as do those of a pid that
-was reused since.
+tunes may share one store and its caches. A writer on another host or in another container (a
+cache on a network file system, or shared by containers) cannot be asked; its temporaries go
+once they are a day old, as do those of a pid that was reused since.
 
 Files are created as `open()` creates them, with mode 0666 less the user's umask (`mkstemp`'s
 0600 would hide a shared policy or cache from the user's group).
@@ -25,7 +25,19 @@ import time
 from pathlib import Path
 
 PREFIX = ".cuda-agent-"
-HOST = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:6]
+
+
+def _host_tag() -> str:
+    """Where a pid means this process table: the host, and the pid namespace within it (two
+    containers may share a host name and a cache, but not their pids)."""
+    try:
+        namespace = str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        namespace = ""
+    return hashlib.sha256(f"{socket.gethostname()}/{namespace}".encode()).hexdigest()[:6]
+
+
+HOST = _host_tag()
 STALE_S = 24 * 3600.0
 """age past which a temporary is removed whoever wrote it (no write takes a day)"""
 
