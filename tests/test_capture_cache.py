@@ -182,6 +182,10 @@ def test_anything_but_the_ir_is_refused_both_ways():
     g.add("const", (), (), "float32", kind=Kind.A)
     with pytest.raises(TypeError, match="IntEnum|Kind"):
         graph_codec.encode(g)
+    g = Graph()
+    g.plan_notes = "set beside the fields"
+    with pytest.raises(TypeError, match="plan_notes"):
+        graph_codec.encode(g)
     for data in ({"class": "Popen", "fields": {"args": "true"}}, {"tuple": [1], "x": 2},
                  {"class": "Node", "fields": {"id": 0}}, [{"float": "1e3"}], 3):
         with pytest.raises(ValueError):

@@ -45,9 +45,12 @@ def _encode(value: Any) -> Any:
     if kind is list:
         return [_encode(v) for v in value]
     if _CLASSES.get(kind.__name__) is kind:
+        names = [f.name for f in dataclasses.fields(value)]
+        if set(vars(value)) != set(names):  # an attribute set beside the fields would be lost
+            raise TypeError(f"the graph codec cannot encode a {kind.__name__} with attributes "
+                            f"{sorted(set(vars(value)) - set(names))} beside its fields")
         return {"class": kind.__name__,
-                "fields": {f.name: _encode(getattr(value, f.name))
-                           for f in dataclasses.fields(value)}}
+                "fields": {name: _encode(getattr(value, name)) for name in names}}
     raise TypeError(f"the graph codec cannot encode a {kind.__qualname__} ({value!r:.60})")
 
 
