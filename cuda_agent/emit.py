@@ -146,14 +146,15 @@ def model_new_source(result: Any) -> str:
     best = result.best
     plan, space = result.plan, result.space
     rendered = space.render(best.config)
-    # ship the cubin the tuner built (a cache hit); a replayed run built nothing, so its
-    # model_new.py compiles the source with NVRTC on first use instead
+    # ship the cubin the tuner built (a cache hit), read once and checked against the hash
+    # its cache entry records; a replayed run built nothing (and a cubin that fails its check
+    # is not shipped), so its model_new.py compiles the source with NVRTC on first use instead
     cubin_b64 = ""
     if result.device.kind != "replay":
         with Builder(result.settings.compiler, 1) as b:
-            built = b.build([BuildInput(rendered.source, result.device.target().arch)])[0]
-        if built.ok:
-            cubin_b64 = base64.b64encode(Path(built.cubin_path).read_bytes()).decode()
+            cubin = b.cubin(BuildInput(rendered.source, result.device.target().arch))
+        if cubin is not None:
+            cubin_b64 = base64.b64encode(cubin).decode()
     operands = []
     for k in plan.operands:
         gin = plan.graph.inputs[k]
