@@ -254,12 +254,7 @@ def tune_here(problem: Path, store: Path, out: Path, capsys) -> tuple[object, st
 
 
 def test_garbled_pages_are_found_when_the_store_is_opened(base_store, tmp_path, capsys):
-    store = tmp_path / "store.db"
-    shutil.copy(base_store, store)
-    data = bytearray(store.read_bytes())
-    middle = len(data) // 2
-    data[middle:middle + 2048] = hashlib.sha256(b"garbage").digest() * 64
-    store.write_bytes(bytes(data))
+    store = garbled_copy(base_store, tmp_path)
     out = tmp_path / "out"
     _, err = tune_here(GOOD / "softmax_small.py", store, out, capsys)
     report = assert_went_on_without(store, out, 0, err, "corrupt", "move it away",
@@ -333,3 +328,43 @@ def test_a_store_in_a_read_only_folder_does_not_cost_the_search(base_store, tmp_
     finally:
         store.parent.chmod(0o755)
     assert_went_on_without(store, out, rc, err, "cannot be written", "writable", "--store")
+
+
+# -- doctor and failures on a damaged store ---------------------------------------------------------
+
+def garbled_copy(base_store: Path, where: Path) -> Path:
+    """A copy of the store with 2 KiB of garbage in the middle of the file."""
+    store = where / "garbled.db"
+    data = bytearray(base_store.read_bytes())
+    middle = len(data) // 2
+    data[middle:middle + 2048] = hashlib.sha256(b"garbage").digest() * 64
+    store.write_bytes(bytes(data))
+    return store
+
+
+def cli(*args: str):
+    from typer.testing import CliRunner
+
+    from cuda_agent.cli import app
+    return CliRunner().invoke(app, list(args))
+
+
+def test_doctor_checks_the_store_whole(base_store, tmp_path, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "300")  # the table's rows unwrapped
+    sound = cli("doctor", "--store", str(base_store))
+    assert sound.exit_code == 0, sound.output
+    assert "integrity check passed" in sound.output and f"{BUDGET} measurements" in sound.output
+    store = garbled_copy(base_store, tmp_path)
+    damaged = cli("doctor", "--store", str(store))
+    assert damaged.exit_code == 1, damaged.output
+    problems = [ln for ln in damaged.output.splitlines() if ln.startswith(f"store {store}: ")]
+    assert problems and all("page" in ln.lower() for ln in problems), damaged.output
+    assert "move it away" in damaged.output
+
+
+def test_failures_on_a_corrupt_store_is_one_line(base_store, tmp_path):
+    store = garbled_copy(base_store, tmp_path)
+    res = cli("failures", "--store", str(store))
+    assert res.exit_code == 2
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and str(store) in lines[0] and "doctor --store" in lines[0], lines
