@@ -4,6 +4,7 @@ with one line, and `health` (doctor's check). End-to-end faults: tests/faults/."
 
 from __future__ import annotations
 
+import json
 import math
 import sqlite3
 import threading
@@ -391,3 +392,43 @@ def test_health_lists_each_problem_of_a_garbled_store(tmp_path):
     h = health(path)
     assert h.problems, "the garbled pages went unnoticed"
     assert all("\n" not in p for p in h.problems)
+
+
+@pytest.mark.slow
+def test_opening_a_store_of_100k_measurements_is_bounded(tmp_path):
+    # a store of realistic size (100k measurements of the size a tune writes, 150+ MB): the
+    # opening check stops at QUICK_CHECK_S, so a tune's first measurement waits at most that
+    # (measured on a 2-core machine: 0.14 s with the file cached, 1.0 s cold)
+    import time
+
+    path = tmp_path / "big.db"
+    counters = json.dumps({f"metric_{i}": i / 7 for i in range(16)})
+    config = json.dumps({f"agent.slot_{i}": i for i in range(9)})
+    with Store(path) as s:
+        pid = s.problem_id("p", "h", "f", "row")
+        with s._write():
+            s._db.executemany(
+                "INSERT INTO candidates VALUES (?, ?, 'row', ?, 'now')",
+                ((f"{i:064x}", pid, config) for i in range(100_000)))
+            s._db.executemany(
+                "INSERT INTO measurements (candidate, device, gpu, toolchain, strategy, ok, "
+                "time_ms, samples, simulated, counters, wall_s, build, agents, created_at) "
+                "VALUES (?, 'cuda', ?, ?, 'marl', 1, ?, 20, 0, ?, 0.3, ?, ?, 'now')",
+                ((f"{i:064x}", GPU, TC, i / 1e5, counters, counters, config)
+                 for i in range(100_000)))
+    assert path.stat().st_size > 100e6
+    t = time.perf_counter()
+    with Store(path) as s:
+        assert s.fault is None
+        assert s.lookup(f"{99_999:064x}", "cuda", GPU, TC) is not None
+    assert time.perf_counter() - t < store_module.QUICK_CHECK_S + 1.0
+    db = sqlite3.connect(path, check_same_thread=False)
+    try:
+        t = time.perf_counter()
+        assert store_module._bounded_check(db, 60.0) is None  # the whole check: sound
+        whole = time.perf_counter() - t
+        t = time.perf_counter()
+        assert store_module._bounded_check(db, whole / 10) is None  # stopped, not a fault
+        assert time.perf_counter() - t < whole / 2
+    finally:
+        db.close()
