@@ -27,7 +27,7 @@ from .search import strategy_names
 from .limits import BASELINE_TIMEOUT_S, COMPILE_TIMEOUT_S, TIME_LIMIT_S
 from .outputs import check_out_dir
 from .space.program import STAGE_PATIENCE
-from .store import default_store
+from .store import SCHEMA_VERSION, default_store
 from .store import health as store_health
 
 # options tune and bench share
@@ -631,6 +631,10 @@ def doctor(store: Optional[str] = typer.Option(
             err_console.print(f"store {path}: {problem}", highlight=False, soft_wrap=True)
         fail(f"store {path} is damaged: move it away (the next run starts a new store there), "
              "or keep it and pass --store with another file", 1)
+    if health.newer:
+        fail(f"store {path}: schema version {health.version}, written by a newer cuda-agent; "
+             f"this one reads versions up to {SCHEMA_VERSION}: upgrade cuda-agent "
+             "(pip install -U cuda-agent) or pass --store with another file", 1)
 
 
 def _health_note(health) -> str:  # noqa: ANN001 - a store.StoreHealth
@@ -638,7 +642,8 @@ def _health_note(health) -> str:  # noqa: ANN001 - a store.StoreHealth
         return "none yet: tune starts it (SQLite record of every measurement)"
     if health.problems:
         return f"[red]damaged[/]: {len(health.problems)} problem(s), listed below"
-    return (f"schema version {health.version}, {health.measurements} measurements, "
+    newer = " [red](newer than this cuda-agent reads)[/]" if health.newer else ""
+    return (f"schema version {health.version}{newer}, {health.measurements} measurements, "
             "integrity check passed")
 
 

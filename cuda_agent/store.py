@@ -327,16 +327,23 @@ class StoreHealth:
     problems: list[str] = field(default_factory=list)
     """one line per problem found, empty when the store is sound"""
 
+    @property
+    def newer(self) -> bool:
+        """Written by a newer release: sound, maybe, but not this release's to read."""
+        return self.version is not None and self.version > SCHEMA_VERSION
+
 
 def health(path: str | Path) -> StoreHealth:
-    """The full check of a store file (`PRAGMA integrity_check`, every page and index, read
-    only): its schema version, its measurements, and one line per problem found."""
+    """The full check of a store file (`PRAGMA integrity_check`, every page and index; nothing
+    written): its schema version, its measurements, and one line per problem found."""
     path = str(path)
     out = StoreHealth(path, os.path.exists(path))
     if not out.exists:
         return out
     try:
-        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30.0)
+        # not mode=ro: a read-only connection leaves the -wal and -shm files it made behind
+        # (it cannot remove them as the last one out); this one only reads
+        db = sqlite3.connect(path, timeout=30.0)
     except sqlite3.Error as exc:
         out.problems.append(f"cannot be opened: {_first_line(str(exc))}")
         return out
@@ -345,9 +352,6 @@ def health(path: str | Path) -> StoreHealth:
             out.version = _version(db)
         except sqlite3.Error as exc:
             out.problems.append(f"its schema cannot be read: {_first_line(str(exc))}")
-        if out.version is not None and out.version > SCHEMA_VERSION:
-            out.problems.append(f"schema version {out.version} is newer than this cuda-agent "
-                                f"reads ({SCHEMA_VERSION}): upgrade cuda-agent")
         rows: list[str] = []
         for pragma in ("integrity_check", "quick_check"):
             # integrity_check may give up on a page quick_check still describes

@@ -376,6 +376,7 @@ def test_health_of_a_sound_store(tmp_path):
         s.record(pid, "k", "map", {}, ok("k"), GPU, TC)
     h = health(path)
     assert h.exists and h.problems == [] and h.version == 1 and h.measurements == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sound.db"]  # no -wal, -shm left
     assert not health(tmp_path / "none.db").exists
 
 

@@ -368,3 +368,17 @@ def test_failures_on_a_corrupt_store_is_one_line(base_store, tmp_path):
     assert res.exit_code == 2
     lines = [ln for ln in res.output.splitlines() if ln.strip()]
     assert len(lines) == 1 and str(store) in lines[0] and "doctor --store" in lines[0], lines
+
+
+def test_doctor_on_a_newer_release_s_store(base_store, tmp_path, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "300")
+    store = tmp_path / "store.db"
+    shutil.copy(base_store, store)
+    db = sqlite3.connect(store)
+    db.execute("UPDATE schema_version SET version = 99")
+    db.commit()
+    db.close()
+    res = cli("doctor", "--store", str(store))
+    assert res.exit_code == 1
+    assert "schema version 99" in res.output and "upgrade cuda-agent" in res.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["store.db"]  # nothing left behind
