@@ -27,14 +27,11 @@ store is brought up to `SCHEMA_VERSION` by `_MIGRATIONS` when opened; a newer on
 
 from __future__ import annotations
 
-import errno
 import json
 import math
 import os
 import sqlite3
-import sys
 import threading
-import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -45,6 +42,8 @@ from cuda_agent import __version__
 from cuda_agent.errors import StoreError
 from cuda_agent.run.records import Measurement
 from cuda_agent.space.slots import ABSENT
+from cuda_agent.store_faults import (bounded_check, describe_fault, first_line, is_store_fault,
+                                     tell_once)
 
 SCHEMA_VERSION = 1
 
@@ -178,8 +177,6 @@ SELECT m.*, c.problem_id, c.template, c.config
 FROM measurements m JOIN candidates c ON c.key = m.candidate
 """
 
-T = TypeVar("T")
-
 
 def _bring_up_to_date(db: sqlite3.Connection, path: str) -> None:
     """Inside the opening transaction: a new store gets the schema, an older one the steps of
@@ -206,66 +203,6 @@ def _bring_up_to_date(db: sqlite3.Connection, path: str) -> None:
         db.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION,))
 
 
-# sqlite3 errors that say the store is unusable (full, read-only, corrupt, gone), as opposed to
-# a misuse of it by this code (a constraint, a closed connection), which would fail again in
-# memory and must surface as the bug it is
-_OUR_BUGS = (sqlite3.IntegrityError, sqlite3.ProgrammingError, sqlite3.InterfaceError)
-
-
-def is_store_fault(exc: BaseException) -> bool:
-    """Whether `exc`, raised while reading or writing a store, means the store cannot be used."""
-    if isinstance(exc, (OSError, StoreError)):
-        return True
-    return isinstance(exc, sqlite3.DatabaseError) and not isinstance(exc, _OUR_BUGS)
-
-
-def _first_line(text: str) -> str:
-    lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()
-             and not ln.startswith("*** in database")]
-    return lines[0] if lines else ""
-
-
-def _advice(path: str, exc: BaseException) -> tuple[str, str]:
-    """(what is wrong, what to do) for a store fault, in a few words each."""
-    name = getattr(exc, "sqlite_errorname", "") or ""
-    code = getattr(exc, "errno", None)
-    text = str(exc).lower()
-    elsewhere = "or pass --store with a file elsewhere"
-    if isinstance(exc, StoreError):
-        return "", ""  # its message says it all
-    if name.startswith("SQLITE_FULL") or code in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT) \
-            or "disk is full" in text:
-        return "its disk is full", f"free space there {elsewhere}"
-    if name.startswith(("SQLITE_READONLY", "SQLITE_CANTOPEN", "SQLITE_PERM")) \
-            or code in (errno.EACCES, errno.EPERM, errno.EROFS) \
-            or "readonly" in text or "unable to open" in text:
-        return "it cannot be written", f"make the file and its folder writable {elsewhere}"
-    if name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")) or "malformed" in text \
-            or "not a database" in text or "does not decode" in text:
-        return "the file is corrupt", (f"move it away (the next run starts a new store "
-                                       f"there); `cuda-agent doctor --store {path}` says more")
-    if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
-        return "another process held it too long", elsewhere.removeprefix("or ")
-    return "", f"`cuda-agent doctor --store {path}` checks it, {elsewhere}"
-
-
-def describe_fault(path: str, doing: str, exc: BaseException) -> str:
-    """One line: the store, what failed and why, what to do."""
-    if isinstance(exc, StoreError):
-        return str(exc)
-    what, todo = _advice(path, exc)
-    reason = _first_line(str(exc)) or type(exc).__name__
-    what = f"; {what}" if what else ""
-    return f"store {path}: {doing} failed ({reason}){what}: {todo}"
-
-
-_TOLD: set[str] = set()  # stores whose fault this process has reported: one line per store
-
-
-def _tell(message: str) -> None:
-    print(f"warning: {message}", file=sys.stderr, flush=True)
-
-
 def _connect(path: str) -> sqlite3.Connection:
     # isolation_level=None: we issue BEGIN IMMEDIATE/COMMIT ourselves, so each record is one
     # transaction and a read never leaves an implicit transaction open (pinning a WAL snapshot).
@@ -288,32 +225,6 @@ def _newer(path: str, version: int) -> StoreError:
     return StoreError(f"store {path}: schema version {version}, written by a newer cuda-agent; "
                       f"this one ({__version__}) reads versions up to {SCHEMA_VERSION}: upgrade "
                       f"cuda-agent (pip install -U cuda-agent) or pass --store with another file")
-
-
-def _bounded_check(db: sqlite3.Connection, seconds: float) -> str | None:
-    """The first problem `PRAGMA quick_check` finds within `seconds`; None if none (it stops
-    there on a large store: `sqlite3_interrupt` from a timer, since the progress handler is
-    not called inside the check's own loop)."""
-    guard, active = threading.Lock(), [True]
-
-    def stop() -> None:
-        with guard:  # never interrupts a later statement
-            if active[0]:
-                db.interrupt()
-    timer = threading.Timer(seconds, stop)
-    timer.start()
-    try:
-        rows = db.execute("PRAGMA quick_check(1)").fetchall()
-    except sqlite3.OperationalError as exc:
-        if getattr(exc, "sqlite_errorname", "") == "SQLITE_INTERRUPT":
-            return None
-        raise
-    finally:
-        with guard:
-            active[0] = False
-        timer.cancel()
-    found = _first_line(rows[0][0]) if rows else "ok"
-    return None if found == "ok" else found
 
 
 @dataclass
@@ -345,13 +256,13 @@ def health(path: str | Path) -> StoreHealth:
         # (it cannot remove them as the last one out); this one only reads
         db = sqlite3.connect(path, timeout=30.0)
     except sqlite3.Error as exc:
-        out.problems.append(f"cannot be opened: {_first_line(str(exc))}")
+        out.problems.append(f"cannot be opened: {first_line(str(exc))}")
         return out
     try:
         try:
             out.version = _version(db)
         except sqlite3.Error as exc:
-            out.problems.append(f"its schema cannot be read: {_first_line(str(exc))}")
+            out.problems.append(f"its schema cannot be read: {first_line(str(exc))}")
         rows: list[str] = []
         for pragma in ("integrity_check", "quick_check"):
             # integrity_check may give up on a page quick_check still describes
@@ -359,7 +270,7 @@ def health(path: str | Path) -> StoreHealth:
                 rows = [r[0] for r in db.execute(f"PRAGMA {pragma}(100)").fetchall()]
                 break
             except sqlite3.Error as exc:
-                rows = [f"{pragma}: {_first_line(str(exc))}"]
+                rows = [f"{pragma}: {first_line(str(exc))}"]
         lines = [ln.strip() for r in rows for ln in str(r).splitlines()
                  if ln.strip() and not ln.startswith("*** in database")]
         out.problems.extend(ln for ln in lines if ln != "ok")
@@ -367,10 +278,13 @@ def health(path: str | Path) -> StoreHealth:
             try:
                 out.measurements = db.execute("SELECT count(*) FROM measurements").fetchone()[0]
             except sqlite3.Error as exc:
-                out.problems.append(f"its measurements cannot be read: {_first_line(str(exc))}")
+                out.problems.append(f"its measurements cannot be read: {first_line(str(exc))}")
     finally:
         db.close()
     return out
+
+
+T = TypeVar("T")
 
 
 class Store:
@@ -408,7 +322,7 @@ class Store:
             if found is not None and found > SCHEMA_VERSION:
                 raise _newer(path, found)  # before anything is written to it
             if found is not None and path != ":memory:":
-                problem = _bounded_check(db, QUICK_CHECK_S)
+                problem = bounded_check(db, QUICK_CHECK_S)
                 if problem:
                     raise sqlite3.DatabaseError(f"database disk image is malformed: {problem}")
             db.execute("PRAGMA journal_mode = WAL")  # readers never block the writer
@@ -428,9 +342,7 @@ class Store:
         if self.strict:
             raise StoreError(message) from exc
         self.fault = message
-        if self.path not in _TOLD:
-            _TOLD.add(self.path)
-            _tell(f"{message}. This run goes on, keeping its measurements in memory")
+        tell_once(self.path, f"{message}. This run goes on, keeping its measurements in memory")
         memory = _connect(":memory:")
         memory.execute("PRAGMA foreign_keys = ON")
         with _Transaction(memory, self._lock):

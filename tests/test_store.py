@@ -15,6 +15,7 @@ import cuda_agent.store as store_module
 from cuda_agent.errors import StoreError
 from cuda_agent.run.records import Measurement
 from cuda_agent.store import Store, health
+from cuda_agent.store_faults import bounded_check
 
 GPU, TC = "NVIDIA H200", "nvrtc-12.4"
 
@@ -426,10 +427,10 @@ def test_opening_a_store_of_100k_measurements_is_bounded(tmp_path):
     db = sqlite3.connect(path, check_same_thread=False)
     try:
         t = time.perf_counter()
-        assert store_module._bounded_check(db, 60.0) is None  # the whole check: sound
+        assert bounded_check(db, 60.0) is None  # the whole check: sound
         whole = time.perf_counter() - t
         t = time.perf_counter()
-        assert store_module._bounded_check(db, whole / 10) is None  # stopped, not a fault
+        assert bounded_check(db, whole / 10) is None  # stopped, not a fault
         assert time.perf_counter() - t < whole / 2
     finally:
         db.close()
