@@ -587,7 +587,8 @@ def report(runs: list[Path] = typer.Argument(..., help="bench output directories
 
 @app.command()
 def doctor(store: Optional[str] = typer.Option(
-        None, help="the store to check (default ~/.cache/cuda-agent/store.sqlite)")) -> None:
+        None, help="the store to check (default: the one tune uses, shown in the table)")
+           ) -> None:
     """Show what cuda-agent finds on this machine (GPU, compilers, packages) and what is missing,
     and check the store whole (exit 1 when it is damaged)."""
     from .build.compiler import nvcc_version, nvrtc_version
