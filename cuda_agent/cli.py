@@ -27,7 +27,8 @@ from .search import strategy_names
 from .limits import BASELINE_TIMEOUT_S, COMPILE_TIMEOUT_S, TIME_LIMIT_S
 from .outputs import check_out_dir
 from .space.program import STAGE_PATIENCE
-from .store import default_store
+from .store import SCHEMA_VERSION, default_store
+from .store import health as store_health
 
 # options tune and bench share
 STAGE_PATIENCE_HELP = ("multi-kernel programs: measurements a stage may go without progress "
@@ -454,8 +455,12 @@ def failures(
     path = store or default_store()
     if path != ":memory:" and not Path(path).exists():
         fail(f"{path}: no store yet (run cuda-agent tune first)")
-    with Store(path) as st:
-        groups = st.failure_groups()
+    try:
+        with Store(path, strict=True) as st:  # a corrupt store: one line, not a traceback
+            groups = st.failure_groups()
+    except CudaAgentError as exc:
+        fail(str(exc), exc.exit_code)
+        return
     if not groups:
         console.print("no failures recorded")
         return
@@ -591,8 +596,11 @@ def report(runs: list[Path] = typer.Argument(..., help="bench output directories
 
 
 @app.command()
-def doctor() -> None:
-    """Show what cuda-agent finds on this machine (GPU, compilers, packages) and what is missing."""
+def doctor(store: Optional[str] = typer.Option(
+        None, help="the store to check (default: the one tune uses, shown in the table)")
+           ) -> None:
+    """Show what cuda-agent finds on this machine (GPU, compilers, packages) and what is missing,
+    and check the store whole (exit 1 when it is damaged)."""
     from .build.compiler import nvcc_version, nvrtc_version
 
     table = Table(title="cuda-agent doctor")
@@ -624,9 +632,30 @@ def doctor() -> None:
             table.add_row(pkg, md.version(pkg), why)
         except md.PackageNotFoundError:
             table.add_row(pkg, "[yellow]missing[/]", why)
-    table.add_row("store", default_store(), "SQLite record of every measurement")
+    path = store or default_store()
+    health = store_health(path)
+    table.add_row("store", path, _health_note(health))
     table.add_row("CPU cores", str(os.cpu_count()), "compile processes")
     console.print(table)
+    if health.problems:
+        for problem in health.problems:  # one line each, as integrity_check words them
+            err_console.print(f"store {path}: {problem}", highlight=False, soft_wrap=True)
+        fail(f"store {path} is damaged: move it away (the next run starts a new store there), "
+             "or keep it and pass --store with another file", 1)
+    if health.newer:
+        fail(f"store {path}: schema version {health.version}, written by a newer cuda-agent; "
+             f"this one reads versions up to {SCHEMA_VERSION}: upgrade cuda-agent "
+             "(pip install -U cuda-agent) or pass --store with another file", 1)
+
+
+def _health_note(health) -> str:  # noqa: ANN001 - a store.StoreHealth
+    if not health.exists:
+        return "none yet: tune starts it (SQLite record of every measurement)"
+    if health.problems:
+        return f"[red]damaged[/]: {len(health.problems)} problem(s), listed below"
+    newer = " [red](newer than this cuda-agent reads)[/]" if health.newer else ""
+    return (f"schema version {health.version}{newer}, {health.measurements} measurements, "
+            "integrity check passed")
 
 
 def main() -> None:

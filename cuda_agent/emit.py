@@ -380,6 +380,8 @@ def report_dict(result: Any) -> dict[str, Any]:
         # strict protocol or conformance mode (`tune --tolerance`), the reference, the bounds
         "verification": verification(result),
         "evals": len(result.trials), "space_size": len(result.space),
+        # whether the store holds every measurement of this run (not after a full disk, ...)
+        "store": getattr(result, "store", None) or None,
         "space_version": result.space.version,
         "shape": list(plan.full_shape), "reduce_dims": list(plan.reduce_dims),
         "bytes": bytes_moved, "flops": plan.flops(),

@@ -160,6 +160,9 @@ class TuneResult:
     """wall seconds of the run's phases (`stopwatch.Phases`): the tuner's set-up (opening the
     device, the GPU worker's set-up for the problem, the space, the strategy), the search and
     the baselines; the worker's own set-up phases are in `facts["setup_phases"]`"""
+    store: dict[str, Any] = field(default_factory=dict)
+    """the store's `Store.report()`: whether it holds all of the run's measurements, and if
+    not (a full disk, a corrupt file: the run kept them in memory), why"""
 
     @property
     def interrupted(self) -> bool:
@@ -480,7 +483,8 @@ class Tuner:
         return TuneResult(self.problem, self.plan, self.space, self.device, s, trials, baselines,
                           self._default, self._best, self.toolchain, time.perf_counter() - t0,
                           facts, dict(self.builder.stats) if self.builder else {},
-                          dict(self.timing), stopped, self.phases.as_dict())
+                          dict(self.timing), stopped, self.phases.as_dict(),
+                          self.store.report())
 
     def _time_up(self) -> bool:
         return self._deadline is not None and time.monotonic() >= self._deadline
