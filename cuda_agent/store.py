@@ -65,7 +65,8 @@ QUICK_CHECK_S = 1.0
 # ran past its timeout or whose process died (the machine's load and the limit decide those), and
 # a "slow" abandonment, which was decided against the best time of the search that measured it
 # (another search, or `bench`'s next strategy sharing the store, has another best).
-TRANSIENT_KINDS = ("crash", "timeout", "slow", "compile_timeout", "compile_crash")
+TRANSIENT_KINDS = ("crash", "timeout", "slow", "compile_timeout", "compile_crash",
+                   "cache_damaged")
 
 # Failures recorded by earlier versions as a candidate's "compile" failure when the machine had
 # failed: a compile pool that could not start (a script without a main guard) left this message

@@ -386,7 +386,7 @@ class Tuner:
         builds = self.builder.build([BuildInput(r.source, target.arch) for r in rendered],
                                     deadline=deadline)
         return [Candidate(k, c, r, b.cubin_path, b.resources,
-                          None if b.ok else (b.error_kind, b.error_msg))
+                          None if b.ok else (b.error_kind, b.error_msg), b.cubin_sha256)
                 for k, c, r, b in zip(keys, configs, rendered, builds)]
 
     def _measured_with(self) -> str:

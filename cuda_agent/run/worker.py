@@ -12,6 +12,7 @@ import contextlib
 import copy
 import functools
 import gc
+import hashlib
 import os
 import sys
 import time
@@ -48,6 +49,17 @@ TORCH_DEFAULTS = launcher.tf32_flags()
 """PyTorch's TF32 flags as this process found them: read at import, before anything here sets
 them. In a worker (a fresh spawned process) they are torch's own defaults, the flags a user's
 process runs with, and the baselines at the defaults run under them (`ProblemState.baseline`)."""
+
+
+def read_cubin(path: str, sha256: str | None) -> bytes | None:
+    """The cubin at `path`, or None where `sha256` is given and the bytes differ: the file was
+    replaced or garbled after the build cache checked it (a window of a few seconds, but the
+    bytes loaded are exactly the bytes checked)."""
+    with open(path, "rb") as f:
+        image = f.read()
+    if sha256 is not None and hashlib.sha256(image).hexdigest() != sha256:
+        return None
+    return image
 
 
 def use_precision(precision: str) -> None:
@@ -593,8 +605,11 @@ class ProblemState:
     # -- candidates ----------------------------------------------------------------------------
     def evaluate(self, msg: dict[str, Any]) -> dict[str, Any]:
         t0 = time.perf_counter()
-        with open(msg["cubin"], "rb") as f:
-            image = f.read()
+        image = read_cubin(msg["cubin"], msg.get("cubin_sha256"))
+        if image is None:
+            return {"ok": False, "error_kind": "cache_damaged",
+                    "error_msg": f"{msg['cubin']}: its bytes no longer match the sha256 the build "
+                                 "cache checked"}
         try:
             kernels = launcher.LoadedKernels(image, msg["launches"], msg.get("workspace_bytes", 0),
                                              msg.get("zero_workspace", False), self.device)

@@ -132,3 +132,21 @@ def test_a_capture_entry_crafted_to_run_code_is_never_run(cache, tmp_path):
         warnings.simplefilter("ignore", CacheWarning)
         assert load_problem(problem).graph() == right
     assert not marker.exists(), "loading the capture cache ran the entry's code"
+
+
+def test_the_worker_loads_only_the_bytes_the_cache_checked(tmp_path):
+    """A cubin replaced between the build cache's check and the GPU worker's load is not run:
+    the candidate is a transient `cache_damaged` failure, measured again by a later run."""
+    import hashlib
+
+    from cuda_agent.run.worker import read_cubin
+    from cuda_agent.store import TRANSIENT_KINDS
+
+    path = tmp_path / "k.cubin"
+    path.write_bytes(b"\x7fELF checked bytes")
+    sha = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert read_cubin(str(path), sha) == b"\x7fELF checked bytes"
+    path.write_bytes(b"\x7fELF swapped in after the check")
+    assert read_cubin(str(path), sha) is None
+    assert read_cubin(str(path), None) == b"\x7fELF swapped in after the check"
+    assert "cache_damaged" in TRANSIENT_KINDS
