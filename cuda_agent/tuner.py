@@ -364,6 +364,9 @@ class Tuner:
         self._best_space: Space | None = None
         self._default: Trial | None = None
         self._deadline: float | None = None  # a time.monotonic() instant (`time_limit_s`)
+        # the candidates measured so far: a program's stage search skips a configuration whose
+        # whole program was measured already (by the programs measured first, say)
+        self._measured_keys: set[str] = set()
         self.toolchain = (self.device.toolchain() if isinstance(self.device, ReplayDevice)
                           else self.builder.toolchain)
         self.store = store or Store(settings.store or ":memory:")
@@ -421,6 +424,7 @@ class Tuner:
             return self._measure_one_locked(cand, best_ms, index)
 
     def _measure_one_locked(self, cand: Candidate, best_ms: float | None, index: int) -> Trial:
+        self._measured_keys.add(cand.key)
         m = self._evaluate(cand, best_ms)
         m.simulated = self.device.simulated
         trial = Trial(index, cand.config, self.space.template_of(cand.config).name, m,
@@ -455,6 +459,7 @@ class Tuner:
         s = self.settings
         # kept on the tuner: a caller whose run raised can still read what was measured
         trials = self.trials = []
+        self._measured_keys = set()
         self._best = self._default = None
         self._best_space = None
         self._deadline = (time.monotonic() + s.time_limit_s if s.time_limit_s is not None
@@ -671,13 +676,19 @@ class Tuner:
         asking = ThreadPoolExecutor(1) if picks_due and not adaptive else None
         asked_ahead: Future | None = None
 
+        def fresh(c: Config) -> bool:
+            """Not measured yet: neither this search's own candidates nor, in a program's
+            stage, a whole program measured before (the first programs, an earlier stage)."""
+            return c not in seen and (not isinstance(self.space, StageSpace) or
+                                      self.space.key(c, self.toolchain) not in self._measured_keys)
+
         def ask(n: int, clock: str = "strategy_s") -> list[Config]:
             nonlocal picks_due
             out: list[Config] = []
             while len(out) < n:
                 if pending:  # the defaults first, as many as this batch takes
                     c = pending.pop(0)
-                    if c not in seen and c not in out:
+                    if c not in out and fresh(c):
                         out.append(c)
                     continue
                 if out and (picks_due or not self.strategy.ready):
@@ -696,7 +707,7 @@ class Tuner:
                 t = time.perf_counter()
                 asked = self.strategy.ask(n - len(out))
                 self.timing[clock] += time.perf_counter() - t
-                more = [c for c in asked if c not in seen and c not in out]
+                more = [c for c in asked if c not in out and fresh(c)]
                 if not more:
                     break
                 out.extend(more)
