@@ -21,4 +21,5 @@ def get_inputs():  # KernelBench level 2 #93's sizes
 
 
 def get_init_inputs():
-    return [64, 128, 4, 2, 0.5, 2.0]
+    # a shift of -0.1, not KernelBench's 0.5: after +0.5 the min with 0 leaves only zeros
+    return [64, 128, 4, 2, -0.1, 2.0]
