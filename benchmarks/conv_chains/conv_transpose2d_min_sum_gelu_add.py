@@ -15,6 +15,8 @@ class Model(nn.Module):
         y = self.up(x)
         y = torch.min(y, dim=1, keepdim=True).values
         y = y.sum(dim=2, keepdim=True)
+        # at these sizes the sum is below -50 everywhere, GELU gives 0 and the output is the
+        # bias, as in KernelBench's own file: its output alone checks the chain weakly
         return F.gelu(y) + self.bias
 
 
