@@ -1,12 +1,14 @@
-"""The realistic suite on the GPU, end to end (issue 33, item 5): `gpu_suite.py --parts realistic`.
+"""A suite on the GPU, end to end (issue 33, item 5; issue 48, item 4): `gpu_suite.py --parts
+realistic [--realistic-suite benchmarks/conv_chains]`.
 
-For each problem of benchmarks/realistic/ (cheapest first, by the manifest's guess), as a user
-would: `cuda-agent tune` in a subprocess of its own under a time limit and a budget, then the
-independent harness (`realistic_harness.py`, another process) on the `model_new.py` it wrote.
-One row per problem in DESIGN.md's result-file format, written after every problem, so that the
-suite spreads over several device calls: rows already in the results files given are skipped, a
-problem the call's deadline cuts is left for the next call (not recorded as a time-out), and
-`--realistic-gpus` runs one problem per GPU at once.
+For each problem of the suite's folder (benchmarks/realistic/ by default; cheapest first, by its
+manifest's guess), as a user would: `cuda-agent tune` in a subprocess of its own under a time
+limit and a budget (or, `as_user`, with no flag but the time limit), then the independent harness
+(`realistic_harness.py`, another process) on the `model_new.py` it wrote. One row per problem in
+DESIGN.md's result-file format, written after every problem to `<suite>.json` (realistic.json,
+conv_chains.json), so that the suite spreads over several device calls: rows already in the
+results files given are skipped, a problem the call's deadline cuts is left for the next call
+(not recorded as a time-out), and `--realistic-gpus` runs one problem per GPU at once.
 
 Statuses: ok (the harness verified the kernel and timed it), oom, timeout (the tune ran past its
 time limit plus a grace, or the harness past its own limit), wrong (the harness found the output
@@ -26,7 +28,7 @@ import sys
 import tarfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from queue import Empty, Queue
 
@@ -66,11 +68,13 @@ class RunSettings:
     work: Path
     """working folder (outside $OUT): per-problem outputs, logs, the merged results"""
     final: Path
-    """$OUT: realistic.json and realistic-logs.tgz, rewritten after every problem"""
+    """$OUT: <suite>.json and <suite>-logs.tgz, rewritten after every problem"""
     deadline: float
     """epoch seconds by which every subprocess of this call has ended"""
-    budget: int = 32
-    """`tune --budget`"""
+    suite: Path = field(default_factory=lambda: realistic_suite.SUITE)
+    """the suite's folder: its problem files and their manifest (suite.json)"""
+    budget: int | None = 32
+    """`tune --budget`; None: not passed (tune's own default)"""
     time_limit_s: float = realistic_suite.TIME_LIMIT_S
     """`tune --time-limit`"""
     tune_grace_s: float = 90.0
@@ -82,6 +86,11 @@ class RunSettings:
     """`tune --policy` (the trained agents), or None for the CLI's default strategy"""
     tune_args: list[str] = field(default_factory=list)
     """further `tune` flags, e.g. ['--precision', 'tf32']"""
+    tune_baselines: bool = False
+    """let the tune time torch eager and torch.compile itself (its report's headline) rather than
+    pass --no-baselines: the harness times them anyway, independently"""
+    max_autotune: bool = False
+    """the harness times torch.compile's max-autotune mode too (minutes of autotuning each)"""
     seeds: str = "1,2,3"
     """the harness's input seeds"""
     gpus: list[str] = field(default_factory=lambda: ["0"])
@@ -118,19 +127,36 @@ def tune_has_time_limit() -> bool:
     return "--time-limit" in out.stdout
 
 
+def as_user(s: RunSettings, tune_grace_s: float | None = None) -> RunSettings:
+    """`s` for a tune as a user runs it: no flag but the time limit (tune's default budget,
+    strategy, precision and baselines); --device, --out and --store only say where. The
+    baselines come after the search: `tune_grace_s` gives them their time."""
+    return replace(s, budget=None, policy=None, tune_args=[], tune_baselines=True,
+                   tune_grace_s=s.tune_grace_s if tune_grace_s is None else tune_grace_s)
+
+
 def tune_command(problem: Path, out: Path, s: RunSettings, cli_limit: bool) -> list[str]:
     store = str(out.parent / "store.sqlite")  # fresh per problem: nothing reused from before
     if not cli_limit:
-        return [sys.executable, "-c", FALLBACK_TUNE, str(problem), str(out), str(s.budget),
+        return [sys.executable, "-c", FALLBACK_TUNE, str(problem), str(out), str(s.budget or 64),
                 str(s.time_limit_s), store, s.policy or ""]
-    return CLI + ["tune", str(problem), "--device", "cuda", "--budget", str(s.budget),
-                  "--time-limit", str(s.time_limit_s), "--out", str(out), "--store", store,
-                  "--no-baselines"] + (["--policy", s.policy] if s.policy else []) + s.tune_args
+    return CLI + ["tune", str(problem), "--device", "cuda"] + (
+        ["--budget", str(s.budget)] if s.budget is not None else []) + [
+        "--time-limit", str(s.time_limit_s), "--out", str(out), "--store", store] + (
+        [] if s.tune_baselines else ["--no-baselines"]) + (
+        ["--policy", s.policy] if s.policy else []) + s.tune_args
 
 
-def harness_command(problem: Path, model_new: Path, out: Path, seeds: str) -> list[str]:
+def harness_command(problem: Path, model_new: Path, out: Path, seeds: str,
+                    max_autotune: bool = False) -> list[str]:
     return [sys.executable, str(ROOT / "benchmarks/realistic_harness.py"), str(problem),
-            str(model_new), "--out", str(out), "--seeds", seeds]
+            str(model_new), "--out", str(out), "--seeds", seeds] + (
+        ["--max-autotune"] if max_autotune else [])
+
+
+def stem(s: RunSettings) -> str:
+    """The suite's name in its files: realistic.json, conv_chains.json, and their logs."""
+    return s.suite.name
 
 
 class GpuMemorySampler:
@@ -264,8 +290,8 @@ def _flat(d: object, prefix: str = "") -> list[tuple[str, object]]:
 def run_problem(entry: dict, gpu: str, s: RunSettings, cli_limit: bool) -> dict | None:
     """Tune then check one problem on one GPU; its row, or None when the deadline cut it."""
     name = entry["problem"]
-    path = realistic_suite.SUITE / f"{name}.py"
-    d = s.work / "realistic" / name
+    path = s.suite / f"{name}.py"
+    d = s.work / stem(s) / name
     shutil.rmtree(d, ignore_errors=True)  # a warm machine's earlier, unfinished attempt
     (d / "out").mkdir(parents=True)
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": gpu}
@@ -297,12 +323,18 @@ def run_problem(entry: dict, gpu: str, s: RunSettings, cli_limit: bool) -> dict 
         row.update(status=status, message=message)
         return row
     hrc, hwall = run_limited(harness_command(path, d / "out" / "model_new.py",
-                                             d / "harness.json", s.seeds),
+                                             d / "harness.json", s.seeds, s.max_autotune),
                              d / "harness.log", s.harness_limit_s, s.deadline, env)
     if hrc == "cut":
         return None
     row["harness_wall_s"] = round(hwall, 1)
-    if hrc == "timeout":
+    partial = _read_json(d / "harness.json") if hrc == "timeout" else None
+    if partial and partial.get("status") == "ok" and partial.get("compile_max") == "running":
+        # killed in max-autotune's first call: ModelNew's verdict and the other timings stand
+        partial.update(compile_max="timeout", compile_max_error="max-autotune torch.compile "
+                       f"ran past the harness's {s.harness_limit_s:.0f} s")
+        (d / "harness.json").write_text(json.dumps(partial, indent=1, default=str))
+    elif hrc == "timeout":
         row.update(status="timeout", message=f"harness ran past {s.harness_limit_s:.0f} s")
         return row
     if not (d / "harness.json").exists():
@@ -316,6 +348,13 @@ def run_problem(entry: dict, gpu: str, s: RunSettings, cli_limit: bool) -> dict 
         row[k if k not in row or k in HARNESS_OWNS else f"harness_{k}"] = v
     row["verified"] = h["status"] == "ok"
     return row
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def precision_of(tune_args: list[str] | None) -> str:
@@ -353,7 +392,7 @@ def load_rows(files: list[Path], precision: str | None = None) -> dict[str, dict
     return rows
 
 
-def select(manifest: list[dict], only: list[str]) -> list[str]:
+def select(manifest: list[dict], only: list[str], suite: str = "realistic") -> list[str]:
     """Problem names from `only`'s names and `family:WORD` entries (every problem whose family
     has WORD, e.g. family:conv for the convolutions and their chains); unknown names refused."""
     names, unknown = [], []
@@ -369,7 +408,7 @@ def select(manifest: list[dict], only: list[str]) -> list[str]:
         else:
             unknown.append(item)
     if unknown:
-        raise SystemExit(f"error: not in the realistic suite: {', '.join(unknown)}")
+        raise SystemExit(f"error: not in the {suite} suite: {', '.join(unknown)}")
     return list(dict.fromkeys(names))
 
 
@@ -390,35 +429,38 @@ def results_doc(rows: dict[str, dict], manifest: list[dict], settings: RunSettin
             "commit": os.environ.get("CUDA_AGENT_COMMIT", "unknown"),
             "torch": first.get("torch"),
             "copy_tbps": bandwidths[len(bandwidths) // 2] if bandwidths else None,
-            "suite": "benchmarks/realistic", "problems": len(manifest),
+            "suite": realistic_suite.suite_name(settings.suite), "problems": len(manifest),
             "settings": {"budget": settings.budget, "time_limit_s": settings.time_limit_s,
                          "tune_grace_s": settings.tune_grace_s,
                          "harness_limit_s": settings.harness_limit_s,
                          "policy": settings.policy, "tune_args": settings.tune_args,
+                         "tune_baselines": settings.tune_baselines,
+                         "max_autotune": settings.max_autotune,
                          "precision_asked": precision_of(settings.tune_args),
                          "seeds": settings.seeds},
             "rows": ordered}
 
 
 def write_results(s: RunSettings, rows: dict[str, dict], manifest: list[dict]) -> None:
-    """realistic.json (work and $OUT) and the logs' tarball, replaced whole each time."""
+    """<suite>.json (work and $OUT) and the logs' tarball, replaced whole each time."""
+    name = stem(s)
     text = json.dumps(results_doc(rows, manifest, s), indent=1, default=str) + "\n"
     for folder in (s.work, s.final):
         folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / "realistic.json.tmp"
+        tmp = folder / f"{name}.json.tmp"
         tmp.write_text(text)
-        os.replace(tmp, folder / "realistic.json")
-    tmp = s.final / "realistic-logs.tgz.tmp"
+        os.replace(tmp, folder / f"{name}.json")
+    tmp = s.final / f"{name}-logs.tgz.tmp"
     for kernels in (True, False):  # the device tool brings back files of at most 16 MiB
         with tarfile.open(tmp, "w:gz") as tar:
-            for d in sorted((s.work / "realistic").glob("*")):
+            for d in sorted((s.work / name).glob("*")):
                 for f in sorted(d.rglob("*")):
                     if f.is_file() and "store.sqlite" not in f.name and (
                             kernels or f.name not in ("model_new.py", "kernel.cu")):
-                        tar.add(f, arcname=str(f.relative_to(s.work / "realistic")))
+                        tar.add(f, arcname=str(f.relative_to(s.work / name)))
         if tmp.stat().st_size < TARBALL_LIMIT:
             break
-    os.replace(tmp, s.final / "realistic-logs.tgz")
+    os.replace(tmp, s.final / f"{name}-logs.tgz")
 
 
 def table(rows: list[dict]) -> str:
@@ -443,22 +485,27 @@ def run_suite(s: RunSettings, log=print) -> dict[str, dict]:  # noqa: ANN001
     missing = [str(f) for f in s.previous if not f.is_file()]
     if missing:
         raise SystemExit(f"error: no such results file: {', '.join(missing)}")
-    manifest = realistic_suite.read()
-    only = select(manifest, s.only)
+    manifest_file = realistic_suite.manifest_path(s.suite)
+    if not manifest_file.is_file():
+        raise SystemExit(f"error: {manifest_file}: no such manifest (write it with python "
+                         f"benchmarks/realistic_suite.py --suite {s.suite})")
+    manifest = realistic_suite.read(manifest_file)
+    name = stem(s)
+    only = select(manifest, s.only, name)
     precision = precision_of(s.tune_args)
     rows = load_rows(s.previous, precision)
-    own = s.work / "realistic.json"
+    own = s.work / f"{name}.json"
     # this machine's rows: a warm machine's earlier call of this session, and this call's. The
     # results file holds only these, under this machine's GPU: the earlier files' rows (other
     # GPUs, other commits) decide what is left to run, and stay in their own files
     mine = load_rows([own], precision) if own.exists() and own not in s.previous else {}
     rows = {**mine, **rows}
     left = todo(manifest, rows, s.rerun, only)
-    log(f"realistic: {len(rows)} problems done before, {len(left)} to run on "
+    log(f"{name}: {len(rows)} problems done before, {len(left)} to run on "
         f"{len(s.gpus)} GPU(s), {s.deadline - time.time():.0f} s left")
     cli_limit = tune_has_time_limit()
     if not cli_limit:
-        log("realistic: this tree's `cuda-agent tune` has no --time-limit; tuning through the "
+        log(f"{name}: this tree's `cuda-agent tune` has no --time-limit; tuning through the "
             "Python API's time_limit_s instead (its start-up is not limited"
             + (f"; {' '.join(s.tune_args)} not passed" if s.tune_args else "") + ")")
     queue: Queue = Queue()
@@ -473,12 +520,13 @@ def run_suite(s: RunSettings, log=print) -> dict[str, dict]:  # noqa: ANN001
                 entry = queue.get_nowait()
             except Empty:
                 return
-            est = realistic_suite.estimate_s(entry, s.time_limit_s)
+            est = realistic_suite.estimate_s(entry, s.time_limit_s, s.tune_baselines,
+                                             s.max_autotune)
             if time.time() + est > s.deadline:
-                log(f"realistic [{gpu}]: {entry['problem']} (about {est:.0f} s) left for the "
+                log(f"{name} [{gpu}]: {entry['problem']} (about {est:.0f} s) left for the "
                     "next call")
                 return
-            log(f"realistic [{gpu}]: {entry['problem']} ({entry['input_bytes'] / 2**30:.1f} GiB"
+            log(f"{name} [{gpu}]: {entry['problem']} ({entry['input_bytes'] / 2**30:.1f} GiB"
                 f", about {est:.0f} s)")
             try:
                 row = run_problem(entry, gpu, s, cli_limit)
@@ -488,7 +536,7 @@ def run_suite(s: RunSettings, log=print) -> dict[str, dict]:  # noqa: ANN001
                        f"{exc}"[:300], "verified": False, "tune_args": s.tune_args,
                        "precision_asked": precision_of(s.tune_args)}
             if row is None:
-                log(f"realistic [{gpu}]: {entry['problem']} cut by the deadline; left for the "
+                log(f"{name} [{gpu}]: {entry['problem']} cut by the deadline; left for the "
                     "next call")
                 return
             row["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -496,7 +544,7 @@ def run_suite(s: RunSettings, log=print) -> dict[str, dict]:  # noqa: ANN001
                 rows[entry["problem"]] = mine[entry["problem"]] = row
                 ran.append(row)
                 write_results(s, mine, manifest)
-            log(f"realistic [{gpu}]: {entry['problem']}: {row['status']} "
+            log(f"{name} [{gpu}]: {entry['problem']}: {row['status']} "
                 f"{row.get('message') or ''}".rstrip())
 
     threads = [threading.Thread(target=worker, args=(g,)) for g in s.gpus]
@@ -506,8 +554,8 @@ def run_suite(s: RunSettings, log=print) -> dict[str, dict]:  # noqa: ANN001
         t.join()
     write_results(s, mine, manifest)
     counts = {st: sum(1 for r in rows.values() if r.get("status") == st) for st in STATUSES}
-    log("realistic: this call\n" + table(ran))
-    log(f"realistic: {len(rows)} of {len(manifest)} problems done ("
+    log(f"{name}: this call\n" + table(ran))
+    log(f"{name}: {len(rows)} of {len(manifest)} problems done ("
         + ", ".join(f"{k} {v}" for k, v in counts.items() if v) + f"); "
         f"{len(todo(manifest, rows, (), only))} left")
     return rows
