@@ -17,6 +17,12 @@ and logs), to be committed under benchmarks/data/ and benchmarks/results/.
         --realistic-results benchmarks/results/DAY-h200-realistic/realistic.json
         # issue 33: the realistic suite end to end (tune, then the independent harness), cheapest
         # first, one problem per visible GPU; resumes from the results given; $OUT/realistic.json
+    python3 benchmarks/gpu_suite.py --parts realistic --deadline 560 \
+        --realistic-suite benchmarks/conv_chains --realistic-as-user --realistic-time-limit 120 \
+        --realistic-max-autotune \
+        --realistic-results benchmarks/results/DAY-h100-conv-chains/conv_chains.json
+        # issue 48: the convolution chains, each tuned as a user runs `tune` (no flag but the
+        # time limit), max-autotune torch.compile timed beside; $OUT/conv_chains.json
 
 Parts: tests (every file of tests/gpu, or those --tests-k selects), sweeps, faults, families, counters, gemm_tc (the tensor-core GEMM's accuracy test),
 cluster, direct (depthwise convolution, float4 pooling, L2 keep hint), search, bench, throughput,
@@ -623,6 +629,14 @@ def main() -> None:
                     help="tune --policy ('' for the CLI's default strategy)")
     ap.add_argument("--realistic-tune-args", default="",
                     help="further tune flags, e.g. '--precision tf32'")
+    ap.add_argument("--realistic-suite", default="benchmarks/realistic",
+                    help="part realistic: the suite's folder (problems and suite.json), e.g. "
+                         "benchmarks/conv_chains; results in $OUT/<folder name>.json")
+    ap.add_argument("--realistic-as-user", action="store_true",
+                    help="part realistic: tune with no flag but --time-limit (tune's default "
+                         "budget, strategy, precision and baselines)")
+    ap.add_argument("--realistic-max-autotune", action="store_true",
+                    help="part realistic: the harness times torch.compile's max-autotune too")
     ap.add_argument("--realistic-gpus", type=int, default=0,
                     help="GPUs to run problems on at once (0: every visible GPU)")
     ap.add_argument("--work", default="/tmp/gpu-suite",
@@ -640,6 +654,9 @@ def main() -> None:
     unknown = sorted(set(parts) - set(PARTS))
     if unknown:  # a misspelt part used to be skipped silently, costing a device call
         ap.error(f"unknown part(s) {', '.join(unknown)}; parts: {', '.join(PARTS)}")
+    if "realistic" in parts and not (ROOT / args.realistic_suite / "suite.json").is_file():
+        ap.error(f"--realistic-suite {args.realistic_suite}: no suite.json there (write it with "
+                 f"python benchmarks/realistic_suite.py --suite {args.realistic_suite})")
     src = ROOT / args.problems
     problems = sorted(src.glob("*.py")) if src.is_dir() else \
         [ROOT / p for p in args.problems.split(",")]
@@ -706,18 +723,27 @@ def main() -> None:
                            args.agent_single_policy, tuple(args.agent_heldout.split(",")),
                            args.agent_train_only)
             elif part == "realistic":  # issue 33: tune + independent harness per problem
-                from benchmarks.realistic_run import RunSettings, run_suite, visible_gpus
+                from benchmarks.realistic_run import (RunSettings, as_user, run_suite,
+                                                      visible_gpus)
 
                 gpus = visible_gpus()
-                run_suite(RunSettings(
+                settings = RunSettings(
                     work=out, final=final, deadline=deadline - 10,
+                    suite=ROOT / args.realistic_suite,
                     budget=args.realistic_budget, time_limit_s=args.realistic_time_limit,
                     policy=args.realistic_policy or None,
                     tune_args=args.realistic_tune_args.split(),
                     gpus=gpus[:args.realistic_gpus] if args.realistic_gpus else gpus,
                     previous=[ROOT / f for f in args.realistic_results.split(",") if f],
                     rerun=tuple(x for x in args.realistic_rerun.split(",") if x),
-                    only=[x for x in args.realistic_problems.split(",") if x]), log=log)
+                    only=[x for x in args.realistic_problems.split(",") if x],
+                    max_autotune=args.realistic_max_autotune,
+                    # max-autotune's first call benchmarks every kernel choice: minutes
+                    harness_limit_s=600.0 if args.realistic_max_autotune else 300.0)
+                # a tune's own baselines (torch eager and torch.compile at the defaults and
+                # matched, cuDNN's benchmark mode) come after its search
+                run_suite(as_user(settings, tune_grace_s=300.0) if args.realistic_as_user
+                          else settings, log=log)
             elif part == "throughput" and left > 70:
                 run_throughput(out, [ROOT / "tests/data/good/softmax_small.py",
                                      ROOT / "benchmarks/problems/norm_layernorm_odd.py"],

@@ -17,6 +17,11 @@ under PyTorch's default settings (no flag changed), in a process of its own.
    and ModelNew, each: warm-up, then runs timed with CUDA events, L2 flushed before each (outside
    the events), median and interquartile range. The events hold what a user's call costs (the
    forward's Python and launches too); at these sizes (milliseconds) the GPU's work dominates.
+4. With --max-autotune, then `torch.compile(model, mode="max-autotune")` as well, timed the same
+   way (`compile_max_ms`, its spread `compile_max_iqr_ms`). Its first call benchmarks every
+   choice of kernel and can take minutes: the row without it is written first, marked
+   `"compile_max": "running"`, so that a harness killed there still leaves its verdict and the
+   other timings.
 
 Writes one JSON row (`status`: ok, wrong, oom or error, with a one-line `message`) and exits 0
 whatever the verdict; 2 when a file cannot be loaded.
@@ -239,8 +244,11 @@ def is_cuda(device: str) -> bool:
 
 
 def run(problem_path: Path, model_new_path: Path, seeds: list[int], device: str = "cuda",
-        time_budget_s: float = 1.0) -> dict:
-    """The row for one problem; on a CPU `device` (the CPU tests) the checks alone, untimed."""
+        time_budget_s: float = 1.0, max_autotune: bool = False,
+        checkpoint: Callable[[dict], None] | None = None) -> dict:
+    """The row for one problem; on a CPU `device` (the CPU tests) the checks alone, untimed.
+    With `max_autotune`, torch.compile's max-autotune mode is timed last, after `checkpoint` was
+    handed the row so far (its verdict and the other timings)."""
     gpu = torch.cuda.get_device_name(device) if is_cuda(device) else "cpu"
     row: dict[str, Any] = {"problem": problem_path.stem, "status": "error", "message": "",
                            "gpu": gpu, "torch": torch.__version__,
@@ -321,6 +329,14 @@ def run(problem_path: Path, model_new_path: Path, seeds: list[int], device: str 
         if is_cuda(device):
             row.update(timings(prob, ref, new, device, seeds, time_budget_s))
         marks["timing"] = time.time()
+        if max_autotune and is_cuda(device):
+            if checkpoint is not None:
+                checkpoint({**row, "status": "ok", "compile_max": "running",
+                            "wall_s": time.time() - t0})
+            phase = "max-autotune torch.compile"
+            row.update(max_autotune_timing(prob, ref, device, seeds, time_budget_s,
+                                           row["new_ms"]))
+            marks["max_autotune"] = time.time()
         row["flags_after"] = flags()
         if row["flags_after"] != row["flags"]:
             row["message"] = "numeric settings changed during the run"
@@ -363,6 +379,41 @@ def timings(prob: ModuleType, ref: torch.nn.Module, new: torch.nn.Module, device
     return out
 
 
+def max_autotune_timing(prob: ModuleType, ref: torch.nn.Module, device: str, seeds: list[int],
+                        budget_s: float, new_ms: float) -> dict:
+    """`torch.compile(model, mode="max-autotune")` on the timing's input set, as `timings` times
+    the others; a failure (an autotuning error, out of memory) is the row's `compile_max_error`,
+    never its verdict, which is ModelNew's."""
+    # a fresh compile: dynamo would otherwise serve the default mode's graph for this module
+    torch._dynamo.reset()
+    out: dict[str, Any] = {"compile_max": "done"}
+    try:
+        flush = torch.empty(L2_FLUSH_BYTES // 4, device=device)
+        inputs = make_inputs(prob.get_inputs, max(seeds) + 1, device)
+        with torch.no_grad():
+            compiled = torch.compile(ref, mode="max-autotune")
+            t = time.time()
+            compiled(*inputs)
+            torch.cuda.synchronize()
+            out["compile_max_first_call_s"] = time.time() - t
+            timed = time_gpu(lambda: compiled(*inputs), flush, budget_s=budget_s)
+    except Exception as exc:  # noqa: BLE001 - out of memory included: the baseline failed
+        return {"compile_max": "failed", "compile_max_error": first_line(exc)[:300]}
+    finally:
+        torch._dynamo.reset()
+    out["compile_max_ms"], out["compile_max_iqr_ms"], out["compile_max_reps"] = (
+        timed["ms"], timed["iqr_ms"], timed["reps"])
+    out["speedup_vs_compile_max"] = timed["ms"] / new_ms
+    return out
+
+
+def write_row(row: dict, path: Path) -> None:
+    """The row as JSON at `path`, replaced whole (a reader never sees half of it)."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(row, indent=1, default=str))
+    os.replace(tmp, path)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("problem", type=Path)
@@ -371,6 +422,9 @@ def main() -> None:
     ap.add_argument("--seeds", default="1,2,3", help="input seeds of the checks")
     ap.add_argument("--time-budget", type=float, default=1.0,
                     help="seconds of timed runs per module (5 to 30 runs)")
+    ap.add_argument("--max-autotune", action="store_true",
+                    help="time torch.compile(mode='max-autotune') too (its first call can take "
+                         "minutes)")
     args = ap.parse_args()
     for p in (args.problem, args.model_new):
         if not p.is_file():
@@ -382,13 +436,19 @@ def main() -> None:
     torch.cuda.init()
     started_s = time.time() - STARTED  # imports and the CUDA context
     seeds = [int(s) for s in args.seeds.split(",") if s]
-    row = run(args.problem, args.model_new, seeds, time_budget_s=args.time_budget)
+    row = run(args.problem, args.model_new, seeds, time_budget_s=args.time_budget,
+              max_autotune=args.max_autotune,
+              checkpoint=lambda partial: write_row({**partial, "start_s": round(started_s, 2)},
+                                                   args.out))
     row["start_s"] = round(started_s, 2)
-    tmp = args.out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(row, indent=1, default=str))
-    os.replace(tmp, args.out)
+    write_row(row, args.out)
     speed = (f", {row['new_ms']:.3f} ms against torch.compile {row['compile_ms']:.3f} ms "
              f"({row['speedup_vs_compile']:.2f}x)" if row.get("new_ms") else "")
+    if row.get("compile_max_ms"):
+        speed += (f", max-autotune {row['compile_max_ms']:.3f} ms "
+                  f"({row['speedup_vs_compile_max']:.2f}x)")
+    elif row.get("compile_max_error"):
+        speed += f", max-autotune failed: {row['compile_max_error']}"
     print(f"{row['problem']}: {row['status']}{': ' + row['message'] if row['message'] else ''}"
           f"{speed}")
     # the row is on disk: the interpreter's teardown (torch.compile's worker pool, the CUDA

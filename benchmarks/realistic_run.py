@@ -1,12 +1,14 @@
-"""The realistic suite on the GPU, end to end (issue 33, item 5): `gpu_suite.py --parts realistic`.
+"""A suite on the GPU, end to end (issue 33, item 5; issue 48, item 4): `gpu_suite.py --parts
+realistic [--realistic-suite benchmarks/conv_chains]`.
 
-For each problem of benchmarks/realistic/ (cheapest first, by the manifest's guess), as a user
-would: `cuda-agent tune` in a subprocess of its own under a time limit and a budget, then the
-independent harness (`realistic_harness.py`, another process) on the `model_new.py` it wrote.
-One row per problem in DESIGN.md's result-file format, written after every problem, so that the
-suite spreads over several device calls: rows already in the results files given are skipped, a
-problem the call's deadline cuts is left for the next call (not recorded as a time-out), and
-`--realistic-gpus` runs one problem per GPU at once.
+For each problem of the suite's folder (benchmarks/realistic/ by default; cheapest first, by its
+manifest's guess), as a user would: `cuda-agent tune` in a subprocess of its own under a time
+limit and a budget (or, `as_user`, with no flag but the time limit), then the independent harness
+(`realistic_harness.py`, another process) on the `model_new.py` it wrote. One row per problem in
+DESIGN.md's result-file format, written after every problem to `<suite>.json` (realistic.json,
+conv_chains.json), so that the suite spreads over several device calls: rows already in the
+results files given are skipped, a problem the call's deadline cuts is left for the next call
+(not recorded as a time-out), and `--realistic-gpus` runs one problem per GPU at once.
 
 Statuses: ok (the harness verified the kernel and timed it), oom, timeout (the tune ran past its
 time limit plus a grace, or the harness past its own limit), wrong (the harness found the output
@@ -26,7 +28,7 @@ import sys
 import tarfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from queue import Empty, Queue
 
@@ -66,11 +68,13 @@ class RunSettings:
     work: Path
     """working folder (outside $OUT): per-problem outputs, logs, the merged results"""
     final: Path
-    """$OUT: realistic.json and realistic-logs.tgz, rewritten after every problem"""
+    """$OUT: <suite>.json and <suite>-logs.tgz, rewritten after every problem"""
     deadline: float
     """epoch seconds by which every subprocess of this call has ended"""
-    budget: int = 32
-    """`tune --budget`"""
+    suite: Path = field(default_factory=lambda: realistic_suite.SUITE)
+    """the suite's folder: its problem files and their manifest (suite.json)"""
+    budget: int | None = 32
+    """`tune --budget`; None: not passed (tune's own default)"""
     time_limit_s: float = realistic_suite.TIME_LIMIT_S
     """`tune --time-limit`"""
     tune_grace_s: float = 90.0
@@ -82,6 +86,11 @@ class RunSettings:
     """`tune --policy` (the trained agents), or None for the CLI's default strategy"""
     tune_args: list[str] = field(default_factory=list)
     """further `tune` flags, e.g. ['--precision', 'tf32']"""
+    tune_baselines: bool = False
+    """let the tune time torch eager and torch.compile itself (its report's headline) rather than
+    pass --no-baselines: the harness times them anyway, independently"""
+    max_autotune: bool = False
+    """the harness times torch.compile's max-autotune mode too (minutes of autotuning each)"""
     seeds: str = "1,2,3"
     """the harness's input seeds"""
     gpus: list[str] = field(default_factory=lambda: ["0"])
@@ -118,19 +127,36 @@ def tune_has_time_limit() -> bool:
     return "--time-limit" in out.stdout
 
 
+def as_user(s: RunSettings, tune_grace_s: float | None = None) -> RunSettings:
+    """`s` for a tune as a user runs it: no flag but the time limit (tune's default budget,
+    strategy, precision and baselines); --device, --out and --store only say where. The
+    baselines come after the search: `tune_grace_s` gives them their time."""
+    return replace(s, budget=None, policy=None, tune_args=[], tune_baselines=True,
+                   tune_grace_s=s.tune_grace_s if tune_grace_s is None else tune_grace_s)
+
+
 def tune_command(problem: Path, out: Path, s: RunSettings, cli_limit: bool) -> list[str]:
     store = str(out.parent / "store.sqlite")  # fresh per problem: nothing reused from before
     if not cli_limit:
-        return [sys.executable, "-c", FALLBACK_TUNE, str(problem), str(out), str(s.budget),
+        return [sys.executable, "-c", FALLBACK_TUNE, str(problem), str(out), str(s.budget or 64),
                 str(s.time_limit_s), store, s.policy or ""]
-    return CLI + ["tune", str(problem), "--device", "cuda", "--budget", str(s.budget),
-                  "--time-limit", str(s.time_limit_s), "--out", str(out), "--store", store,
-                  "--no-baselines"] + (["--policy", s.policy] if s.policy else []) + s.tune_args
+    return CLI + ["tune", str(problem), "--device", "cuda"] + (
+        ["--budget", str(s.budget)] if s.budget is not None else []) + [
+        "--time-limit", str(s.time_limit_s), "--out", str(out), "--store", store] + (
+        [] if s.tune_baselines else ["--no-baselines"]) + (
+        ["--policy", s.policy] if s.policy else []) + s.tune_args
 
 
-def harness_command(problem: Path, model_new: Path, out: Path, seeds: str) -> list[str]:
+def harness_command(problem: Path, model_new: Path, out: Path, seeds: str,
+                    max_autotune: bool = False) -> list[str]:
     return [sys.executable, str(ROOT / "benchmarks/realistic_harness.py"), str(problem),
-            str(model_new), "--out", str(out), "--seeds", seeds]
+            str(model_new), "--out", str(out), "--seeds", seeds] + (
+        ["--max-autotune"] if max_autotune else [])
+
+
+def stem(s: RunSettings) -> str:
+    """The suite's name in its files: realistic.json, conv_chains.json, and their logs."""
+    return s.suite.name
 
 
 class GpuMemorySampler:
@@ -239,7 +265,8 @@ def report_fields(report: dict | None) -> dict:
     if not report:
         return {}
     keep = ("family", "strategy", "evals", "evals_to_95", "best_ms", "space_size", "precision",
-            "commit", "failures", "gpu")  # gpu: a row the harness never ran still names it
+            "precision_asked", "commit", "failures", "gpu", "headline", "library_floor_ms",
+            "own_templates_ms", "won_by")  # gpu: a row the harness never ran still names it
     row = {k: report.get(k) for k in keep if k in report}
     row["tune_verified"] = bool(report.get("best") and report["best"].get("verified"))
     # where the tune's wall time went: the tuner's phases and the GPU worker's set-up phases
@@ -263,8 +290,8 @@ def _flat(d: object, prefix: str = "") -> list[tuple[str, object]]:
 def run_problem(entry: dict, gpu: str, s: RunSettings, cli_limit: bool) -> dict | None:
     """Tune then check one problem on one GPU; its row, or None when the deadline cut it."""
     name = entry["problem"]
-    path = realistic_suite.SUITE / f"{name}.py"
-    d = s.work / "realistic" / name
+    path = s.suite / f"{name}.py"
+    d = s.work / stem(s) / name
     shutil.rmtree(d, ignore_errors=True)  # a warm machine's earlier, unfinished attempt
     (d / "out").mkdir(parents=True)
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": gpu}
@@ -272,7 +299,8 @@ def run_problem(entry: dict, gpu: str, s: RunSettings, cli_limit: bool) -> dict 
                  "flops": entry["flops"], "input_bytes": entry["input_bytes"],
                  "budget": s.budget, "time_limit_s": s.time_limit_s,
                  "tune_time_limit_flag": cli_limit, "policy": s.policy,
-                 "tune_args": s.tune_args, "verified": False, "best_ms": None,
+                 "tune_args": s.tune_args, "precision_asked": precision_of(s.tune_args),
+                 "verified": False, "best_ms": None,
                  "eager_ms": None, "compile_ms": None, "strategy": None, "evals": None,
                  "evals_to_95": None}
     with GpuMemorySampler(gpu) as mem:
@@ -295,12 +323,18 @@ def run_problem(entry: dict, gpu: str, s: RunSettings, cli_limit: bool) -> dict 
         row.update(status=status, message=message)
         return row
     hrc, hwall = run_limited(harness_command(path, d / "out" / "model_new.py",
-                                             d / "harness.json", s.seeds),
+                                             d / "harness.json", s.seeds, s.max_autotune),
                              d / "harness.log", s.harness_limit_s, s.deadline, env)
     if hrc == "cut":
         return None
     row["harness_wall_s"] = round(hwall, 1)
-    if hrc == "timeout":
+    partial = _read_json(d / "harness.json") if hrc == "timeout" else None
+    if partial and partial.get("status") == "ok" and partial.get("compile_max") == "running":
+        # killed in max-autotune's first call: ModelNew's verdict and the other timings stand
+        partial.update(compile_max="timeout", compile_max_error="max-autotune torch.compile "
+                       f"ran past the harness's {s.harness_limit_s:.0f} s")
+        (d / "harness.json").write_text(json.dumps(partial, indent=1, default=str))
+    elif hrc == "timeout":
         row.update(status="timeout", message=f"harness ran past {s.harness_limit_s:.0f} s")
         return row
     if not (d / "harness.json").exists():
@@ -316,14 +350,34 @@ def run_problem(entry: dict, gpu: str, s: RunSettings, cli_limit: bool) -> dict 
     return row
 
 
+def _read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def precision_of(tune_args: list[str] | None) -> str:
-    """The kernels' precision a row's `tune` flags asked for (fp32 unless `--precision`)."""
+    """The precision a call's `tune` flags ask for: `--precision`'s value, else `tune`'s
+    default, "auto" (each product as the user's torch runs it)."""
     args = list(tune_args or [])
     for i, a in enumerate(args):
         if a == "--precision" and i + 1 < len(args):
             return args[i + 1]
         if a.startswith("--precision="):
             return a.split("=", 1)[1]
+    return "auto"
+
+
+def row_precision(row: dict) -> str:
+    """The precision a row was tuned at, as asked: its `precision_asked` (rows from the
+    precision's "auto" default on), else its flags' `--precision`; a row with neither was tuned
+    before "auto" existed, when `tune`'s default was strict fp32."""
+    if row.get("precision_asked"):
+        return row["precision_asked"]
+    args = list(row.get("tune_args") or [])
+    if any(a == "--precision" or a.startswith("--precision=") for a in args):
+        return precision_of(args)
     return "fp32"
 
 
@@ -333,12 +387,12 @@ def load_rows(files: list[Path], precision: str | None = None) -> dict[str, dict
     rows: dict[str, dict] = {}
     for f in files:
         for r in json.loads(f.read_text())["rows"]:
-            if precision is None or precision_of(r.get("tune_args")) == precision:
+            if precision is None or row_precision(r) == precision:
                 rows[r["problem"]] = r
     return rows
 
 
-def select(manifest: list[dict], only: list[str]) -> list[str]:
+def select(manifest: list[dict], only: list[str], suite: str = "realistic") -> list[str]:
     """Problem names from `only`'s names and `family:WORD` entries (every problem whose family
     has WORD, e.g. family:conv for the convolutions and their chains); unknown names refused."""
     names, unknown = [], []
@@ -354,7 +408,7 @@ def select(manifest: list[dict], only: list[str]) -> list[str]:
         else:
             unknown.append(item)
     if unknown:
-        raise SystemExit(f"error: not in the realistic suite: {', '.join(unknown)}")
+        raise SystemExit(f"error: not in the {suite} suite: {', '.join(unknown)}")
     return list(dict.fromkeys(names))
 
 
@@ -375,34 +429,38 @@ def results_doc(rows: dict[str, dict], manifest: list[dict], settings: RunSettin
             "commit": os.environ.get("CUDA_AGENT_COMMIT", "unknown"),
             "torch": first.get("torch"),
             "copy_tbps": bandwidths[len(bandwidths) // 2] if bandwidths else None,
-            "suite": "benchmarks/realistic", "problems": len(manifest),
+            "suite": realistic_suite.suite_name(settings.suite), "problems": len(manifest),
             "settings": {"budget": settings.budget, "time_limit_s": settings.time_limit_s,
                          "tune_grace_s": settings.tune_grace_s,
                          "harness_limit_s": settings.harness_limit_s,
                          "policy": settings.policy, "tune_args": settings.tune_args,
+                         "tune_baselines": settings.tune_baselines,
+                         "max_autotune": settings.max_autotune,
+                         "precision_asked": precision_of(settings.tune_args),
                          "seeds": settings.seeds},
             "rows": ordered}
 
 
 def write_results(s: RunSettings, rows: dict[str, dict], manifest: list[dict]) -> None:
-    """realistic.json (work and $OUT) and the logs' tarball, replaced whole each time."""
+    """<suite>.json (work and $OUT) and the logs' tarball, replaced whole each time."""
+    name = stem(s)
     text = json.dumps(results_doc(rows, manifest, s), indent=1, default=str) + "\n"
     for folder in (s.work, s.final):
         folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / "realistic.json.tmp"
+        tmp = folder / f"{name}.json.tmp"
         tmp.write_text(text)
-        os.replace(tmp, folder / "realistic.json")
-    tmp = s.final / "realistic-logs.tgz.tmp"
+        os.replace(tmp, folder / f"{name}.json")
+    tmp = s.final / f"{name}-logs.tgz.tmp"
     for kernels in (True, False):  # the device tool brings back files of at most 16 MiB
         with tarfile.open(tmp, "w:gz") as tar:
-            for d in sorted((s.work / "realistic").glob("*")):
+            for d in sorted((s.work / name).glob("*")):
                 for f in sorted(d.rglob("*")):
                     if f.is_file() and "store.sqlite" not in f.name and (
                             kernels or f.name not in ("model_new.py", "kernel.cu")):
-                        tar.add(f, arcname=str(f.relative_to(s.work / "realistic")))
+                        tar.add(f, arcname=str(f.relative_to(s.work / name)))
         if tmp.stat().st_size < TARBALL_LIMIT:
             break
-    os.replace(tmp, s.final / "realistic-logs.tgz")
+    os.replace(tmp, s.final / f"{name}-logs.tgz")
 
 
 def table(rows: list[dict]) -> str:
@@ -427,22 +485,27 @@ def run_suite(s: RunSettings, log=print) -> dict[str, dict]:  # noqa: ANN001
     missing = [str(f) for f in s.previous if not f.is_file()]
     if missing:
         raise SystemExit(f"error: no such results file: {', '.join(missing)}")
-    manifest = realistic_suite.read()
-    only = select(manifest, s.only)
+    manifest_file = realistic_suite.manifest_path(s.suite)
+    if not manifest_file.is_file():
+        raise SystemExit(f"error: {manifest_file}: no such manifest (write it with python "
+                         f"benchmarks/realistic_suite.py --suite {s.suite})")
+    manifest = realistic_suite.read(manifest_file)
+    name = stem(s)
+    only = select(manifest, s.only, name)
     precision = precision_of(s.tune_args)
     rows = load_rows(s.previous, precision)
-    own = s.work / "realistic.json"
+    own = s.work / f"{name}.json"
     # this machine's rows: a warm machine's earlier call of this session, and this call's. The
     # results file holds only these, under this machine's GPU: the earlier files' rows (other
     # GPUs, other commits) decide what is left to run, and stay in their own files
     mine = load_rows([own], precision) if own.exists() and own not in s.previous else {}
     rows = {**mine, **rows}
     left = todo(manifest, rows, s.rerun, only)
-    log(f"realistic: {len(rows)} problems done before, {len(left)} to run on "
+    log(f"{name}: {len(rows)} problems done before, {len(left)} to run on "
         f"{len(s.gpus)} GPU(s), {s.deadline - time.time():.0f} s left")
     cli_limit = tune_has_time_limit()
     if not cli_limit:
-        log("realistic: this tree's `cuda-agent tune` has no --time-limit; tuning through the "
+        log(f"{name}: this tree's `cuda-agent tune` has no --time-limit; tuning through the "
             "Python API's time_limit_s instead (its start-up is not limited"
             + (f"; {' '.join(s.tune_args)} not passed" if s.tune_args else "") + ")")
     queue: Queue = Queue()
@@ -457,21 +520,23 @@ def run_suite(s: RunSettings, log=print) -> dict[str, dict]:  # noqa: ANN001
                 entry = queue.get_nowait()
             except Empty:
                 return
-            est = realistic_suite.estimate_s(entry, s.time_limit_s)
+            est = realistic_suite.estimate_s(entry, s.time_limit_s, s.tune_baselines,
+                                             s.max_autotune)
             if time.time() + est > s.deadline:
-                log(f"realistic [{gpu}]: {entry['problem']} (about {est:.0f} s) left for the "
+                log(f"{name} [{gpu}]: {entry['problem']} (about {est:.0f} s) left for the "
                     "next call")
                 return
-            log(f"realistic [{gpu}]: {entry['problem']} ({entry['input_bytes'] / 2**30:.1f} GiB"
+            log(f"{name} [{gpu}]: {entry['problem']} ({entry['input_bytes'] / 2**30:.1f} GiB"
                 f", about {est:.0f} s)")
             try:
                 row = run_problem(entry, gpu, s, cli_limit)
             except Exception as exc:  # noqa: BLE001 - the suite goes on without this problem
                 row = {"problem": entry["problem"], "family": entry["family"],
                        "status": "error", "message": f"suite runner: {type(exc).__name__}: "
-                       f"{exc}"[:300], "verified": False, "tune_args": s.tune_args}
+                       f"{exc}"[:300], "verified": False, "tune_args": s.tune_args,
+                       "precision_asked": precision_of(s.tune_args)}
             if row is None:
-                log(f"realistic [{gpu}]: {entry['problem']} cut by the deadline; left for the "
+                log(f"{name} [{gpu}]: {entry['problem']} cut by the deadline; left for the "
                     "next call")
                 return
             row["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -479,7 +544,7 @@ def run_suite(s: RunSettings, log=print) -> dict[str, dict]:  # noqa: ANN001
                 rows[entry["problem"]] = mine[entry["problem"]] = row
                 ran.append(row)
                 write_results(s, mine, manifest)
-            log(f"realistic [{gpu}]: {entry['problem']}: {row['status']} "
+            log(f"{name} [{gpu}]: {entry['problem']}: {row['status']} "
                 f"{row.get('message') or ''}".rstrip())
 
     threads = [threading.Thread(target=worker, args=(g,)) for g in s.gpus]
@@ -489,8 +554,8 @@ def run_suite(s: RunSettings, log=print) -> dict[str, dict]:  # noqa: ANN001
         t.join()
     write_results(s, mine, manifest)
     counts = {st: sum(1 for r in rows.values() if r.get("status") == st) for st in STATUSES}
-    log("realistic: this call\n" + table(ran))
-    log(f"realistic: {len(rows)} of {len(manifest)} problems done ("
+    log(f"{name}: this call\n" + table(ran))
+    log(f"{name}: {len(rows)} of {len(manifest)} problems done ("
         + ", ".join(f"{k} {v}" for k, v in counts.items() if v) + f"); "
         f"{len(todo(manifest, rows, (), only))} left")
     return rows

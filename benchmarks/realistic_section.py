@@ -31,15 +31,15 @@ FAILURES = ("oom", "timeout", "wrong", "unsupported", "error")
 
 
 def merge(docs: list[dict], precision: str = "fp32") -> dict[str, dict]:
-    """Rows by problem tuned at `precision` (fp32: the strict contract, the headline's; tf32:
-    `tune --precision tf32`, a column beside it), a later document's row replacing an
+    """Rows by problem tuned at `precision` (fp32: the strict contract, the headline's; auto
+    and tf32: columns beside it), a later document's row replacing an
     earlier one's."""
-    from benchmarks.realistic_run import precision_of
+    from benchmarks.realistic_run import row_precision
 
     rows: dict[str, dict] = {}
     for d in docs:
         for r in d["rows"]:
-            if precision_of(r.get("tune_args")) == precision:
+            if row_precision(r) == precision:
                 rows[r["problem"]] = r
     return rows
 
@@ -103,7 +103,8 @@ def runs_text(docs: list[dict]) -> str:
             + (f" and `{extra}`" if extra else ""))
 
 
-def summary_lines(s: dict, docs: list[dict], tf32: dict | None = None) -> list[str]:
+def summary_lines(s: dict, docs: list[dict], columns: dict[str, dict] | None = None
+                  ) -> list[str]:
     c = s["counts"]
     if not s["run"]:
         head = (f"**Realistic suite (issue 33)**: none of its {s['suite']} problems run yet; "
@@ -127,36 +128,48 @@ def summary_lines(s: dict, docs: list[dict], tf32: dict | None = None) -> list[s
                f" The tune's own GPU peak stayed within the bound it states on all "
                f"{len(s['bounded'])} recorded." if s["bounded"] else "")
             + (f" Not run yet: {len(s['not_run'])} problems." if s["not_run"] else "")
-            + tf32_sentence(tf32 or {}))
+            + "".join(column_sentence(p, t) for p, t in (columns or {}).items()))
     return [f"<!-- {NAME}-summary:begin -->", head, f"<!-- {NAME}-summary:end -->"]
 
 
-def tf32_summary(rows: dict[str, dict], tf32: dict[str, dict]) -> dict:
-    """The TF32 column's counts: of the problems tuned with `--precision tf32`, how many the
-    harness verified, how many are faster than default torch.compile (which uses TF32 in
-    convolutions by PyTorch's defaults), and the geomean; and the same problems' strict rows."""
-    speed = {n: vs_compile(r) for n, r in tf32.items()}
+COLUMNS = ("auto", "tf32")
+"""precisions whose rows are columns beside the strict (fp32) headline: `tune`'s default since
+2026-12-07 (each product as the user's torch runs it) and `--precision tf32`"""
+
+COLUMN_WORDS = {
+    "auto": ("`--precision auto` (tune's default since 2026-12-07: each product at the precision "
+             "the user's torch gives it, TF32 convolutions and strict matrix products at "
+             "PyTorch's defaults, verified against torch's answer under those flags)"),
+    "tf32": ("`--precision tf32` (TF32 tensor cores in products and convolutions, as PyTorch's "
+             "defaults give torch's convolutions; the tolerance widened to torch's own TF32 "
+             "error)"),
+}
+
+
+def column_summary(rows: dict[str, dict], column: dict[str, dict]) -> dict:
+    """A precision column's counts: of the problems tuned at it, how many the harness verified,
+    how many are faster than default torch.compile (which uses TF32 in convolutions by
+    PyTorch's defaults), and the geomean; and the same problems' strict rows."""
+    speed = {n: vs_compile(r) for n, r in column.items()}
     timed = [v for v in speed.values() if v is not None]
     strict = [vs_compile(rows.get(n)) for n, v in speed.items() if v is not None]
-    return {"run": len(tf32), "verified": sum(1 for r in tf32.values() if r.get("verified")),
+    return {"run": len(column), "verified": sum(1 for r in column.values() if r.get("verified")),
             "timed": len(timed), "faster": sorted(n for n, v in speed.items() if v and v > 1.0),
             "geomean": geomean(timed),
             "geomean_strict": geomean([v for v in strict if v is not None])
             if all(v is not None for v in strict) else None,
-            "bad": sorted(f"{n} ({r.get('status')})" for n, r in tf32.items()
+            "bad": sorted(f"{n} ({r.get('status')})" for n, r in column.items()
                           if r.get("status") != "ok")}
 
 
-def tf32_sentence(t: dict) -> str:
+def column_sentence(precision: str, t: dict) -> str:
     if not t.get("run"):
         return ""
-    return (f" With `--precision tf32` (TF32 tensor cores in products and convolutions, as "
-            f"PyTorch's defaults give torch's convolutions; the tolerance widened to torch's "
-            f"own TF32 error): {t['run']} problems tuned, {t['verified']} verified, faster than "
-            f"default torch.compile on **{len(t['faster'])} of {t['run']}**, geomean "
-            f"**{_x(t['geomean'])}** over the {t['timed']} timed (the same problems strict: "
-            f"{_x(t['geomean_strict'])}); a column of the table, not in the counts above"
-            + (f"; not verified: {', '.join(t['bad'])}" if t["bad"] else "") + ".")
+    return (f" With {COLUMN_WORDS[precision]}: {t['run']} problems tuned, {t['verified']} "
+            f"verified, faster than default torch.compile on **{len(t['faster'])} of "
+            f"{t['run']}**, geomean **{_x(t['geomean'])}** over the {t['timed']} timed (the same "
+            f"problems strict: {_x(t['geomean_strict'])}); a column of the table, not in the "
+            "counts above" + (f"; not verified: {', '.join(t['bad'])}" if t["bad"] else "") + ".")
 
 
 def _gib(v: float | None) -> str:
@@ -205,8 +218,8 @@ def short_gpu(name: str | None) -> str:
     return words[0] if words else "?"
 
 
-def tf32_cell(r: dict | None) -> str:
-    """The TF32 column: the kernel tuned with `--precision tf32`, its time and speedup against
+def column_cell(r: dict | None) -> str:
+    """A precision column: the kernel tuned at that precision, its time and speedup against
     default torch.compile as the harness measured them, or its status where not verified."""
     if r is None:
         return "-"
@@ -215,19 +228,21 @@ def tf32_cell(r: dict | None) -> str:
 
 
 def table_lines(rows: dict[str, dict], manifest: list[dict],
-                tf32: dict[str, dict] | None = None) -> list[str]:
+                columns: dict[str, dict[str, dict]] | None = None) -> list[str]:
     # rows measured on more than one kind of GPU name theirs (each row's times are its own
     # GPU's: the kernel, eager and torch.compile timed there by the harness)
     mixed = len({short_gpu(r.get("gpu")) for r in rows.values() if r.get("gpu")}) > 1
-    tf = bool(tf32)
+    columns = {p: c for p, c in (columns or {}).items() if c}
+    heads = "".join(f" {p.upper() if p == 'tf32' else p} kernel ms (vs compile) |"
+                    for p in columns)
     lines = ["| problem | input GiB | family | status | tune s | tune peak GiB | tool peak / "
              "bound GiB | eager peak GiB | kernel ms (harness) | eager ms | compile ms | vs "
              "compile | rel err vs fp64 (torch's) | message |"
-             + (" TF32 kernel ms (vs compile) |" if tf else "") + (" GPU |" if mixed else ""),
-             "|---" * (14 + tf + mixed) + "|"]
+             + heads + (" GPU |" if mixed else ""),
+             "|---" * (14 + len(columns) + mixed) + "|"]
     for e in manifest:
         r = rows.get(e["problem"])
-        extra = (f" {tf32_cell((tf32 or {}).get(e['problem']))} |" if tf else "")
+        extra = "".join(f" {column_cell(c.get(e['problem']))} |" for c in columns.values())
         if r is None:
             lines.append(f"| {e['problem']} | {_gib(e['input_bytes'])} | {e['family']} | "
                          "not run | - | - | - | - | - | - | - | - | - | |" + extra
@@ -248,8 +263,9 @@ def table_lines(rows: dict[str, dict], manifest: list[dict],
 
 
 def section_lines(s: dict, rows: dict[str, dict], manifest: list[dict],
-                  docs: list[dict], tf32: dict[str, dict] | None = None,
-                  tf32_docs: list[dict] | None = None) -> list[str]:
+                  docs: list[dict], columns: dict[str, dict[str, dict]] | None = None,
+                  column_docs: dict[str, list[dict]] | None = None) -> list[str]:
+    columns, column_docs = columns or {}, column_docs or {}
     return [
         f"<!-- {NAME}:begin -->",
         "## Realistic suite (issue 33): tune, then an independent harness",
@@ -282,28 +298,32 @@ def section_lines(s: dict, rows: dict[str, dict], manifest: list[dict],
         "of the harness's eager forward, inputs included.",
         "",
         (f"Run {runs_text(docs)}." if docs else "No GPU run yet.")
-        + (f" TF32 column: the same harness, the kernel tuned with `--precision tf32`, run "
-           f"{runs_text(tf32_docs)}." if tf32 and tf32_docs else ""),
+        + "".join(f" {p if p != 'tf32' else 'TF32'} column: the same harness, the kernel tuned "
+                  f"with `--precision {p}`, run {runs_text(column_docs[p])}."
+                  for p in columns if columns[p] and column_docs.get(p)),
         "",
-        *table_lines(rows, manifest, tf32),
+        *table_lines(rows, manifest, columns),
         f"<!-- {NAME}:end -->",
     ]
 
 
 def write(md: Path, docs: list[dict], manifest: list[dict]) -> dict:
     """Both sections from the results files: the strict (fp32) rows are the headline and the
-    table; rows tuned with `--precision tf32` are a column and a sentence beside them."""
-    from benchmarks.realistic_run import precision_of
+    table; rows tuned at another precision (`COLUMNS`: `tune`'s default "auto", `--precision
+    tf32`) are a column and a sentence each beside them."""
+    from benchmarks.realistic_run import row_precision
 
-    rows, tf32 = merge(docs), merge(docs, "tf32")
-    strict_docs = [d for d in docs
-                   if precision_of(d.get("settings", {}).get("tune_args")) == "fp32"]
-    tf32_docs = [d for d in docs if d not in strict_docs]
+    rows = merge(docs)
+    columns = {p: merge(docs, p) for p in COLUMNS}
+    strict_docs = [d for d in docs if row_precision(d.get("settings", {})) == "fp32"]
+    column_docs = {p: [d for d in docs if row_precision(d.get("settings", {})) == p]
+                   for p in COLUMNS}
     s = summarize(rows, manifest)
-    s["tf32"] = tf32_summary(rows, tf32)
-    summary = summary_lines(s, strict_docs, s["tf32"])
+    s["columns"] = {p: column_summary(rows, c) for p, c in columns.items()}
+    s["tf32"] = s["columns"]["tf32"]
+    summary = summary_lines(s, strict_docs, s["columns"])
     write_summary_section(md, f"{NAME}-summary", summary)
-    lines = section_lines(s, rows, manifest, strict_docs, tf32, tf32_docs)
+    lines = section_lines(s, rows, manifest, strict_docs, columns, column_docs)
     write_section(md, lines[0], lines[-1], lines)
     return s
 

@@ -28,12 +28,20 @@ from .search import BENCH_DEFAULT, bench_strategy_names, strategy_names
 from .limits import BASELINE_TIMEOUT_S, COMPILE_TIMEOUT_S, TIME_LIMIT_S
 from .outputs import check_out_dir
 from .space.program import STAGE_PATIENCE
-from .store import default_store
+from .store import SCHEMA_VERSION, default_store
+from .store import health as store_health
 
 # options tune and bench share
 STAGE_PATIENCE_HELP = ("multi-kernel programs: measurements a stage may go without progress "
                        "before it hands the rest of its share to the next stage (0: split the "
                        "budget evenly)")
+PRECISION_HELP = ("auto: each product at the precision your torch gives it (by default "
+                  "convolutions on TF32, as cudnn.allow_tf32 lets them; matrix products strict, "
+                  "as float32_matmul_precision 'highest' keeps them), verified against torch's "
+                  "own answer under those flags | fp32: strict fp32 accuracy everywhere | tf32, "
+                  "fp16, bf16: tensor-core products on operands rounded to that type (verified "
+                  "against torch's own answer with TF32 on or under autocast; eager and "
+                  "torch.compile timed that way too, as 'matched', beside PyTorch's defaults)")
 TOLERANCE_HELP = ("strict: the strict protocol (float64 reference) | kernelbench: conformance "
                   "mode, pass where torch.allclose(out, ref, atol=1e-2, rtol=1e-2) against the "
                   "module in fp32 at PyTorch defaults, as KernelBench checks | atol=A,rtol=R: "
@@ -156,6 +164,8 @@ def _row(r) -> dict:  # noqa: ANN001 - a TuneResult
         "device": r.device.gpu_name() + (" (cuda)" if r.device.kind == "cuda" else ""),
         "best": _fmt_ms(d["best_ms"], sim),
         "default config": _fmt_ms(r.default.measurement.time_ms if r.default else None, sim),
+        "library route": _fmt_ms(d["library_floor_ms"], sim),
+        "won by": d["won_by"] or "-",
         # as a user's process runs them (PyTorch's defaults), then under the kernels' contract
         "torch eager": _fmt_ms(d["eager_ms"]),
         **({"eager, cudnn.benchmark": _fmt_ms(d["eager_cudnn_benchmark_ms"])}
@@ -181,7 +191,11 @@ def _row(r) -> dict:  # noqa: ANN001 - a TuneResult
 def _matched_settings(d: dict) -> str:
     """What the matched baselines ran under: the kernels' contract (--precision)."""
     what = {"fp32": "strict fp32, TF32 off", "tf32": "TF32 on",
+            "tf32:conv": "TF32 on in convolutions, off in matrix products",
+            "tf32:matmul": "TF32 on in matrix products, off in convolutions",
             "fp16": "autocast fp16", "bf16": "autocast bf16"}.get(d["precision"], d["precision"])
+    if d.get("precision_asked") == "auto":
+        what = f"{what} (--precision auto)"
     same = (d.get("baseline_settings") or {}).get("same")
     return what + (" (the same as PyTorch's defaults for this problem)" if same else "")
 
@@ -239,11 +253,7 @@ def tune(
                                "(four agents) or single (one agent, the ablation)"),
     patience: int = typer.Option(3, help="with the agents: batches without improvement "
                                  "before stopping"),
-    precision: str = typer.Option("fp32", help="fp32: strict fp32 accuracy | tf32, fp16, bf16: "
-                                  "opt into tensor-core products on operands rounded to that "
-                                  "type (verified against torch's own answer with TF32 on or "
-                                  "under autocast; eager and torch.compile timed that way too, "
-                                  "as 'matched', beside PyTorch's defaults)"),
+    precision: str = typer.Option("auto", help=PRECISION_HELP),
     stage_patience: int = typer.Option(STAGE_PATIENCE, help=STAGE_PATIENCE_HELP),
     tolerance: str = typer.Option("strict", help=TOLERANCE_HELP),
     time_limit: float = typer.Option(
@@ -303,6 +313,9 @@ def tune(
         err_console.print("interrupted before anything could be kept; nothing written",
                           highlight=False)
         raise typer.Exit(INTERRUPTED)
+    from .emit import report_dict
+
+    console.print(f"[bold]{report_dict(result)['headline']}[/]", highlight=False)
     console.print(summary_table([result], "cuda-agent tune"))
     advice = _tf32_note(result)
     if advice:
@@ -517,8 +530,12 @@ def failures(
     path = store or default_store()
     if path != ":memory:" and not Path(path).exists():
         fail(f"{path}: no store yet (run cuda-agent tune first)")
-    with Store(path) as st:
-        groups = st.failure_groups()
+    try:
+        with Store(path, strict=True) as st:  # a corrupt store: one line, not a traceback
+            groups = st.failure_groups()
+    except CudaAgentError as exc:
+        fail(str(exc), exc.exit_code)
+        return
     if not groups:
         console.print("no failures recorded")
         return
@@ -566,9 +583,7 @@ def bench(
     parallel: int = typer.Option(1, help="live runs: strategy runs searching at once per "
                                  "problem (they compile side by side; measurements still take "
                                  "the GPU one at a time)"),
-    precision: str = typer.Option("fp32", help="live runs: fp32 (strict) | tf32, fp16, bf16 "
-                                  "(tensor-core products on operands in that type; matched "
-                                  "baselines with TF32 on or under autocast)"),
+    precision: str = typer.Option("auto", help="live runs: " + PRECISION_HELP),
     stage_patience: int = typer.Option(STAGE_PATIENCE, help=STAGE_PATIENCE_HELP),
     tolerance: str = typer.Option("strict", help=TOLERANCE_HELP),
     baselines: bool = typer.Option(True, help="live runs: time torch eager and torch.compile "
@@ -691,8 +706,11 @@ def report(runs: list[Path] = typer.Argument(..., help="bench output directories
 
 
 @app.command()
-def doctor() -> None:
-    """Show what cuda-agent finds on this machine (GPU, compilers, packages) and what is missing."""
+def doctor(store: Optional[str] = typer.Option(
+        None, help="the store to check (default: the one tune uses, shown in the table)")
+           ) -> None:
+    """Show what cuda-agent finds on this machine (GPU, compilers, packages) and what is missing,
+    and check the store whole (exit 1 when it is damaged)."""
     from .build.compiler import nvcc_version, nvrtc_version
 
     table = Table(title="cuda-agent doctor")
@@ -724,9 +742,30 @@ def doctor() -> None:
             table.add_row(pkg, md.version(pkg), why)
         except md.PackageNotFoundError:
             table.add_row(pkg, "[yellow]missing[/]", why)
-    table.add_row("store", default_store(), "SQLite record of every measurement")
+    path = store or default_store()
+    health = store_health(path)
+    table.add_row("store", path, _health_note(health))
     table.add_row("CPU cores", str(os.cpu_count()), "compile processes")
     console.print(table)
+    if health.problems:
+        for problem in health.problems:  # one line each, as integrity_check words them
+            err_console.print(f"store {path}: {problem}", highlight=False, soft_wrap=True)
+        fail(f"store {path} is damaged: move it away (the next run starts a new store there), "
+             "or keep it and pass --store with another file", 1)
+    if health.newer:
+        fail(f"store {path}: schema version {health.version}, written by a newer cuda-agent; "
+             f"this one reads versions up to {SCHEMA_VERSION}: upgrade cuda-agent "
+             "(pip install -U cuda-agent) or pass --store with another file", 1)
+
+
+def _health_note(health) -> str:  # noqa: ANN001 - a store.StoreHealth
+    if not health.exists:
+        return "none yet: tune starts it (SQLite record of every measurement)"
+    if health.problems:
+        return f"[red]damaged[/]: {len(health.problems)} problem(s), listed below"
+    newer = " [red](newer than this cuda-agent reads)[/]" if health.newer else ""
+    return (f"schema version {health.version}{newer}, {health.measurements} measurements, "
+            "integrity check passed")
 
 
 def main() -> None:

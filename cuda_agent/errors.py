@@ -32,6 +32,12 @@ class OutputError(CudaAgentError):
     """The output directory cannot be written (checked before the search)."""
 
 
+class StoreError(CudaAgentError):
+    """The measurement store cannot be used: corrupt, written by a newer release, not writable.
+    A search never stops for it (the run keeps its records in memory, `store.py`); commands that
+    only read the store (`failures`) report it."""
+
+
 class HostError(CudaAgentError):
     """This machine failed the run, not a candidate: a compile or GPU worker process that could
     not start, a compiler that could not run. Never recorded as a candidate's failure."""

@@ -15,7 +15,7 @@ from typing import Sequence
 
 from .errors import SettingsError
 from .run.tolerance import parse_tolerance
-from .space.slots import PRECISIONS
+from .precision import CONTRACTS, PRECISIONS
 
 DEVICES = ("cuda", "sim", "replay")
 """the devices a tuning run can measure on (`tuner.open_device`)"""
@@ -101,11 +101,12 @@ def check_device(name: str | None, allowed: Sequence[str] = DEVICES) -> None:
 
 def check_precision(precision: str, device: str | None = None) -> None:
     """An unknown precision, or one the device cannot hold kernels to, is a settings error:
-    the recorded sweeps `replay` serves are strict fp32."""
-    if precision not in PRECISIONS:
+    the recorded sweeps `replay` serves are strict fp32 (there "auto" is strict fp32). A
+    resolved contract (`precision.CONTRACTS`) passes too: the settings of a run carry it."""
+    if precision not in PRECISIONS and precision not in CONTRACTS:
         raise SettingsError(f"--precision: unknown precision {precision!r}; choose from "
                             f"{', '.join(PRECISIONS)}")
-    if device == "replay" and precision != "fp32":
+    if device == "replay" and precision not in ("auto", "fp32"):
         raise SettingsError(f"--precision {precision}: the recorded sweeps are strict fp32; "
                             "use --device cuda or sim")
 

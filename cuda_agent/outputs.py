@@ -4,23 +4,19 @@ A run can take half an hour; an output path it cannot write into (under a file, 
 read-only file system) must be found before the search, not after it. Writing goes through
 temporary files renamed into place, so a run that fails while writing leaves nothing
 half-written: a new directory appears whole or not at all, and in an existing one each file is
-replaced whole, the report last.
+replaced whole, the report last. The temporaries are named after the writing process
+(`tempfiles.py`): a run killed while writing leaves them, and the next run that writes there
+removes them (never those of a run still going). Files get the user's umask, as `open()` gives.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
+from . import tempfiles
 from .errors import OutputError
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
 
 
 def _nearest_existing(path: Path) -> Path:
@@ -41,12 +37,20 @@ def check_out_dir(out: str | Path) -> None:
     if not where.is_dir():
         raise OutputError(f"output directory {out}: {where} is a file, not a directory")
     try:
-        fd, probe = tempfile.mkstemp(prefix=".cuda-agent-probe-", dir=where)
+        fd, probe = tempfiles.create(where)
         os.close(fd)
         os.unlink(probe)
     except OSError as exc:
         raise OutputError(f"output directory {out}: cannot write in {where} "
                           f"({exc.strerror or exc})") from None
+    _sweep(out)
+
+
+def _sweep(out: Path) -> None:
+    """Remove what killed runs left where this one writes: temporary files in `out`, a
+    temporary directory beside it."""
+    for folder in (out, out.absolute().parent):
+        tempfiles.sweep(folder)
 
 
 def write_files(out: str | Path, files: dict[str, str], remove: tuple[str, ...] = ()) -> dict[str, Path]:
@@ -54,23 +58,22 @@ def write_files(out: str | Path, files: dict[str, str], remove: tuple[str, ...] 
     there (files of an earlier run that this one does not replace). Raises `OutputError`."""
     out = Path(out)
     try:
+        _sweep(out)
         if not out.exists():
             out.parent.mkdir(parents=True, exist_ok=True)
-            tmp = Path(tempfile.mkdtemp(prefix=".cuda-agent-", dir=out.parent))
+            tmp = tempfiles.make_dir(out.parent)
             try:
                 for name, text in files.items():
                     (tmp / name).write_text(text)
-                os.chmod(tmp, 0o777 & ~_umask())  # as mkdir would make it, not mkdtemp's 0700
                 os.rename(tmp, out)  # the whole directory appears at once
             except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)
                 raise
         else:
-            temps: dict[str, str] = {}
+            temps: dict[str, Path] = {}
             try:
                 for name, text in files.items():
-                    fd, temps[name] = tempfile.mkstemp(prefix=f".{name}.", dir=out)
-                    os.fchmod(fd, 0o666 & ~_umask())  # as open() would, not mkstemp's 0600
+                    fd, temps[name] = tempfiles.create(out, suffix=f".{name}")
                     with os.fdopen(fd, "w") as f:
                         f.write(text)
                 for name in remove:
@@ -79,8 +82,7 @@ def write_files(out: str | Path, files: dict[str, str], remove: tuple[str, ...] 
                     os.replace(path, out / name)
             finally:
                 for path in temps.values():
-                    if os.path.exists(path):
-                        os.unlink(path)
+                    path.unlink(missing_ok=True)
     except OSError as exc:
         raise OutputError(f"could not write {out}: {exc.strerror or exc}") from None
     return {name: out / name for name in files}

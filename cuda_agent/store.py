@@ -12,6 +12,17 @@ JSON columns (config, counters, build, agents) are strict JSON: non-finite float
 as the strings ``"Infinity"``, ``"-Infinity"`` and ``"NaN"`` and turned back into floats on
 read (so a genuine string with one of those exact spellings would come back as a float).
 REAL columns keep +-inf natively; SQLite stores a NaN there as NULL.
+
+Faults: a store that cannot be used never costs a search. A full disk, a read-only file or
+folder, a corrupt file (found by a time-bounded `PRAGMA quick_check` when it is opened, or by
+any read or write later) or a store of a newer schema makes the `Store` say so in one line on
+stderr, once, and keep the rest of the run's records in an in-memory database; `report()`
+tells the run's report. `strict=True` (commands that only read the store) raises `StoreError`
+instead. `health()` is `cuda-agent doctor`'s full check.
+
+Versions: the `schema_version` table holds the schema a store was written with. An older
+store is brought up to `SCHEMA_VERSION` by `_MIGRATIONS` when opened; a newer one is refused
+(its release may have changed what the columns mean).
 """
 
 from __future__ import annotations
@@ -22,22 +33,40 @@ import os
 import sqlite3
 import threading
 from collections import defaultdict
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
 
-from cuda_agent.errors import CudaAgentError
+from cuda_agent import __version__
+from cuda_agent.errors import StoreError
 from cuda_agent.run.records import Measurement
 from cuda_agent.space.slots import ABSENT
+from cuda_agent.store_faults import (bounded_check, describe_fault, first_line, is_store_fault,
+                                     tell_once)
 
 SCHEMA_VERSION = 1
+
+# What takes a store of schema version v to v + 1: statements run in order, in the transaction
+# that opens the store, for every version between the store's and SCHEMA_VERSION. Version 1 is
+# the first schema, so there is nothing to run yet; a release that changes the schema bumps
+# SCHEMA_VERSION and adds its step here (tests/test_store.py opens a store built by hand with
+# the version-1 schema, and runs a made-up step through this path).
+_MIGRATIONS: dict[int, tuple[str, ...]] = {}
+
+# Seconds the opening check (`PRAGMA quick_check`) may take: it reads every page, about 0.25 s
+# for a store of 100k measurements (160 MB) on a small machine, so a store up to some
+# hundreds of MB is checked whole; a larger one is checked as far as this gets, and a fault
+# further in is met by the read or write that hits it, which is handled the same way.
+QUICK_CHECK_S = 1.0
 
 # Failures that say something about the moment, not about the candidate alone, so they are never
 # served from the store: a crash or a timeout (measuring again may well succeed), a compile that
 # ran past its timeout or whose process died (the machine's load and the limit decide those), and
 # a "slow" abandonment, which was decided against the best time of the search that measured it
 # (another search, or `bench`'s next strategy sharing the store, has another best).
-TRANSIENT_KINDS = ("crash", "timeout", "slow", "compile_timeout", "compile_crash")
+TRANSIENT_KINDS = ("crash", "timeout", "slow", "compile_timeout", "compile_crash",
+                   "cache_damaged")
 
 # Failures recorded by earlier versions as a candidate's "compile" failure when the machine had
 # failed: a compile pool that could not start (a script without a main guard) left this message
@@ -150,36 +179,203 @@ FROM measurements m JOIN candidates c ON c.key = m.candidate
 """
 
 
-class Store:
-    """Problems, candidates and measurements in one SQLite file (or ``":memory:"``)."""
+def _bring_up_to_date(db: sqlite3.Connection, path: str) -> None:
+    """Inside the opening transaction: a new store gets the schema, an older one the steps of
+    `_MIGRATIONS` up to SCHEMA_VERSION. The version is read again here: another process may
+    have created or migrated the store since it was first read."""
+    found = _version(db)
+    if found is not None and found > SCHEMA_VERSION:
+        raise _newer(path, found)
+    for version in range(SCHEMA_VERSION if found is None else found, SCHEMA_VERSION):
+        if version not in _MIGRATIONS:
+            raise StoreError(f"store {path}: schema version {found}, which this cuda-agent "
+                             f"({__version__}) cannot migrate to {SCHEMA_VERSION}: pass --store "
+                             f"with another file")
+        for statement in _MIGRATIONS[version]:
+            db.execute(statement)
+    # statement by statement: executescript() would COMMIT our transaction first
+    for statement in _SCHEMA.split(";"):
+        if statement.strip():
+            db.execute(statement)
+    if found is None:
+        db.execute("DELETE FROM schema_version")  # (a row-less table: one row from here on)
+        db.execute("INSERT INTO schema_version VALUES (?)", (SCHEMA_VERSION,))
+    elif found != SCHEMA_VERSION:
+        db.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION,))
 
-    def __init__(self, path: str | Path) -> None:
+
+def _connect(path: str) -> sqlite3.Connection:
+    # isolation_level=None: we issue BEGIN IMMEDIATE/COMMIT ourselves, so each record is one
+    # transaction and a read never leaves an implicit transaction open (pinning a WAL snapshot).
+    # check_same_thread=False + lock: tuner threads may share the one writing connection.
+    db = sqlite3.connect(path, timeout=30.0, isolation_level=None, check_same_thread=False)
+    db.row_factory = sqlite3.Row
+    return db
+
+
+def _version(db: sqlite3.Connection) -> int | None:
+    """The store's schema version; None for a new (empty) file."""
+    if db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' "
+                  "AND name = 'schema_version'").fetchone() is None:
+        return None
+    row = db.execute("SELECT version FROM schema_version").fetchone()
+    return None if row is None else int(row[0])
+
+
+def _newer(path: str, version: int) -> StoreError:
+    return StoreError(f"store {path}: schema version {version}, written by a newer cuda-agent; "
+                      f"this one ({__version__}) reads versions up to {SCHEMA_VERSION}: upgrade "
+                      f"cuda-agent (pip install -U cuda-agent) or pass --store with another file")
+
+
+@dataclass
+class StoreHealth:
+    """`health()`'s findings: what `cuda-agent doctor` shows."""
+
+    path: str
+    exists: bool
+    version: int | None = None
+    measurements: int | None = None
+    problems: list[str] = field(default_factory=list)
+    """one line per problem found, empty when the store is sound"""
+
+    @property
+    def newer(self) -> bool:
+        """Written by a newer release: sound, maybe, but not this release's to read."""
+        return self.version is not None and self.version > SCHEMA_VERSION
+
+
+def health(path: str | Path) -> StoreHealth:
+    """The full check of a store file (`PRAGMA integrity_check`, every page and index; nothing
+    written): its schema version, its measurements, and one line per problem found."""
+    path = str(path)
+    out = StoreHealth(path, os.path.exists(path))
+    if not out.exists:
+        return out
+    try:
+        # not mode=ro: a read-only connection leaves the -wal and -shm files it made behind
+        # (it cannot remove them as the last one out); this one only reads
+        db = sqlite3.connect(path, timeout=30.0)
+    except sqlite3.Error as exc:
+        out.problems.append(f"cannot be opened: {first_line(str(exc))}")
+        return out
+    try:
+        try:
+            out.version = _version(db)
+        except sqlite3.Error as exc:
+            out.problems.append(f"its schema cannot be read: {first_line(str(exc))}")
+        rows: list[str] = []
+        for pragma in ("integrity_check", "quick_check"):
+            # integrity_check may give up on a page quick_check still describes
+            try:
+                rows = [r[0] for r in db.execute(f"PRAGMA {pragma}(100)").fetchall()]
+                break
+            except sqlite3.Error as exc:
+                rows = [f"{pragma}: {first_line(str(exc))}"]
+        lines = [ln.strip() for r in rows for ln in str(r).splitlines()
+                 if ln.strip() and not ln.startswith("*** in database")]
+        out.problems.extend(ln for ln in lines if ln != "ok")
+        if not out.problems:
+            try:
+                out.measurements = db.execute("SELECT count(*) FROM measurements").fetchone()[0]
+            except sqlite3.Error as exc:
+                out.problems.append(f"its measurements cannot be read: {first_line(str(exc))}")
+    finally:
+        db.close()
+    return out
+
+
+T = TypeVar("T")
+
+
+class Store:
+    """Problems, candidates and measurements in one SQLite file (or ``":memory:"``).
+
+    A fault of the file (module docstring) moves the store to memory for the rest of its life,
+    with one line on stderr; with `strict`, it raises `StoreError` instead.
+    """
+
+    def __init__(self, path: str | Path, strict: bool = False) -> None:
         self.path = str(path)
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        # isolation_level=None: we issue BEGIN IMMEDIATE/COMMIT ourselves, so each record is one
-        # transaction and a read never leaves an implicit transaction open (pinning a WAL snapshot).
-        # check_same_thread=False + lock: tuner threads may share the one writing connection.
-        self._db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None,
-                                   check_same_thread=False)
-        self._db.row_factory = sqlite3.Row
+        self.strict = strict
+        self.fault: str | None = None
+        """why the file was left for memory (one line), None while it is written"""
+        self.in_memory = 0
+        """measurements kept in memory after a fault (so missing from the file)"""
         self._lock = threading.RLock()
-        self._db.execute("PRAGMA busy_timeout = 30000")  # wait for a busy writer, don't fail
-        self._db.execute("PRAGMA journal_mode = WAL")  # readers never block the writer
-        # NORMAL is safe with WAL: a power cut may lose the last commits, never corrupt the file
-        self._db.execute("PRAGMA synchronous = NORMAL")
-        self._db.execute("PRAGMA foreign_keys = ON")
-        with self._write():
-            # statement by statement: executescript() would COMMIT our transaction first
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
-                    self._db.execute(statement)
-            row = self._db.execute("SELECT version FROM schema_version").fetchone()
-            if row is None:
-                self._db.execute("INSERT INTO schema_version VALUES (?)", (SCHEMA_VERSION,))
-            elif row[0] != SCHEMA_VERSION:
-                raise CudaAgentError(f"{self.path}: store schema version {row[0]}, "
-                                   f"this cuda-agent reads version {SCHEMA_VERSION}")
+        # the problems handed out, so that the memory a fault moves to holds them with the
+        # same ids
+        self._problems: dict[int, tuple[str, str, str, str]] = {}
+        try:
+            self._db = self._open(self.path)
+        except Exception as exc:
+            if not is_store_fault(exc):
+                raise
+            self._db = self._leave(describe_fault(self.path, "opening it", exc), exc)
+
+    def _open(self, path: str) -> sqlite3.Connection:
+        if path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        db = _connect(path)
+        try:
+            db.execute("PRAGMA busy_timeout = 30000")  # wait for a busy writer, don't fail
+            found = _version(db)
+            if found is not None and found > SCHEMA_VERSION:
+                raise _newer(path, found)  # before anything is written to it
+            if found is not None and path != ":memory:":
+                problem = bounded_check(db, QUICK_CHECK_S)
+                if problem:
+                    raise sqlite3.DatabaseError(f"database disk image is malformed: {problem}")
+            db.execute("PRAGMA journal_mode = WAL")  # readers never block the writer
+            # NORMAL is safe with WAL: a power cut may lose the last commits, never corrupt
+            db.execute("PRAGMA synchronous = NORMAL")
+            db.execute("PRAGMA foreign_keys = ON")
+            with _Transaction(db, self._lock):
+                _bring_up_to_date(db, path)
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    def _leave(self, message: str, exc: BaseException) -> sqlite3.Connection:
+        """Say `message` once (or raise it, strict) and go on in memory: the connection to use
+        from now on, holding the problems handed out so far."""
+        if self.strict:
+            raise StoreError(message) from exc
+        self.fault = message
+        tell_once(self.path, f"{message}. This run goes on, keeping its measurements in memory")
+        memory = _connect(":memory:")
+        memory.execute("PRAGMA foreign_keys = ON")
+        with _Transaction(memory, self._lock):
+            _bring_up_to_date(memory, ":memory:")
+            for pid, row in self._problems.items():
+                memory.execute("INSERT INTO problems (id, name, source_hash, fingerprint, "
+                               "family, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+                               (pid, *row, _now()))
+        return memory
+
+    def _guarded(self, doing: str, work: Callable[[], T]) -> T:
+        """`work()` on the file; on a store fault, once more in memory (`_leave`)."""
+        with self._lock:
+            try:
+                return work()
+            except Exception as exc:
+                if self.fault is not None or self.path == ":memory:" or \
+                        not is_store_fault(exc):
+                    raise
+                broken = self._db
+                self._db = self._leave(describe_fault(self.path, doing, exc), exc)
+                try:
+                    broken.close()
+                except sqlite3.Error:
+                    pass  # it is being left for its fault already
+            return work()
+
+    def report(self) -> dict[str, Any]:
+        """What the run's report says of the store: whether it holds all of the run's records,
+        and if not, why."""
+        return {"path": self.path, "written": self.fault is None and self.path != ":memory:",
+                "error": self.fault, "kept_in_memory": self.in_memory}
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -188,51 +384,66 @@ class Store:
 
     def problem_id(self, name: str, source_hash: str, fingerprint: str, family: str) -> int:
         """The id of the problem with this source and input fingerprint, created if new."""
-        with self._write():
-            # the name follows the file name, which may change while the problem stays the same;
-            # a separate SELECT (not RETURNING) keeps this working on SQLite older than 3.35
-            self._db.execute(
-                "INSERT INTO problems (name, source_hash, fingerprint, family, created_at) "
-                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (source_hash, fingerprint) "
-                "DO UPDATE SET name = excluded.name",
-                (name, source_hash, fingerprint, family, _now()))
-            row = self._db.execute(
-                "SELECT id FROM problems WHERE source_hash = ? AND fingerprint = ?",
-                (source_hash, fingerprint)).fetchone()
-        return int(row[0])
+        def work() -> int:
+            with self._write():
+                # the name follows the file name, which may change while the problem stays the
+                # same; a separate SELECT (not RETURNING) keeps this working on SQLite < 3.35
+                self._db.execute(
+                    "INSERT INTO problems (name, source_hash, fingerprint, family, created_at) "
+                    "VALUES (?, ?, ?, ?, ?) ON CONFLICT (source_hash, fingerprint) "
+                    "DO UPDATE SET name = excluded.name",
+                    (name, source_hash, fingerprint, family, _now()))
+                row = self._db.execute(
+                    "SELECT id FROM problems WHERE source_hash = ? AND fingerprint = ?",
+                    (source_hash, fingerprint)).fetchone()
+            return int(row[0])
+        pid = self._guarded("recording the problem", work)
+        self._problems[pid] = (name, source_hash, fingerprint, family)
+        return pid
 
     def record(self, problem_id: int, key: str, template: str, config: dict, m: Measurement,
                gpu: str, toolchain: str, strategy: str | None = None, build: dict | None = None,
                agents: dict | None = None) -> None:
         """Store candidate `key` (if new) and measurement `m` (unless it came from the store)."""
         now = _now()
-        with self._write():
-            self._db.execute(
-                "INSERT OR IGNORE INTO candidates (key, problem_id, template, config, created_at) "
-                "VALUES (?, ?, ?, ?, ?)", (key, problem_id, template, _dumps(config), now))
-            if m.reused:  # already in here: inserting it again would double-count it
-                return
-            self._db.execute(
-                "INSERT INTO measurements (candidate, device, gpu, toolchain, strategy, ok, "
-                "time_ms, spread_ms, samples, verified, simulated, error_kind, error_msg, "
-                "counters, max_rel_err, wall_s, build, agents, created_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (key, m.device, gpu, toolchain, strategy, int(m.ok), m.time_ms, m.spread_ms,
-                 m.samples, None if m.verified is None else int(m.verified), int(m.simulated),
-                 m.error_kind, m.error_msg, _dumps(m.counters or {}), m.max_rel_err, m.wall_s,
-                 _dumps(build), _dumps(agents), now))
+
+        def work() -> None:
+            with self._write():
+                self._db.execute(
+                    "INSERT OR IGNORE INTO candidates (key, problem_id, template, config, "
+                    "created_at) VALUES (?, ?, ?, ?, ?)",
+                    (key, problem_id, template, _dumps(config), now))
+                if m.reused:  # already in here: inserting it again would double-count it
+                    return
+                self._db.execute(
+                    "INSERT INTO measurements (candidate, device, gpu, toolchain, strategy, ok, "
+                    "time_ms, spread_ms, samples, verified, simulated, error_kind, error_msg, "
+                    "counters, max_rel_err, wall_s, build, agents, created_at) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (key, m.device, gpu, toolchain, strategy, int(m.ok), m.time_ms, m.spread_ms,
+                     m.samples, None if m.verified is None else int(m.verified),
+                     int(m.simulated), m.error_kind, m.error_msg, _dumps(m.counters or {}),
+                     m.max_rel_err, m.wall_s, _dumps(build), _dumps(agents), now))
+        self._guarded("recording a measurement", work)
+        if self.fault is not None and not m.reused:
+            self.in_memory += 1
 
     # -- reading ---------------------------------------------------------------------------
 
     def _rows(self, sql: str, args: tuple = ()) -> list[dict]:
-        with self._lock:
-            rows = self._db.execute(sql, args).fetchall()
+        return self._guarded("reading it", lambda: self._decoded(sql, args))
+
+    def _decoded(self, sql: str, args: tuple) -> list[dict]:
+        rows = self._db.execute(sql, args).fetchall()
         out = []
         for row in rows:
             d = dict(row)
-            for col in _JSON_COLUMNS:
-                if col in d:
-                    d[col] = _loads(d[col])
+            try:
+                for col in _JSON_COLUMNS:
+                    if col in d:
+                        d[col] = _loads(d[col])
+            except ValueError as exc:  # garbled bytes inside a row SQLite itself reads fine
+                raise sqlite3.DatabaseError(f"a stored row does not decode ({exc})") from exc
             for col in _BOOL_COLUMNS:
                 if col in d:
                     d[col] = _bool(d[col])
@@ -316,7 +527,11 @@ class Store:
 
     def close(self) -> None:
         with self._lock:
-            self._db.close()
+            try:
+                self._db.close()  # (the last connection's checkpoint may meet the fault)
+            except sqlite3.Error as exc:
+                if not is_store_fault(exc):
+                    raise
 
     def __enter__(self) -> "Store":
         return self
@@ -345,6 +560,21 @@ class _Transaction:
 
     def __exit__(self, exc_type: type | None, *exc: object) -> None:
         try:
-            self.db.execute("COMMIT" if exc_type is None else "ROLLBACK")
+            if exc_type is None:
+                try:
+                    self.db.execute("COMMIT")
+                except BaseException:  # a full disk may refuse the commit itself
+                    self._rollback()
+                    raise
+            else:
+                self._rollback()
         finally:
             self.lock.release()
+
+    def _rollback(self) -> None:
+        # SQLite may have rolled back already (a full disk, a corrupt page): the error that
+        # got us here is the one to report, not "no transaction is active"
+        try:
+            self.db.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass

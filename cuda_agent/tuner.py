@@ -39,6 +39,7 @@ from .run.verify import STRICT, VerifySettings, parse_tolerance
 from .search import make_strategy, resolve_strategy
 from .space.program import (STAGE_PATIENCE, StagePlateau, StageSpace, stage_share,
                              stage_spaces)
+from .precision import resolve as resolve_precision
 from .space.slots import Config
 from .space.space import Space
 from .stopwatch import Phases
@@ -103,14 +104,21 @@ class TuneSettings:
     """a multi-kernel program: measurements a stage may go without progress before it hands
     the rest of its share to the next (`space/program.StagePlateau`); None: never (an even
     split, as sweeps sample each stage)"""
-    precision: str = "fp32"
-    """fp32: every kernel held to strict fp32 accuracy (tensor cores only error-compensated);
-    tf32: the user opts into TF32 tensor-core products (convolutions and matrix products, the
+    precision: str = "auto"
+    """auto: each product at the precision the user's torch gives it (`precision.py`: by
+    default convolutions on TF32, as cudnn.allow_tf32 lets them, matrix products strict fp32,
+    as float32_matmul_precision "highest" keeps them), verified against torch's own answer
+    under those flags; resolved to a contract when the run starts (`precision_asked` keeps
+    "auto"); fp32: every kernel held to strict fp32 accuracy (tensor cores only
+    error-compensated); tf32: the user opts into TF32 tensor-core products (convolutions and matrix products, the
     library's cuDNN and cuBLAS steps included), verified against torch's own TF32 answer;
     fp16, bf16: products on operands rounded to that type with fp32 accumulation, verified
     against torch under autocast in that dtype. Eager and torch.compile are timed twice: at
     PyTorch's defaults (the headline: a user's process) and matched to this contract (TF32 on,
     or under autocast, like for like)"""
+    precision_asked: str | None = None
+    """the precision the user asked for where `precision` holds what it resolved to ("auto");
+    None: `precision` is what was asked"""
     tolerance: str = STRICT
     """strict: the strict protocol (float64 reference, relative bounds); kernelbench or
     atol=A,rtol=R: conformance mode, a candidate passes where torch.allclose(out, ref, atol,
@@ -129,6 +137,9 @@ class Trial:
     resources: dict[str, Any] = field(default_factory=dict)
     stage: int | None = None
     """a multi-kernel program's stage whose space `config` belongs to (None: one kernel)"""
+    library: bool = False
+    """whether the candidate ran a vendor-library step (cuBLAS/cuDNN through torch) for a
+    product: the library route, against which the own templates' kernels are counted apart"""
 
 
 @dataclass
@@ -163,6 +174,9 @@ class TuneResult:
     """wall seconds of the run's phases (`stopwatch.Phases`): the tuner's set-up (opening the
     device, the GPU worker's set-up for the problem, the space, the strategy), the search and
     the baselines; the worker's own set-up phases are in `facts["setup_phases"]`"""
+    store: dict[str, Any] = field(default_factory=dict)
+    """the store's `Store.report()`: whether it holds all of the run's measurements, and if
+    not (a full disk, a corrupt file: the run kept them in memory), why"""
 
     @property
     def interrupted(self) -> bool:
@@ -182,6 +196,15 @@ class TuneResult:
         return metrics.evals_to_fraction(
             [t.measurement.time_ms if t.measurement.ok else None for t in self.trials],
             target, fraction)
+
+
+def resolve_settings_precision(settings: TuneSettings, device_kind: str | None) -> TuneSettings:
+    """`settings` with its precision resolved to a contract (`precision.resolve`: "auto" as
+    this process's torch flags say), the precision asked for kept in `precision_asked`."""
+    contract = resolve_precision(settings.precision, device_kind)
+    if contract == settings.precision:
+        return settings
+    return replace(settings, precision=contract, precision_asked=settings.precision)
 
 
 def verify_settings(settings: TuneSettings) -> VerifySettings:
@@ -210,6 +233,7 @@ def open_device(name: str | None, settings: TuneSettings, notify: Callable[[str]
     check_device(name)
     check_precision(settings.precision, name)
     check_tolerance(settings.tolerance, name)
+    settings = resolve_settings_precision(settings, name)
     if name == "cuda":
         if not cuda_available():
             raise DeviceError("--device cuda: no CUDA GPU is available on this machine")
@@ -231,6 +255,26 @@ def setup_notice(name: str, seconds: float | None, memory: dict[str, Any] | None
     footprint = describe(memory)
     return f"{name}: set up on the GPU{took}" + (f"; {footprint}" if footprint else "") + \
         "; searching"
+
+
+LIBRARY = "lib"
+"""the library template's name: cuBLAS/cuDNN through torch for the product, one generated
+kernel for the epilogue (`space/templates/library.py`)"""
+
+
+def library_pick(strategy: Any, space: Space) -> Config | None:
+    """The library route's configuration of `space` (a stage's own space, or a kernel's): the
+    strategy's model's fastest of the library template's few configurations where it holds a
+    model, else the template's default; None where the library template does not apply."""
+    configs = space.configs_of(LIBRARY)
+    if not configs:
+        return None
+    pick = strategy.stage_pick(space.restricted(configs))
+    if pick is not None:
+        return pick
+    default = next((c for c in space.template_defaults(fallback=True)
+                    if space.template_of(c).name == LIBRARY), None)
+    return default if default is not None else configs[0]
 
 
 def _later(build: Future) -> Iterator[Candidate]:
@@ -257,6 +301,9 @@ class Tuner:
         # the settings keep the name asked for, the report both
         self.strategy_name, self.strategy_options = resolve_strategy(
             settings.strategy, settings.budget, settings.strategy_options)
+        # "auto": as this process's torch runs each product (the problem file imported)
+        settings = resolve_settings_precision(
+            settings, device.kind if device is not None else settings.device)
         self.problem = problem
         self.settings = settings
         self.notify = notify
@@ -314,6 +361,9 @@ class Tuner:
         self._best_space: Space | None = None
         self._default: Trial | None = None
         self._deadline: float | None = None  # a time.monotonic() instant (`time_limit_s`)
+        # the candidates measured so far: a program's stage search skips a configuration whose
+        # whole program was measured already (by the programs measured first, say)
+        self._measured_keys: set[str] = set()
         self.toolchain = (self.device.toolchain() if isinstance(self.device, ReplayDevice)
                           else self.builder.toolchain)
         self.store = store or Store(settings.store or ":memory:")
@@ -336,7 +386,7 @@ class Tuner:
         builds = self.builder.build([BuildInput(r.source, target.arch) for r in rendered],
                                     deadline=deadline)
         return [Candidate(k, c, r, b.cubin_path, b.resources,
-                          None if b.ok else (b.error_kind, b.error_msg))
+                          None if b.ok else (b.error_kind, b.error_msg), b.cubin_sha256)
                 for k, c, r, b in zip(keys, configs, rendered, builds)]
 
     def _measured_with(self) -> str:
@@ -371,10 +421,12 @@ class Tuner:
             return self._measure_one_locked(cand, best_ms, index)
 
     def _measure_one_locked(self, cand: Candidate, best_ms: float | None, index: int) -> Trial:
+        self._measured_keys.add(cand.key)
         m = self._evaluate(cand, best_ms)
         m.simulated = self.device.simulated
         trial = Trial(index, cand.config, self.space.template_of(cand.config).name, m,
-                      cand.resources)
+                      cand.resources,
+                      library=any(la.library for la in cand.rendered.launches))
         # which agent chose what: a failure can be traced to the agents' choices
         agents: dict[str, dict[str, Any]] = {}
         for slot, value in cand.config.present().items():
@@ -406,6 +458,7 @@ class Tuner:
         s = self.settings
         # kept on the tuner: a caller whose run raised can still read what was measured
         trials = self.trials = []
+        self._measured_keys = set()
         self._best = self._default = None
         self._best_space = None
         # counted from the run's start (the first run: the Tuner's creation or `started`)
@@ -436,7 +489,7 @@ class Tuner:
                           self._default, self._best, self.toolchain, time.perf_counter() - t0,
                           facts, dict(self.builder.stats) if self.builder else {},
                           dict(self.timing), stopped, self.space_size(), self.strategy_name,
-                          self.phases.as_dict())
+                          self.phases.as_dict(), self.store.report())
 
     def space_size(self) -> int | None:
         """How many configurations `self.space` holds, for the report: known where the space
@@ -546,11 +599,13 @@ class Tuner:
         first = len(trials)
         defaults = [sp.default() for sp in self.stages]
 
-        def model_picks() -> list[Config | None]:
+        def model_picks() -> tuple[list[Config | None], list[Config | None]]:
             probe = make_strategy(self.strategy_name,
                                   StageSpace.of(self.plan, 0, self.stages, defaults),
                                   seed=s.seed, **self.strategy_options)
-            return [probe.stage_pick(sp) for sp in self.stages]
+            # the library's configurations are few: modelled first, the whole stages after
+            floors = [library_pick(probe, sp) for sp in self.stages]
+            return floors, [probe.stage_pick(sp) for sp in self.stages]
 
         # modelled while the baseline is measured; on a daemon thread, so that a run the time
         # limit ends is not held until the modelling ends
@@ -560,13 +615,19 @@ class Tuner:
         t = time.perf_counter()
         futures_wait([ahead], timeout=self._left())
         self.timing["strategy_s"] += time.perf_counter() - t
-        picks = ahead.result() if ahead.done() else None
-        if picks is None:
+        if not ahead.done():
             return defaults, "time_limit"
+        floors, picks = ahead.result()
         program = [p if p is not None else d for p, d in zip(picks, defaults)]
-        if program != defaults and len(trials) - first < s.budget:
-            if self._measure_program(program, trials, progress) is None:
-                return defaults, "time_limit"
+        # the library floor next: cuBLAS/cuDNN for every heavy stage, the model's picks around
+        # it, so that no search ends slower than "library + fused epilogue" for want of time
+        floor = [lib if lib is not None else p for lib, p in zip(floors, program)]
+        measured = [defaults]
+        for candidate in (floor, program):
+            if candidate not in measured and len(trials) - first < s.budget:
+                if self._measure_program(candidate, trials, progress) is None:
+                    return defaults, "time_limit"
+                measured.append(candidate)
         if self._best is None or self._best_space is None:
             return defaults, ""
         return self._best_space.with_choice(self._best.config), ""
@@ -655,13 +716,19 @@ class Tuner:
         ahead_ok = picks_due and not adaptive
         asked_ahead: Future | None = None
 
+        def fresh(c: Config) -> bool:
+            """Not measured yet: neither this search's own candidates nor, in a program's
+            stage, a whole program measured before (the first programs, an earlier stage)."""
+            return c not in seen and (not isinstance(self.space, StageSpace) or
+                                      self.space.key(c, self.toolchain) not in self._measured_keys)
+
         def ask(n: int, clock: str = "strategy_s") -> list[Config]:
             nonlocal picks_due
             out: list[Config] = []
             while len(out) < n:
                 if pending:  # the defaults first, as many as this batch takes
                     c = pending.pop(0)
-                    if c not in seen and c not in out:
+                    if c not in out and fresh(c):
                         out.append(c)
                     continue
                 if out and (picks_due or not self.strategy.ready):
@@ -669,14 +736,18 @@ class Tuner:
                 if picks_due:
                     picks_due = False
                     t = time.perf_counter()
-                    pending.extend(self.strategy.template_picks()
-                                   or self.space.template_defaults(fallback=True))
+                    picks = (self.strategy.template_picks()
+                             or self.space.template_defaults(fallback=True))
+                    # the library route first (its floor: cuBLAS/cuDNN and a fused epilogue),
+                    # so that a time-limited search never ends without it
+                    pending.extend(sorted(picks, key=lambda c: self.space.template_of(c).name
+                                          != LIBRARY))
                     self.timing[clock] += time.perf_counter() - t
                     continue
                 t = time.perf_counter()
                 asked = self.strategy.ask(n - len(out))
                 self.timing[clock] += time.perf_counter() - t
-                more = [c for c in asked if c not in seen and c not in out]
+                more = [c for c in asked if c not in out and fresh(c)]
                 if not more:
                     break
                 out.extend(more)

@@ -354,7 +354,9 @@ def test_report_headline_is_at_the_defaults_with_the_matched_beside(tmp_path):
     assert d["tf32_advice"] is None  # simulated: nothing to compare with torch
     row = _row(res)
     assert row["vs compile"] == "0.50x" and row["vs compile, matched"] == "2.00x"
-    assert row["matched settings"] == "strict fp32, TF32 off"
+    # --precision auto (the default): the convolution as a fresh process runs it, on TF32
+    assert row["matched settings"] == ("TF32 on in convolutions, off in matrix products "
+                                       "(--precision auto)")
 
 
 def test_a_bench_report_over_old_and_new_runs_keeps_each_figure_in_its_setting():

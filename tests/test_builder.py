@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 from helpers import nvcc_available
-from cuda_agent.build.builder import Builder, BuildInput
+from cuda_agent import cache_check
+from cuda_agent.build.builder import SCHEMA, Builder, BuildInput
+from cuda_agent.cache_check import CacheWarning
 from cuda_agent.build.compiler import (compile_source, parse_ptxas, resources_total,
                                        summarize_log, toolchain_id)
 
@@ -28,6 +31,12 @@ extern "C" __global__ void k_bad(const float* a, float* out) {
 '''
 
 SYNTAX = 'extern "C" __global__ void k(float* o) { o[0] = 1.f '
+
+
+@pytest.fixture
+def fresh_warnings(monkeypatch):
+    """A damaged entry warns once per cache and process: each test starts unwarned."""
+    monkeypatch.setattr(cache_check, "_warned", set())
 
 
 @pytest.fixture
@@ -76,7 +85,8 @@ def test_second_build_is_a_cache_hit(tmp_path):
         [first] = b1.build([BuildInput(GOOD, "sm_90")])
     with Builder("nvrtc", workers=1, cache_dir=cache) as b2:
         [again] = b2.build([BuildInput(GOOD, "sm_90")])
-        assert b2.stats == {"compiled": 0, "cached": 1, "failed": 0, "compile_s": 0.0}
+        assert b2.stats == {"compiled": 0, "cached": 1, "failed": 0, "compile_s": 0.0,
+                            "rebuilt": 0}
     assert again.cached and again.ok and again.cubin_path == first.cubin_path
     assert again.key == first.key and again.per_kernel == first.per_kernel
 
@@ -91,23 +101,88 @@ def test_failures_are_cached_too(tmp_path):
     assert again.cached and again.error_kind == "compile" and again.error_msg == first.error_msg
 
 
-def test_corrupt_cache_entry_is_rebuilt(tmp_path):
+def test_corrupt_cache_entry_is_rebuilt(tmp_path, fresh_warnings):
     cache = tmp_path / "cache"
     with Builder("nvrtc", workers=1, cache_dir=cache) as b:
         [res] = b.build([BuildInput(GOOD, "sm_90")])
         meta = Path(res.cubin_path).with_suffix(".json")
         meta.write_text("{not json")
-        [again] = b.build([BuildInput(GOOD, "sm_90")])
-        assert not again.cached and again.ok
+        with pytest.warns(CacheWarning, match="not readable JSON"):
+            [again] = b.build([BuildInput(GOOD, "sm_90")])
+        assert not again.cached and again.ok and b.stats["rebuilt"] == 1
         json.loads(meta.read_text())  # rewritten whole
 
 
-def test_missing_cubin_is_rebuilt(tmp_path):
+def test_missing_cubin_is_rebuilt(tmp_path, fresh_warnings):
     with Builder("nvrtc", workers=1, cache_dir=tmp_path) as b:
         [res] = b.build([BuildInput(GOOD, "sm_90")])
         Path(res.cubin_path).unlink()
-        [again] = b.build([BuildInput(GOOD, "sm_90")])
+        with pytest.warns(CacheWarning, match="missing"):
+            [again] = b.build([BuildInput(GOOD, "sm_90")])
         assert again.ok and not again.cached and Path(again.cubin_path).exists()
+
+
+def test_a_garbled_cubin_is_compiled_again_never_used(tmp_path, fresh_warnings):
+    """A cubin whose bytes no longer hash to what its entry recorded is compiled again and
+    replaced; one warning for the cache however many entries are damaged."""
+    sources = [BuildInput(GOOD, "sm_90"), BuildInput(GOOD2, "sm_90")]
+    with Builder("nvrtc", workers=1, cache_dir=tmp_path) as b:
+        first = b.build(sources)
+        good_bytes = [Path(r.cubin_path).read_bytes() for r in first]
+        for r in first:
+            Path(r.cubin_path).write_bytes(os.urandom(len(good_bytes[0])))
+        with pytest.warns(CacheWarning) as seen:
+            again = b.build(sources)
+        assert [r.cached for r in again] == [False, False] and b.stats["rebuilt"] == 2
+        assert len([w for w in seen if w.category is CacheWarning]) == 1
+        assert "sha256" in str(seen[0].message) and first[0].key in str(seen[0].message)
+        assert [Path(r.cubin_path).read_bytes() for r in again] == good_bytes
+        assert [r.cached for r in b.build(sources)] == [True, True]  # replaced: hits again
+
+
+def test_an_entry_copied_over_another_key_is_compiled_again(tmp_path, fresh_warnings):
+    with Builder("nvrtc", workers=1, cache_dir=tmp_path) as b:
+        one, two = b.build([BuildInput(GOOD, "sm_90"), BuildInput(GOOD2, "sm_90")])
+        for suffix in (".json", ".cubin"):
+            Path(two.cubin_path).with_suffix(suffix).write_bytes(
+                Path(one.cubin_path).with_suffix(suffix).read_bytes())
+        with pytest.warns(CacheWarning, match="another key"):
+            [again] = b.build([BuildInput(GOOD2, "sm_90")])
+        assert not again.cached
+        assert Path(again.cubin_path).read_bytes() != Path(one.cubin_path).read_bytes()
+
+
+def test_an_entry_of_another_schema_is_compiled_again_quietly(tmp_path, recwarn):
+    with Builder("nvrtc", workers=1, cache_dir=tmp_path) as b:
+        [res] = b.build([BuildInput(GOOD, "sm_90")])
+        meta_path = Path(res.cubin_path).with_suffix(".json")
+        meta = json.loads(meta_path.read_text())
+        assert meta["schema"] == SCHEMA and meta["key"] == res.key
+        assert meta["claims"]["arch"] == "sm_90" and meta["claims"]["backend"] == "nvrtc"
+        meta_path.write_text(json.dumps({**meta, "schema": SCHEMA - 1}))
+        [again] = b.build([BuildInput(GOOD, "sm_90")])
+        assert not again.cached and json.loads(meta_path.read_text())["schema"] == SCHEMA
+        assert not [w for w in recwarn if w.category is CacheWarning]
+
+
+def test_what_emit_ships_is_checked_as_it_is_read(tmp_path, fresh_warnings, monkeypatch):
+    """`Builder.cubin` hashes the bytes it hands over: a file replaced between the cache's
+    check and the read is compiled again, never shipped."""
+    with Builder("nvrtc", workers=1, cache_dir=tmp_path) as b:
+        good = b.cubin(BuildInput(GOOD, "sm_90"))
+        assert good is not None and good[:4] == b"\x7fELF"
+        real_build = b.build
+        garbled = []
+
+        def build_then_garble(inputs, *a, **k):
+            out = real_build(inputs, *a, **k)
+            if not garbled:
+                garbled.append(Path(out[0].cubin_path).write_bytes(b"garbage" * 100))
+            return out
+
+        monkeypatch.setattr(b, "build", build_then_garble)
+        with pytest.warns(CacheWarning):
+            assert b.cubin(BuildInput(GOOD, "sm_90")) == good
 
 
 def test_keys_differ_by_source_arch_and_options(builder):
@@ -191,7 +266,9 @@ def test_summarize_log_keeps_error_lines():
 
 HANG_SCRIPT = r'''
 import sys
-from cuda_agent.build.builder import Builder, BuildInput
+from cuda_agent import cache_check
+from cuda_agent.build.builder import SCHEMA, Builder, BuildInput
+from cuda_agent.cache_check import CacheWarning
 
 if __name__ == "__main__":
     n, cache = int(sys.argv[1]), sys.argv[2]

@@ -315,7 +315,9 @@ def test_a_program_s_first_stage_is_searched_with_the_later_ones_at_the_model_pi
     that model's fastest, and the first stage's candidates run the later stages at their picks,
     not at the untuned defaults (a 16 GiB BatchNorm, H100: 2 candidates in 20 s, the variance
     and normalisation passes left at defaults the model rates 2.5-9x slower)."""
+    from cuda_agent.search import make_strategy
     from cuda_agent.search.prior_rank import model_pick
+    from cuda_agent.tuner import library_pick
 
     tuner = _program_tuner(tmp_path, "prior")
     try:
@@ -323,10 +325,16 @@ def test_a_program_s_first_stage_is_searched_with_the_later_ones_at_the_model_pi
         defaults = [sp.default() for sp in tuner.stages]
         picks = [model_pick(sp) for sp in tuner.stages]
         assert picks != defaults and None not in picks
+        # the library floor between them: cuDNN for the convolution, the model's pick after it
+        probe = make_strategy("prior", tuner.stages[0])
+        floor = [library_pick(probe, sp) or p for sp, p in zip(tuner.stages, picks)]
+        assert floor[0] != picks[0] and floor[1:] == picks[1:]
         keys = [t.measurement.key for t in res.trials]
-        assert keys[:2] == [_program_key(tuner, defaults), _program_key(tuner, picks)]
-        assert res.trials[1].measurement.time_ms < res.trials[0].measurement.time_ms
-        stage0 = [t for t in res.trials[2:] if t.stage == 0]
+        assert keys[:3] == [_program_key(tuner, defaults), _program_key(tuner, floor),
+                            _program_key(tuner, picks)]
+        assert res.trials[1].library and not res.trials[2].library
+        assert res.trials[2].measurement.time_ms < res.trials[0].measurement.time_ms
+        stage0 = [t for t in res.trials[3:] if t.stage == 0]
         assert stage0 and all(t.measurement.key == _program_key(tuner, picks, t.config)
                               for t in stage0)
         assert len(res.trials) == 8 and len(set(keys)) == 8
@@ -359,7 +367,7 @@ def test_a_failing_pick_program_leaves_the_search_at_the_defaults(tmp_path, monk
 
     def evaluate(self, cand, best_ms=None):
         calls.append(cand.key)
-        if len(calls) == 2:  # the picks' program
+        if len(calls) in (2, 3):  # the library floor's program, then the picks'
             return Measurement.failure(cand.key, "sim", "wrong", "off by one")
         return real(self, cand, best_ms)
 
@@ -368,8 +376,8 @@ def test_a_failing_pick_program_leaves_the_search_at_the_defaults(tmp_path, monk
     try:
         res = tuner.run()
         defaults = [sp.default() for sp in tuner.stages]
-        assert not res.trials[1].measurement.ok
-        stage0 = [t for t in res.trials[2:] if t.stage == 0]
+        assert not res.trials[1].measurement.ok and not res.trials[2].measurement.ok
+        stage0 = [t for t in res.trials[3:] if t.stage == 0]
         assert stage0 and all(t.measurement.key == _program_key(tuner, defaults, t.config)
                               for t in stage0)
         assert res.best is not None and res.best.measurement.ok

@@ -112,17 +112,23 @@ FAKE_HARNESS = textwrap.dedent("""\
 """)
 
 
+def write_manifest(folder: Path, names: str | list[str]) -> None:
+    """A suite folder's suite.json listing `names` (the stand-in tune needs no problem file)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    manifest = [{"problem": n, "family": "softmax", "input_bytes": 1 << 30, "bytes": 2 << 30,
+                 "flops": 10**9, "stages": 1, "est_s": 1.0} for n in names]
+    (folder / "suite.json").write_text(json.dumps({"problems": manifest}))
+
+
 @pytest.fixture
 def fake_suite(tmp_path, monkeypatch):
-    manifest = [{"problem": n, "family": "softmax", "input_bytes": 1 << 30, "bytes": 2 << 30,
-                 "flops": 10**9, "stages": 1, "est_s": 1.0} for n in "abcd"]
-    monkeypatch.setattr(realistic_suite, "read", lambda: manifest)
-    monkeypatch.setattr(realistic_suite, "SUITE", tmp_path / "suite")
-    monkeypatch.setattr(realistic_suite, "estimate_s", lambda e, t=0: 0.0)
+    write_manifest(tmp_path / "realistic", "abcd")
+    monkeypatch.setattr(realistic_suite, "SUITE", tmp_path / "realistic")
+    monkeypatch.setattr(realistic_suite, "estimate_s", lambda e, *a: 0.0)
     monkeypatch.setattr(rr, "tune_has_time_limit", lambda: True)
     monkeypatch.setattr(rr, "tune_command", lambda problem, out, s, cli: [
         sys.executable, "-c", FAKE_TUNE, problem.stem, str(out)])
-    monkeypatch.setattr(rr, "harness_command", lambda problem, model_new, out, seeds: [
+    monkeypatch.setattr(rr, "harness_command", lambda problem, model_new, out, seeds, *a: [
         sys.executable, "-c", FAKE_HARNESS, str(out)])
 
     def settings(**kw) -> rr.RunSettings:
@@ -154,6 +160,50 @@ def test_a_suite_call_records_every_status_and_resumes(fake_suite, tmp_path, mon
     assert again == rows
 
 
+SLOW_MAX_AUTOTUNE_HARNESS = textwrap.dedent("""\
+    import json, sys, time
+    row = {"problem": "a", "status": "ok", "message": "", "new_ms": 1.0, "compile_ms": 2.0,
+           "eager_ms": 3.0, "eager_iqr_ms": 0.1, "compile_max": "running"}
+    json.dump(row, open(sys.argv[1], "w"))
+    time.sleep(60)
+""")
+
+
+def test_a_harness_killed_in_max_autotune_keeps_its_verdict(fake_suite, tmp_path, monkeypatch):
+    """max-autotune's first call can outlast the harness's limit: the row the harness wrote
+    before it (verdict, eager and default torch.compile) stands, max-autotune marked timed out."""
+    monkeypatch.setattr(rr, "INTERRUPT_GRACE_S", 1.0)
+    monkeypatch.setattr(rr, "harness_command", lambda problem, model_new, out, seeds, *a: [
+        sys.executable, "-c", SLOW_MAX_AUTOTUNE_HARNESS, str(out)])
+    rows = rr.run_suite(fake_suite(only=["a"], harness_limit_s=1.5, max_autotune=True),
+                        log=lambda line: None)
+    a = rows["a"]
+    assert a["status"] == "ok" and a["verified"] and a["compile_ms"] == 2.0
+    assert a["compile_max"] == "timeout" and "ran past the harness's 2 s" in a[
+        "compile_max_error"]
+    doc = json.loads((tmp_path / "out" / "realistic.json").read_text())
+    assert doc["settings"]["max_autotune"]
+
+
+def test_tune_flags_as_the_runner_passes_them(tmp_path):
+    s = rr.RunSettings(work=tmp_path, final=tmp_path, deadline=0.0, policy="p.pt",
+                       tune_args=["--precision", "tf32"])
+    cmd = rr.tune_command(tmp_path / "x.py", tmp_path / "o", s, True)
+    assert {"--budget", "--no-baselines", "--policy", "--precision"} <= set(cmd)
+    user = rr.as_user(s, tune_grace_s=300.0)
+    cmd = rr.tune_command(tmp_path / "x.py", tmp_path / "o", user, True)
+    assert [a for a in cmd if a.startswith("--")] == ["--device", "--time-limit", "--out",
+                                                      "--store"]
+    assert user.tune_grace_s == 300.0 and rr.precision_of(user.tune_args) == "auto"
+    assert rr.harness_command(tmp_path / "x.py", tmp_path / "m.py", tmp_path / "h.json", "1",
+                              True)[-1] == "--max-autotune"
+    # the guess of a call's seconds counts the tune's baselines and max-autotune
+    e = {"family": "conv", "bytes": 1 << 30, "flops": 10**12, "stages": 1}
+    plain = realistic_suite.estimate_s(e, 120)
+    assert plain < realistic_suite.estimate_s(e, 120, True) < realistic_suite.estimate_s(
+        e, 120, True, True)
+
+
 def test_a_tf32_call_runs_the_problems_its_fp32_rows_do_not_cover(fake_suite, tmp_path,
                                                                     monkeypatch):
     """A call with `--precision tf32` counts as done only the rows tuned at TF32: the suite's
@@ -167,8 +217,11 @@ def test_a_tf32_call_runs_the_problems_its_fp32_rows_do_not_cover(fake_suite, tm
     rows = rr.run_suite(fake_suite(previous=[fp32], tune_args=["--precision", "tf32"],
                                    work=tmp_path / "w2", final=tmp_path / "o2", only=["a", "b"]))
     assert sorted(ran) == ["a", "b"]
-    assert all(rr.precision_of(r.get("tune_args")) == "tf32" for r in rows.values())
-    assert rr.precision_of(["--precision=bf16"]) == "bf16" and rr.precision_of(None) == "fp32"
+    assert all(rr.row_precision(r) == "tf32" for r in rows.values())
+    assert rr.precision_of(["--precision=bf16"]) == "bf16" and rr.precision_of(None) == "auto"
+    # rows from before "auto" (no precision_asked, no flag) were tuned at the old default
+    assert rr.row_precision({"tune_args": []}) == "fp32"
+    assert rr.row_precision({"tune_args": [], "precision_asked": "auto"}) == "auto"
 
 
 def test_problems_are_named_or_taken_by_family():
@@ -187,7 +240,8 @@ def test_a_call_s_results_file_holds_only_the_rows_it_ran(fake_suite, tmp_path):
     H200's rows of 2026-12-04 into its file, headed "NVIDIA H200")."""
     earlier = tmp_path / "earlier.json"
     earlier.write_text(json.dumps({"gpu": "Other GPU", "rows": [
-        {"problem": p, "status": "ok", "gpu": "Other GPU"} for p in "bcd"]}))
+        {"problem": p, "status": "ok", "gpu": "Other GPU", "precision_asked": "auto"}
+        for p in "bcd"]}))
     rows = rr.run_suite(fake_suite(previous=[earlier]), log=lambda line: None)
     assert set(rows) == set("abcd")
     doc = json.loads((tmp_path / "out" / "realistic.json").read_text())

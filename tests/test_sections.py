@@ -6,6 +6,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
@@ -305,3 +307,31 @@ def test_the_live_learning_verdict_says_which_needs_fewer_and_whether_it_is_conc
     assert verdict({**pair, "a_fewer": 2, "a_more": 10}, True).startswith("prior needs fewer")
     assert verdict({**pair, "sign_test_p": 0.22}, True) == "no significant difference"
     assert verdict({**pair, "sign_test_p": None}, True) == "no significant difference"
+
+
+def test_realistic_auto_rows_are_a_column_beside_the_strict_headline(tmp_path):
+    """Rows tuned at `tune`'s default since 2026-12-07 (`--precision auto`, recorded as
+    `precision_asked`) are a column and a sentence of their own, as the TF32 rows are: the
+    strict rows stay the headline until the whole suite is run at the default."""
+    from realistic_section import write
+
+    manifest = [{"problem": n, "family": "conv", "input_bytes": 1 << 30} for n in "ab"]
+    strict = {"gpu": "NVIDIA H100 80GB HBM3", "date": "2026-12-06", "commit": "old",
+              "settings": {"budget": 32, "time_limit_s": 45, "tune_args": []},
+              "rows": [{"problem": n, "status": "ok", "verified": True, "new_ms": 4.0,
+                        "eager_ms": 3.0, "compile_ms": 2.0, "tune_args": []} for n in "ab"]}
+    auto = {"gpu": "NVIDIA H100 80GB HBM3", "date": "2026-12-07", "commit": "new",
+            "settings": {"budget": 64, "time_limit_s": 60, "tune_args": [],
+                         "precision_asked": "auto"},
+            "rows": [{"problem": "a", "status": "ok", "verified": True, "new_ms": 1.0,
+                      "eager_ms": 3.0, "compile_ms": 2.0, "tune_args": [],
+                      "precision_asked": "auto"}]}
+    md = tmp_path / "B.md"
+    md.write_text("# B\n")
+    s = write(md, [strict, auto], manifest)
+    assert s["run"] == 2 and s["faster"] == []  # the strict headline: 0.5x on both
+    a = s["columns"]["auto"]
+    assert a["run"] == 1 and a["faster"] == ["a"] and a["geomean"] == pytest.approx(2.0)
+    text = md.read_text()
+    assert "auto kernel ms (vs compile)" in text and "1.000 (2.00x)" in text
+    assert "With `--precision auto`" in text and "commits new" in text

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import os
 import random
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from .. import tempfiles
 from ..errors import SettingsError
 from .policy import MultiAgentPolicy
 
@@ -32,14 +32,16 @@ def save(path: str | Path, policy: MultiAgentPolicy, meta: dict[str, Any],
 
 
 def _write(blob: dict[str, Any], path: Path) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".pt")
-    os.close(fd)
+    """Through a temporary renamed into place, with the user's umask (a policy is shared);
+    temporaries of a save that was killed are removed first (`tempfiles.py`)."""
+    tempfiles.sweep(path.parent)
+    fd, tmp = tempfiles.create(path.parent, suffix=".pt")
     try:
-        torch.save(blob, tmp)
+        with os.fdopen(fd, "wb") as f:
+            torch.save(blob, f)
         os.replace(tmp, path)
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        tmp.unlink(missing_ok=True)
 
 
 def load(path: str | Path) -> dict[str, Any]:

@@ -213,7 +213,9 @@ def _provenance(result: BenchResult) -> str:
                 + f"; {len(result.problems)} problems, budget {result.settings.budget} "
                 f"measurements, {_seeds(result)}, run {result.date}"
                 + (f", precision {PRECISION_NOTES[result.settings.precision]}"
-                   if result.settings.precision in PRECISION_NOTES else "")
+                   if result.settings.precision in PRECISION_NOTES else
+                   ", precision auto (each product as torch's flags run it)"
+                   if result.settings.precision == "auto" else "")
                 + "".join(f", {k} {v}" for k, v in result.provenance.items()) + ". The optimum "
                 "is the best time measured in this run (with the recorded sweep's best "
                 "configurations measured again where a sweep exists)."

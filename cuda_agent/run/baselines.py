@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..precision import tf32_ops
+
 CUDNN_BENCHMARK = "eager:cudnn-benchmark"
 """the eager baseline with torch.backends.cudnn.benchmark on: each convolution shape gets the
 algorithm cuDNN finds fastest by timing them all, not its heuristics' pick (the default). torch
@@ -147,10 +149,12 @@ def matched_ms(rec: dict[str, Any], key: str = "compile_ms") -> float | None:
 
 # -- what the two settings are -------------------------------------------------------------------
 
-def contract_tf32(precision: str) -> bool:
-    """Whether the kernels' contract lets fp32 products use TF32: only `--precision tf32`
-    (fp16/bf16 products run under autocast in that type; everything else stays strict)."""
-    return precision == "tf32"
+def contract_tf32(precision: str) -> dict[str, bool]:
+    """Which products the kernels' contract lets use TF32, {"conv": bool, "matmul": bool}:
+    both under `--precision tf32`, one under "tf32:conv" or "tf32:matmul" (`--precision auto`
+    as torch's flags read); fp16/bf16 products run under autocast in that type, everything
+    else stays strict."""
+    return tf32_ops(precision)
 
 
 def autocast_dtype(precision: str) -> str | None:
@@ -173,14 +177,13 @@ def settings_record(defaults: dict[str, bool], precision: str, reads: set[str]) 
     """The `baseline_settings` of a run: each setting's TF32 flags (defaults: {"conv": bool,
     "matmul": bool} as torch had them in a fresh process) and whether the two coincide on every
     flag the problem's ops read (then one measurement serves both)."""
-    tf32 = contract_tf32(precision)
-    contract = {"conv": tf32, "matmul": tf32}
+    contract = contract_tf32(precision)
     same = autocast_dtype(precision) is None and all(defaults[k] == contract[k] for k in reads)
     return {"headline": DEFAULTS,
             DEFAULTS: {"conv_tf32": defaults["conv"], "matmul_tf32": defaults["matmul"],
                        "autocast": None,
                        "what": "PyTorch's defaults, as read in a fresh process"},
-            MATCHED: {"conv_tf32": tf32, "matmul_tf32": tf32,
+            MATCHED: {"conv_tf32": contract["conv"], "matmul_tf32": contract["matmul"],
                       "autocast": autocast_dtype(precision), "precision": precision,
                       "what": "the kernels' contract (--precision)"},
             "tf32_flags_read": sorted(reads), "same": same}

@@ -34,6 +34,8 @@ class Candidate:
     cubin_path: str | None
     resources: dict[str, Any] = field(default_factory=dict)
     build_error: tuple[str | None, str | None] | None = None  # (kind, message) when not built
+    cubin_sha256: str | None = None
+    """the hash the build cache checked the cubin against: the worker loads only those bytes"""
 
 
 CUDNN_FIND_PROTOCOL = "cudnn-find"
@@ -260,7 +262,8 @@ class CudaDevice(Device):
         if cand.cubin_path is None:
             raise ValueError("evaluate() needs a built candidate")
         t0 = time.perf_counter()
-        msg = {"op": "eval", "cubin": cand.cubin_path, "best_ms": best_ms,
+        msg = {"op": "eval", "cubin": cand.cubin_path, "cubin_sha256": cand.cubin_sha256,
+               "best_ms": best_ms,
                "launches": [l.__dict__ for l in cand.rendered.launches],
                "workspace_bytes": cand.rendered.workspace_bytes,
                "zero_workspace": cand.rendered.zero_workspace}

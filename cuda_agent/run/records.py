@@ -27,6 +27,8 @@ ERROR_KINDS = {
     "not_recorded": "the replayed sweep holds no measurement for this configuration",
     "recorded_failure": "the replayed run recorded a failure without its kind",
     "cuda": "another CUDA error",
+    "cache_damaged": "the compiled binary changed on disk between the build cache's check and "
+                     "its load (measured again next time)",
 }
 
 

@@ -14,14 +14,14 @@ are matched figures.
 from __future__ import annotations
 
 import gzip
+import io
 import json
-import os
 import re
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from .. import tempfiles
 from ..errors import DeviceError
 from ..ir.plan import KernelPlan
 from ..problem import Problem
@@ -44,11 +44,10 @@ def sweep_path(problem_name: str, gpu: str, root: Path | None = None) -> Path:
 
 def write_sweep(path: Path, data: dict[str, Any]) -> None:
     """Write atomically: a half-written sweep must never be read as a whole one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json.gz")
-    with os.fdopen(fd, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as f:
+    buf = io.BytesIO()
+    with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0) as f:
         f.write(json.dumps({"format": FORMAT, **data}, sort_keys=True).encode())
-    os.replace(tmp, path)
+    tempfiles.write_atomic(path, buf.getvalue())
 
 
 def read_sweep(path: Path) -> dict[str, Any]:

@@ -149,7 +149,9 @@ def time_runs(run: Callable[[int], None], n_sets: int, settings: TimingSettings,
 #: kernel can beat. Strict fp32 counts 3xTF32 on tensor cores (a third of the TF32 rate, above
 #: the 67e12 of fp32 FMA); the opt-in contracts their tensor-core rates. A floor from the fp32
 #: FMA rate alone rejected a correct fp16 GEMM at 0.3 ms as "faster than physics" (2026-12-03).
-PEAK_FLOPS = {"fp32": 495e12 / 3, "tf32": 495e12, "fp16": 990e12, "bf16": 990e12}
+#: A contract with TF32 for one kind of product takes the TF32 rate: the floor must hold for both.
+PEAK_FLOPS = {"fp32": 495e12 / 3, "tf32": 495e12, "tf32:conv": 495e12, "tf32:matmul": 495e12,
+              "fp16": 990e12, "bf16": 990e12}
 
 
 def physical_floor_ms(bytes_moved: int, flops: int, dram_bw: float, l2_bytes: int,

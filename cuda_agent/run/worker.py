@@ -12,6 +12,7 @@ import contextlib
 import copy
 import functools
 import gc
+import hashlib
 import os
 import sys
 import time
@@ -50,14 +51,26 @@ them. In a worker (a fresh spawned process) they are torch's own defaults, the f
 process runs with, and the baselines at the defaults run under them (`ProblemState.baseline`)."""
 
 
+def read_cubin(path: str, sha256: str | None) -> bytes | None:
+    """The cubin at `path`, or None where `sha256` is given and the bytes differ: the file was
+    replaced or garbled after the build cache checked it (a window of a few seconds, but the
+    bytes loaded are exactly the bytes checked)."""
+    with open(path, "rb") as f:
+        image = f.read()
+    if sha256 is not None and hashlib.sha256(image).hexdigest() != sha256:
+        return None
+    return image
+
+
 def use_precision(precision: str) -> None:
     """The worker's flags, process-wide: the kernels' contract, which the witness, the
-    verification and the candidates' library steps run under. Strict fp32 (cuDNN would
-    otherwise run fp32 convolutions on TF32 tensor cores, its default), or TF32 products in
-    cuBLAS and cuDNN where the user opted into TF32 (`--precision tf32`). For fp16 and bf16 the
-    products run under autocast (`precision_context`) and the rest stays fp32."""
+    verification and the candidates' library steps run under. Each product is strict fp32 or
+    TF32 as the contract says (`--precision auto`: as torch's flags said in the tuning process,
+    by default cuDNN's convolutions on TF32 and cuBLAS's products strict; `--precision tf32`:
+    both on TF32). For fp16 and bf16 the products run under autocast (`precision_context`) and
+    the rest stays fp32."""
     tf32 = contract_tf32(precision)
-    launcher.set_tf32(tf32, tf32)
+    launcher.set_tf32(tf32["conv"], tf32["matmul"])
 
 
 def precision_context(precision: str) -> Any:
@@ -592,8 +605,11 @@ class ProblemState:
     # -- candidates ----------------------------------------------------------------------------
     def evaluate(self, msg: dict[str, Any]) -> dict[str, Any]:
         t0 = time.perf_counter()
-        with open(msg["cubin"], "rb") as f:
-            image = f.read()
+        image = read_cubin(msg["cubin"], msg.get("cubin_sha256"))
+        if image is None:
+            return {"ok": False, "error_kind": "cache_damaged",
+                    "error_msg": f"{msg['cubin']}: its bytes no longer match the sha256 the build "
+                                 "cache checked"}
         try:
             kernels = launcher.LoadedKernels(image, msg["launches"], msg.get("workspace_bytes", 0),
                                              msg.get("zero_workspace", False), self.device)
@@ -716,7 +732,7 @@ class ProblemState:
         torch.cuda.empty_cache()
         tf32 = contract_tf32(self.precision)
         flags = (launcher.tf32_mode(flags=TORCH_DEFAULTS) if settings == DEFAULTS
-                 else launcher.tf32_mode(tf32, tf32))
+                 else launcher.tf32_mode(tf32["conv"], tf32["matmul"]))
         numerics = (contextlib.nullcontext() if settings == DEFAULTS
                     else precision_context(self.precision))
         compiled = which.startswith("compile")

@@ -12,6 +12,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from ..precision import CONTRACTS, PRECISIONS  # noqa: F401 - re-exported
+from ..precision import NOTES as PRECISION_NOTES  # noqa: F401 - re-exported
+
 AGENTS = ("config", "memory", "compute", "reduction")
 ABSENT = "-"
 
@@ -80,23 +83,6 @@ def expand_short(short: str, names: Iterable[str]) -> dict[str, Any]:
     return out
 
 
-PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
-"""strict fp32 (the default), or tensor-core products whose operands are rounded once to TF32,
-fp16 or bf16 (fp32 accumulation) when the user opts in; inputs and outputs stay fp32"""
-
-PRECISION_NOTES = {
-    "tf32": "TF32 (opted in): tensor-core products round their operands to TF32, as torch does "
-            "with allow_tf32; the matched eager and torch.compile timed with TF32 on",
-    "fp16": "fp16 (opted in): tensor-core products round their operands to fp16 and accumulate "
-            "in fp32; verified against, and matched to, eager and torch.compile under "
-            "torch.autocast(float16)",
-    "bf16": "bf16 (opted in): tensor-core products round their operands to bf16 and accumulate "
-            "in fp32; verified against, and matched to, eager and torch.compile under "
-            "torch.autocast(bfloat16)",
-}
-"""what each opt-in precision means, as the reports and model_new.py say it"""
-
-
 @dataclass(frozen=True)
 class Target:
     """The GPU a candidate is built and laid out for. Defaults describe the H200 of DESIGN.md."""
@@ -115,10 +101,11 @@ class Target:
     fp32_flops: float = 50.5e12
     clock_hz: float = 1.98e9
     precision: str = "fp32"
-    """the numeric contract the user asked for (`PRECISIONS`): "fp32" holds every kernel to
-    strict fp32 accuracy; "tf32" lets tensor-core products round their operands to TF32 once
-    (verified against torch's own TF32 answer); "fp16" and "bf16" let them round to half
-    precision (verified against torch's autocast answer in that dtype)"""
+    """the numeric contract the kernels are held to (`precision.CONTRACTS`): "fp32" holds every
+    kernel to strict fp32 accuracy; "tf32" lets tensor-core products round their operands to
+    TF32 once (verified against torch's own TF32 answer), "tf32:conv" and "tf32:matmul" only
+    convolutions' or matrix products' ("auto" under torch's flags); "fp16" and "bf16" let them
+    round to half precision (verified against torch's autocast answer in that dtype)"""
 
     def key(self) -> str:
         # a candidate rendered for another precision is another binary and another contract

@@ -95,7 +95,7 @@ class AttentionTensorCoreTemplate(Template):
         return {"config.bm": 64, "memory.bk": 64, "memory.stages": 1, "compute.fastmath": 0}
 
     def render(self, plan: KernelPlan, cfg: dict[str, Any], target: Target) -> Rendered:
-        return _TensorCoreAttentionWriter(plan, cfg, mma_terms(target)).render()
+        return _TensorCoreAttentionWriter(plan, cfg, mma_terms(target, "matmul")).render()
 
 
 class _TensorCoreAttentionWriter(_AttentionWriter):

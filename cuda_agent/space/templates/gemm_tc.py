@@ -28,6 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...ir.plan import KernelPlan
+from ...precision import product_precision
 from .. import codegen as cg
 from ..slots import Launch, Rendered, Slot, Target
 from .base import Code, Template
@@ -181,15 +182,23 @@ class GemmTensorCoreTemplate(Template):
                 "reduction.split": 1}
 
     def render(self, plan: KernelPlan, cfg: dict[str, Any], target: Target) -> Rendered:
-        return _TensorCoreWriter(plan, cfg, mma_terms(target), half_mma(target)).render()
+        return _TensorCoreWriter(plan, cfg, mma_terms(target, product_op(plan)),
+                                 half_mma(target)).render()
 
 
-def mma_terms(target: Target) -> int:
+def product_op(plan: KernelPlan) -> str:
+    """Which of torch's TF32 flags governs this plan's products: cuDNN's for a convolution
+    (direct or transposed), cuBLAS's for a matrix product and attention."""
+    return "conv" if plan.kind == "conv" else "matmul"
+
+
+def mma_terms(target: Target, op: str) -> int:
     """TF32 products per tensor-core tile: three (error-compensated, strict fp32 accuracy), or
-    one where the user opted into lower precision (`--precision tf32`: the contract of torch's
-    own `allow_tf32`, verified against its TF32 answer; fp16 and bf16 allow more error still,
-    so one TF32 product meets them where a template has no half-precision path)."""
-    return 3 if target.precision == "fp32" else 1
+    one where the contract lets `op`'s products use TF32 (torch's own `allow_tf32`: by default
+    for convolutions, `--precision auto`; verified against its TF32 answer) or lower (fp16
+    and bf16 allow more error still, so one TF32 product meets them where a template has no
+    half-precision path)."""
+    return 3 if product_precision(target.precision, op) == "fp32" else 1
 
 
 def half_mma(target: Target) -> str | None:

@@ -38,6 +38,7 @@ from typing import Any
 
 from ...ir.gemm import GemmInfo
 from ...ir.plan import KernelPlan
+from ...precision import product_precision
 from .. import codegen as cg
 from ..slots import Launch, Rendered, Slot, Target
 from .base import Code, Template
@@ -142,11 +143,12 @@ class LibraryTemplate(Template):
         # these slots renders (and is cached) exactly as it was
         if cfg.get("memory.layout", "as_given") != "as_given":
             call["layout"] = cfg["memory.layout"]
-        if target.precision == "tf32":
-            # the user opted into TF32 products: cuDNN and cuBLAS may round the operands to
-            # TF32, in the worker and in model_new.py alike (`launcher.run_library`); without
-            # it the call runs strict fp32 whatever the process's flags (a user's process lets
-            # cuDNN use TF32 by default)
+        op = "matmul" if call["op"] == "matmul" else "conv"
+        if product_precision(target.precision, op) == "tf32":
+            # the contract lets this product use TF32 (`--precision auto` under torch's default
+            # for a convolution, or tf32): cuDNN and cuBLAS may round the operands to TF32, in
+            # the worker and in model_new.py alike (`launcher.run_library`); without it the call
+            # runs strict fp32 whatever the process's flags, which it restores after
             call["tf32"] = True
         if target.precision in ("fp16", "bf16"):
             # the user opted into half-precision products: the library computes in that type,
