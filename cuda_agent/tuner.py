@@ -51,7 +51,8 @@ the strategy said it had plateaued; the time limit came; the user pressed Ctrl-C
 
 
 COUNT_GRACE_S = 0.5
-"""seconds past the time limit the report may spend counting the space (`Tuner.space_size`)"""
+"""seconds past the time limit the report may spend counting the space
+(`TuneResult.space_size`)"""
 
 
 class SimulatedDeviceWarning(UserWarning):
@@ -164,9 +165,9 @@ class TuneResult:
     default was measured (the model's picks and the second batch), not wall time of its own"""
     stopped: str = "budget"
     """why the search ended (one of `STOPPED`)"""
-    space_size: int | None = None
-    """configurations in the space (a program: in the best's stage); None where counting it
-    did not fit in the time limit (`Tuner.space_size`)"""
+    count_until: float | None = None
+    """(time.monotonic()) until when `space_size` may count the space: the time limit (or the
+    run's end, where later) plus `COUNT_GRACE_S`; None: no limit"""
     strategy_resolved: str = ""
     """the strategy the search ran as: `settings.strategy` keeps the name asked for, and
     "default" runs as the best one on the evidence (`search.resolve_strategy`)"""
@@ -178,9 +179,27 @@ class TuneResult:
     """the store's `Store.report()`: whether it holds all of the run's measurements, and if
     not (a full disk, a corrupt file: the run kept them in memory), why"""
 
+    _counting: Future | None = field(default=None, repr=False, compare=False)
+
     @property
     def interrupted(self) -> bool:
         return self.stopped == "interrupted"
+
+    @property
+    def space_size(self) -> int | None:
+        """How many configurations `space` holds (a program: the best's stage), for the
+        report: known where the space was listed or counted (the agents list it), else
+        counted, under a time limit on a daemon thread waited for until `count_until`
+        (counting a large space takes seconds: a three-stage MLP's report counted 600k raw
+        combinations after its limit had passed); None where that was not enough. Counted
+        only when asked for: a run whose report is not written spends nothing on it."""
+        known = self.space.known_len()
+        if known is not None or self.count_until is None:
+            return known if known is not None else len(self.space)
+        if self._counting is None:
+            self._counting = in_background(len, self.space, name="cuda-agent-count")
+        futures_wait([self._counting], timeout=max(0.0, self.count_until - time.monotonic()))
+        return self._counting.result() if self._counting.done() else None
 
     @property
     def simulated(self) -> bool:
@@ -488,21 +507,10 @@ class Tuner:
         return TuneResult(self.problem, self.plan, self.space, self.device, s, trials, baselines,
                           self._default, self._best, self.toolchain, time.perf_counter() - t0,
                           facts, dict(self.builder.stats) if self.builder else {},
-                          dict(self.timing), stopped, self.space_size(), self.strategy_name,
-                          self.phases.as_dict(), self.store.report())
-
-    def space_size(self) -> int | None:
-        """How many configurations `self.space` holds, for the report: known where the space
-        was listed or counted (the agents list it), else counted, under a time limit on a
-        daemon thread waited for until `COUNT_GRACE_S` past the limit (counting a large space
-        takes seconds: a three-stage MLP's report counted 600k raw combinations after its
-        limit had passed); None where that was not enough."""
-        known = self.space.known_len()
-        if known is not None or self._deadline is None:
-            return known if known is not None else len(self.space)
-        job = in_background(len, self.space, name="cuda-agent-count")
-        futures_wait([job], timeout=(self._left() or 0.0) + COUNT_GRACE_S)
-        return job.result() if job.done() else None
+                          dict(self.timing), stopped,
+                          None if self._deadline is None else
+                          max(self._deadline, time.monotonic()) + COUNT_GRACE_S,
+                          self.strategy_name, self.phases.as_dict(), self.store.report())
 
     def _time_up(self) -> bool:
         return self._deadline is not None and time.monotonic() >= self._deadline
