@@ -72,14 +72,25 @@ class Child:
         raise HostError(f"could not start a {self.name} process: {detail}"
                         + (f" ({last})" if last and last not in detail else ""))
 
-    def last_line(self) -> str:
-        """The last non-empty line the child wrote to stdout or stderr."""
+    def last_line(self, since: int = 0) -> str:
+        """The last non-empty line the child wrote to stdout or stderr (after `since` bytes)."""
+        lines = [l.strip() for l in self.log_since(since).splitlines()]
+        return next((l for l in reversed(lines) if l), "")[:300]
+
+    def log_since(self, offset: int = 0) -> str:
+        """What the child wrote to stdout and stderr after its first `offset` bytes."""
         try:
-            self._log.seek(0)
-            lines = [l.strip() for l in self._log.read().decode(errors="replace").splitlines()]
+            self._log.seek(offset)
+            return self._log.read().decode(errors="replace")
         except (OSError, ValueError):
             return ""
-        return next((l for l in reversed(lines) if l), "")[:300]
+
+    def log_size(self) -> int:
+        """Bytes the child has written to stdout and stderr so far (`log_since`)."""
+        try:
+            return os.fstat(self._log.fileno()).st_size
+        except (OSError, ValueError):
+            return 0
 
     def kill(self) -> None:
         """Kill the child and whatever it started (its process group), and reap it."""
@@ -155,3 +166,37 @@ def child_main(fd: int) -> None:
         sys.exit(1)
     conn.send(("ready", None))
     fn(conn, *args)
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def rss_bytes(pid: int) -> int:
+    """A process's resident memory (Linux /proc; 0 where it is gone or unknown)."""
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def tree_rss_bytes(pid: int) -> int:
+    """The resident memory of a process and of every process below it."""
+    total, todo, seen = 0, [pid], set()
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        total += rss_bytes(p)
+        try:
+            tasks = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        for t in tasks:
+            try:
+                with open(f"/proc/{p}/task/{t}/children") as f:
+                    todo.extend(int(c) for c in f.read().split())
+            except (OSError, ValueError):
+                pass
+    return total
