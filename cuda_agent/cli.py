@@ -90,12 +90,14 @@ def run_tune(problem_path: Path, settings_kw: dict, out: Optional[Path]):
     # the file is imported and captured in a child process, within its limits; started first,
     # the child's imports overlap this process's own
     with ProblemLoader() as loader:
+        from .problem import naming_file
         from .tuner import TuneSettings, Tuner
 
         settings = TuneSettings(**settings_kw)
         problem = loader.load(problem_path, LoadLimits.of_run(settings))
-    tuner = Tuner(problem, settings, notify=lambda s: console.print(f"[yellow]{s}[/]"),
-                  on_setup=lambda s: console.print(s, highlight=False))
+    with naming_file(problem.path):  # the planner's and the spaces' refusals name the file
+        tuner = Tuner(problem, settings, notify=lambda s: console.print(f"[yellow]{s}[/]"),
+                      on_setup=lambda s: console.print(s, highlight=False))
     try:
         with _progress() as bar:
             result = tuner.run(_bar_callback(bar, tuner, settings.budget))

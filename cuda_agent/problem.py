@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterator, TypeVar
 
 import torch
 
-from .errors import CudaAgentError, ProblemError, first_line
+from .errors import CudaAgentError, ProblemError, UnsupportedError, first_line
 from .ir.graph import Graph
 from .problem_child import problem_file
 
@@ -132,11 +132,12 @@ def named(exc: E, path: Path) -> E:
 
 @contextlib.contextmanager
 def naming_file(path: Path) -> Iterator[None]:
-    """Re-raise a `CudaAgentError` (the capture's and the planner's do not know the file) with
-    the problem file's path in front: every user-facing error names the file."""
+    """Re-raise an error about the problem (`ProblemError`, `UnsupportedError`: the capture,
+    the planner and the template spaces do not know the file) with the problem file's path in
+    front: every user-facing error about a problem names its file."""
     try:
         yield
-    except CudaAgentError as exc:
+    except (ProblemError, UnsupportedError) as exc:
         renamed = named(exc, path)
         if renamed is exc:
             raise
@@ -234,7 +235,9 @@ def check_problem(problem: Problem) -> None:
 # Reading one on the host: `if x.sum() > 0:`, `.item()`, `int(x)`, `.tolist()`, `.numpy()`.
 _READS_VALUE = ("cannot be called on meta tensors",  # Tensor.item(), and bool/int/float of a tensor
                 "Cannot copy out of meta tensor",  # .tolist()
-                "can't convert meta device type tensor")  # .numpy()
+                "can't convert meta device type tensor",  # .numpy()
+                # torch.export's, on symbolic values
+                "data-dependent expression", "GuardOnDataDependentSymNode")
 # An output whose shape depends on the values: boolean-mask indexing, nonzero, unique, ...
 _SHAPE_FROM_VALUES = ("data-independent implementation does not exist",  # nonzero, x[mask]
                       "without output_size",  # repeat_interleave of a tensor of counts

@@ -23,7 +23,7 @@ from .build.pool import CUT
 from .errors import DeviceError, SettingsError, UnsupportedError
 from .ir.partition import ProgramPlan
 from .ir.plan import KernelPlan, make_plan
-from .problem import Problem
+from .problem import Problem, naming_file
 from .problem_child import LoadLimits, load_problem_bounded
 from .limits import BASELINE_TIMEOUT_S, COMPILE_TIMEOUT_S, IMPORT_TIMEOUT_S, TIME_LIMIT_S
 from .run.baselines import with_matched
@@ -794,7 +794,8 @@ def tune(problem: str | Path | Problem, out: str | Path | None = None,
         check_out_dir(out)
     prob = problem if isinstance(problem, Problem) else load_problem_bounded(
         problem, LoadLimits.of_run(settings))
-    tuner = Tuner(prob, settings, notify=notify or _warn)
+    with naming_file(prob.path):  # the planner's and the spaces' refusals name the file
+        tuner = Tuner(prob, settings, notify=notify or _warn)
     try:
         result = tuner.run(progress)
         if out is not None:
