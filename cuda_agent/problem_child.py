@@ -181,8 +181,8 @@ class ProblemLoader:
     def _load(self, path: Path, limits: LoadLimits) -> "Graph":
         from .procs import START_TIMEOUT_S
 
-        memory_limit = limits.memory_limit()
         self.start()
+        memory_limit = limits.memory_limit()
         child = self._child
         request = {"path": str(path), "cwd": os.getcwd(), "sys_path": list(sys.path),
                    "env": dict(os.environ)}
