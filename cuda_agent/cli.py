@@ -85,15 +85,14 @@ def _progress() -> Progress:
 def run_tune(problem_path: Path, settings_kw: dict, out: Optional[Path]):
     """`tune` on one problem, with a progress bar. Ctrl-C during the search ends it and the
     best so far is written (`TuneResult.stopped` says so); before the search, it propagates."""
+    from .problem import naming_file
     from .problem_child import LoadLimits, ProblemLoader
+    from .tuner import TuneSettings, Tuner
 
-    # the file is imported and captured in a child process, within its limits; started first,
-    # the child's imports overlap this process's own
-    with ProblemLoader() as loader:
-        from .problem import naming_file
-        from .tuner import TuneSettings, Tuner
-
-        settings = TuneSettings(**settings_kw)
+    settings = TuneSettings(**settings_kw)
+    # the file is imported and captured in a child process, within its limits: a fork of this
+    # one, which has imported torch and nothing else has run yet (`problem_child.py`)
+    with ProblemLoader(fork=True) as loader:
         problem = loader.load(problem_path, LoadLimits.of_run(settings))
     with naming_file(problem.path):  # the planner's and the spaces' refusals name the file
         tuner = Tuner(problem, settings, notify=lambda s: console.print(f"[yellow]{s}[/]"),

@@ -123,9 +123,14 @@ class LoadLimits:
 class ProblemLoader:
     """The parent's end of a loader process; loads one problem at a time (a lock)."""
 
-    def __init__(self, warm_after: int | None = None) -> None:
+    def __init__(self, warm_after: int | None = None, fork: bool = False) -> None:
         """`warm_after`: after that many loads the loader imports what later captures may need
-        (Dynamo: about a second, once), for a caller that loads many problems."""
+        (Dynamo: about a second, once), for a caller that loads many problems. `fork`: the
+        loader is a fork of this process where that is safe (`procs.fork_is_safe`): it has
+        torch from this process, and the start costs milliseconds, not a second import of
+        torch competing for the CPU with this process's (the CLI's `tune`, once it has
+        imported torch itself); else a fresh interpreter."""
+        self._fork = fork
         self._child: Any = None  # a procs.Child
         self._ready = False  # whether it has said so (`procs.Child.wait_ready`)
         self._lock = threading.RLock()
@@ -140,8 +145,10 @@ class ProblemLoader:
 
                 self._discard()
                 self._ready = False
-                self._child = procs.start("cuda_agent.problem_child:serve", (),
-                                          "problem loader")
+                self._child = (procs.fork(serve, (), "problem loader")
+                               if self._fork and procs.fork_is_safe() else
+                               procs.start("cuda_agent.problem_child:serve", (),
+                                           "problem loader"))
         return self
 
     def close(self) -> None:
@@ -227,7 +234,7 @@ class ProblemLoader:
         """The child's answer, ("done", graph), ("error", class, message) or ("bug",
         traceback), once the child has ended; a `ProblemError` where it ran past a limit (it
         is then still running) or died."""
-        from .procs import rss_bytes, tree_rss_bytes
+        from .procs import anon_rss_bytes, tree_anon_rss_bytes
 
         child = self._child
         deadline = time.monotonic() + limits.time_s if limits.time_s else None
@@ -237,8 +244,9 @@ class ProblemLoader:
                                    f"{limits.time_s:g} s, the limit; it was stopped (raise "
                                    f"the limit with {limits.time_hint})")
             if memory_limit is not None:
-                # beyond the loader's own: torch's pages, shared with every child it forks
-                used = tree_rss_bytes(pid) - rss_bytes(child.pid)
+                # beyond the loader's own (torch's, shared with every child it forks); the
+                # pages of libraries mapped from files are not the file's to answer for
+                used = tree_anon_rss_bytes(pid) - anon_rss_bytes(child.pid)
                 if used > memory_limit:
                     raise ProblemError(
                         f"{path}: importing and capturing the file took over "
