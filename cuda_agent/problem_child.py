@@ -9,11 +9,14 @@ cache) and the plan (for its errors) run in a child. The parent gets the capture
 imports the file itself unless something asks for the module (`Problem.module`; the GPU worker
 imports the file in its own process).
 
-The children are forks of a *loader*: a process started without multiprocessing's spawn
-(`procs.start`) that imports torch and the capture once, then forks a fresh child per problem, so
-a load costs milliseconds beyond the user's own code, and no problem's import sees another's.
-The loader's imports overlap the caller's own (`ProblemLoader.start`, before the caller imports
-torch). Each child is a process group of its own, watched from the parent:
+The children are forks of a *loader*, a process that has torch and the capture imported and
+forks a fresh child per problem: a load costs milliseconds beyond the user's own code, and no
+problem's import sees another's. `cuda-agent tune`'s loader is a fork of the command itself,
+taken once it has imported torch (`procs.fork`; one thread, no CUDA): its start costs no second
+import of torch. Elsewhere (the Python API, whose caller may hold threads or CUDA; `bench`,
+`train`, `sweep`) it is a fresh interpreter (`procs.start`, no multiprocessing spawn), started
+on first use and kept for the process's next loads. Each child is a process group of its own,
+watched from the parent:
 
 * time: the child's wall time, from its fork, against `LoadLimits.time_s`;
 * memory: the resident memory of the child and everything it started, beyond the loader's own
@@ -25,7 +28,7 @@ Past either, the child's group is killed and the caller gets one `ProblemError` 
 the limit and how to raise it. A child that dies (os._exit, a segfault) is a `ProblemError`
 too; a loader that cannot start is the machine's (`HostError`).
 
-Everything here is importable without torch (the parent starts the loader before importing it).
+Everything here is importable without torch.
 """
 
 from __future__ import annotations
@@ -359,14 +362,16 @@ def serve(conn: "Connection") -> None:
 def _wait_child(pid: int, conn: "Connection") -> int | None:
     """The child's exit code (negative: the signal); None where the parent closed the
     connection meanwhile (it sends nothing while a child runs), the child then killed."""
+    wait = 0.001  # a load takes a fraction of a second: its end is seen within milliseconds
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
             return os.waitstatus_to_exitcode(status)
-        if conn.poll(0.1):
+        if conn.poll(wait):
             _kill_group(pid)
             os.waitpid(pid, 0)
             return None
+        wait = min(0.1, wait * 2)
 
 
 def _child(conn: "Connection", request: dict[str, Any]) -> None:

@@ -10,6 +10,11 @@ before it is given work: a child that cannot start is a `HostError`, never a can
 Children run in a session of their own, so a Ctrl-C at the terminal reaches only the parent
 (which decides what to keep), and a kill takes the child's own children (nvcc) with it. A child
 whose parent dies reads end-of-file on its connection and exits.
+
+`fork` makes the same kind of child from a fork of this process, for a child that needs what
+this process has imported (torch: a second import costs a second of CPU), where forking is
+safe (`fork_is_safe`). `tree_anon_rss_bytes` is the memory a child and its own children hold,
+for a parent that watches it (`problem_child.py`).
 """
 
 from __future__ import annotations
