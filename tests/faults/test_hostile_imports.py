@@ -50,7 +50,7 @@ CASES = {
     "spawns": ("import pathlib, subprocess, sys\n"
                "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
                "pathlib.Path(__file__).with_suffix('.pid').write_text(str(p.pid))\n"
-               "p.wait()\n", ["--import-timeout", "3"], ["over 3 s", "--import-timeout"]),
+               "p.wait()\n", ["--import-timeout", "5"], ["over 5 s", "--import-timeout"]),
 }
 
 DATA_DEPENDENT = '''import torch
