@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import pickle
 import re
 import signal
 import sys
@@ -243,20 +244,20 @@ class ProblemLoader:
         deadline = time.monotonic() + limits.time_s if limits.time_s else None
         while not child.conn.poll(POLL_S):
             if deadline is not None and time.monotonic() > deadline:
-                raise ProblemError(f"{path}: importing and capturing the file took over "
-                                   f"{limits.time_s:g} s, the limit; it was stopped (raise "
-                                   f"the limit with {limits.time_hint})")
+                raise ProblemError(f"{path}: importing and capturing the file took longer than "
+                                   f"its limit, {limits.time_s:g} s, and was stopped; to allow "
+                                   f"more, raise {limits.time_hint}")
             if memory_limit is not None:
                 # beyond the loader's own (torch's, shared with every child it forks); the
                 # pages of libraries mapped from files are not the file's to answer for
                 used = tree_anon_rss_bytes(pid) - anon_rss_bytes(child.pid)
                 if used > memory_limit:
                     raise ProblemError(
-                        f"{path}: importing and capturing the file took over "
-                        f"{_size(memory_limit)} of host memory, the limit; it was stopped "
-                        f"(raise the limit with --import-memory GB, import_memory_bytes in "
-                        f"Python; 0: no limit; the default is "
-                        f"{IMPORT_MEMORY_FRACTION:.0%} of the memory available)")
+                        f"{path}: importing and capturing the file took more host memory "
+                        f"than its limit, {_size(memory_limit)}, and was stopped; to allow "
+                        f"more, raise --import-memory GB (import_memory_bytes in Python; 0: "
+                        f"no limit; default: {IMPORT_MEMORY_FRACTION:.0%} of the memory "
+                        f"available)")
         answer = child.conn.recv()
         if answer[0] == "exit":  # it died without an answer
             raise ProblemError(f"{path}: {_died(answer[1], path, child.log_since(log_start))}")
@@ -388,7 +389,11 @@ def _child(conn: "Connection", request: dict[str, Any]) -> None:
         import faulthandler
 
         faulthandler.enable()  # a segfault's dump names the file's line (`_line_in`)
-        conn.send(_load_here(Path(request["path"])))
+        answer = _load_here(Path(request["path"]))
+        try:
+            conn.send(answer)
+        except (pickle.PicklingError, TypeError, AttributeError):  # cuda-agent's own failure
+            conn.send(("bug", traceback.format_exc()))
     except BaseException:  # noqa: BLE001 - the connection itself failed: nothing to tell
         code = 1
     finally:
