@@ -37,6 +37,7 @@ import atexit
 import os
 import pickle
 import re
+import select
 import signal
 import sys
 import threading
@@ -60,7 +61,7 @@ POLL_S = 0.05
 """how often the parent looks at a loading child's memory and clock: a child filling memory at
 several GB/s takes a fraction of a GB past the limit before it is stopped"""
 EXIT_WAIT_S = 10.0
-"""how long a child that has sent its answer may take to exit before it is killed"""
+"""how long the loader may take to report a finished child's end before it is replaced"""
 
 
 def problem_file(path: str | Path) -> Path:
@@ -137,6 +138,7 @@ class ProblemLoader:
         self._fork = fork
         self._child: Any = None  # a procs.Child
         self._ready = False  # whether it has said so (`procs.Child.wait_ready`)
+        self._exit_pending = False  # the last child's end, not yet read from the loader
         self._lock = threading.RLock()
         self._loads = 0
         self._warm_after = warm_after
@@ -149,6 +151,7 @@ class ProblemLoader:
 
                 self._discard()
                 self._ready = False
+                self._exit_pending = False
                 self._child = (procs.fork(serve, (), "problem loader")
                                if self._fork and procs.fork_is_safe() else
                                procs.start("cuda_agent.problem_child:serve", (),
@@ -192,6 +195,7 @@ class ProblemLoader:
     def _load(self, path: Path, limits: LoadLimits) -> "Graph":
         from .procs import START_TIMEOUT_S
 
+        self._read_last_exit()
         self.start()
         memory_limit = limits.memory_limit()
         child = self._child
@@ -233,6 +237,19 @@ class ProblemLoader:
         raise RuntimeError(f"{path}: loading the problem failed in its child process:\n"
                            f"{answer[1]}")
 
+    def _read_last_exit(self) -> None:
+        """The loader reports each child's end after its answer; read it before the next
+        request (a loader that does not is replaced)."""
+        if self._exit_pending and self._child is not None:
+            self._exit_pending = False
+            try:
+                if self._child.conn.poll(EXIT_WAIT_S):
+                    self._child.conn.recv()
+                    return
+            except (EOFError, OSError):
+                pass
+            self._discard()
+
     def _watch(self, path: Path, limits: LoadLimits, memory_limit: int | None, pid: int,
                log_start: int) -> tuple:
         """The child's answer, ("done", graph), ("error", class, message) or ("bug",
@@ -261,11 +278,10 @@ class ProblemLoader:
         answer = child.conn.recv()
         if answer[0] == "exit":  # it died without an answer
             raise ProblemError(f"{path}: {_died(answer[1], path, child.log_since(log_start))}")
-        # the loader reports the child's end after the answer; a child that will not end is
-        # killed (and the loader with it: `_load`)
-        if not child.conn.poll(EXIT_WAIT_S):
-            raise HostError(f"{path}: the child that loaded the file did not exit")
-        child.conn.recv()
+        # it has nothing left to do: ended now, with whatever it started, rather than waited
+        # for (the loader's report of its end is read before the next load)
+        _kill_group(pid)
+        self._exit_pending = True
         return answer
 
 
@@ -363,16 +379,26 @@ def serve(conn: "Connection") -> None:
 def _wait_child(pid: int, conn: "Connection") -> int | None:
     """The child's exit code (negative: the signal); None where the parent closed the
     connection meanwhile (it sends nothing while a child runs), the child then killed."""
-    wait = 0.001  # a load takes a fraction of a second: its end is seen within milliseconds
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return os.waitstatus_to_exitcode(status)
-        if conn.poll(wait):
-            _kill_group(pid)
-            os.waitpid(pid, 0)
-            return None
-        wait = min(0.1, wait * 2)
+    try:  # readable when the child ends (Linux 5.3): its end is seen at once
+        ended: Any = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        ended = None
+    try:
+        wait = 0.001
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return os.waitstatus_to_exitcode(status)
+            if ended is not None:
+                select.select([ended, conn.fileno()], [], [])
+            if conn.poll(0 if ended is not None else wait):
+                _kill_group(pid)
+                os.waitpid(pid, 0)
+                return None
+            wait = min(0.05, wait * 2)
+    finally:
+        if ended is not None:
+            os.close(ended)
 
 
 def _child(conn: "Connection", request: dict[str, Any]) -> None:
