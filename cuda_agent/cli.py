@@ -91,7 +91,7 @@ def run_tune(problem_path: Path, settings_kw: dict, out: Optional[Path]):
 
     settings = TuneSettings(**settings_kw)
     # the file is imported and captured in a child process, within its limits: a fork of this
-    # one, which has imported torch and nothing else has run yet (`problem_child.py`)
+    # one, which has torch imported and, so far, one thread and no CUDA (`problem_child.py`)
     with ProblemLoader(fork=True) as loader:
         problem = loader.load(problem_path, LoadLimits.of_run(settings))
     with naming_file(problem.path):  # the planner's and the spaces' refusals name the file
