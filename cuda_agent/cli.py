@@ -24,7 +24,7 @@ from rich.table import Table
 from . import __version__
 from .errors import CudaAgentError
 from .search import strategy_names
-from .limits import BASELINE_TIMEOUT_S, COMPILE_TIMEOUT_S, TIME_LIMIT_S
+from .limits import BASELINE_TIMEOUT_S, COMPILE_TIMEOUT_S, IMPORT_TIMEOUT_S, TIME_LIMIT_S
 from .outputs import check_out_dir
 from .space.program import STAGE_PATIENCE
 from .store import SCHEMA_VERSION, default_store
@@ -93,13 +93,18 @@ def _progress() -> Progress:
 def run_tune(problem_path: Path, settings_kw: dict, out: Optional[Path]):
     """`tune` on one problem, with a progress bar. Ctrl-C during the search ends it and the
     best so far is written (`TuneResult.stopped` says so); before the search, it propagates."""
-    from .problem import load_problem
+    from .problem import naming_file
+    from .problem_child import LoadLimits, ProblemLoader
     from .tuner import TuneSettings, Tuner
 
-    problem = load_problem(problem_path)
     settings = TuneSettings(**settings_kw)
-    tuner = Tuner(problem, settings, notify=lambda s: console.print(f"[yellow]{s}[/]"),
-                  on_setup=lambda s: console.print(s, highlight=False))
+    # the file is imported and captured in a child process, within its limits: a fork of this
+    # one, which has torch imported and, so far, one thread and no CUDA (`problem_child.py`)
+    with ProblemLoader(fork=True) as loader:
+        problem = loader.load(problem_path, LoadLimits.of_run(settings))
+    with naming_file(problem.path):  # the planner's and the spaces' refusals name the file
+        tuner = Tuner(problem, settings, notify=lambda s: console.print(f"[yellow]{s}[/]"),
+                      on_setup=lambda s: console.print(s, highlight=False))
     try:
         with _progress() as bar:
             result = tuner.run(_bar_callback(bar, tuner, settings.budget))
@@ -117,6 +122,15 @@ def _seconds(value: float, flag: str) -> Optional[float]:
     if value < 0:
         fail(f"{flag} must be 0 (no limit) or a positive number of seconds, not {value:g}")
     return value or None
+
+
+def _gigabytes(value: Optional[float], flag: str) -> Optional[int]:
+    """A size in GB (10^9 bytes) as bytes; None stays None (the default), 0 means no limit."""
+    if value is None:
+        return None
+    if value < 0:
+        fail(f"{flag} must be 0 (no limit) or a positive number of GB, not {value:g}")
+    return int(value * 1e9)
 
 
 def _bar_callback(bar: Progress, tuner, budget: int):  # noqa: ANN001, ANN202
@@ -241,6 +255,12 @@ def tune(
     baseline_timeout: float = typer.Option(
         BASELINE_TIMEOUT_S, help="on a GPU, seconds each baseline (torch eager, "
         "torch.compile) may take; past it, it is reported as not measured"),
+    import_timeout: float = typer.Option(
+        IMPORT_TIMEOUT_S, help="seconds the problem file's import and capture may take (0: no "
+        "limit; a shorter --time-limit bounds it too); past it, exit 2"),
+    import_memory: Optional[float] = typer.Option(
+        None, help="GB of host memory the problem file's import and capture may take (0: no "
+        "limit; default: half of what is available); past it, exit 2"),
 ) -> None:
     """Find a fast, verified kernel for PROBLEM and write model_new.py, kernel.cu, report.json.
 
@@ -253,7 +273,9 @@ def tune(
         fail(f"--baseline-timeout must be a positive number of seconds, not {baseline_timeout:g}")
     limits = dict(time_limit_s=_seconds(time_limit, "--time-limit"),
                   compile_timeout_s=_seconds(compile_timeout, "--compile-timeout"),
-                  baseline_timeout_s=baseline_timeout)
+                  baseline_timeout_s=baseline_timeout,
+                  import_timeout_s=_seconds(import_timeout, "--import-timeout"),
+                  import_memory_bytes=_gigabytes(import_memory, "--import-memory"))
     strategy = strategy or ("marl" if policy is not None else "default")
     if policy is not None and not is_agents(strategy):
         fail(f"--policy is a checkpoint of the agents; --strategy {strategy} does not take one")
