@@ -34,6 +34,7 @@ from ...ir.plan import KernelPlan
 from .. import codegen as cg
 from ..slots import Launch, Rendered, Slot, Target
 from .base import Code, Template
+from .tconv_phases import is_phased, phase_gemm, phase_layout
 
 MAX_THREADS = 512
 MIN_THREADS = 64
@@ -299,7 +300,9 @@ class _GemmWriter:
         self.A_STAGE = self.BK * self.LDA  # floats of one shared A slice
         self.NT = (self.BM // self.TM) * (self.BN // self.TN)
         self.smem = _smem_bytes(cfg)
-        g = self.g
+        # a transposed convolution as strided sub-convolutions: a block's GEMM is a phase's
+        self.phase = phase_layout(plan) if is_phased(cfg) else None
+        g = phase_gemm(plan) if self.phase is not None else self.g
         self.tiles_m, self.tiles_n = -(-g.M // self.BM), -(-g.N // self.BN)
         k_tiles = -(-g.K // self.BK)
         self.KC = -(-k_tiles // self.SPLIT) * self.BK  # K per split, whole slices
@@ -592,6 +595,8 @@ class _GemmWriter:
         skips, counted as the kernel decides (for the simulator's wave count)."""
         g = self.g
         total = self.tiles_m * self.tiles_n * g.batch
+        if self.phase is not None:
+            return total * self.phase.count
         if self.zero_tile_test() is None:
             return total
         side, d = g.zero_outside
@@ -674,17 +679,22 @@ class _GemmWriter:
             c(f"const int tx = tid % {wn}, ty = tid / {wn};")
 
     def block_origin(self, c: Code) -> None:
-        """m0, n0: this block's tile, in plain or grouped (raster) order."""
+        """m0, n0: this block's tile, in plain or grouped (raster) order. A transposed
+        convolution's phase is the fastest part of blockIdx.x (`tconv_phases`)."""
+        tile = "blockIdx.x"
+        if self.phase is not None:
+            c(*self.phase.block_lines())
+            tile = "tile_"
         if self.raster > 1:
             width = self.raster * self.tiles_n
-            c(f"const int pid = blockIdx.x, grp_ = pid / {width};",
+            c(f"const int pid = {tile}, grp_ = pid / {width};",
               f"const int first_ = grp_ * {self.raster};",
               f"const int gsz_ = min({self.tiles_m} - first_, {self.raster});",
               f"const int m0 = (first_ + (pid % {width}) % gsz_) * {self.BM};",
               f"const int n0 = ((pid % {width}) / gsz_) * {self.BN};")
         else:
-            c(f"const int m0 = (blockIdx.x / {self.tiles_n}) * {self.BM};",
-              f"const int n0 = (blockIdx.x % {self.tiles_n}) * {self.BN};")
+            c(f"const int m0 = ({tile} / {self.tiles_n}) * {self.BM};",
+              f"const int n0 = ({tile} % {self.tiles_n}) * {self.BN};")
 
     def skip_zero_tile(self, c: Code) -> None:
         g = self.g
@@ -703,11 +713,13 @@ class _GemmWriter:
         c.close()
 
     def k_range(self, c: Code) -> None:
+        # a phase's K is its own (pkn_), at most the largest phase's that KC was sized for
+        k = "pkn_" if self.phase is not None else str(self.g.K)
         if self.SPLIT > 1:
             c(f"const int kbeg = blockIdx.z * {self.KC};",
-              f"const int kend = min({self.g.K}, kbeg + {self.KC});")
+              f"const int kend = min({k}, kbeg + {self.KC});")
         else:
-            c("const int kbeg = 0;", f"const int kend = {self.g.K};")
+            c("const int kbeg = 0;", f"const int kend = {k};")
 
     def declare_acc(self, c: Code) -> None:
         c(f"float acc[{self.TM}][{self.TN}];",
@@ -725,8 +737,9 @@ class _GemmWriter:
         c.close()
 
     def main_launch(self) -> Launch:
-        return Launch("ca_gemm", (self.tiles_m * self.tiles_n, self.g.batch, self.SPLIT),
-                      (self.NT, 1, 1), self.smem)
+        phases = self.phase.count if self.phase is not None else 1
+        return Launch("ca_gemm", (self.tiles_m * self.tiles_n * phases, self.g.batch,
+                                  self.SPLIT), (self.NT, 1, 1), self.smem)
 
     def sum_kernel(self, c: Code) -> Launch:
         """Split-K: add the parts in a fixed order (deterministic), then the epilogue."""
