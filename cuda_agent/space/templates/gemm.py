@@ -381,9 +381,7 @@ class _GemmWriter:
         g = self.g
         if self.phase is not None:  # a weight row is one kernel long: (C, OC/G, *kernel)
             cg_, ph = self.phase.gather.channels, self.phase
-            ksize = 1
-            for k in ph.gather.kernel:
-                ksize *= k
+            ksize = ph.kernel_size
             return (f"(idx_t)({gm}) * {ksize} + ((({gk}) % {cg_}) * {ph.out_channels * ksize} "
                     f"+ ca_tw[pt0_ + ({gk}) / {cg_}])")
         if g.a_k_split is None:

@@ -412,7 +412,8 @@ class _TensorCoreWriter(_GemmWriter):
         """A convolution's B tile: copy j of a thread reads k row kq0_ + j * (NT/BN) (or row j
         at position j % (BN/NT)); the row's channel-and-kernel offset and its kernel
         coordinates come from __constant__ tables, the same entry for a warp's lanes (one
-        broadcast), and bounds are one unsigned compare per dim."""
+        broadcast), and bounds are one unsigned compare per dim. A phase of a transposed
+        convolution (`tconv_phases`) reads its tap's entry of the phase tables instead."""
         cv, ph = self.g.b_gather, self.phase
         npos, krows = self._pixel_rounds()
         total = self.BN * self.BK
@@ -459,16 +460,13 @@ class _TensorCoreWriter(_GemmWriter):
         ph, g = self.phase, self.g
         per = self.BK  # copies along one shared row; NT is a multiple of it
         step = self.NT // per
-        ksize = 1
-        for k in g.b_gather.kernel:
-            ksize *= k
+        ksize = ph.kernel_size  # one weight row
         c.open("")
         c(f"const int r_ = tid / {per}, kk_ = tid % {per};",
           f"const int gk_ = {k0} + kk_;",
           "const bool kin_ = gk_ < kend;",
           "const int t_ = kin_ ? gk_ : 0;",
           *ph.tap_lines("t_"),
-          # a weight row (one output channel) is one kernel long: (C, OC/G, *kernel)
           f"const float* src_ = Ag + (idx_t)(m0 + r_) * {ksize} + ({ph.weight_offset()});",
           f"float* dst_ = As + ({buf}) * {self.A_STAGE} + r_ * {self.LDA} + kk_;")
         total = self.BM * self.BK

@@ -63,6 +63,12 @@ class PhaseLayout:
     def count(self) -> int:
         return len(self.phases)
 
+    @property
+    def kernel_size(self) -> int:
+        """Taps of the whole kernel: a weight row (one output channel of one input channel)
+        is this long, the weight being (C, OC/G, *kernel)."""
+        return math.prod(self.gather.kernel)
+
     @cached_property
     def grid(self) -> tuple[int, ...]:
         """q extent per dim (ceil(out / stride)): every phase's columns."""
@@ -195,8 +201,7 @@ class PhaseLayout:
     def weight_offset(self) -> str:
         """A[m, k]'s offset beyond row m's start, for tap tt_ and channel c_: the weight is
         (C, OC/G, *kernel), a channel's rows OC/G kernels apart."""
-        ksize = math.prod(self.gather.kernel)
-        return f"c_ * {self.out_channels * ksize} + ca_tw[tt_]"
+        return f"c_ * {self.out_channels * self.kernel_size} + ca_tw[tt_]"
 
 
 def phase_layout(plan: KernelPlan) -> PhaseLayout:
