@@ -287,8 +287,9 @@ def test_phased_kernels_match_torch(name):
 
 @pytest.mark.skipif(not cpu_exec.available(), reason="needs g++ for the CPU emulator")
 def test_split_k_over_phases_of_unequal_k_matches_torch():
-    """Kernel 3 at stride 2 over 16 channels: phases of K 64, 32, 32 and 16, two parts of 32
-    sized for the largest (the smallest phase's second part adds zeros to the workspace)."""
+    """Kernel 3 at stride 2 over 16 channels: phases of K 64, 32, 32 and 16, the parts sized
+    for the largest (two of 32 on the tensor cores, four of 16 on the SIMT template: a smaller
+    phase's later parts add zeros to the workspace)."""
     CASES["2d_k3_s2_split"] = ((2, 16, 4, 3, "relu"), dict(stride=2, padding=1),
                                (1, 16, 4, 5))
     try:
@@ -296,11 +297,14 @@ def test_split_k_over_phases_of_unequal_k_matches_torch():
     finally:
         del CASES["2d_k3_s2_split"]
     sp = Space.for_plan(plan, Target())
-    cfg = _drawn(sp, "gemm_tc", "phase", 1, random.Random(0),
-                 lambda c: c["reduction.split"] == 2 and c["memory.bk"] == 16)[0]
-    r = sp.render(cfg)
-    assert sorted(r.fact("phase_k")) == [16, 32, 32, 64] and r.workspace_bytes > 0
-    assert cpu_exec.max_rel_error(r, by_index, want) < 1e-5
+    tc = _drawn(sp, "gemm_tc", "phase", 1, random.Random(0),
+                lambda c: c["reduction.split"] == 2 and c["memory.bk"] == 16)
+    simt = _drawn(sp, "gemm", "phase", 1, random.Random(1),
+                  lambda c: c["reduction.split"] == 4 and c["memory.bk"] == 8, (32,))
+    for cfg in tc + simt:
+        r = sp.render(cfg)
+        assert sorted(r.fact("phase_k")) == [16, 32, 32, 64] and r.workspace_bytes > 0
+        assert cpu_exec.max_rel_error(r, by_index, want) < 1e-5, cfg.short()
 
 
 @pytest.mark.skipif(not cpu_exec.available(), reason="needs g++ for the CPU emulator")

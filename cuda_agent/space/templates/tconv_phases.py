@@ -30,7 +30,10 @@ from ...ir.gemm import GemmInfo
 from ...ir.plan import KernelPlan
 
 SLOT = "memory.tconv"
-CHOICES = ("gather", "phase")
+# the sub-convolutions first: where a template's own default does not fit a problem, its first
+# configuration stands for it among the configurations measured first (`Space.
+# template_defaults`), and that should not multiply the zeros
+CHOICES = ("phase", "gather")
 DOC = ("a strided transposed convolution: one GEMM over every output pixel with B gathered "
        "(zeros where the stride skips a tap), or one sub-convolution per output phase "
        "modulo the stride (its own taps only: no multiply-adds on zeros)")
