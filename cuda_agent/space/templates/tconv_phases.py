@@ -22,7 +22,7 @@ the largest phase (a smaller phase's later parts add zeros).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from ...ir.conv import ConvGather, TransposedPhase, phase_grid, transposed_phases
@@ -215,8 +215,6 @@ def phase_layout(plan: KernelPlan) -> PhaseLayout:
 
 def phase_gemm(plan: KernelPlan) -> GemmInfo:
     """The GEMM one block of the phased form works in: Q columns, the largest phase's K."""
-    from dataclasses import replace
-
     lay = phase_layout(plan)
     return replace(plan.info, N=lay.columns, K=lay.k_max)
 
