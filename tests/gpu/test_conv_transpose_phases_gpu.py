@@ -72,8 +72,10 @@ def test_phased_kernels_match_torch_on_the_gpu(name):
             cfgs = _drawn(strict, t, form, 3 if form == "phase" else 1, name + t)
             times.update({f"{form} {k}": v for k, v in check_all(
                 strict, cfgs, inputs, want, rel_tol=1e-5, timed=True).items()})
+    # TF32 operands (11 bits): a sanity bound here, the exact TF32 answer is checked on the
+    # CPU emulator (tests/test_conv_transpose_phases.py)
     tc = _drawn(tf32, "gemm_tc", "phase", 2, name)
     times.update({f"tf32 phase {k}": v for k, v in check_all(
-        tf32, tc, inputs, want, rel_tol=5e-3, timed=True).items()})
+        tf32, tc, inputs, want, rel_tol=1e-2, timed=True).items()})
     for k, v in sorted(times.items(), key=lambda kv: kv[1]):
         print(f"{name}: {v:.3f} ms  {k}")
