@@ -510,6 +510,12 @@ def estimated_resources(facts: dict) -> dict:
 #: fp32; a flat ratio of the rates (an estimate; convolutions were not measured in half)
 LIBRARY_HALF_FLOPS = 600e12
 
+#: how much faster the library's product runs with TF32 allowed (a call the contract lets use it,
+#: `--precision auto` for a convolution): convolutions, the geomean of cuDNN's TF32 over its
+#: strict fp32 time on the 13 realistic convolutions (1.26-4.37x, H100, 2026-12-06,
+#: benchmarks/results/2026-12-06-h100-realistic9/conv-layout-probe.json); matrix products,
+#: DESIGN.md's 8192^3 rates (TF32 384 against fp32 50.5 TFLOP/s, H200)
+LIBRARY_TF32_SPEEDUP = {"conv": 2.23, "matmul": 7.6}
 
 def simulate_library(plan, rendered: Rendered, target: Target) -> tuple[float, dict[str, float]]:
     """(modelled ms, counters) of a library product followed by a generated epilogue pass."""
@@ -518,6 +524,8 @@ def simulate_library(plan, rendered: Rendered, target: Target) -> tuple[float, d
     f = dict(rendered.facts)
     call = next((la.library for la in rendered.launches if la.library), {})
     product_s = float(f["library_flops"]) / (_library_efficiency(plan, call) * target.fp32_flops)
+    if call.get("tf32"):
+        product_s /= LIBRARY_TF32_SPEEDUP["matmul" if call.get("op") == "matmul" else "conv"]
     if call.get("dtype") in ("fp16", "bf16"):
         # half-precision products (opted in): the operands cast (read 4 bytes, write 2) and
         # the product cast back (read 2, write 4) around a product at the half rate
