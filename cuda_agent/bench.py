@@ -25,7 +25,8 @@ from typing import Any, Callable
 from . import metrics
 from .errors import SettingsError
 from .flags import check_bench
-from .problem import load_problem
+from .problem import Problem, load_problem
+from .problem_child import load_problem_bounded
 from .run.baselines import headline_ms, matched_ms, read_record
 from .run.devices import Device
 from .run.replay import ReplayDevice, find_sweep, read_sweep
@@ -295,12 +296,17 @@ def strategy_settings(device: Device, strategy: str, budget: int, seed: int,
                         stage_patience=stage_patience)
 
 
-def _order_ask_tell(path: Path, strategy: str, device: Device, budget: int, seed: int,
-                    policy: str | None, sim_constants: str | None = None
+def _loaded(problem: Problem | Path) -> Problem:
+    """A problem already loaded (the bench's own loop), or a file loaded here (scripts)."""
+    return problem if isinstance(problem, Problem) else load_problem(problem)
+
+
+def _order_ask_tell(path: Problem | Path, strategy: str, device: Device, budget: int,
+                    seed: int, policy: str | None, sim_constants: str | None = None
                     ) -> list[float | None]:
     settings = strategy_settings(device, strategy, budget, seed, policy,
                                  sim_constants=sim_constants)
-    tuner = Tuner(load_problem(path), settings, device=device, store=Store(":memory:"))
+    tuner = Tuner(_loaded(path), settings, device=device, store=Store(":memory:"))
     try:
         res = tuner.run()
     finally:
@@ -310,14 +316,14 @@ def _order_ask_tell(path: Path, strategy: str, device: Device, budget: int, seed
     return [t.measurement.time_ms if t.measurement.ok else None for t in res.trials]
 
 
-def warm_records(path: Path, device: Device, records: list[dict[str, Any]],
+def warm_records(path: Problem | Path, device: Device, records: list[dict[str, Any]],
                  sim_constants: str | None = None) -> list[dict[str, Any]]:
     """The model's top picks among a sweep's configurations, as recorded (`records`' own
     config dicts, which Kernel Tuner's view is built from; a record of an older template
     version is matched through its upgrade)."""
     from .search.prior_rank import WARM_PICKS, top_picks
 
-    tuner = Tuner(load_problem(path), TuneSettings(device=device.kind, strategy="random",
+    tuner = Tuner(_loaded(path), TuneSettings(device=device.kind, strategy="random",
                                                    baselines=False),
                   device=device, store=Store(":memory:"))
     try:
@@ -378,7 +384,7 @@ def run_bench(settings: BenchSettings,
             skipped(name, len(jobs))
 
     for path in problem_files(settings.suite):
-        problem = load_problem(path)
+        problem = load_problem_bounded(path)  # user code: in a child, within its limits
         try:
             sweep = read_sweep(find_sweep(problem, root))
         except Exception:  # noqa: BLE001 - a problem without a recorded sweep is skipped
@@ -415,12 +421,12 @@ def run_bench(settings: BenchSettings,
             t0, error = time.perf_counter(), None
             if is_kernel_tuner(strategy):
                 if strategy.startswith("kt_warm:") and warm is None:
-                    warm = warm_records(path, device, sweep["records"], constants)
+                    warm = warm_records(problem, device, sweep["records"], constants)
                 times, error = _order_kernel_tuner(
                     sweep["records"], strategy, settings.budget, seed,
                     warm if strategy.startswith("kt_warm:") else None)
             else:
-                times = _order_ask_tell(path, strategy, device, settings.budget, seed,
+                times = _order_ask_tell(problem, strategy, device, settings.budget, seed,
                                         policies.for_strategy(strategy, problem.name,
                                                               single), constants)
             runs.append(Run(problem.name, strategy, seed, times, time.perf_counter() - t0,

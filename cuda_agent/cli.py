@@ -25,7 +25,7 @@ from rich.table import Column, Table
 from . import __version__, flags, interrupt
 from .errors import CudaAgentError, SettingsError
 from .search import BENCH_DEFAULT, bench_strategy_names, strategy_names
-from .limits import BASELINE_TIMEOUT_S, COMPILE_TIMEOUT_S, TIME_LIMIT_S
+from .limits import BASELINE_TIMEOUT_S, COMPILE_TIMEOUT_S, IMPORT_TIMEOUT_S, TIME_LIMIT_S
 from .outputs import check_out_dir
 from .space.program import STAGE_PATIENCE
 from .store import SCHEMA_VERSION, default_store
@@ -106,13 +106,18 @@ def run_tune(problem_path: Path, settings_kw: dict, out: Optional[Path],
     """`tune` on one problem, with a progress bar. Ctrl-C during the search ends it and the
     best so far is written (`TuneResult.stopped` says so); before the search, it propagates.
     `started` (time.monotonic()): when the command began, the time limit's start."""
-    from .problem import load_problem
+    from .problem import naming_file
+    from .problem_child import LoadLimits, ProblemLoader
     from .tuner import TuneSettings, Tuner
 
-    problem = load_problem(problem_path)
     settings = TuneSettings(**settings_kw)
-    tuner = Tuner(problem, settings, notify=lambda s: console.print(f"[yellow]{s}[/]"),
-                  on_setup=lambda s: console.print(s, highlight=False), started=started)
+    # the file is imported and captured in a child process, within its limits: a fork of this
+    # one, which has torch imported and, so far, one thread and no CUDA (`problem_child.py`)
+    with ProblemLoader(fork=True) as loader:
+        problem = loader.load(problem_path, LoadLimits.of_run(settings))
+    with naming_file(problem.path):  # the planner's and the spaces' refusals name the file
+        tuner = Tuner(problem, settings, notify=lambda s: console.print(f"[yellow]{s}[/]"),
+                      on_setup=lambda s: console.print(s, highlight=False), started=started)
     try:
         with _progress() as bar:
             result = tuner.run(_bar_callback(bar, tuner, settings.budget))
@@ -267,6 +272,12 @@ def tune(
     baseline_timeout: float = typer.Option(
         BASELINE_TIMEOUT_S, help="on a GPU, seconds each baseline (torch eager, "
         "torch.compile) may take; past it, it is reported as not measured"),
+    import_timeout: float = typer.Option(
+        IMPORT_TIMEOUT_S, help="seconds the problem file's import and capture may take (0: no "
+        "limit; a shorter --time-limit bounds it too); past it, exit 2"),
+    import_memory: Optional[float] = typer.Option(
+        None, help="GB of host memory the problem file's import and capture may take (0: no "
+        "limit; default: half of what is available); past it, exit 2"),
 ) -> None:
     """Find a fast, verified kernel for PROBLEM and write model_new.py, kernel.cu, report.json.
 
@@ -283,6 +294,8 @@ def tune(
                       baseline_timeout_s=baseline_timeout)
         flags.check_tune(device=device, strategy=strategy, budget=budget, batch=batch,
                          precision=precision, tolerance=tolerance, **limits)
+        limits.update(import_timeout_s=flags.seconds_or_none("--import-timeout", import_timeout),
+                      import_memory_bytes=flags.gigabytes("--import-memory", import_memory))
         flags.at_least("--stage-patience", stage_patience, 0)
         flags.at_least("--patience", patience, 1)
         flags.one_of("--agents", agents, AGENTS)

@@ -45,6 +45,16 @@ def seconds_or_none(flag: str, value: float) -> float | None:
     return value or None
 
 
+def gigabytes(flag: str, value: float | None) -> int | None:
+    """A size in GB (10^9 bytes) as bytes; None stays None (the default), 0 means no limit."""
+    if value is None:
+        return None
+    if not value >= 0:
+        raise SettingsError(f"{flag} must be 0 (no limit) or a positive number of GB, "
+                            f"not {value:g}")
+    return int(value * 1e9)
+
+
 def existing_file(flag: str, path: str | Path | None) -> None:
     if path is not None and not Path(path).is_file():
         what = "a directory, not a file" if Path(path).is_dir() else "no such file"

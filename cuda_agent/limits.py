@@ -11,3 +11,11 @@ candidate recorded as a `compile_timeout`"""
 BASELINE_TIMEOUT_S = 300.0
 """seconds one baseline (torch eager, torch.compile and its compilation) may take on the GPU
 before it is stopped and reported as not measured"""
+
+IMPORT_TIMEOUT_S = 120.0
+"""the default bound on a problem file's import and capture (in a child process,
+`problem_child.py`; a run's shorter --time-limit bounds it too)"""
+
+IMPORT_MEMORY_FRACTION = 0.5
+"""the default bound on the host memory a problem file's import and capture may take: this
+share of the memory available when it starts"""

@@ -3,24 +3,34 @@
 A problem is a Python file in the field's common (KernelBench) format: a ``class Model(nn.Module)``,
 ``get_inputs()`` returning the forward() arguments and ``get_init_inputs()`` returning the
 constructor arguments. Loading checks the file on meta tensors, so a malformed file fails in a
-second with a one-line `ProblemError`, before anything is compiled or written.
+second with a one-line `ProblemError` (or `UnsupportedError`) that starts with the file's path,
+before anything is compiled or written.
+
+`load_problem` imports the file in this process. The entry points a user drives (`cuda-agent
+tune`, `bench`, `train`, `sweep`, `cuda_agent.tune`) load it in a child process under a time and
+a memory limit instead (`problem_child.load_problem_bounded`): the `Problem` they get holds the
+child's captured graph and imports the file here only if its module is asked for.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
+import os
 import sys
+import traceback
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any, Callable, Iterator, TypeVar
 
 import torch
 
-from .errors import ProblemError, first_line
+from .errors import CudaAgentError, ProblemError, UnsupportedError, first_line
 from .ir.graph import Graph
+from .problem_child import problem_file
 
 
 @dataclass
@@ -30,22 +40,46 @@ class Problem:
     path: Path
     name: str
     source: str
-    module: ModuleType
-    model_cls: type
-    get_inputs: Callable[[], list]
-    get_init_inputs: Callable[[], list]
+    _module: ModuleType | None = field(default=None, repr=False)
     _graph: Graph | None = field(default=None, repr=False)
+    _defs: tuple[type, Callable[[], list], Callable[[], list]] | None = field(
+        default=None, repr=False)
 
     @property
     def source_hash(self) -> str:
         return hashlib.sha256(self.source.encode()).hexdigest()[:16]
+
+    @property
+    def module(self) -> ModuleType:
+        """The imported file; imported here on first use where a child process loaded and
+        checked it (`problem_child`): the parent then needs only the graph."""
+        if self._module is None:
+            self._module = _import_file(self.path)
+        return self._module
+
+    @property
+    def model_cls(self) -> type:
+        return self._definitions()[0]
+
+    @property
+    def get_inputs(self) -> Callable[[], list]:
+        return self._definitions()[1]
+
+    @property
+    def get_init_inputs(self) -> Callable[[], list]:
+        return self._definitions()[2]
+
+    def _definitions(self) -> tuple[type, Callable[[], list], Callable[[], list]]:
+        if self._defs is None:
+            self._defs = _definitions(self.module, self.path)
+        return self._defs
 
     def init_inputs(self) -> list:
         return list(self.get_init_inputs())
 
     def graph(self) -> Graph:
         """The captured op IR (traced once, on meta tensors; kept on disk for the next run of
-        the same file: `ir/capture_cache.py`)."""
+        the same file: `ir/capture_cache.py`). Its errors name the file."""
         if self._graph is None:
             from .ir import capture_cache
             from .ir.capture import capture
@@ -54,7 +88,8 @@ class Problem:
             if key is not None:
                 self._graph = capture_cache.load(key)
             if self._graph is None:
-                self._graph = capture(self.model_cls, self.init_inputs(), self.get_inputs)
+                with naming_file(self.path):
+                    self._graph = capture(self.model_cls, self.init_inputs(), self.get_inputs)
                 if key is not None:
                     capture_cache.store(key, self._graph)
         return self._graph
@@ -86,6 +121,29 @@ class Problem:
         return [t.to(device) if isinstance(t, torch.Tensor) else t for t in inputs]
 
 
+E = TypeVar("E", bound=CudaAgentError)
+
+
+def named(exc: E, path: Path) -> E:
+    """`exc` with its message starting with the problem file's path (once)."""
+    msg = str(exc)
+    return exc if msg.startswith(f"{path}:") else type(exc)(f"{path}: {msg}")
+
+
+@contextlib.contextmanager
+def naming_file(path: Path) -> Iterator[None]:
+    """Re-raise an error about the problem (`ProblemError`, `UnsupportedError`: the capture,
+    the planner and the template spaces do not know the file) with the problem file's path in
+    front: every user-facing error about a problem names its file."""
+    try:
+        yield
+    except (ProblemError, UnsupportedError) as exc:
+        renamed = named(exc, path)
+        if renamed is exc:
+            raise
+        raise renamed from None
+
+
 def _import_file(path: Path) -> ModuleType:
     digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:10]
     mod_name = f"cuda_agent_problem_{path.stem}_{digest}"
@@ -99,21 +157,14 @@ def _import_file(path: Path) -> ModuleType:
     except SyntaxError as exc:
         raise ProblemError(f"{path}: syntax error at line {exc.lineno}: {exc.msg}") from None
     except Exception as exc:  # noqa: BLE001 - user code
-        raise ProblemError(f"{path}: importing the file raised {first_line(exc)}")
+        raise ProblemError(f"{path}: {_at_line(exc, path)}importing the file raised "
+                           f"{first_line(exc)}")
     return module
 
 
-def load_problem(path: str | Path, check: bool = True) -> Problem:
-    """Load a problem file; with `check`, run it on meta tensors and raise `ProblemError` early."""
-    path = Path(path)
-    if not path.exists():
-        raise ProblemError(f"{path}: no such file")
-    if path.is_dir():
-        raise ProblemError(f"{path}: is a directory, expected a problem file")
-    if path.suffix != ".py":
-        raise ProblemError(f"{path}: expected a .py problem file")
-    source = path.read_text()
-    module = _import_file(path)
+def _definitions(module: ModuleType, path: Path
+                 ) -> tuple[type, Callable[[], list], Callable[[], list]]:
+    """The file's Model, get_inputs and get_init_inputs, checked to be what the format says."""
     model_cls = getattr(module, "Model", None)
     if model_cls is None:
         raise ProblemError(f"{path}: no class Model defined")
@@ -127,7 +178,18 @@ def load_problem(path: str | Path, check: bool = True) -> Problem:
         get_init_inputs = list  # the format allows leaving it out when Model takes no arguments
     elif not callable(get_init_inputs):
         raise ProblemError(f"{path}: get_init_inputs is not a function")
-    problem = Problem(path, path.stem, source, module, model_cls, get_inputs, get_init_inputs)
+    return model_cls, get_inputs, get_init_inputs
+
+
+def load_problem(path: str | Path, check: bool = True) -> Problem:
+    """Load a problem file in this process; with `check`, run it on meta tensors and raise
+    `ProblemError` early. (User-facing entry points load it bounded, in a child process:
+    `problem_child.load_problem_bounded`.)"""
+    path = problem_file(path)
+    source = path.read_text()
+    module = _import_file(path)
+    problem = Problem(path, path.stem, source, module)
+    problem._definitions()
     if check:
         check_problem(problem)
     return problem
@@ -140,11 +202,13 @@ def check_problem(problem: Problem) -> None:
         try:
             init = problem.init_inputs()
         except Exception as exc:  # noqa: BLE001
-            raise ProblemError(f"{where}: get_init_inputs() raised {first_line(exc)}")
+            raise ProblemError(f"{where}: {_at_line(exc, where)}get_init_inputs() raised "
+                               f"{first_line(exc)}")
         try:
             inputs = problem.get_inputs()
         except Exception as exc:  # noqa: BLE001
-            raise ProblemError(f"{where}: get_inputs() raised {first_line(exc)}")
+            raise ProblemError(f"{where}: {_at_line(exc, where)}get_inputs() raised "
+                               f"{first_line(exc)}")
         if not isinstance(inputs, (list, tuple)):
             raise ProblemError(f"{where}: get_inputs() returned {type(inputs).__name__}, "
                                "expected a list")
@@ -153,12 +217,54 @@ def check_problem(problem: Problem) -> None:
         try:
             model = problem.model_cls(*init)
         except Exception as exc:  # noqa: BLE001
-            raise ProblemError(f"{where}: Model(*get_init_inputs()) raised {first_line(exc)}")
+            raise ProblemError(f"{where}: {_at_line(exc, where)}Model(*get_init_inputs()) "
+                               f"raised {first_line(exc)}")
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 out: Any = model(*inputs)
         except Exception as exc:  # noqa: BLE001
-            raise ProblemError(f"{where}: Model.forward raised {first_line(exc)}")
+            raise ProblemError(f"{where}: {_at_line(exc, where)}"
+                               + (data_dependent(exc) or f"Model.forward raised "
+                                  f"{first_line(exc)}"))
     if not isinstance(out, torch.Tensor):
         raise ProblemError(f"{where}: forward() returned {type(out).__name__}, expected a tensor")
+
+
+# What torch says, on meta tensors (values unknown), when forward() needs a tensor's value.
+# Reading one on the host: `if x.sum() > 0:`, `.item()`, `int(x)`, `.tolist()`, `.numpy()`.
+_READS_VALUE = ("cannot be called on meta tensors",  # Tensor.item(), and bool/int/float of a tensor
+                "Cannot copy out of meta tensor",  # .tolist()
+                "can't convert meta device type tensor",  # .numpy()
+                # torch.export's, on symbolic values
+                "data-dependent expression", "GuardOnDataDependentSymNode")
+# An output whose shape depends on the values: boolean-mask indexing, nonzero, unique, ...
+_SHAPE_FROM_VALUES = ("data-independent implementation does not exist",  # nonzero, x[mask]
+                      "without output_size",  # repeat_interleave of a tensor of counts
+                      "aten::masked_select", "aten::_unique", "aten::unique",
+                      "aten::equal:")
+
+
+def data_dependent(exc: BaseException) -> str | None:
+    """Plain words for forward() depending on tensor values, which a capture on tensors without
+    values cannot follow (torch's own message speaks of meta tensors); None for other errors."""
+    text = str(exc)
+    cannot = ("data-dependent control flow, which cuda-agent cannot capture: it traces forward() "
+              "once, on shapes alone, and the kernel must compute the same thing for every input")
+    if any(s in text for s in _READS_VALUE):
+        return (f"forward() reads a tensor's value (an `if` on a tensor, .item(), int() or "
+                f"float() of one): {cannot}; use torch.where or masks instead of branches")
+    if any(s in text for s in _SHAPE_FROM_VALUES):
+        return (f"forward() makes a tensor whose shape depends on tensor values (a boolean mask "
+                f"index, nonzero, unique, masked_select): {cannot}")
+    return None
+
+
+def _at_line(exc: BaseException, path: Path) -> str:
+    """"line N: " for the last frame of `exc`'s traceback in the problem file, or ""."""
+    want = os.path.realpath(path)
+    line = None
+    for frame, lineno in traceback.walk_tb(exc.__traceback__):
+        if os.path.realpath(frame.f_code.co_filename) == want:
+            line = lineno
+    return f"line {line}: " if line is not None else ""

@@ -10,6 +10,11 @@ before it is given work: a child that cannot start is a `HostError`, never a can
 Children run in a session of their own, so a Ctrl-C at the terminal reaches only the parent
 (which decides what to keep), and a kill takes the child's own children (nvcc) with it. A child
 whose parent dies reads end-of-file on its connection and exits.
+
+`fork` makes the same kind of child from a fork of this process, for a child that needs what
+this process has imported (torch: a second import costs a second of CPU), where forking is
+safe (`fork_is_safe`). `tree_anon_rss_bytes` is the memory a child and its own children hold,
+for a parent that watches it (`problem_child.py`).
 """
 
 from __future__ import annotations
@@ -21,9 +26,11 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .errors import HostError
 
@@ -72,14 +79,25 @@ class Child:
         raise HostError(f"could not start a {self.name} process: {detail}"
                         + (f" ({last})" if last and last not in detail else ""))
 
-    def last_line(self) -> str:
-        """The last non-empty line the child wrote to stdout or stderr."""
+    def last_line(self, since: int = 0) -> str:
+        """The last non-empty line the child wrote to stdout or stderr (after `since` bytes)."""
+        lines = [l.strip() for l in self.log_since(since).splitlines()]
+        return next((l for l in reversed(lines) if l), "")[:300]
+
+    def log_since(self, offset: int = 0) -> str:
+        """What the child wrote to stdout and stderr after its first `offset` bytes."""
         try:
-            self._log.seek(0)
-            lines = [l.strip() for l in self._log.read().decode(errors="replace").splitlines()]
+            self._log.seek(offset)
+            return self._log.read().decode(errors="replace")
         except (OSError, ValueError):
             return ""
-        return next((l for l in reversed(lines) if l), "")[:300]
+
+    def log_size(self) -> int:
+        """Bytes the child has written to stdout and stderr so far (`log_since`)."""
+        try:
+            return os.fstat(self._log.fileno()).st_size
+        except (OSError, ValueError):
+            return 0
 
     def kill(self) -> None:
         """Kill the child and whatever it started (its process group), and reap it."""
@@ -136,6 +154,83 @@ def start(target: str, args: tuple = (), name: str = "worker") -> Child:
     return Child(proc, parent, log, name)
 
 
+class _Forked:
+    """A forked process as `subprocess.Popen` presents one to `Child` (pid, poll, wait)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                done, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped elsewhere
+                self.returncode = -signal.SIGKILL
+                return self.returncode
+            if done:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(str(self.pid), timeout or 0)
+            time.sleep(0.01)
+        return self.returncode  # type: ignore[return-value]
+
+    def kill(self) -> None:
+        os.kill(self.pid, signal.SIGKILL)
+
+
+def fork_is_safe() -> bool:
+    """Whether this process may fork a child that goes on running Python and torch: one
+    thread (a lock another thread held at the fork stays held in the child) and no CUDA
+    context (which a forked child cannot use)."""
+    if not hasattr(os, "fork") or threading.active_count() != 1:
+        return False
+    torch = sys.modules.get("torch")
+    return torch is None or not torch.cuda.is_initialized()
+
+
+def fork(fn: Callable[..., None], args: tuple = (), name: str = "worker") -> Child:
+    """`fn(conn, *args)` in a fork of this process (check `fork_is_safe` first): what this
+    process has imported, the child has without importing it again. Like `start`'s children, it
+    runs in a session of its own, writes to a log, and says it is ready."""
+    parent, child_end = multiprocessing.Pipe()
+    log = tempfile.TemporaryFile(prefix="cuda-agent-worker-")
+    for stream in (sys.stdout, sys.stderr):  # nothing buffered here is written twice
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        parent.close()
+        child_end.close()
+        log.close()
+        raise HostError(f"could not start a {name} process: {exc}") from None
+    if pid == 0:
+        code = 0
+        try:
+            os.setsid()
+            parent.close()
+            os.dup2(log.fileno(), 1)
+            os.dup2(log.fileno(), 2)
+            null = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(null, 0)
+            child_end.send(("ready", None))
+            fn(child_end, *args)
+        except BaseException:  # noqa: BLE001 - the parent reads it as an exit
+            code = 1
+        finally:
+            os._exit(code)
+    child_end.close()
+    return Child(_Forked(pid), parent, log, name)  # type: ignore[arg-type]
+
+
 def child_main(fd: int) -> None:
     """The child's side: take the parent's sys.path, import the target, say ready, run it."""
     conn = Connection(fd)
@@ -155,3 +250,40 @@ def child_main(fd: int) -> None:
         sys.exit(1)
     conn.send(("ready", None))
     fn(conn, *args)
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def anon_rss_bytes(pid: int) -> int:
+    """A process's resident memory less what it maps from files (Linux /proc; 0 where it is
+    gone or unknown): what it allocated, not the libraries it runs, whose pages the kernel can
+    drop and a fork shares."""
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            fields = f.read().split()
+        return (int(fields[1]) - int(fields[2])) * _PAGE  # resident - shared (file-backed)
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def tree_anon_rss_bytes(pid: int) -> int:
+    """`anon_rss_bytes` of a process and of every process below it."""
+    total, todo, seen = 0, [pid], set()
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        total += anon_rss_bytes(p)
+        try:
+            tasks = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        for t in tasks:
+            try:
+                with open(f"/proc/{p}/task/{t}/children") as f:
+                    todo.extend(int(c) for c in f.read().split())
+            except (OSError, ValueError):
+                pass
+    return total

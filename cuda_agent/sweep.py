@@ -10,7 +10,7 @@ from .emit import git_commit
 from .errors import SettingsError
 from .run.replay import measurement_record, sweep_path, write_sweep
 from .tuner import Trial, TuneResult, Tuner, TuneSettings
-from .problem import load_problem
+from .problem_child import LoadLimits, load_problem_bounded
 from .run.devices import Device
 
 
@@ -50,7 +50,8 @@ def sweep_problem(path: str | Path, out_root: Path, device: str | None = None,
                             strategy_options={"stratified": True} if sample else {},
                             budget=sample or 10**9, seed=seed, store=store, batch=32,
                             time_limit_s=time_limit_s, stage_patience=None)
-    tuner = Tuner(load_problem(path), settings, device=shared_device, notify=notify)
+    tuner = Tuner(load_problem_bounded(path, LoadLimits.of_run(settings)), settings,
+                  device=shared_device, notify=notify)
     try:
         if tuner.device.kind == "replay":
             raise SettingsError("sweep needs a measuring device (cuda or sim), not replay")

@@ -27,8 +27,9 @@ from .flags import (DEVICES, check_device, check_precision,  # noqa: F401
                     check_tolerance, check_tune)
 from .ir.partition import ProgramPlan
 from .ir.plan import KernelPlan, make_plan
-from .problem import Problem, load_problem
-from .limits import BASELINE_TIMEOUT_S, COMPILE_TIMEOUT_S, TIME_LIMIT_S
+from .problem import Problem, naming_file
+from .problem_child import LoadLimits, load_problem_bounded
+from .limits import BASELINE_TIMEOUT_S, COMPILE_TIMEOUT_S, IMPORT_TIMEOUT_S, TIME_LIMIT_S
 from .run.baselines import with_matched
 from .run.devices import (Baselines, Candidate, CudaDevice, Device, cuda_available,
                           cudnn_baselines)
@@ -125,6 +126,12 @@ class TuneSettings:
     atol=A,rtol=R: conformance mode, a candidate passes where torch.allclose(out, ref, atol,
     rtol) holds against the module in fp32 at PyTorch's default settings, as the field's
     common harness (KernelBench, atol=rtol=1e-2) checks (`run/verify.py`)"""
+    import_timeout_s: float | None = IMPORT_TIMEOUT_S
+    """seconds the problem file's import and capture may take, in a child process (None: no
+    limit; a shorter `time_limit_s` bounds it too): past it, a `ProblemError`"""
+    import_memory_bytes: int | None = None
+    """host memory the problem file's import and capture may take (None: half of what is
+    available when it starts; 0: no limit): past it, a `ProblemError`"""
 
 
 @dataclass
@@ -912,8 +919,10 @@ def tune(problem: str | Path | Problem, out: str | Path | None = None,
         from .outputs import check_out_dir
 
         check_out_dir(out)
-    prob = problem if isinstance(problem, Problem) else load_problem(problem)
-    tuner = Tuner(prob, settings, notify=notify or _warn, started=started)
+    prob = problem if isinstance(problem, Problem) else load_problem_bounded(
+        problem, LoadLimits.of_run(settings))
+    with naming_file(prob.path):  # the planner's and the spaces' refusals name the file
+        tuner = Tuner(prob, settings, notify=notify or _warn, started=started)
     try:
         result = tuner.run(progress)
         if out is not None:

@@ -193,3 +193,20 @@ def test_the_report_leads_with_the_verdict_against_torch_compile(tmp_path):
     assert route_bests([trial(3.0, True), trial(2.0, True), trial(1.0, False, ok=False),
                         trial(2.5, False)]) == (2.0, 2.5)
     assert route_bests([trial(1.0, False)]) == (None, 1.0)
+
+
+def test_the_model_prices_a_tf32_library_call_at_cudnns_measured_tf32_gain():
+    """Under `--precision auto` a convolution's library step runs cuDNN on TF32: the model
+    prices its product at the measured gain over strict fp32 (else it ranked the library floor
+    behind the kernels it beats)."""
+    from cuda_agent.run.sim_gemm import LIBRARY_TF32_SPEEDUP, simulate_library
+
+    plan = _conv_plan()
+    times = {}
+    for contract in ("fp32", "tf32:conv"):
+        target = Target(precision=contract)
+        space = Space.for_plan(plan, target)
+        cfg = space.configs_of("lib")[0]
+        times[contract] = simulate_library(plan, space.render(cfg), target)[0]
+    assert times["tf32:conv"] < times["fp32"] / 1.5
+    assert LIBRARY_TF32_SPEEDUP["conv"] > 1

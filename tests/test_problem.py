@@ -196,3 +196,57 @@ def test_multiline_user_exception_gives_one_line(tmp_path, where):
         load_problem(path)
     msg = str(info.value)
     assert "first line" in msg and "\n" not in msg
+
+
+# -- plain words, and the file named ---------------------------------------------------------------
+
+@pytest.mark.parametrize("expr,words", [
+    ("torch.relu(x) if x.sum() > 0 else x * 2", ["an `if` on a tensor"]),
+    ("x / x.max().item()", ["an `if` on a tensor"]),
+    ("x[x > 0]", ["shape depends on tensor values"]),
+    ("torch.nonzero(x).float()", ["shape depends on tensor values"]),
+])
+def test_data_dependent_control_flow_is_said_in_plain_words(make_problem, expr, words):
+    """torch says `Tensor.item() cannot be called on meta tensors`; the user reads what their
+    forward() does that cannot be captured, and where."""
+    path = make_problem("branchy", expr, "torch.randn(4, 8)")
+    line = path.read_text().splitlines().index(f"        return {expr}") + 1
+    with pytest.raises(ProblemError) as info:
+        load_problem(path)
+    msg = str(info.value)
+    assert msg.startswith(f"{path}: line {line}: "), msg
+    for w in ["data-dependent control flow", "cannot capture", *words]:
+        assert w in msg, (w, msg)
+    assert "meta tensors" not in msg and "\n" not in msg
+
+
+@pytest.mark.parametrize("kw", [
+    dict(expr="x * 2", inputs="torch.randint(0, 10, (4, 8))"),  # int64, not a loss's targets
+    dict(expr="torch.roll(x, 1, 0) + 1", inputs="torch.randn(4, 8)"),  # an op not covered
+    dict(expr="torch.relu(x)", inputs="torch.randn(4, 8, dtype=torch.float64)"),
+])
+def test_capture_errors_start_with_the_file(make_problem, kw):
+    path = make_problem("refused", **kw)
+    with pytest.raises(CudaAgentError) as info:
+        load_and_plan(path)
+    assert str(info.value).startswith(f"{path}: "), str(info.value)
+
+
+def test_an_import_error_names_the_line(tmp_path):
+    path = tmp_path / "raises_at_import.py"
+    path.write_text("import torch\n\n\nCONST = 1 / 0\n")
+    with pytest.raises(ProblemError, match=r"raises_at_import\.py: line 4: importing the file "
+                                           r"raised ZeroDivisionError"):
+        load_problem(path)
+
+
+def test_a_problem_loaded_bounded_is_the_same_problem(tmp_path):
+    """`load_problem_bounded` (a child process) gives the graph an in-process load captures."""
+    from cuda_agent.problem_child import load_problem_bounded
+
+    here = load_problem(GOOD / "softmax_small.py")
+    there = load_problem_bounded(GOOD / "softmax_small.py")
+    assert there._module is None  # the parent has not imported it
+    assert there.graph().fingerprint() == here.graph().fingerprint()
+    assert (there.name, there.path, there.source_hash) == (here.name, here.path,
+                                                           here.source_hash)

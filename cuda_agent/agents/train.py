@@ -26,7 +26,7 @@ import torch
 
 from ..build.builder import Builder
 from ..errors import DeviceError, SettingsError, UnsupportedError
-from ..problem import load_problem
+from ..problem_child import load_problem_bounded
 from ..run.devices import Device
 from ..space.slots import AGENTS
 from ..store import Store
@@ -219,10 +219,10 @@ class Trainer:
                 loading(i, len(files), f.stem)
             try:
                 # measured through `Tuner.measure`: the episodes propose, no strategy asks
-                tuner = Tuner(load_problem(f), TuneSettings(
+                tuner = Tuner(load_problem_bounded(f), TuneSettings(
                     device=settings.device, strategy="random", seed=settings.seed,
-                    replay_root=settings.replay_root, baselines=False), device=self.device, store=self.store, notify=notify,
-                    builder=self.builder)
+                    replay_root=settings.replay_root, baselines=False), device=self.device,
+                    store=self.store, notify=notify, builder=self.builder)
             except (DeviceError, UnsupportedError) as exc:
                 if self.device.kind != "replay":
                     raise

@@ -62,6 +62,8 @@ VOCAB: dict[str, tuple[Any, ...]] = {
     "memory.layout": ("as_given", "channels_last"),
     # blocks of a thread-block cluster sharing a row or channel (row, chan)
     "config.cluster": (1, 2, 4, 8),
+    # a strided transposed convolution: gathered GEMM or sub-convolutions per output phase
+    "memory.tconv": ("gather", "phase"),
 }
 # Decision order: the template first (it decides which other slots exist), then by agent.
 SLOT_ORDER: tuple[str, ...] = (SCOPE_SLOT,) + tuple(

@@ -1043,8 +1043,11 @@ def _export(model: torch.nn.Module, inputs: list[torch.Tensor]
     except (UnsupportedError, ProblemError):
         raise
     except Exception as exc:  # noqa: BLE001 - tracing failures are the user's to see
+        from ..problem import data_dependent  # torch's words for it speak of its internals
+
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ProblemError(f"could not trace Model.forward with torch.export: {msg}")
+        raise ProblemError(data_dependent(exc)
+                           or f"could not trace Model.forward with torch.export: {msg}")
 
 
 def _reads_mode(model: torch.nn.Module) -> bool:

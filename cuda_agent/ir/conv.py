@@ -12,12 +12,19 @@ the output's side it is the same GEMM with X_n[(c, k), o] = x[c, (o + padding - 
 stride] where that division is exact and in range, zero elsewhere. Its weight is stored
 (C, OC/G, *kernel), so A[oc, (c, k)] = w[c, oc, k] is not one stride along K: consecutive k
 within one channel's kernel are adjacent, the next channel is OC/G kernels further
-(`GemmInfo.a_k_split`). The GEMM multiplies the inserted zeros too: about prod(stride) times the
-useful arithmetic, which is what the FLOP count reports.
+(`GemmInfo.a_k_split`). Gathered this way, the GEMM multiplies the inserted zeros too: about
+prod(stride) times the useful arithmetic (the FLOP count reports the useful arithmetic).
+
+The templates may instead run it as strided sub-convolutions (`transposed_phases`): an output
+pixel o = q * stride + r (per spatial dim, phase r in [0, stride)) receives exactly the taps k
+with (r + padding - k * dilation) divisible by the stride, from input pixel q + (r + padding -
+k * dilation) / stride. Each phase is a direct convolution with its own subset of the taps; the
+phases' tap subsets partition the kernel, so together they do only the useful multiply-adds.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -57,6 +64,63 @@ class ConvGather:
     def weight_elems(self) -> int:
         """Elements of the weight: every group's A matrix."""
         return self.groups * self.a_group_stride
+
+    @property
+    def phased(self) -> bool:
+        """Whether the strided sub-convolutions (`transposed_phases`) differ from the gathered
+        GEMM: a transposed convolution with a stride above one."""
+        return self.transposed and any(s > 1 for s in self.stride)
+
+
+@dataclass(frozen=True)
+class TransposedPhase:
+    """The output pixels o = q * stride + residue of a transposed convolution (per spatial
+    dim) and the kernel taps that reach them: a direct convolution of its own."""
+
+    residue: tuple[int, ...]
+    taps: tuple[tuple[int, ...], ...]  # per dim: the kernel offsets k that reach the residue
+    shifts: tuple[tuple[int, ...], ...]  # per dim and tap: input pixel = q + shift
+    outputs: tuple[int, ...]  # per dim: the q with q * stride + residue inside the output
+
+    @property
+    def tap_count(self) -> int:
+        """Kernel positions of the phase (the product of its per-dim taps; 0: no tap at all,
+        the phase's outputs are the epilogue of zero)."""
+        return math.prod(len(t) for t in self.taps)
+
+    @property
+    def pixels(self) -> int:
+        return math.prod(self.outputs)
+
+    def kernel_positions(self) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+        """(kernel offsets, input shifts) per dim of each tap combination, row-major (the last
+        dim fastest, as the weight stores the kernel)."""
+        return [(tuple(k for k, _ in combo), tuple(s for _, s in combo))
+                for combo in itertools.product(*(tuple(zip(t, s)) for t, s in
+                                                 zip(self.taps, self.shifts)))]
+
+
+def transposed_phases(g: ConvGather) -> tuple[TransposedPhase, ...]:
+    """A transposed convolution as prod(stride) direct convolutions, one per output residue
+    modulo the stride (row-major over the residues, the last dim fastest). Every kernel tap
+    belongs to exactly one residue per dim, so the phases' taps partition the kernel."""
+    per_dim = []
+    for s, p, dl, ks, o in zip(g.stride, g.padding, g.dilation, g.kernel, g.out_shape):
+        dims = []
+        for r in range(s):
+            taps = tuple(k for k in range(ks) if (r + p - k * dl) % s == 0)
+            dims.append((r, taps, tuple((r + p - k * dl) // s for k in taps),
+                         max(0, -(-(o - r) // s))))
+        per_dim.append(dims)
+    return tuple(TransposedPhase(tuple(d[0] for d in combo), tuple(d[1] for d in combo),
+                                 tuple(d[2] for d in combo), tuple(d[3] for d in combo))
+                 for combo in itertools.product(*per_dim))
+
+
+def phase_grid(g: ConvGather) -> tuple[int, ...]:
+    """The q extent per dim every phase is laid out in: ceil(out / stride), the largest
+    phase's (a smaller phase leaves its last q unwritten)."""
+    return tuple(-(-o // s) for o, s in zip(g.out_shape, g.stride))
 
 
 def _operands(graph: Graph, conv: Node) -> tuple[Node, Node]:

@@ -31,6 +31,10 @@ fill from L2, a barrier per K slice, the waits on spilled values, and the tail c
 blocks per SM. Its first constants came from the H200 searches' trials; the overlap of a lone
 block and the fill rate were fitted on every recorded measurement of the template (live runs
 and convolution sweeps, `benchmarks/sim_tc_fit.py`).
+
+A transposed convolution run as sub-convolutions per output phase (facts ``tconv=phase``,
+``phase_k``) is priced by what its blocks really do: every phase's tiles, each reducing its
+own K (`blocks_k`), B read through tables without the gathered zeros.
 """
 
 from __future__ import annotations
@@ -91,6 +95,13 @@ def GATHER_INSTR(dims: int) -> float:  # noqa: N802 - a constant of the model, b
 #: `SIMT_TIME_SCALE` 1.25, 32 per dim (tried 8 to 64) ranks them best (median Spearman of
 #: the five 0.62; 8: 0.36, 64: 0.58).
 TRANSPOSED_GATHER_INSTR = 32.0
+
+
+#: Lane-instructions per gathered element of a transposed convolution's phase (`memory.tconv`
+#: = "phase", `tconv_phases.py`) beyond the direct table gather's: k's channel and tap (a
+#: division by a constant) and the tap-table read. An estimate, not fitted: no phased kernel has
+#: been measured yet.
+PHASE_TAP_INSTR = 4.0
 
 
 def TC_GATHER_INSTR(dims: int, table: bool, transposed: bool) -> float:  # noqa: N802
@@ -156,16 +167,16 @@ def simulate_gemm(rendered: Rendered, resources: dict | None, target: Target
     if blocks_sm < 1:
         return math.inf, {}, "block does not fit on an SM"
     clk = target.clock_hz
-    tiles = -(-M // bm) * -(-N // bn) * batch
+    tiles = -(-M // bm) * -(-N // bn) * batch * int(f.get("phases", 1))
     if f.get("skips_zero_tiles"):
         tiles = max(1, int(tiles * 0.53))
     blocks = tiles * split
     slots = target.sm_count * blocks_sm
     waves = blocks / slots
     quant = math.ceil(waves) / waves if waves > 0 else 1.0
-    k_per = -(-K // split)
-    k_pad = -(-k_per // bk) * bk
-    fma = blocks * bm * bn * k_pad
+    # K (whole slices) summed over the blocks: a transposed convolution's phases each their own
+    block_k = blocks_k(f, K, split, bk, tiles)
+    fma = block_k * bm * bn
     warps_sm = blocks_sm * threads / 32
     # inner loop: TM*TN FMAs per (TM+TN)/4 LDS.128 and ~2 instructions of loop/address work;
     # per K slice every thread also loads its share of the A and B tiles and stores it to
@@ -189,16 +200,16 @@ def simulate_gemm(rendered: Rendered, resources: dict | None, target: Target
                                         not contig, int(f.get("pad", 0)), stages,
                                         str(f.get("a_along")), str(f.get("b_along")),
                                         int(f.get("vec_a", 1)), int(f.get("vec_b", 1)))
-    smem_s = (blocks * (k_pad // bk) * (bk * frag_wf + store_wf) * SMEM_CLK_PER_WAVEFRONT
+    smem_s = (block_k / bk * (bk * frag_wf + store_wf) * SMEM_CLK_PER_WAVEFRONT
               / (target.sm_count * clk))
     transposed = (f.get("a_along") == "k") + (f.get("b_along") == "k")
     # global traffic: each block reads its panels; vector loads issue 4x fewer requests
-    panel = blocks * k_pad * (bm + bn) * 4.0
+    panel = block_k * (bm + bn) * 4.0
     reuse = 0.6 if int(f.get("raster", 1)) > 1 else 1.0
     vec_pen = 1.0 + 0.25 * ((int(f.get("vec_a", 1)) == 1) + (int(f.get("vec_b", 1)) == 1))
     l2_s = panel * reuse * vec_pen / L2_BW
-    out_bytes = batch * M * N * 4.0
-    dram_s = main_dram_s(batch, M, N, K, split, target)
+    out_bytes = batch * M * N * 4.0 * int(f.get("phases", 1))
+    dram_s = main_dram_s(*dram_shape(f, batch, M, N, K), split, target)
     if contig and tn == 8:  # half-written sectors per store request
         dram_s += out_bytes * (CONTIG_STORE_COST - 1) / target.dram_bw
     # latency: a block's K step computes for `step_clk`; its next slice arrives after the
@@ -210,7 +221,7 @@ def simulate_gemm(rendered: Rendered, resources: dict | None, target: Target
     wait_clk = (GLOBAL_LATENCY_CLK + step_clk if stages == 1 else
                 max(0.0, GLOBAL_LATENCY_CLK - max(0, stages - 2) * step_clk))
     pipe_eff = min(1.0, blocks_sm * step_clk / max(wait_clk, 1.0))
-    spill_s = _spill_time(resources, threads, blocks_sm, blocks * (k_pad // bk), target)
+    spill_s = _spill_time(resources, threads, blocks_sm, block_k / bk, target)
     limits = (fma_s / pipe_eff, smem_s, l2_s, dram_s, spill_s)
     main_s = _soft_max(limits, OVERLAP_SHARPNESS) * quant * SIMT_TIME_SCALE
     latency_s = (fma_s / pipe_eff - fma_s) * quant  # exposed waits for K slices
@@ -294,9 +305,10 @@ def simulate_gemm_tc(rendered: Rendered, resources: dict | None, target: Target
     # not in waves of resident slots (a lone block in the last wave runs at the full rate)
     per_sm = blocks / target.sm_count
     quant = math.ceil(per_sm) / per_sm if per_sm > 0 else 1.0
-    k_pad = -(-(-(-K // split)) // bk) * bk
+    # K (whole slices) summed over the blocks: a transposed convolution's phases each their own
+    block_k = blocks_k(f, K, split, bk, tiles)
     mt, nt = wm // 16, wn // 8
-    warp_steps = blocks * (bm // wm) * (bn // wn) * (k_pad // 8)
+    warp_steps = block_k * (bm // wm) * (bn // wn) / 8
     # per warp and step: 3 mma per tile on the tensor pipe; splits (2 cvt + 1 sub per
     # fragment value), 4 partial-sum adds per tile per fresh partial (one partial spans
     # `fresh_steps` 8-deep steps) and the fragment loads on the others
@@ -319,30 +331,32 @@ def simulate_gemm_tc(rendered: Rendered, resources: dict | None, target: Target
     step_clk = max(mma_clk, alu_clk) * overlap + (mma_clk + alu_clk) * (1 - overlap)
     compute_s = warp_steps * step_clk / (target.sm_count * clk)
     # each K slice ends in a cp.async wait and a barrier; another resident block covers it
-    slices = blocks * (k_pad // bk)
+    slices = block_k / bk
     compute_s += slices * SLICE_SYNC_CLK / blocks_sm / (target.sm_count * clk)
     gather_dims = int(f.get("gather_dims", 0))
     if gather_dims:  # a convolution's B: index arithmetic per gathered element (estimate)
         # division chains per element, or a constant-table lookup and a compare per dim
         per_elem = TC_GATHER_INSTR(gather_dims, f.get("gather") == "table",
                                    bool(int(f.get("gather_transposed", 0))))
+        if f.get("tconv") == "phase":  # the tap and channel of k, both operands' tables
+            per_elem += PHASE_TAP_INSTR
         compute_s += slices * bn * bk * per_elem / 32 / 4 / (target.sm_count * clk)
     smem_s = warp_steps * (4 * mt + 2 * nt) * 128 / (SMEM_BYTES_PER_CLK * target.sm_count * clk)
-    panel = blocks * k_pad * (bm + bn) * 4.0
+    panel = block_k * (bm + bn) * 4.0
     vec_pen = 1.0 + 0.25 * ((int(f.get("vec_a", 1)) == 1) + (int(f.get("vec_b", 1)) == 1))
     # every block copies its A and B panels from L2 into shared memory, raster or not (a
     # raster saves DRAM traffic, not these copies): measured, the rate tops out near
     # TC_TILE_FILL_BW (64 x 64 tiles of fused_linear_relu, 17.2 GB of tiles in 7.0 ms)
     l2_s = panel * vec_pen / TC_TILE_FILL_BW
-    out_bytes = batch * M * N * 4.0
-    dram_s = main_dram_s(batch, M, N, K, split, target)
-    spill_s = _spill_time(resources, threads, blocks_sm, blocks * (k_pad // bk), target)
+    out_bytes = batch * M * N * 4.0 * int(f.get("phases", 1))
+    dram_s = main_dram_s(*dram_shape(f, batch, M, N, K), split, target)
+    spill_s = _spill_time(resources, threads, blocks_sm, slices, target)
     # a warp waits for its spilled values (local loads) itself; the scheduler's other warps
     # cover the wait only while they have work: with one or two warps per scheduler the waits
     # add to the warp's share of the compute instead of hiding under it (the throughput term
     # alone underpriced spilling configurations of 4 and 8 warps per SM 3x and 1.9x; with
     # the waits the mean Spearman of the 60 problems went 0.838 -> 0.853)
-    stall_s = spill_stall_s(resources, threads, blocks_sm, blocks * (k_pad // bk), target)
+    stall_s = spill_stall_s(resources, threads, blocks_sm, slices, target)
     waits_s = compute_s / max(1.0, warps_sm / 4) + stall_s if stall_s > 0 else 0.0
     main_s = _soft_max((compute_s, smem_s, l2_s, dram_s, spill_s, waits_s),
                        TC_OVERLAP_SHARPNESS) * quant
@@ -354,7 +368,7 @@ def simulate_gemm_tc(rendered: Rendered, resources: dict | None, target: Target
     return total_s * 1e3, counters, None
 
 
-def main_dram_s(batch: int, M: int, N: int, K: int, split: int, target: Target) -> float:
+def main_dram_s(batch: int, M: int, N: int, K: float, split: int, target: Target) -> float:
     """The main GEMM kernel's DRAM time: A and B once, and the output, or with split-K each
     block's raw partial tile to the workspace (split partials per output element, read back
     by the summing kernel, `split_sum_s`)."""
@@ -368,6 +382,29 @@ def split_sum_s(split: int, out_bytes: float, target: Target) -> float:
     if split <= 1:
         return 0.0
     return (split + 1) * out_bytes * SPLIT_PARTIAL_COST / target.dram_bw + LAUNCH_US * 1e-6
+
+
+def blocks_k(f: dict, K: int, split: int, bk: int, tiles: float) -> float:
+    """K (padded to whole slices) summed over the main kernel's blocks: `tiles` tiles of
+    `split` parts each. A transposed convolution's phases (facts ``phase_k``; `tiles` counts
+    every phase's) each reduce their own K, the parts sized for the largest, so a smaller
+    phase's later parts reduce less or nothing: the multiply-adds each really does."""
+    ks = f.get("phase_k")
+    if not ks:
+        return tiles * split * (-(-(-(-K // split)) // bk) * bk)
+    kc = -(-(-(-max(ks) // bk)) // split) * bk  # the kernel's K per part
+    per_tile = sum(-(-max(0, min(kc, k - s * kc)) // bk) * bk for k in ks for s in range(split))
+    return tiles / len(ks) * per_tile
+
+
+def dram_shape(f: dict, batch: int, M: int, N: int, K: int) -> tuple[int, int, int, float]:
+    """(batch, M, N, K) of `main_dram_s` for the whole product: a transposed convolution's
+    phases read their K of B over their N columns each and write all the phases' outputs
+    (their weights, a small part, are counted at the mean phase's)."""
+    ks = f.get("phase_k")
+    if not ks:
+        return batch, M, N, K
+    return batch, M, N * len(ks), sum(ks) / len(ks)
 
 
 def _counters(occ: float, waves: float, vec_pen: float, dram_s: float, main_s: float,
@@ -473,6 +510,12 @@ def estimated_resources(facts: dict) -> dict:
 #: fp32; a flat ratio of the rates (an estimate; convolutions were not measured in half)
 LIBRARY_HALF_FLOPS = 600e12
 
+#: how much faster the library's product runs with TF32 allowed (a call the contract lets use it,
+#: `--precision auto` for a convolution): convolutions, the geomean of cuDNN's TF32 over its
+#: strict fp32 time on the 13 realistic convolutions (1.26-4.37x, H100, 2026-12-06,
+#: benchmarks/results/2026-12-06-h100-realistic9/conv-layout-probe.json); matrix products,
+#: DESIGN.md's 8192^3 rates (TF32 384 against fp32 50.5 TFLOP/s, H200)
+LIBRARY_TF32_SPEEDUP = {"conv": 2.23, "matmul": 7.6}
 
 def simulate_library(plan, rendered: Rendered, target: Target) -> tuple[float, dict[str, float]]:
     """(modelled ms, counters) of a library product followed by a generated epilogue pass."""
@@ -481,6 +524,8 @@ def simulate_library(plan, rendered: Rendered, target: Target) -> tuple[float, d
     f = dict(rendered.facts)
     call = next((la.library for la in rendered.launches if la.library), {})
     product_s = float(f["library_flops"]) / (_library_efficiency(plan, call) * target.fp32_flops)
+    if call.get("tf32"):
+        product_s /= LIBRARY_TF32_SPEEDUP["matmul" if call.get("op") == "matmul" else "conv"]
     if call.get("dtype") in ("fp16", "bf16"):
         # half-precision products (opted in): the operands cast (read 4 bytes, write 2) and
         # the product cast back (read 2, write 4) around a product at the half rate

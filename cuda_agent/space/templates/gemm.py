@@ -20,6 +20,11 @@ each thread accumulates a TM x TN sub-tile in registers as outer products. The s
   workspace; a second kernel adds the parts in a fixed order and applies the epilogue. It pays
   when M x N has too few tiles to fill the GPU.
 
+A strided transposed convolution may run as one sub-convolution per output phase (slot
+`memory.tconv`, `tconv_phases.py`) instead of the gathered GEMM: only the taps that reach each
+phase, the weight read through the tap table (scalar loads), each output pixel stored at its
+phase's place.
+
 Accumulation is fp32 FMA throughout (no TF32), so results match torch's strict fp32 matmul to
 the verifier's tolerance. Outputs that a triangular mask fixes to zero (torch.triu/tril of the
 product) are written without computing their tiles; inputs are never assumed triangular.
@@ -27,12 +32,14 @@ product) are written without computing their tiles; inputs are never assumed tri
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from ...ir.gemm import GemmInfo
 from ...ir.plan import KernelPlan
 from .. import codegen as cg
 from ..slots import Launch, Rendered, Slot, Target
+from . import tconv_phases as tconv
 from .base import Code, Template
 
 MAX_THREADS = 512
@@ -96,11 +103,13 @@ def _tile_too_large(g: GemmInfo, bm: int, bn: int) -> bool:
 
 class GemmTemplate(Template):
     name = "gemm"
-    version = "4"
+    version = "5"
     # v2: the __launch_bounds__ minimum and split-K up to 32 (v1 sweeps read at minblocks=1);
     # v3: 32-bit indexing wherever it fits (no slot), split-K only where tiles are few;
-    # v4: stages 3 and 4 (a cp.async pipeline); v3 configurations are unchanged
-    legacy = {"compute.minblocks": 1}
+    # v4: stages 3 and 4 (a cp.async pipeline); v3 configurations are unchanged; v5:
+    # memory.tconv (strided transposed convolutions gathered, or as sub-convolutions per
+    # phase); other kernels unchanged
+    legacy = {"compute.minblocks": 1, tconv.SLOT: "gather"}
 
     def applies(self, plan: KernelPlan) -> bool:
         return plan.kind in ("gemm", "conv")
@@ -128,7 +137,7 @@ class GemmTemplate(Template):
                                               "allow (__launch_bounds__ minimum)"),
             Slot("reduction.split", (1, 2, 4, 8, 16, 32),
                  "blocks sharing one tile's K (split-K)"),
-        ]
+        ] + ([Slot(tconv.SLOT, tconv.CHOICES, tconv.DOC)] if tconv.offers_phases(plan) else [])
 
     prefix_slots = 2  # config.bm, config.bn: canonical() never changes them
 
@@ -161,9 +170,20 @@ class GemmTemplate(Template):
         return cfg
 
     def check(self, plan: KernelPlan, cfg: dict[str, Any], target: Target) -> str | None:
-        g = _info(plan)
+        g = grid = _info(plan)
         bm, bn, bk = cfg["config.bm"], cfg["config.bn"], cfg["memory.bk"]
         tm, tn, split = cfg["compute.tm"], cfg["compute.tn"], cfg["reduction.split"]
+        if tconv.is_phased(cfg):
+            lay = tconv.phase_layout(plan)
+            why = lay.problem()
+            if why:
+                return why
+            if cfg["memory.vec_a"] != 1:
+                return "the phased weight is read through its tap table: scalar loads"
+            # a block's product is a phase's (its columns, the largest phase's K); the grid
+            # holds every phase's tiles
+            g = tconv.phase_gemm(plan)
+            grid = replace(g, N=lay.columns * lay.count)
         threads = (bm // tm) * (bn // tn)
         if not MIN_THREADS <= threads <= MAX_THREADS:
             return f"{threads} threads per block"
@@ -185,14 +205,18 @@ class GemmTemplate(Template):
             return "two blocks per SM do not fit"
         if _smem_bytes(cfg) > target.max_smem_per_block:
             return "shared memory per block exceeds the limit"
-        return split_grid_check(g, bm, bn, bk, split, target)
+        return split_grid_check(grid, bm, bn, bk, split, target)
 
     def default(self, plan: KernelPlan, target: Target) -> dict[str, Any]:
-        return {"config.bm": 64, "config.bn": 64, "config.raster": 1, "config.warp": "row",
-                "memory.bk": 8,
-                "memory.vec_a": 1, "memory.vec_b": 1, "memory.stages": 1, "memory.pad": 0,
-                "memory.frag": "contig", "compute.tm": 4, "compute.tn": 4,
-                "compute.minblocks": 1, "reduction.split": 1}
+        cfg = {"config.bm": 64, "config.bn": 64, "config.raster": 1, "config.warp": "row",
+               "memory.bk": 8,
+               "memory.vec_a": 1, "memory.vec_b": 1, "memory.stages": 1, "memory.pad": 0,
+               "memory.frag": "contig", "compute.tm": 4, "compute.tn": 4,
+               "compute.minblocks": 1, "reduction.split": 1}
+        if tconv.offers_phases(plan):  # no multiply-adds on zeros, where the tables fit
+            phased = {**cfg, tconv.SLOT: "phase"}
+            cfg[tconv.SLOT] = "phase" if self.check(plan, phased, target) is None else "gather"
+        return cfg
 
     def render(self, plan: KernelPlan, cfg: dict[str, Any], target: Target) -> Rendered:
         return _GemmWriter(plan, cfg).render()
@@ -299,7 +323,9 @@ class _GemmWriter:
         self.A_STAGE = self.BK * self.LDA  # floats of one shared A slice
         self.NT = (self.BM // self.TM) * (self.BN // self.TN)
         self.smem = _smem_bytes(cfg)
-        g = self.g
+        # a transposed convolution as strided sub-convolutions: a block's GEMM is a phase's
+        self.phase = tconv.phase_layout(plan) if tconv.is_phased(cfg) else None
+        g = tconv.phase_gemm(plan) if self.phase is not None else self.g
         self.tiles_m, self.tiles_n = -(-g.M // self.BM), -(-g.N // self.BN)
         k_tiles = -(-g.K // self.BK)
         self.KC = -(-k_tiles // self.SPLIT) * self.BK  # K per split, whole slices
@@ -350,8 +376,14 @@ class _GemmWriter:
         return f"(idx_t)({gk}) * {s[1]} + (idx_t)({grow}) * {s[2]}"
 
     def a_offset(self, gm: str, gk: str) -> str:
-        """Offset of A[m, k] from the batch's A: by strides, or with K split in two runs."""
+        """Offset of A[m, k] from the batch's A: by strides, or with K split in two runs, or
+        (a phase of a transposed convolution) through the phase's tap table."""
         g = self.g
+        if self.phase is not None:  # a weight row is one kernel long: (C, OC/G, *kernel)
+            cg_, ph = self.phase.gather.channels, self.phase
+            ksize = ph.kernel_size
+            return (f"(idx_t)({gm}) * {ksize} + ((({gk}) % {cg_}) * {ph.out_channels * ksize} "
+                    f"+ ca_tw[pt0_ + ({gk}) / {cg_}])")
         if g.a_k_split is None:
             return f"(idx_t)({gm}) * {g.a_strides[1]} + (idx_t)({gk}) * {g.a_strides[2]}"
         inner, outer = g.a_k_split
@@ -369,10 +401,26 @@ class _GemmWriter:
         """Element (k, p) of the image's im2col matrix, read from the input: channel and
         kernel offset from k, output pixel from p, zero where the window covers padding (or,
         transposed, where no input pixel lands on the output pixel through that offset)."""
+        if self.phase is not None:
+            return self.phase_gathered_load(reg, gp, gk)
         lines = [f"{{ const int gk_ = {gk}, gp_ = {gp}; float v_ = 0.f;",
                  f"  if (gp_ < {self.g.N} && gk_ < kend) {{"]
         lines += self.gather_index()
         lines += ["    if (in_) v_ = __ldg(Bg + off_);", "  }", f"  {reg} = v_; }}"]
+        return "\n".join(lines)
+
+    def phase_gathered_load(self, reg: str, gp: str, gk: str) -> str:
+        """Element (k, column) of this block's phase (`tconv_phases`): the column's window
+        origin, the tap and channel of k, zero outside the input (or past the phase)."""
+        ph = self.phase
+        lines = [f"{{ const int gk_ = {gk}; float v_ = 0.f;"]
+        lines += ["  " + x for x in ph.column_lines(gp, "", origin=True)]
+        lines += ["  if (valid && gk_ < kend) {"]
+        lines += ["    " + x for x in ph.tap_lines("gk_")]
+        lines += ["    const int kp_ = ca_tpos[tt_];",
+                  f"    const int pb_ = {ph.origin_offset('')};",
+                  f"    if ({ph.in_bounds('')}) v_ = __ldg(Bg + ({ph.input_offset('')}));",
+                  "  }", f"  {reg} = v_; }}"]
         return "\n".join(lines)
 
     def gather_index(self) -> list[str]:
@@ -532,6 +580,9 @@ class _GemmWriter:
     def store_tile(self, c: Code, partial: bool) -> None:
         """Write the accumulators: to the output through the epilogue, or raw to the split-K
         workspace."""
+        if self.phase is not None:
+            self.store_phase_tile(c, partial)
+            return
         g = self.g
         vec_ok = g.N % 4 == 0
         groups = [list(range(q, q + 4)) for q in range(0, self.TN, 4)]
@@ -575,6 +626,30 @@ class _GemmWriter:
             c.close()
         c.close().close()
 
+    def store_phase_tile(self, c: Code, partial: bool) -> None:
+        """A phase's columns are output pixels a stride apart: each of the thread's columns is
+        decoded once (its pixel, whether this phase has it), then stored element by element
+        down its rows, through the epilogue or raw to the split-K workspace."""
+        g = self.g
+        dst = "part" if partial else "out"
+        for j in range(self.TN):
+            c.open("")
+            c(*self.phase.column_lines(f"n0 + {self.col(j)}", "c", origin=False))
+            c.open("if (validc)")
+            c("#pragma unroll")
+            c.open(f"for (int i = 0; i < {self.TM}; ++i)")
+            if self.split_frag and self.TM == 8:
+                c(f"const int gm = m0 + (i < 4 ? ty * 4 + i : {self.BM // 2} + ty * 4 + i - 4);")
+            else:
+                c(f"const int gm = m0 + ty * {self.TM} + i;")
+            c.open(f"if (gm < {g.M})")
+            c(f"const idx_t fl_ = ((idx_t)bat * {g.M} + gm) * {g.N} + pixc;")
+            v = f"acc[i][{j}]"
+            if not partial:
+                v = self.epilogue_value(c, v, "fl_", "gm", "pixc", "_p")
+            c(f"{dst}[fl_] = {v};")
+            c.close().close().close().close()
+
     def zero_tile_test(self) -> str | None:
         """Condition under which this block's whole tile is fixed to zero by a triangle mask."""
         g = self.g
@@ -592,6 +667,8 @@ class _GemmWriter:
         skips, counted as the kernel decides (for the simulator's wave count)."""
         g = self.g
         total = self.tiles_m * self.tiles_n * g.batch
+        if self.phase is not None:
+            return total * self.phase.count
         if self.zero_tile_test() is None:
             return total
         side, d = g.zero_outside
@@ -674,17 +751,22 @@ class _GemmWriter:
             c(f"const int tx = tid % {wn}, ty = tid / {wn};")
 
     def block_origin(self, c: Code) -> None:
-        """m0, n0: this block's tile, in plain or grouped (raster) order."""
+        """m0, n0: this block's tile, in plain or grouped (raster) order. A transposed
+        convolution's phase is the fastest part of blockIdx.x (`tconv_phases`)."""
+        tile = "blockIdx.x"
+        if self.phase is not None:
+            c(*self.phase.block_lines())
+            tile = "tile_"
         if self.raster > 1:
             width = self.raster * self.tiles_n
-            c(f"const int pid = blockIdx.x, grp_ = pid / {width};",
+            c(f"const int pid = {tile}, grp_ = pid / {width};",
               f"const int first_ = grp_ * {self.raster};",
               f"const int gsz_ = min({self.tiles_m} - first_, {self.raster});",
               f"const int m0 = (first_ + (pid % {width}) % gsz_) * {self.BM};",
               f"const int n0 = ((pid % {width}) / gsz_) * {self.BN};")
         else:
-            c(f"const int m0 = (blockIdx.x / {self.tiles_n}) * {self.BM};",
-              f"const int n0 = (blockIdx.x % {self.tiles_n}) * {self.BN};")
+            c(f"const int m0 = ({tile} / {self.tiles_n}) * {self.BM};",
+              f"const int n0 = ({tile} % {self.tiles_n}) * {self.BN};")
 
     def skip_zero_tile(self, c: Code) -> None:
         g = self.g
@@ -703,11 +785,13 @@ class _GemmWriter:
         c.close()
 
     def k_range(self, c: Code) -> None:
+        # a phase's K is its own (pkn_), at most the largest phase's that KC was sized for
+        k = "pkn_" if self.phase is not None else str(self.g.K)
         if self.SPLIT > 1:
             c(f"const int kbeg = blockIdx.z * {self.KC};",
-              f"const int kend = min({self.g.K}, kbeg + {self.KC});")
+              f"const int kend = min({k}, kbeg + {self.KC});")
         else:
-            c("const int kbeg = 0;", f"const int kend = {self.g.K};")
+            c("const int kbeg = 0;", f"const int kend = {k};")
 
     def declare_acc(self, c: Code) -> None:
         c(f"float acc[{self.TM}][{self.TN}];",
@@ -725,8 +809,9 @@ class _GemmWriter:
         c.close()
 
     def main_launch(self) -> Launch:
-        return Launch("ca_gemm", (self.tiles_m * self.tiles_n, self.g.batch, self.SPLIT),
-                      (self.NT, 1, 1), self.smem)
+        phases = self.phase.count if self.phase is not None else 1
+        return Launch("ca_gemm", (self.tiles_m * self.tiles_n * phases, self.g.batch,
+                                  self.SPLIT), (self.NT, 1, 1), self.smem)
 
     def sum_kernel(self, c: Code) -> Launch:
         """Split-K: add the parts in a fixed order (deterministic), then the epilogue."""
@@ -761,6 +846,8 @@ class _GemmWriter:
         c(cg.PRELUDE)
         if self.ST > 2:
             c(CP_ASYNC)
+        if self.phase is not None:
+            c(*self.phase.tables())
         launches, ws = self.kernels(c)
         g = self.g
         facts = (("family", "gemm"), ("threads", self.NT), ("blocks", launches[0].blocks),
@@ -773,4 +860,12 @@ class _GemmWriter:
                  ("skips_zero_tiles", int(self.zero_tile_test() is not None)),
                  # an implicit-GEMM convolution: B's elements gathered through the window
                  ("gather_dims", len(g.b_gather.kernel) if g.b_gather is not None else 0))
+        if self.phase is not None:
+            # a block's product is one phase's: its columns and the largest phase's K; each
+            # phase's own K beside (the model prices the multiply-adds each really does)
+            ph = self.phase
+            facts = tuple((k, {"N": ph.columns, "K": ph.k_max}.get(k, v)) for k, v in facts)
+            facts += (("tconv", "phase"), ("phases", ph.count), ("phase_k", ph.phase_k))
+        elif g.b_gather is not None and g.b_gather.phased:
+            facts += (("tconv", "gather"),)
         return Rendered(c.text(), tuple(launches), workspace_bytes=ws, facts=facts)

@@ -20,17 +20,21 @@ Slots: config: block tile, warp tile, raster; memory: K slice, slices in flight;
 split-K (workspace and a second kernel that adds the parts in a fixed order, as the SIMT GEMM).
 The epilogue is fused as in the SIMT template. Convolutions run as the SIMT template runs them,
 implicit GEMMs whose B tile is gathered from the input (element copies, zero where the window
-covers padding).
+covers padding). A strided transposed convolution may instead run as one sub-convolution per
+output phase (slot `memory.tconv`, `tconv_phases.py`): its own taps only, A and B copied
+element by element through the per-tap tables, each output pixel stored at its phase's place.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from ...ir.plan import KernelPlan
 from ...precision import product_precision
 from .. import codegen as cg
 from ..slots import Launch, Rendered, Slot, Target
+from . import tconv_phases as tp
 from .base import Code, Template
 from .gemm import (CP_ASYNC, MAX_THREADS, MIN_THREADS, _a_along, _b_along, _GemmWriter, _info,
                    _max_offset, _vec_ok, split_grid_check)
@@ -108,7 +112,8 @@ def _layout(plan: KernelPlan, cfg: dict[str, Any]) -> dict[str, Any]:
     """Shared-memory layout of both operands: rows along each one's contiguous dim."""
     g = _info(plan)
     bm, bn, bk = cfg["config.bm"], cfg["config.bn"], cfg["memory.bk"]
-    a_rowk, b_rowk = _a_along(g) == "k", _b_along(g) == "k"
+    # the phased form reads A through its tap table along K: rows along K
+    a_rowk, b_rowk = _a_along(g) == "k" or tp.is_phased(cfg), _b_along(g) == "k"
     # [rows][BK + 4] when K is contiguous, [BK][rows + 8] otherwise: either way the 32 lanes'
     # fragment reads (row g = lane / 4, k t = lane % 4) fall on 32 distinct banks
     lda = bk + 4 if a_rowk else bm + 8
@@ -121,17 +126,18 @@ def _layout(plan: KernelPlan, cfg: dict[str, Any]) -> dict[str, Any]:
 
 class GemmTensorCoreTemplate(Template):
     name = "gemm_tc"
-    version = "3"
+    version = "4"
     # v2: compute.fresh (v1 summed every 8-deep step apart); v3: half products accumulate in
-    # the tensor core, two 8-deep steps as one m16n8k16
-    legacy = {"compute.fresh": 8}
+    # the tensor core, two 8-deep steps as one m16n8k16; v4: memory.tconv (strided transposed
+    # convolutions gathered, or as sub-convolutions per phase); other kernels unchanged
+    legacy = {"compute.fresh": 8, tp.SLOT: "gather"}
 
     def applies(self, plan: KernelPlan) -> bool:
         return plan.kind in ("gemm", "conv")
 
     def slots(self, plan: KernelPlan, target: Target) -> list[Slot]:
         return [
-            Slot("config.bm", (64, 128, 256), "rows of C per block"),
+            Slot("config.bm", _row_tiles(plan), "rows of C per block"),
             Slot("config.bn", (64, 128, 256), "columns of C per block"),
             Slot("config.raster", (1, 8), "row tiles walked together (L2 reuse of B tiles)"),
             Slot("config.warp", tuple(WARP_TILES), "rows x columns of C per warp, in 16 x 8 "
@@ -148,7 +154,7 @@ class GemmTensorCoreTemplate(Template):
                  "truncating accumulations per partial, more live fragments)"),
             Slot("reduction.split", (1, 2, 4, 8, 16, 32, 64),
                  "blocks sharing one tile's K (split-K)"),
-        ]
+        ] + ([Slot(tp.SLOT, tp.CHOICES, tp.DOC)] if tp.offers_phases(plan) else [])
 
     def canonical(self, plan: KernelPlan, cfg: dict[str, Any], target: Target
                   ) -> dict[str, Any]:
@@ -159,8 +165,17 @@ class GemmTensorCoreTemplate(Template):
         return cfg
 
     def check(self, plan: KernelPlan, cfg: dict[str, Any], target: Target) -> str | None:
-        g = _info(plan)
-        if g.a_k_split is not None and _a_along(g) != "k":
+        g = grid = _info(plan)
+        if tp.is_phased(cfg):
+            lay = tp.phase_layout(plan)
+            why = lay.problem()
+            if why:
+                return why
+            # a block's product is a phase's (its columns, the largest phase's K); the grid
+            # holds every phase's tiles
+            g = tp.phase_gemm(plan)
+            grid = replace(g, N=lay.columns * lay.count)
+        elif g.a_k_split is not None and _a_along(g) != "k":
             return "a weight whose K runs in two pieces is copied along K only"
         bm, bn, bk, split = (cfg["config.bm"], cfg["config.bn"], cfg["memory.bk"],
                              cfg["reduction.split"])
@@ -174,16 +189,29 @@ class GemmTensorCoreTemplate(Template):
             return "block tile far larger than the matrix"
         if _layout(plan, cfg)["smem"] > target.max_smem_per_block:
             return "shared memory per block exceeds the limit"
-        return split_grid_check(g, bm, bn, bk, split, target)
+        return split_grid_check(grid, bm, bn, bk, split, target)
 
     def default(self, plan: KernelPlan, target: Target) -> dict[str, Any]:
-        return {"config.bm": 128, "config.bn": 128, "config.raster": 1, "config.warp": "64x64",
-                "memory.bk": 32, "memory.stages": 3, "compute.unroll": "none",
-                "reduction.split": 1}
+        cfg = {"config.bm": 128, "config.bn": 128, "config.raster": 1, "config.warp": "64x64",
+               "memory.bk": 32, "memory.stages": 3, "compute.unroll": "none",
+               "reduction.split": 1}
+        if tp.offers_phases(plan):  # no multiply-adds on zeros, where the tables fit
+            phased = {**cfg, tp.SLOT: "phase"}
+            cfg[tp.SLOT] = "phase" if self.check(plan, phased, target) is None else "gather"
+        return cfg
 
     def render(self, plan: KernelPlan, cfg: dict[str, Any], target: Target) -> Rendered:
         return _TensorCoreWriter(plan, cfg, mma_terms(target, product_op(plan)),
                                  half_mma(target)).render()
+
+
+def _row_tiles(plan: KernelPlan) -> tuple[int, ...]:
+    """Block tile heights: 32 as well for a strided transposed convolution of at most 32
+    output channels per group (the realistic suite's upsampling layers have 16 or 32: a
+    64-row tile left half to three quarters of each mma idle)."""
+    if tp.offers_phases(plan) and _info(plan).M <= 32:
+        return (32, 64, 128, 256)
+    return (64, 128, 256)
 
 
 def product_op(plan: KernelPlan) -> str:
@@ -270,11 +298,16 @@ class _TensorCoreWriter(_GemmWriter):
         self.LDA, self.LDB = lay["lda"], lay["ldb"]
         self.A_STAGE, self.B_STAGE = lay["a_stage"], lay["b_stage"]
         self.smem = lay["smem"]
-        self.AV = 4 if _vec_ok(g, "a", 4) else 1
+        # a strided transposed convolution as sub-convolutions (`tconv_phases`): a block's
+        # product is one phase's, A and B copied element by element through the tap tables
+        self.phase = tp.phase_layout(plan) if tp.is_phased(cfg) else None
+        self.AV = 4 if self.phase is None and _vec_ok(g, "a", 4) else 1
         self.BV = 4 if _vec_ok(g, "b", 4) else 1
-        self.tiles_m, self.tiles_n = -(-g.M // self.BM), -(-g.N // self.BN)
-        self.ktab = _ktab_ok(g)
-        self.KC = -(-(-(-g.K // self.BK)) // self.SPLIT) * self.BK  # K per split, whole slices
+        block = tp.phase_gemm(plan) if self.phase is not None else g
+        self.tiles_m, self.tiles_n = -(-block.M // self.BM), -(-block.N // self.BN)
+        self.ktab = self.phase is None and _ktab_ok(g)
+        # K per split, whole slices
+        self.KC = -(-(-(-block.K // self.BK)) // self.SPLIT) * self.BK
 
     def thread_layout(self, c: Code) -> None:
         c("const int warp_ = tid >> 5, lane_ = tid & 31;",
@@ -303,6 +336,9 @@ class _TensorCoreWriter(_GemmWriter):
                 ("b", self.b_rowk, self.BV, self.BN, self.LDB, self.B_STAGE, g.N)):
             src = f"{name.upper()}g"
             total = rows * self.BK // vec
+            if self.phase is not None:
+                (self._phase_weight_copies if name == "a" else self._tabled_gather)(c, k0, buf)
+                continue
             if name == "b" and g.b_gather is not None:
                 if self.ktab:
                     self._tabled_gather(c, k0, buf)
@@ -350,6 +386,8 @@ class _TensorCoreWriter(_GemmWriter):
         super().prologue(c)
         if self.ktab:
             self._gather_setup(c)
+        elif self.phase is not None:
+            self._phase_gather_setup(c)
 
     def _pixel_rounds(self) -> tuple[int, int]:
         """(pixel positions per thread, k rows between a thread's copies of one position): a
@@ -383,8 +421,9 @@ class _TensorCoreWriter(_GemmWriter):
         """A convolution's B tile: copy j of a thread reads k row kq0_ + j * (NT/BN) (or row j
         at position j % (BN/NT)); the row's channel-and-kernel offset and its kernel
         coordinates come from __constant__ tables, the same entry for a warp's lanes (one
-        broadcast), and bounds are one unsigned compare per dim."""
-        cv = self.g.b_gather
+        broadcast), and bounds are one unsigned compare per dim. A phase of a transposed
+        convolution (`tconv_phases`) reads its tap's entry of the phase tables instead."""
+        cv, ph = self.g.b_gather, self.phase
         npos, krows = self._pixel_rounds()
         total = self.BN * self.BK
         c.open("")
@@ -395,14 +434,55 @@ class _TensorCoreWriter(_GemmWriter):
             dst = krow * self.LDB + pp * self.NT
             body = [f"const int gk_ = gk0_ + {krow};",
                     f"const bool ok_ = pv{pp}_ && gk_ < kend;",
-                    "const int t_ = ok_ ? gk_ : 0;",
-                    "const int kp_ = ca_kpos[t_];"]
-            conds = " && ".join(
-                f"(unsigned)(ib{pp}_{d} + ((kp_ >> {10 * d}) & 1023)) < {cv.in_shape[d]}u"
-                for d in range(len(cv.kernel)))
+                    "const int t_ = ok_ ? gk_ : 0;"]
+            if ph is None:
+                body.append("const int kp_ = ca_kpos[t_];")
+                conds = " && ".join(
+                    f"(unsigned)(ib{pp}_{d} + ((kp_ >> {10 * d}) & 1023)) < {cv.in_shape[d]}u"
+                    for d in range(len(cv.kernel)))
+                src = f"pb{pp}_ + ca_koff[t_]"
+            else:  # a phase's k: tap-major over the channels, the tap's shifts from its table
+                body += ph.tap_lines("t_") + ["const int kp_ = ca_tpos[tt_];"]
+                conds, src = ph.in_bounds(str(pp)), ph.input_offset(str(pp))
             body += [f"const bool in_ = ok_ && {conds};",
-                     f"ca_cp4(dst_ + {dst}, in_ ? Bg + (pb{pp}_ + ca_koff[t_]) : Bg, in_);"]
+                     f"ca_cp4(dst_ + {dst}, in_ ? Bg + ({src}) : Bg, in_);"]
             stmt = "{ " + " ".join(body) + " }"
+            c(self.in_round(stmt, j, total))
+        c.close()
+
+    def _phase_gather_setup(self, c: Code) -> None:
+        """Once per thread: the window origin of each of its columns in this block's phase
+        (`tconv_phases`), as `_gather_setup` for a direct convolution."""
+        ph = self.phase
+        npos, _ = self._pixel_rounds()
+        c("// this thread's columns of the phase: where their input windows start",
+          f"const int kq0_ = tid / {self.BN}, p0_ = tid % {self.BN};")
+        for pp in range(npos):
+            c(*ph.column_lines(f"n0 + p0_ + {pp * self.NT}", str(pp), origin=True))
+            c(f"const bool pv{pp}_ = valid{pp};",
+              f"const int pb{pp}_ = {ph.origin_offset(str(pp))};")
+
+    def _phase_weight_copies(self, c: Code, k0: str, buf: str) -> None:
+        """A phase's A tile, [row][k]: element copies, k fastest across the lanes (a warp
+        spans one or two taps: its table reads are near broadcasts); a thread's copies step
+        along rows, one table read per slice."""
+        ph, g = self.phase, self.g
+        per = self.BK  # copies along one shared row; NT is a multiple of it
+        step = self.NT // per
+        ksize = ph.kernel_size  # one weight row
+        c.open("")
+        c(f"const int r_ = tid / {per}, kk_ = tid % {per};",
+          f"const int gk_ = {k0} + kk_;",
+          "const bool kin_ = gk_ < kend;",
+          "const int t_ = kin_ ? gk_ : 0;",
+          *ph.tap_lines("t_"),
+          f"const float* src_ = Ag + (idx_t)(m0 + r_) * {ksize} + ({ph.weight_offset()});",
+          f"float* dst_ = As + ({buf}) * {self.A_STAGE} + r_ * {self.LDA} + kk_;")
+        total = self.BM * self.BK
+        for j in range(-(-total // self.NT)):
+            stmt = (f"{{ const bool in_ = kin_ && m0 + r_ + {j * step} < {g.M}; "
+                    f"ca_cp4(dst_ + {j * step * self.LDA}, in_ ? src_ + {j * step * ksize} : "
+                    "Ag, in_); }")
             c(self.in_round(stmt, j, total))
         c.close()
 
@@ -581,6 +661,9 @@ class _TensorCoreWriter(_GemmWriter):
 
     def store_tile(self, c: Code, partial: bool) -> None:
         """Each lane holds rows g and g + 8, columns 2t and 2t + 1 of every mma tile."""
+        if self.phase is not None:
+            self._store_phase_tile(c, partial)
+            return
         g = self.g
         pair = g.N % 2 == 0  # the two columns are in or out together: one 8-byte store
         c("#pragma unroll")
@@ -613,6 +696,31 @@ class _TensorCoreWriter(_GemmWriter):
                 c.close()
         c.close().close().close().close()
 
+    def _store_phase_tile(self, c: Code, partial: bool) -> None:
+        """A phase's columns are output pixels a stride apart: each of a lane's columns is
+        decoded once (its pixel, whether this phase has it), then stored element by element
+        down its rows, through the epilogue or raw to the split-K workspace."""
+        g = self.g
+        dst = "part" if partial else "out"
+        c("#pragma unroll")
+        c.open(f"for (int j = 0; j < {self.NTL}; ++j)")
+        c("#pragma unroll")
+        c.open("for (int q = 0; q < 2; ++q)")
+        c(*self.phase.column_lines("n0 + wn_ + j * 8 + 2 * t_ + q", "c", origin=False))
+        c.open("if (validc)")
+        c("#pragma unroll")
+        c.open(f"for (int i = 0; i < {self.MT}; ++i)")
+        c("#pragma unroll")
+        c.open("for (int h = 0; h < 2; ++h)")
+        c("const int gm = m0 + wm_ + i * 16 + h * 8 + g_;")
+        c.open(f"if (gm < {g.M})")
+        c(f"const idx_t fl_ = ((idx_t)bat * {g.M} + gm) * {g.N} + pixc;")
+        v = "acc[i][j][2 * h + q]"
+        if not partial:
+            v = self.epilogue_value(c, v, "fl_", "gm", "pixc", "_p")
+        c(f"{dst}[fl_] = {v};")
+        c.close().close().close().close().close().close()
+
     def main_kernel(self, c: Code) -> Launch:
         self.prologue(c)
         self.pipeline(c)
@@ -624,6 +732,8 @@ class _TensorCoreWriter(_GemmWriter):
         c(cg.PRELUDE, CP_ASYNC, MMA)
         if self.ktab:
             c(*self.ktab_decl())
+        if self.phase is not None:
+            c(*self.phase.tables())
         launches, ws = self.kernels(c)
         g = self.g
         facts = (("family", "gemm"), ("mma", self.half or mma_name(self.terms)),
@@ -640,4 +750,14 @@ class _TensorCoreWriter(_GemmWriter):
                  ("gather_dims", len(g.b_gather.kernel) if g.b_gather is not None else 0),
                  ("gather", "table" if self.ktab else "arith"),
                  ("gather_transposed", int(g.b_gather is not None and g.b_gather.transposed)))
+        if self.phase is not None:
+            # a block's product is one phase's: its columns and the largest phase's K; each
+            # phase's own K beside (the model prices the multiply-adds each really does); B
+            # gathered through tables, with no zeros to skip
+            ph = self.phase
+            facts = tuple((k, {"N": ph.columns, "K": ph.k_max, "gather": "table",
+                               "gather_transposed": 0}.get(k, v)) for k, v in facts)
+            facts += (("tconv", "phase"), ("phases", ph.count), ("phase_k", ph.phase_k))
+        elif g.b_gather is not None and g.b_gather.phased:
+            facts += (("tconv", "gather"),)
         return Rendered(c.text(), tuple(launches), workspace_bytes=ws, facts=facts)
