@@ -93,6 +93,8 @@ BAD_FLAGS = {
     "tune-time-limit": ([_T, "P", "--time-limit", "-1"], "--time-limit"),
     "tune-compile-timeout": ([_T, "P", "--compile-timeout", "-5"], "--compile-timeout"),
     "tune-baseline-timeout": ([_T, "P", "--baseline-timeout", "0"], "--baseline-timeout"),
+    "tune-import-timeout": ([_T, "P", "--import-timeout", "-1"], "--import-timeout"),
+    "tune-import-memory": ([_T, "P", "--import-memory", "-2"], "--import-memory"),
     "tune-stage-patience": ([_T, "P", "--stage-patience", "-1"], "--stage-patience"),
     "tune-patience": ([_T, "P", "--patience", "0"], "--patience"),
     "tune-agents": ([_T, "P", "--agents", "triple"], "--agents"),
