@@ -43,11 +43,13 @@ import sys
 import threading
 import time
 import traceback
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import errors
+from .cache_check import CacheWarning
 from .errors import CudaAgentError, HostError, ProblemError, SettingsError
 from .limits import IMPORT_MEMORY_FRACTION, IMPORT_TIMEOUT_S
 
@@ -199,8 +201,10 @@ class ProblemLoader:
         self.start()
         memory_limit = limits.memory_limit()
         child = self._child
+        # the child writes the capture cache: with this process's umask, not the loader's
+        # (which started under whatever umask the first load had)
         request = {"path": str(path), "cwd": os.getcwd(), "sys_path": list(sys.path),
-                   "env": dict(os.environ)}
+                   "env": dict(os.environ), "umask": current_umask()}
         log_start = child.log_size()
         pid = None
         try:
@@ -227,6 +231,8 @@ class ProblemLoader:
             raise
         # the file's own errors leave the loader as it was: it serves the next load
         if answer[0] == "done":
+            for message in answer[2]:  # a damaged cache entry met in the child: said here
+                warnings.warn(message, CacheWarning, stacklevel=3)
             return answer[1]
         if answer[0] == "error":
             cls = getattr(errors, answer[1], None)
@@ -408,6 +414,7 @@ def _child(conn: "Connection", request: dict[str, Any]) -> None:
         os.setpgid(0, 0)  # a group of its own: killed with whatever it starts
         _die_with_parent()
         conn.send(("started", os.getpid()))
+        os.umask(request["umask"])
         os.chdir(request["cwd"])
         sys.path[:] = request["sys_path"]
         os.environ.clear()
@@ -432,16 +439,20 @@ def _child(conn: "Connection", request: dict[str, Any]) -> None:
 
 
 def _load_here(path: Path) -> tuple:
-    """("done", graph), or ("error", class name, message), or ("bug", traceback)."""
+    """("done", graph, the cache warnings met), or ("error", class name, message), or ("bug",
+    traceback)."""
     from .ir.plan import make_plan
     from .problem import load_problem, naming_file
 
     try:
-        problem = load_problem(path)
-        graph = problem.graph()
-        with naming_file(path):
-            make_plan(graph)  # its refusals name the file too; the parent plans again
-        return ("done", graph)
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always", CacheWarning)
+            problem = load_problem(path)
+            graph = problem.graph()
+            with naming_file(path):
+                make_plan(graph)  # its refusals name the file too; the parent plans again
+        return ("done", graph, [str(w.message) for w in seen
+                                if issubclass(w.category, CacheWarning)])
     except CudaAgentError as exc:
         return ("error", type(exc).__name__, str(exc))
     except (SystemExit, KeyboardInterrupt) as exc:  # the file's own code exits
@@ -449,6 +460,13 @@ def _load_here(path: Path) -> tuple:
                                          f"{type(exc).__name__}({exc})")
     except Exception as exc:  # noqa: BLE001 - cuda-agent's own failure
         return ("bug", "".join(traceback.format_exception(exc)))
+
+
+def current_umask() -> int:
+    """This process's umask (reading it means setting it: put back at once)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _die_with_parent() -> None:
