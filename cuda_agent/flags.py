@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from .errors import SettingsError
+from .errors import DeviceError, SettingsError
 from .run.tolerance import parse_tolerance
 from .precision import CONTRACTS, PRECISIONS
 
@@ -103,10 +103,19 @@ def check_bench_strategies(names: Sequence[str]) -> None:
         raise SettingsError("--strategies: none named; choose from " + ", ".join(known))
 
 
+NVIDIA_DRIVER = ("/dev/nvidiactl", "/proc/driver/nvidia")
+"""what an NVIDIA driver leaves on a Linux machine: with neither, no CUDA GPU can be used"""
+
+
 def check_device(name: str | None, allowed: Sequence[str] = DEVICES) -> None:
-    """None picks a device later (the GPU when there is one, else the simulator)."""
+    """None picks a device later (the GPU when there is one, else the simulator). `cuda` on a
+    machine with no NVIDIA driver at all is refused here, before the problem is loaded (a
+    driver without a usable GPU is found when the device opens)."""
     if name is not None:
         one_of("--device", name, allowed)
+    if name == "cuda" and not any(Path(p).exists() for p in NVIDIA_DRIVER):
+        raise DeviceError("--device cuda: no CUDA GPU is available on this machine (no NVIDIA "
+                          "driver); use --device sim")
 
 
 def check_precision(precision: str, device: str | None = None) -> None:

@@ -24,6 +24,7 @@ import pytest
 
 from helpers import GOOD
 from test_cli import CLI, cli_env
+from cuda_agent.flags import NVIDIA_DRIVER
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBLEMS = ROOT / "benchmarks" / "problems"
@@ -86,6 +87,9 @@ BAD_FLAGS = {
     "tune-batch": ([_T, "P", "--batch", "0"], "--batch"),
     "tune-strategy": ([_T, "P", "--strategy", "bogus"], "--strategy"),
     "tune-device": ([_T, "P", "--device", "tpu"], "--device"),
+    # a machine with no NVIDIA driver (CI's): the GPU is refused before the problem loads
+    **({"tune-device-cuda-no-gpu": ([_T, "P", "--device", "cuda"], "no CUDA GPU")}
+       if not any(Path(p).exists() for p in NVIDIA_DRIVER) else {}),
     "tune-precision": ([_T, "P", "--precision", "fp8"], "--precision"),
     "tune-tolerance": ([_T, "P", "--tolerance", "loose"], "--tolerance"),
     "tune-replay-precision": ([_T, "P", "--device", "replay", "--precision", "tf32"],
