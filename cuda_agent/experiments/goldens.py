@@ -491,25 +491,24 @@ def check(root: Path, folder: Path, only: Iterable[str] | None = None,
           progress: Callable[[str], None] | None = None) -> list[str]:
     """Every difference between the goldens in `folder` and what the code computes now (the
     cases keyed in `only`, or all of them; the replay runs `replay`, or none)."""
+    names = list(FILE_SUITES) + ["unseen_ops"] + (["replay"] if replay is not None else [])
+    stored = {n: read(folder, n) for n in names}  # read first: a missing file fails at once
+    out = [f"{file_name(n)}: written with other settings ({d['header']}); regenerate"
+           for n, d in stored.items() if d["header"] != settings_header()]
+    if out:
+        return out
     groups, labels = compute(root, only, progress)
-    out: list[str] = []
-    names = list(FILE_SUITES) + ["unseen_ops"]
-    for group in names:
-        stored = read(folder, group)
-        if stored["header"] != settings_header():
-            out.append(f"{file_name(group)}: written with other settings "
-                       f"({stored['header']}); regenerate")
-            continue
-        entries = stored["entries"]
+    for group in names[:len(FILE_SUITES) + 1]:
+        entries = stored[group]["entries"]
         if only is not None:
             entries = {k: v for k, v in entries.items() if k in set(only)}
         out += differences(entries, groups.get(group, {}), labels)
     if replay is not None:
-        stored = read(folder, "replay")["entries"]
         now = replay_entry(root, replay)
-        wanted = {k: v for k, v in stored.items() if k in now} if replay != ReplayRuns() \
-            else stored
-        out += replay_differences(wanted, now)
+        runs = stored["replay"]["entries"]
+        if replay != ReplayRuns():  # a subset of the runs: those it made
+            runs = {k: v for k, v in runs.items() if k in now}
+        out += replay_differences(runs, now)
     return out
 
 
