@@ -164,7 +164,9 @@ def measure(path: Path) -> dict:
 
 
 def one_line(exc: BaseException) -> str:
-    text = str(exc).strip()
+    """The refusal's first line, the checkout's path left out (the file is named relative to
+    it, so the manifest reads the same in any clone)."""
+    text = str(exc).strip().replace(str(ROOT) + "/", "")
     return text.splitlines()[0] if text else type(exc).__name__
 
 

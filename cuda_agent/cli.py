@@ -116,7 +116,8 @@ def run_tune(problem_path: Path, settings_kw: dict, out: Optional[Path],
     with ProblemLoader(fork=True) as loader:
         problem = loader.load(problem_path, LoadLimits.of_run(settings))
     with naming_file(problem.path):  # the planner's and the spaces' refusals name the file
-        tuner = Tuner(problem, settings, notify=lambda s: console.print(f"[yellow]{s}[/]"),
+        tuner = Tuner(problem, settings,
+                      notify=lambda s: console.print(f"[yellow]{s}[/]", soft_wrap=True),
                       on_setup=lambda s: console.print(s, highlight=False), started=started)
     try:
         with _progress() as bar:
@@ -390,7 +391,7 @@ def sweep(
 
     try:
         shared = open_device(device, TuneSettings(device=device),
-                             lambda s: console.print(f"[yellow]{s}[/]"))
+                             lambda s: console.print(f"[yellow]{s}[/]", soft_wrap=True))
     except CudaAgentError as exc:
         fail(str(exc))
         return
@@ -481,7 +482,8 @@ def train(
         try:
             with _progress() as bar:  # capturing and planning every problem of the suite
                 load = bar.add_task("loading the suite", total=None, status="")
-                trainer = Trainer(settings, notify=lambda m: console.print(f"[yellow]{m}[/]"),
+                trainer = Trainer(settings, notify=lambda m: console.print(f"[yellow]{m}[/]",
+                                                                           soft_wrap=True),
                                   loading=lambda i, n, name: bar.update(
                                       load, completed=i, total=n, status=name))
         except (CudaAgentError, ValueError) as exc:
