@@ -100,11 +100,11 @@ class BenchSettings:
     strategy run and listed among the problems not compared (one slow problem cannot take a
     whole suite's time)"""
     precision: str = "auto"
-    """live runs: the kernels' numeric contract (`TuneSettings.precision`): "auto" each product
-    as the process's torch flags run it (replay: strict fp32, as the sweeps were recorded),
-    "fp32" strict, "tf32", "fp16" or "bf16" opt into tensor-core products on operands of that type; the matched eager and
-    torch.compile are timed with TF32 on or under autocast as well (the headline ones at
-    PyTorch's defaults either way)"""
+    """live runs: the kernels' numeric contract (`TuneSettings.precision`): "auto" each product as
+    the process's torch flags run it (replay: strict fp32, as the sweeps were recorded), "fp32"
+    strict, "tf32", "fp16" or "bf16" opt into tensor-core products on operands of that type;
+    the matched eager and torch.compile are timed with TF32 on or under autocast as well (the
+    headline ones at PyTorch's defaults either way)"""
     stage_patience: int | None = STAGE_PATIENCE
     """live runs, multi-kernel programs: measurements a stage may go without progress before
     every strategy hands the rest of its share to the next stage (None: an even split)"""

@@ -112,8 +112,9 @@ class TuneSettings:
     as float32_matmul_precision "highest" keeps them), verified against torch's own answer
     under those flags; resolved to a contract when the run starts (`precision_asked` keeps
     "auto"); fp32: every kernel held to strict fp32 accuracy (tensor cores only
-    error-compensated); tf32: the user opts into TF32 tensor-core products (convolutions and matrix products, the
-    library's cuDNN and cuBLAS steps included), verified against torch's own TF32 answer;
+    error-compensated); tf32: the user opts into TF32 tensor-core products (convolutions and
+    matrix products, the library's cuDNN and cuBLAS steps included), verified against torch's
+    own TF32 answer;
     fp16, bf16: products on operands rounded to that type with fp32 accumulation, verified
     against torch under autocast in that dtype. Eager and torch.compile are timed twice: at
     PyTorch's defaults (the headline: a user's process) and matched to this contract (TF32 on,
