@@ -600,10 +600,12 @@ class Tuner:
                        ) -> tuple[list[Config], str]:
         """A program's first measurements, before its stages are searched: the untuned
         baseline (every stage's default, where the settings include it), then every stage at
-        the strategy's model pick (`Strategy.stage_pick`, modelled while the baseline runs),
-        where the strategy has a model. Returns the stages' configurations the search starts
-        from (the faster of the two programs that verified; the defaults where neither did)
-        and "time_limit" where the time ran out, else "".
+        the library floor (every heavy stage on cuDNN/cuBLAS, `library_pick`, the others at
+        their picks where modelled by then), then every stage at the strategy's model pick
+        (`Strategy.stage_pick`, modelled while the baseline runs), where the strategy has a
+        model. Returns the stages' configurations the search starts from (the fastest program
+        that verified; the defaults where none did) and "time_limit" where the time ran out,
+        else "".
 
         Why the picks: every candidate of a stage is timed as the whole program, so while the
         first stage is searched the later ones ran their untuned defaults, and a time-limited
@@ -614,39 +616,71 @@ class Tuner:
         s = self.settings
         first = len(trials)
         defaults = [sp.default() for sp in self.stages]
+        floors_ready: Future = Future()
 
-        def model_picks() -> tuple[list[Config | None], list[Config | None]]:
-            probe = make_strategy(self.strategy_name,
-                                  StageSpace.of(self.plan, 0, self.stages, defaults),
-                                  seed=s.seed, **self.strategy_options)
-            # the library's configurations are few: modelled first, the whole stages after
-            floors = [library_pick(probe, sp) for sp in self.stages]
-            return floors, [probe.stage_pick(sp) for sp in self.stages]
+        def model_picks() -> list[Config | None]:
+            try:
+                probe = make_strategy(self.strategy_name,
+                                      StageSpace.of(self.plan, 0, self.stages, defaults),
+                                      seed=s.seed, **self.strategy_options)
+                # the library's configurations are few: modelled first, and handed over at
+                # once, so that the floor waits for no whole stage's modelling
+                floors_ready.set_result([library_pick(probe, sp) for sp in self.stages])
+            except BaseException as exc:
+                if not floors_ready.done():
+                    floors_ready.set_exception(exc)
+                raise
+            return [probe.stage_pick(sp) for sp in self.stages]
 
         # modelled while the baseline is measured; on a daemon thread, so that a run the time
         # limit ends is not held until the modelling ends
         ahead = in_background(model_picks, name="cuda-agent-picks")
         if s.include_default and self._measure_program(defaults, trials, progress) is None:
             return defaults, "time_limit"
+        measured = [defaults]
+
+        def measure(program: list[Config]) -> bool:
+            """Measure `program` unless measured already or the budget is spent; False where
+            the time limit came first."""
+            if program in measured or len(trials) - first >= s.budget:
+                return True
+            measured.append(program)
+            return self._measure_program(program, trials, progress) is not None
+
+        # the library floor next: cuBLAS/cuDNN for every heavy stage, the model's picks around
+        # it, so that no search ends slower than "library + fused epilogue" for want of time.
+        # The picks are waited for up to half the time left (all of it without a limit: a
+        # seeded search measures the same programs every time); past that, the floor runs the
+        # other stages at their defaults rather than not at all
+        t = time.perf_counter()
+        left = self._left()
+        futures_wait([ahead], timeout=None if left is None else left / 2)
+        futures_wait([floors_ready], timeout=self._left())
+        self.timing["strategy_s"] += time.perf_counter() - t
+        if not floors_ready.done():
+            return defaults, "time_limit"
+        floors = floors_ready.result()
+        picks = ahead.result() if ahead.done() else [None] * len(defaults)
+        floor = [lib if lib is not None else p if p is not None else d
+                 for lib, p, d in zip(floors, picks, defaults)]
+        if not measure(floor):
+            return defaults, "time_limit"
         t = time.perf_counter()
         futures_wait([ahead], timeout=self._left())
         self.timing["strategy_s"] += time.perf_counter() - t
         if not ahead.done():
-            return defaults, "time_limit"
-        floors, picks = ahead.result()
-        program = [p if p is not None else d for p, d in zip(picks, defaults)]
-        # the library floor next: cuBLAS/cuDNN for every heavy stage, the model's picks around
-        # it, so that no search ends slower than "library + fused epilogue" for want of time
-        floor = [lib if lib is not None else p for lib, p in zip(floors, program)]
-        measured = [defaults]
-        for candidate in (floor, program):
-            if candidate not in measured and len(trials) - first < s.budget:
-                if self._measure_program(candidate, trials, progress) is None:
-                    return defaults, "time_limit"
-                measured.append(candidate)
+            return self._started_from(defaults), "time_limit"
+        picks = ahead.result()
+        if not measure([p if p is not None else d for p, d in zip(picks, defaults)]):
+            return self._started_from(defaults), "time_limit"
+        return self._started_from(defaults), ""
+
+    def _started_from(self, defaults: list[Config]) -> list[Config]:
+        """The program the stages' search starts from: the best measured so far, else the
+        defaults."""
         if self._best is None or self._best_space is None:
-            return defaults, ""
-        return self._best_space.with_choice(self._best.config), ""
+            return defaults
+        return self._best_space.with_choice(self._best.config)
 
     def _measure_program(self, fixed: list[Config], trials: list[Trial],
                          progress: Callable[[Trial, "Trial | None"], None] | None

@@ -210,3 +210,25 @@ def test_the_model_prices_a_tf32_library_call_at_cudnns_measured_tf32_gain():
         times[contract] = simulate_library(plan, space.render(cfg), target)[0]
     assert times["tf32:conv"] < times["fp32"] / 1.5
     assert LIBRARY_TF32_SPEEDUP["conv"] > 1
+
+
+def test_a_time_limited_program_measures_the_floor_while_the_picks_are_still_modelled(
+        monkeypatch):
+    """The model's picks of a whole stage can take seconds (the agents list a large stage's
+    space); the floor does not wait past half the time left for them: it runs the other
+    stages at their defaults rather than not at all."""
+    import time
+
+    from cuda_agent.search.prior_rank import PriorRanked, model_pick
+    from cuda_agent.tuner import tune
+
+    def slow_stage_pick(self, space):
+        if not getattr(space, "subset", False):  # a whole stage, not the library's few
+            time.sleep(30.0)
+        return model_pick(space, self.constants)
+
+    monkeypatch.setattr(PriorRanked, "stage_pick", slow_stage_pick)
+    r = tune(PROBLEMS / "fused_conv2d_groupnorm_tanh.py", device="sim", budget=8, batch=2,
+             baselines=False, strategy="prior", time_limit_s=12.0, store=":memory:")
+    assert r.stopped == "time_limit"
+    assert len(r.trials) >= 2 and not r.trials[0].library and r.trials[1].library
