@@ -497,14 +497,28 @@ def union_facts(results: list[dict], total: int, suite: list[Path],
             "missing": missing, "multi_kernel": sorted(multi), "unseen": len(unseen),
             "medians": med, "best_peer": best_peer, "ratio": med[best_peer] / med["marl"],
             "families": families, "rebench": again, "compile_settings": settings,
-            "strategies": strategy_speeds(latest, figure)}
+            "strategies": strategy_speeds(latest, figure),
+            "all_medians": unseen_medians(unseen)}
+
+
+def unseen_medians(unseen: dict[str, dict]) -> dict[str, float]:
+    """Every strategy's median measurements to 95 % over the problems `unseen` by the agents'
+    policy (the peers' and the baselines' alike), where it ran."""
+    counts: dict[str, list[int]] = {}
+    for p, r in unseen.items():
+        for strategy, facts in r["summary"].items():
+            if p in facts.get("evals_to_95", {}):
+                counts.setdefault(strategy, []).append(facts["evals_to_95"][p])
+    return {s: statistics.median(c) for s, c in counts.items()}
 
 
 def strategy_speeds(latest: dict[str, dict], figure: Any) -> dict[str, dict]:
     """Each strategy's fastest verified kernel per problem (the problem's latest run) against
     torch.compile's `figure` of that run: problems searched, fast_1 and the geomean speedup
-    over them."""
+    over them. The agents count only where their run's policy never trained on the problem,
+    as in `cuda-agent report`."""
     from cuda_agent import metrics
+    from cuda_agent.search.base import is_agents
 
     best: dict[str, dict[str, float | None]] = {}
     for p, r in latest.items():
@@ -512,7 +526,8 @@ def strategy_speeds(latest: dict[str, dict], figure: Any) -> dict[str, dict]:
         if not base:
             continue
         for run in r.get("runs", []):
-            if run["problem"] != p:
+            if run["problem"] != p or (is_agents(run["strategy"])
+                                       and p in r.get("trained_on", [])):
                 continue
             times = [t for t in run.get("times") or [] if isinstance(t, (int, float))]
             mine = best.setdefault(run["strategy"], {})
