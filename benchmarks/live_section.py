@@ -580,8 +580,8 @@ def compile_figure(problems: dict[str, dict]) -> tuple[Any, str]:
     if problems and all(headline_ms(f) for f in problems.values() if f.get("best_ms")):
         return headline_ms, "at PyTorch's defaults (as a user's process runs it)"
     return matched_ms, ("under the kernels' strict fp32 contract (cuDNN's TF32 off; runs "
-                        "before issue 33 timed it so only: a user's process, with TF32 on in "
-                        "convolutions, can be faster)")
+                        "from before torch's defaults were timed have only this figure: a "
+                        "user's process, with TF32 on in convolutions, can be faster)")
 
 
 def generations_table(old: dict, new: dict, labels: tuple[str, ...] = (

@@ -170,6 +170,17 @@ def code_list(paths: list[str]) -> str:
     return ", ".join(f"`{p}`" for p in paths)
 
 
+def n_of(n: int, word: str) -> str:
+    """'1 file', '3 files'."""
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def span(dates: list[str]) -> str:
+    """The first and last of sorted dates, or the one date."""
+    return "?" if not dates else dates[0] if dates[0] == dates[-1] else \
+        f"{dates[0]} to {dates[-1]}"
+
+
 # ---------------------------------------------------------------------------------------------
 # the families of results: each returns its figures, or None where no results file exists
 
@@ -341,7 +352,7 @@ def summary(rl: dict | None, lv: dict | None, ln: dict | None, sim: dict | None,
         c = s["counts"]
         gpus = joined(sorted({short_gpu(d.get("gpu")) for d in docs}))
         dates = joined(sorted({str(d.get("date")) for d in docs}))
-        files = f"`{RESULTS}/*/realistic*.json` ({len(rl['strict_files'])} files)"
+        files = f"`{RESULTS}/*/realistic*.json` ({n_of(len(rl['strict_files']), 'file')})"
         rows += [
             ("Realistic suite: problems run of the suite, strict fp32", f"{s['run']} of "
              f"{s['suite']} ({s['sizes']}); {c['ok']} verified", "live", gpus, dates, files),
@@ -364,15 +375,15 @@ def summary(rl: dict | None, lv: dict | None, ln: dict | None, sim: dict | None,
                          code_list(rl["column_files"][p])))
     if lv:
         u = lv["union"]
-        where = f"{len(lv['files'])} merged reports (below)"
-        gpus, dates = joined(lv["gpus"]), f"{lv['dates'][0]} to {lv['dates'][-1]}"
+        where = f"{n_of(len(lv['files']), 'merged report')} (below)"
+        gpus, dates = joined(lv["gpus"]), span(lv["dates"])
         rows.append(("Live bench: fastest kernel of each run against torch.compile (default "
                      "mode, same run)", f"faster on **{u['faster']} of {u['problems']}** "
                      f"(fast_1 {f2(u['fast_1'])}), geomean **{x(u['geomean'])}**", "live", gpus,
                      dates, where))
         text = (f"{lv['union']['best_peer']}'s {g(u['medians'][u['best_peer']])} against the "
                 f"agents' {g(u['medians']['marl'])}: **{u['ratio']:.1f}x fewer** "
-                f"({u['unseen']} problems the policy never trained on)")
+                f"({n_of(u['unseen'], 'problem')} the policy never trained on)")
         if u["rebench"]:
             b = u["rebench"]
             text += (f"; without the {b['problems']} reruns chosen for the agents "
@@ -381,7 +392,8 @@ def summary(rl: dict | None, lv: dict | None, ln: dict | None, sim: dict | None,
                      "best peer (latest run per problem)", text, "live", gpus, dates, where))
         if lv["pooled"]:
             st = lv["pooled"]
-            rows.append((f"Live bench, problems drawn by rule ({st['runs']} runs): the same",
+            rows.append((f"Live bench, problems drawn by rule ({n_of(st['runs'], 'run')}): "
+                         "the same",
                          f"{st['best_peer']}'s {g(st['medians'][st['best_peer']])} against "
                          f"{g(st['medians']['marl'])}: **{st['ratio']:.1f}x fewer**; fewer on "
                          f"{st['sign']['fewer']}, more on {st['sign']['more']} (sign test p "
@@ -422,12 +434,11 @@ def summary(rl: dict | None, lv: dict | None, ln: dict | None, sim: dict | None,
     for gpu, runs in sorted(facts["copy"].items()):
         sweeps = sorted({r[2] for r in runs if r[2].endswith("/")})
         others = sum(1 for r in runs if not r[2].endswith("/"))
-        rows.append((f"Copy bandwidth (device to device, read + write), median of {len(runs)} "
-                     "runs", f"{statistics.median(r[0] for r in runs):.2f} TB/s", "live", gpu,
-                     f"{min(r[1] for r in runs)} to {max(r[1] for r in runs)}",
+        rows.append((f"Copy bandwidth (device to device, read + write), median of "
+                     f"{n_of(len(runs), 'run')}", f"{statistics.median(r[0] for r in runs):.2f} "
+                     "TB/s", "live", gpu, span(sorted(r[1] for r in runs)),
                      ", ".join(([f"sweeps under {code_list(sweeps)}"] if sweeps else [])
-                               + ([f"{others} realistic run{'s' * (others > 1)}"]
-                                  if others else []))))
+                               + ([n_of(others, "realistic run")] if others else []))))
     lines = ["## Summary", "",
              "*live*: measured on the GPU named; *replay*: recorded GPU measurements served "
              "on a CPU; *simulated*: the analytic model's figures, never a GPU measurement.",
@@ -472,12 +483,13 @@ def live_lines(lv: dict | None, image: str | None) -> list[str]:
     lines += [
         f"`cuda-agent bench --device cuda` on {joined(lv['gpus'])}: every strategy searches "
         "the problem's whole template space on the GPU at an equal budget "
-        f"({'/'.join(map(str, lv['budgets']))} measurements, {'/'.join(map(str, lv['seeds']))} "
-        "seed per problem); Optuna and Kernel Tuner through their own APIs, every candidate "
+        f"({'/'.join(map(str, lv['budgets']))} measurements, seeds "
+        f"{'/'.join(map(str, lv['seeds']))} per problem); Optuna and Kernel Tuner through their own APIs, every candidate "
         "verified and timed by the same worker, torch eager and torch.compile timed in the "
         "same run. A problem benched in several runs counts by its latest. torch.compile: "
         f"{u['compile_settings']}. The agents' counts are taken only where their policy never "
-        f"trained on the problem ({u['unseen']} problems); the peers' on the same problems. "
+        f"trained on the problem ({n_of(u['unseen'], 'problem')}); the peers' on the same "
+        "problems. "
         f"Problems compared: {u['problems']} of the suite's {u['total']}"
         + (f"; not benched live: {', '.join(u['missing'])}" if u["missing"] else "") + ".", ""]
     if image:
@@ -504,7 +516,7 @@ def live_lines(lv: dict | None, image: str | None) -> list[str]:
     lines += [f"| best of run (any strategy, the sweep's best measured again) | "
               f"{f2(u['fast_1'])} | {x(u['geomean'])} | {u['problems']} | "
               + " | ".join("-" for _ in cols) + " |", ""]
-    counts = [f"latest run per problem: {u['unseen']} problems"] + [
+    counts = [f"latest run per problem: {n_of(u['unseen'], 'problem')}"] + [
         f"draw {i}: {d['runs']}" for i, d in enumerate(draws, 1)]
     lines += [
         "Measurements to 95 %: until the best so far is within 95 % of the run's best; "
@@ -627,7 +639,7 @@ def facts_lines(facts: dict) -> list[str]:
         v = [r[0] for r in runs]
         lines.append(f"* Copy bandwidth on the {gpu} (device to device, read + write counted): "
                      f"median {statistics.median(v):.2f} TB/s, {min(v):.2f} to {max(v):.2f} "
-                     f"over {len(v)} runs.")
+                     f"over {n_of(len(v), 'run')}.")
     if facts["rates"]:
         lines += ["", "Large matrix products (TFLOP/s; eager is cuBLAS through torch, strict fp32 "
                   "or under autocast for fp16/bf16, timed in the same run as the kernel):", "",
