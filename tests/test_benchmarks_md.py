@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from cuda_agent.experiments import benchmarks_md as bm
+from cuda_agent.experiments import benchmarks_results as br
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -55,10 +56,10 @@ def _json(path: Path, doc: object) -> None:
     path.write_text(json.dumps(doc))
 
 
-def fake_results(root: Path) -> bm.LiveSets:
+def fake_results(root: Path) -> br.LiveSets:
     """A results tree with known numbers, one file per family; the live sets it holds."""
-    res = root / bm.RESULTS
-    _json(root / bm.MANIFEST, {"problems": [
+    res = root / br.RESULTS
+    _json(root / br.MANIFEST, {"problems": [
         {"problem": p, "family": "f", "input_bytes": g << 30}
         for p, g in (("p1", 2), ("p2", 3), ("p3", 5))]})
     row = {"family": "f", "tune_args": [], "finished": "2031-01-01T00:00:00Z"}
@@ -70,8 +71,8 @@ def fake_results(root: Path) -> bm.LiveSets:
                  {**row, "problem": "p2", "status": "ok", "verified": True, "new_ms": 2.0,
                   "compile_ms": 1.0, "eager_ms": 4.0},   # 0.5x compile, 2x eager
                  {**row, "problem": "p3", "status": "oom", "verified": False}]})
-    (root / bm.PROBLEMS).mkdir(parents=True)
-    (root / bm.PROBLEMS / "q.py").write_text("")
+    (root / br.PROBLEMS).mkdir(parents=True)
+    (root / br.PROBLEMS / "q.py").write_text("")
     merged = {"live": "cuda", "date": "2031-01-04", "provenance": {"commit": "beef123"},
               "settings": {"budget": 40, "seeds": 1}, "trained_on": [], "skipped": {},
               "problems": {"q": {"family": "f", "best_ms": 1.0, "compile_ms": 2.5,
@@ -99,11 +100,11 @@ def fake_results(root: Path) -> bm.LiveSets:
     _json(res / "2031-01-08-sim-validation.json", {"date": "2031-01-08", "median": 0.654,
                                                    "median_before": 0.5, "rows": [{}, {}]})
     for k, bw in enumerate((5.55e12, 5.65e12, 5.45e12)):
-        _gz(root / bm.DATA / "nvidia-h999" / f"s{k}.json.gz", {
+        _gz(root / br.DATA / "nvidia-h999" / f"s{k}.json.gz", {
             "gpu": "NVIDIA H999", "device": "cuda", "copy_bw": bw, "date": "2031-01-02",
             "facts": {"sm_count": 7, "l2_bytes": 2 << 20, "memory_bytes": 3 << 30,
                       "sm_clock_mhz": 999, "torch": "9.9", "cuda": "99.0"}})
-    return bm.LiveSets(union=("2031-01-04-h999-bench-live-merged",), reruns=(),
+    return br.LiveSets(union=("2031-01-04-h999-bench-live-merged",), reruns=(),
                        samples=("2031-01-04-h999-bench-live-merged",))
 
 
@@ -135,7 +136,7 @@ def test_every_figure_of_the_summary_comes_from_the_results_files(tmp_path):
         assert figure in summary, figure
     for name in ("2031-01-05-learning-live.json", "2031-01-06-learning-replay.json",
                  "2031-01-07-sim-correlation.json", "2031-01-08-sim-validation.json"):
-        assert f"`{bm.RESULTS}/{name}`" in summary
+        assert f"`{br.RESULTS}/{name}`" in summary
     peers = section(text, "cuda-agent against the peers")
     # each strategy's fastest kernel against the run's torch.compile: 2.5/1.25, 2.5/5.0
     assert "| marl | 1.00 | 2.00x | 1 | 3 |" in peers
@@ -146,8 +147,8 @@ def test_every_figure_of_the_summary_comes_from_the_results_files(tmp_path):
 
 
 def test_a_family_without_results_is_said_not_invented(tmp_path):
-    (tmp_path / bm.RESULTS).mkdir(parents=True)
-    text = bm.page(tmp_path, bm.LiveSets((), (), ()), plots=False).text
+    (tmp_path / br.RESULTS).mkdir(parents=True)
+    text = bm.page(tmp_path, br.LiveSets((), (), ()), plots=False).text
     assert "| no results files yet |" in text
     for missing in ("No realistic suite results", "No live bench results",
                     "No learning results", "No simulator results", "No GPU facts recorded"):
@@ -157,7 +158,7 @@ def test_a_family_without_results_is_said_not_invented(tmp_path):
 def test_a_malformed_results_file_is_one_line_naming_it_and_nothing_is_written(tmp_path,
                                                                                capsys):
     fake_results(tmp_path)
-    bad = tmp_path / bm.RESULTS / "2031-01-09-h999-realistic" / "realistic.json"
+    bad = tmp_path / br.RESULTS / "2031-01-09-h999-realistic" / "realistic.json"
     bad.parent.mkdir()
     bad.write_text("{ not json")
     out = tmp_path / "B.md"
@@ -169,5 +170,5 @@ def test_a_malformed_results_file_is_one_line_naming_it_and_nothing_is_written(t
 
 def test_a_listed_live_merge_that_is_missing_is_named(tmp_path):
     fake_results(tmp_path)
-    with pytest.raises(bm.ResultsError, match="2031-01-04-gone/bench.json: no such results"):
-        bm.page(tmp_path, bm.LiveSets(("2031-01-04-gone",), (), ()), plots=False)
+    with pytest.raises(br.ResultsError, match="2031-01-04-gone/bench.json: no such results"):
+        bm.page(tmp_path, br.LiveSets(("2031-01-04-gone",), (), ()), plots=False)

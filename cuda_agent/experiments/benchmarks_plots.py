@@ -18,7 +18,6 @@ def _figure(width: float, height: float) -> tuple[Any, Any]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    plt.rcParams["svg.hashsalt"] = "cuda-agent"  # fixed ids, should an SVG ever be written
     fig, ax = plt.subplots(figsize=(width, height))
     return fig, ax
 
