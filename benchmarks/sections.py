@@ -21,12 +21,13 @@ def generated(md: Path) -> bool:
 
 def regenerate(md: Path, what: str) -> None:
     """Write the generated page `md` anew from the results files of its checkout (the folder
-    it lies in), in place of splicing the section `what` into it."""
+    it lies in), in place of splicing the section `what` (its begin marker) into it."""
     from cuda_agent.experiments.benchmarks_md import write
 
     write(md.resolve().parent, md)
-    print(f"{md} is generated from the results files: regenerated it (its tables read the "
-          f"results; the section {what} is not spliced in)", file=sys.stderr)
+    name = what.removeprefix("<!-- ").removesuffix(":begin -->")
+    print(f"{md} is generated from the results files: regenerated it (section {name} not "
+          "spliced in)", file=sys.stderr)
 
 
 def write_section(md: Path, begin: str, end: str, lines: list[str]) -> None:
