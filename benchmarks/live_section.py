@@ -62,6 +62,14 @@ SAMPLE_DRAWS = (
      "inside the second; the first share, the attention, convolution, elementwise and fused "
      "product draws, was not run), commit 84f4973"),
 )
+# the whole-suite union (`union_facts`): the merges in the order their runs happened (a problem
+# counts by its latest run; the rule-drawn draws last), and those that benched problems again
+# because the agents had needed many measurements (counted without them as well)
+UNION_MERGES = tuple(p.name for p in (MERGED, FOLD_MERGED, RETRAINED_MERGED, PRIOR_MERGED,
+                                      PROGRAM_MERGED, HANDOFF_MERGED, TC_MERGED)) + tuple(
+    merged.name for _, merged, _ in SAMPLE_DRAWS)
+RERUN_MERGES = (PRIOR_MERGED.name, TC_MERGED.name)
+SAMPLE_MERGES = tuple(merged.name for _, merged, _ in SAMPLE_DRAWS)
 # issue 3's comparison live: the trained agents, the same agents untrained, the single-agent
 # ablation, random search and Optuna on held-out problems drawn by rule (commit 5fae39a)
 ABLATION_SETS = ("2026-12-02-h200-bench-live-s19",)
@@ -303,6 +311,15 @@ would vary. These runs are not in the whole-suite union above, which compares ev
 """
 
 
+def peers() -> tuple[str, ...]:
+    """Optuna and Kernel Tuner's strategies, the peers the agents are weighed against: the
+    same names as `cuda_agent.bench.PEERS`, spelled from the search registry because importing
+    `bench` imports torch, which reading results files does not need."""
+    from cuda_agent.search import KERNEL_TUNER
+
+    return ("optuna",) + KERNEL_TUNER
+
+
 def ablation_text(merged: dict, cut: int) -> str:
     """The held-out comparison's text: each strategy's median measurements to 95 %, the
     issue's target, sign tests of the trained agents against the others (the per-problem
@@ -332,16 +349,14 @@ def ablation_text(merged: dict, cut: int) -> str:
 def sample_rows(merged: dict) -> list[tuple[str, dict[str, int]]]:
     """A draw's problems the policy never trained on, each with the agents' and the peers'
     measurements to 95 %."""
-    from cuda_agent.bench import PEERS
-
-    return [(p, {s: r["summary"][s]["evals_to_95"][p] for s in ("marl",) + PEERS
+    return [(p, {s: r["summary"][s]["evals_to_95"][p] for s in ("marl",) + peers()
                  if p in r["summary"].get(s, {}).get("evals_to_95", {})})
             for p, r in sorted(never_trained(latest_runs([merged])).items())]
 
 
-def sample_comparison(rows: list[tuple[str, dict[str, int]]]) -> str:
-    """Medians over `rows` (a problem may come twice), the agents against the best peer by
-    median and against the peers' per-problem minimum, the sign test against the best peer."""
+def sample_stats(rows: list[tuple[str, dict[str, int]]]) -> dict:
+    """Medians over `rows` (a problem may come twice), the best peer by median, the peers'
+    per-problem minimum's median and the sign test of the agents against the best peer."""
     from agents_ab import sign_test
 
     strategies = [s for s in rows[0][1] if all(s in c for _, c in rows)]
@@ -349,11 +364,21 @@ def sample_comparison(rows: list[tuple[str, dict[str, int]]]) -> str:
     best_peer = min((s for s in med if s != "marl"), key=med.__getitem__)
     oracle = statistics.median(min(v for s, v in c.items() if s != "marl") for _, c in rows)
     sign = sign_test({str(i): c for i, (_, c) in enumerate(rows)}, "marl", best_peer)
+    return {"runs": len(rows), "medians": med, "best_peer": best_peer, "oracle": oracle,
+            "sign": sign, "ratio": med[best_peer] / med["marl"],
+            "met": med[best_peer] >= 3 * med["marl"]}
+
+
+def sample_comparison(rows: list[tuple[str, dict[str, int]]]) -> str:
+    """Medians over `rows` (a problem may come twice), the agents against the best peer by
+    median and against the peers' per-problem minimum, the sign test against the best peer."""
+    st = sample_stats(rows)
+    med, best_peer, oracle, sign = st["medians"], st["best_peer"], st["oracle"], st["sign"]
     p = "-" if sign["sign_test_p"] is None else f"{sign['sign_test_p']:.2g}"
-    met = "met" if med[best_peer] >= 3 * med["marl"] else "not met"
+    met = "met" if st["met"] else "not met"
     return (f"medians {', '.join(f'{s} {m:g}' for s, m in med.items())}; the agents against "
             f"the best of Optuna and Kernel Tuner's strategies ({best_peer}): "
-            f"**{med[best_peer] / med['marl']:.1f}x fewer** (target 3x: {met}); against the "
+            f"**{st['ratio']:.1f}x fewer** (target 3x: {met}); against the "
             f"fewest any peer needed on each problem (median {oracle:g}): "
             f"{oracle / med['marl']:.1f}x fewer; against {best_peer} fewer on {sign['fewer']}, "
             f"more on {sign['more']}, tied on {sign['tied']} (sign test, two-sided p {p}).")
@@ -361,8 +386,6 @@ def sample_comparison(rows: list[tuple[str, dict[str, int]]]) -> str:
 
 def sample_text(draws: list[tuple[str, dict]]) -> str:
     """The rule-drawn samples' text; `draws`: each draw's description and merged report."""
-    from cuda_agent.bench import PEERS
-
     per_draw = [sample_rows(m) for _, m in draws]
     lines = []
     for i, ((what, merged), rows) in enumerate(zip(draws, per_draw), 1):
@@ -373,7 +396,7 @@ def sample_text(draws: list[tuple[str, dict]]) -> str:
     pooled = [r for rows in per_draw for r in rows]
     names = [p for p, _ in pooled]
     twice = sorted({p for p in names if names.count(p) > 1})
-    kt = [s for s in PEERS if s.startswith("kt:")]
+    kt = [s for s in peers() if s.startswith("kt:")]
     same = [f"{a} and {b}" for i, a in enumerate(kt) for b in kt[i + 1:]
             if all(c.get(a) == c.get(b) for _, c in per_draw[0])]
     ties = ""
@@ -416,8 +439,6 @@ def never_trained(latest: dict[str, dict]) -> dict[str, dict]:
 def evals_medians(latest: dict[str, dict]) -> tuple[dict, dict[str, float], str]:
     """The problems whose run's policy never trained on them, the median measurements to 95 %
     of each strategy on those, and the best peer (fewest of Optuna and Kernel Tuner)."""
-    from cuda_agent.bench import PEERS
-
     # the agents' count where the run's policy never trained on the problem; the peers' on
     # those same problems
     unseen = never_trained(latest)
@@ -426,16 +447,16 @@ def evals_medians(latest: dict[str, dict]) -> tuple[dict, dict[str, float], str]
         return [r["summary"][strategy]["evals_to_95"][p] for p, r in unseen.items()
                 if p in r["summary"].get(strategy, {}).get("evals_to_95", {})]
 
-    med = {s: statistics.median(c) for s in ("marl",) + PEERS if (c := counts(s))}
+    med = {s: statistics.median(c) for s in ("marl",) + peers() if (c := counts(s))}
     return unseen, med, min((s for s in med if s != "marl"), key=med.__getitem__)
 
 
-def union_section(md: Path, results: list[dict], total: int, suite: list[Path],
-                  rebench: tuple[dict, ...] = ()) -> int:
-    """The whole-suite sentences over every merge (a problem by its latest run): the best of
-    run against torch.compile, and the measurements each strategy needed. `rebench`: results
-    that benched problems again chosen for the agents' counts; the counts are then given
-    without them as well."""
+def union_facts(results: list[dict], total: int, suite: list[Path],
+                rebench: tuple[dict, ...] = ()) -> dict:
+    """The whole-suite figures over every merge (a problem by its latest run): the best of run
+    against torch.compile, and the measurements each strategy needed. `rebench`: results that
+    benched problems again chosen for the agents' counts; the counts are then given without
+    them as well (`rebench` in the result, else None)."""
     from cuda_agent import metrics
 
     latest = latest_runs(results)
@@ -447,45 +468,106 @@ def union_section(md: Path, results: list[dict], total: int, suite: list[Path],
     comp = [f["compile_ms"] for f in facts.values()]
     slower = sorted(p for p, f in facts.items() if not f["best_ms"] < f["compile_ms"])
     unseen, med, best_peer = evals_medians(latest)
-    family = {}
+    family: dict[str, list[str]] = {}
     for p, r in unseen.items():
         family.setdefault(r["problems"][p].get("family", "?"), []).append(p)
 
     def fam_median(strategy: str, probs: list[str]) -> float:
         return statistics.median(unseen[p]["summary"][strategy]["evals_to_95"][p] for p in probs)
 
-    families = ", ".join(f"{f} {fam_median('marl', ps):g} against {fam_median(best_peer, ps):g}"
-                         f" ({len(ps)})" for f, ps in sorted(family.items()))
+    families = [(f, fam_median("marl", ps), fam_median(best_peer, ps), len(ps))
+                for f, ps in sorted(family.items())]
     # runs before commit 3eb0d7f left the multi-kernel programs out (Kernel Tuner tunes one
     # kernel's parameters); later runs give it a program's stages one at a time
     multi = {p for r in results for p, why in r.get("skipped", {}).items()
              if why.startswith("a multi-kernel program")} - set(latest)
     missing = sorted(p.stem for p in suite if p.stem not in latest and p.stem not in multi)
-    if multi:
-        missing.append(("and " if missing else "") + "the multi-kernel programs, which are not "
-                       f"compared ({', '.join(sorted(multi))})")
-    again = ""
+    again = None
     if rebench:
         before = latest_runs([r for r in results if all(r is not x for x in rebench)])
         _, bmed, bpeer = evals_medians(before)
         again_set = {p for r in rebench for p in r["problems"]}
-        again = REBENCH.format(k=len(again_set & set(before)),
-                               before_marl=bmed["marl"], before_peer=bpeer,
-                               before_peer_med=bmed[bpeer],
-                               before_ratio=bmed[bpeer] / bmed["marl"])
-    text = UNION.format(n=len(facts), total=total, faster=len(facts) - len(slower),
-                        fast1=metrics.fast_p(found, comp, 1.0),
-                        geo=metrics.geomean_speedup(found, comp),
-                        slower=", ".join(slower) or "none",
-                        close=sum(facts[p]["best_ms"] < 1.01 * facts[p]["compile_ms"]
-                                  for p in slower),
-                        missing=", ".join(missing) or "none", unseen=len(unseen),
-                        medians=", ".join(f"{s} {m:g}" for s, m in med.items()),
-                        best_peer=best_peer, ratio=med[best_peer] / med["marl"],
-                        families=families, rebench=again, settings=settings)
+        again = {"problems": len(again_set & set(before)), "marl": bmed["marl"],
+                 "best_peer": bpeer, "best_peer_median": bmed[bpeer],
+                 "ratio": bmed[bpeer] / bmed["marl"]}
+    return {"problems": len(facts), "total": total, "faster": len(facts) - len(slower),
+            "fast_1": metrics.fast_p(found, comp, 1.0),
+            "geomean": metrics.geomean_speedup(found, comp), "slower": slower,
+            "close": sum(facts[p]["best_ms"] < 1.01 * facts[p]["compile_ms"] for p in slower),
+            "missing": missing, "multi_kernel": sorted(multi), "unseen": len(unseen),
+            "medians": med, "best_peer": best_peer, "ratio": med[best_peer] / med["marl"],
+            "families": families, "rebench": again, "compile_settings": settings,
+            "strategies": strategy_speeds(latest, figure),
+            "all_medians": unseen_medians(unseen)}
+
+
+def unseen_medians(unseen: dict[str, dict]) -> dict[str, float]:
+    """Every strategy's median measurements to 95 % over the problems `unseen` by the agents'
+    policy (the peers' and the baselines' alike), where it ran."""
+    counts: dict[str, list[int]] = {}
+    for p, r in unseen.items():
+        for strategy, facts in r["summary"].items():
+            if p in facts.get("evals_to_95", {}):
+                counts.setdefault(strategy, []).append(facts["evals_to_95"][p])
+    return {s: statistics.median(c) for s, c in counts.items()}
+
+
+def strategy_speeds(latest: dict[str, dict], figure: Any) -> dict[str, dict]:
+    """Each strategy's fastest verified kernel per problem (the problem's latest run) against
+    torch.compile's `figure` of that run: problems searched, fast_1 and the geomean speedup
+    over them. The agents count only where their run's policy never trained on the problem,
+    as in `cuda-agent report`."""
+    from cuda_agent import metrics
+    from cuda_agent.search.base import is_agents
+
+    best: dict[str, dict[str, float | None]] = {}
+    for p, r in latest.items():
+        base = figure(r["problems"][p])
+        if not base:
+            continue
+        for run in r.get("runs", []):
+            if run["problem"] != p or (is_agents(run["strategy"])
+                                       and p in r.get("trained_on", [])):
+                continue
+            times = [t for t in run.get("times") or [] if isinstance(t, (int, float))]
+            mine = best.setdefault(run["strategy"], {})
+            old = mine.get(p)
+            mine[p] = min([t for t in (old, *times) if t is not None], default=None)
+    out = {}
+    for strategy, per in best.items():
+        problems = sorted(per)
+        times = [per[p] for p in problems]
+        base = [figure(latest[p]["problems"][p]) for p in problems]
+        out[strategy] = {"problems": len(problems), "fast_1": metrics.fast_p(times, base, 1.0),
+                         "geomean": metrics.geomean_speedup(times, base)}
+    return out
+
+
+def union_section(md: Path, results: list[dict], total: int, suite: list[Path],
+                  rebench: tuple[dict, ...] = ()) -> int:
+    """The whole-suite sentences of `union_facts`, written as the section `bench-live-union`
+    of `md`; the number of problems compared."""
+    f = union_facts(results, total, suite, rebench)
+    missing = list(f["missing"])
+    if f["multi_kernel"]:
+        missing.append(("and " if missing else "") + "the multi-kernel programs, which are not "
+                       f"compared ({', '.join(f['multi_kernel'])})")
+    again = ""
+    if f["rebench"]:
+        b = f["rebench"]
+        again = REBENCH.format(k=b["problems"], before_marl=b["marl"], before_peer=b["best_peer"],
+                               before_peer_med=b["best_peer_median"], before_ratio=b["ratio"])
+    families = ", ".join(f"{fam} {m:g} against {pm:g} ({n})" for fam, m, pm, n in f["families"])
+    text = UNION.format(n=f["problems"], total=total, faster=f["faster"], fast1=f["fast_1"],
+                        geo=f["geomean"], slower=", ".join(f["slower"]) or "none",
+                        close=f["close"], missing=", ".join(missing) or "none",
+                        unseen=f["unseen"],
+                        medians=", ".join(f"{s} {m:g}" for s, m in f["medians"].items()),
+                        best_peer=f["best_peer"], ratio=f["ratio"], families=families,
+                        rebench=again, settings=f["compile_settings"])
     write_section(md, "<!-- bench-live-union:begin -->", "<!-- bench-live-union:end -->",
                   text.splitlines())
-    return len(facts)
+    return f["problems"]
 
 
 def compile_figure(problems: dict[str, dict]) -> tuple[Any, str]:
@@ -498,8 +580,8 @@ def compile_figure(problems: dict[str, dict]) -> tuple[Any, str]:
     if problems and all(headline_ms(f) for f in problems.values() if f.get("best_ms")):
         return headline_ms, "at PyTorch's defaults (as a user's process runs it)"
     return matched_ms, ("under the kernels' strict fp32 contract (cuDNN's TF32 off; runs "
-                        "before issue 33 timed it so only: a user's process, with TF32 on in "
-                        "convolutions, can be faster)")
+                        "from before torch's defaults were timed have only this figure: a "
+                        "user's process, with TF32 on in convolutions, can be faster)")
 
 
 def generations_table(old: dict, new: dict, labels: tuple[str, ...] = (
@@ -620,8 +702,11 @@ def main() -> None:
         path, ROOT)
     # a problem benched again counts by its latest run (the sample's draws were not chosen
     # for the agents' counts: they stay in the union without the reruns)
-    results = [merged, folds, retrained, prior, programs, handoff, tcmodel, *samples]
-    n = union_section(args.md, results, len(suite), suite, rebench=(prior, tcmodel))
+    by_name = dict(zip(UNION_MERGES, [merged, folds, retrained, prior, programs, handoff,
+                                      tcmodel, *samples]))
+    n = union_section(args.md, [by_name[name] for name in UNION_MERGES], len(suite), suite,
+                      rebench=tuple(by_name[name] for name in RERUN_MERGES))
+    results = list(by_name.values())
     print(f"{args.md}: live bench sections, "
           f"{' + '.join(str(len(r['problems'])) for r in results)} problems; {n} together")
 

@@ -307,10 +307,11 @@ def section_lines(s: dict, rows: dict[str, dict], manifest: list[dict],
     ]
 
 
-def write(md: Path, docs: list[dict], manifest: list[dict]) -> dict:
-    """Both sections from the results files: the strict (fp32) rows are the headline and the
-    table; rows tuned at another precision (`COLUMNS`: `tune`'s default "auto", `--precision
-    tf32`) are a column and a sentence each beside them."""
+def state(docs: list[dict], manifest: list[dict]) -> dict:
+    """What both sections show, from the results files: the strict (fp32) rows are the headline
+    and the table; rows tuned at another precision (`COLUMNS`: `tune`'s default "auto",
+    `--precision tf32`) are a column and a sentence each beside them. Keys: summary (with its
+    columns' summaries), rows, columns, strict_docs, column_docs."""
     from benchmarks.realistic_run import row_precision
 
     rows = merge(docs)
@@ -321,9 +322,18 @@ def write(md: Path, docs: list[dict], manifest: list[dict]) -> dict:
     s = summarize(rows, manifest)
     s["columns"] = {p: column_summary(rows, c) for p, c in columns.items()}
     s["tf32"] = s["columns"]["tf32"]
-    summary = summary_lines(s, strict_docs, s["columns"])
-    write_summary_section(md, f"{NAME}-summary", summary)
-    lines = section_lines(s, rows, manifest, strict_docs, columns, column_docs)
+    return {"summary": s, "rows": rows, "columns": columns, "strict_docs": strict_docs,
+            "column_docs": column_docs}
+
+
+def write(md: Path, docs: list[dict], manifest: list[dict]) -> dict:
+    """Both sections of `state`, written into `md`; the summary."""
+    st = state(docs, manifest)
+    s = st["summary"]
+    write_summary_section(md, f"{NAME}-summary", summary_lines(s, st["strict_docs"],
+                                                               s["columns"]))
+    lines = section_lines(s, st["rows"], manifest, st["strict_docs"], st["columns"],
+                          st["column_docs"])
     write_section(md, lines[0], lines[-1], lines)
     return s
 

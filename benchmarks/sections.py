@@ -1,14 +1,42 @@
-"""BENCHMARKS.md sections owned by one script each, between <!-- name:begin --> and
-<!-- name:end --> markers (collect.py keeps them when it rewrites the rest)."""
+"""Markdown sections owned by one script each, between <!-- name:begin --> and
+<!-- name:end --> markers. BENCHMARKS.md itself is generated whole from the results files
+(`python -m cuda_agent.experiments.benchmarks_md`): a section written to it regenerates the page
+instead, which picks up the results file the script has just written."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+
+
+def generated(md: Path) -> bool:
+    """True for a page the generator wrote (its first lines say so): nothing is spliced in."""
+    from cuda_agent.experiments.benchmarks_md import GENERATED
+
+    if not md.is_file():
+        return False
+    with md.open() as fh:
+        return any(GENERATED in fh.readline() for _ in range(5))
+
+
+def regenerate(md: Path, what: str) -> None:
+    """Write the generated page `md` anew from the results files of its checkout (the folder
+    it lies in), in place of splicing the section `what` (its begin marker) into it."""
+    from cuda_agent.experiments.benchmarks_md import write
+
+    write(md.resolve().parent, md)
+    name = what.removeprefix("<!-- ").removesuffix(":begin -->")
+    print(f"{md} is generated from the results files: regenerated it (section {name} not "
+          "spliced in)", file=sys.stderr)
 
 
 def write_section(md: Path, begin: str, end: str, lines: list[str]) -> None:
     """Replace the section between `begin` and `end` in `md` by `lines` (which include both
-    markers) where it is, or add it at the end of the file."""
+    markers) where it is, or add it at the end of the file; a generated page is regenerated
+    instead."""
+    if generated(md):
+        regenerate(md, begin)
+        return
     text = md.read_text() if md.exists() else "# Benchmarks\n"
     new = "\n".join(lines)
     if begin in text:
@@ -32,10 +60,10 @@ def insert_after_intro(text: str, block: str) -> str:
 
 def write_summary_section(md: Path, name: str, lines: list[str]) -> None:
     """Like `write_section`, but a section not there yet goes after the page's opening paragraph
-    (collect.py keeps a `*-summary` section there too)."""
+    (where a summary is read first)."""
     begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
     text = md.read_text() if md.exists() else "# Benchmarks\n"
-    if begin in text:
+    if begin in text or generated(md):
         write_section(md, begin, end, lines)
         return
     md.write_text(insert_after_intro(text, "\n".join(lines)))

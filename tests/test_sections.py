@@ -26,6 +26,27 @@ def test_a_section_is_replaced_where_it_stands(tmp_path):
     assert md.read_text().endswith("## later\n\n<!-- b:begin -->\nadded\n<!-- b:end -->\n")
 
 
+def test_a_section_written_to_the_generated_page_regenerates_it_instead(tmp_path,
+                                                                        monkeypatch):
+    """BENCHMARKS.md is generated whole from the results files: a script writing its section
+    there (after writing its results file) has the page regenerated, not spliced into."""
+    import sections
+    from cuda_agent.experiments.benchmarks_md import GENERATED
+
+    page = f"# Benchmarks\n\n{GENERATED} from the results files -->\n\nthe tables\n"
+    md = tmp_path / "BENCHMARKS.md"
+    md.write_text(page)
+    calls = []
+    monkeypatch.setattr(sections, "regenerate", lambda md, what: calls.append((md, what)),
+                        raising=False)  # so that it runs, and fails, where none exists
+    write_section(md, "<!-- a:begin -->", "<!-- a:end -->",
+                  ["<!-- a:begin -->", "spliced", "<!-- a:end -->"])
+    sections.write_summary_section(md, "x-summary", ["<!-- x-summary:begin -->", "headline",
+                                                     "<!-- x-summary:end -->"])
+    assert md.read_text() == page
+    assert calls == [(md, "<!-- a:begin -->"), (md, "<!-- x-summary:begin -->")]
+
+
 def test_library_table_reads_best_per_layout_and_algorithm_twins():
     trials = [["cudnn=heuristic block=128 layout=as_given scope=lib", 2.0],
               ["cudnn=benchmark block=128 layout=as_given scope=lib", 1.0],
@@ -285,17 +306,6 @@ def test_realistic_section_with_nothing_run(tmp_path):
     s = write(md, [], [{"problem": "a", "family": "f", "input_bytes": 1 << 30}])
     assert s["run"] == 0 and s["fast_1_run"] is None
     assert "none of its 1 problems run yet; nothing is counted" in md.read_text()
-
-
-def test_collect_keeps_a_summary_section_after_the_opening_paragraph():
-    sys.path.insert(0, str(ROOT))
-    from benchmarks.collect import keep_sections
-
-    old = ("# B\n\nold intro\n\n<!-- x-summary:begin -->\nheadline\n<!-- x-summary:end -->\n\n"
-           "<!-- y:begin -->\ny\n<!-- y:end -->\n")
-    new = keep_sections("# B\n\nnew intro\n\n| table |\n", old)
-    assert new.index("new intro") < new.index("headline") < new.index("| table |") \
-        < new.index("<!-- y:begin -->")
 
 
 def test_the_live_learning_verdict_says_which_needs_fewer_and_whether_it_is_conclusive():
