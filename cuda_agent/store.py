@@ -30,8 +30,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import random
 import sqlite3
 import threading
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -213,6 +215,28 @@ def _connect(path: str) -> sqlite3.Connection:
     return db
 
 
+# How long opening waits for other processes switching a new store to WAL at the same time.
+WAL_SWITCH_WAIT_S = 30.0
+
+
+def _enter_wal(db: sqlite3.Connection) -> None:
+    """Put the file in WAL mode, waiting for other processes doing the same. SQLite answers
+    "database is locked" at once, without calling the busy handler, to a connection that asks
+    for WAL while another one is changing the journal mode (several tunes starting on one new
+    store), so the wait is here: short sleeps with jitter, up to `WAL_SWITCH_WAIT_S`."""
+    deadline = time.monotonic() + WAL_SWITCH_WAIT_S
+    while True:
+        try:
+            if str(db.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
+                db.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            busy = "locked" in str(exc) or "busy" in str(exc)
+            if not busy or time.monotonic() > deadline:
+                raise
+            time.sleep(random.uniform(0.005, 0.05))
+
+
 def _version(db: sqlite3.Connection) -> int | None:
     """The store's schema version; None for a new (empty) file."""
     if db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' "
@@ -326,7 +350,7 @@ class Store:
                 problem = bounded_check(db, QUICK_CHECK_S)
                 if problem:
                     raise sqlite3.DatabaseError(f"database disk image is malformed: {problem}")
-            db.execute("PRAGMA journal_mode = WAL")  # readers never block the writer
+            _enter_wal(db)  # readers never block the writer
             # NORMAL is safe with WAL: a power cut may lose the last commits, never corrupt
             db.execute("PRAGMA synchronous = NORMAL")
             db.execute("PRAGMA foreign_keys = ON")
