@@ -35,6 +35,8 @@ PAIRS = (("trained+prior", "prior"), ("trained+prior", "untrained+prior"),
          ("trained+prior", "kt GA warm"), ("trained+prior", "kt SA warm"),
          ("prior", "optuna warm"), ("prior", "kt GA warm"), ("untrained+prior", "prior"))
 """(a, b): is a's best after k measurements nearer the pooled best than b's?"""
+LEARNING = ("prior", "untrained+prior", "single+prior")
+"""the arms that ask what the training is worth (the rest are the peers)"""
 BOOTSTRAP = 4000
 """resamples of the problems for the confidence intervals (seeded: the same figures each run)"""
 
@@ -189,6 +191,48 @@ def winners(s: dict[str, Any], k: int) -> list[str]:
     return out
 
 
+def _ks(ks: list[int]) -> str:
+    return ", ".join(map(str, ks[:-1])) + (" and " if len(ks) > 1 else "") + str(ks[-1])
+
+
+def pair_sentence(s: dict[str, Any], a: str, b: str) -> str:
+    """Which of a and b is significantly nearer the pooled best after which k (both the sign
+    test and the interval agreeing), in one plain sentence; '' where the pair is not in s."""
+    by = {p["k"]: p["verdict"] for p in s["pairs"] if (p["a"], p["b"]) == (a, b)}
+    if not by:
+        return ""
+    won_a = [k for k in s["ks"] if by.get(k) == "a"]
+    won_b = [k for k in s["ks"] if by.get(k) == "b"]
+    rest = [k for k in s["ks"] if k not in won_a + won_b]
+    parts = ([f"**{a}** nearer the best after {_ks(won_a)}"] if won_a else []) + (
+        [f"**{b}** nearer after {_ks(won_b)}"] if won_b else []) + (
+        [f"no significant difference after {_ks(rest)}"] if rest else [])
+    return f"{a} against {b}: " + "; ".join(parts) + "."
+
+
+def what_wins(s: dict[str, Any]) -> str:
+    """The plain answer: is any arm significantly nearer the best than the prior alone, at
+    any k; and the pairs' sentences."""
+    beats_prior = sorted({p["a"] for p in s["pairs"] if p["b"] == "prior" and p["verdict"] == "a"}
+                         | {p["b"] for p in s["pairs"] if p["a"] == "prior"
+                            and p["verdict"] == "b"})
+    lead = (f"**Nothing compared here beats the prior alone** (the model's ranking) after any "
+            f"of {_ks(s['ks'])} measurements" if not beats_prior else
+            f"**{', '.join(beats_prior)} beat{'s' if len(beats_prior) == 1 else ''} the prior "
+            "alone** at some k")
+    # the sign test alone (its pairs are not independent: a problem's seeds share it) can
+    # disagree with the interval: more often nearer, by less than the losses elsewhere
+    alone = [f"against {p['b']} after {p['k']} ({p['a_better']}/{p['a_worse']})"
+             for p in s["pairs"] if p["a"] == "trained+prior" and p["b"] in LEARNING
+             and p["verdict"] == "none" and p["sign_test_p"] is not None
+             and p["sign_test_p"] < 0.05]
+    note = (" The trained agents are nearer on significantly more (problem, seed) pairs, yet "
+            "the interval over problems holds 1 (nearer more often, by less than they are "
+            "farther elsewhere): " + "; ".join(alone) + ".") if alone else ""
+    return lead + ". " + " ".join(pair_sentence(s, a, b) for a, b in
+                                   dict.fromkeys((p["a"], p["b"]) for p in s["pairs"])) + note
+
+
 def arm_rows(s: dict[str, Any]) -> list[list[str]]:
     """Per arm: the geometric-mean ratio after each k, and the share within 5 % and at the
     best after the last k."""
@@ -219,10 +263,15 @@ def pair_rows(s: dict[str, Any], ks: Sequence[int] | None = None) -> list[list[s
             lo, hi = p["ci95"]
             mark = {"a": " (a)", "b": " (b)"}.get(p["verdict"], "")
             pv = "-" if p["sign_test_p"] is None else f"{p['sign_test_p']:.2g}"
-            cells.append(f"{p['geomean_ratio_a_over_b']:.3f} [{lo:.3f}, {hi:.3f}] "
+            cells.append(f"{p['geomean_ratio_a_over_b']:.3f} [{lo:.3f}, {hi:.3f}], "
                          f"{p['a_better']}/{p['a_worse']}, p {pv}{mark}")
         out.append([a, b, *cells])
     return out
+
+
+def curves(s: dict[str, Any]) -> dict[str, list[float]]:
+    """arm -> the geometric-mean ratio after each k (the plot's lines)."""
+    return {a: [by_k[str(k)]["geomean_ratio"] for k in s["ks"]] for a, by_k in s["arms"].items()}
 
 
 def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
