@@ -89,3 +89,19 @@ def test_tables_have_a_row_per_arm_and_pair() -> None:
     md = lm.markdown_table(head, lm.arm_rows(s))
     assert md[0].startswith("| arm |") and len(md) == 4
     assert len(lm.pair_rows(s)) == 1 and len(lm.winners(s, 2)) == 1
+
+
+def test_the_command_prints_the_tables_of_a_result_and_refuses_other_files(tmp_path, capsys):
+    import json
+
+    rows = [row(f"p{i}", 1.0, {a: [[1.2, 1.0]] * 3 for a in lm.ARMS}) for i in range(3)]
+    res = tmp_path / "m.json"
+    res.write_text(json.dumps({"label": "REPLAY", "metric": lm.summarize(rows, ks=(1, 2))}))
+    assert lm.main([str(res)]) == 0
+    out = capsys.readouterr().out
+    assert "trained+prior" in out and "1.200" in out
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    assert lm.main([str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "bad.json" in err

@@ -366,8 +366,11 @@ def metric_lines(ln: dict | None, image: str | None) -> list[str]:
                f"searches run for it (share {src['share']} of the recorded problems, budget "
                f"{src['budget']}, commit {d['commit']}"
                + (f"; not run: {len(src['not_run'])}" if src.get("not_run") else "") + ")")
+        small = m.get("space_at_most_k", {}).get(str(m["ks"][-1]))
         return (f"{m['problems']} problems x {'/'.join(map(str, m['seeds']))} seeds, {how}, "
-                f"`{d['file']}`")
+                f"`{d['file']}`" + (f"; {small} of them have at most {m['ks'][-1]} "
+                                    "configurations (measuring each once finds the best by "
+                                    f"{m['ks'][-1]})" if small else ""))
 
     for i, d in enumerate(srcs):
         lines += [f"**{chr(65 + i)}**: {what(d)}. {lm.what_wins(d['metric'])}", ""]
