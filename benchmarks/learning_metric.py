@@ -141,7 +141,10 @@ def main() -> None:
                   "budget": args.budget, "seeds": args.seeds, "share": args.share,
                   "policy": POLICY, "single_policy": SINGLE, "sim_constants": SIM,
                   "not_run": sorted(set(names) - {r["problem"] for r in rows})}
-    metric = lm.summarize(rows)
+    try:
+        metric = lm.summarize(rows)
+    except ValueError as exc:
+        raise SystemExit(f"{dest}: {exc}") from None
     res = {"label": lr.LABEL, "device": "replay", "gpu_of_the_measurements": "H200",
            "date": DATE, "commit": git_commit(), "source": source, "metric": metric,
            "dropped": {r["problem"]: r.get("skipped") or "; ".join(r["in_sample"])

@@ -480,7 +480,8 @@ REPRODUCE = [
     "then `python benchmarks/live_section.py` to rebuild the merged reports it lists.",
     "* Learning, live: `python benchmarks/learning_live.py RUN...` on the bench runs of "
     "`gpu_suite.py --parts bench --bench-strategies marl,marl_untrained,prior,marl_single`; on "
-    "replay: `python benchmarks/learning_replay.py`.",
+    "replay: `python benchmarks/learning_replay.py`; the best time after k measurements: "
+    "`python -m benchmarks.learning_metric` (`--from` a learning-replay result reads its runs).",
     "* Simulator: `python benchmarks/sim_correlation.py`, `sim_live_correlation.py`, "
     "`sim_validation.py`, `sim_fold_fit.py` (CPU; scipy).",
     "* Sweeps and searches: `cuda-agent sweep` on the GPU, then `python benchmarks/collect.py "
