@@ -374,9 +374,15 @@ def metric_lines(ln: dict | None, image: str | None) -> list[str]:
 
     for i, d in enumerate(srcs):
         lines += [f"**{chr(65 + i)}**: {what(d)}. {lm.what_wins(d['metric'])}", ""]
+    ms = [d["metric"] for d in srcs]
+    if len(ms) == 2:
+        n, same, total = lm.agreement(ms[0], ms[1])
+        if n:
+            lines += [f"B's {n} problems are in A too: the same ratios, seed for seed, in {same} "
+                      f"of {total} (problem, arm, k) cells (B ran at a later commit, budget "
+                      f"{srcs[1]['source'].get('budget')}).", ""]
     if image:
         lines += [f"![Best time after k measurements, replay]({image})", ""]
-    ms = [d["metric"] for d in srcs]
     ks = ms[0]["ks"]
     head = ["arm"] + [f"{chr(65 + i)}: after {k}" for i in range(len(ms)) for k in ks] + [
         f"{chr(65 + i)}: within 5 % after {ks[-1]}" for i in range(len(ms))]

@@ -269,6 +269,20 @@ def pair_rows(s: dict[str, Any], ks: Sequence[int] | None = None) -> list[list[s
     return out
 
 
+def agreement(a: dict[str, Any], b: dict[str, Any]) -> tuple[int, int, int]:
+    """How far two results of the metric agree where they overlap: (problems in both, (problem,
+    arm, k) cells with the same per-seed ratios, cells compared)."""
+    common = sorted(set(a["per_problem"]) & set(b["per_problem"]))
+    same = total = 0
+    for p in common:
+        for arm, by_k in b["per_problem"][p].items():
+            for k, v in by_k.items():
+                if arm in a["per_problem"][p] and k in a["per_problem"][p][arm]:
+                    total += 1
+                    same += a["per_problem"][p][arm][k] == v
+    return len(common), same, total
+
+
 def curves(s: dict[str, Any]) -> dict[str, list[float]]:
     """arm -> the geometric-mean ratio after each k (the plot's lines)."""
     return {a: [by_k[str(k)]["geomean_ratio"] for k in s["ks"]] for a, by_k in s["arms"].items()}
