@@ -105,3 +105,25 @@ def test_the_command_prints_the_tables_of_a_result_and_refuses_other_files(tmp_p
     assert lm.main([str(bad)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "bad.json" in err
+
+
+def test_the_shares_of_the_entry_point_partition_the_recorded_problems(monkeypatch):
+    """`python -m benchmarks.learning_metric --share i/n` runs share i; the shares together are
+    every recorded problem once, each share a mix of families."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.syspath_prepend(str(root))
+    from benchmarks.learning_metric import selected
+    from benchmarks.learning_replay import problem_names
+
+    shares = [selected(f"{i}/4") for i in range(4)]
+    flat = [n for s in shares for n in s]
+    assert sorted(flat) == sorted(problem_names("")) and len(set(flat)) == len(flat)
+    assert all(len({n.split("_")[0] for n in s}) > 5 for s in shares)
+    bad = subprocess.run([sys.executable, "-m", "benchmarks.learning_metric", "--share", "4/4"],
+                         cwd=root, capture_output=True, text=True)
+    assert bad.returncode != 0 and bad.stderr.strip().splitlines() == [
+        "--share '4/4': i must be in 0..n-1"]
