@@ -69,6 +69,8 @@ class Region:
     family: str = ""  # a kernel region: its plan's family (row, gemm, program: gemm+row ...)
     out_shape: tuple[int, ...] = ()
     out_dtype: str = "float32"
+    flops: int = 0  # a kernel region: its plan's arithmetic and least bytes moved (the
+    bytes: int = 0  # share of the budget it gets, `tune.py`)
 
     def label(self) -> str:
         ops = ", ".join(_runs(self.ops))
@@ -309,6 +311,7 @@ class _Splitter:
                    [w.name for w in writes], code, reason)
         if plan is not None:
             r.family = plan.family
+            r.flops, r.bytes = int(plan.flops()), int(plan.bytes_moved())
             r.out_shape = tuple(out.shape)
             r.out_dtype = _dtype(out)
             stages = len(plan.program.stages) if hasattr(plan, "program") else 1
