@@ -78,11 +78,18 @@ def _ref_grad(k, what, ref, grad, inputs):
     try:
         _, vjp = torch.func.vjp(of_floats, *(inputs[i] for i in floats))
         got = dict(zip(floats, vjp(grad)))
-    except RuntimeError as exc:
+    except (RuntimeError, NotImplementedError) as exc:
         raise RuntimeError(f"region {k} ({what}) has no gradient: "
                            f"{str(exc).strip().splitlines()[0]}") from None
-    return [got[i].contiguous() if i in got else torch.zeros_like(t)
-            for i, t in enumerate(inputs)]
+    out, seen = [], {grad.untyped_storage().data_ptr()}
+    seen |= {t.untyped_storage().data_ptr() for t in inputs}
+    for i, t in enumerate(inputs):
+        g = got[i] if i in got else torch.zeros_like(t)
+        if g.untyped_storage().data_ptr() in seen:  # a custom op's outputs alias nothing
+            g = g.clone()
+        seen.add(g.untyped_storage().data_ptr())
+        out.append(g)
+    return out
 
 
 def _tuned_for(module, args):

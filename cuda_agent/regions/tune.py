@@ -98,7 +98,8 @@ class ModelResult:
 
 
 def tune_model(path: str | Path, out: str | Path, split: Split | None = None,
-               notify: Callable[[str], None] = lambda s: None, **options: Any) -> ModelResult:
+               notify: Callable[[str], None] = lambda s: None, started: float | None = None,
+               **options: Any) -> ModelResult:
     """Split the model in `path`, tune each kernel region (`options` as `tuner.tune`'s; the
     budget and the time limit are split across regions by expected gain, `budget.py`), and
     write `out`: model_new.py, report.json, and regions/ (each region's problem file and its
@@ -106,7 +107,7 @@ def tune_model(path: str | Path, out: str | Path, split: Split | None = None,
     from ..problem_child import LoadLimits, shared_loader
     from ..tuner import TuneSettings, tune
 
-    started = time.monotonic()
+    started = time.monotonic() if started is None else started
     path, out = Path(path), Path(out)
     settings = TuneSettings(**{k: v for k, v in options.items() if k != "store"})
     if split is None:
@@ -139,6 +140,9 @@ def tune_model(path: str | Path, out: str | Path, split: Split | None = None,
             o.error = str(exc).split(": ", 1)[-1] if str(exc).startswith(str(region_dir)) \
                 else str(exc)
         notify(result.lines()[split.regions.index(r)])
+    for r in split.regions:  # the torch regions' lines too, so the user sees every region
+        if r.kind == TORCH:
+            notify(result.lines()[split.regions.index(r)])
     result.wall_s = time.monotonic() - started
     emit_model(result, out)
     return result
