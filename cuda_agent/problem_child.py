@@ -201,7 +201,7 @@ class ProblemLoader:
         with self._lock:
             return self._load(path, limits or LoadLimits(), split=True)
 
-    def _load(self, path: Path, limits: LoadLimits, split: bool = False) -> "Graph":
+    def _load(self, path: Path, limits: LoadLimits, split: bool = False) -> Any:
         from .procs import START_TIMEOUT_S
 
         self._read_last_exit()
@@ -430,7 +430,8 @@ def _child(conn: "Connection", request: dict[str, Any]) -> None:
         import faulthandler
 
         faulthandler.enable()  # a segfault's dump names the file's line (`_line_in`)
-        answer = (_split_here if request.get("split") else _load_here)(Path(request["path"]))
+        load = _split_here if request.get("split") else _load_here
+        answer = load(Path(request["path"]))
         try:
             conn.send(answer)
         except (pickle.PicklingError, TypeError, AttributeError):  # cuda-agent's own failure

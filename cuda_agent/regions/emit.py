@@ -214,11 +214,12 @@ def model_new_source(split: Split, problem_name: str, problem_source: str,
     ns = namespace(problem_name, key)
     ops = "".join(_op_source(r, ns) for r in split.kernels())
     program = "\n".join("    " + line.replace("{ns}", ns) for line in body)
-    sources = "{\n" + "".join(f"    {k}: {src!r},\n" for k, src in sorted(region_sources.items())) + "}"
+    sources = "{\n" + "".join(f"    {k}: {src!r},\n"
+                               for k, src in sorted(region_sources.items())) + "}"
     return (header + "\nimport torch\n\n"
-            "# ---- the reference problem, verbatim -----------------------------------------------\n"
+            "# ---- the reference problem, verbatim " + "-" * 50 + "\n"
             + _strip_future(problem_source).rstrip() + "\n\n"
-            "# ---- the regions --------------------------------------------------------------------\n"
+            "# ---- the regions " + "-" * 69 + "\n"
             f"_NS = {ns!r}\n"
             f"INPUT_SHAPES = {[tuple(s) for s in split.input_shapes]!r}\n"
             f"INPUT_DTYPES = {split.input_dtypes!r}\n"

@@ -60,7 +60,8 @@ def problem_source(region: Region, model_name: str) -> str:
               f"        _device = {params[0] if params else 'self.w0'}.device"]
     for a in args:
         if ops[a].dtype == "bool":
-            lines.append(f"        {pycode.var(a)} = torch.ops.aten.ne.Scalar({pycode.var(a)}_f, 0)")
+            v = pycode.var(a)
+            lines.append(f"        {v} = torch.ops.aten.ne.Scalar({v}_f, 0)")
     for fx, attr in names.items():
         lines.append(f"        {pycode.var(fx)} = self.{attr}")
     lines += ["        " + line for line in region.code.splitlines()]

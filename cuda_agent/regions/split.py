@@ -315,8 +315,10 @@ class _Splitter:
             r.out_shape = tuple(out.shape)
             r.out_dtype = _dtype(out)
             stages = len(plan.program.stages) if hasattr(plan, "program") else 1
+            masks = [o.name for o in r.reads if o.dtype == "bool"]
             r.reason = (f"generated: {stages} kernel{'s' if stages > 1 else ''} "
-                        f"({plan.family})")
+                        f"({plan.family})" + (f", bool operand {', '.join(masks)} read as "
+                                              "float32 0/1 (cast by torch)" if masks else ""))
         return r
 
 

@@ -125,9 +125,9 @@ def tune_model(path: str | Path, out: str | Path, split: Split | None = None,
             left = deadline - time.monotonic() - 1.0  # the module's emission after
             limit = budgets.time_share(max(0.0, left), r, kernels[pos + 1:])
             if limit < 1.0:
-                result.outcomes[r.index] = RegionOutcome(r.index, str(region_dir / f"r{r.index}.py"),
-                                                         shares[r.index], limit,
-                                                         error="the time limit came first")
+                result.outcomes[r.index] = RegionOutcome(
+                    r.index, str(region_dir / f"r{r.index}.py"), shares[r.index], limit,
+                    error="the time limit came first")
                 continue
         o = RegionOutcome(r.index, str(region_dir / f"r{r.index}.py"), shares[r.index], limit)
         result.outcomes[r.index] = o
