@@ -242,3 +242,39 @@ def test_tune_model_end_to_end_on_the_simulator(name, tmp_path):
         assert len(result.lines()) == len(result.split.regions)
         _check_module(_emitted(name, tmp_path, emit=False), name,
                       compile_ok=name != "lstm_head")
+
+
+def test_time_limit_holds_across_regions(tmp_path):
+    """`time_limit_s` bounds the whole model's run (the split in its child, every region's
+    loading, search and outputs, the module's emission) within 5 %; the budget is split by
+    expected time, at least one measurement each, the larger region first."""
+    import time
+
+    from cuda_agent.regions.tune import tune_model
+
+    limit = 20.0
+    t0 = time.monotonic()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = tune_model(MODELS / "densenet_transition.py", tmp_path, device="sim",
+                            budget=100000, store=":memory:", time_limit_s=limit)
+    wall = time.monotonic() - t0
+    assert wall <= limit * 1.05, wall
+    outcomes = [result.outcomes[r.index] for r in result.split.kernels()]
+    relu, conv = outcomes  # region order; the convolution's expected time is the larger
+    assert conv.budget > relu.budget >= 1 and sum(o.budget for o in outcomes) == 100000
+    assert conv.time_limit_s > relu.time_limit_s
+    assert (tmp_path / "model_new.py").exists()
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert len(report["lines"]) == len(result.split.regions)
+
+
+def test_budget_shares_by_expected_time():
+    from cuda_agent.regions import budget
+    from cuda_agent.regions.split import Region
+
+    big = Region(1, KERNEL, ["linear"], [], [], [], "", flops=2 * 4096 ** 3)
+    small = Region(2, KERNEL, ["relu"], [], [], [], "", bytes=4 * 1024)
+    assert budget.shares(40, [big, small]) == [39, 1]
+    assert budget.shares(1, [big, small]) == [1, 1]  # at least one each
+    assert budget.time_share(10.0, small, [big]) < 0.01

@@ -32,6 +32,9 @@ from . import pycode
 from .trace import _VIEW_OPS, op_name
 
 KERNEL, TORCH = "kernel", "torch"
+#: the longest run of units a kernel region is tried from (each try lowers and plans the run:
+#: the walk costs O(runs x MAX_UNITS) tries on a model no run of which plans)
+MAX_UNITS = 64
 # ops with nothing to compute: a region of these alone is left to torch (views, copies)
 _NO_WORK = _VIEW_OPS | {"clone", "contiguous", "lift_fresh_copy", "_assert_tensor_metadata",
                         "_to_copy", "to", "dropout"}
@@ -276,7 +279,8 @@ class _Splitter:
                 i += 1
                 continue
             end = i
-            while end < len(units) and op_name(units[end][0]) in _HANDLERS:
+            while end < len(units) and end - i < MAX_UNITS and \
+                    op_name(units[end][0]) in _HANDLERS:
                 end += 1
             found = None
             why = ""
