@@ -48,9 +48,11 @@ def test_split_of_the_issue_models():
 
     dense = _split("densenet_transition")
     assert dense.inplace == ["relu_"]  # taken as relu: the graph means a value
-    assert {"relu", "conv2d", "avg_pool2d"} <= _ops(dense, KERNEL)
-    bn = next(r for r in dense.regions if "batch_norm" in r.ops)
-    assert bn.kind == TORCH and "running statistics" in bn.reason
+    # training-mode batch norm in a kernel region: it returns the new running statistics
+    (bn,) = dense.kernels()
+    assert bn.ops == ["batch_norm", "relu", "conv2d", "avg_pool2d"]
+    assert bn.updates == ["b_norm_running_mean", "b_norm_running_var"]
+    assert _ops(dense, TORCH) == {"add_"}  # the batch counter: torch counts
 
     lstm = _split("lstm_head")
     assert "lstm" in _ops(lstm, TORCH) and {"linear", "log_softmax"} <= _ops(lstm, KERNEL)
@@ -111,6 +113,7 @@ def test_out_of_place_fails_without_the_rewrite(monkeypatch):
     split = _split("densenet_transition")
     relu = next(r for r in split.regions if "relu_" in r.ops)
     assert relu.kind == TORCH
+    assert [r.ops for r in split.kernels()] == [["batch_norm"], ["conv2d", "avg_pool2d"]]
 
 
 def test_half_precision_regions_go_to_torch_with_the_reason():
@@ -152,6 +155,8 @@ def _check_module(mod, name: str, compile_ok: bool = True) -> None:
         expect = ref(*inputs)
         got = new(*inputs)
     torch.testing.assert_close(got, expect, rtol=1e-5, atol=1e-5)
+    for (n, b), (_, c) in zip(ref.named_buffers(), new.named_buffers()):
+        torch.testing.assert_close(c, b, rtol=1e-5, atol=1e-6, msg=n)  # state updated alike
     # gradients: through each region's torch reference, to the parameters and the inputs
     grads = []
     for m in (ref, new):

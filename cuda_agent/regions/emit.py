@@ -10,6 +10,9 @@ traced as.
   and `torch.export`. On CUDA tensors it runs the region's generated kernels (the region's own
   `model_new.py`, embedded, imported on first use); on other devices the region's torch
   reference, so the module runs anywhere.
+* State: a region with training-mode batch norm returns the running statistics' new values
+  besides its output (the op changes none of its inputs), and forward() copies them into the
+  module's buffers, as torch's batch norm updates them.
 * Gradients: each op's backward is a second custom op that recomputes the region's reference
   with torch's own ops and differentiates it (`torch.autograd.grad`); a region torch cannot
   differentiate raises one line naming it.
@@ -63,11 +66,11 @@ def _fresh(out, inputs):
     return out
 
 
-def _ref_grad(k, what, ref, grad, inputs):
+def _ref_grad(k, what, ref, grad, inputs, skip=()):
     """Gradients of region k's torch reference at `inputs`, one per input (zeros for those
     that are not floating point); one line naming the region where torch cannot
     differentiate it. torch.func.vjp: a custom op's implementation runs below autograd."""
-    floats = [i for i, t in enumerate(inputs) if t.is_floating_point()]
+    floats = [i for i, t in enumerate(inputs) if t.is_floating_point() and i not in skip]
 
     def of_floats(*xs):
         args = list(inputs)
@@ -106,21 +109,21 @@ OP = '''
 {ref}
 
 @torch.library.custom_op(_NS + "::r{k}", mutates_args=())
-def _r{k}({typed}) -> torch.Tensor:
+def _r{k}({typed}) -> {returns}:
     """Region {k}: {what}."""
     if {first}.is_cuda and {k} in REGION_SOURCES:
-        return _run_kernel({k}, [{kernel_args}], {{{state}}})
-    return _fresh(_r{k}_ref({first}.device, {names}), ({names},))
+{kernel}
+    return {reference}
 
 
 @_r{k}.register_fake
 def _r{k}_fake({names}):
-    return {first}.new_empty({shape!r}, dtype=torch.{dtype})
+    return {fake}
 
 
 @torch.library.custom_op(_NS + "::r{k}_grad", mutates_args=())
 def _r{k}_grad(grad: torch.Tensor, {typed}) -> list[torch.Tensor]:
-    return _ref_grad({k}, {what!r}, _r{k}_ref, grad, [{names}])
+    return _ref_grad({k}, {what!r}, {grad_ref}, grad, [{names}], {skip!r})
 
 
 @_r{k}_grad.register_fake
@@ -129,13 +132,17 @@ def _r{k}_grad_fake(grad, {names}):
 
 
 def _r{k}_setup(ctx, inputs, output):
-    ctx.save_for_backward(*inputs)
+    # the running statistics as they were: forward() copies the new ones into them after
+    ctx.save_for_backward(*(t.clone() if i in {skip!r} else t for i, t in enumerate(inputs)))
+    if isinstance(output, tuple):
+        ctx.mark_non_differentiable(*output[1:])
 
 
-def _r{k}_backward(ctx, grad):
+def _r{k}_backward(ctx, grad, *state_grads):
     saved = ctx.saved_tensors
     grads = torch.ops.{ns}.r{k}_grad(grad, *saved)
-    return tuple(g if t.is_floating_point() else None for g, t in zip(grads, saved))
+    return tuple(g if t.is_floating_point() and i not in {skip!r} else None
+                 for i, (g, t) in enumerate(zip(grads, saved)))
 
 
 torch.library.register_autograd(_NS + "::r{k}", _r{k}_backward, setup_context=_r{k}_setup)
@@ -169,18 +176,42 @@ def _op_source(r: Region, ns: str) -> str:
     names = [pycode.var(o.name) for o in r.reads]
     attrs = state_names(r)
     args = set(args_of(r))
-    kernel_args = [pycode.var(o.name) + (".to(torch.float32)" if o.dtype == "bool" else "")
-                   for o in r.reads if o.name in args]
-    state = ", ".join(f"{attrs[o.name]!r}: {pycode.var(o.name)}" for o in r.reads
-                      if o.name in attrs)
-    body_nodes = r.code.splitlines()
-    ref = (f"def _r{r.index}_ref(_device, {', '.join(names)}):\n"
-           + "".join(f"    {line}\n" for line in body_nodes)
-           + f"    return {pycode.var(r.writes[0])}\n")
-    return OP.format(k=r.index, ref=ref, typed=", ".join(f"{n}: torch.Tensor" for n in names),
-                     first=names[0], names=", ".join(names), kernel_args=", ".join(kernel_args),
-                     state=state, what=", ".join(r.ops), shape=tuple(r.out_shape),
-                     dtype=r.out_dtype, ns=ns)
+    kernel_args = ", ".join(pycode.var(o.name) + (".to(torch.float32)" if o.dtype == "bool"
+                                                  else "") for o in r.reads if o.name in args)
+    updated = [pycode.var(u) for u in r.updates]
+    # the buffers a region updates: copies, so that the op changes none of its inputs
+    state = ", ".join(f"{attrs[o.name]!r}: {pycode.var(o.name)}"
+                      + (".clone()" if o.name in r.updates else "")
+                      for o in r.reads if o.name in attrs)
+    out = pycode.var(r.writes[0])
+    ref = [f"def _r{r.index}_ref(_device, {', '.join(names)}):"]
+    ref += [f"    {u} = {u}.clone()" for u in updated]
+    ref += [f"    {line}" for line in r.code.splitlines()]
+    ref.append(f"    return {', '.join([out] + updated)}")
+    first = names[0]
+    fake_out = f"{first}.new_empty({tuple(r.out_shape)!r}, dtype=torch.{r.out_dtype})"
+    if updated:
+        ref.append(f"\n\ndef _r{r.index}_out(_device, *args):\n"
+                   f"    return _r{r.index}_ref(_device, *args)[0]")
+        keys = [attrs[u] for u in r.updates]
+        kernel = (f"        state = {{{state}}}\n"
+                  f"        out = _run_kernel({r.index}, [{kernel_args}], state)\n"
+                  f"        return out, {', '.join(f'state[{k!r}]' for k in keys)}")
+        reference = (f"tuple(_fresh(t, ({', '.join(names)},)) for t in "
+                     f"_r{r.index}_ref({first}.device, {', '.join(names)}))")
+        returns = "tuple[" + ", ".join(["torch.Tensor"] * (1 + len(updated))) + "]"
+        fake = ", ".join([fake_out] + [f"torch.empty_like({u})" for u in updated])
+        grad_ref = f"_r{r.index}_out"
+    else:
+        kernel = f"        return _run_kernel({r.index}, [{kernel_args}], {{{state}}})"
+        reference = f"_fresh(_r{r.index}_ref({first}.device, {', '.join(names)}), " \
+                    f"({', '.join(names)},))"
+        returns, fake, grad_ref = "torch.Tensor", fake_out, f"_r{r.index}_ref"
+    skip = tuple(names.index(u) for u in updated)
+    return OP.format(k=r.index, ref="\n".join(ref), typed=", ".join(
+        f"{n}: torch.Tensor" for n in names), returns=returns, first=first,
+        names=", ".join(names), kernel=kernel, reference=reference, fake=fake,
+        what=", ".join(r.ops), grad_ref=grad_ref, skip=skip, ns=ns)
 
 
 def program_body(split: Split) -> list[str]:
@@ -206,7 +237,11 @@ def model_new_source(split: Split, problem_name: str, problem_source: str,
         body.append(f"# {r.label()}")
         if r.kind == KERNEL:
             call = ", ".join(pycode.var(o.name) for o in r.reads)
-            body.append(f"{pycode.var(r.writes[0])} = torch.ops.{{ns}}.r{r.index}({call})")
+            made = [pycode.var(r.writes[0])] + [f"_new_{pycode.var(u)}" for u in r.updates]
+            body.append(f"{', '.join(made)} = torch.ops.{{ns}}.r{r.index}({call})")
+            # the running statistics' new values, copied into the module's buffers
+            body += [f"{pycode.var(u)}.copy_(_new_{pycode.var(u)}.detach())"
+                     for u in r.updates]
         else:
             body += r.code.splitlines()
     body.append(f"return {pycode.var(split.output)}")

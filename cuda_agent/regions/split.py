@@ -12,8 +12,9 @@ topological order, so every region can run as one step: all it reads is computed
 What a kernel region cannot take goes to torch, never refuses the model: ops outside the IR
 (`lstm`, `unfold`, `cat`, embeddings ...: cuDNN's, cuBLAS's or torch's own kernels run them),
 tensors of other dtypes than float32 (a bf16 or fp16 model's regions: the templates are fp32),
-updates of module state (training-mode batch norm's running statistics), and views alone (no
-computation). A bool operand (a mask) of a kernel region is read as a float32 0/1 tensor, cast
+in-place changes of a buffer other than batch norm's running statistics (a counter), and views
+alone (no computation). A kernel region with training-mode batch norm returns the running
+statistics' new values besides its output (`Region.updates`), and the module copies them in. A bool operand (a mask) of a kernel region is read as a float32 0/1 tensor, cast
 by torch before the kernel; int64 operands are class indices as capture reads them.
 """
 
@@ -28,6 +29,7 @@ from torch.export.graph_signature import (ExportGraphSignature, InputKind, Input
                                           TensorArgument)
 
 from ..errors import CudaAgentError, UnsupportedError
+from ..ir.graph import RunningStats
 from . import pycode
 from .trace import _VIEW_OPS, op_name
 
@@ -72,6 +74,9 @@ class Region:
     family: str = ""  # a kernel region: its plan's family (row, gemm, program: gemm+row ...)
     out_shape: tuple[int, ...] = ()
     out_dtype: str = "float32"
+    updates: list[str] = field(default_factory=list)
+    """a kernel region: the buffers (FX names) whose new values it returns besides its output
+    (training-mode batch norm's running statistics), which the module copies in"""
     flops: int = 0  # a kernel region: its plan's arithmetic and least bytes moved (the
     bytes: int = 0  # share of the budget it gets, `tune.py`)
 
@@ -241,9 +246,8 @@ class _Splitter:
         g.output((env[writes[0]],))
         try:
             ir = lower(TracedProgram(g, ExportGraphSignature(specs, [])), self.modes)
-            if ir.updates:
-                return None, ("updates module state in place (training-mode batch norm's "
-                              "running statistics): torch updates them")
+            if any(not isinstance(u, RunningStats) for u in ir.updates):
+                return None, "changes a buffer in place (a counter): torch does"
             plan = make_plan(ir)
         except (CudaAgentError, NotImplementedError) as exc:
             return None, _short(exc)
@@ -315,6 +319,9 @@ class _Splitter:
                    [w.name for w in writes], code, reason)
         if plan is not None:
             r.family = plan.family
+            by_target = {o.target: o.name for o in r.reads if o.role == "buffer"}
+            r.updates = [by_target[t] for u in plan.graph.updates
+                         for t in (u.running_mean, u.running_var)]
             r.flops, r.bytes = int(plan.flops()), int(plan.bytes_moved())
             r.out_shape = tuple(out.shape)
             r.out_dtype = _dtype(out)
