@@ -341,6 +341,8 @@ def tune(
         try:
             result = run_tune(problem, settings_kw, out, started)
         except UnsupportedError as exc:
+            if device == "replay":  # recorded sweeps are single problems' spaces
+                raise
             # no single capture covers the model: its regions, the rest left to torch
             run_tune_model(problem, settings_kw, out, started, exc)
             return

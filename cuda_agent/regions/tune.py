@@ -108,6 +108,14 @@ def tune_model(path: str | Path, out: str | Path, split: Split | None = None,
     from ..tuner import TuneSettings, tune
 
     started = time.monotonic() if started is None else started
+    said: set[str] = set()
+    tell = notify
+
+    def notify(line: str) -> None:  # each region's tune says the same notices: once each
+        if line not in said:
+            said.add(line)
+            tell(line)
+
     path, out = Path(path), Path(out)
     settings = TuneSettings(**{k: v for k, v in options.items() if k != "store"})
     if split is None:
@@ -123,7 +131,8 @@ def tune_model(path: str | Path, out: str | Path, split: Split | None = None,
         limit = None
         if deadline is not None:
             left = deadline - time.monotonic() - 1.0  # the module's emission after
-            limit = budgets.time_share(max(0.0, left), r, kernels[pos + 1:])
+            # a tune holds its own limit within 5 %: its share less that, so the sum holds
+            limit = budgets.time_share(max(0.0, left), r, kernels[pos + 1:]) / 1.05
             if limit < 1.0:
                 result.outcomes[r.index] = RegionOutcome(
                     r.index, str(region_dir / f"r{r.index}.py"), shares[r.index], limit,
