@@ -31,6 +31,7 @@ from torch.export.graph_signature import (ExportGraphSignature, InputKind, Input
 from ..errors import CudaAgentError, UnsupportedError
 from ..ir.graph import RunningStats
 from . import pycode
+from ..ir.capture import _reads_mode
 from .trace import _VIEW_OPS, op_name
 
 KERNEL, TORCH = "kernel", "torch"
@@ -40,6 +41,11 @@ MAX_UNITS = 64
 # ops with nothing to compute: a region of these alone is left to torch (views, copies)
 _NO_WORK = _VIEW_OPS | {"clone", "contiguous", "lift_fresh_copy", "_assert_tensor_metadata",
                         "_to_copy", "to", "dropout"}
+# ops whose traced form depends on the module's train/eval mode (their module passes it)
+_MODE_OPS = frozenset({"batch_norm", "native_batch_norm", "_native_batch_norm_legit",
+                       "instance_norm", "dropout", "feature_dropout", "alpha_dropout",
+                       "feature_alpha_dropout", "rrelu", "rrelu_with_noise", "lstm", "gru",
+                       "rnn_tanh", "rnn_relu"})
 # ops that make a tensor from nothing: torch fills it (a kernel has nothing to read)
 _FACTORIES = {"zeros", "ones", "empty", "full", "arange", "zeros_like", "ones_like",
               "empty_like", "full_like", "scalar_tensor", "new_zeros", "new_ones", "new_empty",
@@ -94,7 +100,9 @@ class Split:
     output: str
     input_shapes: list[tuple[int, ...]]
     input_dtypes: list[str]
-    modes: tuple[bool, ...]
+    modes: tuple[bool, ...] | None
+    """every submodule's train/eval flag when traced, where the graph depends on them (batch
+    norm, dropout, recurrent layers, a forward() that reads `self.training`); else None"""
     inplace: list[str] = field(default_factory=list)  # in-place ops taken out of place
 
     def kernels(self) -> list[Region]:
@@ -342,6 +350,9 @@ def split_model(model: torch.nn.Module, inputs: list[torch.Tensor]) -> Split:
                if n.op == "call_function" and n.meta.get("out_of_place")]
     modes = tuple(m.training for m in model.modules())
     sp = _Splitter(program, modes)
+    # the module's modes matter where an op's result depends on them or forward() reads them
+    depends = _reads_mode(model) or any(
+        n.op == "call_function" and op_name(n) in _MODE_OPS for n in program.graph.nodes)
     regions = sp.split()
     outs = sp.output_nodes
     if len(outs) != 1:
@@ -349,4 +360,4 @@ def split_model(model: torch.nn.Module, inputs: list[torch.Tensor]) -> Split:
                                "tensor is supported")
     ordered = sorted(sp.ph.values(), key=lambda o: (o.role != "input", o.arg_index or 0))
     return Split(ordered, regions, outs[0].name, [tuple(t.shape) for t in inputs],
-                 [_dtype(t) for t in inputs], modes, inplace)
+                 [_dtype(t) for t in inputs], modes if depends else None, inplace)
