@@ -25,7 +25,6 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import re
-from typing import Any
 
 from .. import __version__
 from . import pycode

@@ -1,11 +1,11 @@
-"""Python source for FX nodes of aten ops: the code a region runs in torch, as a function or as
-the lines of the emitted module's forward()."""
+"""Python source for FX nodes of aten ops: the code a region runs in torch, in a region's
+problem file, its reference function and the emitted module's forward()."""
 
 from __future__ import annotations
 
 import math
 import operator
-from typing import Any, Iterable
+from typing import Any
 
 import torch
 
@@ -51,11 +51,3 @@ def call(node: torch.fx.Node) -> str:
     return (f"{var(node.name)} = torch.ops.{ns}.{packet}.{node.target._overloadname}"
             f"({', '.join(args)})")
 
-
-def function(name: str, params: Iterable[str], nodes: Iterable[torch.fx.Node],
-             result: str) -> str:
-    """`def name(_device, params...)`: the nodes in order, returning value `result`."""
-    lines = [f"def {name}(_device, {', '.join(var(p) for p in params)}):"]
-    lines += ["    " + call(n) for n in nodes]
-    lines.append(f"    return {var(result)}")
-    return "\n".join(lines) + "\n"

@@ -167,7 +167,6 @@ class _Splitter:
         self.program = program
         self.modes = modes
         self.graph: torch.fx.Graph = program.graph
-        self.order = {n: i for i, n in enumerate(self.graph.nodes)}
         self.ph: dict[str, Operand] = {}
         user = 0
         for spec in program.graph_signature.input_specs:
