@@ -249,6 +249,29 @@ def test_cli_tunes_a_bool_mask_model_end_to_end(tmp_path):
         _check_module(_emitted("masked_cumsum", out, emit=False), "masked_cumsum")
 
 
+@pytest.mark.parametrize("name, line", [
+    ("unsupported_op", "region 1 (torch): roll -> torch (roll: no template covers aten.roll)"),
+    ("fp16_input", "-> torch (relu: the templates take float32 tensors, this region's are "
+                   "float16)")])
+def test_cli_tunes_what_one_capture_refused_as_a_model(name, line, tmp_path):
+    """`cuda-agent tune` refused these files (exit 2) before: an op no template covers, a
+    float16 model. Now each is a module whose regions run in torch, and says why."""
+    bad = Path(__file__).resolve().parent / "data" / "bad" / f"{name}.py"
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "cuda_agent.cli", "tune", str(bad),
+                           "--device", "sim", "--budget", "2", "--store",
+                           str(tmp_path / "s.sqlite"), "--out", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert line in " ".join(proc.stdout.split())
+    assert "0 of 1 regions generated" in proc.stdout
+    spec = importlib.util.spec_from_file_location(f"whole_{name}", out / "model_new.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    x = mod.get_inputs()
+    torch.testing.assert_close(mod.ModelNew()(*x), mod.Model()(*x))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
 def test_tune_model_end_to_end_on_the_simulator(name, tmp_path):
@@ -320,3 +343,41 @@ def test_budget_shares_by_expected_time():
     assert budget.shares(40, [big, small]) == [39, 1]
     assert budget.shares(1, [big, small]) == [1, 1]  # at least one each
     assert budget.time_share(10.0, small, [big]) < 0.02 < 9.9 < budget.time_share(10.0, big, [small])
+
+
+def test_autocast_model_runs_its_own_forward(tmp_path):
+    """torch.autocast in forward(): a higher-order op on CUDA, invisible on meta tensors on
+    the CPU; either way the split does not take it apart, and the module runs the original
+    forward() (one torch region, saying why), not a float32 graph the user never ran."""
+    src = tmp_path / "autocast_mlp.py"
+    src.write_text('''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(64, 64)
+
+    def forward(self, x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return torch.relu(self.fc(x)).float()
+
+
+def get_inputs():
+    return [torch.randn(8, 64)]
+''')
+    p = load_problem(src, check=False)
+    model, inputs = instantiate(p.model_cls, p.init_inputs(), p.get_inputs)
+    split = split_model(model, inputs)
+    assert split.opaque and "autocast" in split.regions[0].reason
+    emit_model(ModelResult(src, split), tmp_path / "out")
+    spec = importlib.util.spec_from_file_location("whole_autocast", tmp_path / "out" /
+                                                  "model_new.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    torch.manual_seed(0)
+    ref, new = mod.Model(), mod.ModelNew()
+    new.load_state_dict(ref.state_dict())
+    x = mod.get_inputs()
+    torch.testing.assert_close(new(*x), ref(*x), rtol=0, atol=0)

@@ -232,6 +232,9 @@ def model_new_source(split: Split, problem_name: str, problem_source: str,
     `ModelNew`. `region_sources`: each kernel region's generated model_new.py (a region left
     out runs its torch reference everywhere)."""
     body = program_body(split)
+    if split.opaque:  # one torch region: the original forward()
+        body, split = ["return Model.forward(self, *args)"], Split(
+            [], [], "", split.input_shapes, split.input_dtypes, split.modes)
     for r in split.regions:
         body.append(f"# {r.label()}")
         if r.kind == KERNEL:
@@ -243,7 +246,8 @@ def model_new_source(split: Split, problem_name: str, problem_source: str,
                      for u in r.updates]
         else:
             body += r.code.splitlines()
-    body.append(f"return {pycode.var(split.output)}")
+    if split.output:
+        body.append(f"return {pycode.var(split.output)}")
     key = "\n".join(body) + "".join(region_sources.get(r.index, "") for r in split.kernels())
     ns = namespace(problem_name, key)
     ops = "".join(_op_source(r, ns) for r in split.kernels())

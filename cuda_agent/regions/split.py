@@ -20,6 +20,7 @@ by torch before the kernel; int64 operands are class indices as capture reads th
 
 from __future__ import annotations
 
+import inspect
 import operator
 from dataclasses import dataclass, field
 from typing import Any
@@ -104,6 +105,9 @@ class Split:
     """every submodule's train/eval flag when traced, where the graph depends on them (batch
     norm, dropout, recurrent layers, a forward() that reads `self.training`); else None"""
     inplace: list[str] = field(default_factory=list)  # in-place ops taken out of place
+    opaque: str = ""
+    """why the graph is not split at all (a higher-order op such as autocast's): the module
+    runs the original forward(), one torch region"""
 
     def kernels(self) -> list[Region]:
         return [r for r in self.regions if r.kind == KERNEL]
@@ -340,6 +344,29 @@ class _Splitter:
         return r
 
 
+def _opaque(program: Any, model: torch.nn.Module) -> str:
+    """Why the traced graph cannot be split into aten calls ("" where it can): a higher-order
+    op (torch.autocast's `wrap_with_autocast` holds a subgraph), or autocast that a trace on
+    meta tensors does not see (a CPU autocast region leaves no trace there)."""
+    for n in program.graph.nodes:
+        if n.op == "get_attr" or (n.op == "call_function" and n.target is not operator.getitem
+                                  and not isinstance(n.target, torch._ops.OpOverload)):
+            name = getattr(n.target, "__name__", str(n.target))
+            return (f"forward() uses {name}, which the split does not take apart: the original "
+                    "forward() runs")
+    for m in model.modules():
+        if type(m).__module__.startswith("torch."):
+            continue
+        try:
+            source = inspect.getsource(type(m).forward)
+        except (OSError, TypeError):
+            continue
+        if "autocast" in source:
+            return ("forward() uses torch.autocast, whose casts a trace on meta tensors does not "
+                    "see: the original forward() runs")
+    return ""
+
+
 def split_model(model: torch.nn.Module, inputs: list[torch.Tensor]) -> Split:
     """Trace `model` (on meta tensors) and split its graph into regions."""
     from .trace import trace
@@ -348,6 +375,11 @@ def split_model(model: torch.nn.Module, inputs: list[torch.Tensor]) -> Split:
     inplace = [n.meta["out_of_place"] for n in program.graph.nodes
                if n.op == "call_function" and n.meta.get("out_of_place")]
     modes = tuple(m.training for m in model.modules())
+    ordered_inputs = [tuple(t.shape) for t in inputs], [_dtype(t) for t in inputs]
+    why = _opaque(program, model)
+    if why:
+        return Split([], [Region(1, TORCH, ["forward"], [], [], [], "", why)], "",
+                     *ordered_inputs, modes, opaque=why)
     sp = _Splitter(program, modes)
     # the module's modes matter where an op's result depends on them or forward() reads them
     depends = _reads_mode(model) or any(
