@@ -66,6 +66,19 @@ def test_split_of_the_issue_models():
     assert [o.dtype for o in region.reads] == ["float32", "bool"]  # the mask is an operand
 
 
+def test_integer_arithmetic_goes_to_torch_with_the_reason():
+    """An int64 input (refused by one capture before: `cuda-agent tune` exited 2) is an
+    operand; integer arithmetic has no template, so its region is torch's, saying why."""
+    class Twice(nn.Module):
+        def forward(self, x):
+            return x * 2
+
+    with torch.device("meta"):
+        split = split_model(Twice(), [torch.empty(4, 8, dtype=torch.int64)])
+    (region,) = split.regions
+    assert region.kind == TORCH and "int64 input x used other than" in region.reason
+
+
 def _graph_of(fn, *shapes):
     class M(nn.Module):
         def forward(self, *xs):
