@@ -4,9 +4,10 @@ multi-agent PPO.
 Sampling and learning are decoupled: samplers keep producing episodes with the policy version
 published last, while the learner updates on the episodes already collected; every transition
 carries the version that sampled it and those older than `max_staleness` versions are dropped.
-A sampler job is a plain function of (policy weights, operator, seeds), so a Ray fleet can run
-the same jobs on other machines (`fleet.py`). Checkpoints are written atomically after every
-iteration and a run resumes from one exactly where it stopped.
+A sampler job is a plain function of (policy weights, operator, seeds): threads of this process
+run it (`fleet.py`), or with `ray` the sampler actors of a Ray fleet (`cuda_agent/fleet/`).
+Checkpoints are written atomically after every iteration and a run resumes from one exactly
+where it stopped (a Ray fleet's run from its last update, not bit for bit).
 """
 
 from __future__ import annotations
