@@ -3,13 +3,17 @@ tiny resources) and the simulated device: training across nodes, the fleet's sha
 cache and experience dedupe, and a killed sampler or a lost node costing only their episodes.
 
 One cluster serves the module (starting Ray takes seconds); its tests run on one xdist worker
-(`xdist_group`, with `--dist loadgroup` in pyproject), in order, the lost node last."""
+(`xdist_group`, with `--dist loadgroup` in pyproject), in order, the lost node last. The command
+line joining the cluster and the lost node are in the slow tier (`pytest -m slow`)."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -121,6 +125,24 @@ def test_the_same_episode_on_another_sampler_is_served_not_compiled_or_measured(
     assert second["curve"] == first["curve"]
 
 
+@pytest.mark.slow  # a second driver loading the suite: a minute or more on 2 shared cores
+def test_train_dash_dash_ray_joins_a_cluster_by_its_address(cluster, tmp_path):
+    """The command line, as a second driver joining the module's cluster by its address: the
+    run's line says what the fleet did, and fleet.json is written."""
+    c, _ = cluster
+    cli = shutil.which("cuda-agent") or str(Path(sys.executable).with_name("cuda-agent"))
+    r = subprocess.run([cli, "train", "--suite", str(ROOT / "tests" / "data" / "good" /
+                                                     "relu_small.py"),
+                        "--device", "sim", "--iterations", "1", "--episodes", "1", "--steps",
+                        "1", "--batch", "2", "--samplers", "1", "--ray", c.address, "--out",
+                        str(tmp_path / "t")], capture_output=True, text=True, timeout=600,
+                       cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "Ray fleet: 1 samplers" in r.stdout and "lost nothing" in r.stdout, r.stdout
+    assert json.loads((tmp_path / "t" / "fleet.json").read_text())["episodes"] >= 1
+
+
+@pytest.mark.slow  # a third fleet's start, and a node's loss noticed: minutes on 2 shared cores
 def test_a_lost_node_loses_only_its_samplers_episodes(cluster, tmp_path):
     """Last in the module: the cluster keeps one node fewer."""
     c, workers = cluster
