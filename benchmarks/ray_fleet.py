@@ -104,11 +104,17 @@ def main() -> None:
     ap.add_argument("--fleets", default=",".join(FLEETS))
     ap.add_argument("--one", help=argparse.SUPPRESS)  # the child: one fleet, JSON on stdout
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--append", action="store_true",
+                    help="add this pass's rows to --out's (the load changes: passes at other "
+                         "times say how much the figures move)")
     a = ap.parse_args()
     if a.one:
         print("RESULT " + json.dumps(run_one(a.one, a.iterations, a.episodes, a.samplers)))
         return
     rows = []
+    earlier = json.loads(a.out.read_text()) if a.append and a.out and a.out.exists() else None
+    this_pass = 1 + max((r.get("pass", 1) for r in earlier["rows"]), default=0) if earlier \
+        else 1
     for fleet in a.fleets.split(","):
         before = loadavg()
         p = subprocess.run([sys.executable, __file__, "--one", fleet, "--iterations",
@@ -119,6 +125,7 @@ def main() -> None:
             raise SystemExit(f"{fleet}: failed\n{p.stderr[-3000:]}")
         row = json.loads(line[len("RESULT "):])
         row["loadavg_before"], row["loadavg_after"] = before, loadavg()
+        row["pass"] = this_pass
         print(json.dumps({k: v for k, v in row.items() if k != "fleet_report"}), flush=True)
         rows.append(row)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
@@ -138,7 +145,11 @@ def main() -> None:
                            "episodes": a.episodes, "steps": 2, "batch": 4,
                            "local_samplers": a.samplers, "ray_host_samplers": a.samplers,
                            "cluster_samplers": "one per node; each node 2 logical CPUs"},
-              "rows": rows}
+              "rows": (earlier["rows"] if earlier else []) + rows}
+    if earlier:  # the first pass's context stays; this pass's commit is beside its rows
+        result = {**earlier, "rows": result["rows"]}
+        for r in rows:
+            r["commit"] = commit
     if a.out:
         a.out.write_text(json.dumps(result, indent=2) + "\n")
         print(f"wrote {a.out}")
