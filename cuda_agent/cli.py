@@ -470,6 +470,11 @@ def train(
     time_limit: Optional[float] = typer.Option(
         None, help="seconds: no update is started that the last one's duration says would end "
         "past it; the checkpoint is saved and --resume continues the run"),
+    ray: Optional[str] = typer.Option(
+        None, "--ray", help="sample on a Ray fleet: auto (a running cluster, else a local one "
+        "started for the run), local, or a cluster's address; sampler actors (one per GPU, or "
+        "--samplers on sim/replay), compiles as tasks, the learner here (pip install "
+        "'cuda-agent[cluster]')"),
 ) -> None:
     """Train the agents across a suite of operators (multi-agent PPO).
 
@@ -488,6 +493,12 @@ def train(
         flags.one_of("--explore", explore, ("targeted", "none"))
         flags.at_least("--prior-weight", prior_weight, 0)
         flags.positive("--time-limit", time_limit)
+        if ray is not None:
+            if not ray.strip():
+                raise SettingsError("--ray: give auto, local or a cluster's address")
+            from .fleet.connect import require_ray
+
+            require_ray()
         check_out_dir(out)
     from .agents.reward import RewardSettings
     from .agents.train import TrainSettings, Trainer, resumable, write_curves
@@ -501,7 +512,7 @@ def train(
         suite=str(suite), device=device, replay_root=str(replay_root) if replay_root else None,
         agents=agents, iterations=iterations, episodes=episodes, steps=steps, batch=batch,
         holdout=tuple(h for h in holdout.split(",") if h), explore=explore, out=str(out),
-        resume=resume, seed=seed, samplers=samplers,
+        resume=resume, seed=seed, samplers=samplers, ray=ray,
         operators_per_iteration=operators_per_iteration, prior_weight=prior_weight,
         reward=RewardSettings(aux_weight=aux_weight))
     with interrupt.first_stops_second_aborts():
@@ -530,9 +541,13 @@ def train(
                     ent = " ".join(f"{g[:4]} {v:.2f}" for g, v in row["entropy"].items())
                     bar.update(task, completed=row["iteration"],
                                status=f"reward {row['mean_reward'] or 0:+.3f} entropy {ent}")
+                if ray is not None:
+                    bar.update(task, status="starting the Ray fleet")
                 curves = trainer.train(on_iter, deadline=deadline,
                                        preparing=lambda name: bar.update(
                                            task, status=f"listing the space of {name}"))
+        except CudaAgentError as exc:  # the fleet failed as a whole (a lost sampler does not)
+            fail(str(exc))  # (the trainer is closed below)
         except KeyboardInterrupt:
             # the checkpoint on disk is the last finished iteration's (each is saved whole
             # as it ends); the iteration cut short is sampled again by --resume
@@ -557,7 +572,19 @@ def train(
                       "--time-limit; --resume continues[/]")
     png = write_curves(curves, out, f"cuda-agent train ({agents} agents, "
                                     f"{trainer.device.gpu_name()})")
-    console.print(f"wrote {out}/policy.pt, curves.json, {png.name}{sim}")
+    if trainer.fleet_report is not None:
+        console.print(fleet_line(trainer.fleet_report))
+    console.print(f"wrote {out}/policy.pt, curves.json, {png.name}"
+                  f"{', fleet.json' if trainer.fleet_report is not None else ''}{sim}")
+
+
+def fleet_line(rep: dict) -> str:
+    """What a Ray fleet did and lost, in a line."""
+    lost = (f"lost {rep['lost_episodes']} episode(s) (at most {rep['lost_samples_at_most']} "
+            f"samples) to failed samplers or nodes" if rep["lost_episodes"] else "lost nothing")
+    return (f"Ray fleet: {rep['samplers']} samplers on {rep['nodes']} node(s), "
+            f"{rep['episodes']} episodes, {rep['measurements']} measured, "
+            f"{rep['served_by_fleet']} served by the fleet; {lost}")
 
 
 @app.command()

@@ -196,6 +196,15 @@ def test_train_through_the_cli(tmp_path):
     assert (tmp_path / "t" / "policy.pt").exists() and (tmp_path / "t" / "curves.json").exists()
 
 
+def test_train_dash_dash_ray_without_ray_installed_says_how_to_install_it(monkeypatch):
+    from cuda_agent.errors import SettingsError
+    from cuda_agent.fleet.connect import require_ray
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
+    with pytest.raises(SettingsError, match=r"pip install 'cuda-agent\[cluster\]'"):
+        require_ray()
+
+
 # -- sweep and replay --------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

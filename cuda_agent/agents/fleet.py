@@ -1,7 +1,7 @@
-"""Where sampler jobs run. A job is a plain function of (policy weights, operator, seeds)
-returning plain data; a cluster fleet needs only the same `submit`/`gather` pair over remote
-tasks (with operators rebuilt remotely from their problem files). Only the local pool exists
-today: Ray is not installed on the machines this was built on, so no Ray code ships untested.
+"""Where sampler jobs run in this process. A job is a plain function of (policy weights,
+operator, seeds) returning plain data; the Ray fleet (`cuda_agent/fleet/`, `train --ray`) runs
+the same job in sampler actors on other machines, the operators rebuilt there from their problem
+files.
 """
 
 from __future__ import annotations

@@ -4,9 +4,10 @@ multi-agent PPO.
 Sampling and learning are decoupled: samplers keep producing episodes with the policy version
 published last, while the learner updates on the episodes already collected; every transition
 carries the version that sampled it and those older than `max_staleness` versions are dropped.
-A sampler job is a plain function of (policy weights, operator, seeds), so a Ray fleet can run
-the same jobs on other machines (`fleet.py`). Checkpoints are written atomically after every
-iteration and a run resumes from one exactly where it stopped.
+A sampler job is a plain function of (policy weights, operator, seeds): threads of this process
+run it (`fleet.py`), or with `ray` the sampler actors of a Ray fleet (`cuda_agent/fleet/`).
+Checkpoints are written atomically after every iteration and a run resumes from one exactly
+where it stopped (a Ray fleet's run from its last update, not bit for bit).
 """
 
 from __future__ import annotations
@@ -86,7 +87,12 @@ class TrainSettings:
     """the analytic model's constants for the prior (`run/sim_folds.py`: a fold's file, fitted
     without the problems held out of this run; None: the shipped model)"""
     samplers: int = 1
-    """episodes sampled concurrently (threads; one per GPU on the cuda device)"""
+    """episodes sampled concurrently: threads of this process (one on the cuda device), or with
+    `ray` the sim/replay fleet's sampler actors (on cuda: one per GPU of the cluster)"""
+    ray: str | None = None
+    """None: sample in this process. "auto" (a running cluster, else a local one started for
+    the run), "local" (a local one started for the run) or a cluster's address: sample on a
+    Ray fleet (`fleet/`), the learner here, asynchronous"""
     out: str = "runs/train"
     """checkpoint, curves and plots go here"""
     resume: bool = False
@@ -145,6 +151,24 @@ def resumable(path: Path, agents: str) -> dict[str, Any]:
     return blob
 
 
+def training_device(settings: TrainSettings, notify: Callable[[str], None]) -> Device:
+    """The device a training run (or a sampler of its Ray fleet) measures on."""
+    return open_device(settings.device, TuneSettings(device=settings.device,
+                                                     replay_root=settings.replay_root,
+                                                     profile_every=settings.profile_every),
+                       notify)
+
+
+def operator_tuner(path: Path, settings: TrainSettings, device: Device, store: Store,
+                   builder: Builder | None, notify: Callable[[str], None]) -> Tuner:
+    """One problem of the suite, loaded for episodes: measured through `Tuner.measure` (the
+    episodes propose, no strategy asks)."""
+    return Tuner(load_problem_bounded(path), TuneSettings(
+        device=settings.device, strategy="random", seed=settings.seed,
+        replay_root=settings.replay_root, baselines=False), device=device,
+        store=store, notify=notify, builder=builder)
+
+
 def temperatures(settings: TrainSettings, groups: list[str], episode_seed: int,
                  stalled: int) -> dict[str, float]:
     """Targeted exploration: raise exactly one agent's temperature, chosen by the schedule
@@ -194,11 +218,7 @@ class Trainer:
         torch.manual_seed(settings.seed)
         random.seed(settings.seed)
         self.rng = np.random.default_rng(settings.seed)
-        self.device = device or open_device(settings.device,
-                                            TuneSettings(device=settings.device,
-                                                         replay_root=settings.replay_root,
-                                                         profile_every=settings.profile_every),
-                                            notify)
+        self.device = device or training_device(settings, notify)
         self._own_device = device is None
         self.store = Store(settings.store or ":memory:")
         if settings.sim_constants:
@@ -212,17 +232,20 @@ class Trainer:
         if not files:
             raise SettingsError("every problem of the suite is held out")
         self.operators: list[Operator] = []
+        self.files: dict[str, str] = {}
+        """each operator's problem file (a Ray fleet's samplers load them themselves)"""
+        self.fleet_report: dict[str, Any] | None = None
+        """with `ray`: what the fleet did and what it lost (`fleet/learner.py`)"""
+        self.fleet: Any = None
+        """with `ray`, while `train` runs: the fleet (its sampler actors, what is in flight)"""
         # one compile pool for the suite, not one per problem
         self.builder = None if self.device.kind == "replay" else Builder()
         for i, f in enumerate(files):
             if loading:
                 loading(i, len(files), f.stem)
             try:
-                # measured through `Tuner.measure`: the episodes propose, no strategy asks
-                tuner = Tuner(load_problem_bounded(f), TuneSettings(
-                    device=settings.device, strategy="random", seed=settings.seed,
-                    replay_root=settings.replay_root, baselines=False), device=self.device,
-                    store=self.store, notify=notify, builder=self.builder)
+                tuner = operator_tuner(f, settings, self.device, self.store, self.builder,
+                                       notify)
             except (DeviceError, UnsupportedError) as exc:
                 if self.device.kind != "replay":
                     raise
@@ -230,6 +253,7 @@ class Trainer:
                 notify(f"skipped {f.stem}: {exc}")
                 continue
             self.operators.append(Operator(f.stem, tuner))
+            self.files[f.stem] = str(f.resolve())
         if loading:
             loading(len(files), len(files), "")
         if not self.operators:
@@ -321,7 +345,12 @@ class Trainer:
         iteration's episodes are not sampled when the last iteration's duration would carry it
         past the deadline; the run stops there with its checkpoint saved, and `resume` continues
         it (a GPU call has a hard time limit, and a cut run would lose its last update).
-        `preparing(name)` is called before an operator's space is first listed."""
+        `preparing(name)` is called before an operator's space is first listed.
+        With `ray` set the episodes are sampled on a Ray fleet (`fleet/learner.py`)."""
+        if self.s.ray is not None:
+            from ..fleet.learner import train_on_ray
+
+            return train_on_ray(self, progress, deadline)
         fleet = LocalFleet(self.s.samplers if self.device.kind != "cuda" else 1)
         pending: list = []
         try:

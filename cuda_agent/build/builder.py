@@ -68,9 +68,10 @@ def claims(source: str, arch: str, options: tuple[str, ...], backend: str,
             "backend": backend, "toolchain": toolchain}
 
 
-def _build_one(args: tuple[str, str, tuple[str, ...], str, str, str, str]) -> dict[str, Any]:
-    """Worker: compile one source and store it in the cache (runs in a compile process)."""
-    source, arch, options, backend, key, cache_dir, toolchain = args
+def compile_entry(source: str, arch: str, options: tuple[str, ...], backend: str, key: str,
+                  toolchain: str) -> tuple[dict[str, Any], bytes | None]:
+    """Compile one source: the cache entry's record and the cubin (None where it failed). Pure:
+    writes nothing, so it can run on another machine (the Ray fleet's compile tasks)."""
     out = compile_source(source, arch, backend, options)
     meta = {"schema": SCHEMA, "key": key,
             "claims": claims(source, arch, options, backend, toolchain),
@@ -78,15 +79,27 @@ def _build_one(args: tuple[str, str, tuple[str, ...], str, str, str, str]) -> di
             "error_kind": out.error_kind,
             "error_msg": summarize_log(out.log) if out.error_kind else None,
             "seconds": out.seconds, "per_kernel": out.resources}
+    return meta, out.cubin
+
+
+def write_entry(cache_dir: str | Path, meta: dict[str, Any], cubin: bytes | None) -> None:
+    """Store a compile's result in the cache under its key (the .json last: it makes the entry)."""
     root = Path(cache_dir)
-    base = root / key[:2] / key
-    if out.cubin is not None:
-        tempfiles.write_atomic(base.with_suffix(".cubin"), out.cubin, temp_dir=root)
+    base = root / meta["key"][:2] / meta["key"]
+    if cubin is not None:
+        tempfiles.write_atomic(base.with_suffix(".cubin"), cubin, temp_dir=root)
     # a source the compiler rejected never compiles with this toolchain: cached too; a timeout
     # or a compiler that could not run says something about the moment, not the source
-    if out.error_kind in (None, "compile"):
+    if meta["error_kind"] in (None, "compile"):
         tempfiles.write_atomic(base.with_suffix(".json"), json.dumps(meta).encode(),
                                temp_dir=root)
+
+
+def _build_one(args: tuple[str, str, tuple[str, ...], str, str, str, str]) -> dict[str, Any]:
+    """Worker: compile one source and store it in the cache (runs in a compile process)."""
+    source, arch, options, backend, key, cache_dir, toolchain = args
+    meta, cubin = compile_entry(source, arch, options, backend, key, toolchain)
+    write_entry(cache_dir, meta, cubin)
     return meta
 
 
@@ -210,15 +223,7 @@ class Builder:
         if todo:
             jobs = [(i.source, i.arch, i.options, self.backend, k, str(self.cache_dir),
                      self.toolchain) for k, i in todo.items()]
-            # without a timeout, one job compiles here unless the pool is up already (then
-            # other threads' compiles run beside it, not behind it on this interpreter's lock);
-            # a timeout or a deadline needs a process that can be stopped
-            pool_up = self._pool is not None and self._pool.started
-            if self.timeout_s is None and deadline is None and (
-                    self.workers == 1 or (len(jobs) == 1 and not pool_up)):
-                metas = [self._worker(job) for job in jobs]
-            else:
-                metas = self._pool_get().run(jobs, self.timeout_s, deadline)
+            metas = self._compile(jobs, deadline)
             for meta in metas:
                 if meta["error_kind"] == HOST_FAILURE:
                     raise HostError(f"the {self.backend} compiler could not run: "
@@ -239,6 +244,19 @@ class Builder:
                 if progress:
                     progress(1)
         return [results[k] for k in keys]
+
+    def _compile(self, jobs: list[tuple], deadline: float | None) -> list[dict[str, Any]]:
+        """Compile the jobs (`_build_one`'s arguments), each result written to the cache: its
+        record, in order. Where the compiles run is this method's business (the Ray fleet's
+        builder sends them to the cluster's CPUs)."""
+        # without a timeout, one job compiles here unless the pool is up already (then
+        # other threads' compiles run beside it, not behind it on this interpreter's lock);
+        # a timeout or a deadline needs a process that can be stopped
+        pool_up = self._pool is not None and self._pool.started
+        if self.timeout_s is None and deadline is None and (
+                self.workers == 1 or (len(jobs) == 1 and not pool_up)):
+            return [self._worker(job) for job in jobs]
+        return self._pool_get().run(jobs, self.timeout_s, deadline)
 
     def close(self) -> None:
         with self._lock:
