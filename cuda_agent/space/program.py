@@ -42,9 +42,9 @@ def stage_budget(budget: int, stages: int, stage: int) -> int:
 
 #: measurements a stage of a program, other than the last, may go without improving the
 #: program's best by STAGE_GAIN before it hands the rest of its share to the stages after it:
-#: with an even split, a program whose optimum needs its second stage cost every strategy at
-#: least half the budget (the agents reached 95 % of the optimum in a median 21 of 40 on the
-#: H200, 2026-12-03), however early the first stage had settled
+#: with an even split, a program whose optimum needs its second stage costs every strategy at
+#: least half the budget, however early the first stage has settled (docs/journal.md:
+#: space/program.py)
 STAGE_PATIENCE = 8
 #: an improvement smaller than this fraction is timing noise, not progress
 STAGE_GAIN = 0.01
