@@ -1,11 +1,11 @@
 """An A/B of the agents' search settings (issue 3): the same policies, problems and seeds, one
 setting changed, measurements to 95 % of the best compared problem by problem.
 
-    python benchmarks/agents_ab.py --variants before,online_ppo \
+    python -m benchmarks.agents_ab --variants before,online_ppo \
         --policies benchmarks/policies/h200-replay-fold0.pt,benchmarks/policies/h200-replay-fold1.pt
         # 2026-12-01's A/B (benchmarks/results/2026-12-01-online-lr.json; it ran without
         # measuring the defaults first)
-    python benchmarks/agents_ab.py --variants online_ppo,run_rank --device sim \\
+    python -m benchmarks.agents_ab --variants online_ppo,run_rank --device sim \\
         --problems scan_,softmax_ --seeds 2
 
 Each problem is tuned by the agents with the cross-fitted fold policies (each problem by the
@@ -28,16 +28,14 @@ import json
 import math
 import os
 import statistics
-import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.sections import write_section
 
-from benchmarks.sections import write_section  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 MARK_BEGIN, MARK_END = "<!-- agents-ab:begin -->", "<!-- agents-ab:end -->"
 

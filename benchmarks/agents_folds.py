@@ -1,11 +1,11 @@
 """Four agents against one on every recorded problem, cross-fitted (issue 3).
 
     P=benchmarks/policies
-    python benchmarks/fold_policies.py --agents single      # the single-agent fold policies
+    python -m benchmarks.fold_policies --agents single      # the single-agent fold policies
     cuda-agent bench --suite benchmarks/problems --device replay --budget 40 --seeds 2 \
         --strategies marl --policy $P/h200-replay-single-fold0.pt,$P/h200-replay-single-fold1.pt \
         --out benchmarks/results/2026-11-30-bench-replay-single-folds
-    python benchmarks/agents_folds.py benchmarks/results/2026-11-30-bench-replay-folds \
+    python -m benchmarks.agents_folds benchmarks/results/2026-11-30-bench-replay-folds \
         benchmarks/results/2026-11-30-bench-replay-single-folds
 
 `agents_seeds.py` compares the two on the 12 operators one policy held out, so its sign test
@@ -22,17 +22,15 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
+from scipy.stats import binomtest
+
+from benchmarks.sections import write_section
+from cuda_agent.bench import BenchResult, evals_by_problem
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from scipy.stats import binomtest  # noqa: E402
-
-from benchmarks.sections import write_section  # noqa: E402
-from cuda_agent.bench import BenchResult, evals_by_problem  # noqa: E402
 
 
 def load(run_dir: Path) -> BenchResult:

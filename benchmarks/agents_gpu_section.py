@@ -1,7 +1,7 @@
 """BENCHMARKS.md section `agents-gpu-trained`: issue 3's GPU evidence from one training run on the
 H200 and the held-out comparison with the checkpoints it wrote.
 
-    python benchmarks/agents_gpu_section.py \
+    python -m benchmarks.agents_gpu_section \
         --train benchmarks/results/2026-12-03-h200-agents-train \
         --heldout benchmarks/results/2026-12-03-h200-agents-heldout/agents-heldout.json
 
@@ -15,13 +15,11 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.sections import write_section
 
-from benchmarks.sections import write_section  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 NAME = "agents-gpu-trained"
 ORDER = ("trained", "untrained", "random", "single")

@@ -1,6 +1,6 @@
 """The agents on replay of the recorded H200 sweeps: training, held-out comparison, ablations.
 
-    python benchmarks/agents_replay.py [--iterations 40] [--seeds 5]
+    python -m benchmarks.agents_replay [--iterations 40] [--seeds 5]
 
 Trains the multi-agent policy on the example suite minus eight held-out operators (two per
 family: new operators and shapes of known families), plus variants for the ablations (single
@@ -14,21 +14,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
+from benchmarks.sections import write_section
+
+from cuda_agent.agents import checkpoint
+from cuda_agent.agents.evaluate import Contender, compare
+from cuda_agent.agents.reward import RewardSettings
+from cuda_agent.agents.train import TrainSettings, Trainer, write_curves
+from cuda_agent.run.replay import ReplayDevice
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from benchmarks.sections import write_section  # noqa: E402
-
-from cuda_agent.agents import checkpoint  # noqa: E402
-from cuda_agent.agents.evaluate import Contender, compare  # noqa: E402
-from cuda_agent.agents.reward import RewardSettings  # noqa: E402
-from cuda_agent.agents.train import TrainSettings, Trainer, write_curves  # noqa: E402
-from cuda_agent.run.replay import ReplayDevice  # noqa: E402
 
 HOLDOUT = ("elementwise_swiglu", "elementwise_broadcast_odd", "reduce_argmin_middim",
            "reduce_sum_size1dim_odd", "softmax_log_softmax", "softmax_tinyrows_odd", "norm_l2",

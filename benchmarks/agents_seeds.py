@@ -1,6 +1,6 @@
 """Four agents against one, over several training runs: does the split into agents help?
 
-    python benchmarks/agents_seeds.py [--train-seeds 0,1,2] [--iterations 100] [--seeds 5]
+    python -m benchmarks.agents_seeds [--train-seeds 0,1,2] [--iterations 100] [--seeds 5]
 
 `agents_replay.py` trains each variant once, so its multi-against-single comparison is one
 training run of each. Here the multi-agent and the single-agent policies are trained with the
@@ -22,16 +22,15 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from scipy.stats import binomtest
+
+from benchmarks.agents_replay import DATA, HOLDOUT
+from benchmarks.sections import write_section
+from cuda_agent.agents.evaluate import Contender, compare
+from cuda_agent.agents.train import TrainSettings, Trainer
+from cuda_agent.run.replay import ReplayDevice
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from scipy.stats import binomtest  # noqa: E402
-
-from benchmarks.agents_replay import DATA, HOLDOUT  # noqa: E402
-from benchmarks.sections import write_section  # noqa: E402
-from cuda_agent.agents.evaluate import Contender, compare  # noqa: E402
-from cuda_agent.agents.train import TrainSettings, Trainer  # noqa: E402
-from cuda_agent.run.replay import ReplayDevice  # noqa: E402
 
 MARK_BEGIN, MARK_END = "<!-- agents-seeds:begin -->", "<!-- agents-seeds:end -->"
 RANKED = 3

@@ -6,7 +6,7 @@ the same graph (its JSON, the fingerprint's input, plus its train/eval modes), o
 A problem whose capture fell back to torch.export is listed; so is any difference. Run it on
 a new torch version before adding the version to `pretrace.VERIFIED_TORCH`.
 
-    python benchmarks/capture_equality.py [DIR_OR_FILE ...] [--out results.json]
+    python -m benchmarks.capture_equality [DIR_OR_FILE ...] [--out results.json]
 
 Default: benchmarks/problems, benchmarks/realistic and the test suite's problem files.
 """
@@ -22,36 +22,28 @@ from typing import Any
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from cuda_agent.ir import capture as capture_mod, pretrace
+from cuda_agent.problem import load_problem
 
-from cuda_agent.ir import capture as capture_mod, pretrace  # noqa: E402
-from cuda_agent.problem import load_problem  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 DEFAULT = ["benchmarks/problems", "benchmarks/realistic", "tests/data/good", "tests/data/bad"]
 
 
 def outcome(path: Path, export_only: bool) -> tuple[Any, bool]:
     """The capture's graph (or its error) and whether the tracer fell back to torch.export."""
-    pretraced = capture_mod._pretraced
-    fell_back = []
-
-    def tracer(model: torch.nn.Module, inputs: list) -> Any:
-        graph = None if export_only else pretraced(model, inputs)
-        fell_back.append(graph is None)
-        return graph
-
-    capture_mod._pretraced = tracer
+    fell_back = False
     try:
         problem = load_problem(path, check=False)
-        graph = capture_mod.capture(problem.model_cls, problem.init_inputs(), problem.get_inputs)
+        fell_back = not export_only and not capture_mod.tracer_covers(
+            problem.model_cls, problem.init_inputs(), problem.get_inputs)
+        graph = capture_mod.capture(problem.model_cls, problem.init_inputs(), problem.get_inputs,
+                                    tracer=not export_only)
         result: Any = {"graph": graph.to_json(), "modes": graph.modes,
                        "fingerprint": graph.fingerprint()}
     except Exception as exc:  # noqa: BLE001 - a problem's error is an outcome to compare
         result = {"error": f"{type(exc).__name__}: {exc}"}
-    finally:
-        capture_mod._pretraced = pretraced
-    return result, any(fell_back)
+    return result, fell_back
 
 
 def main() -> None:

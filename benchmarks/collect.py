@@ -1,7 +1,7 @@
 """Turn recorded GPU sweeps into the results file of DESIGN.md and its report, then regenerate
 BENCHMARKS.md (whose GPU facts read the sweeps).
 
-    python benchmarks/collect.py --data benchmarks/data/nvidia-h200 [--throughput FILE]
+    python -m benchmarks.collect --data benchmarks/data/nvidia-h200 [--throughput FILE]
         [--search FILE... in the order the runs happened: a problem's last run decides;
          default: every search run, in the order of benchmarks/search_order.py]
         [--gpu-tests LOG] --out benchmarks/results/2026-11-29-nvidia-h200.json
@@ -20,18 +20,16 @@ import json
 import math
 import re
 import statistics
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.search_order import search_files
+from cuda_agent import metrics
+from cuda_agent.ir.plan import make_plan
+from cuda_agent.problem import load_problem
+from cuda_agent.run.baselines import headline_ms, matched_ms, read_record
+from cuda_agent.run.replay import read_sweep
 
-from benchmarks.search_order import search_files  # noqa: E402
-from cuda_agent import metrics  # noqa: E402
-from cuda_agent.ir.plan import make_plan  # noqa: E402
-from cuda_agent.problem import load_problem  # noqa: E402
-from cuda_agent.run.baselines import headline_ms, matched_ms, read_record  # noqa: E402
-from cuda_agent.run.replay import read_sweep  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 MEMORY_BOUND = ("elementwise", "reduction", "softmax", "norm")
 LIB_MARK = " (lib)"  # the best kernel keeps cuBLAS/cuDNN for the product, generates the rest

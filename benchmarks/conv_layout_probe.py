@@ -5,7 +5,7 @@ given (NCHW), converted to channels-last around the call (what the library templ
 `memory.layout=channels_last` does: input and weight converted, the product converted back),
 and the channels-last call alone (what a chain kept in channels-last would pay).
 
-    python benchmarks/conv_layout_probe.py --out probe.json
+    python -m benchmarks.conv_layout_probe --out probe.json
 
 Decides whether a channels-last library step that hands its product on without converting
 it back is worth building (issue 33: the TF32 column's convolutions trail torch.compile,
@@ -16,13 +16,11 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from realistic_harness import L2_FLUSH_BYTES, time_gpu  # noqa: E402
+from benchmarks.realistic_harness import L2_FLUSH_BYTES, time_gpu
 
 CONVS = (torch.nn.Conv2d, torch.nn.Conv3d, torch.nn.ConvTranspose2d, torch.nn.ConvTranspose3d)
 

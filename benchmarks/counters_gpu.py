@@ -1,6 +1,6 @@
 """Hardware counters from Nsight Compute during a short training run on the GPU (issue 34, item 1).
 
-    python benchmarks/counters_gpu.py --out $OUT/h200-counters [--problems a,b,c]
+    python -m benchmarks.counters_gpu --out $OUT/h200-counters [--problems a,b,c]
         [--profile-every 4] [--time-limit 150]
 
 Per problem, a short training run (one PPO update over 2 episodes of 2 steps of 4
@@ -14,7 +14,7 @@ is not started past `--time-limit` seconds. Needs a GPU and `ncu`. Commit `count
 benchmarks/results/<date>-h200-counters/counters.json: `tests/test_counters.py` then checks
 every profiled record's agents' terms on the CPU, and
 
-    python benchmarks/counters_gpu.py --markdown benchmarks/results/<date>-h200-counters/counters.json
+    python -m benchmarks.counters_gpu --markdown benchmarks/results/<date>-h200-counters/counters.json
 
 writes its section of BENCHMARKS.md (on the CPU).
 """
@@ -24,13 +24,11 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 MARK_BEGIN, MARK_END = "<!-- counters:begin -->", "<!-- counters:end -->"
 SHOWN = ("achieved_occupancy", "waves", "dram_throughput", "l2_throughput", "issue_utilization",
@@ -130,7 +128,7 @@ def main() -> None:
     finally:
         device.close()
     store = Store(store_path)
-    names_by_id = {r["id"]: r["name"] for r in store._rows("SELECT id, name FROM problems")}
+    names_by_id = {r["id"]: r["name"] for r in store.problems()}
     records = []
     for m in store.measurements(device="cuda"):
         c = m["counters"] or {}

@@ -6,7 +6,7 @@ worker (the library template's docstring). Here each (problem, layout, mode) run
 eager model in its own process: if benchmark mode is much faster somewhere, an algorithm slot is
 worth measuring in a process of its own.
 
-    python benchmarks/cudnn_probe.py benchmarks/problems/conv*.py --out probe.json
+    python -m benchmarks.cudnn_probe benchmarks/problems/conv*.py --out probe.json
 """
 
 from __future__ import annotations
@@ -18,11 +18,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
 
 CHILD = """
 import json, sys, torch
-sys.path.insert(0, {root!r})
 from cuda_agent.problem import load_problem
 torch.backends.cudnn.allow_tf32 = False  # strict fp32, as the worker and the baselines
 torch.backends.cudnn.benchmark = {benchmark}
@@ -49,7 +47,7 @@ print(json.dumps(times))
 
 
 def probe(path: Path, channels_last: bool, benchmark: bool) -> float | None:
-    code = CHILD.format(root=str(ROOT), path=str(path), benchmark=benchmark,
+    code = CHILD.format(path=str(path), benchmark=benchmark,
                         channels_last=channels_last)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=300)

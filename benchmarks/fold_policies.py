@@ -1,7 +1,7 @@
 """Cross-fitted policies: the recorded problems split into folds, one multi-agent policy trained
 per fold without that fold's problems, so that every problem has a policy that never saw it.
 
-    python benchmarks/fold_policies.py [--folds 2] [--iterations 100] [--agents single]
+    python -m benchmarks.fold_policies [--folds 2] [--iterations 100] [--agents single]
 
 `cuda-agent bench --policy fold0.pt,fold1.pt` then tunes each problem with the policy that
 never trained on it, and the agents' rows count every problem (a single policy trained on most
@@ -28,20 +28,18 @@ shipped model, as `tune` does).
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from dataclasses import replace
 from itertools import groupby
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.agents_replay import DATA
+from cuda_agent.agents import checkpoint
+from cuda_agent.agents.reward import RewardSettings
+from cuda_agent.agents.train import TrainSettings, Trainer
+from cuda_agent.run.replay import ReplayDevice
 
-from benchmarks.agents_replay import DATA  # noqa: E402
-from cuda_agent.agents import checkpoint  # noqa: E402
-from cuda_agent.agents.reward import RewardSettings  # noqa: E402
-from cuda_agent.agents.train import TrainSettings, Trainer  # noqa: E402
-from cuda_agent.run.replay import ReplayDevice  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def recorded_problems() -> list[str]:

@@ -4,19 +4,18 @@ single-kernel problem of the suite, each tuned by the fold policy that never tra
     P=benchmarks/policies; cuda-agent bench --suite benchmarks/problems --device replay \
         --budget 40 --seeds 2 --policy $P/h200-replay-fold0.pt,$P/h200-replay-fold1.pt \
         --out benchmarks/results/2026-11-30-bench-replay-folds
-    python benchmarks/folds_section.py benchmarks/results/2026-11-30-bench-replay-folds
+    python -m benchmarks.folds_section benchmarks/results/2026-11-30-bench-replay-folds
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
+from benchmarks.sections import bench_section
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from sections import bench_section  # noqa: E402
 
 INTRO = """\
 ## The agents on every recorded problem, cross-fitted (replay of the H200 sweeps)

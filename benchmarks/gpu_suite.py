@@ -2,22 +2,22 @@
 compile/evaluation throughput. Everything lands under $OUT (results.tgz holds the sweep files
 and logs), to be committed under benchmarks/data/ and benchmarks/results/.
 
-    python3 benchmarks/gpu_suite.py --parts sweeps,faults,throughput,families --sample 100
-    python3 benchmarks/gpu_suite.py --parts counters,agents      # issue 3
-    python3 benchmarks/gpu_suite.py --parts bench --bench-problems a.py,b.py \
+    python3 -m benchmarks.gpu_suite --parts sweeps,faults,throughput,families --sample 100
+    python3 -m benchmarks.gpu_suite --parts counters,agents      # issue 3
+    python3 -m benchmarks.gpu_suite --parts bench --bench-problems a.py,b.py \
         --agent-policy benchmarks/policies/h200-replay-multi.pt   # issue 5 (wheels: docs/troubleshooting.md)
-    CUDA_VISIBLE_DEVICES=0 python3 benchmarks/gpu_suite.py --parts bench --work /tmp/w0 \
+    CUDA_VISIBLE_DEVICES=0 python3 -m benchmarks.gpu_suite --parts bench --work /tmp/w0 \
         --bench-problems todo:0:2 --agent-policy $P/h200-replay-1202p-fold0.pt,$P/h200-replay-1202p-fold1.pt
         # half of what no committed live bench has, cheapest first (todo:1:2 on the other GPU)
-    python3 benchmarks/gpu_suite.py --parts gemm_tc,search --search-problems a.py,b.py \
+    python3 -m benchmarks.gpu_suite --parts gemm_tc,search --search-problems a.py,b.py \
         --search-warm 1 --search-seed-template gemm_tc           # a template the sweeps predate
-    python3 benchmarks/agents_ab.py --device cuda --variants online_ppo,noprior --seeds 1 \
+    python3 -m benchmarks.agents_ab --device cuda --variants online_ppo,noprior --seeds 1 \
         --problems scan_,softmax_ --deadline 420 --out $OUT/ab.json  # an agents' setting, live
-    python3 benchmarks/gpu_suite.py --parts realistic --deadline 560 \
+    python3 -m benchmarks.gpu_suite --parts realistic --deadline 560 \
         --realistic-results benchmarks/results/DAY-h200-realistic/realistic.json
         # issue 33: the realistic suite end to end (tune, then the independent harness), cheapest
         # first, one problem per visible GPU; resumes from the results given; $OUT/realistic.json
-    python3 benchmarks/gpu_suite.py --parts realistic --deadline 560 \
+    python3 -m benchmarks.gpu_suite --parts realistic --deadline 560 \
         --realistic-suite benchmarks/conv_chains --realistic-as-user --realistic-time-limit 120 \
         --realistic-max-autotune \
         --realistic-results benchmarks/results/DAY-h100-conv-chains/conv_chains.json
@@ -50,7 +50,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 
 def log(msg: str) -> None:
@@ -656,7 +655,7 @@ def main() -> None:
         ap.error(f"unknown part(s) {', '.join(unknown)}; parts: {', '.join(PARTS)}")
     if "realistic" in parts and not (ROOT / args.realistic_suite / "suite.json").is_file():
         ap.error(f"--realistic-suite {args.realistic_suite}: no suite.json there (write it with "
-                 f"python benchmarks/realistic_suite.py --suite {args.realistic_suite})")
+                 f"python -m benchmarks.realistic_suite --suite {args.realistic_suite})")
     src = ROOT / args.problems
     problems = sorted(src.glob("*.py")) if src.is_dir() else \
         [ROOT / p for p in args.problems.split(",")]

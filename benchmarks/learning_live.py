@@ -6,7 +6,7 @@ with seed 1204, 24 in all; torch is not timed: `--bench-no-baselines`; as run on
 2026-12-06, `benchmarks/results/2026-12-06-h100-learning-live/`):
 
     P=benchmarks/policies; F=benchmarks/sim_folds
-    python benchmarks/gpu_suite.py --parts bench --bench-problems sample:2:1204:K:2 \\
+    python -m benchmarks.gpu_suite --parts bench --bench-problems sample:2:1204:K:2 \\
         --bench-strategies marl,marl_untrained,prior,marl_single \\
         --agent-policy $P/h200-replay-1204f-fold0.pt,$P/h200-replay-1204f-fold1.pt \\
         --agent-single-policy \\
@@ -16,7 +16,7 @@ with seed 1204, 24 in all; torch is not timed: `--bench-no-baselines`; as run on
 
 Then, on the runs' folders (bench.json each):
 
-    python benchmarks/learning_live.py RUN [RUN ...]
+    python -m benchmarks.learning_live RUN [RUN ...]
 
 Each problem is tuned by the fold policy that never trained on it and ranked with the model's
 constants fitted without it (every problem is held out for one fold). The optimum is the best
@@ -32,15 +32,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.learning_replay import sign
+from benchmarks.sections import write_section
 
-from benchmarks.learning_replay import sign  # noqa: E402
-from benchmarks.sections import write_section  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 MARK_BEGIN, MARK_END = "<!-- learning-live:begin -->", "<!-- learning-live:end -->"
 PAIRS = [("marl", "prior"), ("marl", "marl_untrained"), ("marl", "marl_single"),

@@ -1,7 +1,7 @@
 """Does learning beat the cost model alone? An out-of-sample replay evaluation (issue 34, item 3).
 
-    python benchmarks/learning_replay.py [--seeds 3] [--budget 40] [--jobs 2] [--problems a,b]
-    python benchmarks/learning_replay.py --markdown-only   # BENCHMARKS.md from the result
+    python -m benchmarks.learning_replay [--seeds 3] [--budget 40] [--jobs 2] [--problems a,b]
+    python -m benchmarks.learning_replay --markdown-only   # BENCHMARKS.md from the result
 
 REPLAY: every figure here comes from sweeps recorded on the H200 (benchmarks/data/nvidia-h200),
 replayed on a CPU: a strategy's proposals are served the times the GPU measured. Nothing is
@@ -26,17 +26,15 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.sections import write_section
 
-from benchmarks.sections import write_section  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 POL = "benchmarks/policies"
 FOLDS = 2

@@ -2,21 +2,19 @@
 configuration of the template measured per problem on the H200 (`gpu_suite.py --parts
 library`), the best time per layout beside the baselines.
 
-    python benchmarks/library_section.py benchmarks/results/2026-11-30-h200-library/library.json
+    python -m benchmarks.library_section benchmarks/results/2026-11-30-h200-library/library.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
+from cuda_agent.run.baselines import headline_ms, matched_ms
+from benchmarks.sections import write_section
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-sys.path.insert(0, str(ROOT))
-from cuda_agent.run.baselines import headline_ms, matched_ms  # noqa: E402
-from sections import write_section  # noqa: E402
 
 LAYOUTS = ("as_given", "channels_last")
 BASELINES = (("eager", "eager_ms"), ("torch.compile", "compile_ms"),

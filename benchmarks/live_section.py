@@ -4,7 +4,7 @@ needs one policy setting), with the method stated once above each, and the faste
 either against torch.compile over every problem benched. Rebuilds each merge from the run
 directories first (`cuda-agent report RUN... --out MERGED`), so no section is pasted by hand.
 
-    python benchmarks/live_section.py            # the committed runs, into BENCHMARKS.md
+    python -m benchmarks.live_section            # the committed runs, into BENCHMARKS.md
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from benchmarks.sections import bench_section, write_section
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from sections import bench_section, write_section  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 # each live bench set: a folder of runs (one per problem, or one per device-tool call)
@@ -324,7 +324,7 @@ def ablation_text(merged: dict, cut: int) -> str:
     """The held-out comparison's text: each strategy's median measurements to 95 %, the
     issue's target, sign tests of the trained agents against the others (the per-problem
     table is the merged report's)."""
-    from agents_ab import sign_test
+    from benchmarks.agents_ab import sign_test
 
     cols = [c for c in ABLATION_COLUMNS if c in merged["summary"]]
     per = {p: {c: merged["summary"][c]["evals_to_95"][p] for c in cols}
@@ -357,7 +357,7 @@ def sample_rows(merged: dict) -> list[tuple[str, dict[str, int]]]:
 def sample_stats(rows: list[tuple[str, dict[str, int]]]) -> dict:
     """Medians over `rows` (a problem may come twice), the best peer by median, the peers'
     per-problem minimum's median and the sign test of the agents against the best peer."""
-    from agents_ab import sign_test
+    from benchmarks.agents_ab import sign_test
 
     strategies = [s for s in rows[0][1] if all(s in c for _, c in rows)]
     med = {s: statistics.median(c[s] for _, c in rows) for s in strategies}

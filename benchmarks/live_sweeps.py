@@ -10,8 +10,8 @@ They are not a uniform sample (the strategies drew them, the fast ones more ofte
 a replayed search can find is the best of that run: a harder, still real, test bed for A/Bs of
 the agents' settings (`benchmarks/agents_ab.py --replay-root DIR`).
 
-    python benchmarks/live_sweeps.py --out /tmp/live-sweeps     # then
-    python benchmarks/agents_ab.py --replay-root /tmp/live-sweeps --variants online_ppo,noprior
+    python -m benchmarks.live_sweeps --out /tmp/live-sweeps     # then
+    python -m benchmarks.agents_ab --replay-root /tmp/live-sweeps --variants online_ppo,noprior
 
 A configuration measured more than once (two strategies asked for it) keeps the median of its
 verified times; one that failed every time is a failure record (the kind is not kept in
@@ -23,11 +23,9 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 RESULTS = ROOT / "benchmarks" / "results"
 

@@ -1,7 +1,7 @@
 """BENCHMARKS.md section `half-precision`: the opt-in fp16/bf16 tensor-core path (issue 4) on the
 H200, against torch under autocast in the same run and against the strict fp32 kernels.
 
-    python benchmarks/precision_section.py benchmarks/results/2026-12-03-h200-half-precision \
+    python -m benchmarks.precision_section benchmarks/results/2026-12-03-h200-half-precision \
         benchmarks/results/2026-12-03-h200-half-mma16
 
 Reads the folders' search-<precision>.json files, in the order given, (gpu_suite.py --parts search
@@ -13,15 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.search_order import search_files
+from benchmarks.sections import write_section
+from cuda_agent.run.baselines import headline_ms, matched_ms
 
-from benchmarks.search_order import search_files  # noqa: E402
-from benchmarks.sections import write_section  # noqa: E402
-from cuda_agent.run.baselines import headline_ms, matched_ms  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 NAME = "half-precision"
 KERNEL = {"gemm_tc": "tensor cores", "gemm": "SIMT fp32", "lib": "library + epilogue"}

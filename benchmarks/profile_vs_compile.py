@@ -3,7 +3,7 @@ problem, side by side, plus torch.compile's generated source: where a generated 
 torch.compile by a few percent, the reports say why (occupancy, bytes in flight, DRAM
 throughput, stalls) without guessing. Runs on the GPU machine:
 
-    python3 benchmarks/profile_vs_compile.py benchmarks/problems/norm_rms.py \
+    python3 -m benchmarks.profile_vs_compile benchmarks/problems/norm_rms.py \
         "algo=passes fastmath=1 unroll=1 block=1024 ..." --out $OUT/norm_rms
 
 Writes <out>/ours.txt, <out>/compile.txt (ncu section reports) and <out>/compile_code.txt.
@@ -18,15 +18,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 SECTIONS = ("SpeedOfLight", "MemoryWorkloadAnalysis", "Occupancy", "LaunchStats",
             "WarpStateStats", "SchedulerStats", "ComputeWorkloadAnalysis", "InstructionStats")
 
 COMPILED_RUN = r"""
 import sys, torch
-sys.path.insert(0, {root!r})
 from torch._inductor.utils import run_and_get_code
 from cuda_agent.problem import load_problem
 p = load_problem({problem!r})
@@ -95,7 +92,7 @@ def main() -> None:
         ncu([sys.executable, "-m", "cuda_agent.run.profile_one", str(spec)], out / "ours.txt",
             ["--kernel-name", "regex:^(s[0-9]+_)?ca_"])
         script = Path(tmp) / "compiled.py"
-        script.write_text(COMPILED_RUN.format(root=str(ROOT), problem=problem,
+        script.write_text(COMPILED_RUN.format(problem=problem,
                                               code_out=str(out / "compile_code.txt")))
         ncu([sys.executable, str(script)], out / "compile.txt", ["--profile-from-start", "off"])
     print(f"wrote {out}/ours.txt, compile.txt, compile_code.txt")

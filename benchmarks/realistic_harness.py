@@ -2,7 +2,7 @@
 It does not import cuda-agent nor read its report: only torch, the problem file and model_new.py,
 under PyTorch's default settings (no flag changed), in a process of its own.
 
-    python benchmarks/realistic_harness.py PROBLEM.py MODEL_NEW.py --out row.json
+    python -m benchmarks.realistic_harness PROBLEM.py MODEL_NEW.py --out row.json
 
 1. `Model(*get_init_inputs())` and `ModelNew(*get_init_inputs())`, each built after
    `torch.manual_seed(0)` (KernelBench's way to give both the same state), moved to the GPU as

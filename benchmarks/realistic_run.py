@@ -32,10 +32,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from queue import Empty, Queue
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks import realistic_suite
 
-from benchmarks import realistic_suite  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 STATUSES = ("ok", "oom", "timeout", "wrong", "unsupported", "error")
 CLI = [sys.executable, "-c", "from cuda_agent.cli import main; main()"]

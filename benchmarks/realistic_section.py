@@ -1,7 +1,7 @@
 """BENCHMARKS.md's sections on the realistic suite (issue 33, item 5): `realistic-summary`, the
 headline kept after the page's opening paragraph, and `realistic`, the per-problem table.
 
-    python benchmarks/realistic_section.py benchmarks/results/DAY-h200-realistic/realistic.json \
+    python -m benchmarks.realistic_section benchmarks/results/DAY-h200-realistic/realistic.json \
         [MORE.json ...]
 
 Reads the results files of `gpu_suite.py --parts realistic` (where several hold a problem, the
@@ -20,11 +20,10 @@ import math
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks import realistic_suite
+from benchmarks.sections import write_section, write_summary_section
 
-from benchmarks import realistic_suite  # noqa: E402
-from benchmarks.sections import write_section, write_summary_section  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 NAME = "realistic"
 FAILURES = ("oom", "timeout", "wrong", "unsupported", "error")

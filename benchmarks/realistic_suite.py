@@ -3,9 +3,9 @@
 the device time a suite run spends on it, so that the GPU run (`gpu_suite.py --parts realistic
 [--realistic-suite DIR]`) goes cheapest first without capturing anything on the device.
 
-    python benchmarks/realistic_suite.py [--suite DIR]          # rewrite DIR/suite.json
-    python benchmarks/realistic_suite.py [--suite DIR] --check  # exit 1 if it does not match
-    python benchmarks/realistic_suite.py --suite benchmarks/conv_chains \
+    python -m benchmarks.realistic_suite [--suite DIR]          # rewrite DIR/suite.json
+    python -m benchmarks.realistic_suite [--suite DIR] --check  # exit 1 if it does not match
+    python -m benchmarks.realistic_suite --suite benchmarks/conv_chains \
         --plans benchmarks/results/DAY-conv-chains-cpu.json     # each problem's plan or refusal
 
 Sizes come from the captured graph (meta tensors, nothing allocated): `input_bytes` counts every
@@ -76,7 +76,6 @@ def _meta_model(path: Path) -> tuple:
     """(model, inputs) of a problem file built on meta tensors (nothing allocated)."""
     import torch
 
-    sys.path.insert(0, str(ROOT))
     from cuda_agent.problem import load_problem
 
     problem = load_problem(path, check=False)
@@ -141,7 +140,6 @@ def eager_peak_bytes(path: Path) -> int:
 
 def measure(path: Path) -> dict:
     """A problem's manifest entry (capture and plan on meta tensors)."""
-    sys.path.insert(0, str(ROOT))
     from cuda_agent.errors import CudaAgentError
     from cuda_agent.ir.partition import ProgramPlan
     from cuda_agent.ir.plan import make_plan
@@ -213,7 +211,6 @@ def plan_of(path: Path) -> dict:
     """How the tool takes a problem on the CPU: its plan's kind (`program` for several kernels)
     and family, each stage's kind, family and the templates that cover it (for an H200-class
     target at strict fp32), or the one-line refusal and where it came."""
-    sys.path.insert(0, str(ROOT))
     from cuda_agent.errors import CudaAgentError
     from cuda_agent.ir.partition import ProgramPlan
     from cuda_agent.ir.plan import make_plan
@@ -294,7 +291,7 @@ def main() -> None:
     text = json.dumps(manifest, indent=1) + "\n"
     if args.check:
         if not path.exists() or path.read_text() != text:
-            print(f"{path} is stale: run python benchmarks/realistic_suite.py --suite {folder}")
+            print(f"{path} is stale: run python -m benchmarks.realistic_suite --suite {folder}")
             sys.exit(1)
         print(f"{path}: up to date ({len(manifest['problems'])} problems)")
         return

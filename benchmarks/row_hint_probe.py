@@ -3,7 +3,7 @@ template's configurations as rendered and with their loads rewritten to other PT
 qualifiers, beside torch.compile of the same problem, all under the tuner's timing protocol
 (L2 flushed before every run, medians). Runs on the GPU machine:
 
-    python3 benchmarks/row_hint_probe.py benchmarks/problems/norm_layernorm.py \
+    python3 -m benchmarks.row_hint_probe benchmarks/problems/norm_layernorm.py \
         "algo=passes ... vec=4 combine=shfl" [...] --out $OUT/hints.json
 
 Variants: `rendered`; `l1`: every load of a row operand L1::evict_last except its last pass's,
@@ -16,21 +16,17 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import sys
 from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from cuda_agent.agents.vocab import VOCAB  # noqa: E402
-from cuda_agent.ir.plan import make_plan  # noqa: E402
-from cuda_agent.problem import load_problem  # noqa: E402
-from cuda_agent.run import launcher  # noqa: E402
-from cuda_agent.run.timing import L2Flusher, TimingSettings, time_runs  # noqa: E402
-from cuda_agent.space.slots import ABSENT, Config, Target, expand_short  # noqa: E402
-from cuda_agent.space.space import Space  # noqa: E402
+from cuda_agent.agents.vocab import VOCAB
+from cuda_agent.ir.plan import make_plan
+from cuda_agent.problem import load_problem
+from cuda_agent.run import launcher
+from cuda_agent.run.timing import L2Flusher, TimingSettings, time_runs
+from cuda_agent.space.slots import ABSENT, Config, Target, expand_short
+from cuda_agent.space.space import Space
 
 LOADS = r"""
 __device__ __forceinline__ float4 ca_l1last4(const float* p) {

@@ -1,6 +1,6 @@
 """Fit the simulator's constants to recorded GPU sweeps, and check the fit on sweeps it did not see.
 
-    python benchmarks/sim_calibrate.py [--rounds 4]
+    python -m benchmarks.sim_calibrate [--rounds 4]
 
 The objective is rank agreement (mean Spearman between simulated and measured times over the
 configurations of each problem), which is what a search needs from a model. Problems are split
@@ -14,21 +14,19 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from dataclasses import asdict, fields
 from pathlib import Path
 
 from scipy.stats import spearmanr
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.sections import write_section
+from benchmarks.sim_cases import load_case, simulated
+from cuda_agent.build.builder import Builder
+from cuda_agent.run.sim_model import SimConstants
+from cuda_agent.space.slots import Target
 
-from benchmarks.sections import write_section  # noqa: E402
-from benchmarks.sim_cases import load_case, simulated  # noqa: E402
-from cuda_agent.build.builder import Builder  # noqa: E402
-from cuda_agent.run.sim_model import SimConstants  # noqa: E402
-from cuda_agent.space.slots import Target  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 FIT = ("dram_peak_fraction", "dram_latency_ns", "saturation_sharpness", "gather_lines_per_request",
        "issue_rate_scale", "transcendental_instr", "addr_instr", "loop_instr", "barrier_cycles",

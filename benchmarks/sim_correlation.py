@@ -1,8 +1,8 @@
 """How well the simulator ranks configurations: Spearman correlation between `sim` and the
 recorded GPU sweeps, per problem and per family.
 
-    python benchmarks/sim_correlation.py [--data benchmarks/data/nvidia-h200]
-    python benchmarks/sim_correlation.py --problems gemm_,fused_linear --update RESULT_JSON
+    python -m benchmarks.sim_correlation [--data benchmarks/data/nvidia-h200]
+    python -m benchmarks.sim_correlation --problems gemm_,fused_linear --update RESULT_JSON
 
 `--problems` scores only the sweeps whose names start so (a whole run compiles every recorded
 configuration: hours on two cores); with `--update` their rows replace those of an earlier
@@ -22,20 +22,18 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
 from scipy.stats import spearmanr
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.sections import write_section
+from benchmarks.sim_cases import load_case, simulated
+from cuda_agent.build.builder import Builder
+from cuda_agent.run.sim_model import SimConstants
+from cuda_agent.space.slots import Target
 
-from benchmarks.sections import write_section  # noqa: E402
-from benchmarks.sim_cases import load_case, simulated  # noqa: E402
-from cuda_agent.build.builder import Builder  # noqa: E402
-from cuda_agent.run.sim_model import SimConstants  # noqa: E402
-from cuda_agent.space.slots import Target  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 MARK_BEGIN, MARK_END = "<!-- sim-correlation:begin -->", "<!-- sim-correlation:end -->"
 TARGET = 0.8  # issue 5: the median Spearman of every family

@@ -1,7 +1,7 @@
 """Fit the analytic model's sweep-fitted constants per fold, so that each problem can be ranked by
 a model that never saw its measurements (issue 34, item 3).
 
-    python benchmarks/sim_fold_fit.py [--folds 2] [--name h200]
+    python -m benchmarks.sim_fold_fit [--folds 2] [--name h200]
 
 The constants are those `cuda_agent/run/sim_folds.FITTED` lists: the ones set from the recorded
 H200 measurements (the library's rates, the SIMT and tensor-core GEMM terms, the pooling
@@ -29,19 +29,17 @@ import json
 import math
 import pickle
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 from scipy.stats import spearmanr
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.fold_policies import folds, recorded_problems
+from benchmarks.sections import write_section
+from cuda_agent.run.sim_folds import FITTED, ModelConstants, applied, shipped_values
 
-from benchmarks.fold_policies import folds, recorded_problems  # noqa: E402
-from benchmarks.sections import write_section  # noqa: E402
-from cuda_agent.run.sim_folds import FITTED, ModelConstants, applied, shipped_values  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 DATA = ROOT / "benchmarks/data"
 OUT = ROOT / "benchmarks/sim_folds"

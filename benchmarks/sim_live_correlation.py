@@ -1,7 +1,7 @@
 """How well the simulator ranks the configurations the live bench measured: Spearman between
 `sim` and the H200's times on the configurations every strategy of a live run tried.
 
-    python benchmarks/sim_live_correlation.py [--sample 80]
+    python -m benchmarks.sim_live_correlation [--sample 80]
 
 The recorded sweeps (`sim_correlation.py`) of the single GEMMs predate the tensor-core
 template and hold 10 to 48 configurations; the live bench runs since commit 3dbe27b keep each
@@ -21,24 +21,22 @@ import argparse
 import json
 import random
 import statistics
-import sys
 import time
 from pathlib import Path
 
 from scipy.stats import spearmanr
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.live_sweeps import configs_by_short, live_measurements, live_runs
+from benchmarks.sections import write_section
+from cuda_agent.build.builder import Builder, BuildInput
+from cuda_agent.ir.partition import ProgramPlan
+from cuda_agent.ir.plan import make_plan
+from cuda_agent.problem import load_problem
+from cuda_agent.run.sim_model import SimConstants, simulate
+from cuda_agent.space.slots import Target
+from cuda_agent.space.space import Space
 
-from benchmarks.live_sweeps import configs_by_short, live_measurements, live_runs  # noqa: E402
-from benchmarks.sections import write_section  # noqa: E402
-from cuda_agent.build.builder import Builder, BuildInput  # noqa: E402
-from cuda_agent.ir.partition import ProgramPlan  # noqa: E402
-from cuda_agent.ir.plan import make_plan  # noqa: E402
-from cuda_agent.problem import load_problem  # noqa: E402
-from cuda_agent.run.sim_model import SimConstants, simulate  # noqa: E402
-from cuda_agent.space.slots import Target  # noqa: E402
-from cuda_agent.space.space import Space  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 MARK_BEGIN, MARK_END = "<!-- sim-live-correlation:begin -->", "<!-- sim-live-correlation:end -->"
 RESULTS = ROOT / "benchmarks" / "results"

@@ -1,7 +1,7 @@
 """How well the simulator ranks one template's configurations that only searches measured (the
 sweeps predate it): Spearman correlation between `sim` and the H200 search trials, per run.
 
-    python benchmarks/sim_search_correlation.py [--template gemm_tc] [SEARCH.json ...]
+    python -m benchmarks.sim_search_correlation [--template gemm_tc] [SEARCH.json ...]
 
 Every verified trial of the template in the given `gpu_suite.py --parts search` files (default:
 every benchmarks/results/*/search.json) is compiled (NVRTC: the compiler's registers and
@@ -17,23 +17,21 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
 from scipy.stats import spearmanr
 
+from benchmarks.sections import write_section
+
+from cuda_agent.build.builder import Builder, BuildInput
+from cuda_agent.ir.plan import make_plan
+from cuda_agent.problem import load_problem
+from cuda_agent.run.sim_model import simulate
+from cuda_agent.space.slots import Target, expand_short
+from cuda_agent.space.space import Space
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from benchmarks.sections import write_section  # noqa: E402
-
-from cuda_agent.build.builder import Builder, BuildInput  # noqa: E402
-from cuda_agent.ir.plan import make_plan  # noqa: E402
-from cuda_agent.problem import load_problem  # noqa: E402
-from cuda_agent.run.sim_model import simulate  # noqa: E402
-from cuda_agent.space.slots import Target, expand_short  # noqa: E402
-from cuda_agent.space.space import Space  # noqa: E402
 
 MARK_BEGIN, MARK_END = "<!-- sim-search-correlation:begin -->", "<!-- sim-search-correlation:end -->"
 

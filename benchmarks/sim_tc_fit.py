@@ -1,7 +1,7 @@
 """Fit the tensor-core GEMM model's constants on every recorded H200 measurement of the
 template: the live bench's configurations and the convolution sweeps.
 
-    python benchmarks/sim_tc_fit.py [--hold-out fused_conv2d_relu_maxpool] [--sample 80]
+    python -m benchmarks.sim_tc_fit [--hold-out fused_conv2d_relu_maxpool] [--sample 80]
 
 Records: per single-kernel GEMM or convolution problem, its latest live run's verified
 configurations (a seeded sample of `--sample`, as `sim_live_correlation.py` draws them), and
@@ -27,22 +27,20 @@ import itertools
 import json
 import random
 import statistics
-import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
 
 from scipy.stats import spearmanr
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.sim_cases import load_case
+from benchmarks.sim_live_correlation import measured_configs, sampled_case
+from cuda_agent.build.builder import Builder
+from cuda_agent.run import sim_gemm
+from cuda_agent.run.sim_model import stage_resources, simulate
+from cuda_agent.space.slots import Target
 
-from benchmarks.sim_cases import load_case  # noqa: E402
-from benchmarks.sim_live_correlation import measured_configs, sampled_case  # noqa: E402
-from cuda_agent.build.builder import Builder  # noqa: E402
-from cuda_agent.run import sim_gemm  # noqa: E402
-from cuda_agent.run.sim_model import _stage_resources, simulate  # noqa: E402
-from cuda_agent.space.slots import Target  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 LIVE_PREFIXES = ("gemm_", "fused_linear", "fused_matmul", "fused_bmm", "fused_addmm", "conv",
                  "fused_conv")
@@ -59,7 +57,7 @@ def _tc_part(rendered, resources: dict) -> tuple[dict | None, dict | None]:
     if rendered.parts:
         for i, (_, part) in enumerate(rendered.parts):
             if dict(part.facts).get("mma"):
-                return dict(part.facts), _stage_resources(resources.get("per_kernel") or {}, i)
+                return dict(part.facts), stage_resources(resources.get("per_kernel") or {}, i)
         return None, None
     return (dict(rendered.facts), resources) if dict(rendered.facts).get("mma") else (None, None)
 

@@ -2,7 +2,7 @@
 the held-out shapes in benchmarks/validation/problems, with the model as shipped and as it was
 before the changes of 2026-12-03 (tensor-core refit, pooling rows' shared sectors).
 
-    python benchmarks/sim_validation.py
+    python -m benchmarks.sim_validation
 
 The shapes (two conv+pool programs, convolutions, GEMMs, poolings) are not in the suite, so
 no constant of the model was set on their records. Their sweeps are
@@ -18,22 +18,20 @@ from __future__ import annotations
 import dataclasses
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 from unittest import mock
 
 from scipy.stats import spearmanr
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.sections import write_section
+from benchmarks.sim_cases import load_case, simulated
+from cuda_agent.build.builder import Builder
+from cuda_agent.run import sim_gemm
+from cuda_agent.run.sim_model import SimConstants
+from cuda_agent.space.slots import Target
 
-from benchmarks.sections import write_section  # noqa: E402
-from benchmarks.sim_cases import load_case, simulated  # noqa: E402
-from cuda_agent.build.builder import Builder  # noqa: E402
-from cuda_agent.run import sim_gemm  # noqa: E402
-from cuda_agent.run.sim_model import SimConstants  # noqa: E402
-from cuda_agent.space.slots import Target  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 MARK_BEGIN, MARK_END = "<!-- sim-validation:begin -->", "<!-- sim-validation:end -->"
 VALIDATION = ROOT / "benchmarks" / "validation"

@@ -8,7 +8,7 @@ store (a first run on a machine); `warm`: the same command again with what the c
 report, cold. Figures are wall-clock seconds on this machine's CPU (no GPU is involved), the
 median of `--repeats` runs, with the load average beside them: the machine may be shared.
 
-    python benchmarks/startup_time.py [--root CHECKOUT] [--baseline CHECKOUT]
+    python -m benchmarks.startup_time [--root CHECKOUT] [--baseline CHECKOUT]
                                       [--out benchmarks/results/...json]
 
 `--root` times another checkout of cuda-agent with this interpreter; `--baseline` times a second

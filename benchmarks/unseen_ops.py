@@ -4,14 +4,13 @@ KernelBench-style single ops, fused level-2 chains and common model pieces, in t
 run lists the plan's kinds or the one-line reason it was refused. Nothing is compiled or timed:
 this finds what a user's program would be refused for, before any GPU is involved.
 
-    python benchmarks/unseen_ops.py --out benchmarks/results/DAY-unseen-ops-cpu.json
+    python -m benchmarks.unseen_ops --out benchmarks/results/DAY-unseen-ops-cpu.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -19,11 +18,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from cuda_agent.ir.capture import capture  # noqa: E402
-from cuda_agent.ir.plan import make_plan  # noqa: E402
+from cuda_agent.ir.capture import capture
+from cuda_agent.ir.plan import make_plan
 
 
 def M(fwd, init=None):

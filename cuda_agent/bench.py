@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 from . import metrics
 from .errors import SettingsError
+from .example_data import example_suite
 from .flags import check_bench
 from .problem import Problem, load_problem
 from .problem_child import load_problem_bounded
@@ -77,7 +78,7 @@ fresh policy, and the single-agent ablation (its checkpoints: `BenchSettings.sin
 class BenchSettings:
     """What `bench` compares, and how much it may spend."""
 
-    suite: str = "benchmarks/problems"
+    suite: str = field(default_factory=example_suite)
     replay_root: str | None = None
     strategies: tuple[str, ...] = DEFAULT_STRATEGIES
     budget: int = 100

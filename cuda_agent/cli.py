@@ -24,6 +24,7 @@ from rich.table import Column, Table
 
 from . import __version__, flags, interrupt
 from .errors import CudaAgentError, SettingsError, UnsupportedError
+from .example_data import example_suite, recorded_sweeps
 from .search import BENCH_DEFAULT, bench_strategy_names, strategy_names
 from .limits import BASELINE_TIMEOUT_S, COMPILE_TIMEOUT_S, IMPORT_TIMEOUT_S, TIME_LIMIT_S
 from .outputs import check_out_dir
@@ -270,7 +271,8 @@ def tune(
     store: Optional[str] = typer.Option(None, help="SQLite store (default ~/.cache/cuda-agent)"),
     baselines: bool = typer.Option(True, help="time torch eager and torch.compile too"),
     replay_root: Optional[Path] = typer.Option(None, help="directory of recorded sweeps for "
-                                               "--device replay (default benchmarks/data)"),
+                                               "--device replay (default $CUDA_AGENT_REPLAY_ROOT, "
+                                               "else the checkout's benchmarks/data)"),
     policy: Optional[Path] = typer.Option(None, help="trained agents checkpoint (cuda-agent "
                                           "train): warm start, fine-tuned online on this "
                                           "operator, stops when the search plateaus"),
@@ -395,7 +397,9 @@ def sweep(
     device: Optional[str] = typer.Option(None, help="cuda (default when a GPU is present) | sim"),
     sample: Optional[int] = typer.Option(None, help="measure a random sample of this many "
                                          "configurations instead of the whole space"),
-    out_root: Path = typer.Option(Path("benchmarks/data"), help="where sweep files go"),
+    out_root: Path = typer.Option(default_factory=recorded_sweeps, help="where sweep files go",
+                                  show_default="$CUDA_AGENT_REPLAY_ROOT, else the checkout's "
+                                  "benchmarks/data"),
     seed: int = typer.Option(0),
     store: Optional[str] = typer.Option(None),
 ) -> None:
@@ -445,7 +449,9 @@ def sweep(
 
 @app.command()
 def train(
-    suite: Path = typer.Option(Path("benchmarks/problems"), help="directory of problem files"),
+    suite: Path = typer.Option(default_factory=example_suite, help="directory of problem files",
+                               show_default="$CUDA_AGENT_SUITE, else the checkout's "
+                               "benchmarks/problems"),
     device: Optional[str] = typer.Option(None, help="cuda | sim | replay (default: cuda when "
                                          "a GPU is present, else sim)"),
     replay_root: Optional[Path] = typer.Option(None, help="recorded sweeps for --device replay"),
@@ -618,12 +624,15 @@ def failures(
 
 @app.command()
 def bench(
-    suite: Path = typer.Option(Path("benchmarks/problems"), help="problems: a directory, a file, "
-                               "or comma-separated files (run in that order)"),
+    suite: Path = typer.Option(default_factory=example_suite, help="problems: a directory, a "
+                               "file, or comma-separated files (run in that order)",
+                               show_default="$CUDA_AGENT_SUITE, else the checkout's "
+                               "benchmarks/problems"),
     device: str = typer.Option("replay", help="replay: recorded GPU sweeps; cuda: every "
                                "strategy and baseline measured on the GPU in this run; sim: "
                                "the same live run on the simulated device"),
     replay_root: Optional[Path] = typer.Option(None, help="recorded sweeps (default "
+                                               "$CUDA_AGENT_REPLAY_ROOT, else the checkout's "
                                                "benchmarks/data)"),
     budget: int = typer.Option(100, help="measurements per strategy, problem and seed"),
     seeds: int = typer.Option(5),

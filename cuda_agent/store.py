@@ -493,6 +493,11 @@ class Store:
                            error_msg=r["error_msg"], counters=r["counters"] or {},
                            max_rel_err=r["max_rel_err"], wall_s=r["wall_s"], reused=True)
 
+    def problems(self) -> list[dict]:
+        """Every problem recorded (id, name, source_hash, fingerprint, family, created_at),
+        oldest first: what a measurement's `problem_id` names."""
+        return self._rows("SELECT * FROM problems ORDER BY id")
+
     def measurements(self, problem_id: int | None = None, device: str | None = None) -> list[dict]:
         """Every measurement (oldest first), with its candidate's problem, template and config."""
         where, args = self._filters(problem_id=problem_id, device=device)

@@ -5,4 +5,4 @@ set -uo pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 export CUDA_AGENT_HOME=/tmp/cuda-agent CUDA_AGENT_CACHE=/tmp/cuda-agent/cache
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,driver_version,temperature.gpu --format=csv
-python3 benchmarks/gpu_suite.py "$@" 2>&1
+python3 -m benchmarks.gpu_suite "$@" 2>&1

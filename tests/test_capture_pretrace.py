@@ -161,3 +161,16 @@ def test_an_unverified_torch_version_is_traced_by_torch_export(monkeypatch):
     monkeypatch.setattr(pretrace, "VERIFIED_TORCH", set())
     _, fell_back = outcome(ReadsTraining, lambda: [torch.randn(4, 8)], False, monkeypatch)
     assert fell_back
+
+
+def test_capture_without_the_tracer_is_torch_exports_alone(monkeypatch):
+    """The public switches benchmarks/capture_equality.py uses: `tracer=False` never consults
+    the tracer and gives the same graph; `tracer_covers` says the tracer took the module."""
+    problem = load_problem(ROOT / "benchmarks" / "problems" / "softmax_short_rows.py",
+                           check=False)
+    args = (problem.model_cls, problem.init_inputs(), problem.get_inputs)
+    traced = capture_mod.capture(*args)
+    assert capture_mod.tracer_covers(*args)
+    monkeypatch.setattr(capture_mod, "_pretraced", lambda *a: pytest.fail("tracer consulted"))
+    exported = capture_mod.capture(*args, tracer=False)
+    assert (exported.to_json(), exported.modes) == (traced.to_json(), traced.modes)

@@ -3,13 +3,7 @@ from it (hand-computed cases)."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
-spec = importlib.util.spec_from_file_location("collect", ROOT / "benchmarks" / "collect.py")
-collect = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(collect)
+from benchmarks import collect
 
 
 def row(problem, best, eager, compile_, verified=True):

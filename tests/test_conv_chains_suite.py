@@ -16,15 +16,15 @@ import pytest
 import torch
 import torch.nn as nn
 
+from benchmarks import gpu_suite
+from benchmarks import realistic_run as rr
+from benchmarks import realistic_suite
+from cuda_agent.errors import UnsupportedError
+from cuda_agent.problem import load_problem
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from benchmarks import gpu_suite  # noqa: E402
-from benchmarks import realistic_run as rr  # noqa: E402
-from benchmarks import realistic_suite  # noqa: E402
-from cuda_agent.errors import UnsupportedError  # noqa: E402
-from cuda_agent.problem import load_problem  # noqa: E402
 from test_realistic_run import FAKE_HARNESS, FAKE_TUNE, write_manifest  # noqa: E402
 
 SUITE = ROOT / "benchmarks" / "conv_chains"
@@ -126,7 +126,7 @@ def test_names_differ_from_the_other_suites():
 def test_the_manifest_matches_the_files():
     manifest = realistic_suite.manifest_path(SUITE)
     assert manifest.read_text() == json.dumps(realistic_suite.build(SUITE), indent=1) + "\n", \
-        "stale: run python benchmarks/realistic_suite.py --suite benchmarks/conv_chains"
+        "stale: run python -m benchmarks.realistic_suite --suite benchmarks/conv_chains"
     assert [e["problem"] for e in realistic_suite.read(manifest)] != []
 
 

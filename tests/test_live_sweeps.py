@@ -4,19 +4,17 @@ serves is what the live run measured, configuration by configuration."""
 from __future__ import annotations
 
 import statistics
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.live_sweeps import live_measurements, write_live_sweeps
+from cuda_agent.ir.plan import make_plan
+from cuda_agent.problem import load_problem
+from cuda_agent.run.devices import Candidate
+from cuda_agent.run.replay import ReplayDevice
+from cuda_agent.space.slots import Target
+from cuda_agent.space.space import Space
 
-from benchmarks.live_sweeps import live_measurements, write_live_sweeps  # noqa: E402
-from cuda_agent.ir.plan import make_plan  # noqa: E402
-from cuda_agent.problem import load_problem  # noqa: E402
-from cuda_agent.run.devices import Candidate  # noqa: E402
-from cuda_agent.run.replay import ReplayDevice  # noqa: E402
-from cuda_agent.space.slots import Target  # noqa: E402
-from cuda_agent.space.space import Space  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 PROBLEM = "gemm_odd"  # small: its space is quick to build
 

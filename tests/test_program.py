@@ -245,10 +245,7 @@ def test_a_settled_stage_hands_the_rest_of_its_share_to_the_next(tmp_path):
 def test_a_program_sweep_splits_evenly_and_records_each_records_stage(tmp_path):
     import gzip
     import json
-    import sys
-    from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from benchmarks.sim_cases import _program
     from cuda_agent.problem import load_problem
     from cuda_agent.space.slots import Target

@@ -13,12 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks import realistic_harness as harness
+from benchmarks import realistic_run as rr
+from benchmarks import realistic_suite
 
-from benchmarks import realistic_harness as harness  # noqa: E402
-from benchmarks import realistic_run as rr  # noqa: E402
-from benchmarks import realistic_suite  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_a_tune_outcome_becomes_a_status():

@@ -5,18 +5,16 @@ and its manifest (the GPU run's order and the sizes) matches the files."""
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 import torch.nn as nn
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks import realistic_suite
+from cuda_agent.problem import load_problem
 
-from benchmarks import realistic_suite  # noqa: E402
-from cuda_agent.problem import load_problem  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 GIB = 1 << 30
 FILES = realistic_suite.problems()
@@ -39,7 +37,7 @@ def test_the_manifest_matches_the_files(measured):
     manifest = realistic_suite.read()
     assert [e["problem"] for e in manifest] == [e["problem"] for e in sorted(
         measured.values(), key=lambda e: (e["est_s"], e["problem"]))], \
-        "stale: run python benchmarks/realistic_suite.py"
+        "stale: run python -m benchmarks.realistic_suite"
     for e in manifest:
         assert e == measured[e["problem"]], e["problem"]
 

@@ -4,13 +4,11 @@ ones by their rows' own times, and a run that cannot be placed is refused, not g
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.search_order import ORDER, search_files  # noqa: E402
+from benchmarks.search_order import ORDER, search_files
 
 
 def _run(results: Path, name: str, finished: list[str | None] | None = None) -> None:

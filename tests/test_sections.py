@@ -3,16 +3,15 @@ reading of a measured table (hand-made cases)."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+from benchmarks import sections
+from benchmarks.library_section import algorithm_pairs, best_per_layout
+from benchmarks.sections import write_section
 
-from library_section import algorithm_pairs, best_per_layout  # noqa: E402
-from sections import write_section  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_a_section_is_replaced_where_it_stands(tmp_path):
@@ -30,7 +29,6 @@ def test_a_section_written_to_the_generated_page_regenerates_it_instead(tmp_path
                                                                         monkeypatch):
     """BENCHMARKS.md is generated whole from the results files: a script writing its section
     there (after writing its results file) has the page regenerated, not spliced into."""
-    import sections
     from cuda_agent.experiments.benchmarks_md import GENERATED
 
     page = f"# Benchmarks\n\n{GENERATED} from the results files -->\n\nthe tables\n"
@@ -60,7 +58,6 @@ def test_library_table_reads_best_per_layout_and_algorithm_twins():
 def test_agents_folds_pairs_by_hand():
     """Multi against single per problem: fewer, more, tied and the sign test on the untied
     pairs (3 against 1 untied: two-sided binomial p = 0.625)."""
-    sys.path.insert(0, str(ROOT))
     from benchmarks.agents_folds import compare
 
     multi = {"a": 2, "b": 5, "c": 41, "d": 3, "e": 7, "only_multi": 1}
@@ -78,7 +75,7 @@ def test_live_union_counts_each_problem_by_its_latest_run(tmp_path):
     """The union of the live sections by hand: a problem benched twice counts by its later run,
     the agents count only where their policy never trained on the problem (the peers on those
     same problems), a multi-kernel program is named apart and not as missing."""
-    from live_section import union_section
+    from benchmarks.live_section import union_section
 
     def result(problems, marl, bayes, trained_on=(), skipped=None):
         return {"problems": {p: {"best_ms": b, "compile_ms": c, "family": f}
@@ -113,7 +110,7 @@ def test_live_union_counts_each_problem_by_its_latest_run(tmp_path):
 def test_live_union_without_the_reruns_chosen_for_the_agents(tmp_path):
     """Problems benched again because the agents had needed many measurements (two such
     sections) are also counted by their runs before: both sections left out together."""
-    from live_section import union_section
+    from benchmarks.live_section import union_section
 
     def result(problems, marl, bayes):
         return {"problems": {p: {"best_ms": 1.0, "compile_ms": 2.0, "family": "gemm"}
@@ -138,7 +135,7 @@ def test_rule_drawn_sample_text_by_hand():
     """The rule-drawn samples' sentences by hand: medians, the best peer by median, the peers'
     per-problem minimum, the sign test, the target met or not, a problem drawn twice counted
     once per run, identical Kernel Tuner columns named."""
-    from live_section import sample_comparison, sample_text
+    from benchmarks.live_section import sample_comparison, sample_text
 
     def merged(marl, optuna, bayes, ga, rs, skipped=None):
         return {"problems": {p: {"best_ms": 1.0, "compile_ms": 2.0, "family": "gemm"}
@@ -175,7 +172,7 @@ def test_rule_drawn_sample_text_by_hand():
 def test_live_union_names_ties_with_torch_compile(tmp_path):
     """A problem not faster than torch.compile by less than 1 % is counted as a tie a rerun can
     flip; one clearly slower is not."""
-    from live_section import union_section
+    from benchmarks.live_section import union_section
 
     def result(problems):
         return {"problems": {p: {"best_ms": b, "compile_ms": 1.0, "family": "norm"}
@@ -196,7 +193,7 @@ def test_realistic_section_counts_by_hand(tmp_path):
     earlier one's, a problem without a row listed as not run and never counted as a pass."""
     import json
 
-    from realistic_section import write
+    from benchmarks.realistic_section import write
 
     first = json.loads((ROOT / "tests/data/realistic_results_fixture.json").read_text())
     gib = 1 << 30
@@ -253,7 +250,7 @@ def test_realistic_tf32_rows_are_a_column_and_a_sentence_not_the_headline(tmp_pa
     sentence of their own, their run named apart."""
     import json
 
-    from realistic_section import write
+    from benchmarks.realistic_section import write
 
     first = json.loads((ROOT / "tests/data/realistic_results_fixture.json").read_text())
     args = ["--precision", "tf32"]
@@ -285,7 +282,7 @@ def test_realistic_tf32_rows_are_a_column_and_a_sentence_not_the_headline(tmp_pa
 
 
 def test_realistic_table_names_the_gpu_of_each_row_when_they_differ():
-    from realistic_section import table_lines
+    from benchmarks.realistic_section import table_lines
 
     manifest = [{"problem": n, "family": "f", "input_bytes": 1 << 30} for n in "abc"]
     row = {"status": "ok", "new_ms": 1.0, "compile_ms": 2.0}
@@ -300,7 +297,7 @@ def test_realistic_table_names_the_gpu_of_each_row_when_they_differ():
 
 
 def test_realistic_section_with_nothing_run(tmp_path):
-    from realistic_section import write
+    from benchmarks.realistic_section import write
 
     md = tmp_path / "B.md"
     s = write(md, [], [{"problem": "a", "family": "f", "input_bytes": 1 << 30}])
@@ -309,7 +306,7 @@ def test_realistic_section_with_nothing_run(tmp_path):
 
 
 def test_the_live_learning_verdict_says_which_needs_fewer_and_whether_it_is_conclusive():
-    from learning_live import MIN_PROBLEMS, verdict
+    from benchmarks.learning_live import MIN_PROBLEMS, verdict
 
     pair = {"a": "marl", "b": "prior", "a_fewer": 10, "a_more": 2, "sign_test_p": 0.039}
     assert verdict(pair, True) == "marl needs fewer than prior (p < 0.05)"
@@ -323,7 +320,7 @@ def test_realistic_auto_rows_are_a_column_beside_the_strict_headline(tmp_path):
     """Rows tuned at `tune`'s default since 2026-12-07 (`--precision auto`, recorded as
     `precision_asked`) are a column and a sentence of their own, as the TF32 rows are: the
     strict rows stay the headline until the whole suite is run at the default."""
-    from realistic_section import write
+    from benchmarks.realistic_section import write
 
     manifest = [{"problem": n, "family": "conv", "input_bytes": 1 << 30} for n in "ab"]
     strict = {"gpu": "NVIDIA H100 80GB HBM3", "date": "2026-12-06", "commit": "old",

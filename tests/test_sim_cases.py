@@ -3,21 +3,19 @@ search was varying, and the Spearman figure within one stage."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.sim_cases import _program
+from benchmarks.sim_correlation import _stages_note, stage_rho
+from cuda_agent.ir.plan import make_plan
+from cuda_agent.problem import load_problem
+from cuda_agent.run.replay import read_sweep
+from cuda_agent.space.program import stage_budget
+from cuda_agent.space.slots import Target
 
-from benchmarks.sim_cases import _program  # noqa: E402
-from benchmarks.sim_correlation import _stages_note, stage_rho  # noqa: E402
-from cuda_agent.ir.plan import make_plan  # noqa: E402
-from cuda_agent.problem import load_problem  # noqa: E402
-from cuda_agent.run.replay import read_sweep  # noqa: E402
-from cuda_agent.space.program import stage_budget  # noqa: E402
-from cuda_agent.space.slots import Target  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_a_programs_records_carry_the_stage_their_search_varied():

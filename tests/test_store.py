@@ -42,6 +42,19 @@ def test_problem_id_upserts(store, pid):
     assert store.problem_id("softmax", "src1", "fp2", "row") != pid
 
 
+
+def test_problems_name_what_measurements_point_to(store, pid):
+    """The problems table as the scripts read it (benchmarks/counters_gpu.py names each
+    measurement's problem): the latest name a problem was recorded under, oldest first."""
+    other = store.problem_id("gemm", "src2", "fp2", "gemm")
+    store.problem_id("softmax_renamed", "src1", "fp1", "row")
+    store.record(other, "k1", "t", {}, ok("k1"), GPU, TC)
+    rows = store.problems()
+    assert [(r["id"], r["name"], r["family"]) for r in rows] == [
+        (pid, "softmax_renamed", "row"), (other, "gemm", "gemm")]
+    assert {m["problem_id"] for m in store.measurements()} == {other}
+
+
 def test_round_trip(store, pid):
     m = ok("k1", 2.5)
     m.counters["ratio"] = math.inf

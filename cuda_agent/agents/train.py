@@ -27,6 +27,7 @@ import torch
 
 from ..build.builder import Builder
 from ..errors import DeviceError, SettingsError, UnsupportedError
+from ..example_data import example_suite
 from ..problem_child import load_problem_bounded
 from ..run.devices import Device
 from ..space.slots import AGENTS
@@ -46,7 +47,7 @@ from .vocab import SpaceIndex
 class TrainSettings:
     """Everything a training run takes."""
 
-    suite: str = "benchmarks/problems"
+    suite: str = field(default_factory=example_suite)
     """directory of problem files (or a comma-separated list of files)"""
     holdout: tuple[str, ...] = ()
     """problem names kept out of training (for held-out evaluation)"""

@@ -478,19 +478,22 @@ REPRODUCE = [
     "## How to reproduce", "",
     "* This page: `python -m cuda_agent.experiments.benchmarks_md` (reads the committed "
     "results; writes BENCHMARKS.md and docs/img/).",
-    "* Realistic suite, on a GPU machine: `python benchmarks/gpu_suite.py --parts realistic` "
+    "* The scripts below are the package `benchmarks`, run from the checkout's root as "
+    "`python -m benchmarks.NAME`.",
+    "* Realistic suite, on a GPU machine: `python -m benchmarks.gpu_suite --parts realistic` "
     "(`--realistic-problems`, `--realistic-budget`, `--realistic-time-limit`); its "
     "`realistic.json` goes under benchmarks/results/<date>-<gpu>-<what>/.",
-    "* Live bench against the peers: `python benchmarks/gpu_suite.py --parts bench` "
+    "* Live bench against the peers: `python -m benchmarks.gpu_suite --parts bench` "
     "(`cuda-agent bench --device cuda` per problem; Optuna and Kernel Tuner carried as wheels), "
-    "then `python benchmarks/live_section.py` to rebuild the merged reports it lists.",
-    "* Learning, live: `python benchmarks/learning_live.py RUN...` on the bench runs of "
-    "`gpu_suite.py --parts bench --bench-strategies marl,marl_untrained,prior,marl_single`; on "
-    "replay: `python benchmarks/learning_replay.py`; the best time after k measurements: "
+    "then `python -m benchmarks.live_section` to rebuild the merged reports it lists.",
+    "* Learning, live: `python -m benchmarks.learning_live RUN...` on the bench runs of "
+    "`python -m benchmarks.gpu_suite --parts bench --bench-strategies "
+    "marl,marl_untrained,prior,marl_single`; on "
+    "replay: `python -m benchmarks.learning_replay`; the best time after k measurements: "
     "`python -m benchmarks.learning_metric` (`--from` a learning-replay result reads its runs).",
-    "* Simulator: `python benchmarks/sim_correlation.py`, `sim_live_correlation.py`, "
-    "`sim_validation.py`, `sim_fold_fit.py` (CPU; scipy).",
-    "* Sweeps and searches: `cuda-agent sweep` on the GPU, then `python benchmarks/collect.py "
+    "* Simulator: `python -m benchmarks.sim_correlation` (and `.sim_live_correlation`, "
+    "`.sim_validation`, `.sim_fold_fit`; CPU, scipy).",
+    "* Sweeps and searches: `cuda-agent sweep` on the GPU, then `python -m benchmarks.collect "
     "--data benchmarks/data/nvidia-h200 --out benchmarks/results/<date>-nvidia-h200.json`.",
     "* The dated history of these results, and of the experiments before them: "
     "[docs/journal.md](docs/journal.md).", ""]

@@ -979,13 +979,16 @@ _HANDLERS.update(ATTENTION_HANDLERS)  # scaled dot-product attention (attention_
 UNARY.setdefault("identity", (lambda x, a, f: f"({x})", False))
 
 
-def capture(model_cls: type, init_inputs: list, make_inputs: Callable[[], list]) -> Graph:
-    """Trace `model_cls(*init_inputs)` on example inputs made by `make_inputs`, on meta tensors."""
+def capture(model_cls: type, init_inputs: list, make_inputs: Callable[[], list],
+            tracer: bool = True) -> Graph:
+    """Trace `model_cls(*init_inputs)` on example inputs made by `make_inputs`, on meta tensors:
+    with the capture's own tracer (`pretrace.py`) where it covers the module, else torch.export;
+    `tracer=False`, torch.export alone (benchmarks/capture_equality.py compares the two)."""
     model, inputs = _instantiate(model_cls, init_inputs, make_inputs)
     # traced in the mode the user holds the module in (no .eval() here): a module's mode
     # decides what it computes (batch or running statistics, dropout or the identity)
     check_modes(model)
-    graph = _pretraced(model, inputs)
+    graph = _pretraced(model, inputs) if tracer else None
     if graph is None:
         # a fresh module: forward() ran once already, and may have changed its state
         model, inputs = _instantiate(model_cls, init_inputs, make_inputs)
@@ -1017,6 +1020,15 @@ def _instantiate(model_cls: type, init_inputs: list, make_inputs: Callable[[], l
                                    f"supported: {', '.join(FLOAT_DTYPES)}, and int64 class "
                                    "targets")
     return model, inputs
+
+
+def tracer_covers(model_cls: type, init_inputs: list, make_inputs: Callable[[], list]
+                  ) -> bool:
+    """Whether the capture's own tracer covers this module (`capture` takes its graph), not
+    leaving it to torch.export. A module that cannot be built raises as in `capture`."""
+    model, inputs = _instantiate(model_cls, init_inputs, make_inputs)
+    check_modes(model)
+    return _pretraced(model, inputs) is not None
 
 
 def _pretraced(model: torch.nn.Module, inputs: list[torch.Tensor]) -> Graph | None:

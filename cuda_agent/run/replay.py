@@ -23,6 +23,7 @@ from typing import Any
 
 from .. import tempfiles
 from ..errors import DeviceError
+from ..example_data import recorded_sweeps
 from ..ir.plan import KernelPlan
 from ..problem import Problem
 from ..space.slots import Config, Target
@@ -31,7 +32,6 @@ from .devices import Candidate, Device
 from .records import Measurement
 
 FORMAT = 1
-DATA_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "data"
 
 
 def gpu_slug(gpu: str) -> str:
@@ -39,7 +39,7 @@ def gpu_slug(gpu: str) -> str:
 
 
 def sweep_path(problem_name: str, gpu: str, root: Path | None = None) -> Path:
-    return (root or DATA_DIR) / gpu_slug(gpu) / f"{problem_name}.json.gz"
+    return (root or recorded_sweeps()) / gpu_slug(gpu) / f"{problem_name}.json.gz"
 
 
 def write_sweep(path: Path, data: dict[str, Any]) -> None:
@@ -63,7 +63,7 @@ def read_sweep(path: Path) -> dict[str, Any]:
 
 def find_sweep(problem: Problem, root: Path | None = None, gpu: str | None = None) -> Path:
     """The recorded sweep for `problem` (by name), on `gpu` or the only GPU recorded."""
-    base = root or DATA_DIR
+    base = root or recorded_sweeps()
     candidates = sorted(base.glob(f"*/{problem.name}.json.gz")) if base.exists() else []
     if gpu:
         candidates = [c for c in candidates if c.parent.name == gpu_slug(gpu)]

@@ -330,7 +330,7 @@ def simulate(plan: KernelPlan, rendered: Rendered, resources: dict | None, targe
         # each stage with its own kernels' compile report (`per_kernel`, names `s<i>_...`
         # in the composed source) where the caller has it
         per_kernel = resources.get("per_kernel") or {}
-        results = [simulate(p, r, _stage_resources(per_kernel, i), target, c)
+        results = [simulate(p, r, stage_resources(per_kernel, i), target, c)
                    for i, (p, r) in enumerate(rendered.parts)]
         bad = next((r for r in results if r.error_kind), None)
         if bad is not None:
@@ -374,7 +374,7 @@ def simulate(plan: KernelPlan, rendered: Rendered, resources: dict | None, targe
     return SimResult(total_s * 1e3, _counters(per_launch, works, device_s, target))
 
 
-def _stage_resources(per_kernel: dict, stage: int) -> dict:
+def stage_resources(per_kernel: dict, stage: int) -> dict:
     """Worst case over the kernels of one stage of a composed program."""
     mine = [r for name, r in per_kernel.items() if name.startswith(f"s{stage}_")]
     if not mine:
