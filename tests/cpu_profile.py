@@ -3,9 +3,10 @@ on a machine shared with other work (where wall times say more about the neighbo
 about the test).
 
 A test's CPU is its worker's own, that of the children it reaped (CLI subprocesses, compilers)
-and the growth of its live descendants' (compile pools, device workers), read from /proc
-(Linux only); setup and teardown, module fixtures included, count to the test that ran them.
-A child killed and never reaped is not counted.
+less what an earlier test already counted of them, and the growth of its live descendants'
+(compile pools, device workers), read from /proc (Linux only); setup and teardown, module
+fixtures included, count to the test that ran them. Not counted: a child killed and never
+reaped, and a grandchild that ended during the test (its parent, still running, reaped it).
 
     PYTHONPATH=tests CUDA_AGENT_CPU_PROFILE=/tmp/prof .venv/bin/python -m pytest -q -n auto \\
         -p cpu_profile
@@ -29,8 +30,8 @@ _TICK = os.sysconf("SC_CLK_TCK")
 _out = None
 
 
-def _descendants_cpu() -> dict[int, float]:
-    """CPU seconds of each live descendant of this process, by pid."""
+def _descendants_cpu() -> dict[int, tuple[int, float]]:
+    """(parent pid, CPU seconds) of each live descendant of this process, by pid."""
     parent, cpu = {}, {}
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -47,12 +48,12 @@ def _descendants_cpu() -> dict[int, float]:
     found, stack = {}, list(children[os.getpid()])
     while stack:
         pid = stack.pop()
-        found[pid] = cpu[pid]
+        found[pid] = (parent[pid], cpu[pid])
         stack.extend(children[pid])
     return found
 
 
-def _snapshot() -> tuple[float, dict[int, float]]:
+def _snapshot() -> tuple[float, dict[int, tuple[int, float]]]:
     t = os.times()
     return t.user + t.system + t.children_user + t.children_system, _descendants_cpu()
 
@@ -71,7 +72,12 @@ def pytest_runtest_protocol(item, nextitem):
     yield
     wall = time.perf_counter() - wall0
     own1, live1 = _snapshot()
-    cpu = own1 - own0 + sum(c - live0.get(pid, 0.0) for pid, c in live1.items())
+    me = os.getpid()
+    grown = sum(c - live0.get(pid, (0, 0.0))[1] for pid, (_, c) in live1.items())
+    # a child alive at the start and reaped since: its whole life is in children_user now,
+    # the part before this test was counted already
+    counted = sum(c for pid, (ppid, c) in live0.items() if ppid == me and pid not in live1)
+    cpu = own1 - own0 + grown - counted
     if _out is not None:
         _out.write(json.dumps({"id": item.nodeid, "cpu": round(cpu, 3),
                                "wall": round(wall, 3)}) + "\n")
