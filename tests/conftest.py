@@ -14,18 +14,6 @@ import torch
 from helpers import write_problem
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_cmdline_main(config):
-    """`-n` without `--dist` schedules by work stealing (pytest-xdist's worksteal), not `load`:
-    load hands each worker chunks that shrink as the run goes on, so a module is split between
-    the workers and each builds its module fixtures and cached spaces again (test_compile_all,
-    test_bench_live: 2026-12-07), and the run ends on one worker while the other waits. Work
-    stealing gives each worker half the tests in order and moves tests only when one runs dry.
-    Runs before xdist's own hook (a conftest registers after it), which would pick `load`."""
-    if getattr(config.option, "numprocesses", None) and config.option.dist == "no":
-        config.option.dist = "worksteal"
-
-
 @pytest.fixture(scope="session", autouse=True)
 def _private_cuda_agent_dirs(tmp_path_factory):
     root = tmp_path_factory.mktemp("cuda-agent-home")
