@@ -58,6 +58,11 @@ class KernelPlan:
     info: Any = None
     anchor_flops: int = 0  # arithmetic of the anchor itself (2*M*N*K for a matmul)
 
+    def anchor_id(self) -> int:
+        """The anchor of a structured plan (whose templates read it)."""
+        assert self.anchor is not None, f"a {self.kind} plan has no anchor"
+        return self.anchor
+
     def fmap(self, node: int) -> FMap:
         """The fmap of a node placed in F: not an input read only through a view (fmap None),
         which the planners check before they read this."""
