@@ -103,7 +103,7 @@ class StageSpace(Space):
         return StageSpace(own.plan, own.target, own.templates, program=plan, stage=stage,
                           spaces=spaces, fixed=list(fixed))
 
-    def _program(self) -> ProgramPlan:
+    def program_plan(self) -> ProgramPlan:
         assert self.program is not None, "a stage space is made by StageSpace.of"
         return self.program
 
@@ -115,13 +115,13 @@ class StageSpace(Space):
     def render(self, cfg: Config) -> Rendered:
         chosen = self.with_choice(cfg)
         parts = [sp.render(c) for sp, c in zip(self.spaces, chosen)]
-        return compose(self._program(), parts)
+        return compose(self.program_plan(), parts)
 
     def key(self, cfg: Config, toolchain: str) -> str:
         chosen = self.with_choice(cfg)
         return content_key("program", [sp.key(c, toolchain) for sp, c in zip(self.spaces,
                                                                                chosen)],
-                           self._program().graph.fingerprint())
+                           self.program_plan().graph.fingerprint())
 
     @property
     def version(self) -> str:
