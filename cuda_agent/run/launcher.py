@@ -301,7 +301,8 @@ class LoadedKernels:
         for launch in self.launches:
             args = launch.get("args")
             if launch.get("library"):
-                tensors = inputs if args is None else [self._tensor(a, inputs, workspace) for a in args]
+                tensors = inputs if args is None else [self._tensor(a, inputs, workspace)
+                                                       for a in args]
                 product = run_library(launch["library"], tensors)
                 continue
             if args is None:

@@ -708,7 +708,8 @@ def _op_cost(op: str, args: int, attrs: dict, fast: bool, c: SimConstants
         expr = ops.render(op, ["a", "b", "d"][:max(1, args)], attrs, fast)
     except (KeyError, IndexError):
         return 1.0, 0.0
-    issue: float = max(1, len(re.findall(r" [-+*] |[<>]=?|==|!=| \? |&&|\|\||ca_m(?:ax|in)\(", expr)))
+    issue: float = max(1, len(re.findall(r" [-+*] |[<>]=?|==|!=| \? |&&|\|\||ca_m(?:ax|in)\(",
+                                         expr)))
     mufu = 0.0
     n_fast = len(re.findall(r"__(?:expf|logf|log2f|sinf|cosf|powf)\(", expr))
     n_precise = len(re.findall(r"\b(?:expf|logf|log2f|log1pf|expm1f|sinf|cosf|tanhf|erff|powf)\(",
