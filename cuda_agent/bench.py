@@ -264,7 +264,7 @@ class Policies:
         """The policy that tunes `problem`: the first that never trained on it, else the
         first."""
         unseen = [p for p in self.paths if problem not in self.trained[p]]
-        return (unseen or self.paths or [None])[0]
+        return (unseen or self.paths)[0] if self.paths else None
 
     def for_strategy(self, strategy: str, problem: str, single: "Policies") -> str | None:
         """The checkpoint `strategy` tunes `problem` with: the single-agent ablation's own
@@ -410,8 +410,9 @@ def run_bench(settings: BenchSettings,
             **read_record(sweep.get("baselines") or {}).fields(),
             "bytes": plan.bytes_moved(), "copy_bw": sweep.get("copy_bw"),
             "gpu": sweep.get("gpu"), "simulated": bool(sweep.get("simulated"))}
-        if policies:  # which checkpoint the agents used (several: cross-fitted)
-            facts["policy"] = Path(policies.pick(problem.name)).name
+        picked = policies.pick(problem.name)
+        if picked is not None:  # which checkpoint the agents used (several: cross-fitted)
+            facts["policy"] = Path(picked).name
         constants = folds.pick(problem.name)
         if folds:  # the model's constants: a fold's fitted without this problem, or shipped
             facts["sim_constants"] = (
@@ -519,7 +520,7 @@ def evals_by_problem(result: BenchResult, runs: list[Run], fraction: float
                      ) -> dict[str, float]:
     """Per problem of `runs`: median over its runs of the measurements to `fraction` of the
     problem's best (a run that never got there counts as the budget + 1)."""
-    per: dict[str, list[int | None]] = {}
+    per: dict[str, list[int]] = {}
     for r in runs:
         per.setdefault(r.problem, []).append(metrics.evals_to_fraction(
             r.times, result.problems[r.problem]["best_ms"], fraction,

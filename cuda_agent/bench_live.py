@@ -236,7 +236,7 @@ class _ProblemBench:
 
                 picks = [model_pick(sp, self.sim_constants) or d for sp, d in zip(stages, fixed)]
                 if picks != fixed:
-                    measurer.space = StageSpace.of(self.plan, 0, stages, picks)
+                    measurer.space = StageSpace.of(self._program(), 0, stages, picks)
                     got = measurer.measure([picks[0]])
                     self._note(got)
                     for t in got:
@@ -259,11 +259,12 @@ class _ProblemBench:
                 for t in got:
                     t.stage = i
                 trials += got
-                ok = [t for t in got if t.measurement.ok and t.measurement.time_ms is not None]
+                ok = [(t, t.measurement.time_ms) for t in got
+                      if t.measurement.ok and t.measurement.time_ms is not None]
                 if ok:
-                    top = min(ok, key=lambda t: t.measurement.time_ms)
-                    if top.measurement.time_ms < best_ms:
-                        best_ms = top.measurement.time_ms
+                    top, top_ms = min(ok, key=lambda t_ms: t_ms[1])
+                    if top_ms < best_ms:
+                        best_ms = top_ms
                         fixed = measurer.space.with_choice(top.config)
         finally:
             measurer.close()
@@ -297,6 +298,10 @@ class _ProblemBench:
         if configs:
             self.measure(configs)
         return ok[0]["time_ms"] if ok else None
+
+    def _program(self) -> ProgramPlan:
+        assert isinstance(self.plan, ProgramPlan), "not a program"
+        return self.plan
 
     def space_size(self) -> int:
         """Configurations a search of the problem can draw from (a program: every stage's)."""

@@ -14,7 +14,7 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Any, Iterator, Optional
 
 import typer
 from rich.console import Console
@@ -310,10 +310,10 @@ def tune(
     strategy = strategy or ("marl" if policy is not None else "default")
     out = out or Path("runs") / problem.stem
     with _flag_errors():  # every flag, before the problem is loaded or anything is printed
-        limits = dict(time_limit_s=flags.seconds_or_none("--time-limit", time_limit),
-                      compile_timeout_s=flags.seconds_or_none("--compile-timeout",
-                                                              compile_timeout),
-                      baseline_timeout_s=baseline_timeout)
+        limits: dict[str, Any] = dict(  # of several types: passed on by name
+            time_limit_s=flags.seconds_or_none("--time-limit", time_limit),
+            compile_timeout_s=flags.seconds_or_none("--compile-timeout", compile_timeout),
+            baseline_timeout_s=baseline_timeout)
         flags.check_tune(device=device, strategy=strategy, budget=budget, batch=batch,
                          precision=precision, tolerance=tolerance, **limits)
         limits.update(import_timeout_s=flags.seconds_or_none("--import-timeout", import_timeout),

@@ -292,7 +292,8 @@ def _cudnn_benchmark(device: Any) -> bool:
 
 
 def _is_convolution(library: dict | None) -> bool:
-    return bool(library) and library.get("op") in ("conv", "conv_transpose")
+    return library is not None and bool(library) and \
+        library.get("op") in ("conv", "conv_transpose")
 
 
 def _convolution_library(rendered: Any) -> bool:
@@ -306,7 +307,7 @@ def module_launches(rendered: Any, cudnn_benchmark: bool) -> list[dict[str, Any]
     for launch in rendered.launches:
         d = dict(launch.__dict__)
         lib = d.get("library")
-        if cudnn_benchmark and _is_convolution(lib):
+        if cudnn_benchmark and lib is not None and _is_convolution(lib):
             d["library"] = {**lib, "cudnn_benchmark": True}
         out.append(d)
     return out
@@ -329,7 +330,7 @@ def _program_note(space: Any, config: Any) -> str:
 
     if not isinstance(space, StageSpace):
         return ""
-    lines = [f"A program of {len(space.spaces)} kernels ({space.program.family}), in order:"]
+    lines = [f"A program of {len(space.spaces)} kernels ({space.program_plan().family}), in order:"]
     for k, (sp, cfg) in enumerate(zip(space.spaces, space.with_choice(config))):
         lines.append(f"    stage {k + 1}: {sp.template_of(cfg).name} {cfg.short()}")
     return "\n".join(lines) + "\n"

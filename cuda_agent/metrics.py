@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Sequence
+from typing import Sequence, overload
 
 P = (0.0, 1.0, 1.5, 2.0)
 
@@ -46,6 +46,12 @@ def best_time(times: Sequence[float | None]) -> float | None:
     return min(ok) if ok else None
 
 
+@overload
+def evals_to_fraction(times: Sequence[float | None], best_known: float, fraction: float = 0.95,
+                      *, censor: int) -> int: ...
+@overload
+def evals_to_fraction(times: Sequence[float | None], best_known: float, fraction: float = 0.95,
+                      censor: None = None) -> int | None: ...
 def evals_to_fraction(times: Sequence[float | None], best_known: float, fraction: float = 0.95,
                       censor: int | None = None) -> int | None:
     """Measurements (1-based) until the best so far is within `fraction` of `best_known`:

@@ -24,13 +24,16 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Iterator, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterator, TypeVar
 
 import torch
 
 from .errors import CudaAgentError, ProblemError, UnsupportedError, first_line
 from .ir.graph import Graph
 from .problem_child import problem_file
+
+if TYPE_CHECKING:
+    from .ir.capture_cache import CaptureKey
 
 
 @dataclass
@@ -94,7 +97,7 @@ class Problem:
                     capture_cache.store(key, self._graph)
         return self._graph
 
-    def _capture_key(self) -> str | None:
+    def _capture_key(self) -> CaptureKey | None:
         """The capture cache's key, or None where the file's functions raise (the capture
         then reports it)."""
         from .ir.capture_cache import capture_key

@@ -108,7 +108,7 @@ def sweep(folder: Path) -> list[Path]:
     """Remove the abandoned temporaries (files and directories) directly in `folder`; return
     what was removed. Never raises: a folder that cannot be listed, or a temporary another run
     removes first, is left alone."""
-    removed = []
+    removed: list[Path] = []
     try:
         entries = list(os.scandir(folder))
     except OSError:

@@ -368,8 +368,8 @@ class Tuner:
         with phases("space"):
             if isinstance(self.plan, ProgramPlan):
                 self.stages = stage_spaces(self.plan, target)
-                self.space = StageSpace.of(self.plan, 0, self.stages,
-                                           [sp.default() for sp in self.stages])
+                self.space: Space = StageSpace.of(self.plan, 0, self.stages,
+                                                  [sp.default() for sp in self.stages])
             else:
                 self.space = Space.for_plan(self.plan, target)
         if isinstance(self.device, ReplayDevice):
@@ -391,8 +391,11 @@ class Tuner:
         # the candidates measured so far: a program's stage search skips a configuration whose
         # whole program was measured already (by the programs measured first, say)
         self._measured_keys: set[str] = set()
-        self.toolchain = (self.device.toolchain() if isinstance(self.device, ReplayDevice)
-                          else self.builder.toolchain)
+        if isinstance(self.device, ReplayDevice):
+            self.toolchain = self.device.toolchain()
+        else:
+            assert self.builder is not None  # made above for a device that compiles
+            self.toolchain = self.builder.toolchain
         self.store = store or Store(settings.store or ":memory:")
         self._own_store = store is None
         self.problem_id = self.store.problem_id(problem.name, problem.source_hash,
@@ -569,7 +572,7 @@ class Tuner:
             budget = stage_share(s.budget - (begun - start), n - i) - (len(trials) - begun)
             if budget < 1:
                 continue
-            self.space = StageSpace.of(self.plan, i, self.stages, fixed)
+            self.space = StageSpace.of(self._program(), i, self.stages, fixed)
             made, strategy = self._bounded(make_strategy, self.strategy_name, self.space,
                                            seed=s.seed + i, **self.strategy_options)
             if not made:
@@ -619,7 +622,7 @@ class Tuner:
         def model_picks() -> list[Config | None]:
             try:
                 probe = make_strategy(self.strategy_name,
-                                      StageSpace.of(self.plan, 0, self.stages, defaults),
+                                      StageSpace.of(self._program(), 0, self.stages, defaults),
                                       seed=s.seed, **self.strategy_options)
                 # the library's configurations are few: modelled first, and handed over at
                 # once, so that the floor waits for no whole stage's modelling
@@ -678,7 +681,13 @@ class Tuner:
         defaults."""
         if self._best is None or self._best_space is None:
             return defaults
+        assert isinstance(self._best_space, StageSpace)  # a program's stages are searched
         return self._best_space.with_choice(self._best.config)
+
+    def _program(self) -> ProgramPlan:
+        """The plan, of a problem run as a program of stages."""
+        assert isinstance(self.plan, ProgramPlan), "not a program"
+        return self.plan
 
     def _measure_program(self, fixed: list[Config], trials: list[Trial],
                          progress: Callable[[Trial, "Trial | None"], None] | None
@@ -687,7 +696,7 @@ class Tuner:
         and keep it as `_search` keeps a candidate: the best so far, and the untuned default
         where it is the first measured with the default included. None where the time limit
         came first."""
-        self.space = StageSpace.of(self.plan, 0, self.stages, fixed)
+        self.space = StageSpace.of(self._program(), 0, self.stages, fixed)
         if self._time_up():
             return None
         cand = self._build([fixed[0]], self._deadline)[0]
@@ -705,14 +714,13 @@ class Tuner:
         if interrupt.requested():  # Ctrl-C while this search runs off the main thread
             raise KeyboardInterrupt
         best = self._best
-        trial = self._measure_one(cand, best.measurement.time_ms if best else None,
-                                  len(trials) + 1)
+        best_ms = best.measurement.time_ms if best else None
+        trial = self._measure_one(cand, best_ms, len(trials) + 1)
         trials.append(trial)
         if as_default and self._default is None:
             self._default = trial
         m = trial.measurement
-        if m.ok and m.time_ms is not None and (best is None or
-                                               m.time_ms < best.measurement.time_ms):
+        if m.ok and m.time_ms is not None and (best_ms is None or m.time_ms < best_ms):
             self._best, self._best_space = trial, self.space
         if progress:
             progress(trial, self._best)

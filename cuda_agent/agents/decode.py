@@ -64,9 +64,8 @@ def domain_masks(index: SpaceIndex) -> np.ndarray:
     """(rows, CTX_DIM) bool: per row, each slot's domain: the values any configuration of the
     space with the same template takes there (the template slot: the templates present).
     Cached on the index: it depends on the space only."""
-    cached = getattr(index, "_domains", None)
-    if cached is not None:
-        return cached
+    if index._domains is not None:
+        return index._domains
     matrix = index.matrix.astype(np.int64)
     n = matrix.shape[0]
     templates, which = np.unique(matrix[:, 0], return_inverse=True)
@@ -77,7 +76,7 @@ def domain_masks(index: SpaceIndex) -> np.ndarray:
     table[:, SLOT_OFFSETS[0]:SLOT_OFFSETS[1]] = False
     table[:, SLOT_OFFSETS[0] + templates] = True
     out = table[which] if n else np.zeros((0, CTX_DIM), dtype=bool)
-    index._domains = out  # type: ignore[attr-defined]
+    index._domains = out
     return out
 
 
@@ -93,7 +92,7 @@ def score_rows(policy: MultiAgentPolicy, obs: dict[str, np.ndarray], index: Spac
     masks = domain_masks(index)[rows]
     n = len(rows)
     group_logp = {g: np.zeros(n) for g in groups}
-    h = {g: policy.nets[g].trunk(torch.as_tensor(obs[g])) for g in groups}
+    h = {g: policy.net(g).trunk(torch.as_tensor(obs[g])) for g in groups}
     for start in range(0, n, CHUNK):
         a = torch.as_tensor(matrix[start:start + CHUNK])
         m = torch.as_tensor(masks[start:start + CHUNK])
@@ -103,7 +102,7 @@ def score_rows(policy: MultiAgentPolicy, obs: dict[str, np.ndarray], index: Spac
             mj = m[:, SLOT_OFFSETS[j]:SLOT_OFFSETS[j + 1]]
             if int(mj.sum(1).max()) > 1:  # a slot with one value everywhere scores 0
                 g = policy.group_of[slot]
-                lo = (policy.nets[g].logits(h[g].expand(b, -1), ctx, slot)
+                lo = (policy.net(g).logits(h[g].expand(b, -1), ctx, slot)
                       / temperature.get(g, 1.0))
                 lp = torch.log_softmax(lo.masked_fill(~mj, MASKED), dim=-1)
                 taken = lp.gather(1, a[:, j:j + 1]).squeeze(1)

@@ -69,9 +69,12 @@ def local_features(agent: str, counters: dict[str, Any] | None) -> np.ndarray:
             if counters and counters.get(n) is not None:
                 v = counters[n]
                 break
-        ok = isinstance(v, (int, float)) and math.isfinite(float(v))
-        vals.append(min(float(v) / scale, 4.0) if ok else 0.0)
-        flags.append(0.0 if ok else 1.0)
+        if isinstance(v, (int, float)) and math.isfinite(float(v)):
+            vals.append(min(float(v) / scale, 4.0))
+            flags.append(0.0)
+        else:
+            vals.append(0.0)
+            flags.append(1.0)
     out = np.zeros(LOCAL_DIM, dtype=np.float32)
     out[:len(vals)] = vals
     out[LOCAL_DIM // 2:LOCAL_DIM // 2 + len(flags)] = flags

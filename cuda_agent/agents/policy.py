@@ -81,6 +81,12 @@ class MultiAgentPolicy(nn.Module):
         self.nets = nn.ModuleDict({g: AgentNet(slots, hidden) for g, slots in self.groups.items()})
         self.critic = _mlp(GLOBAL_STATE_DIM, hidden, len(self.groups))
 
+    def net(self, group: str) -> AgentNet:
+        """The group's network (nn.ModuleDict's items are typed as any Module)."""
+        net = self.nets[group]
+        assert isinstance(net, AgentNet)
+        return net
+
     def obs_agent(self, group: str) -> str:
         """Which agent's local metrics a group observes (the single agent sees config's)."""
         return group if group in AGENTS else "config"
@@ -92,7 +98,7 @@ class MultiAgentPolicy(nn.Module):
         """Sample one joint action among the configurations `rows` (default: all); masks keep
         every decision inside them, so the result is always one of those configurations."""
         temperature = temperature or {}
-        h = {g: self.nets[g].trunk(torch.as_tensor(obs[g])) for g in self.groups}
+        h = {g: self.net(g).trunk(torch.as_tensor(obs[g])) for g in self.groups}
         ctx = torch.zeros(CTX_DIM)
         rows = np.arange(len(index.configs)) if rows is None else rows
         actions = np.zeros(len(SLOT_ORDER), dtype=np.int64)
@@ -101,7 +107,7 @@ class MultiAgentPolicy(nn.Module):
         for j, slot in enumerate(SLOT_ORDER):
             g = self.group_of[slot]
             m = index.mask(rows, slot)
-            lo = self.nets[g].logits(h[g], ctx, slot) / temperature.get(g, 1.0)
+            lo = self.net(g).logits(h[g], ctx, slot) / temperature.get(g, 1.0)
             lo = lo.masked_fill(torch.as_tensor(~m), MASKED)
             lp = torch.log_softmax(lo, dim=-1)
             if greedy:
@@ -121,14 +127,14 @@ class MultiAgentPolicy(nn.Module):
                                                               dict[str, torch.Tensor]]:
         """Log-probabilities and entropies per group for a batch of recorded decisions."""
         n = actions.shape[0]
-        h = {g: self.nets[g].trunk(obs[g]) for g in self.groups}
+        h = {g: self.net(g).trunk(obs[g]) for g in self.groups}
         ctx = torch.zeros(n, CTX_DIM)
         logp = {g: torch.zeros(n) for g in self.groups}
         ent = {g: torch.zeros(n) for g in self.groups}
         for j, slot in enumerate(SLOT_ORDER):
             g = self.group_of[slot]
             m = masks[:, SLOT_OFFSETS[j]:SLOT_OFFSETS[j + 1]]
-            lo = self.nets[g].logits(h[g], ctx, slot) / temperature[g].unsqueeze(-1)
+            lo = self.net(g).logits(h[g], ctx, slot) / temperature[g].unsqueeze(-1)
             lo = lo.masked_fill(~m, MASKED)
             lp = torch.log_softmax(lo, dim=-1)
             a = actions[:, j]

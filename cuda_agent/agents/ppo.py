@@ -142,10 +142,12 @@ def update(policy: MultiAgentPolicy, optimizer: torch.optim.Optimizer,
             logp, ent = policy.evaluate({g: obs[g][mb] for g in groups}, actions[mb], masks[mb],
                                         {g: temp[g][mb] for g in groups})
             values = policy.values(state[mb])
-            pl = sum(clipped_surrogate(logp[g], old[g][mb], A[g][mb], settings.clip)
-                     for g in groups)
-            vl = sum(((values[g] - R[g][mb]) ** 2).mean() for g in groups)
-            el = sum(ent[g].mean() for g in groups)
+            # summed from a zero tensor, not sum()'s int 0: the same values, typed as tensors
+            zero = torch.zeros(())
+            pl = sum((clipped_surrogate(logp[g], old[g][mb], A[g][mb], settings.clip)
+                      for g in groups), zero)
+            vl = sum((((values[g] - R[g][mb]) ** 2).mean() for g in groups), zero)
+            el = sum((ent[g].mean() for g in groups), zero)
             loss = pl + settings.vf_coef * vl - settings.ent_coef * el
             optimizer.zero_grad()
             loss.backward()

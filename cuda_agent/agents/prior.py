@@ -33,6 +33,8 @@ from ..space.space import Space
 
 if TYPE_CHECKING:
     from ..run.sim_folds import ModelConstants
+    from ..run.sim_model import SimConstants
+    from ..space.slots import Config
 
 POOL = 4096
 """configurations modelled at most per operator (about 2 s)"""
@@ -58,9 +60,10 @@ def simulated_times(space: Space, rows: np.ndarray, configs: list,
             # composed again for each configuration (the whole program's source, for a
             # convolution chain's 6588 configurations 16 s of a 20 s search on the H100's host)
             own = space.spaces[space.stage]
-            others_ms = _fixed_stages_ms(space, sim_constants)
-            if others_ms is None:
+            fixed_ms = _fixed_stages_ms(space, sim_constants)
+            if fixed_ms is None:
                 return out
+            others_ms = fixed_ms
         known = _modelled(own, constants)
         for i, r in enumerate(rows):
             cfg = configs[int(r)]
@@ -70,7 +73,7 @@ def simulated_times(space: Space, rows: np.ndarray, configs: list,
     return out
 
 
-def _model_ms(space: Space, cfg: object, sim_constants: object) -> float:
+def _model_ms(space: Space, cfg: Config, sim_constants: SimConstants | None) -> float:
     """The model's time of one configuration of a single-kernel space; NaN where it rejects
     it or cannot read its template."""
     from ..run.sim_model import simulate
@@ -96,7 +99,7 @@ def _modelled(space: Space, constants: object) -> dict:
     return cache.setdefault(key, {})
 
 
-def _fixed_stages_ms(space: StageSpace, sim_constants: object) -> float | None:
+def _fixed_stages_ms(space: StageSpace, sim_constants: SimConstants | None) -> float | None:
     """The modelled time of a program's stages other than `space.stage`, at their fixed
     configurations; None where the model rejects one (every candidate of the program fails)."""
     from ..run.sim_model import simulate

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
 FAILURE_PENALTY = {
@@ -46,14 +47,14 @@ class RewardSettings:
     penalties: dict[str, float] = field(default_factory=lambda: dict(FAILURE_PENALTY))
 
 
-def rank_rewards(times: list[float | None], settings: RewardSettings) -> list[float | None]:
+def rank_rewards(times: Sequence[float | None], settings: RewardSettings) -> list[float | None]:
     """+1 for the top share, -1 for the bottom share, linear in between; None for failures."""
     ok = sorted((t, k) for k, t in enumerate(times) if t is not None and math.isfinite(t))
-    out: list[float | None] = [None] * len(times)
+    out: dict[int, float] = {}  # by position in `times`; the failures are missing
     n = len(ok)
     if n == 1:
         out[ok[0][1]] = 0.0
-        return out
+        return [out.get(k) for k in range(len(times))]
     for rank, (t, k) in enumerate(ok):
         p = rank / (n - 1)  # 0 = fastest
         if p <= settings.top:
@@ -70,10 +71,10 @@ def rank_rewards(times: list[float | None], settings: RewardSettings) -> list[fl
         by_time.setdefault(t, []).append(k)
     for ks in by_time.values():
         if len(ks) > 1:
-            avg = sum(out[k] for k in ks) / len(ks)  # type: ignore[misc]
+            avg = sum(out[k] for k in ks) / len(ks)
             for k in ks:
                 out[k] = avg
-    return out
+    return [out.get(k) for k in range(len(times))]
 
 
 def aux_term(agent: str, counters: dict[str, Any] | None) -> float:
@@ -137,8 +138,8 @@ def aux_term(agent: str, counters: dict[str, Any] | None) -> float:
     return 0.0
 
 
-def rewards(times: list[float | None], kinds: list[str | None],
-            counters: list[dict[str, Any] | None], groups: list[str],
+def rewards(times: Sequence[float | None], kinds: Sequence[str | None],
+            counters: Sequence[dict[str, Any] | None], groups: list[str],
             best_before: float | None, settings: RewardSettings,
             history: list[float] | None = None) -> list[dict[str, float]]:
     """Per candidate, per agent group: team rank reward + own auxiliary term, or the penalty.
@@ -147,19 +148,20 @@ def rewards(times: list[float | None], kinds: list[str | None],
     if settings.rank_over not in ("batch", "run"):
         raise ValueError(f"rank_over must be 'batch' or 'run', got {settings.rank_over!r}")
     if settings.rank_over == "run" and history:
-        ranks = rank_rewards(list(history) + list(times), settings)[len(history):]
+        ranks = rank_rewards([*history, *times], settings)[len(history):]
     else:
         ranks = rank_rewards(times, settings)
     if settings.mode == "time":
-        ranks = [None if r is None else -min(float(t), 100.0)  # type: ignore[arg-type]
+        # a rank is None where the time is
+        ranks = [None if r is None or t is None else -min(float(t), 100.0)
                  for r, t in zip(ranks, times)]
     out = []
-    for k, (t, kind, c) in enumerate(zip(times, kinds, counters)):
-        if ranks[k] is None:
+    for rank, t, kind, c in zip(ranks, times, kinds, counters):
+        if rank is None:
             pen = settings.penalties.get(kind or "cuda", -1.0)
             out.append({g: pen for g in groups})
             continue
-        team = ranks[k]
+        team = rank
         if best_before is None or (t is not None and t < best_before):
             team += settings.improvement_bonus if best_before is not None else 0.0
         out.append({g: team + settings.aux_weight * aux_term(g, c) for g in groups})

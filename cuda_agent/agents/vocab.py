@@ -8,7 +8,7 @@ valid configuration) so the mask of a slot under a partial assignment is one vec
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -91,6 +91,8 @@ class SpaceIndex:
     matrix: np.ndarray
     configs: list[Config]
     _pos: dict | None = None
+    # each row's slot domains, cached by agents.decode.domain_masks
+    _domains: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     @staticmethod
     def of(space: Space) -> "SpaceIndex":

@@ -181,7 +181,7 @@ class Builder:
         match (then the emitted module compiles the source itself on first use)."""
         for _ in range(2):
             [res] = self.build([inp])
-            if not res.ok:
+            if res.cubin_path is None:  # not `ok`
                 return None
             try:
                 data = Path(res.cubin_path).read_bytes()

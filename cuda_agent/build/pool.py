@@ -15,7 +15,7 @@ import threading
 import time
 from collections import deque
 from multiprocessing.connection import Connection, wait
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 from .. import procs
 
@@ -144,10 +144,12 @@ class CompilePool:
                     waits.append(deadline - now)
                 if timeout_s is not None:
                     waits.extend(t0 + timeout_s - now for _, _, t0 in busy.values())
-                for conn in wait(list(busy), max(0.0, min(waits))):
-                    child, i, _ = busy.pop(conn)  # type: ignore[index]
+                for ready in wait(list(busy), max(0.0, min(waits))):
+                    # wait() hands back some of the objects it was given: Connections here
+                    conn = cast(Connection, ready)
+                    child, i, _ = busy.pop(conn)
                     try:
-                        results[i] = conn.recv()  # type: ignore[union-attr]
+                        results[i] = conn.recv()
                     except (EOFError, OSError):
                         died(child, i)
                         continue

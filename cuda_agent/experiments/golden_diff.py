@@ -42,13 +42,13 @@ def _walk(path: list[str], golden: Any, now: Any) -> Iterator[tuple[list[str], A
             path[-1:] in (["renders"], ["programs"])
             or any(isinstance(x, dict) for x in golden + now)):
         for i in range(max(len(golden), len(now))):
-            g = golden[i] if i < len(golden) else "<absent>"
-            n = now[i] if i < len(now) else "<absent>"
+            gi = golden[i] if i < len(golden) else "<absent>"
+            ni = now[i] if i < len(now) else "<absent>"
             if path[-1:] in (["renders"], ["programs"]):
-                if g != n:
-                    yield path + [str(i)], g, n
+                if gi != ni:
+                    yield path + [str(i)], gi, ni
             else:  # "spaces" 0 -> "space 0"
-                yield from _walk(path[:-1] + [f"{path[-1].rstrip('s')} {i}"], g, n)
+                yield from _walk(path[:-1] + [f"{path[-1].rstrip('s')} {i}"], gi, ni)
     else:
         yield path, golden, now
 

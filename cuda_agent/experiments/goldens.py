@@ -33,6 +33,7 @@ import random
 import sys
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -147,8 +148,7 @@ def cases(root: Path) -> list[Case]:
     for batch, ops in _unseen_ops(root).BATCHES.items():
         for name in sorted(ops):
             cls, inputs = ops[name]
-            out.append(Case(f"unseen_ops/{batch}/{name}",
-                            lambda cls=cls, inputs=inputs: capture(cls, [], inputs)))
+            out.append(Case(f"unseen_ops/{batch}/{name}", partial(capture, cls, [], inputs)))
     return out
 
 
@@ -273,7 +273,9 @@ def problem_entry(case: Case, root: Path, labels: Labels | None = None) -> dict[
     entry.update(kind=plan.kind, family=plan.family)
     if isinstance(plan, ProgramPlan):
         entry["program"] = program_entry(plan)
-    by_precision = {p: precision_entry(plan, p, labels, root) for p in PRECISIONS}
+    # a precision's entry, or "=<precision>" where it equals that one's
+    by_precision: dict[str, dict[str, Any] | str] = {
+        p: precision_entry(plan, p, labels, root) for p in PRECISIONS}
     first = PRECISIONS[0]
     for p in PRECISIONS[1:]:
         # most spaces do not depend on the contract: said so rather than written twice

@@ -54,7 +54,7 @@ def attention_node(g: Graph, q: int, k: int, v: int, mask: int | None, scale: fl
     except ValueError:
         raise UnsupportedError(f"attention of q {sq}, k {sk}, v {sv}: batch dims do not "
                                "broadcast") from None
-    args = (q, k, v)
+    args: tuple[int, ...] = (q, k, v)
     if mask is not None:
         if g[mask].dtype != "float32":
             raise UnsupportedError(f"unsupported: a {g[mask].dtype} attention mask; only an "
@@ -99,12 +99,12 @@ def _peel_scale(g: Graph, nid: int) -> tuple[int, float]:
     factor = 1.0
     while g[nid].op in ("mul", "div"):
         a, b = g[nid].args
-        if g[nid].op == "mul" and _const(g, b) is not None:
-            nid, factor = a, factor * _const(g, b)
-        elif g[nid].op == "mul" and _const(g, a) is not None:
-            nid, factor = b, factor * _const(g, a)
-        elif g[nid].op == "div" and _const(g, b):
-            nid, factor = a, factor / _const(g, b)
+        if g[nid].op == "mul" and (c := _const(g, b)) is not None:
+            nid, factor = a, factor * c
+        elif g[nid].op == "mul" and (c := _const(g, a)) is not None:
+            nid, factor = b, factor * c
+        elif g[nid].op == "div" and (c := _const(g, b)):
+            nid, factor = a, factor / c
         else:
             break
     return nid, factor

@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 
 from ..errors import ProblemError, UnsupportedError, first_line
-from .graph import FLOAT_DTYPES, INDEX_DTYPE, Graph, GraphInput, Increment, broadcast_shapes
+from .graph import (FLOAT_DTYPES, INDEX_DTYPE, Graph, GraphInput, Increment, Node,
+                    broadcast_shapes)
 from .class_loss import HANDLERS as _CLASS_LOSS_HANDLERS, check_index_inputs
 from .attention_capture import ATTENTION_HANDLERS, fold_manual
 from .normstat import HANDLERS as _NORMSTAT_HANDLERS
@@ -274,6 +275,7 @@ class _Lowering:
         target = node.target
         if target is operator.getitem:
             seq, idx = node.args
+            assert isinstance(seq, torch.fx.Node), seq  # an item of a multi-output op
             return self.env[seq.name][idx]
         name = getattr(getattr(target, "overloadpacket", None), "__name__", None) or str(target)
         args, kwargs = list(node.args), dict(node.kwargs)
@@ -827,6 +829,7 @@ def _einsum(lw: _Lowering, node, args, kwargs):
             lw.env[n.name] = lw.lower_call(n)
         elif n.op == "output":
             out = lw.val(n.args[0][0] if isinstance(n.args[0], (list, tuple)) else n.args[0])
+    assert out is not None, "the subgraph has no output"
     return _as_one_reshape(lw, out)
 
 
@@ -1114,6 +1117,7 @@ def lower(exported: "torch.export.ExportedProgram | TracedProgram",
             meta = node.meta["val"]
             dtype = dtype_name(meta.dtype)
             if spec.kind == InputKind.BUFFER:
+                assert spec.target is not None, "export names every buffer"
                 lw.buffers[node.name] = spec.target
             if spec.kind == InputKind.BUFFER and dtype not in FLOAT_DTYPES and _counter(node):
                 # e.g. BatchNorm's num_batches_tracked: forward() only counts in it (`add_`)

@@ -106,11 +106,11 @@ def strided_operand(graph: Graph, nid: int) -> StridedOperand:
             kept = iter([st for s, st in zip(src.shape, src.strides) if s != 1])
             return StridedOperand(src.index, n.shape,
                                   tuple(0 if s == 1 else next(kept) for s in n.shape))
-        strides = view_strides(src.shape, src.strides, n.shape)
-        if strides is None:
+        viewed = view_strides(src.shape, src.strides, n.shape)
+        if viewed is None:
             raise UnsupportedError(f"unsupported: reshape {src.shape} -> {n.shape} of a "
                                    "transposed matrix-product operand")
-        return StridedOperand(src.index, n.shape, strides)
+        return StridedOperand(src.index, n.shape, viewed)
     raise UnsupportedError(f"unsupported: {n.op} on a matrix-product operand (only views, "
                            "transposes and broadcasts of inputs are read in place)")
 

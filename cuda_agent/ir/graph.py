@@ -71,6 +71,16 @@ class GraphInput:
     # verification draws its cases inside, or the reference itself would fail
     value_range: tuple[float, float] | None = None
 
+    def position(self) -> int:
+        """`arg_index`, of a forward() argument."""
+        assert self.arg_index is not None, f"{self.name} is not a forward() argument"
+        return self.arg_index
+
+    def state_name(self) -> str:
+        """`target`, of a parameter or buffer."""
+        assert self.target is not None, f"{self.name} is not a parameter or buffer"
+        return self.target
+
     def as_json(self) -> dict[str, Any]:
         # domain fields only where set, so that other graphs keep their fingerprints
         return {k: v for k, v in self.__dict__.items()

@@ -27,7 +27,7 @@ from ..errors import UnsupportedError
 from .graph import INDEX_DTYPE, Graph, Node
 from .ops import is_elementwise, render, uses_transcendental
 
-FMap = tuple  # tuple[int | None, ...]
+FMap = tuple[int | None, ...]
 # Plan kind of a reduction over a leading and a trailing run of dims around a kept middle run
 # (batch statistics: (N, S) around C). O/R/I read as (kept, reduced, 1); only templates written
 # for it (templates/chan.py) apply, the others want one contiguous run ("reduce").
@@ -45,7 +45,7 @@ class KernelPlan:
     output: int  # node computed by the kernel (before `out_shape`'s reshape)
     out_shape: tuple[int, ...]  # torch shape of the forward() result
     out_dtype: str
-    fmaps: dict[int, FMap] = field(default_factory=dict)
+    fmaps: dict[int, FMap | None] = field(default_factory=dict)
     classes: dict[int, str] = field(default_factory=dict)  # node -> "full" | "row" | "const"
     levels: list[list[int]] = field(default_factory=list)  # reduce node ids per level
     outer: list[int] = field(default_factory=list)  # reductions of row values over all rows
@@ -57,6 +57,18 @@ class KernelPlan:
     anchor: int | None = None
     info: Any = None
     anchor_flops: int = 0  # arithmetic of the anchor itself (2*M*N*K for a matmul)
+
+    def anchor_id(self) -> int:
+        """The anchor of a structured plan (whose templates read it)."""
+        assert self.anchor is not None, f"a {self.kind} plan has no anchor"
+        return self.anchor
+
+    def fmap(self, node: int) -> FMap:
+        """The fmap of a node placed in F: not an input read only through a view (fmap None),
+        which the planners check before they read this."""
+        fm = self.fmaps[node]
+        assert fm is not None, f"node {node} is read only through a view"
+        return fm
 
     def cached(self, key: object, fn):  # noqa: ANN001 - tiny memo helper for templates
         if key not in self.memo:
@@ -226,7 +238,7 @@ def _read_through_permute(plan: KernelPlan, live: list[Node], n: Node,
     for j, p in enumerate(n.attr("perm")):
         src_fm[p] = fm[j]
     plan.fmaps[src.id] = tuple(src_fm)
-    plan.classes[src.id] = _varying_class(plan, src_fm, reduce_dims)
+    plan.classes[src.id] = _varying_class(plan, tuple(src_fm), reduce_dims)
     return fm
 
 
@@ -237,7 +249,7 @@ def _place_inputs_by_context(plan: KernelPlan, n: Node, reduce_dims: tuple[int, 
     unsqueezed matrix, then a residual) runs along F's dims 0 and 3."""
     graph = plan.graph
     missing = [a for a in n.args if plan.fmaps[a] is None]
-    known = [(graph[a].shape, plan.fmaps[a]) for a in n.args if plan.fmaps[a] is not None]
+    known = [(graph[a].shape, a_fm) for a in n.args if (a_fm := plan.fmaps[a]) is not None]
     if not missing:
         return
     context = _merge(n, known) if known and all(graph[a].op == "input" for a in missing) \
@@ -286,7 +298,9 @@ def make_plan(graph: Graph) -> KernelPlan:
         except UnsupportedError:
             pass
         # no template writes these side outputs: a stage per kept value
-        return make_program_plan(graph, partition(graph, sides=False))
+        staged = partition(graph, sides=False)
+        assert staged is not None, "kept values are cut"
+        return make_program_plan(graph, staged)
     try:
         return make_single_plan(graph)
     except UnsupportedError as single:
@@ -394,7 +408,7 @@ def make_single_plan(graph: Graph) -> KernelPlan:
             fm = _read_through_permute(plan, live, n, reduce_dims)
         elif is_elementwise(n.op):
             _place_inputs_by_context(plan, n, reduce_dims)
-            fm = _merge(n, [(graph[a].shape, plan.fmaps[a]) for a in n.args])
+            fm = _merge(n, [(graph[a].shape, plan.fmap(a)) for a in n.args])
         else:
             raise UnsupportedError(f"unsupported IR op {n.op}")
         plan.fmaps[n.id] = fm
@@ -412,7 +426,6 @@ def make_single_plan(graph: Graph) -> KernelPlan:
     if reduces:
         depth = max(level_of.values())
         plan.levels = [[r for r in level_of if level_of[r] == lv] for lv in range(1, depth + 1)]
-    out_fm = plan.fmaps[kernel_out]
     if plan.output_is_total:
         pass  # one number: _total_class saw that nothing per row or per element follows it
     elif outer:
@@ -422,6 +435,7 @@ def make_single_plan(graph: Graph) -> KernelPlan:
         # a size-1 dim of F is broadcast in every value (fmap None): it moves no element, and
         # the output may drop or add such dims (a squeeze at the end: the same flat order)
         out_shape_k = graph[kernel_out].shape
+        out_fm = plan.fmap(kernel_out)
         if [f for f in out_fm if f is not None and full_shape[f] != 1] != \
                 [k for k in range(rank) if full_shape[k] != 1] \
                 or any(f is None and size != 1 for f, size in zip(out_fm, out_shape_k)):
@@ -430,6 +444,7 @@ def make_single_plan(graph: Graph) -> KernelPlan:
     else:
         want = tuple(k for k in range(rank) if k not in reduce_dims and full_shape[k] != 1)
         out_shape_k = graph[kernel_out].shape
+        out_fm = plan.fmap(kernel_out)
         if tuple(f for f in out_fm if f is not None) != want or any(
                 f is None and size != 1 for f, size in zip(out_fm, out_shape_k)):
             raise UnsupportedError("unsupported: output layout of the reduction (a reduced "
@@ -576,24 +591,28 @@ def make_anchored_plan(graph: Graph, anchor: int, kind: str, anchor_inputs: list
             if plan.fmaps[src.id] is None and src.op == "input":
                 fm = _broadcast_fmap(n.shape, full_shape)
             else:
-                fm = _view_fmap(src.shape, plan.fmaps[src.id], n.shape)
+                fm = _view_fmap(src.shape, plan.fmap(src.id), n.shape)
             if fm is None:
                 raise UnsupportedError(f"unsupported: reshape {src.shape} -> {n.shape} after "
                                        f"the {kind}")
         elif is_elementwise(n.op):
+            parts = []
             for a in n.args:
-                if plan.fmaps[a] is None:
+                a_fm = plan.fmaps[a]
+                if a_fm is None:
                     raise UnsupportedError(f"unsupported: input of shape {graph[a].shape} does "
                                            f"not broadcast to the {kind} output {full_shape}")
-            fm = _merge(n, [(graph[a].shape, plan.fmaps[a]) for a in n.args])
+                parts.append((graph[a].shape, a_fm))
+            fm = _merge(n, parts)
         else:
             what = "a reduction" if n.op == "reduce" else f"op {n.op}"
             raise UnsupportedError(f"unsupported: {what} after the {kind} (fusing it needs "
                                    "multi-kernel partitioning, not supported yet)")
         plan.fmaps[n.id] = fm
         plan.classes[n.id] = "const" if n.op == "const" else "full"
-    covers = all(f == k or full_shape[k] == 1 for k, f in enumerate(plan.fmaps[kernel_out]))
-    if len(plan.fmaps[kernel_out]) != rank or not covers or graph[kernel_out].shape != full_shape:
+    out_fm = plan.fmap(kernel_out)
+    covers = all(f == k or full_shape[k] == 1 for k, f in enumerate(out_fm))
+    if len(out_fm) != rank or not covers or graph[kernel_out].shape != full_shape:
         raise UnsupportedError(f"unsupported: the output does not cover the {kind} output "
                                f"{full_shape} (it is broadcast or reshaped)")
     epilogue_inputs = {graph[k].attr("index") for k in keep | pro if graph[k].op == "input"}

@@ -166,8 +166,8 @@ def _attributes(model: torch.nn.Module) -> list[tuple[str, str, int]]:
 def _state(model: torch.nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """Parameters and buffers as export lists them; a shared or non-persistent one is refused
     (export would name it twice, or lift it as a constant)."""
-    params = dict(model.named_parameters(remove_duplicate=False))
-    buffers = dict(model.named_buffers(remove_duplicate=False))
+    params: dict[str, torch.Tensor] = dict(model.named_parameters(remove_duplicate=False))
+    buffers: dict[str, torch.Tensor] = dict(model.named_buffers(remove_duplicate=False))
     tensors = [*params.values(), *buffers.values()]
     if len({id(t) for t in tensors}) != len(tensors):
         raise NotTraced("a parameter or buffer is shared")
@@ -228,15 +228,17 @@ def trace(model: torch.nn.Module, inputs: list[torch.Tensor]) -> TracedProgram:
     graph = torch.fx.Graph()
     recorder = _Recorder(graph)
     specs = []
-    for names, tensors, kind in ((p_names, params, InputKind.PARAMETER),
-                                 (b_names, buffers, InputKind.BUFFER),
-                                 (u_names, dict(enumerate(inputs)), InputKind.USER_INPUT)):
-        for ph_name, (target, t) in zip(names, tensors.items()):
+    # (placeholder names, (export's target, tensor) each, kind); a user input has no target
+    sources: list[tuple[list[str], list[tuple[str | None, torch.Tensor]], InputKind]] = [
+        (p_names, list(params.items()), InputKind.PARAMETER),
+        (b_names, list(buffers.items()), InputKind.BUFFER),
+        (u_names, [(None, t) for t in inputs], InputKind.USER_INPUT)]
+    for names, tensors, kind in sources:
+        for ph_name, (target, t) in zip(names, tensors):
             node = graph.placeholder(ph_name)
             node.name = node.target = ph_name  # as export sets it: past FX's reserved names
             recorder.track(t, node)
-            specs.append(InputSpec(kind, TensorArgument(ph_name),
-                                   target if kind != InputKind.USER_INPUT else None,
+            specs.append(InputSpec(kind, TensorArgument(ph_name), target,
                                    persistent=True if kind == InputKind.BUFFER else None))
     before = _attributes(model)
     with _as_export_traces(), enable_python_dispatcher(), _RefuseSideEffects(), recorder:

@@ -43,9 +43,9 @@ def tf32_advice(rec: dict[str, Any], best_ms: float | None, precision: str,
         return None
     if not any(defaults.get(f"{flag}_tf32") for flag in reads):
         return None
-    wins = [(rec[key], name, rec.get(matched_field(key))) for name, key in FIELDS.items()
+    wins = [(rec[key], name, strict) for name, key in FIELDS.items()
             if rec.get(key) and rec[key] < best_ms
-            and rec.get(matched_field(key)) and rec[key] < rec[matched_field(key)]]
+            and (strict := rec.get(matched_field(key))) and rec[key] < strict]
     if not wins:
         return None
     ms, name, strict_ms = min(wins)

@@ -122,8 +122,9 @@ def derive(per_kernel: dict[str, dict[str, float]]) -> dict[str, float]:
         vals = raw.get(key)
         if not vals:
             continue
-        if all(d for _, d in vals):
-            out[key] = sum(v * d for v, d in vals) / sum(d for _, d in vals)  # type: ignore
+        timed = [(v, d) for v, d in vals if d]
+        if len(timed) == len(vals):
+            out[key] = sum(v * d for v, d in timed) / sum(d for _, d in timed)
         else:
             pick = min if key in ("achieved_occupancy", "theoretical_occupancy",
                                   "issue_utilization", "global_load_efficiency") else max

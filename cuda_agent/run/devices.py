@@ -307,11 +307,11 @@ class CudaDevice(Device):
         out = Baselines(settings=dict(settings, observed={}) if settings else None)
         for w in which:
             name, setting = split_setting(w)
-            if setting == MATCHED and settings and settings.get("same") and \
-                    out.ms(name) is not None:
+            same_ms = out.ms(name)
+            if setting == MATCHED and settings and settings.get("same") and same_ms is not None:
                 # the two settings agree on every TF32 flag the problem's ops read, and neither
                 # autocasts: one measurement is both figures
-                out.set(w, out.ms(name))
+                out.set(w, same_ms)
                 out.notes[w] = f"the measurement of {name}: the same settings for this problem"
                 continue
             # CUDNN_BENCHMARK in a process whose convolutions meet cuDNN in that mode first,

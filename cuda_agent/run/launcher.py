@@ -7,7 +7,7 @@ emitted module runs without cuda-agent installed. Keep it free of cuda_agent imp
 from __future__ import annotations
 
 import ctypes
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -97,7 +97,8 @@ def tf32_flags() -> dict:
                 slots[f"{b}/{op}"] = torch._C._get_fp32_precision_getter(b, op)
             except (RuntimeError, ValueError, TypeError):  # one this torch does not know
                 pass
-    out = {"slots": slots, "cudnn_allow_tf32": None, "float32_matmul_precision": None}
+    out: dict[str, Any] = {"slots": slots, "cudnn_allow_tf32": None,
+                           "float32_matmul_precision": None}
     for key, read in (("cudnn_allow_tf32", torch._C._get_cudnn_allow_tf32),
                       ("float32_matmul_precision", torch.get_float32_matmul_precision)):
         try:
@@ -260,7 +261,7 @@ class LoadedKernels:
         with torch.cuda.device(self.device):
             torch.empty(1, device=self.device)  # makes the primary context current
             self.module = _check(driver.cuModuleLoadData(image), "cuModuleLoadData")
-            self.functions = {}
+            self.functions: dict[str, Any] = {}  # kernel name -> CUfunction
             for launch in launches:
                 if launch.get("library"):
                     continue
@@ -294,18 +295,21 @@ class LoadedKernels:
                                          device=self.device)
         elif self.zero_workspace:
             self.workspace.zero_()
-        plain = [t.data_ptr() for t in inputs] + [out.data_ptr(), self.workspace.data_ptr()]
+        workspace = self.workspace
+        plain = [t.data_ptr() for t in inputs] + [out.data_ptr(), workspace.data_ptr()]
         product = None  # a library step's result: the workspace of the kernels after it
         for launch in self.launches:
             args = launch.get("args")
             if launch.get("library"):
-                tensors = inputs if args is None else [self._tensor(a, inputs) for a in args]
+                tensors = inputs if args is None else [self._tensor(a, inputs, workspace)
+                                                       for a in args]
                 product = run_library(launch["library"], tensors)
                 continue
             if args is None:
                 ptrs = plain[:-1] + [product.data_ptr() if product is not None else plain[-1]]
             else:
-                ptrs = [self._pointer(a, inputs, out, product) for a in args]
+                ptrs = [self._pointer(a, inputs, out, product, workspace)
+                        for a in args]
             holders = [ctypes.c_void_p(p) for p in ptrs]
             params = (ctypes.c_void_p * len(holders))(*[ctypes.addressof(h) for h in holders])
             gx, gy, gz = launch["grid"]
@@ -315,19 +319,22 @@ class LoadedKernels:
                                          ctypes.addressof(params), 0),
                    f"launch {launch['kernel']}")
 
-    def _pointer(self, arg: Sequence, inputs: Sequence[torch.Tensor], out: torch.Tensor,
-                 product: torch.Tensor | None) -> int:
+    @staticmethod
+    def _pointer(arg: Sequence, inputs: Sequence[torch.Tensor], out: torch.Tensor,
+                 product: torch.Tensor | None, workspace: torch.Tensor) -> int:
         if arg[0] == "in":
             return inputs[arg[1]].data_ptr()
         if arg[0] == "out":
             return out.data_ptr()
         if arg[0] == "buf":
-            return self.workspace.data_ptr() + int(arg[1])
+            return workspace.data_ptr() + int(arg[1])
         if arg[0] == "product" and product is not None:
             return product.data_ptr()
         raise ValueError(f"bad kernel argument {arg!r}")
 
-    def _tensor(self, arg: Sequence, inputs: Sequence[torch.Tensor]) -> torch.Tensor:
+    @staticmethod
+    def _tensor(arg: Sequence, inputs: Sequence[torch.Tensor],
+                workspace: torch.Tensor) -> torch.Tensor:
         """A library step's operand: a program input, or a view of a workspace buffer."""
         if arg[0] == "in":
             return inputs[arg[1]]
@@ -337,7 +344,7 @@ class LoadedKernels:
         for s in shape:
             n *= s
         start = int(arg[1])
-        raw = self.workspace[start:start + n * (8 if dtype == torch.int64 else 4)]
+        raw = workspace[start:start + n * (8 if dtype == torch.int64 else 4)]
         return raw.view(dtype).view(shape)
 
     def close(self) -> None:

@@ -51,9 +51,8 @@ class MemoryRefusal(DeviceError):
 
 
 def dtype_size(dtype: str | torch.dtype) -> int:
-    if isinstance(dtype, str):
-        dtype = getattr(torch, dtype)
-    return torch.empty(0, dtype=dtype).element_size()
+    torch_dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+    return torch.empty(0, dtype=torch_dtype).element_size()
 
 
 def nbytes(shape: Sequence[int], dtype: str | torch.dtype) -> int:

@@ -23,12 +23,12 @@ def main(spec_path: str) -> None:
     device = torch.device("cuda", 0)
     model = problem.make_model(device)
     args = problem.make_inputs(device)
-    params = dict(model.named_parameters())
+    params: dict[str, torch.Tensor] = dict(model.named_parameters())
     params.update(dict(model.named_buffers()))
     tensors = []
     for k in plan.operands:
         gin = graph.inputs[k]
-        t = args[gin.arg_index] if gin.role == "input" else params[gin.target]
+        t = args[gin.position()] if gin.role == "input" else params[gin.state_name()]
         tensors.append(t.detach().contiguous().reshape(plan.operand_shapes[k]))
     out = torch.empty(tuple(plan.out_shape), device=device,
                       dtype=torch.int64 if plan.out_dtype == "int64" else torch.float32)

@@ -218,8 +218,9 @@ def separable_splits(fn: Callable[[list[torch.Tensor]], torch.Tensor],
     them). A candidate along an output dim in `skip` is not tested: the caller adds the dims
     along which one row proved too large, so that the other variants of the same dim (as
     large) cost no test."""
-    tensors: list[torch.Tensor] | None = prepare()
-    shapes = [tuple(t.shape) for t in tensors]
+    first = prepare()
+    shapes = [tuple(t.shape) for t in first]
+    tensors: list[torch.Tensor] | None = first  # the first test's case; drawn again after
     tested = 0
     for split in candidate_splits(shapes, roles, out_shape):
         if tested == MAX_CANDIDATES:
@@ -270,9 +271,11 @@ def accumulation_dims(shapes: Sequence[tuple[int, ...]], roles: Sequence[str]
     one size of at least 3, parameters and buffers whole; None where the forward inputs differ
     there."""
     sizes = {s[0] if len(s) else None for s, r in zip(shapes, roles) if r == "input"}
-    if len(sizes) != 1 or None in sizes or min(sizes) < 3:
+    if len(sizes) != 1:
         return None
     n = sizes.pop()
+    if n is None or n < 3:
+        return None
     return tuple(0 if r == "input" else None for r in roles), n
 
 

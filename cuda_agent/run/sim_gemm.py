@@ -155,7 +155,8 @@ def simulate_gemm(rendered: Rendered, resources: dict | None, target: Target
     split, stages = int(f["split"]), int(f["stages"])
     threads = int(f["threads"])
     smem = int(f["smem"])
-    if not (resources or {}).get("registers"):  # not compiled (the agents' prior): estimated
+    if resources is None or not resources.get("registers"):
+        # not compiled (the agents' prior): estimated
         resources = {**(resources or {}), **estimated_resources(f)}
     regs = int(resources["registers"])
     blocks_sm = resident_blocks(target, threads, regs, smem)
@@ -431,7 +432,7 @@ def _soft_max(times: tuple[float, ...], sharpness: float = OVERLAP_SHARPNESS) ->
     return hi * sum((t / hi) ** sharpness for t in times) ** (1 / sharpness)
 
 
-def _spill_time(resources: dict | None, threads: int, blocks_sm: int, slices: int,
+def _spill_time(resources: dict | None, threads: int, blocks_sm: int, slices: float,
                 target: Target) -> float:
     """Seconds of local-memory traffic: the spill stores and loads (the compiler's static
     bytes, worst over the kernels: the main kernel's) sit in the unrolled K-slice loop, so
@@ -448,7 +449,7 @@ def _spill_time(resources: dict | None, threads: int, blocks_sm: int, slices: in
     return moved * hit / l1_bw + moved * (1 - hit) / L2_BW
 
 
-def spill_stall_s(resources: dict | None, threads: int, blocks_sm: int, slices: int,
+def spill_stall_s(resources: dict | None, threads: int, blocks_sm: int, slices: float,
                   target: Target) -> float:
     """Seconds one warp spends waiting on its spilled values over the kernel: its local loads
     per K slice (the compiler's static spill-load bytes, 4 per load) times their latency (L1

@@ -251,7 +251,7 @@ class SimConstants:
         unknown = sorted(set(values) - set(known))
         if unknown:
             raise ValueError(f"unknown simulator constants: {', '.join(unknown)}")
-        out = {}
+        out: dict[str, Any] = {}  # each value of its field's type
         for name, value in values.items():
             kind = known[name].type
             out[name] = int(value) if kind in ("int", int) else float(value)
@@ -364,6 +364,7 @@ def simulate(plan: KernelPlan, rendered: Rendered, resources: dict | None, targe
         if err:
             return _failure("resources", f"{L.kernel}: {err}", registers=w.registers,
                             spills=w.spill_bytes)
+        assert occ is not None  # an occupancy or an error
         per_launch.append(_time_launch(L, w, occ, target, c))
 
     device_s = sum(r["time"] for r in per_launch)
@@ -707,7 +708,8 @@ def _op_cost(op: str, args: int, attrs: dict, fast: bool, c: SimConstants
         expr = ops.render(op, ["a", "b", "d"][:max(1, args)], attrs, fast)
     except (KeyError, IndexError):
         return 1.0, 0.0
-    issue = max(1, len(re.findall(r" [-+*] |[<>]=?|==|!=| \? |&&|\|\||ca_m(?:ax|in)\(", expr)))
+    issue: float = max(1, len(re.findall(r" [-+*] |[<>]=?|==|!=| \? |&&|\|\||ca_m(?:ax|in)\(",
+                                         expr)))
     mufu = 0.0
     n_fast = len(re.findall(r"__(?:expf|logf|log2f|sinf|cosf|powf)\(", expr))
     n_precise = len(re.findall(r"\b(?:expf|logf|log2f|log1pf|expm1f|sinf|cosf|tanhf|erff|powf)\(",
@@ -905,7 +907,7 @@ def _row_work(plan: KernelPlan, rendered: Rendered, resources: dict, target: Tar
     reduce_passes = max(0, passes - (0 if plan.output_is_row else 1))
     # async: the row group's copies are all issued before any is waited for
     full_unroll = cache in ("regs", "async") or nch <= 8 or sh.unroll is None
-    chunks_in_flight = nch if full_unroll else min(nch, max(1, sh.unroll))
+    chunks_in_flight = nch if full_unroll or sh.unroll is None else min(nch, max(1, sh.unroll))
     n_ops = max(1, sh.n_full)
     N = O * R
     reread = _rereads(rendered, sh, passes, cache, cached)

@@ -13,19 +13,22 @@ of run whole in host memory (tens of seconds of CPU per case for 1 GiB).
 from __future__ import annotations
 
 import types
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
+from torch.nn.modules.conv import _ConvNd
 
-_CONVS = {torch.nn.Conv1d: F.conv1d, torch.nn.Conv2d: F.conv2d, torch.nn.Conv3d: F.conv3d}
+_CONVS: dict[type[torch.nn.Module], Callable[..., torch.Tensor]] = {
+    torch.nn.Conv1d: F.conv1d, torch.nn.Conv2d: F.conv2d, torch.nn.Conv3d: F.conv3d}
 
 
 def _is_depthwise(m: torch.nn.Module) -> bool:
-    return (type(m) in _CONVS and m.groups > 1 and m.groups == m.in_channels == m.out_channels
-            and m.padding_mode == "zeros")
+    return (type(m) in _CONVS and isinstance(m, _ConvNd) and m.groups > 1
+            and m.groups == m.in_channels == m.out_channels and m.padding_mode == "zeros")
 
 
-def _forward_any_channels(self: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+def _forward_any_channels(self: _ConvNd, x: torch.Tensor) -> torch.Tensor:
     return _CONVS[type(self)](x, self.weight, self.bias, self.stride, self.padding,
                               self.dilation, x.shape[1])
 

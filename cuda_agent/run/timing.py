@@ -95,7 +95,7 @@ class CudaClock:
         torch.cuda.synchronize()
 
 
-def time_runs(run: Callable[[int], None], n_sets: int, settings: TimingSettings,
+def time_runs(run: Callable[[int], object], n_sets: int, settings: TimingSettings,
               flusher: L2Flusher | None, best_ms: float | None = None,
               clock: CudaClock | None = None) -> Timing:
     """Time `run(set_index)`; the caller has already checked it works."""

@@ -320,8 +320,8 @@ def perturbation(tensors: Sequence[torch.Tensor], seed: int, attempt: int = 0,
     t = tensors[big].reshape(-1)
     gen = torch.Generator().manual_seed(seed * 31 + attempt + 99991)
     pos = int(torch.randint(0, t.numel(), (1,), generator=gen))
-    if isinstance(domains[big], ValueRange):
-        rng = domains[big]
+    rng = domains[big]
+    if isinstance(rng, ValueRange):
         return Perturbation(big, pos, rng.lo if attempt % 2 else rng.hi)
     hi, lo = float(t.max()), float(t.min())
     if attempt % 2 == 1 and lo < 0:
@@ -777,6 +777,11 @@ class Trial:
     """each reference chunk's stats and witness sums, where the reference is chunked and not
     kept: a perturbed twin takes its base's for the chunks without the moved element"""
 
+    def twin_change(self) -> Perturbation:
+        """A perturbed twin's change from its base."""
+        assert self.change is not None, f"{self.label} is not a perturbed twin"
+        return self.change
+
 
 @dataclass(frozen=True)
 class Split:
@@ -917,7 +922,7 @@ class CasePool:
         self.perturbed: list[Trial] = []
         alive = {"zeros", "constant"} | ({"identity"} if out_dtype.is_floating_point else set())
         for t in range(n):
-            case = Trial(self._alloc() if self.holds_inputs else self.buffers, None,
+            case = Trial(self._alloc() if self.holds_inputs else self._shared(), None,
                          f"trial {t} ({DISTRIBUTIONS[t % len(DISTRIBUTIONS)]} inputs)",
                          draw=(t, s.seed, True))
             self._measure(case, witness)
@@ -930,10 +935,11 @@ class CasePool:
                     self._release(twin)
                 base_inputs = self.materialize(case)
                 change = perturbation(base_inputs, s.seed + t, attempt, self.domains)
-                inputs = self.buffers
                 if self.holds_inputs:  # its own copy: the base with the element moved
                     inputs = Buffers(x.clone() for x in base_inputs)
                     inputs.moved = change.apply(inputs)
+                else:
+                    inputs = self._shared()
                 twin = Trial(inputs, None, f"perturbed-input trial (from trial {t})",
                              base=case, change=change)
                 if self.holds_inputs:
@@ -942,12 +948,18 @@ class CasePool:
                 # a replay of the base's answer must fail on the twin
                 if self._clock("replay", self._replay_fails, case, twin):
                     break
+            assert twin is not None  # range(6) made one
             self.perturbed.append(twin)
             alive = self._clock("trivial", self._weak, twin, alive)
         self.weak = sorted(alive, key=["zeros", "constant", "identity"].index)
         self.setup_seconds = {**self._clock.seconds, "reference_runs": self.reference_runs}
 
     # -- inputs ----------------------------------------------------------------------------------
+    def _shared(self) -> Buffers:
+        """The input buffers the cases share, where the pool does not hold each case's own."""
+        assert self.buffers is not None, "the pool holds every case's inputs"
+        return self.buffers
+
     def _alloc(self) -> Buffers:
         return Buffers(torch.empty(m.shape, dtype=m.dtype, device=m.device) for m in self.metas)
 
@@ -964,15 +976,16 @@ class CasePool:
         if trial.base is not None:
             if now is not trial.base:
                 self._draw(trial.base, bufs)
-            bufs.moved = trial.change.apply(bufs)
+            bufs.moved = trial.twin_change().apply(bufs)
         elif now is not None and now.base is trial and bufs.moved is not None:
-            now.change.undo(bufs, bufs.moved)
+            now.twin_change().undo(bufs, bufs.moved)
         else:
             self._draw(trial, bufs)
         bufs.holds = trial
         return bufs
 
     def _draw(self, trial: Trial, bufs: list[torch.Tensor]) -> None:
+        assert trial.draw is not None, f"{trial.label} is drawn from its base"
         dist, seed, signed = trial.draw
         self._clock("draw", draw_case_into, bufs, self.metas, dist, seed,
                     self.signed if signed else None, self.domains)
@@ -1006,8 +1019,8 @@ class CasePool:
         """Input set `k` of the timing rotation: drawn from its own seed (1234), in the shared
         buffers for set 0 where cases share them, so that timing needs no inputs of its own."""
         if k not in self._timing:
-            shared = k == 0 and self.buffers is not None
-            self._timing[k] = Trial(self.buffers if shared else self._alloc(), None,
+            inputs = self.buffers if k == 0 and self.buffers is not None else self._alloc()
+            self._timing[k] = Trial(inputs, None,
                                     f"timing set {k}", draw=(k, 1234, False))
         return self._timing[k]
 
@@ -1100,12 +1113,13 @@ class CasePool:
         # a twin whose reference is not kept takes its base's sums for the chunks without the
         # moved element: along a separable split their references (and the witness's rows)
         # are the base's. One chunk's reference run then, not every chunk's
-        base = trial.base.parts if trial.base is not None and trial.change is not None \
+        change = trial.change
+        base = trial.base.parts if trial.base is not None and change is not None \
             and device_ref is None and host_ref is None else None
         parts: list[tuple[RefStats, SlackSum]] = []
         for i, block in enumerate(blocks):
-            if base is not None and block is not None and \
-                    not self._holds_element(block, trial.change):
+            if base is not None and change is not None and block is not None and \
+                    not self._holds_element(block, change):
                 part = base[i]
             else:
                 r = self._compute(trial, block)
@@ -1130,6 +1144,7 @@ class CasePool:
 
     def _comparison(self, trial: Trial) -> Comparison:
         """A comparison against `trial`'s reference, by this pool's criterion."""
+        assert trial.stats is not None, f"{trial.label} is compared before it is measured"
         return Comparison(self.rtol, self.settings.elem_factor, trial.slack, trial.stats,
                           self.limit, self.tolerance)
 
@@ -1164,6 +1179,7 @@ class CasePool:
         # the constant is fixed before seeing the other trials: a kernel cannot know each
         # trial's answer, so a single-element output is not trivially "constant"
         first = self.cases[0].stats
+        assert first is not None, "the first case is measured first"
         floating = self.out_dtype.is_floating_point
         const = first.mean if floating else int(first.first or 0)
         comps = {k: self._comparison(trial) for k in alive if floating}
@@ -1198,6 +1214,7 @@ class CasePool:
         if tuple(out.shape) != self.out_shape:
             return "wrong", f"shape {tuple(out.shape)} != {self.out_shape}", math.inf
         if trial.stats is None:  # a caller's own trial
+            assert trial.ref is not None, f"{trial.label} has no reference"
             return compare(out, trial.ref, self.rtol, self.settings.elem_factor, trial.slack,
                            self.tolerance, self.limit)
         comparison = self._comparison(trial)

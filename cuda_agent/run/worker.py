@@ -208,13 +208,13 @@ class ProblemState:
         self.tracker.start()
         with refusing(self.problem.name, "allocating the example inputs"), phases("inputs"):
             example_args = self.problem.make_inputs(device)
-        params = dict(self.model.named_parameters())
+        params: dict[str, torch.Tensor] = dict(self.model.named_parameters())
         params.update(dict(self.model.named_buffers()))
         # graph inputs, in graph order: forward args by position, parameters by state_dict name;
         # only what a draw needs of them is kept (shape, dtype, sign domain)
         self.metas: list[InputMeta] = [
-            InputMeta.of((example_args[gin.arg_index] if gin.role == "input"
-                          else params[gin.target]).detach()) for gin in self.graph.inputs]
+            InputMeta.of((example_args[gin.position()] if gin.role == "input"
+                          else params[gin.state_name()]).detach()) for gin in self.graph.inputs]
         with refusing(self.problem.name, "running torch eager once"), phases("eager_peak"):
             eager_peak = self._eager_peak(example_args)
         del example_args, params  # the examples are freed: every set is drawn
@@ -527,10 +527,10 @@ class ProblemState:
         for gin, t in zip(self.graph.inputs, tensors):
             t = t.to(dtype) if dtype is not None and t.is_floating_point() else t
             if gin.role == "input":
-                args[gin.arg_index] = t
+                args[gin.position()] = t
             else:
                 # forward() updates these in place: a copy, so a case's tensors never change
-                state[gin.target] = t.clone() if gin.target in self.mutable else t
+                state[gin.state_name()] = t.clone() if gin.target in self.mutable else t
         return args, state
 
     def kernel_inputs(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -543,6 +543,7 @@ class ProblemState:
         in `model_new.py`."""
         kernels(inputs, out)
         if self.updates:
+            assert kernels.workspace is not None  # the run allocated it
             launcher.update_state(self.updates, kernels.workspace,
                                   (self.timing_state if state is None else state).__getitem__)
 
@@ -554,7 +555,9 @@ class ProblemState:
         blocks = pool._blocks()
         if blocks == [None]:
             return self._reference_run(case)[1]
-        dims = {gin.target: d for gin, d in zip(self.graph.inputs, pool.split.in_dims)
+        split = pool.split
+        assert split is not None  # the blocks are its chunks
+        dims = {gin.target: d for gin, d in zip(self.graph.inputs, split.in_dims)
                 if gin.role != "input"}
         held = dict(self.model.named_buffers())
         if any(dims.get(name) is None for name in self.mutable
@@ -562,9 +565,11 @@ class ProblemState:
             return self._reference_run(case)[1]
         want: dict[str, torch.Tensor] = {}
         # a two-level split is planned only for problems without state (`_two_level_plan`)
-        assert pool.split.inner is None
-        for ((_, lo, rows),) in blocks:
-            sliced = narrow_inputs(case, pool.split.in_dims, lo, rows)
+        assert split.inner is None
+        for block in blocks:
+            assert block is not None  # [None] only where the reference is whole
+            ((_, lo, rows),) = block
+            sliced = narrow_inputs(case, split.in_dims, lo, rows)
             for name, value in self._reference_run(sliced)[1].items():
                 d = dims.get(name)
                 if d is None:  # a counter: every chunk counts the one forward once
@@ -755,7 +760,7 @@ class ProblemState:
 
     def _time_baseline(self, which: str, numerics: Any) -> dict[str, Any]:
         t0 = time.perf_counter()
-        model = self.model
+        model: Callable[..., Any] = self.model
         if which.startswith("compile"):
             # a fresh compile under the flags in effect: dynamo's cache would serve a graph
             # compiled under the other setting, whose decisions may depend on the flags

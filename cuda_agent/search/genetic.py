@@ -48,9 +48,10 @@ class Genetic(Strategy):
                 for s in self.slots:
                     if self.rng.random() < self.mutation:
                         child[s.name] = self.rng.choice(s.choices)
-                cfg = nearest(self.space, child, self.proposed, self.rng)
-                if cfg is None:
+                near = nearest(self.space, child, self.proposed, self.rng)
+                if near is None:
                     break
+                cfg = near
             self.proposed.add(cfg)
             fresh = [c for c in fresh if c != cfg]
             out.append(cfg)

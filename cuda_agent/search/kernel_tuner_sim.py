@@ -65,8 +65,12 @@ class _Params:
         values: dict[str, list[Any]] = {}
         for s in slots:
             seen: set[str] = set()  # by JSON form: 1, 1.0 and True are three values here
-            values[s] = [v for c in configs for v in [c.get(s)]
-                         if not (json.dumps(v) in seen or seen.add(json.dumps(v)))]
+            values[s] = []
+            for c in configs:
+                v = c.get(s)
+                if json.dumps(v) not in seen:
+                    seen.add(json.dumps(v))
+                    values[s].append(v)
         # fewest values first: the order in which Kernel Tuner's constraint solver assigns
         # parameters (see `_config_set`)
         varying = sorted((s for s in slots if len(values[s]) > 1), key=lambda s: len(values[s]))
@@ -108,7 +112,7 @@ def _config_set(params: _Params) -> Any:
     prefixes = [{_key([c.get(n.replace("__", ".")) for n in names[:i]])
                  for c in params.by_key.values()} for i in range(len(names) + 1)]
 
-    class ConfigSet(Constraint):  # type: ignore[misc]
+    class ConfigSet(Constraint):
         def __call__(self, variables: Any, domains: Any, assignments: dict,
                      forwardcheck: Any = False, _unassigned: Any = None) -> bool:
             d = len(assignments)
@@ -129,7 +133,7 @@ def _measuring_runner(params: _Params, measure: Callable[[list[dict[str, Any]]],
 
     base = simulation.SimulationRunner
 
-    class MeasuringRunner(base):  # type: ignore[misc,valid-type]
+    class MeasuringRunner(simulation.SimulationRunner):  # `base`, restored after
         def run(self, parameter_space: Any, tuning_options: Any) -> list:
             parameter_space = list(parameter_space)
             left = tuning_options.budget.get_evaluations_remaining()
@@ -192,7 +196,7 @@ def _stall_guard() -> Iterator[list[dict[str, Any]]]:
     runner, choice = simulation.SimulationRunner, ga.GeneticAlgorithm.weighted_choice
     draws: dict[str, Any] = {"generation": None, "count": 0}
 
-    class RecordingRunner(runner):  # type: ignore[misc,valid-type]
+    class RecordingRunner(simulation.SimulationRunner):  # `runner`, restored after
         def run(self, parameter_space: Any, tuning_options: Any) -> list:
             results = super().run(parameter_space, tuning_options)
             evaluated.extend(results)

@@ -47,8 +47,9 @@ class OptunaTPE(Strategy):
         for cfg in space.configs:
             for k, v in cfg.items:
                 occurring[k].setdefault(repr(v), v)
-        self.dists = {k: optuna.distributions.CategoricalDistribution(list(vals))
-                      for k, vals in occurring.items()}
+        self.dists: dict[str, optuna.distributions.BaseDistribution] = {
+            k: optuna.distributions.CategoricalDistribution(list(vals))
+            for k, vals in occurring.items()}
         self.values = occurring
         self.rng = random.Random(seed)
 
@@ -74,10 +75,10 @@ class OptunaTPE(Strategy):
             trial = self.study.ask(self.dists)
             self.study.tell(trial, state=self.optuna.trial.TrialState.PRUNED)
             wish = {k: self.values[k][v] for k, v in trial.params.items()}
-            cfg = nearest(self.space, wish, self.proposed | set(out), self.rng)
-            if cfg is None:
+            near = nearest(self.space, wish, self.proposed | set(out), self.rng)
+            if near is None:
                 break
-            out.append(cfg)
+            out.append(near)
         self.proposed.update(out)
         return out
 

@@ -112,10 +112,10 @@ class PriorRanked(Strategy):
         return model_pick(space, self.constants)
 
     def ask(self, n: int) -> list[Config]:
-        self._ordered()
+        order = self._ordered()
         out: list[Config] = []
-        while len(out) < n and self.pos < len(self.order):
-            cfg = self.order[self.pos]
+        while len(out) < n and self.pos < len(order):
+            cfg = order[self.pos]
             self.pos += 1
             if cfg not in self.proposed:
                 out.append(cfg)

@@ -134,7 +134,7 @@ def _merged_dims(plan: KernelPlan, nid: int) -> list[tuple[list[int], int]]:
     """The operand's non-broadcast dims as runs of adjacent F dims that are also adjacent in
     its memory, each with the element stride of the run's innermost dim."""
     node = plan.graph[nid]
-    shape, fmap = node.shape, plan.fmaps[nid]
+    shape, fmap = node.shape, plan.fmap(nid)
     strides = [math.prod(shape[j + 1:]) for j in range(len(shape))]
     runs: list[tuple[list[int], int]] = []
     prev = -1
@@ -188,7 +188,7 @@ def is_unit_stride(plan: KernelPlan, nid: int, grp: Group, vec: int) -> bool:
 
 def is_splat(plan: KernelPlan, nid: int, grp: Group, vec: int) -> bool:
     """True if the operand is constant over every aligned chunk of `vec` values of `grp.var`."""
-    fmap = {f for f in plan.fmaps[nid] if f is not None}
+    fmap = {f for f in plan.fmap(nid) if f is not None}
     block = 1
     for d in reversed(grp.dims):
         if d in fmap:
@@ -233,7 +233,7 @@ def read_index(plan: KernelPlan, nid: int) -> int:
 
 
 def varies_along(plan: KernelPlan, nid: int, dims: tuple[int, ...]) -> bool:
-    return any(f in dims for f in plan.fmaps[nid] if f is not None)
+    return any(f in dims for f in plan.fmap(nid) if f is not None)
 
 
 # -- expression bodies -------------------------------------------------------------------------
@@ -304,7 +304,7 @@ def index_along(plan: KernelPlan, d: int, grp: Group, var: str) -> str:
 
 def iota_nodes(plan: KernelPlan) -> list[tuple[int, int]]:
     """(node, F dim) of every ``iota`` the kernel computes with."""
-    return [(n.id, next(f for f in plan.fmaps[n.id] if f is not None))
+    return [(n.id, next(f for f in plan.fmap(n.id) if f is not None))
             for n in plan.live_nodes() if n.op == "iota"]
 
 

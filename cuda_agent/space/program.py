@@ -91,7 +91,7 @@ class StageSpace(Space):
     """The space of stage `stage` of a program; `fixed` holds every stage's configuration
     (this stage's entry is replaced by the configuration being rendered)."""
 
-    program: ProgramPlan | None = None
+    program: ProgramPlan | None = None  # always given (`of`): a default only as Space has some
     stage: int = 0
     spaces: list[Space] = field(default_factory=list)
     fixed: list[Config] = field(default_factory=list)
@@ -103,6 +103,10 @@ class StageSpace(Space):
         return StageSpace(own.plan, own.target, own.templates, program=plan, stage=stage,
                           spaces=spaces, fixed=list(fixed))
 
+    def program_plan(self) -> ProgramPlan:
+        assert self.program is not None, "a stage space is made by StageSpace.of"
+        return self.program
+
     def with_choice(self, cfg: Config) -> list[Config]:
         chosen = list(self.fixed)
         chosen[self.stage] = cfg
@@ -111,13 +115,13 @@ class StageSpace(Space):
     def render(self, cfg: Config) -> Rendered:
         chosen = self.with_choice(cfg)
         parts = [sp.render(c) for sp, c in zip(self.spaces, chosen)]
-        return compose(self.program, parts)
+        return compose(self.program_plan(), parts)
 
     def key(self, cfg: Config, toolchain: str) -> str:
         chosen = self.with_choice(cfg)
         return content_key("program", [sp.key(c, toolchain) for sp, c in zip(self.spaces,
                                                                                chosen)],
-                           self.program.graph.fingerprint())
+                           self.program_plan().graph.fingerprint())
 
     @property
     def version(self) -> str:

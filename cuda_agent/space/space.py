@@ -251,9 +251,10 @@ class Space:
                 d.keys() & {s.name for s in t.slots(self.plan, self.target)}))
             d[SCOPE_SLOT] = t.name
         else:
-            t = next((t for t in self.templates if t.name == d.get(SCOPE_SLOT)), None)
-            if t is None:
+            named = next((t for t in self.templates if t.name == d.get(SCOPE_SLOT)), None)
+            if named is None:
                 return None
+            t = named
         own = {s.name for s in t.slots(self.plan, self.target)}
         for slot in self.slots:
             if slot.name not in d:
@@ -275,13 +276,13 @@ class Space:
 
     def restricted(self, keep: list[Config] | set[Config]) -> "Space":
         """The same space limited to `keep` (e.g. the configurations a sweep recorded)."""
-        keep = frozenset(c for c in keep if self.contains(c))
-        if not keep:
+        kept = frozenset(c for c in keep if self.contains(c))
+        if not kept:
             raise UnsupportedError("no configuration of the space was recorded")
         sub = Space(self.plan, self.target, self.templates)
         sub.subset = True
         # listed (in the space's order) only when something needs the list
-        sub.__dict__["_keep"], sub.__dict__["_parent"] = keep, self
+        sub.__dict__["_keep"], sub.__dict__["_parent"] = kept, self
         return sub
 
     @cached_property

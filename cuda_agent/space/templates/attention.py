@@ -433,7 +433,7 @@ class _AttentionWriter:
             c(f"const ca_i64 n{k} = (bz * {i.Sq} + qi) * (ca_i64){i.DV} + {d};")
             value = f"acc[{k}] * inv" if self.fast else f"acc[{k}] / l_run"
             c(f"const float ov{k} = {value};")
-            bound = {plan.anchor: f"ov{k}"}
+            bound = {plan.anchor_id(): f"ov{k}"}
             grp = cg.Group(f"n{k}", tuple(range(F)))
             for nid in reads:
                 name = f"ep{nid}_{k}"

@@ -271,7 +271,7 @@ class _TensorCoreAttentionWriter(_AttentionWriter):
         c(f"const ca_i64 n0 = (bz * {i.Sq} + qi) * (ca_i64){i.DV} + d;")
         inv = "__fdividef(o_[n][q], l_run[q >> 1])" if self.fast else "o_[n][q] / l_run[q >> 1]"
         c(f"const float ov = {inv};")
-        bound = {plan.anchor: "ov"}
+        bound = {plan.anchor_id(): "ov"}
         grp = cg.Group("n0", tuple(range(F)))
         for nid in reads:
             name = f"ep{nid}"

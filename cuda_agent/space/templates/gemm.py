@@ -244,7 +244,7 @@ def epilogue_value(plan: KernelPlan, c: Code, value: str, fl: str, row: str, col
     flat index `fl` (row `row`, column `col` of C) is `value`; the C name of the result."""
     g = _info(plan)
     grp = cg.Group(fl, tuple(range(len(plan.full_shape))))
-    bound: dict[int, str] = {plan.anchor: value}
+    bound: dict[int, str] = {plan.anchor_id(): value}
     for nid in cg.epilogue_reads(plan):
         off = cg.offset_expr(plan, nid, [grp])
         bound[nid] = f"__ldg(in{cg.read_index(plan, nid)} + ({off}))"
@@ -412,7 +412,7 @@ class _GemmWriter:
     def phase_gathered_load(self, reg: str, gp: str, gk: str) -> str:
         """Element (k, column) of this block's phase (`tconv_phases`): the column's window
         origin, the tap and channel of k, zero outside the input (or past the phase)."""
-        ph = self.phase
+        ph = self.phased()
         lines = [f"{{ const int gk_ = {gk}; float v_ = 0.f;"]
         lines += ["  " + x for x in ph.column_lines(gp, "", origin=True)]
         lines += ["  if (valid && gk_ < kend) {"]
@@ -634,7 +634,7 @@ class _GemmWriter:
         dst = "part" if partial else "out"
         for j in range(self.TN):
             c.open("")
-            c(*self.phase.column_lines(f"n0 + {self.col(j)}", "c", origin=False))
+            c(*self.phased().column_lines(f"n0 + {self.col(j)}", "c", origin=False))
             c.open("if (validc)")
             c("#pragma unroll")
             c.open(f"for (int i = 0; i < {self.TM}; ++i)")
@@ -649,6 +649,11 @@ class _GemmWriter:
                 v = self.epilogue_value(c, v, "fl_", "gm", "pixc", "_p")
             c(f"{dst}[fl_] = {v};")
             c.close().close().close().close()
+
+    def phased(self) -> tconv.PhaseLayout:
+        """The layout of the phase-by-phase transposed convolution this kernel runs."""
+        assert self.phase is not None, "not a phase-by-phase kernel"
+        return self.phase
 
     def zero_tile_test(self) -> str | None:
         """Condition under which this block's whole tile is fixed to zero by a triangle mask."""
@@ -669,7 +674,7 @@ class _GemmWriter:
         total = self.tiles_m * self.tiles_n * g.batch
         if self.phase is not None:
             return total * self.phase.count
-        if self.zero_tile_test() is None:
+        if self.zero_tile_test() is None or g.zero_outside is None:
             return total
         side, d = g.zero_outside
         skipped = 0
@@ -850,16 +855,17 @@ class _GemmWriter:
             c(*self.phase.tables())
         launches, ws = self.kernels(c)
         g = self.g
-        facts = (("family", "gemm"), ("threads", self.NT), ("blocks", launches[0].blocks),
-                 ("bm", self.BM), ("bn", self.BN), ("bk", self.BK), ("tm", self.TM),
-                 ("tn", self.TN), ("stages", self.ST), ("vec_a", self.AV), ("vec_b", self.BV),
-                 ("split", self.SPLIT), ("minblocks", self.minblocks), ("frag", "split" if self.split_frag else "contig"),
-                 ("pad", self.LDA - self.BM), ("raster", self.raster), ("warp", self.warp), ("M", g.M), ("N", g.N),
-                 ("K", g.K), ("batch", g.batch), ("smem", self.smem),
-                 ("a_along", _a_along(g)), ("b_along", _b_along(g)),
-                 ("skips_zero_tiles", int(self.zero_tile_test() is not None)),
-                 # an implicit-GEMM convolution: B's elements gathered through the window
-                 ("gather_dims", len(g.b_gather.kernel) if g.b_gather is not None else 0))
+        facts: tuple[tuple[str, Any], ...] = (
+            ("family", "gemm"), ("threads", self.NT), ("blocks", launches[0].blocks),
+            ("bm", self.BM), ("bn", self.BN), ("bk", self.BK), ("tm", self.TM),
+            ("tn", self.TN), ("stages", self.ST), ("vec_a", self.AV), ("vec_b", self.BV),
+            ("split", self.SPLIT), ("minblocks", self.minblocks), ("frag", "split" if self.split_frag else "contig"),
+            ("pad", self.LDA - self.BM), ("raster", self.raster), ("warp", self.warp), ("M", g.M), ("N", g.N),
+            ("K", g.K), ("batch", g.batch), ("smem", self.smem),
+            ("a_along", _a_along(g)), ("b_along", _b_along(g)),
+            ("skips_zero_tiles", int(self.zero_tile_test() is not None)),
+            # an implicit-GEMM convolution: B's elements gathered through the window
+            ("gather_dims", len(g.b_gather.kernel) if g.b_gather is not None else 0))
         if self.phase is not None:
             # a block's product is one phase's: its columns and the largest phase's K; each
             # phase's own K beside (the model prices the multiply-adds each really does)

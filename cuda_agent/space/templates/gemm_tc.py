@@ -452,7 +452,7 @@ class _TensorCoreWriter(_GemmWriter):
     def _phase_gather_setup(self, c: Code) -> None:
         """Once per thread: the window origin of each of its columns in this block's phase
         (`tconv_phases`), as `_gather_setup` for a direct convolution."""
-        ph = self.phase
+        ph = self.phased()
         npos, _ = self._pixel_rounds()
         c("// this thread's columns of the phase: where their input windows start",
           f"const int kq0_ = tid / {self.BN}, p0_ = tid % {self.BN};")
@@ -465,7 +465,7 @@ class _TensorCoreWriter(_GemmWriter):
         """A phase's A tile, [row][k]: element copies, k fastest across the lanes (a warp
         spans one or two taps: its table reads are near broadcasts); a thread's copies step
         along rows, one table read per slice."""
-        ph, g = self.phase, self.g
+        ph, g = self.phased(), self.g
         per = self.BK  # copies along one shared row; NT is a multiple of it
         step = self.NT // per
         ksize = ph.kernel_size  # one weight row
@@ -705,7 +705,7 @@ class _TensorCoreWriter(_GemmWriter):
         c.open(f"for (int j = 0; j < {self.NTL}; ++j)")
         c("#pragma unroll")
         c.open("for (int q = 0; q < 2; ++q)")
-        c(*self.phase.column_lines("n0 + wn_ + j * 8 + 2 * t_ + q", "c", origin=False))
+        c(*self.phased().column_lines("n0 + wn_ + j * 8 + 2 * t_ + q", "c", origin=False))
         c.open("if (validc)")
         c("#pragma unroll")
         c.open(f"for (int i = 0; i < {self.MT}; ++i)")
@@ -735,20 +735,21 @@ class _TensorCoreWriter(_GemmWriter):
             c(*self.phase.tables())
         launches, ws = self.kernels(c)
         g = self.g
-        facts = (("family", "gemm"), ("mma", self.half or mma_name(self.terms)),
-                 ("threads", self.NT),
-                 ("blocks", launches[0].blocks), ("bm", self.BM), ("bn", self.BN),
-                 ("bk", self.BK), ("wm", self.WM), ("wn", self.WN), ("stages", self.ST),
-                 ("vec_a", self.AV), ("vec_b", self.BV), ("split", self.SPLIT),
-                 ("raster", self.raster), ("warp", self.warp), ("unroll", self.unroll),
-                 ("fresh_steps", self.FRESH), ("M", g.M), ("N", g.N),
-                 ("K", g.K), ("batch", g.batch), ("smem", self.smem),
-                 ("a_along", _a_along(g)), ("b_along", _b_along(g)),
-                 ("skips_zero_tiles", int(self.zero_tile_test() is not None)),
-                 ("computed_tiles", self.computed_tiles()),
-                 ("gather_dims", len(g.b_gather.kernel) if g.b_gather is not None else 0),
-                 ("gather", "table" if self.ktab else "arith"),
-                 ("gather_transposed", int(g.b_gather is not None and g.b_gather.transposed)))
+        facts: tuple[tuple[str, Any], ...] = (
+            ("family", "gemm"), ("mma", self.half or mma_name(self.terms)),
+            ("threads", self.NT),
+            ("blocks", launches[0].blocks), ("bm", self.BM), ("bn", self.BN),
+            ("bk", self.BK), ("wm", self.WM), ("wn", self.WN), ("stages", self.ST),
+            ("vec_a", self.AV), ("vec_b", self.BV), ("split", self.SPLIT),
+            ("raster", self.raster), ("warp", self.warp), ("unroll", self.unroll),
+            ("fresh_steps", self.FRESH), ("M", g.M), ("N", g.N),
+            ("K", g.K), ("batch", g.batch), ("smem", self.smem),
+            ("a_along", _a_along(g)), ("b_along", _b_along(g)),
+            ("skips_zero_tiles", int(self.zero_tile_test() is not None)),
+            ("computed_tiles", self.computed_tiles()),
+            ("gather_dims", len(g.b_gather.kernel) if g.b_gather is not None else 0),
+            ("gather", "table" if self.ktab else "arith"),
+            ("gather_transposed", int(g.b_gather is not None and g.b_gather.transposed)))
         if self.phase is not None:
             # a block's product is one phase's: its columns and the largest phase's K; each
             # phase's own K beside (the model prices the multiply-adds each really does); B

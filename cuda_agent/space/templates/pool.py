@@ -292,7 +292,7 @@ class PoolTemplate(Template):
                     c.close()
                 value = f"__fdividef(acc[{i}], d{i})" if fast else f"acc[{i}] / d{i}"
             c(f"const float pv{i} = {value};")
-            bound = {plan.anchor: f"pv{i}"}
+            bound = {plan.anchor_id(): f"pv{i}"}
             grp = cg.Group(f"n{i}", tuple(range(F)))
             for nid in epilogue_inputs:
                 name = f"ep{nid}_{i}"

@@ -446,11 +446,12 @@ class RowTemplate(Template):
         fold = totals.fold_kernel(c, fast) if totals else None
         if fold:
             launches.append(fold)
-        facts = (("family", "row"), ("threads", B), ("blocks", grid), ("vec", vec), ("tpr", T),
-                 ("passes", len(passes)), ("cache", cache), ("dyn_smem", dyn),
-                 ("cached_operands", len(roles.cached)), ("fast", int(fast)),
-                 ("combine", cfg["reduction.combine"]), ("rows", O), ("row_len", R),
-                 ("cluster", CL))
+        facts: tuple[tuple[str, Any], ...] = (
+            ("family", "row"), ("threads", B), ("blocks", grid), ("vec", vec), ("tpr", T),
+            ("passes", len(passes)), ("cache", cache), ("dyn_smem", dyn),
+            ("cached_operands", len(roles.cached)), ("fast", int(fast)),
+            ("combine", cfg["reduction.combine"]), ("rows", O), ("row_len", R),
+            ("cluster", CL))
         if totals:
             facts += (("cross", cfg["reduction.cross"]), ("launches", len(launches)))
         return Rendered(c.text(), tuple(launches), totals.workspace_bytes if totals else 0,

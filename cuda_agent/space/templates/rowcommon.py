@@ -178,7 +178,8 @@ def operand_roles(plan: KernelPlan, passes: list[Pass]) -> Roles:
 
 def _operand_roles(plan: KernelPlan, passes: list[Pass]) -> Roles:
     reduce_ids = {n for lv in plan.levels for n in lv}
-    full, row = [], []
+    full: list[tuple[int, int]] = []  # (operand, its node)
+    row: list[tuple[int, int]] = []
     for k in plan.operands:
         nid = cg.operand_node(plan, k)
         (full if cg.varies_along(plan, nid, plan.reduce_dims) else row).append((k, nid))
@@ -264,6 +265,7 @@ def bind_welford(c, plan: KernelPlan, p: Pass, row_bound: dict[int, str], done: 
     holds wf_n, wf_m, wf_q): the sum S = n * mean, the row values that follow from it (the
     planned mean M among them), then V, the squared deviations from M, from those about the
     exact mean (they differ by n * (mean - M)^2, M rounded from S)."""
+    assert p.online is not None and p.welford_shift is not None, "not a Welford pass"
     sm, sv = p.online
     c(f"const float s{sm} = wf_n * wf_m;")
     row_bound[sm] = f"s{sm}"

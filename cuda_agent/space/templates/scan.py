@@ -243,7 +243,7 @@ class _Renderer:
     def epilogue(self, c: Code, lanes: dict[int, list[str]], lane: int, scanned: str,
                  tag: str) -> str:
         bound = {n: v[lane] for n, v in lanes.items()}
-        bound[self.plan.anchor] = scanned
+        bound[self.plan.anchor_id()] = scanned
         stmts, names = cg.emit_values(self.plan, [self.plan.output], bound, self.fast,
                                       suffix=f"_e{tag}")
         c(*stmts)
