@@ -65,7 +65,8 @@ class RayFleet:
         here = ray.get_runtime_context().get_node_id()
         # on the driver's node: a lost worker node must not take the fleet's memory with it
         ledger = f"cuda-agent-{run}-ledger"
-        self.ledger = ray.remote(Ledger).options(
+        # Ray's actor handles are typed by their class's methods, not by `.remote`: Any
+        self.ledger: Any = ray.remote(Ledger).options(
             num_cpus=0, name=ledger,
             scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False)).remote()
         resources: dict[str, Any] = {"num_cpus": 1}
@@ -81,7 +82,7 @@ class RayFleet:
                 raise SettingsError(f"the Ray cluster has {cpus:g} CPUs: {count} samplers "
                                     "leave none for compiles; pass fewer --samplers")
         actor = ray.remote(max_restarts=-1, max_task_retries=0)(Sampler)
-        self.samplers = [actor.options(name=f"cuda-agent-{run}-sampler-{i}",
+        self.samplers: list[Any] = [actor.options(name=f"cuda-agent-{run}-sampler-{i}",
                                        scheduling_strategy="SPREAD", **resources)
                          .remote(i, files, settings, ledger) for i in range(count)]
         self.nodes: dict[int, str] = {}
@@ -153,6 +154,7 @@ class RayFleet:
 
     def report(self) -> dict[str, Any]:
         s = self.settings
+        ledger: dict[str, Any]
         try:
             ledger = ray.get(self.ledger.report.remote(), timeout=30)
         except ray.exceptions.RayError:
@@ -185,6 +187,7 @@ def train_on_ray(trainer: "Trainer", progress: Callable[[dict[str, Any]], None] 
     """`Trainer.train` on a Ray fleet: the remaining iterations, the checkpoint saved after
     each; `trainer.fleet_report` says what the fleet did and lost."""
     s = trainer.s
+    assert s.ray is not None, "train_on_ray runs only with --ray"
     conn = connect(s.ray, local_cpus=s.samplers + 1)
     fleet = None
     try:

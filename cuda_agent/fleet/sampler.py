@@ -9,6 +9,7 @@ builder that ask the fleet's ledger first (`ledger.py`).
 from __future__ import annotations
 
 import os
+from pathlib import Path
 import time
 from typing import Any
 
@@ -84,13 +85,13 @@ class Sampler:
                  ledger: str) -> None:
         """`ledger`: the ledger actor's name (a handle as an argument would make Ray keep it
         in its object store for a restart, which it warns about)."""
-        ledger = ray.get_actor(ledger)
+        handle = ray.get_actor(ledger)
         self.index = index
         self.files = files
         self.settings = settings
         self.device = training_device(settings, lambda message: None)
-        self.store = FleetStore(ledger)
-        self.builder = None if self.device.kind == "replay" else RayBuilder(ledger)
+        self.store = FleetStore(handle)
+        self.builder = None if self.device.kind == "replay" else RayBuilder(handle)
         self.operators: dict[str, Operator] = {}
 
     def where(self) -> dict[str, Any]:
@@ -101,7 +102,7 @@ class Sampler:
     def _operator(self, name: str) -> Operator:
         op = self.operators.get(name)
         if op is None:
-            tuner = operator_tuner(self.files[name], self.settings, self.device, self.store,
+            tuner = operator_tuner(Path(self.files[name]), self.settings, self.device, self.store,
                                    self.builder, lambda message: None)
             op = self.operators[name] = Operator(name, tuner)
         return op

@@ -334,6 +334,7 @@ class _Splitter:
             r.updates = [by_target[t] for u in plan.graph.updates
                          for t in (u.running_mean, u.running_var)]
             r.flops, r.bytes = int(plan.flops()), int(plan.bytes_moved())
+            assert out is not None, "a planned region writes a value"
             r.out_shape = tuple(out.shape)
             r.out_dtype = _dtype(out)
             stages = len(plan.program.stages) if hasattr(plan, "program") else 1

@@ -70,7 +70,7 @@ def op_name(node: torch.fx.Node) -> str:
     """The aten op's name without overload (`relu_`, `linear`), or the Python function's."""
     target = node.target
     packet = getattr(target, "overloadpacket", None)
-    return getattr(packet, "__name__", None) or getattr(target, "__name__", str(target))
+    return str(getattr(packet, "__name__", None) or getattr(target, "__name__", str(target)))
 
 
 def _alias_root(node: torch.fx.Node) -> torch.fx.Node:

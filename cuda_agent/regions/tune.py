@@ -111,10 +111,11 @@ def tune_model(path: str | Path, out: str | Path, split: Split | None = None,
     said: set[str] = set()
     tell = notify
 
-    def notify(line: str) -> None:  # each region's tune says the same notices: once each
+    def notify_once(line: str) -> None:  # each region's tune says the same notices: once each
         if line not in said:
             said.add(line)
             tell(line)
+    notify = notify_once
 
     path, out = Path(path), Path(out)
     settings = TuneSettings(**{k: v for k, v in options.items() if k != "store"})
