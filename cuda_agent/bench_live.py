@@ -55,7 +55,7 @@ from .run.sim_folds import FoldConstants
 from .space.program import StagePlateau, StageSpace, stage_share
 from .space.slots import Config
 from .store import TRANSIENT_KINDS, Store
-from .tuner import Tuner, TuneSettings, Trial, open_device
+from .tuner import Tuner, Trial, open_device
 
 BASELINES = ("eager", "compile", "compile:max-autotune", "compile:max-autotune-no-cudagraphs")
 """max-autotune turns on CUDA graphs, whose replay copies each new input into the graph's static
@@ -119,8 +119,7 @@ class _ProblemBench:
 
     def _tuner(self, strategy: str, seed: int) -> Tuner:
         policy = self.single_policy if strategy == "marl_single" else self.policy
-        s = strategy_settings(self.device, strategy, self.settings.budget, seed, policy,
-                              self.settings.precision, self.settings.stage_patience,
+        s = strategy_settings(self.settings, self.device, strategy, seed, policy,
                               self.sim_constants)
         return Tuner(self.problem, s, device=self.device, builder=self.builder, store=self.store,
                      device_lock=self.device_lock)
@@ -149,7 +148,7 @@ class _ProblemBench:
                 trials, error = self._kernel_tuner_stages(strategy, seed)
             else:
                 trials, error = self._kernel_tuner(self.measurer, strategy,
-                                                   self.settings.budget, seed)
+                                                   self.settings.run.budget, seed)
         else:
             tuner = self._tuner(strategy, seed)
             try:
@@ -221,7 +220,7 @@ class _ProblemBench:
         stops with an error keeps what it measured, and the next stage is still searched (the
         error is reported)."""
         measurer = self._tuner("random", seed)  # its own: its space moves from stage to stage
-        stages, budget = measurer.stages, self.settings.budget
+        stages, budget = measurer.stages, self.settings.run.budget
         n = len(stages)
         fixed = [sp.default() for sp in stages]
         trials: list[Trial] = []
@@ -281,8 +280,8 @@ class _ProblemBench:
         if isinstance(self.plan, ProgramPlan):
             return None
         try:
-            sweep = read_sweep(find_sweep(self.problem, Path(self.settings.replay_root)
-                                          if self.settings.replay_root else None))
+            root = self.settings.run.replay_root
+            sweep = read_sweep(find_sweep(self.problem, Path(root) if root else None))
         except CudaAgentError:
             return None
         ok = sorted((r for r in sweep["records"] if r.get("ok") and r.get("time_ms")),
@@ -346,16 +345,17 @@ def _run_strategies(bench: _ProblemBench, jobs: list[tuple[str, int]], started: 
                   if late else None)
 
 
-def run_live_bench(settings: BenchSettings, device_name: str,
+def run_live_bench(settings: BenchSettings,
                    progress: Callable[[str, str, int], None] | None = None,
                    notify: Callable[[str], None] = lambda s: None,
                    on_problem: Callable[[BenchResult], None] | None = None,
                    skipped: Callable[[str, int], None] | None = None) -> BenchResult:
-    """Every strategy of `settings` on every problem of the suite, measured on
-    `device_name` (cuda or sim) in this run. `progress(problem, strategy, seed)` follows each
+    """Every strategy of `settings` on every problem of the suite, measured on its run's
+    device (`settings.run.device`: cuda or sim) in this run. `progress(problem, strategy, seed)` follows each
     strategy run, `skipped(problem, runs)` the runs of a problem that will not be made;
     `on_problem` sees the result after each problem (the CLI keeps it on disk, so a run
     stopped from outside, or by Ctrl-C, keeps what it finished)."""
+    device_name = settings.run.device
     if device_name not in ("cuda", "sim"):
         raise SettingsError(f"live bench runs on cuda or sim, not {device_name!r}")
     check_settings(settings, device_name)
@@ -371,10 +371,9 @@ def run_live_bench(settings: BenchSettings, device_name: str,
     policies, single = Policies(settings.policy), Policies(settings.single_policy)
     folds = FoldConstants(settings.sim_constants)
     result.trained_on = policies.trained_on()
-    device = open_device(device_name, TuneSettings(device=device_name,
-                                                    precision=settings.precision,
-                                                    tolerance=settings.tolerance), notify)
-    builder = Builder("nvrtc", None)
+    run = settings.run
+    device = open_device(device_name, run, notify)
+    builder = Builder(run.compiler, run.workers, timeout_s=run.compile_timeout_s)
     jobs = jobs_of(settings)
     try:
         for path in files:
@@ -410,7 +409,7 @@ def run_live_bench(settings: BenchSettings, device_name: str,
             try:
                 # each at PyTorch's defaults (the headline) and under the kernels' contract
                 base = _timed(phase_s, "baselines", lambda: device.baselines(
-                    with_matched(BASELINES + cudnn_baselines(plan))) if settings.baselines
+                    with_matched(BASELINES + cudnn_baselines(plan))) if run.baselines
                     else Baselines(notes={b: "not measured: --no-baselines"
                                           for b in with_matched(BASELINES)}))
                 sweep_best = _timed(phase_s, "recorded_best", bench.sweep_reference)

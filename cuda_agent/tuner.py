@@ -29,20 +29,21 @@ from .ir.partition import ProgramPlan
 from .ir.plan import KernelPlan, make_plan
 from .problem import Problem, naming_file
 from .problem_child import LoadLimits, load_problem_bounded
-from .limits import BASELINE_TIMEOUT_S, COMPILE_TIMEOUT_S, IMPORT_TIMEOUT_S, TIME_LIMIT_S
 from .run.baselines import with_matched
 from .run.devices import (Baselines, Candidate, CudaDevice, Device, cuda_available,
                           cudnn_baselines)
 from .run.records import Measurement
 from .run.replay import ReplayDevice
 from .run.sim import SimDevice
-from .run.verify import STRICT, VerifySettings, parse_tolerance
+from .run.verify import VerifySettings, parse_tolerance
 from .search import make_strategy, resolve_strategy
-from .space.program import (STAGE_PATIENCE, StagePlateau, StageSpace, stage_share,
+from .search.base import is_agents
+from .space.program import (StagePlateau, StageSpace, stage_share,
                              stage_spaces)
 from .precision import resolve as resolve_precision
 from .space.slots import Config
 from .space.space import Space
+from .settings import RunSettings
 from .stopwatch import Phases
 from .store import Store, default_store
 
@@ -60,79 +61,8 @@ class SimulatedDeviceWarning(UserWarning):
     """`tune()` found no GPU and runs on the simulated device: times are model estimates."""
 
 
-@dataclass
-class TuneSettings:
-    """Everything a tuning run takes besides the problem."""
-
-    device: str | None = None
-    """cuda, sim or replay; None picks cuda when a GPU is present, else sim"""
-    strategy: str = "default"
-    """search strategy name (`cuda_agent.search.strategy_names()`); "default", as
-    `cuda-agent tune`: the best on the measured evidence, with its shipped policy
-    (`search/default.py`)"""
-    budget: int = 64
-    """configurations to evaluate (failures count: each costs a measurement)"""
-    batch: int = 16
-    """configurations asked for and built together"""
-    seed: int = 0
-    store: str | None = None
-    """SQLite file; None keeps records in memory only"""
-    compiler: str = "nvrtc"
-    workers: int | None = None
-    """compile processes (default: one per CPU core)"""
-    baselines: bool = True
-    """time torch eager and torch.compile in the same run (cuda and replay only)"""
-    include_default: bool = True
-    """always measure the untuned default configuration first (then each other template's
-    default)"""
-    replay_root: str | None = None
-    profile_every: int = 0
-    """on cuda, profile every n-th verified candidate with Nsight Compute (0: never)"""
-    time_limit_s: float | None = TIME_LIMIT_S
-    """seconds the run may take from its start (`tune()`'s call, the CLI's command, else the
-    `Tuner`'s creation: loading the problem and the set-up count; None: no limit): then
-    compiles in flight are stopped, the strategy is no longer waited for, nothing more is
-    measured, and the run returns the best found so far (`TuneResult.stopped` is
-    "time_limit"); the budget still caps. The baselines after the search are bounded apart
-    (`baseline_timeout_s`)"""
-    compile_timeout_s: float | None = COMPILE_TIMEOUT_S
-    """seconds one candidate's compile may take before it is stopped and the candidate recorded
-    as a `compile_timeout` (None: no limit)"""
-    baseline_timeout_s: float = BASELINE_TIMEOUT_S
-    """on cuda, seconds each baseline (torch eager, torch.compile) may take; one that runs over
-    is stopped and reported as not measured, with the reason"""
-    strategy_options: dict[str, Any] = field(default_factory=dict)
-    stage_patience: int | None = STAGE_PATIENCE
-    """a multi-kernel program: measurements a stage may go without progress before it hands
-    the rest of its share to the next (`space/program.StagePlateau`); None: never (an even
-    split, as sweeps sample each stage)"""
-    precision: str = "auto"
-    """auto: each product at the precision the user's torch gives it (`precision.py`: by
-    default convolutions on TF32, as cudnn.allow_tf32 lets them, matrix products strict fp32,
-    as float32_matmul_precision "highest" keeps them), verified against torch's own answer
-    under those flags; resolved to a contract when the run starts (`precision_asked` keeps
-    "auto"); fp32: every kernel held to strict fp32 accuracy (tensor cores only
-    error-compensated); tf32: the user opts into TF32 tensor-core products (convolutions and
-    matrix products, the library's cuDNN and cuBLAS steps included), verified against torch's
-    own TF32 answer;
-    fp16, bf16: products on operands rounded to that type with fp32 accumulation, verified
-    against torch under autocast in that dtype. Eager and torch.compile are timed twice: at
-    PyTorch's defaults (the headline: a user's process) and matched to this contract (TF32 on,
-    or under autocast, like for like)"""
-    precision_asked: str | None = None
-    """the precision the user asked for where `precision` holds what it resolved to ("auto");
-    None: `precision` is what was asked"""
-    tolerance: str = STRICT
-    """strict: the strict protocol (float64 reference, relative bounds); kernelbench or
-    atol=A,rtol=R: conformance mode, a candidate passes where torch.allclose(out, ref, atol,
-    rtol) holds against the module in fp32 at PyTorch's default settings, as the field's
-    common harness (KernelBench, atol=rtol=1e-2) checks (`run/verify.py`)"""
-    import_timeout_s: float | None = IMPORT_TIMEOUT_S
-    """seconds the problem file's import and capture may take, in a child process (None: no
-    limit; a shorter `time_limit_s` bounds it too): past it, a `ProblemError`"""
-    import_memory_bytes: int | None = None
-    """host memory the problem file's import and capture may take (None: half of what is
-    available when it starts; 0: no limit): past it, a `ProblemError`"""
+TuneSettings = RunSettings
+"""a tune's settings are the run's (`settings.py`): the name the Python API has always had"""
 
 
 @dataclass
@@ -157,7 +87,7 @@ class TuneResult:
     plan: KernelPlan
     space: Space
     device: Device
-    settings: TuneSettings
+    settings: RunSettings
     trials: list[Trial]
     baselines: Baselines
     default: Trial | None
@@ -225,7 +155,7 @@ class TuneResult:
             target, fraction)
 
 
-def resolve_settings_precision(settings: TuneSettings, device_kind: str | None) -> TuneSettings:
+def resolve_settings_precision(settings: RunSettings, device_kind: str | None) -> RunSettings:
     """`settings` with its precision resolved to a contract (`precision.resolve`: "auto" as
     this process's torch flags say), the precision asked for kept in `precision_asked`."""
     contract = resolve_precision(settings.precision, device_kind)
@@ -234,13 +164,13 @@ def resolve_settings_precision(settings: TuneSettings, device_kind: str | None) 
     return replace(settings, precision=contract, precision_asked=settings.precision)
 
 
-def verify_settings(settings: TuneSettings) -> VerifySettings:
+def verify_settings(settings: RunSettings) -> VerifySettings:
     """The verifier's settings for a run: the precision contract and the tolerance."""
     return VerifySettings(precision=settings.precision,
                           tolerance=parse_tolerance(settings.tolerance))
 
 
-def check_settings(settings: TuneSettings) -> None:
+def check_settings(settings: RunSettings) -> None:
     """A one-line `SettingsError` for the first setting out of range (`flags.check_tune`)."""
     check_tune(device=settings.device, strategy=settings.strategy, budget=settings.budget,
                batch=settings.batch, precision=settings.precision,
@@ -249,7 +179,7 @@ def check_settings(settings: TuneSettings) -> None:
                baseline_timeout_s=settings.baseline_timeout_s)
 
 
-def open_device(name: str | None, settings: TuneSettings, notify: Callable[[str], None]) -> Device:
+def open_device(name: str | None, settings: RunSettings, notify: Callable[[str], None]) -> Device:
     if name is None:
         if cuda_available():
             name = "cuda"
@@ -311,7 +241,7 @@ def _later(build: Future) -> Iterator[Candidate]:
 class Tuner:
     """One problem, one device, one strategy."""
 
-    def __init__(self, problem: Problem, settings: TuneSettings, device: Device | None = None,
+    def __init__(self, problem: Problem, settings: RunSettings, device: Device | None = None,
                  builder: Builder | None = None, store: Store | None = None,
                  notify: Callable[[str], None] = lambda s: None,
                  device_lock: Any = None,
@@ -328,6 +258,10 @@ class Tuner:
         # the settings keep the name asked for, the report both
         self.strategy_name, self.strategy_options = resolve_strategy(
             settings.strategy, settings.budget, settings.strategy_options)
+        if is_agents(self.strategy_name):
+            # the agents plan their episode over the run's budget: read from the settings
+            # here, not copied into the options by each caller
+            self.strategy_options.setdefault("budget", settings.budget)
         # "auto": as this process's torch runs each product (the problem file imported)
         settings = resolve_settings_precision(
             settings, device.kind if device is not None else settings.device)
@@ -926,11 +860,12 @@ def _warn(message: str) -> None:
 
 def tune(problem: str | Path | Problem, out: str | Path | None = None,
          progress: Callable[[Trial, Trial | None], None] | None = None,
-         notify: Callable[[str], None] | None = None, **options: Any) -> TuneResult:
+         notify: Callable[[str], None] | None = None, settings: RunSettings | None = None,
+         **options: Any) -> TuneResult:
     """Python API: tune one problem file; with `out`, write model_new.py, kernel.cu, report.json.
 
-    Options are `TuneSettings` fields, e.g. ``tune("softmax.py", device="sim", budget=32)``.
-    As the CLI's `tune`:
+    Options are `RunSettings` fields, e.g. ``tune("softmax.py", device="sim", budget=32)``;
+    or pass `settings` whole (options then replace its fields). As the CLI's `tune`:
 
     * the store is the CLI's (`store.default_store()`: $CUDA_AGENT_HOME/store.sqlite, else
       ~/.cache/cuda-agent/store.sqlite), so measurements are shared with `cuda-agent`;
@@ -947,8 +882,11 @@ def tune(problem: str | Path | Problem, out: str | Path | None = None,
     do not re-import it (`procs.py`).
     """
     started = time.monotonic()  # the time limit counts from here: loading the problem too
-    options.setdefault("store", default_store())
-    settings = TuneSettings(**options)
+    if settings is None:
+        options.setdefault("store", default_store())
+        settings = RunSettings(**options)
+    elif options:
+        settings = replace(settings, **options)
     check_settings(settings)  # before the problem is loaded: a bad setting costs nothing
     if out is not None:
         from .outputs import check_out_dir
