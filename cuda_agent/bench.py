@@ -132,7 +132,9 @@ class BenchSettings:
     def of(**fields: Any) -> "BenchSettings":
         """The settings from the bench's fields and the run's by name (the Python API's
         shorthand): ``BenchSettings.of(suite="p.py", budget=12, device="sim")``."""
-        run_names = {f.name for f in dataclasses.fields(RunSettings)}
+        # a name of both (training's `batch`) is BenchSettings's own
+        run_names = {f.name for f in dataclasses.fields(RunSettings)} - {
+            f.name for f in dataclasses.fields(BenchSettings)}
         run = {k: fields.pop(k) for k in list(fields) if k in run_names}
         return BenchSettings(**fields, run=replace(BENCH_RUN, **run))
 

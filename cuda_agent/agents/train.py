@@ -106,7 +106,9 @@ class TrainSettings:
     def of(**fields: Any) -> "TrainSettings":
         """The settings from training's fields and the run's by name (the Python API's
         shorthand): ``TrainSettings.of(suite="p", device="sim", iterations=2)``."""
-        run_names = {f.name for f in dataclasses.fields(RunSettings)}
+        # a name of both (training's `batch`) is TrainSettings's own
+        run_names = {f.name for f in dataclasses.fields(RunSettings)} - {
+            f.name for f in dataclasses.fields(TrainSettings)}
         run = {k: fields.pop(k) for k in list(fields) if k in run_names}
         return TrainSettings(**fields, run=replace(TRAIN_RUN, **run))
 
