@@ -122,20 +122,20 @@ class _ProblemBench:
         s = strategy_settings(self.settings, self.device, strategy, seed, policy,
                               self.sim_constants)
         return Tuner(self.problem, s, device=self.device, builder=self.builder, store=self.store,
-                     device_lock=self.device_lock)
+                     device_lock=self.device_lock, on_measured=[self._note])
 
-    def _note(self, trials: list[Trial]) -> None:
-        for t in trials:
-            m = t.measurement
-            if not m.reused and m.error_kind not in TRANSIENT_KINDS:
-                self.first_cost.setdefault(m.key, m.wall_s)  # what the store will serve
-            if m.ok and m.time_ms is not None:
-                self.ok_times.append(m.time_ms)
+    def _note(self, t: Trial) -> None:
+        """Every tuner's callback on a measurement of this problem: what it cost when first
+        made (what the store will serve to the strategies that ask for it later), and its
+        time where it verified (the problem's best)."""
+        m = t.measurement
+        if not m.reused and m.error_kind not in TRANSIENT_KINDS:
+            self.first_cost.setdefault(m.key, m.wall_s)
+        if m.ok and m.time_ms is not None:
+            self.ok_times.append(m.time_ms)
 
     def measure(self, configs: list[Config]) -> list[Trial]:
-        trials = self.measurer.measure(configs)
-        self._note(trials)
-        return trials
+        return self.measurer.measure(configs)
 
     def run_strategy(self, strategy: str, seed: int) -> tuple[Run, list[Trial]]:
         """One strategy run and its trials; its `measured_s` is filled by `finish` once every
@@ -164,7 +164,6 @@ class _ProblemBench:
                 error = first_line(exc)
             finally:
                 tuner.close()
-            self._note(trials)
         return Run(self.problem.name, strategy, seed, _times(trials), time.perf_counter() - t0,
                    None, timing.get("strategy_s"), timing.get("build_wait_s"), error,
                    [t.config.short() if t.stage is None else f"s{t.stage}:{t.config.short()}"
@@ -186,7 +185,6 @@ class _ProblemBench:
 
         def measure(cfgs: list[Config]) -> list[dict[str, Any]]:
             got = measurer.measure(cfgs, stop=stop if plateau is not None else None)
-            self._note(got)
             trials.extend(got)
             if plateau is not None and plateau.settled:
                 raise _StageSettled()
@@ -237,7 +235,6 @@ class _ProblemBench:
                 if picks != fixed:
                     measurer.space = StageSpace.of(self.plan, 0, stages, picks)
                     got = measurer.measure([picks[0]])
-                    self._note(got)
                     for t in got:
                         t.stage = 0
                     trials += got

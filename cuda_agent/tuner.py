@@ -246,9 +246,12 @@ class Tuner:
                  notify: Callable[[str], None] = lambda s: None,
                  device_lock: Any = None,
                  on_setup: Callable[[str], None] | None = None,
-                 started: float | None = None) -> None:
+                 started: float | None = None,
+                 on_measured: Iterable[Callable[[Trial], None]] = ()) -> None:
         """`notify` receives notices a user must see (the simulator's fallback); `on_setup`,
-        where given, a line once the GPU has set the problem up (`setup_notice`); `started`,
+        where given, a line once the GPU has set the problem up (`setup_notice`);
+        `on_measured`, callbacks on every measurement (after the store's: `measure_callbacks`);
+        `started`,
         the `time.monotonic()` instant the run began (the problem's loading included), from
         which the time limit counts (default: now): the set-up below (the device, the GPU's
         set-up for the problem, the strategy) is spent from the same seconds as the search."""
@@ -331,6 +334,11 @@ class Tuner:
         self._own_store = store is None
         self.problem_id = self.store.problem_id(problem.name, problem.source_hash,
                                                 problem.graph().fingerprint(), self.plan.family)
+        self.measure_callbacks: list[Callable[[Trial], None]] = [self._add_to_store,
+                                                                 *on_measured]
+        """what happens after each measurement, in order, under the device lock (one
+        measurement at a time): the store keeps it first (a later lookup serves it), then the
+        caller's (`on_measured`: a bench's notes of what each measurement cost)"""
         with phases("strategy"):
             self.strategy = make_strategy(self.strategy_name, self.space, seed=settings.seed,
                                           **self.strategy_options)
@@ -388,14 +396,20 @@ class Tuner:
         trial = Trial(index, cand.config, self.space.template_of(cand.config).name, m,
                       cand.resources,
                       library=any(la.library for la in cand.rendered.launches))
-        # which agent chose what: a failure can be traced to the agents' choices
-        agents: dict[str, dict[str, Any]] = {}
-        for slot, value in cand.config.present().items():
-            agents.setdefault(slot.split(".", 1)[0], {})[slot] = value
-        self.store.record(self.problem_id, cand.key, trial.template, cand.config.as_dict(), m,
-                          self.device.gpu_name(), self._measured_with(), self.strategy_name,
-                          cand.resources, agents)
+        for callback in self.measure_callbacks:
+            callback(trial)
         return trial
+
+    def _add_to_store(self, trial: Trial) -> None:
+        """The store's callback: the measurement, its candidate (`Measurement.key`, the
+        candidate's content key), and which agent chose what (a failure can be traced to the
+        agents' choices)."""
+        agents: dict[str, dict[str, Any]] = {}
+        for slot, value in trial.config.present().items():
+            agents.setdefault(slot.split(".", 1)[0], {})[slot] = value
+        self.store.record(self.problem_id, trial.measurement.key, trial.template,
+                          trial.config.as_dict(), trial.measurement, self.device.gpu_name(),
+                          self._measured_with(), self.strategy_name, trial.resources, agents)
 
     def measure(self, configs: list[Config], best_ms: float | None = None,
                 stop: Callable[[Trial], bool] | None = None) -> list[Trial]:
