@@ -52,7 +52,8 @@ from .run.baselines import Baselines, with_matched
 from .run.devices import Device, cudnn_baselines
 from .run.replay import find_sweep, read_sweep
 from .run.sim_folds import FoldConstants
-from .space.program import StagePlateau, StageSpace, stage_share
+from .search.stop import StageSchedule, StopRule
+from .space.program import StagePlateau, StageSpace
 from .space.slots import Config
 from .store import TRANSIENT_KINDS, Store
 from .tuner import Tuner, Trial, open_device
@@ -178,13 +179,11 @@ class _ProblemBench:
         from .search import kernel_tuner_sim
 
         trials: list[Trial] = []
-
-        def stop(t: Trial) -> bool:
-            """A program's stage: settled at this trial (the rest of the batch not measured)."""
-            return plateau.update(t.measurement.time_ms if t.measurement.ok else None)
+        # a program's stage: settled at a measurement, the rest of its batch is not measured
+        rule = StopRule(plateau=plateau)
 
         def measure(cfgs: list[Config]) -> list[dict[str, Any]]:
-            got = measurer.measure(cfgs, stop=stop if plateau is not None else None)
+            got = measurer.measure(cfgs, rule=rule)
             trials.extend(got)
             if plateau is not None and plateau.settled:
                 raise _StageSettled()
@@ -241,14 +240,15 @@ class _ProblemBench:
                     m = got[0].measurement if got else None
                     if m is not None and m.ok and m.time_ms is not None:
                         best_ms, fixed = m.time_ms, picks
+            schedule = StageSchedule(budget, n, measurer.settings.stage_patience)
             for i in range(n):
-                share = stage_share(budget - len(trials), n - i)
+                # (the warm program measured first counts before stage 0's share, where the
+                # tuner's own search counts its first programs in it: `Tuner._search_stages`)
+                share = schedule.share(i, len(trials))
                 if share < 1:
                     continue
                 measurer.space = StageSpace.of(self.plan, i, stages, fixed)
-                patience = measurer.settings.stage_patience
-                plateau = None if i == n - 1 or patience is None else StagePlateau(
-                    best_ms if best_ms < float("inf") else None, patience)
+                plateau = schedule.plateau(i, best_ms if best_ms < float("inf") else None)
                 got, error = self._kernel_tuner(measurer, strategy, share, seed + i, plateau)
                 if error:
                     errors.append(f"stage {i}: {error}")
@@ -348,8 +348,9 @@ def run_live_bench(settings: BenchSettings,
                    on_problem: Callable[[BenchResult], None] | None = None,
                    skipped: Callable[[str, int], None] | None = None) -> BenchResult:
     """Every strategy of `settings` on every problem of the suite, measured on its run's
-    device (`settings.run.device`: cuda or sim) in this run. `progress(problem, strategy, seed)` follows each
-    strategy run, `skipped(problem, runs)` the runs of a problem that will not be made;
+    device (`settings.run.device`: cuda or sim) in this run. `progress(problem, strategy,
+    seed)` follows each strategy run, `skipped(problem, runs)` the runs of a problem that will
+    not be made;
     `on_problem` sees the result after each problem (the CLI keeps it on disk, so a run
     stopped from outside, or by Ctrl-C, keeps what it finished)."""
     device_name = settings.run.device

@@ -38,7 +38,8 @@ from .run.sim import SimDevice
 from .run.verify import VerifySettings, parse_tolerance
 from .search import make_strategy, resolve_strategy
 from .search.base import is_agents
-from .space.program import (StagePlateau, StageSpace, stage_share,
+from .search.stop import StageSchedule, StopRule
+from .space.program import (StagePlateau, StageSpace,
                              stage_spaces)
 from .precision import resolve as resolve_precision
 from .space.slots import Config
@@ -46,11 +47,6 @@ from .space.space import Space
 from .settings import RunSettings
 from .stopwatch import Phases
 from .store import Store, default_store
-
-STOPPED = ("budget", "space", "plateau", "time_limit", "interrupted")
-"""why a search ended: its budget was spent; the space (or the strategy's proposals) ran out;
-the strategy said it had plateaued; the time limit came; the user pressed Ctrl-C"""
-
 
 COUNT_GRACE_S = 0.5
 """seconds past the time limit the report may spend counting the space
@@ -412,16 +408,19 @@ class Tuner:
                           self._measured_with(), self.strategy_name, trial.resources, agents)
 
     def measure(self, configs: list[Config], best_ms: float | None = None,
-                stop: Callable[[Trial], bool] | None = None) -> list[Trial]:
+                rule: StopRule | None = None) -> list[Trial]:
         """Build and measure configurations outside the ask/tell loop (training and the live
-        bench's Kernel Tuner runs use this): built side by side, measured in order, up to and
-        including the first trial `stop` says ends the batch."""
-        out = []
+        bench's Kernel Tuner runs use this): built side by side, measured in order under
+        `rule` (by default only Ctrl-C stops it: a training episode's thread ends there), up
+        to and including the measurement after which it says stop (a program's stage that
+        has settled)."""
+        rule = rule or StopRule()
+        out: list[Trial] = []
         for cand in self._build(configs):
-            if interrupt.requested():  # Ctrl-C: a training episode's thread ends here
-                raise KeyboardInterrupt
+            if rule.before_measure() is not None:
+                break
             out.append(self._measure_one(cand, best_ms, 0))
-            if stop is not None and stop(out[-1]):
+            if rule.after_measure(out[-1].measurement) is not None:
                 break
         return out
 
@@ -505,6 +504,7 @@ class Tuner:
         each later stage starts from the best. Returns why the search ended."""
         s = self.settings
         n = len(self.stages)
+        schedule = StageSchedule(s.budget, n, s.stage_patience, self._deadline)
         start, started = len(trials), time.monotonic()
         fixed, stopped = self._start_program(trials, progress)
         best = self._best
@@ -514,7 +514,7 @@ class Tuner:
             # the first stage's shares count from the start: the programs measured first
             # are its candidates too
             begun, now = (start, started) if i == 0 else (len(trials), time.monotonic())
-            budget = stage_share(s.budget - (begun - start), n - i) - (len(trials) - begun)
+            budget = schedule.share(i, begun - start) - (len(trials) - begun)
             if budget < 1:
                 continue
             self.space = StageSpace.of(self.plan, i, self.stages, fixed)
@@ -525,14 +525,11 @@ class Tuner:
                 break
             self.strategy = strategy
             first = len(trials)
-            plateau = None if i == n - 1 or s.stage_patience is None else StagePlateau(
-                best.measurement.time_ms if best else None, s.stage_patience)
-            until = None  # this stage's share of the seconds left
-            if self._deadline is not None:
-                until = now + max(0.0, self._deadline - now) / (n - i)
             try:
                 stopped = self._search(budget, s.include_default, trials, best, progress,
-                                       plateau, until)
+                                       schedule.plateau(i, best.measurement.time_ms
+                                                        if best else None),
+                                       schedule.until(i, now))
             finally:
                 for t in trials[first:]:
                     t.stage = i
@@ -682,10 +679,7 @@ class Tuner:
         compiles still running when it comes are stopped."""
         s = self.settings
         first = len(trials)
-
-        def share_spent() -> bool:
-            return until is not None and len(trials) > first and time.monotonic() >= until
-
+        rule = StopRule(budget, self._deadline, plateau, until)
         seen: set[Config] = set()
         # the untuned baseline first, then one configuration of every template: a template
         # that is a small share of the space (the tensor-core GEMM's hundreds among tens of
@@ -771,13 +765,12 @@ class Tuner:
             self.timing["strategy_s"] += time.perf_counter() - t
             return asked_ahead.done()
 
-        remaining = budget
         stopped = "space"
         try:
-            asked, batch = self._bounded(ask, min(s.batch, remaining))
+            asked, batch = self._bounded(ask, min(s.batch, rule.remaining))
             if not asked:
                 stopped, batch = "time_limit", []
-            while batch and remaining > 0:
+            while batch and rule.remaining > 0:
                 t = time.perf_counter()
                 if next_build is not None:
                     cands: Iterable[Candidate] = next_build.result()
@@ -790,32 +783,33 @@ class Tuner:
                     cands = itertools.chain(head, _later(rest) if rest is not None else [])
                 self.timing["build_wait_s"] += time.perf_counter() - t
                 seen.update(batch)
-                remaining -= len(batch)
+                rule.take(len(batch))
                 following: list[Config] | None
-                if ahead_ok and picks_due and remaining > 0:
+                if ahead_ok and picks_due and rule.remaining > 0:
                     following = None  # asked in the background: `asked_ahead`
-                    next_build, asked_ahead = ask_ahead(min(s.batch, remaining))
+                    next_build, asked_ahead = ask_ahead(min(s.batch, rule.remaining))
                 else:
                     following = []
-                    if not adaptive and remaining > 0:
-                        asked, following = self._bounded(ask, min(s.batch, remaining))
+                    if not adaptive and rule.remaining > 0:
+                        asked, following = self._bounded(ask, min(s.batch, rule.remaining))
                         if not asked:
                             stopped, following = "time_limit", []
                     next_build = build_ahead(following)
                 results, settled = [], False
                 for cand in cands:
-                    if self._time_up() or (cand.build_error and cand.build_error[0] == CUT):
-                        stopped = "time_limit"
+                    why = "time_limit" if cand.build_error and cand.build_error[0] == CUT \
+                        else rule.before_measure()
+                    if why == "time_limit":
+                        stopped = why
                         break
-                    if share_spent():
+                    if why == "plateau":
                         settled = True  # this stage's seconds: the next stage's turn
                         break
                     trial = self._take(cand, trials, progress,
                                        include_default and len(trials) == first)
                     best, m = self._best, trial.measurement
                     results.append((cand.config, m))
-                    settled = plateau is not None and plateau.update(
-                        m.time_ms if m.ok else None)
+                    settled = rule.after_measure(m) == "plateau"
                     if settled:
                         break  # the rest of this stage's share goes to the next stage
                 # the strategy is told nothing while it is asked elsewhere; a search whose
@@ -830,20 +824,16 @@ class Tuner:
                 self.timing["strategy_s"] += time.perf_counter() - t
                 if stopped == "time_limit":
                     break
-                if self.strategy.done or settled:
-                    stopped = "plateau"  # the strategy says the search has, or the stage has
-                    break
-                if remaining <= 0:
-                    stopped = "budget"
-                    break
-                if self._time_up():
-                    stopped = "time_limit"
+                # "plateau": the strategy says the search has, or the stage has
+                why = rule.after_batch(self.strategy.done or settled)
+                if why is not None:
+                    stopped = why
                     break
                 if following is None:
                     assert asked_ahead is not None
                     following = asked_ahead.result()
                 elif adaptive:
-                    asked, following = self._bounded(ask, min(s.batch, remaining))
+                    asked, following = self._bounded(ask, min(s.batch, rule.remaining))
                     if not asked:
                         stopped = "time_limit"
                         break
