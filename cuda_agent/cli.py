@@ -26,10 +26,10 @@ from rich.table import Column, Table
 from . import __version__, flags, interrupt
 from .errors import CudaAgentError, SettingsError
 from .search import BENCH_DEFAULT, bench_strategy_names, strategy_names
-from .limits import BASELINE_TIMEOUT_S, COMPILE_TIMEOUT_S, IMPORT_TIMEOUT_S, TIME_LIMIT_S
+from .limits import (BASELINE_TIMEOUT_S, COMPILE_TIMEOUT_S, IMPORT_TIMEOUT_S, STAGE_PATIENCE,
+                     TIME_LIMIT_S)
 from .outputs import check_out_dir
 from .settings import RunSettings
-from .space.program import STAGE_PATIENCE
 from .store import SCHEMA_VERSION, default_store
 from .store import health as store_health
 

@@ -13,9 +13,9 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .limits import BASELINE_TIMEOUT_S, COMPILE_TIMEOUT_S, IMPORT_TIMEOUT_S, TIME_LIMIT_S
+from .limits import (BASELINE_TIMEOUT_S, COMPILE_TIMEOUT_S, IMPORT_TIMEOUT_S, STAGE_PATIENCE,
+                     TIME_LIMIT_S)
 from .run.tolerance import STRICT
-from .space.program import STAGE_PATIENCE
 
 
 @dataclass(frozen=True)
