@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from cuda_agent.bench import BenchResult, BenchSettings, Run, merge
+from cuda_agent.bench import RUN_FIELDS, BenchResult, BenchSettings, Run, merge
 from cuda_agent.errors import SettingsError
 from cuda_agent.space.slots import Config
 
@@ -288,8 +288,8 @@ def test_merge_joins_runs_and_refuses_mismatches():
 
 def test_a_run_written_before_stages_handed_over_reads_as_an_even_split():
     d = json.loads(json.dumps(_result("a").to_json()))
-    old = d["settings"]
-    old.update(old.pop("run"))  # as bench.json was written before `BenchSettings.run`
+    old, run = d["settings"], d["settings"].pop("run")
+    old.update({k: run[k] for k in RUN_FIELDS})  # as written before `BenchSettings.run`
     assert BenchResult.from_json(d).settings.run.budget == 10
     del old["stage_patience"]
     assert BenchResult.from_json(d).settings.run.stage_patience is None
