@@ -5,7 +5,7 @@ and logs), to be committed under benchmarks/data/ and benchmarks/results/.
     python3 benchmarks/gpu_suite.py --parts sweeps,faults,throughput,families --sample 100
     python3 benchmarks/gpu_suite.py --parts counters,agents      # issue 3
     python3 benchmarks/gpu_suite.py --parts bench --bench-problems a.py,b.py \
-        --agent-policy benchmarks/policies/h200-replay-multi.pt   # issue 5 (wheels: README)
+        --agent-policy benchmarks/policies/h200-replay-multi.pt   # issue 5 (wheels: docs/troubleshooting.md)
     CUDA_VISIBLE_DEVICES=0 python3 benchmarks/gpu_suite.py --parts bench --work /tmp/w0 \
         --bench-problems todo:0:2 --agent-policy $P/h200-replay-1202p-fold0.pt,$P/h200-replay-1202p-fold1.pt
         # half of what no committed live bench has, cheapest first (todo:1:2 on the other GPU)
@@ -246,7 +246,7 @@ def run_bench(out: Path, problems: list[Path], budget: int, policy: str | None,
     torch, CUDA and the policy, is paid once), each problem given up inside it once it has run
     `per_problem` seconds. Stopped at the call's deadline, the run keeps the problems it
     finished (the bench keeps them on disk as it goes; `cuda-agent report` reads them).
-    Kernel Tuner and Optuna must be importable (carried as wheels: README)."""
+    Kernel Tuner and Optuna must be importable (carried as wheels: docs/troubleshooting.md)."""
     suite = ",".join(str(p) for p in problems)  # run in the order given
     run_dir = out / "bench" / "run"
     # a machine kept warm between calls keeps the work folder: an earlier call's report there

@@ -394,8 +394,8 @@ def run_live_bench(settings: BenchSettings,
                     single.pick(problem.name), folds.pick(problem.name)))
             except DeviceError as exc:
                 # a problem the worker cannot set up (refused, or its reference failed) is
-                # reported and the suite goes on (the device restarts its worker): one such
-                # set-up ended a live bench of 12 problems on the H100, 2026-12-06
+                # reported and the suite goes on (the device restarts its worker), rather than
+                # ending the bench (docs/journal.md: bench_live.py)
                 result.skipped[problem.name] = first_line(exc)
                 notify(f"{problem.name}: not compared ({first_line(exc)})")
                 if skipped:

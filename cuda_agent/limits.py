@@ -23,6 +23,6 @@ share of the memory available when it starts"""
 STAGE_PATIENCE = 8
 """measurements a stage of a program, other than the last, may go without improving the
 program's best by `space.program.STAGE_GAIN` before it hands the rest of its share to the
-stages after it: with an even split, a program whose optimum needs its second stage cost every
-strategy at least half the budget (the agents reached 95 % of the optimum in a median 21 of 40
-on the H200, 2026-12-03), however early the first stage had settled"""
+stages after it: with an even split, a program whose optimum needs its second stage costs every
+strategy at least half the budget, however early the first stage has settled (docs/journal.md:
+space/program.py)"""

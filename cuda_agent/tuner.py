@@ -200,8 +200,8 @@ def open_device(name: str | None, settings: RunSettings, notify: Callable[[str],
 
 def setup_notice(name: str, seconds: float | None, memory: dict[str, Any] | None) -> str:
     """One line once the GPU worker has set a problem up (inputs, eager's peak, the float64
-    references): before it, a large problem's tune printed nothing for a minute or more (a log
-    cut by a time limit was empty: gemm_square_16k, GPU realistic run of 2026-12-06)."""
+    references): a large problem's set-up takes a minute or more, and a log cut by a time
+    limit during it would be empty (docs/journal.md: tuner.py)."""
     from .run.memory import describe
 
     took = f" in {seconds:.1f} s" if seconds is not None else ""
@@ -497,9 +497,9 @@ class Tuner:
         fixed at their best so far. Each stage gets an even share of what is left, of the
         budget and of the time limit's seconds; one that has settled (`StagePlateau`), run out
         of configurations or of its seconds hands the rest on, the last stage takes all that
-        remains. (Under a time limit the first stages took it all: a 16 GiB training-mode
-        BatchNorm chain's statistics stages kept their untuned defaults at 20 s, 0.04-0.13x of
-        torch.compile in the GPU realistic run of 2026-12-06.) The search starts from
+        remains. (Without the split of the seconds the first stages of a time-limited search
+        take it all and the later ones keep their untuned defaults: docs/journal.md,
+        tuner.py.) The search starts from
         `_start_program`'s programs (the untuned baseline, every stage at its model pick);
         each later stage starts from the best. Returns why the search ended."""
         s = self.settings
@@ -553,11 +553,9 @@ class Tuner:
         else "".
 
         Why the picks: every candidate of a stage is timed as the whole program, so while the
-        first stage is searched the later ones ran their untuned defaults, and a time-limited
-        search may never reach them (a 16 GiB training-mode BatchNorm, 2 candidates in 20 s on
-        the H100, 2026-12-06, kept its variance and normalisation passes at defaults the model
-        rates 2.5-9x slower than its picks). Measured as one program first, a pick that fails
-        costs one candidate, not every candidate of the first stage."""
+        first stage is searched the later ones run their untuned defaults, and a time-limited
+        search may never reach them (docs/journal.md: tuner.py). Measured as one program
+        first, a pick that fails costs one candidate, not every candidate of the first stage."""
         s = self.settings
         first = len(trials)
         defaults = [sp.default() for sp in self.stages]
@@ -685,9 +683,8 @@ class Tuner:
         # that is a small share of the space (the tensor-core GEMM's hundreds among tens of
         # thousands) is measured at least once, whatever the strategy samples. Which one:
         # the strategy's model's fastest of each where it has a model, else each template's
-        # default (a time-limited search measures little beyond these: a 16 GiB BatchNorm's
-        # statistics stages, 3 candidates in 20 s on the H100, 2026-12-06, kept a default
-        # about 9x slower than the kernel the model ranks ahead)
+        # default (a time-limited search measures little beyond these: docs/journal.md,
+        # tuner.py)
         pending: list[Config] = [self.space.default()] if (
             include_default and best is None and self._default is None) else []
         if best is not None and isinstance(self.space, StageSpace):
@@ -701,10 +698,9 @@ class Tuner:
         next_build: Future | None = None
         # with the picks due, the untuned default is a batch of its own, measured while the
         # next batch (the model's picks, then the strategy's proposals) is asked for and
-        # compiled in the background: the model's ranking of a convolution chain's stage took
-        # 3-7 s of a 20 s search on the H100 (2026-12-06), all of it before the first
-        # measurement. Its own batch whatever the timing: a seeded search measures the same
-        # batches every time
+        # compiled in the background: the model's ranking of a large stage takes seconds
+        # (docs/journal.md: tuner.py). Its own batch whatever the timing: a seeded search
+        # measures the same batches every time
         ahead_ok = picks_due and not adaptive
         asked_ahead: Future | None = None
 

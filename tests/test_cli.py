@@ -375,11 +375,12 @@ def test_the_api_runs_the_clis_default_strategy():
     assert r.strategy_resolved == default_strategy(2)[0] != "random"
 
 
-def _readme_strategies() -> list[str]:
-    """The names in the README's `# strategies: a, b (a note), c. ...` comment of `tune`."""
+def _readme_strategies(page: str = "README.md") -> list[str]:
+    """The names in a page's `# strategies: a, b (a note), c. ...` comment of `tune` (the
+    README's, or docs/usage.md's)."""
     import re
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[1] / page).read_text()
     head, *rest = readme.split("# strategies:", 1)[1].splitlines()
     text = " ".join([head] + [line.split("#", 1)[1] for line in rest[:4]])
     text = re.sub(r"\([^)]*\)", "", text)  # the notes in parentheses
@@ -387,8 +388,8 @@ def _readme_strategies() -> list[str]:
 
 
 def test_one_list_of_strategy_names_everywhere():
-    """--help, the error for an unknown name, the README and bench all name the strategies
-    of the one registry (`cuda_agent/search/__init__.py`), "default" among them."""
+    """--help, the error for an unknown name, the README, docs/usage.md and bench all name the
+    strategies of the one registry (`cuda_agent/search/__init__.py`), "default" among them."""
     from typer.testing import CliRunner
 
     from cuda_agent.cli import app
@@ -407,7 +408,7 @@ def test_one_list_of_strategy_names_everywhere():
     with pytest.raises(SettingsError) as err:
         make_strategy("bogus", good_space("relu_small"))
     assert ", ".join(names) in str(err.value) and "--strategy" in str(err.value)
-    assert _readme_strategies() == names
+    assert _readme_strategies() == names == _readme_strategies("docs/usage.md")
     bench = bench_strategy_names()
     assert set(BENCH_DEFAULT) | set(BENCH_ABLATIONS) <= set(bench)
     assert set(bench) - {n for n in bench if n.startswith(("kt:", "kt_warm:"))} == \

@@ -3,9 +3,8 @@ configuration's time on this operator.
 
 Why: the trained policy's first guesses follow the operator's family more than its shape. It
 learned from sweeps holding 48 to 200 configurations of each training problem, so for a new
-operator it tends to propose what won on the training problem of the same family (measured on
-the committed live runs, 2026-12-02: the fold policies' first proposals copy one training
-problem's split, threads per row and algorithm). The simulator (`run/sim_model.py`) reads the
+operator it tends to propose what won on the training problem of the same family
+(docs/journal.md: agents/prior.py). The simulator (`run/sim_model.py`) reads the
 shape directly (rows, row length, strides, tiles against the matrix sizes) and ranks a space's
 configurations with a median Spearman correlation of 0.8 to 0.9 against the H200 on most
 families (BENCHMARKS.md). Adding its estimate to the policy's log-probabilities

@@ -43,12 +43,10 @@ def one_thread() -> Iterator[None]:
 LOCAL_SHARE = 0.0
 """share of each batch, once a best exists, drawn near the best configuration so far (one agent's
 slots changed at a time: `decode.sample_local`); the rest is sampled from the whole space.
-Off: at 0.5, live on the H200 (2026-12-01, `benchmarks/results/2026-12-01-h200-local-share-ab`,
-six convolutions, budget 40, same seeds and policies as the run without it) the agents needed
-as many or more measurements to reach 95 % of the run's best on every one (median 36.5 against
-31): the fold policies' first guesses are often cuDNN configurations, whose neighbours (the
-epilogue's block, items and vector width) all time the same, and the measurements spent there
-are lost."""
+Off: the fold policies' first guesses are often cuDNN configurations, whose neighbours (the
+epilogue's block, items and vector width) all time the same, so the measurements spent there
+are lost; at 0.5 the agents needed as many or more measurements on every convolution of an A/B
+(docs/journal.md: agents/strategy.py)."""
 
 EXPLORE_ON_STALL = 1.0
 """the factor on one agent's temperature after a batch without improvement (1: off)"""
@@ -60,33 +58,20 @@ PRIOR_WEIGHT = 100.0
 """the weight of the analytic model's estimate in the proposals (`prior.py`; 0: off): a
 configuration the model rates 1.1x slower than another is e^-9.5 times as likely to be
 proposed, so the policy's preferences decide among the configurations the model rates within
-a few percent of each other, and online learning moves them. A/Bs (`benchmarks/agents_ab.py`,
-2026-12-02, cross-fitted fold policies, budget 40, 2 seeds; measurements to 95 % of the best):
-on the 132 recorded H200 sweeps weight 10 against none: fewer on 42 problems, more on 9
-(p = 3e-6), 30 against 10: 37/12 (p = 5e-4), 100 against 10: 47/17 (p = 2e-4; mean 5.9
-against 7.75); on the configurations the live bench measured (43 GEMM and convolution
-problems, `benchmarks/live_sweeps.py`) 10 against none 18/6 (p = 0.02), 30 against 10 14/2,
-100 against 10 20/3 (p = 5e-4; median 5 against 8.5); live on the H200 (8 row problems, one
-seed) 10 against none: median 5.5 against 17.5. What training adds beside the model: policies
-trained with the prior in their episodes (`TrainSettings.prior_weight` 100, fold policies
-h200-replay-1202p) against an untrained policy under the same prior: fewer on 46 of the 132
-recorded sweeps, more on 21 (p = 0.003), and on the 55 problems of the live-bench
-configurations fewer on 32, more on 8 (p = 2e-4; median 4 against 5.5); the same folds trained
-without the prior (h200-replay-1202) gained less (41/19 on the sweeps, 22/20 on the live-bench
-configurations, where the prior-trained ones beat them 31/7, p = 1e-4)."""
+a few percent of each other, and online learning moves them. At 100 the agents reach 95 % of
+the best in fewer measurements than at 30, 10 or none, on replay and live, and policies trained
+with the prior in their episodes beat an untrained policy under it (docs/journal.md:
+agents/strategy.py)."""
 
 RANKED_FIRST = 3
 """a trained policy's first proposals on a new operator: its most probable configurations"""
 
 ONLINE_PPO = PPOSettings(epochs=4, lr=9e-3)
 """Online fine-tuning on the operator being tuned. With the training run's settings scaled down
-(2 epochs at 9e-4) the updates hardly moved the proposals: on conv2d_standard (sim) the agents
-proposed nearly the same 40 configurations with learning on and off, re-measuring cuDNN with
-different epilogues. Ten times the step and 4 epochs (`benchmarks/agents_ab.py`, 2026-12-01:
-the 132 recorded H200 sweeps on replay, cross-fitted fold policies, budget 40, 2 seeds): 95 % of
-the sweep's best in fewer measurements on 23 problems, in more on 8, 101 tied (sign test
-p = 0.011; median 2 both, mean 6.7 against 6.9). Thirty times the step was tried too, without
-a significant difference on replay (an exploratory run, not committed)."""
+(2 epochs at 9e-4) the updates hardly move the proposals: the agents propose nearly the same
+configurations with learning on and off, re-measuring cuDNN with different epilogues. Ten
+times the step and 4 epochs reach 95 % of the best in fewer measurements on replay
+(docs/journal.md: agents/strategy.py)."""
 
 
 @register("marl")

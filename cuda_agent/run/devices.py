@@ -106,8 +106,8 @@ class CudaDevice(Device):
         self.index = index
         # Candidates of a problem with a convolution run in a worker set up in cuDNN's benchmark
         # mode: a library step then gets the algorithm cuDNN finds fastest for its shape, not
-        # its heuristics' pick, which on the H200 was 3.5-4x slower on two of five probed shapes
-        # (benchmarks/results/2026-12-03-h200-cudnn-probe). The baselines still run as a user
+        # its heuristics' pick, which can be several times slower (docs/journal.md:
+        # run/devices.py). The baselines still run as a user
         # runs them (`baselines`): eager and torch.compile on the heuristics.
         self.library_cudnn_benchmark = library_cudnn_benchmark
         self.measure_protocol = (f"{TIMING_PROTOCOL}+{CUDNN_FIND_PROTOCOL}"

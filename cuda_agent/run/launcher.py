@@ -283,7 +283,7 @@ class LoadedKernels:
         """Give the workspace back until the next run (which allocates it zeroed again): a
         verification check compares against float64 reference chunks after each run, and a
         fused chain's workspace (the convolution's output between its stages, GiBs) held
-        meanwhile passed the memory bound (GPU realistic run of 2026-12-06)."""
+        meanwhile would pass the memory bound (docs/journal.md: run/launcher.py)."""
         self.workspace = None
 
     def __call__(self, inputs: Sequence[torch.Tensor], out: torch.Tensor) -> None:

@@ -100,9 +100,8 @@ def candidate_splits(shapes: Sequence[tuple[int, ...]], roles: Sequence[str],
 def _close(a: torch.Tensor, b: torch.Tensor, tol: float) -> bool:
     """Same non-finite pattern, and a relative difference of the finite rest within `tol`.
     Compared a piece at a time (`_pieces`): whole, the float64 copies, masks and
-    difference took five float64 copies of the slice (20 GiB for a 2 GiB slice: the
-    training-mode BatchNorm's set-up passed its bound in its separability test, GPU realistic
-    run of 2026-12-06)."""
+    difference take five float64 copies of the slice (20 GiB for a 2 GiB slice), beyond the
+    memory bound (docs/journal.md: run/separable.py)."""
     if tuple(a.shape) != tuple(b.shape):
         return False
     diff_sq = ref_sq = 0.0
@@ -141,8 +140,8 @@ def _scramble_outside(t: torch.Tensor, dim: int, lo: int, rows: int, domain: Dom
             part.neg_().add_(domain.lo + domain.hi)  # in place: reflected within the range
             continue
         # 3x + |x| + 1: far moved, and positive where x was (log, sqrt domains). A piece at a
-        # time: whole, its temporaries were 1.3x the input (beyond the memory bound, GPU
-        # realistic runs of 2026-12-04/06)
+        # time: whole, its temporaries are 1.3x the input, beyond the memory bound
+        # (docs/journal.md: run/separable.py)
         for (piece,) in _pieces(part):
             piece.copy_(3.0 * piece + piece.abs() + 1.0)
     return True

@@ -50,7 +50,7 @@ FITTED: dict[str, Fitted] = {
     "TRANSPOSED_CONV_EFFICIENCY[1]": Fitted("gemm", 1.0, (0.1, 0.15, 0.22, 0.3, 0.5, 1.0)),
     "TRANSPOSED_CONV_EFFICIENCY[2]": Fitted("gemm", 1.0, (0.06, 0.12, 0.2, 0.3, 0.5, 1.0)),
     "LIBRARY_CALL_US": Fitted("gemm", 0.0, (0.0, 10.0, 25.0, 40.0)),
-    # the SIMT GEMM template: fitted on the gemm family's sweeps (2026-12-03)
+    # the SIMT GEMM template: fitted on the gemm family's sweeps
     "SMEM_CLK_PER_WAVEFRONT": Fitted("gemm", 1.0, (1.0, 1.25, 1.5, 2.0)),
     "CONTIG_STORE_COST": Fitted("gemm", 1.0, (1.0, 2.0, 3.0)),
     "OVERLAP_SHARPNESS": Fitted("gemm", 3.0, (1.5, 2.0, 2.5, 3.0)),
@@ -61,7 +61,7 @@ FITTED: dict[str, Fitted] = {
     "SIMT_TIME_SCALE": Fitted("gemm", 1.0, (1.0, 1.15, 1.25, 1.4)),
     "TRANSPOSED_GATHER_INSTR": Fitted("gemm", 8.0, (8.0, 16.0, 32.0, 64.0)),
     "SPLIT_PARTIAL_COST": Fitted("gemm", 1.0, (1.0, 2.0, 3.0)),
-    # the pooling model: chosen on the pooling sweeps (2026-12-03); 0 before it existed
+    # the pooling model: chosen on the pooling sweeps; 0 before it existed
     "l1_inflight_merge": Fitted("sim", 0.0, (0.0, 0.5, 0.7, 0.8, 0.85, 0.9, 0.95)),
 }
 

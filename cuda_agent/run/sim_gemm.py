@@ -115,37 +115,32 @@ def TC_GATHER_INSTR(dims: int, table: bool, transposed: bool) -> float:  # noqa:
 #: 1.0 to 1.15 for the tensor-core template's, so the model ranked SIMT configurations above
 #: tensor-core ones that beat them. A plain factor on the SIMT kernel's time, which leaves the
 #: order among SIMT configurations as it was (the recorded single-GEMM sweeps, SIMT only, rank
-#: the same). Set from the live runs (2026-12-02, 30 sampled configurations of each of 43 GEMM
-#: and convolution problems, in-sample): 1.15 to 1.4 all raise the GEMMs' median Spearman
-#: (0.77 -> 0.85), and 1.25 raises it on either half of the problems alone (the fold split of
-#: `fold_policies.py`: 0.76 -> 0.85 and 0.775 -> 0.84; convolutions 0.73 -> 0.74 and
-#: 0.82 -> 0.865).
+#: the same). Set from the live runs' configurations of 43 GEMM and convolution problems:
+#: 1.25 raises the GEMMs' median Spearman on either half of the problems alone
+#: (docs/journal.md: run/sim_gemm.py).
 SIMT_TIME_SCALE = 1.25
 
 #: Clocks of an SM's shared-memory pipe per wavefront of the SIMT template's fragment loads and
 #: tile stores (`smem_wavefronts` counts the wavefronts bank by bank; the data sheet's 128 bytes
-#: per clock would be 1.0). Fitted on 2026-12-03 to the recorded H200 sweeps of the gemm family
-#: (29 problems, 1.0 / 1.25 / 1.5 / 2 tried): 1.5 ranks the 13 SIMT-only sweeps best (median
-#: Spearman 0.67 at 1.0, 0.74 at 1.5, 0.74 at 2); the convolution sweeps prefer 1.0 to 1.5 (2
-#: lowers conv_transpose2d_standard 0.66 -> 0.58). The excess over 1.0 stands for what the
+#: per clock would be 1.0). Fitted to the recorded H200 sweeps of the gemm family: 1.5 ranks
+#: the SIMT-only sweeps best, and the convolution sweeps prefer 1.0 to 1.5 (docs/journal.md:
+#: run/sim_gemm.py). The excess over 1.0 stands for what the
 #: count leaves out: LDS.128 issue through the MIO queue, the K slice's barrier.
 SMEM_CLK_PER_WAVEFRONT = 1.5
 #: DRAM cost of the output tile, relative to its bytes, where a thread's 8 columns are
 #: contiguous (`frag=contig`, TN=8): the lanes of a float4 store are 32 bytes apart, so every
 #: 32-byte sector a warp instruction touches is only half written by it (twice the sectors per
 #: request; the other half comes from the thread's next store). 2: twice the write traffic.
-#: Matters where the output dominates the traffic: on gemm_tall_skinny (K=16, a 1 GiB output;
-#: contiguous 8-wide tiles measured up to 5x slower than split ones) it raised the Spearman
-#: 0.40 -> 0.59 (2026-12-03, 1 / 2 / 3 tried: 2 and 3 alike); the other sweeps barely move.
+#: Matters where the output dominates the traffic (gemm_tall_skinny, K=16, a 1 GiB output:
+#: contiguous 8-wide tiles measured up to 5x slower than split ones; docs/journal.md,
+#: run/sim_gemm.py); the other sweeps barely move.
 CONTIG_STORE_COST = 2.0
 
 
 #: Sharpness of the soft maximum over the SIMT kernel's limits (FMA issue, shared memory, L2,
-#: DRAM, spills; large: a plain maximum). Was 3; at 2 more of the smaller limits shows through
-#: (a warp stalled on a shared-memory wavefront or a barrier issues no FMA meanwhile) fitted on
-#: 2026-12-03 on the same sweeps (1.5 / 2 / 2.5 / 3 tried; 3 -> 2 raised the 13 SIMT-only
-#: sweeps' median Spearman 0.70 -> 0.74 with the wavefront count and the store term; 1.5
-#: ranks alike).
+#: DRAM, spills; large: a plain maximum). At 2 more of the smaller limits shows through (a
+#: warp stalled on a shared-memory wavefront or a barrier issues no FMA meanwhile); fitted on
+#: the same sweeps (docs/journal.md: run/sim_gemm.py).
 OVERLAP_SHARPNESS = 2.0
 
 
@@ -236,23 +231,20 @@ def simulate_gemm(rendered: Rendered, resources: dict | None, target: Target
 
 #: split-K's workspace traffic over its bytes at the copy bandwidth: partial tiles written
 #: raw from the accumulators' layout (scattered sectors) and read back by a second kernel.
-#: On the live bench's GEMM configurations (2026-12-02, 28 problems, 30 each) 1 -> 3 moved
-#: gemm_odd's Spearman 0.09 -> 0.47, fused_linear_leaky_relu_odd 0.52 -> 0.74,
-#: gemm_transposed_both 0.57 -> 0.69, and the model's pick on fused_addmm_scaled from 1.47x
-#: the best to the best, on gemm_odd 1.94x -> 1.43x; gemm_4d_tensor_matrix fell 0.80 -> 0.66
-#: and the family's median 0.80 -> 0.79. Measured: split 16 cost 0.07 ms over split 1 on
-#: gemm_odd's 1001 x 997 output, 2.3x its workspace bytes at the copy bandwidth.
+#: Measured: split 16 cost 0.07 ms over split 1 on gemm_odd's 1001 x 997 output, 2.3x its
+#: workspace bytes at the copy bandwidth; 3 ranks the live bench's split-K configurations
+#: better than 1 (docs/journal.md: run/sim_gemm.py).
 SPLIT_PARTIAL_COST = 3.0
 
 #: mma.sync TF32 rate the template reaches on the H200, flop/s for the whole GPU: fitted to the
-#: prototype measured on 2026-11-30 (3xTF32 at 54 TFLOP/s of fp32 work; wgmma reaches ~384)
+#: measured prototype (3xTF32 at 54 TFLOP/s of fp32 work; wgmma reaches ~384; docs/journal.md:
+#: run/sim_gemm.py)
 MMA_SYNC_TF32_FLOPS = 170e12
 #: the fp16/bf16 m16n8k8 mma against the TF32 one, per flop: the tensor core's dense half rate
 #: is twice its TF32 rate (H200 datasheet); an estimate until the half path is measured
 MMA_SYNC_HALF_SPEEDUP = 2.0
 #: L2 -> shared memory copy rate of the cp.async tile loads, bytes/s for the whole GPU: smaller
-#: block tiles copy more per flop and slow down by it. Was 2.5e12 (from the H200 searches of
-#: 2026-11-30); refitted on 2026-12-03 with `TC_LONE_BLOCK_OVERLAP` by
+#: block tiles copy more per flop and slow down by it. Fitted with `TC_LONE_BLOCK_OVERLAP` by
 #: `benchmarks/sim_tc_fit.py` on every recorded H200 measurement of the template (2,900
 #: configurations of 60 problems, live runs and convolution sweeps; see that constant)
 TC_TILE_FILL_BW = 3e12
@@ -505,15 +497,16 @@ def estimated_resources(facts: dict) -> dict:
 
 
 
-#: the library's half-precision products against its fp32 ones: cuBLAS under autocast ran the
-#: 4096^3 product at 582 TFLOP/s with its casts (2026-12-03, 0.236 ms) against ~40 for strict
-#: fp32; a flat ratio of the rates (an estimate; convolutions were not measured in half)
+#: the library's half-precision products against its fp32 ones: cuBLAS under autocast runs the
+#: 4096^3 product at about 580 TFLOP/s with its casts against ~40 for strict fp32
+#: (docs/journal.md: run/sim_gemm.py); a flat ratio of the rates (an estimate; convolutions
+#: were not measured in half)
 LIBRARY_HALF_FLOPS = 600e12
 
 #: how much faster the library's product runs with TF32 allowed (a call the contract lets use it,
 #: `--precision auto` for a convolution): convolutions, the geomean of cuDNN's TF32 over its
-#: strict fp32 time on the 13 realistic convolutions (1.26-4.37x, H100, 2026-12-06,
-#: benchmarks/results/2026-12-06-h100-realistic9/conv-layout-probe.json); matrix products,
+#: strict fp32 time on the 13 realistic convolutions (1.26-4.37x on the H100; docs/journal.md,
+#: run/sim_gemm.py); matrix products,
 #: DESIGN.md's 8192^3 rates (TF32 384 against fp32 50.5 TFLOP/s, H200)
 LIBRARY_TF32_SPEEDUP = {"conv": 2.23, "matmul": 7.6}
 

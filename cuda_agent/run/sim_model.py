@@ -137,11 +137,9 @@ class SimConstants:
     #: whatever the footprint: the row's loads are unrolled and issued together, so the later
     #: ones find the sector the first one missed on already allocated (in flight or arrived).
     #: The footprint rule (`l1_usable_bytes`) still governs reuse across windows. Chosen on
-    #: 2026-12-03 on the suite's 14 pooling sweeps (0 / 0.5 / 0.7 / 0.8 / 0.85 / 0.9 / 0.95:
-    #: the best mean Spearman, 0.711 -> 0.727; pool median 0.816 -> 0.822,
-    #: fused_conv2d_relu_maxpool 0.80 -> 0.86, whose 8-output threads were priced 0.14 ms
-    #: over its 1-output ones for a measured 0.017; 1.0 drops the pool median to 0.76); the
-    #: held-out conv+pool shape of benchmarks/validation 0.655 -> 0.676.
+    #: the suite's pooling sweeps: the best mean Spearman of the values tried, and better on
+    #: the held-out conv+pool shape of benchmarks/validation (docs/journal.md:
+    #: run/sim_model.py).
     l1_inflight_merge: float = 0.8
     #: Fraction of repeated reads of small broadcast operands (a norm's weight read for every
     #: row, a bias) that hit L1; the rest is L2 traffic.

@@ -10,9 +10,8 @@ short spin (`lead_us`), during which the host enqueues the start event, every la
 and the end event, so the GPU never waits between them for the host. A run whose start event
 had already been reached when its end event was enqueued may hold such a wait (the host was
 slower than the spin: a busy machine, a preempted thread) and is timed again. Without this, a
-10 us kernel read 10 to 48 us on the H200 depending on the host's launch latency, and the same
-configurations ranked with Spearman 0.13 to 0.46 between two runs (conv2d_odd, 2026-12-02), while
-kernels of 0.1 ms and more reproduce to 1.00.
+kernel of microseconds reads the host's launch latency, and its configurations rank differently
+from one run to the next (docs/journal.md: run/timing.py).
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ from ..space.slots import Target
 
 TIMING_PROTOCOL = "t2"
 """Changed whenever the protocol changes what a time means, so that a store does not serve a
-time taken the older way (t2, 2026-12-02: the host's launch path kept out of the events)."""
+time taken the older way (t2: the host's launch path kept out of the events)."""
 
 
 @dataclass
@@ -148,7 +147,8 @@ def time_runs(run: Callable[[int], None], n_sets: int, settings: TimingSettings,
 #: the H200's dense peak arithmetic per numeric contract (datasheet, flop/s): what no correct
 #: kernel can beat. Strict fp32 counts 3xTF32 on tensor cores (a third of the TF32 rate, above
 #: the 67e12 of fp32 FMA); the opt-in contracts their tensor-core rates. A floor from the fp32
-#: FMA rate alone rejected a correct fp16 GEMM at 0.3 ms as "faster than physics" (2026-12-03).
+#: FMA rate alone would reject a correct fp16 GEMM as "faster than physics" (docs/journal.md:
+#: run/timing.py).
 #: A contract with TF32 for one kind of product takes the TF32 rate: the floor must hold for both.
 PEAK_FLOPS = {"fp32": 495e12 / 3, "tf32": 495e12, "tf32:conv": 495e12, "tf32:matmul": 495e12,
               "fp16": 990e12, "bf16": 990e12}

@@ -364,8 +364,8 @@ def fingerprint(x: torch.Tensor, key: int, chunk: int | None = None) -> int:
     because the key is drawn afresh for every check. Factored so, a row's share is one
     multiply-and-sum over it: about 20 bytes of memory traffic an element, where a multiplier
     mixed per element took about 200 (counted from the operations, not measured on a GPU: at
-    3 TB/s, about 0.3 s a hash of a 16 GiB input, two per trial, where a 16 GiB problem's
-    checks took 8.4 s a candidate on the H100, 2026-12-06)."""
+    3 TB/s, about 0.3 s a hash of a 16 GiB input, two per trial; docs/journal.md,
+    run/verify.py)."""
     flat = x.reshape(-1)
     if flat.dtype == torch.bool:
         flat = flat.view(torch.uint8)
@@ -895,8 +895,8 @@ class CasePool:
             1024, self.budget.scratch_bytes // 48)  # ~48 bytes of temporaries per element
         self.split, self.chunk_rows = split, chunk_rows
         # seconds of the set-up's steps (drawing cases, the witness, the reference's chunks,
-        # counted with how many reference chunks ran): the cases took 29-55 s of a large
-        # problem's set-up on the H100 (2026-12-06) and nothing said in what
+        # counted with how many reference chunks ran): a large problem's cases take tens of
+        # seconds of its set-up (docs/journal.md: run/verify.py)
         self._clock = _StepClock(self.device)
         self.reference_runs = 0
         self._out: torch.Tensor | None = None
@@ -1272,9 +1272,9 @@ def _unravel(position: int, shape: tuple[int, ...]) -> tuple[int, ...]:
 
 
 class _StepClock:
-    """Seconds per step of `check` (a large problem's checks took most of each candidate's
-    8-10 s on the H100, 2026-12-06, and nothing said which step): on a GPU each step ends
-    with a synchronisation, so its kernels are counted in it, not in the next."""
+    """Seconds per step of `check` (a large problem's checks take most of each candidate's
+    seconds: docs/journal.md, run/verify.py): on a GPU each step ends with a synchronisation,
+    so its kernels are counted in it, not in the next."""
 
     def __init__(self, device: torch.device) -> None:
         self.cuda = device.type == "cuda"
@@ -1304,9 +1304,9 @@ def check_state(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor], poo
     case, by the pool's criterion."""
     worst = 0.0
     for name in sorted(want):
-        # where the candidate's update is: a host reference's stays on the CPU (every
-        # candidate of a training-mode BatchNorm chain verified in host memory failed on
-        # the mismatch: GPU realistic run of 2026-12-06)
+        # where the candidate's update is: a host reference's stays on the CPU, and compared
+        # across devices every candidate verified in host memory would fail
+        # (docs/journal.md: run/verify.py)
         ref = want[name].to(device=got[name].device, dtype=got[name].dtype)
         kind, msg, rel = compare(got[name], ref, pool.rtol, pool.settings.elem_factor,
                                  NO_SLACK, pool.tolerance)

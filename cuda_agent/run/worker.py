@@ -321,9 +321,8 @@ class ProblemState:
         if rows is None and mem.hold_room() > 0:
             # a chunk with a large fixed part (a matrix product's other operand, whole in
             # float64: 2 GiB for 16k x 16k) may take the room the GPU would keep references
-            # in; they go to host memory. Else the reference went to the CPU: a float64 16k^3
-            # product per case, minutes of set-up (gemm_square_16k's time-out in the GPU
-            # realistic run of 2026-12-06; it tuned in 48 s with this)
+            # in; they go to host memory. Else the reference goes to the CPU: a float64 16k^3
+            # product per case, minutes of set-up (docs/journal.md: run/worker.py)
             rows = memory.chunk_rows(cost, n, mem.chunk_budget() + mem.hold_room())
             self.device_refs = rows is None
         if rows is None:
@@ -407,9 +406,9 @@ class ProblemState:
     def _two_level_plan(self, found: list[Split], probe: Callable[[list[torch.Tensor]], Any],
                         host: int) -> tuple[Split, int, int] | None:
         """Chunks along two separable directions, where one row of each alone is too large
-        for the GPU's budget (`Split.inner`: attention's batch rows, then its heads; its
-        float64 reference went to the CPU: 61 s of set-up at 16 x 16 x 4096 x 128 on the
-        H100, 2026-12-06). The inner direction is tested on one row of the outer one, as the
+        for the GPU's budget (`Split.inner`: attention's batch rows, then its heads; else its
+        float64 reference goes to the CPU, a minute of set-up: docs/journal.md,
+        run/worker.py). The inner direction is tested on one row of the outer one, as the
         outer was on the whole (each row is then a problem of its own). Not for a module
         whose forward updates its state (its running statistics are chunked along one
         direction only)."""
@@ -682,8 +681,8 @@ class ProblemState:
                 "spread_ms": timing.spread_ms, "samples": timing.samples,
                 "early_stopped": timing.early_stopped, "max_rel_err": result.max_rel_err,
                 "wall_s": done - t0,
-                # where a candidate's seconds go (about 10 s each on 16 GiB problems on the
-                # H100, 2026-12-06: 2-3 candidates in a 20 s search)
+                # where a candidate's seconds go (seconds each on problems of many GiB:
+                # docs/journal.md, run/worker.py)
                 "seconds": {"load_and_probe": t_probe - t0, "checks": t_check - t_probe,
                             "timing": done - t_check,
                             **{f"check_{k}": v for k, v in check_seconds.items()}},
@@ -843,8 +842,8 @@ SLOW_STEP_S = 5.0
 
 def slow_step_notice(step: str, seconds: float, peak: int | None) -> None:
     """One line on stderr (the tune's own output) for a slow set-up step: a problem of tens of
-    GiB spends a minute in set-up, and a tune cut during it left no word of where (an empty log:
-    gemm_square_16k, GPU realistic run of 2026-12-06)."""
+    GiB spends a minute in set-up, and a tune cut during it would leave no word of where
+    (docs/journal.md: run/worker.py)."""
     if seconds >= SLOW_STEP_S:
         held = f", GPU peak so far {memory.gib(peak)}" if peak else ""
         print(f"set-up: {step} took {seconds:.1f} s{held}", file=sys.stderr, flush=True)
@@ -895,8 +894,8 @@ def worker_main(conn: Any, device_index: int, timing: TimingSettings,
     os.environ.setdefault("CUDA_MODULE_LOADING", "LAZY")
     # before the first allocation: segments that grow in place instead of a cached block per
     # size. The worker allocates many sizes in turn (reference chunks, cases, candidates'
-    # outputs); with fixed segments the process held up to 16 GiB more than torch's own count
-    # at its peak (realistic suite on the H100, 2026-12-06: 76.8 GiB for 61.1 GiB allocated)
+    # outputs); with fixed segments the process holds up to 16 GiB more than torch's own count
+    # at its peak (docs/journal.md: run/worker.py)
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     use_precision(verify_settings.precision)
     device = torch.device("cuda", device_index)

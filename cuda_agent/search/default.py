@@ -13,20 +13,14 @@ from typing import Any
 
 DEFAULT = "marl"
 """the default strategy: the four agents with the shipped policy and the analytic model's prior.
-Why (BENCHMARKS.md, "Does learning beat the cost model alone?", 2026-12-04; REPLAY of the 132
-recorded H200 sweeps on a CPU, out of sample: fold policies that never trained on the problem,
-the model's constants fitted without it; budget 40, 3 seeds, measurements to 95 % of the
-sweep's best): trained policy + prior needed fewer than the prior's ranking alone on 47 problems
-and more on 22 (sign test p = 0.0035; mean 4.17 against 4.66), fewer than the same agents
-untrained under the prior on 46 and more on 23 (p = 0.0076), and fewer than every warm-started
-Optuna and Kernel Tuner strategy. One agent over every slot did as well as four (24/20,
-p = 0.65): the split into four agents is kept, not because it measured better. LIVE on an H100
-(BENCHMARKS.md, "Learning against the model, live on the GPU", 2026-12-06; 24 held-out problems,
-fold policies and constants as above, budget 24, 1 seed): fewer measurements to 95 % of the
-run's best than the prior alone on 13 problems, more on 3 (p = 0.021), than the untrained
-agents on 11 and more on 2 (p = 0.022); one agent 6/2 (p = 0.29, no significant difference).
-Without the shipped policy (an install that lacks it) the default is the prior's ranking
-alone."""
+Why: out of sample (fold policies that never trained on the problem, the model's constants
+fitted without it), the trained policy under the prior needs fewer measurements to 95 % of the
+best than the prior's ranking alone, than the same agents untrained and than the warm-started
+Optuna and Kernel Tuner, on replay of the recorded H200 sweeps and live on an H100; one agent
+over every slot does as well as four, so the split into four agents is kept for its design, not
+for a measured gain (BENCHMARKS.md's learning section; the runs: docs/journal.md,
+search/default.py). Without the shipped policy (an install that lacks it) the default is the
+prior's ranking alone."""
 
 POLICY = "h200-replay-prior.pt"
 """the shipped policy (package data): four agents trained on every recorded H200 sweep with

@@ -54,9 +54,8 @@ def model_order(space: Space, constants: Any = None, limit: int = MODELLED, seed
 
 PICK_MODELLED = 1024
 """configurations modelled at most for `model_pick` (about 0.5 s on one core): a program's
-stages are all picked while its untuned baseline is measured, and modelling each stage's
-16384 held a 20 s search of a linear layer's chain (GEMM stage of 27646 configurations) for 13 s
-before its second candidate on the H100's host (2026-12-06)"""
+stages are all picked while its untuned baseline is measured, and modelling more holds a
+short search for seconds before its second candidate (docs/journal.md: search/prior_rank.py)"""
 
 
 def model_pick(space: Space, constants: Any = None, limit: int = PICK_MODELLED

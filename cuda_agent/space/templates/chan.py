@@ -88,8 +88,8 @@ class ChanTemplate(Template):
 
     def idles_the_gpu(self, plan: KernelPlan, target: Target) -> bool:
         # a block per channel: fewer channels than SMs, each long, leave most SMs idle for the
-        # whole kernel (16 GiB over 32 channels: about 210 ms a statistics pass on the H100,
-        # 2026-12-06; the split template shares each channel among blocks)
+        # whole kernel (docs/journal.md: space/templates/chan.py; the split template shares
+        # each channel among blocks)
         lead, kept, trail = channel_sizes(plan)
         return kept < target.sm_count and lead * trail >= LONG_CHANNEL
 

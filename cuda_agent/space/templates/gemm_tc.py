@@ -5,10 +5,9 @@ error, which the fp32 verifier rejects. Splitting each operand into a TF32 "big"
 TF32 rounding of what is left (x = big + small, 22 bits together) and summing
 small*big + big*small + big*big (small*small, about 2^-22 of the product, is dropped) restores
 fp32-level products. One more trap: the tensor core truncates as it accumulates, a bias that
-grows with K (measured on the H200: 2.9e-5 relative error at K = 4096, 2.3e-4 at K = 32768,
-against cuBLAS fp32's 1.1e-6 and 1.6e-6). So each 8-deep step is summed by the tensor core into
-a fresh zero and added to the running total with an ordinary rounded fp32 add: 4.2e-7 and
-1.1e-6, as accurate as cuBLAS's strict fp32 (`scripts/proto/bench_tf32x3.py`, 2026-11-30).
+grows with K. So each 8-deep step is summed by the tensor core into a fresh zero and added to
+the running total with an ordinary rounded fp32 add, as accurate as cuBLAS's strict fp32
+(docs/journal.md: space/templates/gemm_tc.py).
 
 Each block computes a BM x BN tile of C with warps that each own a WM x WN warp tile made of
 16 x 8 mma tiles (`mma.sync.m16n8k8` TF32); K slices are copied by cp.async straight into shared

@@ -21,11 +21,10 @@ cuDNN's algorithm choice (its heuristics, or `cudnn.benchmark` timing every algo
 slot: torch keeps one algorithm per convolution shape and layout for the life of the process,
 found by whichever mode met that shape first, so in a worker that measures many candidates the
 flag would change nothing after the first and a candidate's time would depend on the ones
-measured before it (H200, 2026-11-30: every benchmark variant timed within 1 % of its heuristic
-twin, measured after it). It is the worker's instead: candidates of a problem with a convolution
+measured before it. It is the worker's instead: candidates of a problem with a convolution
 run in a worker set up in the benchmark mode (`run/devices.CudaDevice`), so every library call
-gets the algorithm cuDNN finds fastest for its shape and layout (H200, 2026-12-03: 0.12 ms
-against 0.41 with the heuristics on conv_transpose2d_odd), and `model_new.py` runs its library
+gets the algorithm cuDNN finds fastest for its shape and layout (docs/journal.md:
+space/templates/library.py), and `model_new.py` runs its library
 convolution in that mode too (`run/launcher.run_library`). Eager and torch.compile are still
 timed on the heuristics, as a user's process runs them, with eager in the benchmark mode
 reported beside them.

@@ -218,8 +218,8 @@ def side_stores(plan: KernelPlan, row_bound: dict[int, str], at: str = "o") -> l
 
 WELFORD_CHUNK = 32
 """elements a thread sums about one shift before folding them into its state: a channel of
-8 M elements shared by 32 threads is 262144 a thread, whose sum of squared deviations from a
-shift one standard deviation off lost 2e-4 to rounding on quantized inputs (H100, 2026-12-06)"""
+8 M elements shared by 32 threads is 262144 a thread, too many to sum about a shift that is off
+without losing precision (docs/journal.md: space/templates/rowcommon.py)"""
 
 
 def welford_declare() -> str:
