@@ -39,8 +39,7 @@ from .run.verify import VerifySettings, parse_tolerance
 from .search import make_strategy, resolve_strategy
 from .search.base import is_agents
 from .search.stop import StageSchedule, StopRule
-from .space.program import (StagePlateau, StageSpace,
-                             stage_spaces)
+from .space.program import StagePlateau, StageSpace, stage_spaces
 from .precision import resolve as resolve_precision
 from .space.slots import Config
 from .space.space import Space
@@ -245,12 +244,11 @@ class Tuner:
                  started: float | None = None,
                  on_measured: Iterable[Callable[[Trial], None]] = ()) -> None:
         """`notify` receives notices a user must see (the simulator's fallback); `on_setup`,
-        where given, a line once the GPU has set the problem up (`setup_notice`);
-        `on_measured`, callbacks on every measurement (after the store's: `measure_callbacks`);
-        `started`,
+        where given, a line once the GPU has set the problem up (`setup_notice`); `started`,
         the `time.monotonic()` instant the run began (the problem's loading included), from
         which the time limit counts (default: now): the set-up below (the device, the GPU's
-        set-up for the problem, the strategy) is spent from the same seconds as the search."""
+        set-up for the problem, the strategy) is spent from the same seconds as the search;
+        `on_measured`, callbacks on every measurement (after the store's: `measure_callbacks`)."""
         self._started: float | None = time.monotonic() if started is None else started
         check_settings(settings)
         # "default" runs as the best strategy on the measured evidence (`search/default.py`);
