@@ -22,4 +22,21 @@ def tune(problem: Any, out: Any = None, **options: Any) -> Any:
     return _tune(problem, out=out, **options)
 
 
-__all__ = ["RunSettings", "tune", "__version__"]
+def tune_model(problem: Any, out: Any, **options: Any) -> Any:
+    """Tune a whole model (`cuda_agent.regions.tune.tune_model`): its graph split into regions
+    the templates cover, each tuned as a problem of its own, and regions left to torch; writes
+    `out`/model_new.py (one drop-in module) and report.json (a line per region). `cuda-agent
+    tune` takes this path where no one capture covers the file. Options as `tune`'s."""
+    from .regions.tune import tune_model as _tune_model
+
+    options.setdefault("store", _default_store())
+    return _tune_model(problem, out, **options)
+
+
+def _default_store() -> Any:
+    from .store import default_store
+
+    return default_store()
+
+
+__all__ = ["RunSettings", "tune", "tune_model", "__version__"]

@@ -24,7 +24,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
 from rich.table import Column, Table
 
 from . import __version__, flags, interrupt
-from .errors import CudaAgentError, SettingsError
+from .errors import CudaAgentError, SettingsError, UnsupportedError
 from .search import BENCH_DEFAULT, bench_strategy_names, strategy_names
 from .limits import (BASELINE_TIMEOUT_S, COMPILE_TIMEOUT_S, IMPORT_TIMEOUT_S, STAGE_PATIENCE,
                      TIME_LIMIT_S)
@@ -130,6 +130,25 @@ def run_tune(problem_path: Path, settings: RunSettings, out: Optional[Path],
         return result
     finally:
         tuner.close()
+
+
+def run_tune_model(problem_path: Path, settings: RunSettings, out: Path, started: float,
+                   why: Exception) -> None:
+    """`tune` on a model no one capture covers (`why`): its regions (`regions/tune.py`), one
+    line per region as each is tuned, then where the module was written."""
+    from .regions.tune import tune_model
+
+    console.print(f"{problem_path}: {str(why).split(': ', 1)[-1]}: tuning it as a whole "
+                  "model, region by region (the rest left to torch)", highlight=False,
+                  soft_wrap=True)
+    result = tune_model(problem_path, out, started=started,
+                        notify=lambda s: console.print(s, highlight=False, soft_wrap=True),
+                        settings=settings)
+    sim = " (simulated: kernels not verified, times are model estimates)" \
+        if result.simulated else ""
+    console.print(f"wrote {out}/model_new.py and report.json: {len(result.generated())} of "
+                  f"{len(result.split.regions)} regions generated{sim}", highlight=False,
+                  soft_wrap=True)
 
 
 @contextmanager
@@ -318,7 +337,14 @@ def tune(
         precision=precision, stage_patience=stage_patience or None, tolerance=tolerance,
         **limits)
     try:
-        result = run_tune(problem, settings, out, started)
+        try:
+            result = run_tune(problem, settings, out, started)
+        except UnsupportedError as exc:
+            if device == "replay":  # recorded sweeps are single problems' spaces
+                raise
+            # no single capture covers the model: its regions, the rest left to torch
+            run_tune_model(problem, settings, out, started, exc)
+            return
     except CudaAgentError as exc:
         fail(str(exc), exc.exit_code)
         return

@@ -194,7 +194,14 @@ class ProblemLoader:
                     self._discard()
         return Problem(path, path.stem, source, _graph=graph)
 
-    def _load(self, path: Path, limits: LoadLimits) -> "Graph":
+    def split(self, path: str | Path, limits: LoadLimits | None = None) -> Any:
+        """Import and check `path` in a child, and split its model into kernel and torch
+        regions there (`regions.split.split_model`): a whole model's first step."""
+        path = problem_file(path)
+        with self._lock:
+            return self._load(path, limits or LoadLimits(), split=True)
+
+    def _load(self, path: Path, limits: LoadLimits, split: bool = False) -> Any:
         from .procs import START_TIMEOUT_S
 
         self._read_last_exit()
@@ -203,7 +210,8 @@ class ProblemLoader:
         child = self._child
         # the child writes the capture cache: with this process's umask, not the loader's
         # (which started under whatever umask the first load had)
-        request = {"path": str(path), "cwd": os.getcwd(), "sys_path": list(sys.path),
+        request = {"path": str(path), "split": split, "cwd": os.getcwd(),
+                   "sys_path": list(sys.path),
                    "env": dict(os.environ), "umask": current_umask()}
         log_start = child.log_size()
         pid = None
@@ -422,7 +430,8 @@ def _child(conn: "Connection", request: dict[str, Any]) -> None:
         import faulthandler
 
         faulthandler.enable()  # a segfault's dump names the file's line (`_line_in`)
-        answer = _load_here(Path(request["path"]))
+        load = _split_here if request.get("split") else _load_here
+        answer = load(Path(request["path"]))
         try:
             conn.send(answer)
         except (pickle.PicklingError, TypeError, AttributeError):  # cuda-agent's own failure
@@ -457,6 +466,27 @@ def _load_here(path: Path) -> tuple:
         return ("error", type(exc).__name__, str(exc))
     except (SystemExit, KeyboardInterrupt) as exc:  # the file's own code exits
         return ("error", "ProblemError", f"{path}: importing or capturing the file raised "
+                                         f"{type(exc).__name__}({exc})")
+    except Exception as exc:  # noqa: BLE001 - cuda-agent's own failure
+        return ("bug", "".join(traceback.format_exception(exc)))
+
+
+def _split_here(path: Path) -> tuple:
+    """As `_load_here`, the answer being the model's region split (`regions.split.Split`)."""
+    from .problem import load_problem, naming_file
+    from .regions.split import split_model
+    from .regions.trace import instantiate
+
+    try:
+        problem = load_problem(path)
+        with naming_file(path):
+            model, inputs = instantiate(problem.model_cls, problem.init_inputs(),
+                                        problem.get_inputs)
+            return ("done", split_model(model, inputs), [])
+    except CudaAgentError as exc:
+        return ("error", type(exc).__name__, str(exc))
+    except (SystemExit, KeyboardInterrupt) as exc:
+        return ("error", "ProblemError", f"{path}: importing or splitting the file raised "
                                          f"{type(exc).__name__}({exc})")
     except Exception as exc:  # noqa: BLE001 - cuda-agent's own failure
         return ("bug", "".join(traceback.format_exception(exc)))

@@ -33,10 +33,11 @@ def test_the_committed_results_make_a_short_page_the_same_twice_and_the_one_comm
     heads = re.findall(r"^## (.*)$", first.text, flags=re.M)
     assert [h.split(":")[0] for h in heads] == [
         "Summary", "Realistic suite", "cuda-agent against the peers, live", "Learning",
-        "Simulator", "GPU facts", "How to reproduce"]
+        "Learning", "Simulator", "GPU facts", "How to reproduce"]
     assert not any("issue" in h for h in heads), "no issue numbers as section keys"
-    assert "(simulated)" in heads[4]
-    assert set(first.images) == {"realistic-speedup.png", "peers-evals.png", "sim-spearman.png"}
+    assert "(simulated)" in heads[5] and "(replay)" in heads[4]
+    assert set(first.images) == {"realistic-speedup.png", "peers-evals.png", "sim-spearman.png",
+                                 "learning-best-after.png"}
     assert all(len(png) < 100_000 for png in first.images.values())
     for name in first.images:
         assert f"]({bm.IMAGES}/{name})" in first.text
@@ -144,6 +145,31 @@ def test_every_figure_of_the_summary_comes_from_the_results_files(tmp_path):
     assert "Commits: beef123." in peers
     assert "| p1 | 2.0 | f | ok |" in section(text, "Realistic suite")
     assert "* H999: 7 SMs, 2 MiB L2, 3 GiB, 999 MHz" in section(text, "GPU facts")
+
+
+def test_the_best_after_k_section_reads_its_results_file(tmp_path):
+    from cuda_agent.experiments import learning_metric as lm
+
+    sets = fake_results(tmp_path)
+    # the trained agents at the best by their 8th measurement, the prior alone 10 % off
+    rows = [{"problem": f"p{i}", "best_ms": 1.0, "in_sample": [], "runs": {
+        "trained+prior": [[2.0] * 7 + [1.0]] * 3, "prior": [[2.0] * 7 + [1.1]] * 3}}
+        for i in range(24)]
+    metric = lm.summarize(rows, arms=("trained+prior", "prior"),
+                          pairs=(("trained+prior", "prior"),), ks=(4, 8, 16, 32))
+    _json(tmp_path / br.RESULTS / "2031-01-09-learning-metric.json", {
+        "date": "2031-01-09", "commit": "abc1234", "metric": metric,
+        "source": {"share": "0/4", "budget": 32, "not_run": []},
+        "transfer": {"measured": False, "why": "no H999 sweeps"}})
+    text = bm.page(tmp_path, sets, plots=False).text
+    body = " ".join(section(text, "Learning: the best time after").split())
+    assert "**A**: 24 problems x 3 seeds, searches run for it (share 0/4" in body
+    assert "**trained+prior** nearer the best after 8, 16 and 32" in body
+    assert "| trained+prior | 2.000 | 1.000 | 1.000 | 1.000 | 100 % |" in body
+    assert "| prior | 2.000 | 1.100 | 1.100 | 1.100 | 0 % |" in body
+    assert "**not measured**: no H999 sweeps" in body
+    summary = " ".join(section(text, "Summary").split())
+    assert "trained+prior 1.000 / 1.000; prior 1.100 / 1.100 | **replay** |" in summary
 
 
 def test_a_family_without_results_is_said_not_invented(tmp_path):

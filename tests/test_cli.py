@@ -48,7 +48,11 @@ def tree(path: Path) -> list[str]:
 
 # -- user errors: exit 2, one line, nothing written ------------------------------------------------
 
-ERROR_CASES = {f"bad-{p.stem}": (["tune", p], None) for p in sorted(BAD.glob("*.py"))}
+# a model no one capture covers is tuned region by region, the rest left to torch (issue 50;
+# tests/test_regions.py), not refused
+WHOLE_MODELS = ("unsupported_op", "fp16_input")
+ERROR_CASES = {f"bad-{p.stem}": (["tune", p], None) for p in sorted(BAD.glob("*.py"))
+               if p.stem not in WHOLE_MODELS}
 ERROR_CASES.update({
     "bogus-strategy": (["tune", GOOD / "relu_small.py", "--strategy", "bogus"], "bogus"),
     "zero-budget": (["tune", GOOD / "relu_small.py", "--budget", "0"], "budget"),
@@ -57,11 +61,10 @@ ERROR_CASES.update({
     "replay-without-sweep": (["tune", "PROBLEM", "--device", "replay", "--replay-root",
                               "EMPTY"], "no recorded sweep"),
 })
-BAD_WORDS = {"forward_raises": "forward", "fp16_input": "float16",
+BAD_WORDS = {"forward_raises": "forward",
              "get_inputs_raises": "get_inputs", "model_not_module": "nn.Module",
              "no_get_inputs": "get_inputs", "no_model": "Model", "returns_float": "float",
-             "returns_list": "list", "syntax_error": "syntax", "two_outputs": "tuple",
-             "unsupported_op": "roll"}
+             "returns_list": "list", "syntax_error": "syntax", "two_outputs": "tuple"}
 
 
 @pytest.fixture(scope="module")

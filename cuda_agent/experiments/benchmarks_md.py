@@ -165,6 +165,17 @@ def summary(rl: dict | None, lv: dict | None, ln: dict | None, sim: dict | None,
                          f"{pair['a_fewer']}, more on {pair['a_more']} (p "
                          f"{pv(pair['sign_test_p'])})", "**replay**", recorded, str(d["date"]),
                          f"`{d['file']}`"))
+    for key, which in (("metric_from_replay", "the replay evaluation's runs"),
+                       ("metric", "searches run for it")):
+        if ln and key in ln:
+            d, m = ln[key], ln[key]["metric"]
+            fig = "; ".join(f"{a} " + " / ".join(f"{m['arms'][a][str(k)]['geomean_ratio']:.3f}"
+                                                for k in (8, 32))
+                            for a in ("trained+prior", "prior") if a in m["arms"])
+            rows.append((f"Learning: best time after 8 / 32 measurements over the pooled best, "
+                         f"geomean ({m['problems']} problems x {'/'.join(map(str, m['seeds']))} "
+                         f"seeds, {which})", fig, "**replay**", recorded, str(d["date"]),
+                         f"`{d['file']}`"))
     if sim and "sim-correlation" in sim:
         d = sim["sim-correlation"]
         fam = d["median_spearman_by_family"]
@@ -330,6 +341,65 @@ def learning_lines(ln: dict | None) -> list[str]:
     return lines
 
 
+def metric_lines(ln: dict | None, image: str | None) -> list[str]:
+    """The best time after k measurements against the pooled best (learning_metric.py): the
+    runs of the latest replay evaluation read again, and the searches run for it."""
+    from . import learning_metric as lm
+
+    srcs = [ln[k] for k in ("metric_from_replay", "metric") if ln and k in ln]
+    if not srcs:
+        return []
+    lines = ["## Learning: the best time after 4, 8, 16 and 32 measurements (replay)", "",
+             "**Replay, not live**: recorded H200 measurements served on a CPU. The best time a "
+             "search holds after k measurements over the pooled best (the sweep's best: on "
+             "replay no arm can beat it), geometric mean over problems x seeds (1.000: found "
+             "it); out of sample as above (fold policies, model constants fitted without the "
+             "problem). The warm peers measure the model's top 4 picks first, so after 4 they "
+             "equal the prior alone. One side wins after k only where a two-sided sign test "
+             "over the (problem, seed) pairs (p < 0.05) and a 95 % bootstrap interval over "
+             "problems (seeds kept together) of the geometric-mean ratio agree.", ""]
+
+    def what(d: dict) -> str:
+        src, m = d["source"], d["metric"]
+        how = (f"the runs of `{src['file']}` ({src['date']}, commit {src['commit']}, budget "
+               f"{src['budget']}) read again" if "file" in src else
+               f"searches run for it (share {src['share']} of the recorded problems, budget "
+               f"{src['budget']}, commit {d['commit']}"
+               + (f"; not run: {len(src['not_run'])}" if src.get("not_run") else "") + ")")
+        small = m.get("space_at_most_k", {}).get(str(m["ks"][-1]))
+        return (f"{m['problems']} problems x {'/'.join(map(str, m['seeds']))} seeds, {how}, "
+                f"`{d['file']}`" + (f"; {small} of them have at most {m['ks'][-1]} "
+                                    "configurations (measuring each once finds the best by "
+                                    f"{m['ks'][-1]})" if small else ""))
+
+    for i, d in enumerate(srcs):
+        lines += [f"**{chr(65 + i)}**: {what(d)}. {lm.what_wins(d['metric'])}", ""]
+    ms = [d["metric"] for d in srcs]
+    if len(ms) == 2:
+        n, same, total = lm.agreement(ms[0], ms[1])
+        if n:
+            lines += [f"B's {n} problems are in A too: the same ratios, seed for seed, in {same} "
+                      f"of {total} (problem, arm, k) cells (B ran at a later commit, budget "
+                      f"{srcs[1]['source'].get('budget')}).", ""]
+    if image:
+        lines += [f"![Best time after k measurements, replay]({image})", ""]
+    ks = ms[0]["ks"]
+    head = ["arm"] + [f"{chr(65 + i)}: after {k}" for i in range(len(ms)) for k in ks] + [
+        f"{chr(65 + i)}: within 5 % after {ks[-1]}" for i in range(len(ms))]
+    rows = [[a] + [f"{m['arms'][a][str(k)]['geomean_ratio']:.3f}" for m in ms for k in ks]
+            + [pct(m["arms"][a][str(ks[-1])]["within_5pct"]) for m in ms]
+            for a in ms[0]["arms"] if all(a in m["arms"] for m in ms)]
+    lines += lm.markdown_table(head, rows) + [""]
+    lines += [f"A, a against b: geometric-mean ratio of best times a/b [95 % interval], (problem,"
+              " seed) pairs a better/worse, sign test p; (a)/(b): that side wins.", ""]
+    lines += lm.markdown_table(["a", "b", *(f"after {k}" for k in ks)], lm.pair_rows(ms[0]))
+    t = srcs[0].get("transfer") or {}
+    if t and not t.get("measured"):
+        lines += ["", f"Transfer (an H200-trained policy fine-tuned on 8 H100 measurements per "
+                  f"problem against the same not fine-tuned): **not measured**: {t['why']}."]
+    return lines + [""]
+
+
 def simulator_lines(sim: dict | None, image: str | None) -> list[str]:
     lines = ["## Simulator: how well the analytic model ranks configurations (simulated)", ""]
     if not sim:
@@ -416,7 +486,8 @@ REPRODUCE = [
     "then `python benchmarks/live_section.py` to rebuild the merged reports it lists.",
     "* Learning, live: `python benchmarks/learning_live.py RUN...` on the bench runs of "
     "`gpu_suite.py --parts bench --bench-strategies marl,marl_untrained,prior,marl_single`; on "
-    "replay: `python benchmarks/learning_replay.py`.",
+    "replay: `python benchmarks/learning_replay.py`; the best time after k measurements: "
+    "`python -m benchmarks.learning_metric` (`--from` a learning-replay result reads its runs).",
     "* Simulator: `python benchmarks/sim_correlation.py`, `sim_live_correlation.py`, "
     "`sim_validation.py`, `sim_fold_fit.py` (CPU; scipy).",
     "* Sweeps and searches: `cuda-agent sweep` on the GPU, then `python benchmarks/collect.py "
@@ -449,6 +520,15 @@ def page(root: Path, live_sets: LiveSets | None = None, images: str = IMAGES,
             pictures["peers-evals.png"] = bp.evals_medians(
                 {"latest run per problem": lv["union"]["medians"]}
                 | ({"drawn by rule": lv["pooled"]["medians"]} if lv["pooled"] else {}))
+        metric = [(label, ln[k]["metric"]) for k, label in (
+            ("metric_from_replay", "A: runs of the replay evaluation"),
+            ("metric", "B: run for the metric")) if ln and k in ln]
+        if metric:
+            from .learning_metric import curves
+
+            pictures["learning-best-after.png"] = bp.best_after_curves(
+                {f"{label} ({m['problems']} problems)": curves(m) for label, m in metric},
+                metric[0][1]["ks"])
         if sim and ("sim-correlation" in sim or "sim-live-correlation" in sim):
             pictures["sim-spearman.png"] = bp.spearman_by_family(
                 {label: d["median_spearman_by_family"] for label, d in (
@@ -468,6 +548,7 @@ def page(root: Path, live_sets: LiveSets | None = None, images: str = IMAGES,
     lines = (head + summary(rl, lv, ln, sim, facts)
              + realistic_lines(rl, mods, img("realistic-speedup.png"))
              + live_lines(lv, img("peers-evals.png")) + learning_lines(ln)
+             + metric_lines(ln, img("learning-best-after.png"))
              + simulator_lines(sim, img("sim-spearman.png")) + facts_lines(facts) + REPRODUCE)
     text = "\n".join(lines).rstrip("\n") + "\n"
     n = text.count("\n")

@@ -93,3 +93,30 @@ def spearman_by_family(columns: dict[str, dict[str, float]]) -> bytes:
     ax.legend(fontsize=7, loc="upper left", ncol=len(columns))
     ax.set_title("SIMULATED ranking against recorded GPU times", fontsize=9)
     return _png(fig)
+
+
+def best_after_curves(panels: dict[str, dict[str, list[float]]], ks: list[int]) -> bytes:
+    """One panel per set of runs: each arm's geometric-mean ratio of its best time after k
+    measurements to the pooled best, against k (log scale; 1 = found the best)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), sharey=True,
+                             squeeze=False)
+    for ax, (title, curves) in zip(axes[0], panels.items()):
+        for arm, values in curves.items():
+            ax.plot(ks, values, marker="o", markersize=3, linewidth=1.2, label=arm,
+                    linestyle="--" if arm == "random" else "-")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ks, [str(k) for k in ks], fontsize=7)
+        ax.minorticks_off()
+        ax.tick_params(axis="y", labelsize=7)
+        ax.axhline(1.0, color="black", linewidth=0.6)
+        ax.set_xlabel("measurements", fontsize=8)
+        ax.set_title(title, fontsize=8)
+    axes[0][0].set_ylabel("best so far / pooled best (geomean)", fontsize=8)
+    axes[0][-1].legend(fontsize=6)
+    fig.suptitle("REPLAY of recorded H200 sweeps: lower is better", fontsize=9)
+    return _png(fig)

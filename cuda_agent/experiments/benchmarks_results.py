@@ -189,18 +189,20 @@ def live(root: Path, mods: dict[str, ModuleType], sets: LiveSets) -> dict | None
 
 
 def learning(root: Path, mods: dict[str, ModuleType]) -> dict | None:
-    """The latest live sign test (learning_live.py) and the latest replay evaluation
-    (learning_replay.py)."""
+    """The latest live sign test (learning_live.py), the latest replay evaluation
+    (learning_replay.py) and the latest best-after-k metrics (learning_metric.py)."""
     results = root / RESULTS
-    live_file, replay_file = latest(results, "learning-live.json"), latest(
-        results, "learning-replay.json")
-    if live_file is None and replay_file is None:
+    found = {k: latest(results, f"{suffix}.json") for k, suffix in (
+        ("live", "learning-live"), ("replay", "learning-replay"),
+        # the best time after k measurements (learning_metric.py): run for it, and from the
+        # runs of the latest learning-replay result
+        ("metric", "learning-metric"), ("metric_from_replay", "learning-metric-from-replay"))}
+    if not any(found.values()):
         return None
     out: dict[str, Any] = {"verdict": mods["learning_live"].verdict}
-    if live_file:
-        out["live"] = read_json(live_file) | {"file": rel(live_file, root)}
-    if replay_file:
-        out["replay"] = read_json(replay_file) | {"file": rel(replay_file, root)}
+    for k, f in found.items():
+        if f:
+            out[k] = read_json(f) | {"file": rel(f, root)}
     return out
 
 
