@@ -111,8 +111,8 @@ def _run(job: tuple[str, int, str, int, str, str, str | None]) -> tuple[str, int
     chosen = variant_options(variant)
     policies = chosen.pop("policies", policies)  # a variant may bring its own checkpoints
     checkpoints = ",".join(str(ROOT / p) for p in policies.split(","))
-    opts = {"policy": Policies(checkpoints).pick(Path(path).stem), "budget": budget,
-            "patience": 10**6, **chosen}
+    opts = {"policy": Policies(checkpoints).pick(Path(path).stem), "patience": 10**6,
+            **chosen}
     settings = TuneSettings(device=device, strategy="marl", budget=budget, batch=4, seed=seed,
                             baselines=False, strategy_options=opts, replay_root=replay_root)
     try:

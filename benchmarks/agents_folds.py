@@ -86,7 +86,7 @@ def main() -> None:
     strict = compare(evals_to(multi, "marl", 0.99), evals_to(single, "marl", 0.99))
     random_e95 = evals_to(multi, "random", 0.95)
     out = {"date": time.strftime("%Y-%m-%d"), "multi_run": str(args.multi_run),
-           "single_run": str(args.single_run), "budget": multi.settings.budget,
+           "single_run": str(args.single_run), "budget": multi.settings.run.budget,
            "seeds": multi.settings.seeds, "overall": overall,
            "to_99_percent": {k: v for k, v in strict.items() if k != "per_problem"},
            "random_median": statistics.median(random_e95[p] for p in overall["per_problem"])

@@ -53,7 +53,7 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=Path("/tmp/agents-replay"))
     args = ap.parse_args()
     device = ReplayDevice(root=DATA)
-    base = TrainSettings(suite=str(ROOT / "benchmarks/problems"), holdout=HOLDOUT,
+    base = TrainSettings.of(suite=str(ROOT / "benchmarks/problems"), holdout=HOLDOUT,
                          device="replay", replay_root=str(DATA), iterations=args.iterations,
                          episodes=4, steps=4, batch=8, seed=args.train_seed)
     variants = {
@@ -71,7 +71,7 @@ def main() -> None:
         variants = {k: v for k, v in variants.items() if k in keep}
     extra_seeds = [int(x) for x in args.extra_train_seeds.split(",") if x.strip()]
     for seed in extra_seeds:
-        variants[f"multi, training seed {seed}"] = replace(base, seed=seed)
+        variants[f"multi, training seed {seed}"] = replace(base, run=replace(base.run, seed=seed))
     ckpts, train_rows = {}, []
     for name, s in variants.items():
         out = args.work / name.replace(" ", "_").replace(",", "")

@@ -48,7 +48,7 @@ def main() -> None:
     contenders, train_rows = [], []
     for seed in train_seeds:
         for agents in ("multi", "single"):
-            s = TrainSettings(suite=str(ROOT / "benchmarks/problems"), holdout=HOLDOUT,
+            s = TrainSettings.of(suite=str(ROOT / "benchmarks/problems"), holdout=HOLDOUT,
                               device="replay", replay_root=str(DATA),
                               iterations=args.iterations, episodes=4, steps=4, batch=8,
                               seed=seed, agents=agents)

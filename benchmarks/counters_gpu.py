@@ -114,7 +114,7 @@ def main() -> None:
                 print(f"{n}: not started (past --time-limit)", flush=True)
                 continue
             t0 = time.time()
-            s = TrainSettings(suite=str(ROOT / "benchmarks/problems" / f"{n}.py"),
+            s = TrainSettings.of(suite=str(ROOT / "benchmarks/problems" / f"{n}.py"),
                               device="cuda", iterations=1, episodes=2, steps=2, batch=4,
                               prior_weight=100.0, profile_every=args.profile_every,
                               store=str(store_path), out=str(work / n))

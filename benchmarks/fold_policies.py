@@ -101,7 +101,7 @@ def main() -> None:
     for i, held in enumerate(splits):
         if args.fold is not None and i != args.fold:
             continue
-        s = TrainSettings(suite=str(ROOT / "benchmarks/problems"), holdout=tuple(held),
+        s = TrainSettings.of(suite=str(ROOT / "benchmarks/problems"), holdout=tuple(held),
                           device="replay", replay_root=str(DATA), iterations=args.iterations,
                           episodes=4, steps=4, batch=8, seed=0, agents=args.agents,
                           prior_weight=args.prior_weight, **ABLATIONS[args.ablation],

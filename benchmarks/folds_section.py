@@ -46,7 +46,9 @@ def main() -> None:
     args = ap.parse_args()
     data = json.loads((args.run_dir / "bench.json").read_text())
     recorded = [f["recorded"] for f in data["problems"].values()]
-    intro = INTRO.format(budget=data["settings"]["budget"], seeds=data["settings"]["seeds"],
+    # the run's settings, or beside the bench's own in a bench.json written before them
+    run = data["settings"].get("run") or data["settings"]
+    intro = INTRO.format(budget=run["budget"], seeds=data["settings"]["seeds"],
                          lo=min(recorded), hi=max(recorded),
                          rel=args.run_dir.resolve().relative_to(ROOT))
     bench_section(args.md, "bench-replay-folds", intro, args.run_dir, ROOT)

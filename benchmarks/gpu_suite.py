@@ -488,7 +488,7 @@ def run_agents(out: Path, deadline: float, iterations: int, budget: int,
             # two operators per iteration, their episodes grouped: one device set-up (inputs,
             # reference answers) serves two episodes (a 2026-11-29 run that switched operator
             # every episode spent ~70 s per iteration setting up)
-            s = TrainSettings(suite=files, device="cuda", agents=agents, iterations=iterations,
+            s = TrainSettings.of(suite=files, device="cuda", agents=agents, iterations=iterations,
                               episodes=4, steps=3, batch=6, operators_per_iteration=2,
                               profile_every=profile_every, prior_weight=PRIOR_WEIGHT,
                               out=str(out / f"train-{agents}"))

@@ -72,7 +72,7 @@ def main() -> None:
         result = load_run(run)
         if not result.live or result.live != "cuda":
             raise SystemExit(f"{run}: not a live GPU run (device {result.live or 'replay'})")
-        budgets.add(result.settings.budget)
+        budgets.add(result.settings.run.budget)
         seeds.add(result.settings.seeds)
         commits.add(str(result.provenance.get("commit", "unknown")))
         skipped.update(result.skipped)

@@ -166,8 +166,8 @@ def run_problem(name: str, arm_list: list[Arm], seeds: int, budget: int, sim_fol
                 times, _ = bench._order_kernel_tuner(sweep["records"], arm.strategy, budget,
                                                      seed, w)
             else:
-                times = bench._order_ask_tell(path, arm.strategy, device, budget, seed,
-                                              chosen, c)
+                times = bench._order_ask_tell(path, bench.BenchSettings.of(budget=budget),
+                                              arm.strategy, device, seed, chosen, c)
             runs.append(times)
         out["runs"][arm.name] = runs
         out["seconds"][arm.name] = round(time.perf_counter() - t0, 2)

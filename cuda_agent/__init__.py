@@ -6,11 +6,14 @@
 
 from typing import Any
 
+from .settings import RunSettings
+
 __version__ = "0.1.0"
 
 
 def tune(problem: Any, out: Any = None, **options: Any) -> Any:
-    """Tune one problem file (see `cuda_agent.tuner.tune` and `TuneSettings` for options): the
+    """Tune one problem file (see `cuda_agent.tuner.tune`; the options are `RunSettings` fields,
+    or pass `settings=RunSettings(...)` whole): the
     CLI's default strategy ("default": the agents with the shipped policy; `strategy="random"`
     and the others by name), the CLI's store, a 30-minute time limit, a warning when it falls
     back to the simulator; no main guard needed in the calling script."""
@@ -36,4 +39,4 @@ def _default_store() -> Any:
     return default_store()
 
 
-__all__ = ["tune", "tune_model", "__version__"]
+__all__ = ["RunSettings", "tune", "tune_model", "__version__"]

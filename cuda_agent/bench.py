@@ -16,6 +16,7 @@ compared with what the model alone gives (issue 34), the model's ranking is a pe
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -34,9 +35,9 @@ from .run.replay import ReplayDevice, find_sweep, read_sweep
 from .run.sim_folds import FoldConstants
 from .search import BENCH_ABLATIONS, BENCH_DEFAULT, KERNEL_TUNER, KERNEL_TUNER_WARM
 from .search.base import is_agents
-from .space.program import STAGE_PATIENCE
 from .store import Store
-from .tuner import Tuner, TuneSettings
+from .settings import RunSettings
+from .tuner import Tuner
 
 # the names are the search registry's (`search/__init__.py`: the one list)
 WARM = ("optuna_warm",) + KERNEL_TUNER_WARM
@@ -74,15 +75,24 @@ ABLATIONS = BENCH_ABLATIONS
 fresh policy, and the single-agent ablation (its checkpoints: `BenchSettings.single_policy`)"""
 
 
-@dataclass
+BENCH_RUN = RunSettings(budget=100, batch=4, compile_timeout_s=None)
+"""a comparison's run settings unless told otherwise: 100 measurements per strategy, problem
+and seed; each strategy asks for 4 configurations at a time; a live bench's compiles are not
+cut (a kernel that compiles slowly is a cost of the strategy that chose it)"""
+
+RUN_FIELDS = ("budget", "precision", "stage_patience", "tolerance", "baselines", "replay_root")
+"""the run settings that bench.json files written before `BenchSettings.run` kept beside the
+bench's own (read back into `run` by `settings_from_json`)"""
+
+
+@dataclass(frozen=True)
 class BenchSettings:
-    """What `bench` compares, and how much it may spend."""
+    """What `bench` compares, and how much it may spend: the bench's own choices (which
+    problems, strategies, seeds, policies) and the run settings every strategy run derives
+    its own from (`strategy_settings`)."""
 
     suite: str = field(default_factory=example_suite)
-    replay_root: str | None = None
     strategies: tuple[str, ...] = DEFAULT_STRATEGIES
-    budget: int = 100
-    """measurements per strategy, problem and seed"""
     seeds: int = 5
     policy: str | None = None
     """agents checkpoint for `marl`, or several comma-separated (cross-fitted folds: each problem
@@ -100,27 +110,38 @@ class BenchSettings:
     """live runs: a problem still running after this many seconds is given up at the next
     strategy run and listed among the problems not compared (one slow problem cannot take a
     whole suite's time)"""
-    precision: str = "auto"
-    """live runs: the kernels' numeric contract (`TuneSettings.precision`): "auto" each product as
-    the process's torch flags run it (replay: strict fp32, as the sweeps were recorded), "fp32"
-    strict, "tf32", "fp16" or "bf16" opt into tensor-core products on operands of that type;
-    the matched eager and torch.compile are timed with TF32 on or under autocast as well (the
-    headline ones at PyTorch's defaults either way)"""
-    stage_patience: int | None = STAGE_PATIENCE
-    """live runs, multi-kernel programs: measurements a stage may go without progress before
-    every strategy hands the rest of its share to the next stage (None: an even split)"""
     parallel: int = 1
     """live runs: strategy runs of a problem searching at once. Their measurements still take
     the GPU one at a time (a lock; timings never overlap); what overlaps is compiling and the
     strategies' own work, which dominate a problem whose kernels take seconds to compile. A
     run's wall time then includes waiting for the others' measurements."""
-    tolerance: str = "strict"
-    """live runs: `TuneSettings.tolerance`: "strict" (the float64-reference protocol),
-    "kernelbench" or "atol=A,rtol=R" (conformance mode); replay is strict only"""
-    baselines: bool = True
-    """live runs: time torch eager and torch.compile per problem as well. A comparison of
-    the strategies alone (learning_live.py) leaves them out: max-autotune compiles took minutes
-    of each GEMM problem's time"""
+    run: RunSettings = BENCH_RUN
+    """the run settings (`settings.RunSettings`), of which the bench reads: `device` (replay,
+    or cuda/sim for a live run), `budget` (measurements per strategy, problem and seed),
+    `replay_root` (recorded sweeps), `precision` (live runs: the kernels' numeric contract,
+    "auto" each product as the process's torch flags run it, replay strict fp32 as the sweeps
+    were recorded; the matched eager and torch.compile timed under it too), `tolerance` (live
+    runs: "strict", "kernelbench" or "atol=A,rtol=R"; replay is strict only),
+    `stage_patience` (multi-kernel programs: measurements a stage may go without progress
+    before every strategy hands the rest of its share to the next stage; None: an even split),
+    `baselines` (live runs: time torch eager and torch.compile per problem as well; a
+    comparison of the strategies alone leaves them out: max-autotune compiles took minutes of
+    each GEMM problem's time), `time_limit_s` (each strategy run's), `batch`, and the
+    compiler's; every strategy run takes these whole, with its own strategy and seed"""
+
+    @staticmethod
+    def of(**fields: Any) -> "BenchSettings":
+        """The settings from the bench's fields and the run's by name (the Python API's
+        shorthand): ``BenchSettings.of(suite="p.py", budget=12, device="sim")``."""
+        # a name of both (training's `batch`) is BenchSettings's own
+        run_names = {f.name for f in dataclasses.fields(RunSettings)} - {
+            f.name for f in dataclasses.fields(BenchSettings)}
+        run = {k: fields.pop(k) for k in list(fields) if k in run_names}
+        return BenchSettings(**fields, run=replace(BENCH_RUN, **run))
+
+    def on(self, device: str) -> "BenchSettings":
+        """These settings with their runs on `device`."""
+        return replace(self, run=replace(self.run, device=device))
 
 
 @dataclass
@@ -158,19 +179,28 @@ class BenchResult:
     provenance: dict[str, Any] = field(default_factory=dict)  # commit, torch, python
 
     def to_json(self) -> dict[str, Any]:
-        return {"settings": asdict(self.settings), "runs": [asdict(r) for r in self.runs],
+        settings = asdict(self.settings)
+        settings["run"] = self.settings.run.record()  # whole, as JSON holds it
+        return {"settings": settings, "runs": [asdict(r) for r in self.runs],
                 "problems": self.problems, "trained_on": self.trained_on, "date": self.date,
                 "skipped": self.skipped, "live": self.live, "provenance": self.provenance}
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> "BenchResult":
-        s = d["settings"]
-        s["strategies"] = tuple(s["strategies"])
-        # runs written before stages could hand over (commit 3becbaa) split programs evenly
-        s.setdefault("stage_patience", None)
-        return BenchResult(BenchSettings(**s), [Run(**r) for r in d["runs"]], d["problems"],
-                           d.get("trained_on", []), d.get("date", ""), d.get("skipped", {}),
-                           d.get("live"), d.get("provenance", {}))
+        return BenchResult(settings_from_json(d["settings"]), [Run(**r) for r in d["runs"]],
+                           d["problems"], d.get("trained_on", []), d.get("date", ""),
+                           d.get("skipped", {}), d.get("live"), d.get("provenance", {}))
+
+
+def settings_from_json(s: dict[str, Any]) -> BenchSettings:
+    """A bench.json's settings, those written before `BenchSettings.run` (the run settings
+    beside the bench's own: `RUN_FIELDS`) included."""
+    s = dict(s)
+    run = dict(s.pop("run", None) or {k: s.pop(k) for k in RUN_FIELDS if k in s})
+    # runs written before stages could hand over (commit 3becbaa) split programs evenly
+    run.setdefault("stage_patience", None)
+    return BenchSettings(**{**s, "strategies": tuple(s["strategies"]),
+                            "run": replace(BENCH_RUN, **run)})
 
 
 def merge(results: list[BenchResult]) -> BenchResult:
@@ -179,13 +209,14 @@ def merge(results: list[BenchResult]) -> BenchResult:
     if not results:
         raise SettingsError("nothing to merge")
     first = results[0]
-    same = ("strategies", "budget", "seeds", "policy", "single_policy", "precision",
-            "stage_patience", "sim_constants")
+    same = ("strategies", "seeds", "policy", "single_policy", "sim_constants")
+    same_run = ("budget", "precision", "stage_patience")
     for r in results[1:]:
-        for k in same:
-            if getattr(r.settings, k) != getattr(first.settings, k):
-                raise SettingsError(f"cannot merge bench runs with different {k}: "
-                                    f"{getattr(first.settings, k)} and {getattr(r.settings, k)}")
+        differ = [(k, getattr(first.settings, k), getattr(r.settings, k)) for k in same] + [
+            (k, getattr(first.settings.run, k), getattr(r.settings.run, k)) for k in same_run]
+        for k, a, b in differ:
+            if a != b:
+                raise SettingsError(f"cannot merge bench runs with different {k}: {a} and {b}")
         if r.live != first.live:
             raise SettingsError("cannot merge a live bench run with a replayed one")
         clash = set(r.problems) & set(first.problems)
@@ -221,13 +252,13 @@ def provenance() -> dict[str, Any]:
 
 def check_settings(settings: BenchSettings, device: str | None = None) -> None:
     """A one-line `SettingsError` for the first setting out of range (`flags.check_bench`)."""
-    s = settings
-    check_bench(suite=s.suite, device=device, strategies=s.strategies, budget=s.budget,
+    s, run = settings, settings.run
+    check_bench(suite=s.suite, device=device, strategies=s.strategies, budget=run.budget,
                 seeds=s.seeds, parallel=s.parallel, policy=s.policy,
                 single_policy=s.single_policy, sim_constants=s.sim_constants,
-                precision=s.precision, tolerance=s.tolerance,
-                problem_seconds=s.problem_seconds, stage_patience=s.stage_patience,
-                replay_root=s.replay_root)
+                precision=run.precision, tolerance=run.tolerance,
+                problem_seconds=s.problem_seconds, stage_patience=run.stage_patience,
+                replay_root=run.replay_root)
 
 
 def problem_files(suite: str) -> list[Path]:
@@ -278,23 +309,22 @@ class Policies:
         return sorted(set.intersection(*self.trained.values()))
 
 
-def strategy_settings(device: Device, strategy: str, budget: int, seed: int,
-                      policy: str | None, precision: str = "fp32",
-                      stage_patience: int | None = STAGE_PATIENCE,
-                      sim_constants: str | None = None) -> TuneSettings:
-    """One ask/tell strategy's run in a comparison: no baselines, no default measured first
-    (every strategy starts from what it asks for), the agents without early stopping (a
-    program's stages hand over alike for every strategy: `stage_patience`); the strategies
-    that consult the model with `sim_constants` (None: the shipped model)."""
+def strategy_settings(settings: BenchSettings, device: Device, strategy: str, seed: int,
+                      policy: str | None, sim_constants: str | None = None) -> RunSettings:
+    """One ask/tell strategy's run in a comparison: the bench's run settings whole (budget,
+    precision, tolerance, time limit, stage patience, ...), with this run's device, strategy
+    and seed; no baselines, no default measured first (every strategy starts from what it
+    asks for), batches of `BENCH_RUN.batch`, the agents without early stopping (a program's
+    stages hand over alike for every strategy: `stage_patience`) and with `policy`; the
+    strategies that consult the model with `sim_constants` (None: the shipped model)."""
     opts: dict[str, Any] = {}
     if is_agents(strategy):
-        opts = {"policy": policy, "budget": budget, "patience": 10**6}
+        opts = {"policy": policy, "patience": 10**6}
     if sim_constants and uses_model(strategy):
         opts["sim_constants"] = sim_constants
-    return TuneSettings(device=device.kind, strategy=strategy, budget=budget, batch=4,
-                        seed=seed, baselines=False, include_default=False,
-                        strategy_options=opts, precision=precision,
-                        stage_patience=stage_patience)
+    return replace(settings.run, device=device.kind, strategy=strategy, seed=seed,
+                   batch=BENCH_RUN.batch, baselines=False, include_default=False,
+                   strategy_options=opts)
 
 
 def _loaded(problem: Problem | Path) -> Problem:
@@ -302,12 +332,12 @@ def _loaded(problem: Problem | Path) -> Problem:
     return problem if isinstance(problem, Problem) else load_problem(problem)
 
 
-def _order_ask_tell(path: Problem | Path, strategy: str, device: Device, budget: int,
-                    seed: int, policy: str | None, sim_constants: str | None = None
-                    ) -> list[float | None]:
-    settings = strategy_settings(device, strategy, budget, seed, policy,
-                                 sim_constants=sim_constants)
-    tuner = Tuner(_loaded(path), settings, device=device, store=Store(":memory:"))
+def _order_ask_tell(path: Problem | Path, settings: BenchSettings, strategy: str,
+                    device: Device, seed: int, policy: str | None,
+                    sim_constants: str | None = None) -> list[float | None]:
+    tuner = Tuner(_loaded(path), strategy_settings(settings, device, strategy, seed, policy,
+                                                   sim_constants),
+                  device=device, store=Store(":memory:"))
     try:
         res = tuner.run()
     finally:
@@ -324,8 +354,9 @@ def warm_records(path: Problem | Path, device: Device, records: list[dict[str, A
     version is matched through its upgrade)."""
     from .search.prior_rank import WARM_PICKS, top_picks
 
-    tuner = Tuner(_loaded(path), TuneSettings(device=device.kind, strategy="random",
-                                                   baselines=False),
+    # a tuner for its space only: nothing is measured
+    tuner = Tuner(_loaded(path), RunSettings(device=device.kind, strategy="random",
+                                             baselines=False),
                   device=device, store=Store(":memory:"))
     try:
         as_recorded: dict[Any, dict[str, Any]] = {}
@@ -370,7 +401,7 @@ def run_bench(settings: BenchSettings,
     the runs of a problem not compared; `on_problem` sees the result after each problem (the
     CLI keeps it on disk, so Ctrl-C keeps what is finished)."""
     check_settings(settings, "replay")
-    root = Path(settings.replay_root) if settings.replay_root else None
+    root = Path(settings.run.replay_root) if settings.run.replay_root else None
     device = ReplayDevice(root)
     result = BenchResult(settings, date=time.strftime("%Y-%m-%d"), provenance=provenance())
     policies, single = Policies(settings.policy), Policies(settings.single_policy)
@@ -425,10 +456,10 @@ def run_bench(settings: BenchSettings,
                 if strategy.startswith("kt_warm:") and warm is None:
                     warm = warm_records(problem, device, sweep["records"], constants)
                 times, error = _order_kernel_tuner(
-                    sweep["records"], strategy, settings.budget, seed,
+                    sweep["records"], strategy, settings.run.budget, seed,
                     warm if strategy.startswith("kt_warm:") else None)
             else:
-                times = _order_ask_tell(problem, strategy, device, settings.budget, seed,
+                times = _order_ask_tell(problem, settings, strategy, device, seed,
                                         policies.for_strategy(strategy, problem.name,
                                                               single), constants)
             runs.append(Run(problem.name, strategy, seed, times, time.perf_counter() - t0,
@@ -524,7 +555,7 @@ def evals_by_problem(result: BenchResult, runs: list[Run], fraction: float
     for r in runs:
         per.setdefault(r.problem, []).append(metrics.evals_to_fraction(
             r.times, result.problems[r.problem]["best_ms"], fraction,
-            censor=result.settings.budget + 1))
+            censor=result.settings.run.budget + 1))
     return {p: statistics.median(v) for p, v in per.items()}
 
 

@@ -52,10 +52,11 @@ from .run.baselines import Baselines, with_matched
 from .run.devices import Device, cudnn_baselines
 from .run.replay import find_sweep, read_sweep
 from .run.sim_folds import FoldConstants
-from .space.program import StagePlateau, StageSpace, stage_share
+from .search.stop import StageSchedule, StopRule
+from .space.program import StagePlateau, StageSpace
 from .space.slots import Config
 from .store import TRANSIENT_KINDS, Store
-from .tuner import Tuner, TuneSettings, Trial, open_device
+from .tuner import Tuner, Trial, open_device
 
 BASELINES = ("eager", "compile", "compile:max-autotune", "compile:max-autotune-no-cudagraphs")
 """max-autotune turns on CUDA graphs, whose replay copies each new input into the graph's static
@@ -119,24 +120,23 @@ class _ProblemBench:
 
     def _tuner(self, strategy: str, seed: int) -> Tuner:
         policy = self.single_policy if strategy == "marl_single" else self.policy
-        s = strategy_settings(self.device, strategy, self.settings.budget, seed, policy,
-                              self.settings.precision, self.settings.stage_patience,
+        s = strategy_settings(self.settings, self.device, strategy, seed, policy,
                               self.sim_constants)
         return Tuner(self.problem, s, device=self.device, builder=self.builder, store=self.store,
-                     device_lock=self.device_lock)
+                     device_lock=self.device_lock, on_measured=[self._note])
 
-    def _note(self, trials: list[Trial]) -> None:
-        for t in trials:
-            m = t.measurement
-            if not m.reused and m.error_kind not in TRANSIENT_KINDS:
-                self.first_cost.setdefault(m.key, m.wall_s)  # what the store will serve
-            if m.ok and m.time_ms is not None:
-                self.ok_times.append(m.time_ms)
+    def _note(self, t: Trial) -> None:
+        """Every tuner's callback on a measurement of this problem: what it cost when first
+        made (what the store will serve to the strategies that ask for it later), and its
+        time where it verified (the problem's best)."""
+        m = t.measurement
+        if not m.reused and m.error_kind not in TRANSIENT_KINDS:
+            self.first_cost.setdefault(m.key, m.wall_s)
+        if m.ok and m.time_ms is not None:
+            self.ok_times.append(m.time_ms)
 
     def measure(self, configs: list[Config]) -> list[Trial]:
-        trials = self.measurer.measure(configs)
-        self._note(trials)
-        return trials
+        return self.measurer.measure(configs)
 
     def run_strategy(self, strategy: str, seed: int) -> tuple[Run, list[Trial]]:
         """One strategy run and its trials; its `measured_s` is filled by `finish` once every
@@ -149,7 +149,7 @@ class _ProblemBench:
                 trials, error = self._kernel_tuner_stages(strategy, seed)
             else:
                 trials, error = self._kernel_tuner(self.measurer, strategy,
-                                                   self.settings.budget, seed)
+                                                   self.settings.run.budget, seed)
         else:
             tuner = self._tuner(strategy, seed)
             try:
@@ -165,7 +165,6 @@ class _ProblemBench:
                 error = first_line(exc)
             finally:
                 tuner.close()
-            self._note(trials)
         return Run(self.problem.name, strategy, seed, _times(trials), time.perf_counter() - t0,
                    None, timing.get("strategy_s"), timing.get("build_wait_s"), error,
                    [t.config.short() if t.stage is None else f"s{t.stage}:{t.config.short()}"
@@ -180,14 +179,11 @@ class _ProblemBench:
         from .search import kernel_tuner_sim
 
         trials: list[Trial] = []
-
-        def stop(t: Trial) -> bool:
-            """A program's stage: settled at this trial (the rest of the batch not measured)."""
-            return plateau.update(t.measurement.time_ms if t.measurement.ok else None)
+        # a program's stage: settled at a measurement, the rest of its batch is not measured
+        rule = StopRule(plateau=plateau)
 
         def measure(cfgs: list[Config]) -> list[dict[str, Any]]:
-            got = measurer.measure(cfgs, stop=stop if plateau is not None else None)
-            self._note(got)
+            got = measurer.measure(cfgs, rule=rule)
             trials.extend(got)
             if plateau is not None and plateau.settled:
                 raise _StageSettled()
@@ -221,7 +217,7 @@ class _ProblemBench:
         stops with an error keeps what it measured, and the next stage is still searched (the
         error is reported)."""
         measurer = self._tuner("random", seed)  # its own: its space moves from stage to stage
-        stages, budget = measurer.stages, self.settings.budget
+        stages, budget = measurer.stages, self.settings.run.budget
         n = len(stages)
         fixed = [sp.default() for sp in stages]
         trials: list[Trial] = []
@@ -238,21 +234,21 @@ class _ProblemBench:
                 if picks != fixed:
                     measurer.space = StageSpace.of(self._program(), 0, stages, picks)
                     got = measurer.measure([picks[0]])
-                    self._note(got)
                     for t in got:
                         t.stage = 0
                     trials += got
                     m = got[0].measurement if got else None
                     if m is not None and m.ok and m.time_ms is not None:
                         best_ms, fixed = m.time_ms, picks
+            schedule = StageSchedule(budget, n, measurer.settings.stage_patience)
             for i in range(n):
-                share = stage_share(budget - len(trials), n - i)
+                # (the warm program measured first counts before stage 0's share, where the
+                # tuner's own search counts its first programs in it: `Tuner._search_stages`)
+                share = schedule.share(i, len(trials))
                 if share < 1:
                     continue
-                measurer.space = StageSpace.of(self.plan, i, stages, fixed)
-                patience = measurer.settings.stage_patience
-                plateau = None if i == n - 1 or patience is None else StagePlateau(
-                    best_ms if best_ms < float("inf") else None, patience)
+                measurer.space = StageSpace.of(self._program(), i, stages, fixed)
+                plateau = schedule.plateau(i, best_ms if best_ms < float("inf") else None)
                 got, error = self._kernel_tuner(measurer, strategy, share, seed + i, plateau)
                 if error:
                     errors.append(f"stage {i}: {error}")
@@ -282,8 +278,8 @@ class _ProblemBench:
         if isinstance(self.plan, ProgramPlan):
             return None
         try:
-            sweep = read_sweep(find_sweep(self.problem, Path(self.settings.replay_root)
-                                          if self.settings.replay_root else None))
+            root = self.settings.run.replay_root
+            sweep = read_sweep(find_sweep(self.problem, Path(root) if root else None))
         except CudaAgentError:
             return None
         ok = sorted((r for r in sweep["records"] if r.get("ok") and r.get("time_ms")),
@@ -351,16 +347,18 @@ def _run_strategies(bench: _ProblemBench, jobs: list[tuple[str, int]], started: 
                   if late else None)
 
 
-def run_live_bench(settings: BenchSettings, device_name: str,
+def run_live_bench(settings: BenchSettings,
                    progress: Callable[[str, str, int], None] | None = None,
                    notify: Callable[[str], None] = lambda s: None,
                    on_problem: Callable[[BenchResult], None] | None = None,
                    skipped: Callable[[str, int], None] | None = None) -> BenchResult:
-    """Every strategy of `settings` on every problem of the suite, measured on
-    `device_name` (cuda or sim) in this run. `progress(problem, strategy, seed)` follows each
-    strategy run, `skipped(problem, runs)` the runs of a problem that will not be made;
+    """Every strategy of `settings` on every problem of the suite, measured on its run's
+    device (`settings.run.device`: cuda or sim) in this run. `progress(problem, strategy,
+    seed)` follows each strategy run, `skipped(problem, runs)` the runs of a problem that will
+    not be made;
     `on_problem` sees the result after each problem (the CLI keeps it on disk, so a run
     stopped from outside, or by Ctrl-C, keeps what it finished)."""
+    device_name = settings.run.device
     if device_name not in ("cuda", "sim"):
         raise SettingsError(f"live bench runs on cuda or sim, not {device_name!r}")
     check_settings(settings, device_name)
@@ -376,10 +374,9 @@ def run_live_bench(settings: BenchSettings, device_name: str,
     policies, single = Policies(settings.policy), Policies(settings.single_policy)
     folds = FoldConstants(settings.sim_constants)
     result.trained_on = policies.trained_on()
-    device = open_device(device_name, TuneSettings(device=device_name,
-                                                    precision=settings.precision,
-                                                    tolerance=settings.tolerance), notify)
-    builder = Builder("nvrtc", None)
+    run = settings.run
+    device = open_device(device_name, run, notify)
+    builder = Builder(run.compiler, run.workers, timeout_s=run.compile_timeout_s)
     jobs = jobs_of(settings)
     try:
         for path in files:
@@ -415,7 +412,7 @@ def run_live_bench(settings: BenchSettings, device_name: str,
             try:
                 # each at PyTorch's defaults (the headline) and under the kernels' contract
                 base = _timed(phase_s, "baselines", lambda: device.baselines(
-                    with_matched(BASELINES + cudnn_baselines(plan))) if settings.baselines
+                    with_matched(BASELINES + cudnn_baselines(plan))) if run.baselines
                     else Baselines(notes={b: "not measured: --no-baselines"
                                           for b in with_matched(BASELINES)}))
                 sweep_best = _timed(phase_s, "recorded_best", bench.sweep_reference)

@@ -13,6 +13,7 @@ import shutil
 import sys
 import time
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
@@ -26,9 +27,10 @@ from . import __version__, flags, interrupt
 from .errors import CudaAgentError, SettingsError, UnsupportedError
 from .example_data import example_suite, recorded_sweeps
 from .search import BENCH_DEFAULT, bench_strategy_names, strategy_names
-from .limits import BASELINE_TIMEOUT_S, COMPILE_TIMEOUT_S, IMPORT_TIMEOUT_S, TIME_LIMIT_S
+from .limits import (BASELINE_TIMEOUT_S, COMPILE_TIMEOUT_S, IMPORT_TIMEOUT_S, STAGE_PATIENCE,
+                     TIME_LIMIT_S)
 from .outputs import check_out_dir
-from .space.program import STAGE_PATIENCE
+from .settings import RunSettings
 from .store import SCHEMA_VERSION, default_store
 from .store import health as store_health
 
@@ -102,16 +104,15 @@ def _progress() -> Progress:
                     console=console, transient=False, expand=True)
 
 
-def run_tune(problem_path: Path, settings_kw: dict, out: Optional[Path],
+def run_tune(problem_path: Path, settings: RunSettings, out: Optional[Path],
              started: Optional[float] = None):
     """`tune` on one problem, with a progress bar. Ctrl-C during the search ends it and the
     best so far is written (`TuneResult.stopped` says so); before the search, it propagates.
     `started` (time.monotonic()): when the command began, the time limit's start."""
     from .problem import naming_file
     from .problem_child import LoadLimits, ProblemLoader
-    from .tuner import TuneSettings, Tuner
+    from .tuner import Tuner
 
-    settings = TuneSettings(**settings_kw)
     # the file is imported and captured in a child process, within its limits: a fork of this
     # one, which has torch imported and, so far, one thread and no CUDA (`problem_child.py`)
     with ProblemLoader(fork=True) as loader:
@@ -132,7 +133,7 @@ def run_tune(problem_path: Path, settings_kw: dict, out: Optional[Path],
         tuner.close()
 
 
-def run_tune_model(problem_path: Path, settings_kw: dict, out: Path, started: float,
+def run_tune_model(problem_path: Path, settings: RunSettings, out: Path, started: float,
                    why: Exception) -> None:
     """`tune` on a model no one capture covers (`why`): its regions (`regions/tune.py`), one
     line per region as each is tuned, then where the module was written."""
@@ -143,7 +144,7 @@ def run_tune_model(problem_path: Path, settings_kw: dict, out: Path, started: fl
                   soft_wrap=True)
     result = tune_model(problem_path, out, started=started,
                         notify=lambda s: console.print(s, highlight=False, soft_wrap=True),
-                        **settings_kw)
+                        settings=settings)
     sim = " (simulated: kernels not verified, times are model estimates)" \
         if result.simulated else ""
     console.print(f"wrote {out}/model_new.py and report.json: {len(result.generated())} of "
@@ -328,25 +329,23 @@ def tune(
         flags.existing_dir("--replay-root", replay_root)
         # before the search, not after it: a path that cannot be written fails in a second
         check_out_dir(out)
+    # the run's settings, built once here from every flag (`settings.py`)
+    settings = RunSettings(
+        device=device, strategy=strategy, budget=budget, batch=batch, seed=seed,
+        store=store or default_store(), baselines=baselines,
+        replay_root=str(replay_root) if replay_root else None,
+        strategy_options={"policy": str(policy) if policy else None, "agents": agents,
+                          "patience": patience} if is_agents(strategy) else {},
+        precision=precision, stage_patience=stage_patience or None, tolerance=tolerance,
+        **limits)
     try:
-        options: dict = {}
-        if is_agents(strategy):
-            options = {"policy": str(policy) if policy else None, "agents": agents,
-                       "budget": budget, "patience": patience}
-        settings_kw = dict(device=device, strategy=strategy, budget=budget,
-                           batch=batch, seed=seed, store=store or default_store(),
-                           baselines=baselines,
-                           replay_root=str(replay_root) if replay_root else None,
-                           strategy_options=options, precision=precision,
-                           stage_patience=stage_patience or None,
-                           tolerance=tolerance, **limits)
         try:
-            result = run_tune(problem, settings_kw, out, started)
+            result = run_tune(problem, settings, out, started)
         except UnsupportedError as exc:
             if device == "replay":  # recorded sweeps are single problems' spaces
                 raise
             # no single capture covers the model: its regions, the rest left to torch
-            run_tune_model(problem, settings_kw, out, started, exc)
+            run_tune_model(problem, settings, out, started, exc)
             return
     except CudaAgentError as exc:
         fail(str(exc), exc.exit_code)
@@ -416,11 +415,14 @@ def sweep(
         if sample is not None:
             flags.at_least("--sample", sample, 1)
         check_out_dir(out_root)
-    from .sweep import sweep_problem
-    from .tuner import TuneSettings, open_device
+    from .sweep import sweep_problem, sweep_settings
+    from .tuner import open_device
 
+    # the sweep's settings, built once here from every flag (`settings.py`)
+    settings = sweep_settings(device=device, sample=sample, seed=seed,
+                              store=store or default_store())
     try:
-        shared = open_device(device, TuneSettings(device=device),
+        shared = open_device(device, settings,
                              lambda s: console.print(f"[yellow]{s}[/]", soft_wrap=True))
     except CudaAgentError as exc:
         fail(str(exc))
@@ -431,8 +433,7 @@ def sweep(
             for f in files:
                 try:
                     r, path = sweep_problem(
-                        f, out_root, device=device, sample=sample, seed=seed,
-                        store=store or default_store(), shared_device=shared,
+                        f, out_root, settings=settings, shared_device=shared,
                         progress_for=lambda t: _bar_callback(bar, t, sample or len(t.space)))
                 except CudaAgentError as exc:
                     err_console.print(f"[red]skipped {f}: {exc}[/]")
@@ -513,14 +514,16 @@ def train(
         with _flag_errors():  # a checkpoint that cannot go on: before the suite is loaded
             resumable(out / "policy.pt", agents)
 
-    deadline = time.time() + time_limit if time_limit else None
-    settings = TrainSettings(
+    # training's settings, built once here from every flag (`settings.py`)
+    settings = TrainSettings.of(
         suite=str(suite), device=device, replay_root=str(replay_root) if replay_root else None,
         agents=agents, iterations=iterations, episodes=episodes, steps=steps, batch=batch,
         holdout=tuple(h for h in holdout.split(",") if h), explore=explore, out=str(out),
         resume=resume, seed=seed, samplers=samplers, ray=ray,
         operators_per_iteration=operators_per_iteration, prior_weight=prior_weight,
-        reward=RewardSettings(aux_weight=aux_weight))
+        reward=RewardSettings(aux_weight=aux_weight), time_limit_s=time_limit)
+    limit = settings.run.time_limit_s  # counted from here: loading the suite too
+    deadline = time.time() + limit if limit else None
     with interrupt.first_stops_second_aborts():
         try:
             with _progress() as bar:  # capturing and planning every problem of the suite
@@ -670,20 +673,25 @@ def bench(
 
     Ctrl-C stops the run at once: the problems finished are kept and reported (exit 130); a
     second Ctrl-C aborts."""
-    settings_kw = dict(suite=str(suite), replay_root=str(replay_root) if replay_root else None,
-                       strategies=tuple(s for s in strategies.split(",") if s), budget=budget,
-                       seeds=seeds, policy=str(policy) if policy else None,
-                       single_policy=single_policy, sim_constants=sim_constants, out=str(out),
-                       problem_seconds=problem_seconds, parallel=parallel, precision=precision,
-                       stage_patience=stage_patience, tolerance=tolerance, baselines=baselines)
+    from .bench import BENCH_RUN, BenchSettings, check_settings
+
+    # the bench's settings, built once here from every flag (`settings.py`): every strategy
+    # run takes its run settings whole (`bench.strategy_settings`)
+    settings = BenchSettings(
+        suite=str(suite), strategies=tuple(s for s in strategies.split(",") if s),
+        seeds=seeds, policy=str(policy) if policy else None, single_policy=single_policy,
+        sim_constants=sim_constants, out=str(out), problem_seconds=problem_seconds,
+        parallel=parallel,
+        run=replace(BENCH_RUN, device=device, budget=budget,
+                    replay_root=str(replay_root) if replay_root else None,
+                    precision=precision, stage_patience=stage_patience or None,
+                    tolerance=tolerance, baselines=baselines))
     with _flag_errors():  # every flag, before a problem is loaded or anything is printed
-        flags.check_bench(device=device, **{k: v for k, v in settings_kw.items()
-                                             if k not in ("out", "baselines")})
+        check_settings(settings, device)
         check_out_dir(out)
-    from .bench import BenchSettings, jobs_of, problem_files, run_bench
+    from .bench import jobs_of, problem_files, run_bench
     from .report.bench_report import PARTIAL, write_partial, write_report
 
-    settings = BenchSettings(**{**settings_kw, "stage_patience": stage_patience or None})
     out_existed = out.exists()
     total = len(problem_files(settings.suite)) * len(jobs_of(settings))
     try:
@@ -712,7 +720,7 @@ def bench(
                     else:
                         from .bench_live import run_live_bench
 
-                        result = run_live_bench(settings, device, step, notify=console.print,
+                        result = run_live_bench(settings, step, notify=console.print,
                                                 on_problem=lambda r: write_partial(r, out),
                                                 skipped=skip)
             except KeyboardInterrupt:

@@ -424,6 +424,8 @@ def report_dict(result: Any) -> dict[str, Any]:
         "stopped": result.stopped, "interrupted": result.stopped == "interrupted",
         "time_limit_s": result.settings.time_limit_s,
         "compile_timeout_s": result.settings.compile_timeout_s,
+        # every setting the run took, whole (`settings.RunSettings`; precision resolved)
+        "settings": result.settings.record(),
         "candidates": [trial_json(t) for t in result.trials],
     }
 

@@ -19,3 +19,10 @@ IMPORT_TIMEOUT_S = 120.0
 IMPORT_MEMORY_FRACTION = 0.5
 """the default bound on the host memory a problem file's import and capture may take: this
 share of the memory available when it starts"""
+
+STAGE_PATIENCE = 8
+"""measurements a stage of a program, other than the last, may go without improving the
+program's best by `space.program.STAGE_GAIN` before it hands the rest of its share to the
+stages after it: with an even split, a program whose optimum needs its second stage costs every
+strategy at least half the budget, however early the first stage has settled (docs/journal.md:
+space/program.py)"""

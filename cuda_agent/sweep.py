@@ -9,7 +9,8 @@ from typing import Any, Callable
 from .emit import git_commit
 from .errors import SettingsError
 from .run.replay import measurement_record, sweep_path, write_sweep
-from .tuner import Trial, TuneResult, Tuner, TuneSettings
+from .settings import RunSettings
+from .tuner import Trial, TuneResult, Tuner
 from .problem_child import LoadLimits, load_problem_bounded
 from .run.devices import Device
 
@@ -31,25 +32,36 @@ def sweep_data(r: TuneResult, sampled: bool) -> dict[str, Any]:
                         for t in r.trials]}
 
 
+def sweep_settings(device: str | None = None, sample: int | None = None, seed: int = 0,
+                   store: str | None = None, time_limit_s: float | None = None) -> RunSettings:
+    """A sweep's run settings: every configuration (exhaustive), or a random sample of
+    `sample` that takes the templates in turn (a small one, the library epilogue, is not
+    starved); batches of 32; a program's stages split evenly, as replay expects."""
+    if sample is not None and sample < 1:
+        raise SettingsError("--sample must be at least 1")
+    return RunSettings(device=device, strategy="random" if sample else "exhaustive",
+                       strategy_options={"stratified": True} if sample else {},
+                       budget=sample or 10**9, seed=seed, store=store, batch=32,
+                       time_limit_s=time_limit_s, stage_patience=None)
+
+
 def sweep_problem(path: str | Path, out_root: Path, device: str | None = None,
                   sample: int | None = None, seed: int = 0, store: str | None = None,
                   notify: Callable[[str], None] = lambda s: None,
                   progress_for: Callable[[Tuner], Callable[[Trial, Trial | None], None]]
                   | None = None,
                   shared_device: Device | None = None,
-                  time_limit_s: float | None = None) -> tuple[TuneResult, Path]:
+                  time_limit_s: float | None = None,
+                  settings: RunSettings | None = None) -> tuple[TuneResult, Path]:
     """Measure `sample` random configurations (all, when None) of one problem; write the file.
 
-    `shared_device` lets a multi-problem sweep keep one GPU worker instead of one per problem;
-    `progress_for(tuner)` makes the per-trial progress callback.
+    `settings` (`sweep_settings`, built once by a caller that sweeps several problems) stands
+    for `device`, `sample`, `seed`, `store` and `time_limit_s`; `shared_device` lets a
+    multi-problem sweep keep one GPU worker instead of one per problem; `progress_for(tuner)`
+    makes the per-trial progress callback.
     """
-    if sample is not None and sample < 1:
-        raise SettingsError("--sample must be at least 1")
-    # a sample takes the templates in turn: a small one (the library epilogue) is not starved
-    settings = TuneSettings(device=device, strategy="random" if sample else "exhaustive",
-                            strategy_options={"stratified": True} if sample else {},
-                            budget=sample or 10**9, seed=seed, store=store, batch=32,
-                            time_limit_s=time_limit_s, stage_patience=None)
+    if settings is None:
+        settings = sweep_settings(device, sample, seed, store, time_limit_s)
     tuner = Tuner(load_problem_bounded(path, LoadLimits.of_run(settings)), settings,
                   device=shared_device, notify=notify)
     try:
@@ -60,5 +72,5 @@ def sweep_problem(path: str | Path, out_root: Path, device: str | None = None,
     finally:
         tuner.close()
     out = sweep_path(result.problem.name, result.device.gpu_name(), out_root)
-    write_sweep(out, sweep_data(result, bool(sample)))
+    write_sweep(out, sweep_data(result, settings.strategy != "exhaustive"))
     return result, out

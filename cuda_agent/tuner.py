@@ -29,27 +29,23 @@ from .ir.partition import ProgramPlan
 from .ir.plan import KernelPlan, make_plan
 from .problem import Problem, naming_file
 from .problem_child import LoadLimits, load_problem_bounded
-from .limits import BASELINE_TIMEOUT_S, COMPILE_TIMEOUT_S, IMPORT_TIMEOUT_S, TIME_LIMIT_S
 from .run.baselines import with_matched
 from .run.devices import (Baselines, Candidate, CudaDevice, Device, cuda_available,
                           cudnn_baselines)
 from .run.records import Measurement
 from .run.replay import ReplayDevice
 from .run.sim import SimDevice
-from .run.verify import STRICT, VerifySettings, parse_tolerance
+from .run.verify import VerifySettings, parse_tolerance
 from .search import make_strategy, resolve_strategy
-from .space.program import (STAGE_PATIENCE, StagePlateau, StageSpace, stage_share,
-                             stage_spaces)
+from .search.base import is_agents
+from .search.stop import StageSchedule, StopRule
+from .space.program import StagePlateau, StageSpace, stage_spaces
 from .precision import resolve as resolve_precision
 from .space.slots import Config
 from .space.space import Space
+from .settings import RunSettings
 from .stopwatch import Phases
 from .store import Store, default_store
-
-STOPPED = ("budget", "space", "plateau", "time_limit", "interrupted")
-"""why a search ended: its budget was spent; the space (or the strategy's proposals) ran out;
-the strategy said it had plateaued; the time limit came; the user pressed Ctrl-C"""
-
 
 COUNT_GRACE_S = 0.5
 """seconds past the time limit the report may spend counting the space
@@ -60,79 +56,8 @@ class SimulatedDeviceWarning(UserWarning):
     """`tune()` found no GPU and runs on the simulated device: times are model estimates."""
 
 
-@dataclass
-class TuneSettings:
-    """Everything a tuning run takes besides the problem."""
-
-    device: str | None = None
-    """cuda, sim or replay; None picks cuda when a GPU is present, else sim"""
-    strategy: str = "default"
-    """search strategy name (`cuda_agent.search.strategy_names()`); "default", as
-    `cuda-agent tune`: the best on the measured evidence, with its shipped policy
-    (`search/default.py`)"""
-    budget: int = 64
-    """configurations to evaluate (failures count: each costs a measurement)"""
-    batch: int = 16
-    """configurations asked for and built together"""
-    seed: int = 0
-    store: str | None = None
-    """SQLite file; None keeps records in memory only"""
-    compiler: str = "nvrtc"
-    workers: int | None = None
-    """compile processes (default: one per CPU core)"""
-    baselines: bool = True
-    """time torch eager and torch.compile in the same run (cuda and replay only)"""
-    include_default: bool = True
-    """always measure the untuned default configuration first (then each other template's
-    default)"""
-    replay_root: str | None = None
-    profile_every: int = 0
-    """on cuda, profile every n-th verified candidate with Nsight Compute (0: never)"""
-    time_limit_s: float | None = TIME_LIMIT_S
-    """seconds the run may take from its start (`tune()`'s call, the CLI's command, else the
-    `Tuner`'s creation: loading the problem and the set-up count; None: no limit): then
-    compiles in flight are stopped, the strategy is no longer waited for, nothing more is
-    measured, and the run returns the best found so far (`TuneResult.stopped` is
-    "time_limit"); the budget still caps. The baselines after the search are bounded apart
-    (`baseline_timeout_s`)"""
-    compile_timeout_s: float | None = COMPILE_TIMEOUT_S
-    """seconds one candidate's compile may take before it is stopped and the candidate recorded
-    as a `compile_timeout` (None: no limit)"""
-    baseline_timeout_s: float = BASELINE_TIMEOUT_S
-    """on cuda, seconds each baseline (torch eager, torch.compile) may take; one that runs over
-    is stopped and reported as not measured, with the reason"""
-    strategy_options: dict[str, Any] = field(default_factory=dict)
-    stage_patience: int | None = STAGE_PATIENCE
-    """a multi-kernel program: measurements a stage may go without progress before it hands
-    the rest of its share to the next (`space/program.StagePlateau`); None: never (an even
-    split, as sweeps sample each stage)"""
-    precision: str = "auto"
-    """auto: each product at the precision the user's torch gives it (`precision.py`: by
-    default convolutions on TF32, as cudnn.allow_tf32 lets them, matrix products strict fp32,
-    as float32_matmul_precision "highest" keeps them), verified against torch's own answer
-    under those flags; resolved to a contract when the run starts (`precision_asked` keeps
-    "auto"); fp32: every kernel held to strict fp32 accuracy (tensor cores only
-    error-compensated); tf32: the user opts into TF32 tensor-core products (convolutions and
-    matrix products, the library's cuDNN and cuBLAS steps included), verified against torch's
-    own TF32 answer;
-    fp16, bf16: products on operands rounded to that type with fp32 accumulation, verified
-    against torch under autocast in that dtype. Eager and torch.compile are timed twice: at
-    PyTorch's defaults (the headline: a user's process) and matched to this contract (TF32 on,
-    or under autocast, like for like)"""
-    precision_asked: str | None = None
-    """the precision the user asked for where `precision` holds what it resolved to ("auto");
-    None: `precision` is what was asked"""
-    tolerance: str = STRICT
-    """strict: the strict protocol (float64 reference, relative bounds); kernelbench or
-    atol=A,rtol=R: conformance mode, a candidate passes where torch.allclose(out, ref, atol,
-    rtol) holds against the module in fp32 at PyTorch's default settings, as the field's
-    common harness (KernelBench, atol=rtol=1e-2) checks (`run/verify.py`)"""
-    import_timeout_s: float | None = IMPORT_TIMEOUT_S
-    """seconds the problem file's import and capture may take, in a child process (None: no
-    limit; a shorter `time_limit_s` bounds it too): past it, a `ProblemError`"""
-    import_memory_bytes: int | None = None
-    """host memory the problem file's import and capture may take (None: half of what is
-    available when it starts; 0: no limit): past it, a `ProblemError`"""
+TuneSettings = RunSettings
+"""a tune's settings are the run's (`settings.py`): the name the Python API has always had"""
 
 
 @dataclass
@@ -157,7 +82,7 @@ class TuneResult:
     plan: KernelPlan
     space: Space
     device: Device
-    settings: TuneSettings
+    settings: RunSettings
     trials: list[Trial]
     baselines: Baselines
     default: Trial | None
@@ -225,7 +150,7 @@ class TuneResult:
             target, fraction)
 
 
-def resolve_settings_precision(settings: TuneSettings, device_kind: str | None) -> TuneSettings:
+def resolve_settings_precision(settings: RunSettings, device_kind: str | None) -> RunSettings:
     """`settings` with its precision resolved to a contract (`precision.resolve`: "auto" as
     this process's torch flags say), the precision asked for kept in `precision_asked`."""
     contract = resolve_precision(settings.precision, device_kind)
@@ -234,13 +159,13 @@ def resolve_settings_precision(settings: TuneSettings, device_kind: str | None) 
     return replace(settings, precision=contract, precision_asked=settings.precision)
 
 
-def verify_settings(settings: TuneSettings) -> VerifySettings:
+def verify_settings(settings: RunSettings) -> VerifySettings:
     """The verifier's settings for a run: the precision contract and the tolerance."""
     return VerifySettings(precision=settings.precision,
                           tolerance=parse_tolerance(settings.tolerance))
 
 
-def check_settings(settings: TuneSettings) -> None:
+def check_settings(settings: RunSettings) -> None:
     """A one-line `SettingsError` for the first setting out of range (`flags.check_tune`)."""
     check_tune(device=settings.device, strategy=settings.strategy, budget=settings.budget,
                batch=settings.batch, precision=settings.precision,
@@ -249,7 +174,7 @@ def check_settings(settings: TuneSettings) -> None:
                baseline_timeout_s=settings.baseline_timeout_s)
 
 
-def open_device(name: str | None, settings: TuneSettings, notify: Callable[[str], None]) -> Device:
+def open_device(name: str | None, settings: RunSettings, notify: Callable[[str], None]) -> Device:
     if name is None:
         if cuda_available():
             name = "cuda"
@@ -311,23 +236,29 @@ def _later(build: Future) -> Iterator[Candidate]:
 class Tuner:
     """One problem, one device, one strategy."""
 
-    def __init__(self, problem: Problem, settings: TuneSettings, device: Device | None = None,
+    def __init__(self, problem: Problem, settings: RunSettings, device: Device | None = None,
                  builder: Builder | None = None, store: Store | None = None,
                  notify: Callable[[str], None] = lambda s: None,
                  device_lock: Any = None,
                  on_setup: Callable[[str], None] | None = None,
-                 started: float | None = None) -> None:
+                 started: float | None = None,
+                 on_measured: Iterable[Callable[[Trial], None]] = ()) -> None:
         """`notify` receives notices a user must see (the simulator's fallback); `on_setup`,
         where given, a line once the GPU has set the problem up (`setup_notice`); `started`,
         the `time.monotonic()` instant the run began (the problem's loading included), from
         which the time limit counts (default: now): the set-up below (the device, the GPU's
-        set-up for the problem, the strategy) is spent from the same seconds as the search."""
+        set-up for the problem, the strategy) is spent from the same seconds as the search;
+        `on_measured`, callbacks on every measurement (after the store's: `measure_callbacks`)."""
         self._started: float | None = time.monotonic() if started is None else started
         check_settings(settings)
         # "default" runs as the best strategy on the measured evidence (`search/default.py`);
         # the settings keep the name asked for, the report both
         self.strategy_name, self.strategy_options = resolve_strategy(
             settings.strategy, settings.budget, settings.strategy_options)
+        if is_agents(self.strategy_name):
+            # the agents plan their episode over the run's budget: read from the settings
+            # here, not copied into the options by each caller
+            self.strategy_options.setdefault("budget", settings.budget)
         # "auto": as this process's torch runs each product (the problem file imported)
         settings = resolve_settings_precision(
             settings, device.kind if device is not None else settings.device)
@@ -400,6 +331,11 @@ class Tuner:
         self._own_store = store is None
         self.problem_id = self.store.problem_id(problem.name, problem.source_hash,
                                                 problem.graph().fingerprint(), self.plan.family)
+        self.measure_callbacks: list[Callable[[Trial], None]] = [self._add_to_store,
+                                                                 *on_measured]
+        """what happens after each measurement, in order, under the device lock (one
+        measurement at a time): the store keeps it first (a later lookup serves it), then the
+        caller's (`on_measured`: a bench's notes of what each measurement cost)"""
         with phases("strategy"):
             self.strategy = make_strategy(self.strategy_name, self.space, seed=settings.seed,
                                           **self.strategy_options)
@@ -457,26 +393,35 @@ class Tuner:
         trial = Trial(index, cand.config, self.space.template_of(cand.config).name, m,
                       cand.resources,
                       library=any(la.library for la in cand.rendered.launches))
-        # which agent chose what: a failure can be traced to the agents' choices
-        agents: dict[str, dict[str, Any]] = {}
-        for slot, value in cand.config.present().items():
-            agents.setdefault(slot.split(".", 1)[0], {})[slot] = value
-        self.store.record(self.problem_id, cand.key, trial.template, cand.config.as_dict(), m,
-                          self.device.gpu_name(), self._measured_with(), self.strategy_name,
-                          cand.resources, agents)
+        for callback in self.measure_callbacks:
+            callback(trial)
         return trial
 
+    def _add_to_store(self, trial: Trial) -> None:
+        """The store's callback: the measurement, its candidate (`Measurement.key`, the
+        candidate's content key), and which agent chose what (a failure can be traced to the
+        agents' choices)."""
+        agents: dict[str, dict[str, Any]] = {}
+        for slot, value in trial.config.present().items():
+            agents.setdefault(slot.split(".", 1)[0], {})[slot] = value
+        self.store.record(self.problem_id, trial.measurement.key, trial.template,
+                          trial.config.as_dict(), trial.measurement, self.device.gpu_name(),
+                          self._measured_with(), self.strategy_name, trial.resources, agents)
+
     def measure(self, configs: list[Config], best_ms: float | None = None,
-                stop: Callable[[Trial], bool] | None = None) -> list[Trial]:
+                rule: StopRule | None = None) -> list[Trial]:
         """Build and measure configurations outside the ask/tell loop (training and the live
-        bench's Kernel Tuner runs use this): built side by side, measured in order, up to and
-        including the first trial `stop` says ends the batch."""
-        out = []
+        bench's Kernel Tuner runs use this): built side by side, measured in order under
+        `rule` (by default only Ctrl-C stops it: a training episode's thread ends there), up
+        to and including the measurement after which it says stop (a program's stage that
+        has settled)."""
+        rule = rule or StopRule()
+        out: list[Trial] = []
         for cand in self._build(configs):
-            if interrupt.requested():  # Ctrl-C: a training episode's thread ends here
-                raise KeyboardInterrupt
+            if rule.before_measure() is not None:
+                break
             out.append(self._measure_one(cand, best_ms, 0))
-            if stop is not None and stop(out[-1]):
+            if rule.after_measure(out[-1].measurement) is not None:
                 break
         return out
 
@@ -560,6 +505,7 @@ class Tuner:
         each later stage starts from the best. Returns why the search ended."""
         s = self.settings
         n = len(self.stages)
+        schedule = StageSchedule(s.budget, n, s.stage_patience, self._deadline)
         start, started = len(trials), time.monotonic()
         fixed, stopped = self._start_program(trials, progress)
         best = self._best
@@ -569,7 +515,7 @@ class Tuner:
             # the first stage's shares count from the start: the programs measured first
             # are its candidates too
             begun, now = (start, started) if i == 0 else (len(trials), time.monotonic())
-            budget = stage_share(s.budget - (begun - start), n - i) - (len(trials) - begun)
+            budget = schedule.share(i, begun - start) - (len(trials) - begun)
             if budget < 1:
                 continue
             self.space = StageSpace.of(self._program(), i, self.stages, fixed)
@@ -580,14 +526,11 @@ class Tuner:
                 break
             self.strategy = strategy
             first = len(trials)
-            plateau = None if i == n - 1 or s.stage_patience is None else StagePlateau(
-                best.measurement.time_ms if best else None, s.stage_patience)
-            until = None  # this stage's share of the seconds left
-            if self._deadline is not None:
-                until = now + max(0.0, self._deadline - now) / (n - i)
             try:
                 stopped = self._search(budget, s.include_default, trials, best, progress,
-                                       plateau, until)
+                                       schedule.plateau(i, best.measurement.time_ms
+                                                        if best else None),
+                                       schedule.until(i, now))
             finally:
                 for t in trials[first:]:
                     t.stage = i
@@ -740,10 +683,7 @@ class Tuner:
         compiles still running when it comes are stopped."""
         s = self.settings
         first = len(trials)
-
-        def share_spent() -> bool:
-            return until is not None and len(trials) > first and time.monotonic() >= until
-
+        rule = StopRule(budget, self._deadline, plateau, until)
         seen: set[Config] = set()
         # the untuned baseline first, then one configuration of every template: a template
         # that is a small share of the space (the tensor-core GEMM's hundreds among tens of
@@ -827,13 +767,12 @@ class Tuner:
             self.timing["strategy_s"] += time.perf_counter() - t
             return asked_ahead.done()
 
-        remaining = budget
         stopped = "space"
         try:
-            asked, batch = self._bounded(ask, min(s.batch, remaining))
+            asked, batch = self._bounded(ask, min(s.batch, rule.remaining))
             if not asked:
                 stopped, batch = "time_limit", []
-            while batch and remaining > 0:
+            while batch and rule.remaining > 0:
                 t = time.perf_counter()
                 if next_build is not None:
                     cands: Iterable[Candidate] = next_build.result()
@@ -846,32 +785,33 @@ class Tuner:
                     cands = itertools.chain(head, _later(rest) if rest is not None else [])
                 self.timing["build_wait_s"] += time.perf_counter() - t
                 seen.update(batch)
-                remaining -= len(batch)
+                rule.take(len(batch))
                 following: list[Config] | None
-                if ahead_ok and picks_due and remaining > 0:
+                if ahead_ok and picks_due and rule.remaining > 0:
                     following = None  # asked in the background: `asked_ahead`
-                    next_build, asked_ahead = ask_ahead(min(s.batch, remaining))
+                    next_build, asked_ahead = ask_ahead(min(s.batch, rule.remaining))
                 else:
                     following = []
-                    if not adaptive and remaining > 0:
-                        asked, following = self._bounded(ask, min(s.batch, remaining))
+                    if not adaptive and rule.remaining > 0:
+                        asked, following = self._bounded(ask, min(s.batch, rule.remaining))
                         if not asked:
                             stopped, following = "time_limit", []
                     next_build = build_ahead(following)
                 results, settled = [], False
                 for cand in cands:
-                    if self._time_up() or (cand.build_error and cand.build_error[0] == CUT):
-                        stopped = "time_limit"
+                    why = "time_limit" if cand.build_error and cand.build_error[0] == CUT \
+                        else rule.before_measure()
+                    if why == "time_limit":
+                        stopped = why
                         break
-                    if share_spent():
+                    if why == "plateau":
                         settled = True  # this stage's seconds: the next stage's turn
                         break
                     trial = self._take(cand, trials, progress,
                                        include_default and len(trials) == first)
                     best, m = self._best, trial.measurement
                     results.append((cand.config, m))
-                    settled = plateau is not None and plateau.update(
-                        m.time_ms if m.ok else None)
+                    settled = rule.after_measure(m) == "plateau"
                     if settled:
                         break  # the rest of this stage's share goes to the next stage
                 # the strategy is told nothing while it is asked elsewhere; a search whose
@@ -886,20 +826,16 @@ class Tuner:
                 self.timing["strategy_s"] += time.perf_counter() - t
                 if stopped == "time_limit":
                     break
-                if self.strategy.done or settled:
-                    stopped = "plateau"  # the strategy says the search has, or the stage has
-                    break
-                if remaining <= 0:
-                    stopped = "budget"
-                    break
-                if self._time_up():
-                    stopped = "time_limit"
+                # "plateau": the strategy says the search has, or the stage has
+                why = rule.after_batch(self.strategy.done or settled)
+                if why is not None:
+                    stopped = why
                     break
                 if following is None:
                     assert asked_ahead is not None
                     following = asked_ahead.result()
                 elif adaptive:
-                    asked, following = self._bounded(ask, min(s.batch, remaining))
+                    asked, following = self._bounded(ask, min(s.batch, rule.remaining))
                     if not asked:
                         stopped = "time_limit"
                         break
@@ -930,11 +866,12 @@ def _warn(message: str) -> None:
 
 def tune(problem: str | Path | Problem, out: str | Path | None = None,
          progress: Callable[[Trial, Trial | None], None] | None = None,
-         notify: Callable[[str], None] | None = None, **options: Any) -> TuneResult:
+         notify: Callable[[str], None] | None = None, settings: RunSettings | None = None,
+         **options: Any) -> TuneResult:
     """Python API: tune one problem file; with `out`, write model_new.py, kernel.cu, report.json.
 
-    Options are `TuneSettings` fields, e.g. ``tune("softmax.py", device="sim", budget=32)``.
-    As the CLI's `tune`:
+    Options are `RunSettings` fields, e.g. ``tune("softmax.py", device="sim", budget=32)``;
+    or pass `settings` whole (options then replace its fields). As the CLI's `tune`:
 
     * the store is the CLI's (`store.default_store()`: $CUDA_AGENT_HOME/store.sqlite, else
       ~/.cache/cuda-agent/store.sqlite), so measurements are shared with `cuda-agent`;
@@ -951,8 +888,11 @@ def tune(problem: str | Path | Problem, out: str | Path | None = None,
     do not re-import it (`procs.py`).
     """
     started = time.monotonic()  # the time limit counts from here: loading the problem too
-    options.setdefault("store", default_store())
-    settings = TuneSettings(**options)
+    if settings is None:
+        options.setdefault("store", default_store())
+        settings = RunSettings(**options)
+    elif options:
+        settings = replace(settings, **options)
     check_settings(settings)  # before the problem is loaded: a bad setting costs nothing
     if out is not None:
         from .outputs import check_out_dir

@@ -255,7 +255,7 @@ def _train(tmp: Path, iterations: int, resume: bool = False, agents: str = "mult
            prior_weight: float = 0.0):
     from cuda_agent.agents.train import TrainSettings, Trainer
 
-    s = TrainSettings(suite=str(GOOD), device="sim", iterations=iterations, episodes=2, steps=2,
+    s = TrainSettings.of(suite=str(GOOD), device="sim", iterations=iterations, episodes=2, steps=2,
                       batch=4, out=str(tmp), resume=resume, hidden=16, agents=agents,
                       prior_weight=prior_weight)
     tr = Trainer(s)
@@ -306,7 +306,7 @@ def test_a_deadline_stops_training_after_the_running_iteration_and_resume_contin
 
     from cuda_agent.agents.train import TrainSettings, Trainer
 
-    s = TrainSettings(suite=str(GOOD), device="sim", iterations=3, episodes=2, steps=2, batch=4,
+    s = TrainSettings.of(suite=str(GOOD), device="sim", iterations=3, episodes=2, steps=2, batch=4,
                       out=str(tmp_path / "d"), hidden=16)
     tr = Trainer(s)
     try:
@@ -336,7 +336,7 @@ def test_a_published_policy_keeps_the_policy_and_refuses_to_resume(tmp_path):
     assert "optimizer" not in slim and "sampler_state" not in slim["meta"]
     (tmp_path / "r").mkdir()
     dst.replace(tmp_path / "r" / "policy.pt")
-    s = TrainSettings(suite=str(GOOD), device="sim", iterations=2, episodes=2, steps=2, batch=4,
+    s = TrainSettings.of(suite=str(GOOD), device="sim", iterations=2, episodes=2, steps=2, batch=4,
                       out=str(tmp_path / "r"), resume=True, hidden=16)
     with pytest.raises(SettingsError, match="cannot be resumed"):
         Trainer(s)
@@ -393,7 +393,7 @@ def test_trained_agents_beat_random_search_on_held_out_operators(tmp_path):
     from cuda_agent.run.replay import ReplayDevice
 
     device = ReplayDevice(root=H200.parent)
-    s = TrainSettings(suite=str(PROBLEMS), holdout=HOLDOUT, device="replay", iterations=100,
+    s = TrainSettings.of(suite=str(PROBLEMS), holdout=HOLDOUT, device="replay", iterations=100,
                       episodes=4, steps=4, batch=8, out=str(tmp_path / "p"),
                       replay_root=str(H200.parent))
     tr = Trainer(s, device=device)
@@ -425,7 +425,7 @@ def test_training_with_the_prior_samples_what_the_model_rates_best(tmp_path):
 
     firsts = {}
     for weight in (0.0, 100.0):
-        s = TrainSettings(suite=str(GOOD / "sum_small.py"), device="sim", iterations=1,
+        s = TrainSettings.of(suite=str(GOOD / "sum_small.py"), device="sim", iterations=1,
                           episodes=1, steps=1, batch=4, prior_weight=weight,
                           out=str(tmp_path / str(weight)))
         tr = Trainer(s)
@@ -452,7 +452,7 @@ def test_the_suite_loads_without_listing_its_spaces(tmp_path):
     only the spaces of the operators its episodes drew, announced before each."""
     from cuda_agent.agents.train import TrainSettings, Trainer
 
-    s = TrainSettings(suite=str(GOOD), device="sim", iterations=1, episodes=1, steps=1,
+    s = TrainSettings.of(suite=str(GOOD), device="sim", iterations=1, episodes=1, steps=1,
                       batch=2, hidden=16, out=str(tmp_path / "p"))
     loaded: list = []
     tr = Trainer(s, loading=lambda i, n, name: loaded.append((i, n, name)))
@@ -473,7 +473,7 @@ def test_operators_per_iteration_groups_the_episodes(tmp_path):
     """Episodes of one update can share operators, grouped, so a device sets each up once."""
     from cuda_agent.agents.train import TrainSettings, Trainer
 
-    s = TrainSettings(suite=str(GOOD), device="sim", iterations=1, episodes=4, steps=1, batch=2,
+    s = TrainSettings.of(suite=str(GOOD), device="sim", iterations=1, episodes=4, steps=1, batch=2,
                       operators_per_iteration=2, out=str(tmp_path / "p"))
     tr = Trainer(s)
     try:

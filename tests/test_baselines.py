@@ -369,7 +369,7 @@ def test_a_bench_report_over_old_and_new_runs_keeps_each_figure_in_its_setting()
     def run(problem, facts):
         base = {"family": "conv", "best_ms": 1.0, "recorded": 5, "bytes": 1e9,
                 "copy_bw": 4e12, "gpu": "x", "simulated": False}
-        return BenchResult(BenchSettings(budget=10, seeds=1, strategies=("random",)),
+        return BenchResult(BenchSettings.of(budget=10, seeds=1, strategies=("random",)),
                            [Run(problem, "random", 0, [2.0, 1.0], 0.1)],
                            {problem: {**base, **facts}}, live="cuda")
 

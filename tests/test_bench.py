@@ -64,7 +64,7 @@ def test_best_of_run_by_hand():
                 "eager_matched_ms": 8.0, "compile_matched_ms": matched_ms,
                 "baseline_settings": SETTINGS}
 
-    res = BenchResult(BenchSettings(budget=10, seeds=1), problems={
+    res = BenchResult(BenchSettings.of(budget=10, seeds=1), problems={
         "a": facts(1.0, 2.0, 4.0), "b": facts(1.0, 1.0, 2.0), "c": facts(3.0, 1.0, 6.0),
         "d": facts(1.0, None, None)})
     b = best_of_run(res)
@@ -89,7 +89,7 @@ def test_an_old_run_has_matched_figures_only():
 
     old = {"family": "norm", "best_ms": 1.0, "recorded": 10, "eager_ms": 4.0,
            "compile_ms": 2.0, "bytes": 1e9, "copy_bw": 4e12, "gpu": "x", "simulated": False}
-    res = BenchResult(BenchSettings(budget=10, seeds=1), problems={"a": old})
+    res = BenchResult(BenchSettings.of(budget=10, seeds=1), problems={"a": old})
     res.runs = [Run("a", "random", 0, [3.0, 1.0], 0.0)]
     b = best_of_run(res)
     assert b["fast_p_vs_compile"] is None and b["geomean_speedup_vs_compile"] is None
@@ -110,7 +110,7 @@ def test_unseen_median_compares_every_strategy_on_the_same_problems():
 
     facts = {"family": "norm", "best_ms": 1.0, "recorded": 10, "eager_ms": 2.0,
              "compile_ms": 1.5, "bytes": 1e9, "copy_bw": 4e12, "gpu": "x", "simulated": False}
-    res = BenchResult(BenchSettings(budget=10, seeds=1), problems={"a": facts, "b": facts},
+    res = BenchResult(BenchSettings.of(budget=10, seeds=1), problems={"a": facts, "b": facts},
                       trained_on=["a"])
     res.runs = [Run("a", "random", 0, [3.0, 1.0], 0.0),
                 Run("b", "random", 0, [2.0, 2.0, 1.0], 0.0),
@@ -129,7 +129,7 @@ def test_bench_on_replay_end_to_end(tmp_path):
     # a tiny agents policy, trained on one of them, so that marl is in the comparison too
     from cuda_agent.agents.train import TrainSettings, Trainer
 
-    tr = Trainer(TrainSettings(suite=str(suite / "norm_l2.py"), device="replay",
+    tr = Trainer(TrainSettings.of(suite=str(suite / "norm_l2.py"), device="replay",
                                replay_root=str(H200.parent), iterations=1, episodes=1, steps=1,
                                batch=4, hidden=16, out=str(tmp_path / "p")))
     try:

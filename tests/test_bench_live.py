@@ -9,11 +9,12 @@ import json
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from cuda_agent.bench import BenchResult, BenchSettings, Run, merge
+from cuda_agent.bench import RUN_FIELDS, BenchResult, BenchSettings, Run, merge
 from cuda_agent.errors import SettingsError
 from cuda_agent.space.slots import Config
 
@@ -117,7 +118,7 @@ def test_kernel_tuner_error_is_recorded_not_raised(tmp_path):
     from cuda_agent.bench import run_bench
     from cuda_agent.report.bench_report import write_report
 
-    settings = BenchSettings(suite=str(PROBLEMS / "attention_manual_odd.py"),
+    settings = BenchSettings.of(suite=str(PROBLEMS / "attention_manual_odd.py"),
                              strategies=("random", "kt:bayes_opt"), budget=40, seeds=1,
                              out=str(tmp_path))
     result = run_bench(settings)
@@ -266,7 +267,7 @@ def _result(problem: str, budget: int = 10) -> BenchResult:
     facts = {"family": "norm", "best_ms": 1.0, "recorded": 5, "eager_ms": 2.0,
              "compile_ms": 1.5, "bytes": 1e9, "copy_bw": 4e12, "gpu": "x", "simulated": False,
              "baseline_settings": {"headline": "defaults", "same": True}}
-    return BenchResult(BenchSettings(budget=budget, seeds=1, strategies=("random",)),
+    return BenchResult(BenchSettings.of(budget=budget, seeds=1, strategies=("random",)),
                        [Run(problem, "random", 0, [2.0, 1.0], 0.1, 0.2)], {problem: facts},
                        date="2026-11-30", live="cuda", provenance={"commit": "abc"})
 
@@ -280,16 +281,19 @@ def test_merge_joins_runs_and_refuses_mismatches():
     with pytest.raises(SettingsError, match="budget"):
         merge([_result("a"), _result("b", budget=20)])
     even = _result("b")
-    even.settings.stage_patience = None
+    even.settings = replace(even.settings, run=replace(even.settings.run, stage_patience=None))
     with pytest.raises(SettingsError, match="stage_patience"):
         merge([_result("a"), even])
 
 
 def test_a_run_written_before_stages_handed_over_reads_as_an_even_split():
     d = json.loads(json.dumps(_result("a").to_json()))
-    del d["settings"]["stage_patience"]
-    assert BenchResult.from_json(d).settings.stage_patience is None
-    assert BenchResult.from_json(_result("a").to_json()).settings.stage_patience == 8
+    old, run = d["settings"], d["settings"].pop("run")
+    old.update({k: run[k] for k in RUN_FIELDS})  # as written before `BenchSettings.run`
+    assert BenchResult.from_json(d).settings.run.budget == 10
+    del old["stage_patience"]
+    assert BenchResult.from_json(d).settings.run.stage_patience is None
+    assert BenchResult.from_json(_result("a").to_json()).settings.run.stage_patience == 8
 
 
 def test_merge_drops_a_skip_that_a_later_run_benched():
@@ -356,11 +360,11 @@ def test_a_problem_past_its_time_is_given_up_and_kept_apart(tmp_path):
     from cuda_agent.bench_live import run_live_bench
 
     seen = []
-    settings = BenchSettings(suite=str(PROBLEMS / "softmax_tinyrows_odd.py"),
+    settings = BenchSettings.of(suite=str(PROBLEMS / "softmax_tinyrows_odd.py"),
                              strategies=("random", "genetic"), budget=3, seeds=1,
                              out=str(tmp_path), problem_seconds=1e-9)
     with pytest.raises(SettingsError, match="could be measured"):
-        run_live_bench(settings, "sim", on_problem=lambda r: seen.append(
+        run_live_bench(settings.on("sim"), on_problem=lambda r: seen.append(
             (dict(r.skipped), len(r.runs))))
     assert len(seen) == 1
     skipped, runs = seen[0]
@@ -383,10 +387,10 @@ def test_a_strategy_that_raises_is_recorded_and_the_bench_goes_on(tmp_path, monk
                 raise RuntimeError("a bug in the strategy\nsecond line")
 
     monkeypatch.setitem(base.STRATEGIES, "genetic", Breaks)
-    settings = BenchSettings(suite=str(PROBLEMS / "softmax_tinyrows_odd.py"),
+    settings = BenchSettings.of(suite=str(PROBLEMS / "softmax_tinyrows_odd.py"),
                              strategies=("random", "genetic"), budget=12, seeds=1,
                              out=str(tmp_path))
-    result = run_live_bench(settings, "sim")
+    result = run_live_bench(settings.on("sim"))
     runs = {r.strategy: r for r in result.runs}
     assert runs["random"].error is None and len(runs["random"].times) == 12
     broken = runs["genetic"]
@@ -412,9 +416,9 @@ def test_a_problem_whose_set_up_fails_is_reported_and_the_bench_goes_on(tmp_path
 
     monkeypatch.setattr(SimDevice, "setup", setup)
     suite = f"{PROBLEMS / 'softmax_tinyrows_odd.py'},{PROBLEMS / 'elementwise_log_sqrt.py'}"
-    settings = BenchSettings(suite=suite, strategies=("random",), budget=3, seeds=1,
+    settings = BenchSettings.of(suite=suite, strategies=("random",), budget=3, seeds=1,
                              out=str(tmp_path))
-    result = run_live_bench(settings, "sim")
+    result = run_live_bench(settings.on("sim"))
     assert "GPU setup failed" in result.skipped["softmax_tinyrows_odd"]
     assert set(result.problems) == {"elementwise_log_sqrt"}
     assert {r.problem for r in result.runs} == {"elementwise_log_sqrt"}
@@ -430,7 +434,7 @@ def test_a_stopped_run_keeps_what_it_finished(tmp_path):
     for name in ("a", "b", "c"):
         (suite / f"{name}.py").write_text("")
     r = _result("a")
-    r.settings.suite = str(suite)
+    r.settings = replace(r.settings, suite=str(suite))
     r.skipped["b"] = "a multi-kernel program"
     run = tmp_path / "run"
     write_partial(r, run)
@@ -562,10 +566,10 @@ def test_parallel_strategy_runs_measure_one_at_a_time_and_match_a_sequential_run
     strategies = ("random", "genetic", "optuna", "kt:random_sample", "kt:genetic_algorithm")
     results = {}
     for parallel in (1, 5):
-        settings = BenchSettings(suite=str(PROBLEMS / "softmax_tinyrows_odd.py"),
+        settings = BenchSettings.of(suite=str(PROBLEMS / "softmax_tinyrows_odd.py"),
                                  strategies=strategies, budget=10, seeds=1,
                                  out=str(tmp_path / str(parallel)), parallel=parallel)
-        res = run_live_bench(settings, "sim")
+        res = run_live_bench(settings.on("sim"))
         results[parallel] = {(r.strategy, r.seed): (r.times, r.configs) for r in res.runs}
         assert all(len(r.configs) == len(r.times) and len(set(r.configs)) == len(r.configs)
                    for r in res.runs), "each measured configuration is listed once, in order"
@@ -578,7 +582,7 @@ def test_parallel_must_be_positive():
     from cuda_agent.bench_live import run_live_bench
 
     with pytest.raises(SettingsError, match="--parallel"):
-        run_live_bench(BenchSettings(parallel=0), "sim")
+        run_live_bench(BenchSettings.of(parallel=0, device="sim"))
 
 
 def test_every_strategy_hands_a_settled_stage_on_alike(tmp_path):
@@ -590,10 +594,10 @@ def test_every_strategy_hands_a_settled_stage_on_alike(tmp_path):
     from cuda_agent.space.program import StagePlateau
 
     (tmp_path / "conv_pool_small.py").write_text(CONV_POOL)
-    settings = BenchSettings(suite=str(tmp_path / "conv_pool_small.py"), budget=12, seeds=1,
+    settings = BenchSettings.of(suite=str(tmp_path / "conv_pool_small.py"), budget=12, seeds=1,
                              strategies=("random", "kt:random_sample", "kt:genetic_algorithm"),
                              out=str(tmp_path / "out"), stage_patience=2)
-    result = run_live_bench(settings, "sim")
+    result = run_live_bench(settings.on("sim"))
     assert {r.strategy for r in result.runs} == set(settings.strategies)
     conv_stage = {r.strategy: sum(c.startswith("s0:") for c in r.configs) for r in result.runs}
     assert min(conv_stage.values()) < 6, f"no stage settled early here: {conv_stage}"
@@ -619,10 +623,10 @@ def test_no_baselines_leaves_torch_untimed_and_says_so(tmp_path, monkeypatch):
     monkeypatch.setattr(SimDevice, "baselines",
                         lambda self, which=(): asked.append(which) or real(self, which))
     for baselines in (True, False):
-        settings = BenchSettings(suite=str(PROBLEMS / "softmax_tinyrows_odd.py"),
+        settings = BenchSettings.of(suite=str(PROBLEMS / "softmax_tinyrows_odd.py"),
                                  strategies=("random",), budget=3, seeds=1,
                                  out=str(tmp_path / str(baselines)), baselines=baselines)
-        res = run_live_bench(settings, "sim")
+        res = run_live_bench(settings.on("sim"))
         assert bool(asked) == baselines
         facts = res.problems["softmax_tinyrows_odd"]
         assert facts["eager_ms"] is None and facts["compile_ms"] is None
@@ -642,15 +646,15 @@ def test_bench_tolerance_reaches_the_verifier_and_replay_refuses_it(tmp_path, mo
     opened = []
     monkeypatch.setattr(bench_live, "open_device",
                         lambda name, settings, notify: opened.append(settings) or SimDevice())
-    settings = BenchSettings(suite=str(PROBLEMS / "softmax_tinyrows_odd.py"),
+    settings = BenchSettings.of(suite=str(PROBLEMS / "softmax_tinyrows_odd.py"),
                              strategies=("random",), budget=2, seeds=1, out=str(tmp_path),
                              tolerance="kernelbench")
-    bench_live.run_live_bench(settings, "sim")
+    bench_live.run_live_bench(settings.on("sim"))
     assert [s.tolerance for s in opened] == ["kernelbench"]
     with pytest.raises(SettingsError, match="strict protocol"):
         run_bench(settings)
     with pytest.raises(SettingsError, match="--tolerance"):
-        bench_live.run_live_bench(BenchSettings(tolerance="loose"), "sim")
+        bench_live.run_live_bench(BenchSettings.of(tolerance="loose", device="sim"))
 
 
 def test_warm_kernel_tuner_starts_a_program_from_the_model_picks(tmp_path):
@@ -666,10 +670,10 @@ def test_warm_kernel_tuner_starts_a_program_from_the_model_picks(tmp_path):
 
     path = tmp_path / "conv_pool_small.py"
     path.write_text(CONV_POOL)
-    settings = BenchSettings(suite=str(path), budget=6, seeds=1, out=str(tmp_path / "out"),
+    settings = BenchSettings.of(suite=str(path), budget=6, seeds=1, out=str(tmp_path / "out"),
                              strategies=("kt:random_sample", "kt_warm:random_sample"),
                              baselines=False)
-    runs = {r.strategy: r for r in run_live_bench(settings, "sim").runs}
+    runs = {r.strategy: r for r in run_live_bench(settings.on("sim")).runs}
     stages = stage_spaces(make_plan(load_problem(path).graph()), Target())
     pick = model_pick(stages[0])
     assert runs["kt_warm:random_sample"].configs[0] == f"s0:{pick.short()}"

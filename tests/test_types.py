@@ -12,12 +12,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-PENDING = {"cuda_agent/cli.py", "cuda_agent/bench_live.py"}
-"""files whose errors are left to the branch rewriting them (issue 49 items 1-2: one engine,
-one settings object): `bench --settings` and the live bench's stage hand-off, which that
-rewrite replaces. Errors there are tolerated only while the file has some: a file that is
-clean fails the test until it is taken off this set."""
-
 ERROR = re.compile(r"^(?P<file>[^:\s]+\.py):\d+: error: ", re.M)
 
 
@@ -34,10 +28,7 @@ def test_mypy_is_clean_on_the_package() -> None:
     report = done.stdout + done.stderr
     files = {m["file"] for m in ERROR.finditer(report)}
     assert done.returncode in (0, 1) and (done.returncode == 0) == (not files), report
-    unexpected = sorted(f for f in files if f not in PENDING)
-    assert not unexpected, f"mypy found errors in {unexpected}:\n{report}"
-    clean = sorted(PENDING - files)
-    assert not clean, f"{clean} now pass mypy: take them off PENDING"
+    assert not files, f"mypy found errors in {sorted(files)}:\n{report}"
 
 
 def test_no_module_of_ours_is_exempted() -> None:

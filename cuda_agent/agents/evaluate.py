@@ -64,8 +64,8 @@ def trajectory(problem_path: Path, contender: Contender, device: Device, budget:
     if contender.strategy == "marl":
         policy = (checkpoint.policy_from(checkpoint.load(contender.checkpoint))
                   if contender.checkpoint else MultiAgentPolicy(contender.agents))
-        opts = {"policy": policy, "online": contender.online, "budget": budget,
-                "patience": 10**6, "temperature": contender.temperature,
+        opts = {"policy": policy, "online": contender.online, "patience": 10**6,
+                "temperature": contender.temperature,
                 "ranked": contender.ranked if contender.ranked is not None else
                 (RANKED_FIRST if contender.checkpoint else 0),
                 "local_share": contender.local_share, "prior_weight": contender.prior_weight}

@@ -13,12 +13,13 @@ where it stopped (a Ray fleet's run from its last update, not bit for bit).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 import random
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -32,7 +33,8 @@ from ..problem_child import load_problem_bounded
 from ..run.devices import Device
 from ..space.slots import AGENTS
 from ..store import Store
-from ..tuner import Tuner, TuneSettings, open_device
+from ..settings import RunSettings
+from ..tuner import Tuner, open_device
 from . import checkpoint
 from .episode import Episode
 from .fleet import LocalFleet
@@ -43,6 +45,12 @@ from .reward import RewardSettings
 from .vocab import SpaceIndex
 
 
+TRAIN_RUN = RunSettings(strategy="random", baselines=False, profile_every=4, time_limit_s=None)
+"""training's run settings unless told otherwise: the operators' measurers ask no strategy
+(the episodes propose: `Tuner.measure`) and time no baselines; Nsight Compute every 4th
+candidate on cuda; no time limit"""
+
+
 @dataclass
 class TrainSettings:
     """Everything a training run takes."""
@@ -51,9 +59,6 @@ class TrainSettings:
     """directory of problem files (or a comma-separated list of files)"""
     holdout: tuple[str, ...] = ()
     """problem names kept out of training (for held-out evaluation)"""
-    device: str | None = None
-    """cuda, sim or replay (default: cuda when a GPU is present, else sim)"""
-    replay_root: str | None = None
     agents: str = "multi"
     """multi: the four agents; single: one agent owning every slot (the ablation)"""
     iterations: int = 20
@@ -68,7 +73,6 @@ class TrainSettings:
     batch: int = 8
     """joint actions measured per step"""
     hidden: int = 64
-    seed: int = 0
     explore: str = "targeted"
     """targeted: one agent at a time gets a raised temperature (on a schedule and when an
     episode stalls); none: every agent samples at temperature 1"""
@@ -77,8 +81,6 @@ class TrainSettings:
     """steps without improvement after which the next agent's temperature is raised"""
     max_staleness: int = 1
     """drop experience sampled by a policy more than this many versions old"""
-    profile_every: int = 4
-    """on cuda: the agents' local metrics come from Nsight Compute for every n-th candidate"""
     prior_weight: float = 0.0
     """the analytic model's estimate added to the episodes' proposal scores, as tuning adds it
     (`prior.py`, `strategy.PRIOR_WEIGHT`); 0: off. With it the policy is trained on the
@@ -97,9 +99,25 @@ class TrainSettings:
     out: str = "runs/train"
     """checkpoint, curves and plots go here"""
     resume: bool = False
-    store: str | None = None
     reward: RewardSettings = field(default_factory=RewardSettings)
     ppo: PPOSettings = field(default_factory=PPOSettings)
+    run: RunSettings = TRAIN_RUN
+    """the run settings (`settings.RunSettings`), of which training reads: `device` (cuda, sim
+    or replay; None: cuda when a GPU is present, else sim), `replay_root`, `seed`, `store`
+    (None: in memory), `profile_every` (on cuda, the agents' local metrics come from Nsight
+    Compute for every n-th candidate) and `time_limit_s` (no update is started that the last
+    one's duration says would end past it; None: no limit); each operator's measurer takes
+    them whole"""
+
+    @staticmethod
+    def of(**fields: Any) -> "TrainSettings":
+        """The settings from training's fields and the run's by name (the Python API's
+        shorthand): ``TrainSettings.of(suite="p", device="sim", iterations=2)``."""
+        # a name of both (training's `batch`) is TrainSettings's own
+        run_names = {f.name for f in dataclasses.fields(RunSettings)} - {
+            f.name for f in dataclasses.fields(TrainSettings)}
+        run = {k: fields.pop(k) for k in list(fields) if k in run_names}
+        return TrainSettings(**fields, run=replace(TRAIN_RUN, **run))
 
 
 @dataclass
@@ -154,20 +172,15 @@ def resumable(path: Path, agents: str) -> dict[str, Any]:
 
 def training_device(settings: TrainSettings, notify: Callable[[str], None]) -> Device:
     """The device a training run (or a sampler of its Ray fleet) measures on."""
-    return open_device(settings.device, TuneSettings(device=settings.device,
-                                                     replay_root=settings.replay_root,
-                                                     profile_every=settings.profile_every),
-                       notify)
+    return open_device(settings.run.device, settings.run, notify)
 
 
 def operator_tuner(path: Path, settings: TrainSettings, device: Device, store: Store,
                    builder: Builder | None, notify: Callable[[str], None]) -> Tuner:
     """One problem of the suite, loaded for episodes: measured through `Tuner.measure` (the
     episodes propose, no strategy asks)."""
-    return Tuner(load_problem_bounded(path), TuneSettings(
-        device=settings.device, strategy="random", seed=settings.seed,
-        replay_root=settings.replay_root, baselines=False), device=device,
-        store=store, notify=notify, builder=builder)
+    return Tuner(load_problem_bounded(path), settings.run, device=device, store=store,
+                 notify=notify, builder=builder)
 
 
 def temperatures(settings: TrainSettings, groups: list[str], episode_seed: int,
@@ -216,12 +229,13 @@ class Trainer:
         self.s = settings
         self.notify = notify
         self.out = Path(settings.out)
-        torch.manual_seed(settings.seed)
-        random.seed(settings.seed)
-        self.rng = np.random.default_rng(settings.seed)
+        run = settings.run
+        torch.manual_seed(run.seed)
+        random.seed(run.seed)
+        self.rng = np.random.default_rng(run.seed)
         self.device = device or training_device(settings, notify)
         self._own_device = device is None
-        self.store = Store(settings.store or ":memory:")
+        self.store = Store(run.store or ":memory:")
         if settings.sim_constants:
             from ..run.sim_folds import load
 
@@ -261,7 +275,7 @@ class Trainer:
             raise SettingsError("no problem of the suite can be trained on with this device")
         self.policy = MultiAgentPolicy(settings.agents, settings.hidden)
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=settings.ppo.lr)
-        self.generator = torch.Generator().manual_seed(settings.seed)
+        self.generator = torch.Generator().manual_seed(run.seed)
         self.version = 0
         self.iteration = 0
         self.curves: list[dict[str, Any]] = []
@@ -321,7 +335,7 @@ class Trainer:
             k = chosen[e * n // self.s.episodes] if n > 0 else \
                 int(self.rng.integers(len(self.operators)))
             jobs.append((k, it * self.s.episodes + e, self.version,
-                         self.s.seed * 1_000_003 + it * 1009 + e))
+                         self.s.run.seed * 1_000_003 + it * 1009 + e))
         return jobs
 
     def _submit(self, fleet: LocalFleet, preparing: Callable[[str], None] | None = None

@@ -143,6 +143,12 @@ def realistic(root: Path, mods: dict[str, ModuleType]) -> dict | None:
                              for p, cd in st["column_docs"].items()}}
 
 
+def _run_settings(doc: dict) -> dict:
+    """A bench.json's run settings (`BenchSettings.run`), or the bench's settings where it was
+    written before they had their own (they sat beside the bench's then)."""
+    return doc["settings"].get("run") or doc["settings"]
+
+
 def live(root: Path, mods: dict[str, ModuleType], sets: LiveSets) -> dict | None:
     """The live bench against the peers: the union of the merged reports (a problem by its
     latest run) and the draws by rule."""
@@ -174,7 +180,7 @@ def live(root: Path, mods: dict[str, ModuleType], sets: LiveSets) -> dict | None
         "dates": sorted({day for d in merged.values() for day in str(d.get("date")).split(", ")}),
         "commits": list(dict.fromkeys(c for d in merged.values() for c in str(
             (d.get("provenance") or {}).get("commit", "?")).split(", "))),
-        "budgets": sorted({d["settings"].get("budget") for d in merged.values()}),
+        "budgets": sorted({_run_settings(d).get("budget") for d in merged.values()}),
         "seeds": sorted({d["settings"].get("seeds") for d in merged.values()}),
         "files": [f"{RESULTS}/{n}/bench.json" for n in merged],
         "sample_files": [f"{RESULTS}/{n}/bench.json" for n in sets.samples],

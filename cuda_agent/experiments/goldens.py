@@ -321,7 +321,7 @@ def replay_entry(root: Path, runs: ReplayRuns = ReplayRuns()) -> dict[str, Any]:
         policy = shipped_policy()
         if policy is None and "marl" in benched:
             raise SettingsError("the shipped policy is missing from this install")
-        settings = BenchSettings(suite=",".join(str(p) for p in paths), replay_root=str(sweeps),
+        settings = BenchSettings.of(suite=",".join(str(p) for p in paths), replay_root=str(sweeps),
                                  strategies=benched, budget=REPLAY_BUDGET, seeds=runs.seeds,
                                  policy=str(policy) if policy else None, precision="fp32",
                                  tolerance="strict")

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import CudaAgentError
 from ..outputs import write_files
+from ..settings import RunSettings
+from ..store import default_store
 from . import budget as budgets
 from .emit import header, model_new_source
 from .source import problem_source
@@ -99,13 +101,14 @@ class ModelResult:
 
 def tune_model(path: str | Path, out: str | Path, split: Split | None = None,
                notify: Callable[[str], None] = lambda s: None, started: float | None = None,
-               **options: Any) -> ModelResult:
-    """Split the model in `path`, tune each kernel region (`options` as `tuner.tune`'s; the
-    budget and the time limit are split across regions by expected gain, `budget.py`), and
-    write `out`: model_new.py, report.json, and regions/ (each region's problem file and its
-    own tuning outputs)."""
+               settings: RunSettings | None = None, **options: Any) -> ModelResult:
+    """Split the model in `path`, tune each kernel region (`settings`, or `options` as
+    `tuner.tune`'s; the budget and the time limit are split across regions by expected gain,
+    `budget.py`: each region's run takes the settings whole with its shares), and write `out`:
+    model_new.py, report.json, and regions/ (each region's problem file and its own tuning
+    outputs)."""
     from ..problem_child import LoadLimits, shared_loader
-    from ..tuner import TuneSettings, tune
+    from ..tuner import tune
 
     started = time.monotonic() if started is None else started
     said: set[str] = set()
@@ -118,7 +121,11 @@ def tune_model(path: str | Path, out: str | Path, split: Split | None = None,
     notify = notify_once
 
     path, out = Path(path), Path(out)
-    settings = TuneSettings(**{k: v for k, v in options.items() if k != "store"})
+    if settings is None:
+        options.setdefault("store", default_store())  # as `tune()`'s: the CLI's store
+        settings = RunSettings(**options)
+    elif options:
+        settings = replace(settings, **options)
     if split is None:
         split = shared_loader().split(path, LoadLimits.of_run(settings))
     result = ModelResult(path, split)
@@ -141,9 +148,10 @@ def tune_model(path: str | Path, out: str | Path, split: Split | None = None,
                 continue
         o = RegionOutcome(r.index, str(region_dir / f"r{r.index}.py"), shares[r.index], limit)
         result.outcomes[r.index] = o
-        opts = dict(options, budget=shares[r.index], time_limit_s=limit)
+        run = replace(settings, budget=shares[r.index], time_limit_s=limit)
         try:
-            o.result = tune(o.problem_file, out=region_dir / f"r{r.index}", notify=notify, **opts)
+            o.result = tune(o.problem_file, out=region_dir / f"r{r.index}", notify=notify,
+                            settings=run)
             result.device = o.result.device.kind
             result.simulated = o.result.simulated
         except CudaAgentError as exc:

@@ -131,7 +131,7 @@ def convergence_plot(result: BenchResult, path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    budget = result.settings.budget
+    budget = result.settings.run.budget
     fig, ax = plt.subplots(figsize=(8, 5))
     for s in dict.fromkeys(r.strategy for r in result.runs):
         curves = []
@@ -210,19 +210,19 @@ def _provenance(result: BenchResult) -> str:
         return (f"Live run on {', '.join(gpus)}"
                 + (" (SIMULATED device: model estimates, not measurements; correctness not "
                    "checked)" if sim else ": every strategy and baseline measured in this run")
-                + f"; {len(result.problems)} problems, budget {result.settings.budget} "
+                + f"; {len(result.problems)} problems, budget {result.settings.run.budget} "
                 f"measurements, {_seeds(result)}, run {result.date}"
-                + (f", precision {PRECISION_NOTES[result.settings.precision]}"
-                   if result.settings.precision in PRECISION_NOTES else
+                + (f", precision {PRECISION_NOTES[result.settings.run.precision]}"
+                   if result.settings.run.precision in PRECISION_NOTES else
                    ", precision auto (each product as torch's flags run it)"
-                   if result.settings.precision == "auto" else "")
+                   if result.settings.run.precision == "auto" else "")
                 + "".join(f", {k} {v}" for k, v in result.provenance.items()) + ". The optimum "
                 "is the best time measured in this run (with the recorded sweep's best "
                 "configurations measured again where a sweep exists)."
                 + _trained_note(result))
     return (f"Replay of sweeps recorded on {', '.join(gpus)}"
             + (" (SIMULATED sweeps: model estimates, not measurements)" if sim else "")
-            + f"; {len(result.problems)} problems, budget {result.settings.budget} "
+            + f"; {len(result.problems)} problems, budget {result.settings.run.budget} "
             f"measurements, {_seeds(result)}, run {result.date}."
             + _trained_note(result))
 

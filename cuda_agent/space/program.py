@@ -22,6 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..ir.partition import ProgramPlan
+# measurements a stage may go without progress: defined where the run's settings read it
+# without importing this module
+from ..limits import STAGE_PATIENCE  # noqa: F401
 from .slots import Config, Launch, Rendered, Target, content_key
 from .space import Space
 
@@ -40,12 +43,6 @@ def stage_budget(budget: int, stages: int, stage: int) -> int:
     return budget // stages + (1 if stage < budget % stages else 0)
 
 
-#: measurements a stage of a program, other than the last, may go without improving the
-#: program's best by STAGE_GAIN before it hands the rest of its share to the stages after it:
-#: with an even split, a program whose optimum needs its second stage costs every strategy at
-#: least half the budget, however early the first stage has settled (docs/journal.md:
-#: space/program.py)
-STAGE_PATIENCE = 8
 #: an improvement smaller than this fraction is timing noise, not progress
 STAGE_GAIN = 0.01
 

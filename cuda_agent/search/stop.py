@@ -1,0 +1,120 @@
+"""When a search stops, asked in one place (as Kernel Tuner's `check_stop_criterion`), and how a
+program's budget is split across its stages (as MetaSchedule's task scheduler splits one
+budget across tasks).
+
+`StopRule` holds every reason a search ends: its budget is spent, the time limit has come, the
+search (or a program's stage) has plateaued, the user pressed Ctrl-C. The tuner's ask/tell loop
+and the searches driven outside it (Kernel Tuner's, training's episodes: `Tuner.measure`) ask
+it before and after each measurement. `StageSchedule` gives each stage of a program its share
+of the measurements, of the seconds, and its plateau.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from .. import interrupt
+from ..run.records import Measurement
+from ..space.program import StagePlateau, stage_share
+
+STOPPED = ("budget", "space", "plateau", "time_limit", "interrupted")
+"""why a search ended: its budget was spent; the space (or the strategy's proposals) ran out;
+the strategy said it had plateaued; the time limit came; the user pressed Ctrl-C"""
+
+
+@dataclass
+class StopRule:
+    """Whether a search should stop, and why (one of `STOPPED`)."""
+
+    budget: int | None = None
+    """configurations the search may take (asked for and built; None: no bound)"""
+    deadline: float | None = None
+    """the time limit, a `time.monotonic()` instant (None: none)"""
+    plateau: StagePlateau | None = None
+    """a program's stage: settled once this says so"""
+    until: float | None = None
+    """a program's stage: its share of the seconds (`time.monotonic()`), after which it hands
+    the rest on once it has measured something"""
+    taken: int = 0
+    """configurations taken so far (a batch counts when its building starts)"""
+    measured: int = 0
+    """measurements made so far under this rule"""
+
+    @property
+    def remaining(self) -> int:
+        """Configurations the budget still allows (a large number where it has none)."""
+        return 2**62 if self.budget is None else self.budget - self.taken
+
+    def take(self, n: int) -> None:
+        """`n` configurations were taken (a batch): they count against the budget."""
+        self.taken += n
+
+    def time_up(self) -> bool:
+        return self.deadline is not None and time.monotonic() >= self.deadline
+
+    def left_s(self) -> float | None:
+        """Seconds left before the time limit (None: no limit)."""
+        return None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
+
+    def before_measure(self) -> str | None:
+        """Before a measurement: "time_limit" once the limit has come; "plateau" once the
+        stage's share of the seconds has passed and it measured something; Ctrl-C (while the
+        search runs off the main thread, where the signal does not reach) raises
+        KeyboardInterrupt. None: measure."""
+        if self.time_up():
+            return "time_limit"
+        if self.until is not None and self.measured > 0 and time.monotonic() >= self.until:
+            return "plateau"
+        if interrupt.requested():
+            raise KeyboardInterrupt
+        return None
+
+    def after_measure(self, m: Measurement) -> str | None:
+        """After a measurement: "plateau" once the stage has settled, else None."""
+        self.measured += 1
+        if self.plateau is not None and self.plateau.update(m.time_ms if m.ok else None):
+            return "plateau"
+        return None
+
+    def after_batch(self, plateaued: bool) -> str | None:
+        """After a batch was measured and told: "plateau" where the strategy (or the stage)
+        says so, "budget" once it is spent, "time_limit" once the limit has come."""
+        if plateaued:
+            return "plateau"
+        if self.remaining <= 0:
+            return "budget"
+        if self.time_up():
+            return "time_limit"
+        return None
+
+
+@dataclass
+class StageSchedule:
+    """A program's budget across its `stages`, searched one after the other: each stage an even
+    share of what is left (of the measurements and of the seconds), so what one does not spend
+    goes to the later ones and the last takes all that remains; each but the last hands over
+    once it settles (`StagePlateau` with `patience`; None: never)."""
+
+    budget: int
+    stages: int
+    patience: int | None = None
+    deadline: float | None = None
+
+    def share(self, stage: int, spent: int) -> int:
+        """Stage `stage`'s measurements, `spent` having been spent before it."""
+        return stage_share(self.budget - spent, self.stages - stage)
+
+    def until(self, stage: int, now: float) -> float | None:
+        """Stage `stage`'s share of the seconds left at `now` (a `time.monotonic()` instant
+        it may search until; None: no time limit)."""
+        if self.deadline is None:
+            return None
+        return now + max(0.0, self.deadline - now) / (self.stages - stage)
+
+    def plateau(self, stage: int, best_ms: float | None) -> StagePlateau | None:
+        """Stage `stage`'s plateau, from the program's best time so far (None: the last stage,
+        which takes all that remains, or no patience)."""
+        if stage == self.stages - 1 or self.patience is None:
+            return None
+        return StagePlateau(best_ms, self.patience)
