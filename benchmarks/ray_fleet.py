@@ -60,8 +60,8 @@ def run_one(fleet: str, iterations: int, episodes: int, samplers: int) -> dict[s
 
     suite = ",".join(str(ROOT / "tests" / "data" / "good" / f"{p}.py") for p in PROBLEMS)
     out = tempfile.mkdtemp(prefix="ray-fleet-run-")
-    s = TrainSettings(suite=suite, device="sim", iterations=iterations, episodes=episodes,
-                      steps=2, batch=4, hidden=16, out=out, samplers=samplers, ray=ray_mode)
+    s = TrainSettings.of(suite=suite, device="sim", iterations=iterations, episodes=episodes,
+                         steps=2, batch=4, hidden=16, out=out, samplers=samplers, ray=ray_mode)
     t0 = time.perf_counter()
     tr = Trainer(s)
     loaded = time.perf_counter() - t0

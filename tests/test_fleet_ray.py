@@ -53,7 +53,7 @@ def cluster(tmp_path_factory):
 def settings(out: Path, **kw) -> TrainSettings:
     base = dict(suite=SUITE, device="sim", iterations=3, episodes=2, steps=2, batch=4,
                 hidden=16, out=str(out), ray="auto", samplers=2)
-    return TrainSettings(**{**base, **kw})
+    return TrainSettings.of(**{**base, **kw})
 
 
 def train(s: TrainSettings, on_iteration=None) -> Trainer:

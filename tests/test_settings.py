@@ -132,7 +132,8 @@ def test_every_train_flag_lands_in_the_train_settings(tmp_path, monkeypatch):
             "--agents", "single", "--iterations", "3", "--episodes", "2", "--steps", "5",
             "--batch", "6", "--holdout", "a,b", "--aux-weight", "0.5", "--explore", "none",
             "--out", str(tmp_path / "out"), "--resume", "--seed", "4", "--samplers", "2",
-            "--operators-per-iteration", "1", "--prior-weight", "10", "--time-limit", "99"]
+            "--operators-per-iteration", "1", "--prior-weight", "10", "--time-limit", "99",
+            "--ray", "auto"]
     s = _invoke(monkeypatch, train, "Trainer", lambda settings, *a, **k: settings, args)
     assert isinstance(s, train.TrainSettings)
     _check("train", s, {
@@ -147,7 +148,7 @@ def test_every_train_flag_lands_in_the_train_settings(tmp_path, monkeypatch):
         "samplers": lambda s: s.samplers == 2,
         "operators_per_iteration": lambda s: s.operators_per_iteration == 1,
         "prior_weight": lambda s: s.prior_weight == 10,
-        "time_limit": lambda s: s.run.time_limit_s == 99,
+        "time_limit": lambda s: s.run.time_limit_s == 99, "ray": lambda s: s.ray == "auto",
     }, not_settings=set())
 
 
