@@ -1001,9 +1001,10 @@ def capture(model_cls: type, init_inputs: list, make_inputs: Callable[[], list],
     return graph
 
 
-def _instantiate(model_cls: type, init_inputs: list, make_inputs: Callable[[], list]
-                 ) -> tuple[torch.nn.Module, list[torch.Tensor]]:
-    """The module and its forward() arguments on the meta device, the arguments checked."""
+def instantiate_on_meta(model_cls: type, init_inputs: list, make_inputs: Callable[[], list]
+                        ) -> tuple[torch.nn.Module, list[torch.Tensor]]:
+    """The module and its forward() arguments on the meta device, every argument a tensor
+    (of any dtype: a whole model's masks and indices are operands like any other)."""
     with torch.device("meta"):
         try:
             model = model_cls(*init_inputs)
@@ -1018,6 +1019,15 @@ def _instantiate(model_cls: type, init_inputs: list, make_inputs: Callable[[], l
         if not isinstance(t, torch.Tensor):
             raise UnsupportedError(f"unsupported: forward() argument {k} is a "
                                    f"{type(t).__name__}; only tensor arguments are supported")
+    return model, inputs
+
+
+def _instantiate(model_cls: type, init_inputs: list, make_inputs: Callable[[], list]
+                 ) -> tuple[torch.nn.Module, list[torch.Tensor]]:
+    """The module and its forward() arguments on the meta device, the arguments' dtypes
+    checked against what one capture takes."""
+    model, inputs = instantiate_on_meta(model_cls, init_inputs, make_inputs)
+    for k, t in enumerate(inputs):
         if dtype_name(t.dtype) not in FLOAT_DTYPES + (INDEX_DTYPE,):
             raise UnsupportedError(f"unsupported dtype {dtype_name(t.dtype)} for input {k}; "
                                    f"supported: {', '.join(FLOAT_DTYPES)}, and int64 class "

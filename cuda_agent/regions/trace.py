@@ -13,7 +13,6 @@ from typing import Any, Callable
 
 import torch
 
-from ..errors import ProblemError, UnsupportedError, first_line
 
 # ops that return a view of (an alias of) their first argument: an in-place op on such a value
 # also writes the tensor it views
@@ -28,20 +27,8 @@ def instantiate(model_cls: type, init_inputs: list, make_inputs: Callable[[], li
                 ) -> tuple[torch.nn.Module, list[torch.Tensor]]:
     """The module and its forward() arguments on the meta device (any dtype: masks and
     indices are operands like any other tensor)."""
-    with torch.device("meta"):
-        try:
-            model = model_cls(*init_inputs)
-        except Exception as exc:  # noqa: BLE001 - user code
-            raise ProblemError(f"Model(*get_init_inputs()) raised {first_line(exc)}")
-        try:
-            inputs = list(make_inputs())
-        except Exception as exc:  # noqa: BLE001 - user code
-            raise ProblemError(f"get_inputs() raised {first_line(exc)}")
-    for k, t in enumerate(inputs):
-        if not isinstance(t, torch.Tensor):
-            raise UnsupportedError(f"unsupported: forward() argument {k} is a "
-                                   f"{type(t).__name__}; only tensor arguments are supported")
-    return model, inputs
+    from ..ir.capture import instantiate_on_meta
+    return instantiate_on_meta(model_cls, init_inputs, make_inputs)
 
 
 def trace(model: torch.nn.Module, inputs: list[torch.Tensor]) -> Any:
