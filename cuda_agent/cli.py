@@ -673,12 +673,23 @@ def bench(
 
     Ctrl-C stops the run at once: the problems finished are kept and reported (exit 130); a
     second Ctrl-C aborts."""
-    from .bench import BENCH_RUN, BenchSettings, check_settings
+    strategy_names_asked = tuple(s for s in strategies.split(",") if s)
+    with _flag_errors():  # every flag, before a problem is loaded or anything is printed
+        # (`bench` itself imports torch: checked here with flags.py alone, no import)
+        flags.check_bench(
+            suite=str(suite), device=device, strategies=strategy_names_asked, budget=budget,
+            seeds=seeds, parallel=parallel, policy=str(policy) if policy else None,
+            single_policy=single_policy, sim_constants=sim_constants, precision=precision,
+            tolerance=tolerance, problem_seconds=problem_seconds,
+            stage_patience=stage_patience or None,
+            replay_root=str(replay_root) if replay_root else None)
+        check_out_dir(out)
+    from .bench import BENCH_RUN, BenchSettings
 
     # the bench's settings, built once here from every flag (`settings.py`): every strategy
     # run takes its run settings whole (`bench.strategy_settings`)
     settings = BenchSettings(
-        suite=str(suite), strategies=tuple(s for s in strategies.split(",") if s),
+        suite=str(suite), strategies=strategy_names_asked,
         seeds=seeds, policy=str(policy) if policy else None, single_policy=single_policy,
         sim_constants=sim_constants, out=str(out), problem_seconds=problem_seconds,
         parallel=parallel,
@@ -686,9 +697,6 @@ def bench(
                     replay_root=str(replay_root) if replay_root else None,
                     precision=precision, stage_patience=stage_patience or None,
                     tolerance=tolerance, baselines=baselines))
-    with _flag_errors():  # every flag, before a problem is loaded or anything is printed
-        check_settings(settings, device)
-        check_out_dir(out)
     from .bench import jobs_of, problem_files, run_bench
     from .report.bench_report import PARTIAL, write_partial, write_report
 

@@ -36,13 +36,14 @@ def sweep_settings(device: str | None = None, sample: int | None = None, seed: i
                    store: str | None = None, time_limit_s: float | None = None) -> RunSettings:
     """A sweep's run settings: every configuration (exhaustive), or a random sample of
     `sample` that takes the templates in turn (a small one, the library epilogue, is not
-    starved); batches of 32; a program's stages split evenly, as replay expects."""
+    starved); batches of 32; a program's stages split evenly, as replay expects; strict fp32,
+    the precision replay serves every sweep at (a sweep file records configurations only)."""
     if sample is not None and sample < 1:
         raise SettingsError("--sample must be at least 1")
     return RunSettings(device=device, strategy="random" if sample else "exhaustive",
                        strategy_options={"stratified": True} if sample else {},
                        budget=sample or 10**9, seed=seed, store=store, batch=32,
-                       time_limit_s=time_limit_s, stage_patience=None)
+                       time_limit_s=time_limit_s, stage_patience=None, precision="fp32")
 
 
 def sweep_problem(path: str | Path, out_root: Path, device: str | None = None,

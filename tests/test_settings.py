@@ -227,3 +227,13 @@ def test_the_run_settings_are_frozen_and_recorded_whole():
     record = s.record()
     assert set(record) == {f.name for f in dataclasses.fields(RunSettings)}
     assert record["strategy_options"]["policy"].startswith("<object")
+
+
+def test_a_sweep_measures_at_the_precision_replay_serves_it():
+    """Replay serves every recorded sweep as strict fp32 (the file records configurations
+    only): a sweep timed at `auto` (TF32 convolutions in a fresh process) would be replayed as
+    if strict."""
+    from cuda_agent.sweep import sweep_settings
+
+    assert sweep_settings(device="sim").precision == "fp32"
+    assert sweep_settings(device="sim", sample=5).precision == "fp32"
