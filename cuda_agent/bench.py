@@ -133,7 +133,7 @@ class BenchSettings:
     def of(**fields: Any) -> "BenchSettings":
         """The settings from the bench's fields and the run's by name (the Python API's
         shorthand): ``BenchSettings.of(suite="p.py", budget=12, device="sim")``."""
-        # a name of both (training's `batch`) is BenchSettings's own
+        # a name of both would be BenchSettings's own (none is today)
         run_names = {f.name for f in dataclasses.fields(RunSettings)} - {
             f.name for f in dataclasses.fields(BenchSettings)}
         run = {k: fields.pop(k) for k in list(fields) if k in run_names}
@@ -314,16 +314,17 @@ def strategy_settings(settings: BenchSettings, device: Device, strategy: str, se
     """One ask/tell strategy's run in a comparison: the bench's run settings whole (budget,
     precision, tolerance, time limit, stage patience, ...), with this run's device, strategy
     and seed; no baselines, no default measured first (every strategy starts from what it
-    asks for), batches of `BENCH_RUN.batch`, the agents without early stopping (a program's
-    stages hand over alike for every strategy: `stage_patience`) and with `policy`; the
-    strategies that consult the model with `sim_constants` (None: the shipped model)."""
+    asks for), batches of `settings.run.batch` (4 unless told), the agents without early
+    stopping (a program's stages hand over alike for every strategy: `stage_patience`) and
+    with `policy`; the strategies that consult the model with `sim_constants` (None: the
+    shipped model)."""
     opts: dict[str, Any] = {}
     if is_agents(strategy):
         opts = {"policy": policy, "patience": 10**6}
     if sim_constants and uses_model(strategy):
         opts["sim_constants"] = sim_constants
     return replace(settings.run, device=device.kind, strategy=strategy, seed=seed,
-                   batch=BENCH_RUN.batch, baselines=False, include_default=False,
+                   baselines=False, include_default=False,
                    strategy_options=opts)
 
 

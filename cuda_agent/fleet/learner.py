@@ -24,7 +24,7 @@ import json
 import time
 import uuid
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -191,7 +191,10 @@ def train_on_ray(trainer: "Trainer", progress: Callable[[dict[str, Any]], None] 
     conn = connect(s.ray, local_cpus=s.samplers + 1)
     fleet = None
     try:
-        fleet = RayFleet(trainer.files, s, trainer.device.kind)
+        # the samplers open the device the driver opened (`--device` unset: the driver's
+        # choice, not each node's own)
+        fleet = RayFleet(trainer.files, replace(s, run=replace(s.run, device=trainer.device.kind)),
+                         trainer.device.kind)
         fleet.names = [op.name for op in trainer.operators]
         trainer.fleet = fleet
         return _learn(trainer, fleet, progress, deadline)
