@@ -28,7 +28,7 @@ from .errors import SettingsError
 from .example_data import example_suite
 from .flags import check_bench
 from .problem import Problem, load_problem
-from .problem_child import load_problem_bounded
+from .problem_child import LoadLimits, load_problem_bounded
 from .run.baselines import headline_ms, matched_ms, read_record
 from .run.devices import Device
 from .run.replay import ReplayDevice, find_sweep, read_sweep
@@ -417,7 +417,10 @@ def run_bench(settings: BenchSettings,
             skipped(name, len(jobs))
 
     for path in problem_files(settings.suite):
-        problem = load_problem_bounded(path)  # user code: in a child, within its limits
+        # user code: in a child, within the run's import limits (the time limit is a
+        # strategy run's, not the load's)
+        problem = load_problem_bounded(path, LoadLimits.of(
+            settings.run.import_timeout_s, None, settings.run.import_memory_bytes))
         try:
             sweep = read_sweep(find_sweep(problem, root))
         except Exception:  # noqa: BLE001 - a problem without a recorded sweep is skipped

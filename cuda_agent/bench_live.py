@@ -47,7 +47,7 @@ from .errors import (CudaAgentError, DeviceError, ProblemError, SettingsError,
 from .ir.partition import ProgramPlan
 from .ir.plan import KernelPlan, make_plan
 from .problem import Problem
-from .problem_child import load_problem_bounded
+from .problem_child import LoadLimits, load_problem_bounded
 from .run.baselines import Baselines, with_matched
 from .run.devices import Device, cudnn_baselines
 from .run.replay import find_sweep, read_sweep
@@ -381,7 +381,8 @@ def run_live_bench(settings: BenchSettings,
     try:
         for path in files:
             try:
-                problem = load_problem_bounded(path)  # user code: in a child, bounded
+                problem = load_problem_bounded(path, LoadLimits.of(  # user code: bounded
+                    run.import_timeout_s, None, run.import_memory_bytes))
                 plan = make_plan(problem.graph())
             except (ProblemError, UnsupportedError) as exc:
                 # one bad file in a suite is reported, not the end of an hours-long run

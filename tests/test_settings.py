@@ -237,3 +237,33 @@ def test_a_sweep_measures_at_the_precision_replay_serves_it():
 
     assert sweep_settings(device="sim").precision == "fp32"
     assert sweep_settings(device="sim", sample=5).precision == "fp32"
+
+
+def test_bench_and_train_load_problems_within_the_runs_import_limits(monkeypatch):
+    """`import_timeout_s` and `import_memory_bytes` reach every loader: bench's and training's
+    loaded each problem at the default limits whatever the settings said."""
+    from pathlib import Path
+
+    from cuda_agent import bench
+    from cuda_agent.agents import train
+
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def loader(path, limits=None):
+        seen.append(limits)
+        raise Stop
+
+    monkeypatch.setattr(bench, "load_problem_bounded", loader)
+    monkeypatch.setattr(train, "load_problem_bounded", loader)
+    problem = str(GOOD / "softmax_small.py")
+    with pytest.raises(Stop):
+        bench.run_bench(bench.BenchSettings.of(suite=problem, import_timeout_s=7,
+                                               import_memory_bytes=123 << 20))
+    with pytest.raises(Stop):
+        train.operator_tuner(Path(problem), train.TrainSettings.of(
+            suite=problem, import_timeout_s=9, import_memory_bytes=456 << 20), None, None,
+            None, lambda s: None)
+    assert [(x.time_s, x.memory_bytes) for x in seen] == [(7, 123 << 20), (9, 456 << 20)]

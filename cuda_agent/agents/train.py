@@ -29,7 +29,7 @@ import torch
 from ..build.builder import Builder
 from ..errors import DeviceError, SettingsError, UnsupportedError
 from ..example_data import example_suite
-from ..problem_child import load_problem_bounded
+from ..problem_child import LoadLimits, load_problem_bounded
 from ..run.devices import Device
 from ..space.slots import AGENTS
 from ..store import Store
@@ -179,7 +179,9 @@ def operator_tuner(path: Path, settings: TrainSettings, device: Device, store: S
                    builder: Builder | None, notify: Callable[[str], None]) -> Tuner:
     """One problem of the suite, loaded for episodes: measured through `Tuner.measure` (the
     episodes propose, no strategy asks)."""
-    return Tuner(load_problem_bounded(path), settings.run, device=device, store=store,
+    run = settings.run  # its import limits (its time limit is the whole training's)
+    limits = LoadLimits.of(run.import_timeout_s, None, run.import_memory_bytes)
+    return Tuner(load_problem_bounded(path, limits), run, device=device, store=store,
                  notify=notify, builder=builder)
 
 
