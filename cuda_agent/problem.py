@@ -47,6 +47,9 @@ class Problem:
     _graph: Graph | None = field(default=None, repr=False)
     _defs: tuple[type, Callable[[], list], Callable[[], list]] | None = field(
         default=None, repr=False)
+    torch_flags: dict[str, Any] | None = field(default=None, repr=False)
+    """torch's TF32 flags as importing the file left them, where a child process imported it
+    (`problem_child`); None: this process's flags are the file's (it was imported here)"""
 
     @property
     def source_hash(self) -> str:

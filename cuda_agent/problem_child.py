@@ -144,6 +144,7 @@ class ProblemLoader:
         self._lock = threading.RLock()
         self._loads = 0
         self._warm_after = warm_after
+        self._flags: dict[str, Any] | None = None  # the last load's TF32 flags (the file's)
 
     def start(self) -> "ProblemLoader":
         """Start the loader process now (it imports torch while the caller goes on)."""
@@ -186,13 +187,14 @@ class ProblemLoader:
         source = path.read_text()
         with self._lock:
             graph = self._load(path, limits)
+            flags = self._flags
             self._loads += 1
             if self._loads == self._warm_after and self._child is not None:
                 try:
                     self._child.conn.send(("warm", None))
                 except OSError:
                     self._discard()
-        return Problem(path, path.stem, source, _graph=graph)
+        return Problem(path, path.stem, source, _graph=graph, torch_flags=flags)
 
     def split(self, path: str | Path, limits: LoadLimits | None = None) -> Any:
         """Import and check `path` in a child, and split its model into kernel and torch
@@ -241,6 +243,8 @@ class ProblemLoader:
         if answer[0] == "done":
             for message in answer[2]:  # a damaged cache entry met in the child: said here
                 warnings.warn(message, CacheWarning, stacklevel=3)
+            # the TF32 flags the file set as it was imported, for `--precision auto`
+            self._flags = answer[3] if len(answer) > 3 else None
             return answer[1]
         if answer[0] == "error":
             cls = getattr(errors, answer[1], None)
@@ -460,8 +464,10 @@ def _load_here(path: Path) -> tuple:
             graph = problem.graph()
             with naming_file(path):
                 make_plan(graph)  # its refusals name the file too; the parent plans again
+        from .precision import process_flags
+
         return ("done", graph, [str(w.message) for w in seen
-                                if issubclass(w.category, CacheWarning)])
+                                if issubclass(w.category, CacheWarning)], process_flags())
     except CudaAgentError as exc:
         return ("error", type(exc).__name__, str(exc))
     except (SystemExit, KeyboardInterrupt) as exc:  # the file's own code exits

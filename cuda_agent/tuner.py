@@ -150,10 +150,12 @@ class TuneResult:
             target, fraction)
 
 
-def resolve_settings_precision(settings: RunSettings, device_kind: str | None) -> RunSettings:
+def resolve_settings_precision(settings: RunSettings, device_kind: str | None,
+                               flags: dict[str, Any] | None = None) -> RunSettings:
     """`settings` with its precision resolved to a contract (`precision.resolve`: "auto" as
-    this process's torch flags say), the precision asked for kept in `precision_asked`."""
-    contract = resolve_precision(settings.precision, device_kind)
+    `flags` say, by default this process's torch flags), the precision asked for kept in
+    `precision_asked`."""
+    contract = resolve_precision(settings.precision, device_kind, flags)
     if contract == settings.precision:
         return settings
     return replace(settings, precision=contract, precision_asked=settings.precision)
@@ -259,9 +261,11 @@ class Tuner:
             # the agents plan their episode over the run's budget: read from the settings
             # here, not copied into the options by each caller
             self.strategy_options.setdefault("budget", settings.budget)
-        # "auto": as this process's torch runs each product (the problem file imported)
+        # "auto": as the user's torch runs each product once the problem file is imported
+        # (the flags the loader's child saw, or this process's where the file was imported here)
         settings = resolve_settings_precision(
-            settings, device.kind if device is not None else settings.device)
+            settings, device.kind if device is not None else settings.device,
+            problem.torch_flags)
         self.problem = problem
         self.settings = settings
         self.notify = notify

@@ -259,3 +259,22 @@ def test_lower_precision_kernels_compile_for_sm90(tmp_path, backend):
     with Builder(backend, 2, cache_dir=tmp_path) as b:
         builds = b.build([BuildInput(r.source, "sm_90") for r in rendered])
     assert all(x.ok for x in builds), [x.error_msg for x in builds if not x.ok]
+
+
+def test_auto_reads_the_tf32_flags_the_problem_file_sets_in_the_loaders_child(tmp_path):
+    """The file is imported in a child process (`problem_child`): "auto" must read the flags
+    the file set there, not this process's (a fresh process: TF32 convolutions)."""
+    from cuda_agent.problem_child import load_problem_bounded
+    from cuda_agent.settings import RunSettings
+    from cuda_agent.tuner import Tuner
+
+    source = (ROOT / "tests" / "data" / "good" / "softmax_small.py").read_text()
+    strict = tmp_path / "strict_softmax.py"
+    strict.write_text("import torch\ntorch.backends.cudnn.allow_tf32 = False\n" + source)
+    assert torch.backends.cudnn.allow_tf32  # this process: torch's default
+    tuner = Tuner(load_problem_bounded(strict), RunSettings(device="sim", baselines=False))
+    try:
+        assert tuner.settings.precision == "fp32", tuner.settings.precision
+        assert tuner.settings.precision_asked == "auto"
+    finally:
+        tuner.close()
