@@ -355,7 +355,12 @@ def cli(*args: str):
 
 
 def test_doctor_checks_the_store_whole(base_store, tmp_path, monkeypatch):
-    monkeypatch.setenv("COLUMNS", "300")  # the table's rows unwrapped
+    import cuda_agent.cli
+
+    # the table's rows unwrapped: rich fixes a console's width from $COLUMNS when it is made,
+    # which an earlier test in this worker may have done
+    monkeypatch.setenv("COLUMNS", "300")
+    monkeypatch.setattr(cuda_agent.cli.console, "width", 300)
     sound = cli("doctor", "--store", str(base_store))
     assert sound.exit_code == 0, sound.output
     assert "integrity check passed" in sound.output and f"{BUDGET} measurements" in sound.output
