@@ -16,7 +16,6 @@ compared with what the model alone gives (issue 34), the model's ranking is a pe
 
 from __future__ import annotations
 
-import dataclasses
 import statistics
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -36,7 +35,7 @@ from .run.sim_folds import FoldConstants
 from .search import BENCH_ABLATIONS, BENCH_DEFAULT, KERNEL_TUNER, KERNEL_TUNER_WARM
 from .search.base import is_agents
 from .store import Store
-from .settings import RunSettings
+from .settings import RunSettings, with_run_fields
 from .tuner import Tuner
 
 # the names are the search registry's (`search/__init__.py`: the one list)
@@ -133,11 +132,7 @@ class BenchSettings:
     def of(**fields: Any) -> "BenchSettings":
         """The settings from the bench's fields and the run's by name (the Python API's
         shorthand): ``BenchSettings.of(suite="p.py", budget=12, device="sim")``."""
-        # a name of both would be BenchSettings's own (none is today)
-        run_names = {f.name for f in dataclasses.fields(RunSettings)} - {
-            f.name for f in dataclasses.fields(BenchSettings)}
-        run = {k: fields.pop(k) for k in list(fields) if k in run_names}
-        return BenchSettings(**fields, run=replace(BENCH_RUN, **run))
+        return with_run_fields(BenchSettings, BENCH_RUN, fields)
 
     def on(self, device: str) -> "BenchSettings":
         """These settings with their runs on `device`."""

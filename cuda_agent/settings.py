@@ -10,8 +10,9 @@ Light to import (no torch): the CLI builds it before anything heavy is loaded.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
-from typing import Any
+import dataclasses
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Callable, TypeVar, cast
 
 from .limits import (BASELINE_TIMEOUT_S, COMPILE_TIMEOUT_S, IMPORT_TIMEOUT_S, STAGE_PATIENCE,
                      TIME_LIMIT_S)
@@ -109,3 +110,17 @@ def _jsonable(value: Any) -> bool:
     except (TypeError, ValueError):
         return False
     return True
+
+
+Holder = TypeVar("Holder")
+
+
+def with_run_fields(cls: Callable[..., Holder], base: RunSettings, fields: dict[str, Any]
+                    ) -> Holder:
+    """`cls(**fields)` where the names that are `RunSettings`' (and not `cls`'s own) go into
+    its `run`, `base` with them replaced: the Python API's shorthand of the settings that hold
+    a run's (``BenchSettings.of(suite="p.py", budget=12, device="sim")``)."""
+    own = {f.name for f in dataclasses.fields(cast(Any, cls))}  # a dataclass of `run`
+    run_names = {f.name for f in dataclasses.fields(RunSettings)} - own
+    run = {k: fields.pop(k) for k in list(fields) if k in run_names}
+    return cls(**fields, run=replace(base, **run))

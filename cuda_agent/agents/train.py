@@ -13,13 +13,12 @@ where it stopped (a Ray fleet's run from its last update, not bit for bit).
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
 import math
 import random
 import threading
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -33,7 +32,7 @@ from ..problem_child import LoadLimits, load_problem_bounded
 from ..run.devices import Device
 from ..space.slots import AGENTS
 from ..store import Store
-from ..settings import RunSettings
+from ..settings import RunSettings, with_run_fields
 from ..tuner import Tuner, open_device
 from . import checkpoint
 from .episode import Episode
@@ -114,10 +113,7 @@ class TrainSettings:
         """The settings from training's fields and the run's by name (the Python API's
         shorthand): ``TrainSettings.of(suite="p", device="sim", iterations=2)``."""
         # a name of both (training's `batch`) is TrainSettings's own
-        run_names = {f.name for f in dataclasses.fields(RunSettings)} - {
-            f.name for f in dataclasses.fields(TrainSettings)}
-        run = {k: fields.pop(k) for k in list(fields) if k in run_names}
-        return TrainSettings(**fields, run=replace(TRAIN_RUN, **run))
+        return with_run_fields(TrainSettings, TRAIN_RUN, fields)
 
 
 @dataclass

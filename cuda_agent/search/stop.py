@@ -53,10 +53,6 @@ class StopRule:
     def time_up(self) -> bool:
         return self.deadline is not None and time.monotonic() >= self.deadline
 
-    def left_s(self) -> float | None:
-        """Seconds left before the time limit (None: no limit)."""
-        return None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
-
     def before_measure(self) -> str | None:
         """Before a measurement: "time_limit" once the limit has come; "plateau" once the
         stage's share of the seconds has passed and it measured something; Ctrl-C (while the
