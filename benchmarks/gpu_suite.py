@@ -199,7 +199,7 @@ def template_seeds(path: Path, template: str, n: int,
     from cuda_agent.ir.partition import ProgramPlan
     from cuda_agent.ir.plan import make_plan
     from cuda_agent.problem import load_problem
-    from cuda_agent.run.sim_model import simulate
+    from cuda_agent.costmodel.model import simulate
     from cuda_agent.space.slots import ABSENT, Target
     from cuda_agent.space.space import Space
 

@@ -21,7 +21,7 @@ from cuda_agent.ir.plan import make_plan
 from cuda_agent.problem import load_problem
 from cuda_agent.run.replay import read_sweep
 from cuda_agent.space.program import StageSpace, stage_budget, stage_spaces
-from cuda_agent.run.sim_model import SimConstants, simulate
+from cuda_agent.costmodel.model import SimConstants, simulate
 from cuda_agent.space.slots import Rendered, Target
 from cuda_agent.space.space import Space
 

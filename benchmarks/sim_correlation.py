@@ -30,7 +30,7 @@ from scipy.stats import spearmanr
 from benchmarks.sections import write_section
 from benchmarks.sim_cases import load_case, simulated
 from cuda_agent.build.builder import Builder
-from cuda_agent.run.sim_model import SimConstants
+from cuda_agent.costmodel.model import SimConstants
 from cuda_agent.space.slots import Target
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -152,7 +152,7 @@ def main() -> None:
              "kernels (the fused linear/matmul problems, convolutions) are ranked across both. "
              "The library's rate per kind of call (dense, grouped, depthwise and transposed "
              "convolution, matmul) and its call overhead were set on 2026-12-01 from these "
-             "sweeps' library records, the best one per problem (`run/sim_gemm.py`): on the "
+             "sweeps' library records, the best one per problem (`costmodel/gemm.py`): on the "
              "convolutions and fused chains those terms are in-sample. The SIMT template's cost "
              "of a convolution's gathered loads (`GATHER_INSTR`) is the tensor-core template's "
              "estimate, not fitted. `SIMT_TIME_SCALE` and `TRANSPOSED_GATHER_INSTR` were "

@@ -37,7 +37,7 @@ from scipy.stats import spearmanr
 
 from benchmarks.fold_policies import folds, recorded_problems
 from benchmarks.sections import write_section
-from cuda_agent.run.sim_folds import FITTED, ModelConstants, applied, shipped_values
+from cuda_agent.costmodel.folds import FITTED, ModelConstants, applied, shipped_values
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -85,7 +85,7 @@ def load_cases(names: list[str], cache: Path | None) -> list[dict]:
 
 def modelled(case: dict, values: dict[str, float]) -> np.ndarray:
     """The model's times of the case's configurations under `values` (rejected: +inf)."""
-    from cuda_agent.run.sim_model import simulate
+    from cuda_agent.costmodel.model import simulate
 
     out = np.full(len(case["rendered"]), np.inf)
     with applied(ModelConstants(values)) as sim_constants:
@@ -174,7 +174,7 @@ def judge(cases: list[dict], values: dict[str, float]) -> dict:
 def markdown(res: dict) -> list[str]:
     lines = [MARK_BEGIN, "## The analytic model fitted per fold (issue 34, out of sample)", "",
              f"Run {res['date']} on a CPU by `benchmarks/sim_fold_fit.py`. The model constants "
-             "that were set from the recorded H200 measurements (`cuda_agent/run/sim_folds.py` "
+             "that were set from the recorded H200 measurements (`cuda_agent/costmodel/folds.py` "
              f"lists {len(FITTED)}: the library's rates, the SIMT and tensor-core GEMM terms, "
              "the pooling model's L1 merge) are refitted per fold of "
              "`benchmarks/fold_policies.py` on the other fold's sweeps only, by a coordinate "

@@ -32,7 +32,7 @@ from cuda_agent.build.builder import Builder, BuildInput
 from cuda_agent.ir.partition import ProgramPlan
 from cuda_agent.ir.plan import make_plan
 from cuda_agent.problem import load_problem
-from cuda_agent.run.sim_model import SimConstants, simulate
+from cuda_agent.costmodel.model import SimConstants, simulate
 from cuda_agent.space.slots import Target
 from cuda_agent.space.space import Space
 

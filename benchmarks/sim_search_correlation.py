@@ -27,7 +27,7 @@ from benchmarks.sections import write_section
 from cuda_agent.build.builder import Builder, BuildInput
 from cuda_agent.ir.plan import make_plan
 from cuda_agent.problem import load_problem
-from cuda_agent.run.sim_model import simulate
+from cuda_agent.costmodel.model import simulate
 from cuda_agent.space.slots import Target, expand_short
 from cuda_agent.space.space import Space
 
@@ -100,7 +100,7 @@ def main() -> None:
              "came after the suite's GEMM sweeps, so its first GPU data were the searches' "
              "trials (each run a genetic search near its best: narrow spreads, a hard ranking "
              "test). The model's first constants for it (`MMA_SYNC_TF32_FLOPS`, "
-             "`TC_OVERLAP_SHARPNESS`, `SLICE_SYNC_CLK` in `cuda_agent/run/sim_gemm.py`) were "
+             "`TC_OVERLAP_SHARPNESS`, `SLICE_SYNC_CLK` in `cuda_agent/costmodel/gemm.py`) were "
              "set from these same trials, so the figures are in-sample; "
              "`TC_TILE_FILL_BW` and `TC_LONE_BLOCK_OVERLAP` were refitted on 2026-12-03 on the "
              "live runs and the convolution sweeps (`benchmarks/sim_tc_fit.py`; the median "

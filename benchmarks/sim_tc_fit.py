@@ -36,8 +36,8 @@ from scipy.stats import spearmanr
 from benchmarks.sim_cases import load_case
 from benchmarks.sim_live_correlation import measured_configs, sampled_case
 from cuda_agent.build.builder import Builder
-from cuda_agent.run import sim_gemm
-from cuda_agent.run.sim_model import stage_resources, simulate
+from cuda_agent.costmodel import gemm as sim_gemm
+from cuda_agent.costmodel.model import stage_resources, simulate
 from cuda_agent.space.slots import Target
 
 ROOT = Path(__file__).resolve().parents[1]

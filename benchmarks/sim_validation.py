@@ -27,8 +27,8 @@ from scipy.stats import spearmanr
 from benchmarks.sections import write_section
 from benchmarks.sim_cases import load_case, simulated
 from cuda_agent.build.builder import Builder
-from cuda_agent.run import sim_gemm
-from cuda_agent.run.sim_model import SimConstants
+from cuda_agent.costmodel import gemm as sim_gemm
+from cuda_agent.costmodel.model import SimConstants
 from cuda_agent.space.slots import Target
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -31,7 +31,7 @@ from .problem_child import LoadLimits, load_problem_bounded
 from .run.baselines import headline_ms, matched_ms, read_record
 from .run.devices import Device
 from .run.replay import ReplayDevice, find_sweep, read_sweep
-from .run.sim_folds import FoldConstants
+from .costmodel.folds import FoldConstants
 from .search import BENCH_ABLATIONS, BENCH_DEFAULT, KERNEL_TUNER, KERNEL_TUNER_WARM
 from .search.base import is_agents
 from .store import Store
@@ -102,7 +102,7 @@ class BenchSettings:
     tuned by one that never trained on it)"""
     sim_constants: str | None = None
     """the analytic model's constants for the strategies that consult it (`uses_model`):
-    fold files, comma-separated (`run/sim_folds.py`: each problem ranked with one fitted
+    fold files, comma-separated (`costmodel/folds.py`: each problem ranked with one fitted
     without it); None: the shipped model"""
     out: str = "runs/bench"
     problem_seconds: float | None = None

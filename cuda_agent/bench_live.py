@@ -51,7 +51,7 @@ from .problem_child import LoadLimits, load_problem_bounded
 from .run.baselines import Baselines, with_matched
 from .run.devices import Device, cudnn_baselines
 from .run.replay import find_sweep, read_sweep
-from .run.sim_folds import FoldConstants
+from .costmodel.folds import FoldConstants
 from .search.stop import StageSchedule, StopRule
 from .space.program import StagePlateau, StageSpace
 from .space.slots import Config

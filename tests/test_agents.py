@@ -420,7 +420,7 @@ def test_training_with_the_prior_samples_what_the_model_rates_best(tmp_path):
     configurations the analytic model rates near its best (on sim, the model is the device:
     the first batch's best is the space's best within a few percent), and the operator keeps
     its prior for later episodes; without it the untrained policy's first batch is blind."""
-    from cuda_agent.agents.prior import simulated_times
+    from cuda_agent.costmodel.predict import simulated_times
     from cuda_agent.agents.train import TrainSettings, Trainer, run_episode
 
     firsts = {}

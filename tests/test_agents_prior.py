@@ -16,9 +16,10 @@ from cuda_agent.agents import prior as prior_mod
 from cuda_agent.agents.decode import ranked, score_rows
 from cuda_agent.agents.episode import Episode
 from cuda_agent.agents.observe import observe
-from cuda_agent.agents.prior import FLOOR, sim_prior, simulated_times
+from cuda_agent.agents.prior import FLOOR, sim_prior
 from cuda_agent.agents.reward import RewardSettings
 from cuda_agent.agents.strategy import AgentsStrategy
+from cuda_agent.costmodel.predict import simulated_times
 
 space_of = good_space
 
@@ -99,7 +100,7 @@ def test_a_program_stage_is_modelled_as_the_whole_program_would_be(stage, monkey
     configuration."""
     from cuda_agent.ir.capture import capture
     from cuda_agent.ir.plan import make_plan
-    from cuda_agent.run.sim_model import simulate
+    from cuda_agent.costmodel.model import simulate
     from cuda_agent.space.program import StageSpace, stage_spaces
     from cuda_agent.space.slots import Target
 

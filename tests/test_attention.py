@@ -23,7 +23,7 @@ from cuda_agent.errors import UnsupportedError
 from cuda_agent.ir.capture import capture
 from cuda_agent.ir.plan import make_plan
 from cuda_agent.problem import load_problem
-from cuda_agent.run.sim_model import simulate
+from cuda_agent.costmodel.model import simulate
 from cuda_agent.space.slots import Config, Target
 from cuda_agent.space.space import Space
 

@@ -80,7 +80,7 @@ def test_each_kind_of_violation_is_found(tmp_path):
         "sys.path.insert(0, 'x')\n"
         "CHILD = 'import sys; sys.path.append(\"y\")'\n"
         "from sections import X\n"
-        "from cuda_agent.run.sim_model import _stage, simulate\n"
+        "from cuda_agent.costmodel.model import _stage, simulate\n"
         "from cuda_agent import bench\n"
         "import cuda_agent.ir.capture as cap\n"
         "bench._order(1)\n"
@@ -93,4 +93,4 @@ def test_each_kind_of_violation_is_found(tmp_path):
     assert sorted(what for _, what in violations(tmp_path)) == sorted([
         "sys.path edit: sys.path.insert", "sys.path edit: sys.path.append",
         "top-level sibling import: from sections",
-        "private name: cuda_agent.run.sim_model._stage", "bench._order", "cap._pretraced"])
+        "private name: cuda_agent.costmodel.model._stage", "bench._order", "cap._pretraced"])

@@ -411,7 +411,7 @@ def test_the_model_ranks_the_phases_ahead_on_big_transposed_convs(name):
     """Each template's configurations modelled in both forms: the phased one faster for
     every sampled tiling, and the model's ranking (the agents' prior, the `prior` strategy's
     order and its pick of each template) puts a phased configuration first."""
-    from cuda_agent.run.sim_model import simulate
+    from cuda_agent.costmodel.model import simulate
     from cuda_agent.search.prior_rank import first_of_each_template, model_order
 
     sp = _conv_space(name, TF32_CONV)

@@ -387,7 +387,7 @@ def test_library_convolution_in_every_layout_matches_torch(name):
 
 
 def test_sim_prices_the_channels_last_conversion():
-    from cuda_agent.run.sim_model import simulate
+    from cuda_agent.costmodel.model import simulate
 
     plan = conv_plan("conv2d_stride_pad_bias")[0]
     sp = Space.for_plan(plan, Target())
@@ -404,8 +404,8 @@ def test_sim_library_rates_by_kind_of_convolution():
     """cuDNN's rate per flop, as the H200 sweeps measured it: a dense convolution fastest,
     grouped slower, depthwise bound by memory at a fifth of the bandwidth; every call pays the
     library's overhead."""
-    from cuda_agent.run import sim_gemm
-    from cuda_agent.run.sim_model import simulate
+    from cuda_agent.costmodel import gemm as sim_gemm
+    from cuda_agent.costmodel.model import simulate
 
     def lib_time(name):
         plan = conv_plan(name)[0]
@@ -431,7 +431,7 @@ def test_sim_library_rates_by_kind_of_convolution():
 def test_sim_charges_a_convolutions_gathered_loads():
     """The SIMT template gathers a convolution's B element by element: the same tiles cost
     more issue than a plain product of the same M, N, K would."""
-    from cuda_agent.run import sim_gemm
+    from cuda_agent.costmodel import gemm as sim_gemm
 
     plan = conv_plan("conv2d_stride_pad_bias")[0]
     sp = Space.for_plan(plan, Target())

@@ -125,7 +125,7 @@ def test_the_library_product_runs_in_the_opted_in_half_type():
     """Under fp16/bf16 the vendor-library template computes its product in that type, as torch
     does under autocast (operands cast, product cast back): the result has that type's error,
     the strict one fp32's; the simulator prices the half product below the strict one."""
-    from cuda_agent.run.sim_model import simulate
+    from cuda_agent.costmodel.model import simulate
 
     f = lambda x, w: torch.relu(x @ w.T + 1.0)  # noqa: E731
     plan, strict, xs, want = emulation_case(f, [(48, 128), (40, 128)], seed=6)
@@ -165,7 +165,7 @@ def test_emulated_half_rounding_matches_torch():
 
 
 def test_the_simulator_prices_one_product_below_three():
-    from cuda_agent.run.sim_model import simulate
+    from cuda_agent.costmodel.model import simulate
 
     plan = plan_of(lambda a, b: a @ b, (4096, 4096), (4096, 4096))
     strict, tf32 = Space.for_plan(plan, Target()), Space.for_plan(plan, TF32)

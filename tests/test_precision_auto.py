@@ -199,7 +199,7 @@ def test_the_model_prices_a_tf32_library_call_at_cudnns_measured_tf32_gain():
     """Under `--precision auto` a convolution's library step runs cuDNN on TF32: the model
     prices its product at the measured gain over strict fp32 (else it ranked the library floor
     behind the kernels it beats)."""
-    from cuda_agent.run.sim_gemm import LIBRARY_TF32_SPEEDUP, simulate_library
+    from cuda_agent.costmodel.gemm import LIBRARY_TF32_SPEEDUP, simulate_library
 
     plan = _conv_plan()
     times = {}

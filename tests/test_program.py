@@ -385,7 +385,7 @@ def test_a_failing_pick_program_leaves_the_search_at_the_defaults(tmp_path, monk
 def test_a_stage_modelled_ahead_is_not_modelled_again(monkeypatch):
     """The model's times are kept on the stage's space: its strategy's ranking, when its turn
     comes, reuses what the pick ahead modelled."""
-    from cuda_agent.run import sim_model
+    from cuda_agent.costmodel import model as sim_model
     from cuda_agent.search.prior_rank import model_order, model_pick
 
     plan, _, _ = plan_of("conv_pool")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import random
 
-from cuda_agent.run.sim_gemm import smem_wavefronts
+from cuda_agent.costmodel.gemm import smem_wavefronts
 
 
 def _wavefronts(words_per_lane: list[list[int]]) -> int:

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from cuda_agent.run import sim_gemm
+from cuda_agent.costmodel import gemm as sim_gemm
 from cuda_agent.space.slots import Target
 
 TARGET = Target()

@@ -16,7 +16,7 @@ import pytest
 
 from cuda_agent.ir.plan import make_plan
 from cuda_agent.problem import load_problem
-from cuda_agent.run.sim_model import COUNTER_KEYS, SimConstants, SimResult, simulate
+from cuda_agent.costmodel.model import COUNTER_KEYS, SimConstants, SimResult, simulate
 from cuda_agent.space.slots import Config, Launch, Rendered, Target
 from cuda_agent.space.space import Space
 
@@ -580,7 +580,7 @@ def test_one_wave_grid_pays_the_sm_speed_spread(relu_8k):
 
 
 def test_overlap_falls_to_a_sum_with_one_warp():
-    from cuda_agent.run.sim_model import _overlap
+    from cuda_agent.costmodel.model import _overlap
 
     c = SimConstants()
     ts = [_overlap(1.0, 0.8, c, w) for w in (64, 16, 8, 4, 1)]
@@ -628,7 +628,7 @@ def test_an_uncompiled_simt_gemm_spills_past_its_launch_bounds():
     thread tile needs more, and the spills make it slower than the same tile at one block per
     SM, as the H200 measured (gemm_odd, 128 x 128 blocks of 256 threads: 472 us at two blocks
     per SM and a 448-byte stack of spills, 75 us at one)."""
-    from cuda_agent.run.sim_gemm import estimated_resources, simulate_gemm
+    from cuda_agent.costmodel.gemm import estimated_resources, simulate_gemm
 
     path = "benchmarks/problems/gemm_odd.py"
     plan = make_plan(load_problem(path).graph())

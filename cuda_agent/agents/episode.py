@@ -53,7 +53,7 @@ class Episode:
         # the analytic model's estimate added to the policy's scores (`prior.py`; 0: off),
         # modelled once, at the first proposal
         self.prior_weight = prior_weight
-        # the model's constants (`run/sim_folds.py`: a fold's, fitted without this problem;
+        # the model's constants (`costmodel/folds.py`: a fold's, fitted without this problem;
         # None: the shipped model)
         self.prior_constants = prior_constants
         self.prior: np.ndarray | None = None

@@ -86,7 +86,7 @@ class TrainSettings:
     batches it will see when tuning: configurations the model already rates near the best, to
     be told apart by what the model misses"""
     sim_constants: str | None = None
-    """the analytic model's constants for the prior (`run/sim_folds.py`: a fold's file, fitted
+    """the analytic model's constants for the prior (`costmodel/folds.py`: a fold's file, fitted
     without the problems held out of this run; None: the shipped model)"""
     samplers: int = 1
     """episodes sampled concurrently: threads of this process (one on the cuda device), or with
@@ -235,7 +235,7 @@ class Trainer:
         self._own_device = device is None
         self.store = Store(run.store or ":memory:")
         if settings.sim_constants:
-            from ..run.sim_folds import load
+            from ..costmodel.folds import load
 
             seen = sorted(set(load(settings.sim_constants).fitted_on) & set(settings.holdout))
             if seen:  # the prior would carry the held-out problems' measurements into training

@@ -42,7 +42,7 @@ class SimDevice(Device):
         return self._target.dram_bw
 
     def evaluate(self, cand: Candidate, best_ms: float | None = None) -> Measurement:
-        from .sim_model import simulate
+        from ..costmodel.model import simulate
 
         assert self.plan is not None, "setup first"
         res = simulate(self.plan, cand.rendered, cand.resources, self._target, self.constants)

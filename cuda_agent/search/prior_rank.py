@@ -1,7 +1,7 @@
 """The analytic cost model's ranking as a strategy ("prior"): no network, no learning.
 
 It proposes the space's configurations in the order of the model's estimated time
-(`run/sim_model.py`, through `agents/prior.simulated_times`), fastest first, skipping what has
+(`costmodel/model.py`, through `agents/prior.simulated_times`), fastest first, skipping what has
 been measured. The agents add the same estimate to their policy's scores (`agents/prior.py`);
 this is that prior alone: the peer the learning has to beat (issue 34). `model_order` is also
 the classic peers' warm start (`WARM_PICKS`: Optuna's enqueued first trials, Kernel Tuner's
@@ -14,6 +14,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from ..costmodel.predict import simulated_times
 from ..space.slots import Config
 from ..space.space import Space
 from .base import Strategy, register
@@ -38,9 +39,7 @@ def model_order(space: Space, constants: Any = None, limit: int = MODELLED, seed
                 ) -> list[Config]:
     """Every configuration of `space`, the model's fastest first (ties in the space's order);
     those it rejects or did not model follow in seeded random order. `constants`: a fold's
-    fitted constants (`run/sim_folds.py`; None: the shipped model)."""
-    from ..agents.prior import simulated_times
-
+    fitted constants (`costmodel/folds.py`; None: the shipped model)."""
     configs = list(space.configs)
     n = len(configs)
     rng = np.random.default_rng(seed)
@@ -62,8 +61,6 @@ def model_pick(space: Space, constants: Any = None, limit: int = PICK_MODELLED
                ) -> Config | None:
     """The model's fastest of `space` (of a seeded sample of `limit` configurations where it
     is larger); None where the model has an estimate for none of them."""
-    from ..agents.prior import simulated_times
-
     configs = list(space.configs)
     rows = _modelled_rows(len(configs), limit, np.random.default_rng(0))
     times = simulated_times(space, rows, configs, constants)

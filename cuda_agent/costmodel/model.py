@@ -139,7 +139,7 @@ class SimConstants:
     #: The footprint rule (`l1_usable_bytes`) still governs reuse across windows. Chosen on
     #: the suite's pooling sweeps: the best mean Spearman of the values tried, and better on
     #: the held-out conv+pool shape of benchmarks/validation (docs/journal.md:
-    #: run/sim_model.py).
+    #: costmodel/model.py).
     l1_inflight_merge: float = 0.8
     #: Fraction of repeated reads of small broadcast operands (a norm's weight read for every
     #: row, a bias) that hit L1; the rest is L2 traffic.
@@ -338,19 +338,19 @@ def simulate(plan: KernelPlan, rendered: Rendered, resources: dict | None, targe
         return SimResult(sum(r.time_ms for r in results),
                          {k: max(r.counters.get(k, 0.0) for r in results) for k in COUNTER_KEYS})
     if rendered.fact("family") == "gemm":  # arithmetic-bound: its own model
-        from .sim_gemm import simulate_gemm
+        from .gemm import simulate_gemm
 
         ms, counters, err = simulate_gemm(rendered, resources, target)
         if err:
             return _failure("resources", err)
         return SimResult(ms, {**{k: 0.0 for k in COUNTER_KEYS}, **counters})
     if rendered.fact("family") == "lib":  # a library product, then a generated epilogue
-        from .sim_gemm import simulate_library
+        from .gemm import simulate_library
 
         ms, counters = simulate_library(plan, rendered, target)
         return SimResult(ms, {**{k: 0.0 for k in COUNTER_KEYS}, **counters})
     if rendered.fact("family") == "attention":  # arithmetic and shared memory: its own model
-        from .sim_attention import simulate_attention
+        from .attention import simulate_attention
 
         ms, counters, err = simulate_attention(rendered, resources, target, plan.bytes_moved())
         if err:

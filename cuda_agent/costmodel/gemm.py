@@ -117,14 +117,14 @@ def TC_GATHER_INSTR(dims: int, table: bool, transposed: bool) -> float:  # noqa:
 #: order among SIMT configurations as it was (the recorded single-GEMM sweeps, SIMT only, rank
 #: the same). Set from the live runs' configurations of 43 GEMM and convolution problems:
 #: 1.25 raises the GEMMs' median Spearman on either half of the problems alone
-#: (docs/journal.md: run/sim_gemm.py).
+#: (docs/journal.md: costmodel/gemm.py).
 SIMT_TIME_SCALE = 1.25
 
 #: Clocks of an SM's shared-memory pipe per wavefront of the SIMT template's fragment loads and
 #: tile stores (`smem_wavefronts` counts the wavefronts bank by bank; the data sheet's 128 bytes
 #: per clock would be 1.0). Fitted to the recorded H200 sweeps of the gemm family: 1.5 ranks
 #: the SIMT-only sweeps best, and the convolution sweeps prefer 1.0 to 1.5 (docs/journal.md:
-#: run/sim_gemm.py). The excess over 1.0 stands for what the
+#: costmodel/gemm.py). The excess over 1.0 stands for what the
 #: count leaves out: LDS.128 issue through the MIO queue, the K slice's barrier.
 SMEM_CLK_PER_WAVEFRONT = 1.5
 #: DRAM cost of the output tile, relative to its bytes, where a thread's 8 columns are
@@ -133,14 +133,14 @@ SMEM_CLK_PER_WAVEFRONT = 1.5
 #: request; the other half comes from the thread's next store). 2: twice the write traffic.
 #: Matters where the output dominates the traffic (gemm_tall_skinny, K=16, a 1 GiB output:
 #: contiguous 8-wide tiles measured up to 5x slower than split ones; docs/journal.md,
-#: run/sim_gemm.py); the other sweeps barely move.
+#: costmodel/gemm.py); the other sweeps barely move.
 CONTIG_STORE_COST = 2.0
 
 
 #: Sharpness of the soft maximum over the SIMT kernel's limits (FMA issue, shared memory, L2,
 #: DRAM, spills; large: a plain maximum). At 2 more of the smaller limits shows through (a
 #: warp stalled on a shared-memory wavefront or a barrier issues no FMA meanwhile); fitted on
-#: the same sweeps (docs/journal.md: run/sim_gemm.py).
+#: the same sweeps (docs/journal.md: costmodel/gemm.py).
 OVERLAP_SHARPNESS = 2.0
 
 
@@ -234,12 +234,12 @@ def simulate_gemm(rendered: Rendered, resources: dict | None, target: Target
 #: raw from the accumulators' layout (scattered sectors) and read back by a second kernel.
 #: Measured: split 16 cost 0.07 ms over split 1 on gemm_odd's 1001 x 997 output, 2.3x its
 #: workspace bytes at the copy bandwidth; 3 ranks the live bench's split-K configurations
-#: better than 1 (docs/journal.md: run/sim_gemm.py).
+#: better than 1 (docs/journal.md: costmodel/gemm.py).
 SPLIT_PARTIAL_COST = 3.0
 
 #: mma.sync TF32 rate the template reaches on the H200, flop/s for the whole GPU: fitted to the
 #: measured prototype (3xTF32 at 54 TFLOP/s of fp32 work; wgmma reaches ~384; docs/journal.md:
-#: run/sim_gemm.py)
+#: costmodel/gemm.py)
 MMA_SYNC_TF32_FLOPS = 170e12
 #: the fp16/bf16 m16n8k8 mma against the TF32 one, per flop: the tensor core's dense half rate
 #: is twice its TF32 rate (H200 datasheet); an estimate until the half path is measured
@@ -500,14 +500,14 @@ def estimated_resources(facts: dict) -> dict:
 
 #: the library's half-precision products against its fp32 ones: cuBLAS under autocast runs the
 #: 4096^3 product at about 580 TFLOP/s with its casts against ~40 for strict fp32
-#: (docs/journal.md: run/sim_gemm.py); a flat ratio of the rates (an estimate; convolutions
+#: (docs/journal.md: costmodel/gemm.py); a flat ratio of the rates (an estimate; convolutions
 #: were not measured in half)
 LIBRARY_HALF_FLOPS = 600e12
 
 #: how much faster the library's product runs with TF32 allowed (a call the contract lets use it,
 #: `--precision auto` for a convolution): convolutions, the geomean of cuDNN's TF32 over its
 #: strict fp32 time on the 13 realistic convolutions (1.26-4.37x on the H100; docs/journal.md,
-#: run/sim_gemm.py); matrix products,
+#: costmodel/gemm.py); matrix products,
 #: DESIGN.md's 8192^3 rates (TF32 384 against fp32 50.5 TFLOP/s, H200)
 LIBRARY_TF32_SPEEDUP = {"conv": 2.23, "matmul": 7.6}
 

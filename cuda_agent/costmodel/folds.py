@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import SettingsError
-from .sim_model import SimConstants
+from .model import SimConstants
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ def _split(name: str) -> tuple[str, int | None]:
 
 def shipped_values() -> dict[str, float]:
     """The values the shipped model uses for the constants in `FITTED`."""
-    from . import sim_gemm
+    from . import gemm as sim_gemm
 
     sim = SimConstants.shipped()
     out = {}
@@ -133,7 +133,7 @@ def applied(mc: ModelConstants | None) -> Iterator[SimConstants | None]:
     if mc is None or not mc.values:
         yield None
         return
-    from . import sim_gemm
+    from . import gemm as sim_gemm
 
     with _LOCK:
         saved: dict[str, Any] = {}
