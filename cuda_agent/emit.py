@@ -206,7 +206,7 @@ def model_new_source(result: Any) -> str:
 def verification(result: Any) -> dict[str, str]:
     """How the run's candidates were checked (`verify.describe_verification`): the device's
     own settings where it verifies (cuda), else those the run asked for."""
-    from .run.verify import describe_verification
+    from .verify.settings import describe_verification
     from .tuner import verify_settings
 
     own = getattr(result.device, "verify_settings", None)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Sequence
 
 from .errors import DeviceError, SettingsError
-from .run.tolerance import parse_tolerance
+from .verify.settings import parse_tolerance
 from .precision import CONTRACTS, PRECISIONS
 
 DEVICES = ("cuda", "sim", "replay")

@@ -16,7 +16,7 @@ from typing import Any, Callable, TypeVar, cast
 
 from .limits import (BASELINE_TIMEOUT_S, COMPILE_TIMEOUT_S, IMPORT_TIMEOUT_S, STAGE_PATIENCE,
                      TIME_LIMIT_S)
-from .run.tolerance import STRICT
+from .verify.settings import STRICT
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ class RunSettings:
     """strict: the strict protocol (float64 reference, relative bounds); kernelbench or
     atol=A,rtol=R: conformance mode, a candidate passes where torch.allclose(out, ref, atol,
     rtol) holds against the module in fp32 at PyTorch's default settings, as the field's
-    common harness (KernelBench, atol=rtol=1e-2) checks (`run/verify.py`)"""
+    common harness (KernelBench, atol=rtol=1e-2) checks (`verify/cases.py`)"""
     import_timeout_s: float | None = IMPORT_TIMEOUT_S
     """seconds the problem file's import and capture may take, in a child process (None: no
     limit; a shorter `time_limit_s` bounds it too): past it, a `ProblemError`"""

@@ -35,7 +35,7 @@ from .run.devices import (Baselines, Candidate, CudaDevice, Device, cuda_availab
 from .run.records import Measurement
 from .run.replay import ReplayDevice
 from .run.sim import SimDevice
-from .run.verify import VerifySettings, parse_tolerance
+from .verify.settings import VerifySettings, parse_tolerance
 from .search import make_strategy, resolve_strategy
 from .search.base import is_agents
 from .search.stop import StageSchedule, StopRule

@@ -17,8 +17,9 @@ import pytest
 import torch
 
 from cuda_agent.errors import SettingsError
-from cuda_agent.run.verify import (KERNELBENCH, CasePool, Tolerance, VerifySettings, check,
-                                   compare, describe_verification, parse_tolerance, verify)
+from cuda_agent.verify.cases import CasePool, check, compare, verify
+from cuda_agent.verify.settings import (KERNELBENCH, Tolerance, VerifySettings,
+                                        describe_verification, parse_tolerance)
 
 ROOT = Path(__file__).resolve().parents[1]
 GOOD = ROOT / "tests" / "data" / "good"

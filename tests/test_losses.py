@@ -18,7 +18,7 @@ from cuda_agent.errors import UnsupportedError
 from cuda_agent.ir.capture import capture as capture_problem
 from cuda_agent.ir.capture import lower
 from cuda_agent.ir.plan import make_plan
-from cuda_agent.run.verify import IndexDomain, make_case
+from cuda_agent.verify.cases import IndexDomain, make_case
 from cuda_agent.space.slots import Target
 from cuda_agent.space.space import Space
 from cuda_agent.space.templates.rowcommon import make_passes

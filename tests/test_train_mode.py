@@ -28,7 +28,8 @@ from cuda_agent.ir.capture import capture
 from cuda_agent.ir.graph import Increment, RunningStats
 from cuda_agent.ir.plan import make_plan
 from cuda_agent.run.launcher import update_state
-from cuda_agent.run.verify import VerifySettings, check_state
+from cuda_agent.verify.cases import check_state
+from cuda_agent.verify.settings import VerifySettings
 from cuda_agent.run.worker import ProblemState
 from cuda_agent.space.program import compose, stage_spaces, state_updates
 from cuda_agent.space.slots import Target
@@ -432,7 +433,7 @@ def _worker_state(tmp_path, conformance: bool):
     """The GPU worker's reference half of `ProblemState` for a conv -> BatchNorm problem, on the
     CPU (its timing half needs a GPU): the attributes its reference methods read."""
     from cuda_agent.problem import load_problem
-    from cuda_agent.run.verify import KERNELBENCH
+    from cuda_agent.verify.settings import KERNELBENCH
 
     path = write_problem(tmp_path, "conv_bn_w", "torch.relu(self.bn(self.conv(x)))",
                          "torch.randn(3, 2, 6, 7)", init_sig=", c",
@@ -480,7 +481,7 @@ def test_worker_reference_is_the_held_module_and_never_mutates_a_case(tmp_path, 
 def test_worker_checks_a_candidate_s_state_update(tmp_path, monkeypatch):
     """`ProblemState.check_state`: a program whose update reads wrong statistics fails, one
     whose statistics are right passes (the candidate here: torch, writing the workspace)."""
-    from cuda_agent.run.verify import CasePool
+    from cuda_agent.verify.cases import CasePool
 
     st, settings = _worker_state(tmp_path, False)
     st.device = torch.device("cpu")
@@ -517,7 +518,7 @@ def test_worker_checks_a_candidate_s_state_update(tmp_path, monkeypatch):
 
 
 def test_check_state_rejects_a_wrong_running_statistic():
-    from cuda_agent.run.verify import CasePool
+    from cuda_agent.verify.cases import CasePool
     pool = CasePool(lambda ts: ts[0].double() * 2, [torch.randn(4, 6)], (4, 6), torch.float32,
                     VerifySettings())
     want = {"bn.running_mean": torch.randn(6, dtype=torch.float64)}

@@ -1,4 +1,4 @@
-"""The evaluator must not be hackable: adversarial stand-in kernels against `run.verify`.
+"""The evaluator must not be hackable: adversarial stand-in kernels against `verify.cases`.
 
 A "kernel" here is a torch function `run(inputs, out)` that writes into the poisoned `out`, as the
 GPU worker's launcher does. Each cheat or bug must be rejected with the right error kind; exact
@@ -14,9 +14,10 @@ import torch
 import torch.nn.functional as F
 
 from cuda_agent.run.records import ERROR_KINDS
-from cuda_agent.run.verify import (DISTRIBUTIONS, POISON_BITS, CandidateError, Case, CasePool,
-                                   Trial, ValueRange, VerifySettings, check, compare, draw_like,
-                                   make_case, perturbed, poisoned_output, verify)
+from cuda_agent.verify.cases import (DISTRIBUTIONS, POISON_BITS, CandidateError, Case, CasePool,
+                                     Trial, ValueRange, check, compare, draw_like, make_case,
+                                     perturbed, poisoned_output, verify)
+from cuda_agent.verify.settings import VerifySettings
 
 F32, I64 = torch.float32, torch.int64
 
@@ -327,7 +328,7 @@ def test_cached_first_result_is_wrong_on_a_later_trial(name):
 
 
 PERTURB_BUG = (
-    "BUG: cuda_agent/run/verify.py:232-236 (perturbed(), verify.py:123-125) the perturbed twin "
+    "BUG: cuda_agent/verify/cases.py:232-236 (perturbed(), verify.py:123-125) the perturbed twin "
     "moves one element to +-(4|x| + 3) and is kept once its reference differs *bitwise* from "
     "the base's; for amin/argmin/argmax on heavy-tailed rows the move stays inside the row's "
     "range after all 6 attempts, and for softmax on lognormal rows it changes the output by "

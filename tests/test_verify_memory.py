@@ -13,12 +13,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from cuda_agent.run import verify as V
-from cuda_agent.run.separable import (accumulation_dims, accumulation_of, candidate_splits,
-                                      combine_parts, find_split, is_separable)
-from cuda_agent.run.verify import (Buffers, CasePool, Comparison, PoolBudget, RefStats, Split,
-                                   SlackSum, VerifySettings, check, compare, fingerprint,
-                                   make_case, witness_slack)
+from cuda_agent.verify import cases as V
+from cuda_agent.verify.separable import (accumulation_dims, accumulation_of, candidate_splits,
+                                         combine_parts, find_split, is_separable)
+from cuda_agent.verify.cases import (Buffers, CasePool, Comparison, PoolBudget, RefStats, Split,
+                                     SlackSum, check, compare, fingerprint, make_case,
+                                     witness_slack)
+from cuda_agent.verify.settings import VerifySettings
 from test_verify import EXACT, PROBS, FirstCallCache, NearReplay, d, prob, rejected
 
 F32 = torch.float32
@@ -258,7 +259,7 @@ def test_fingerprint_over_whole_rows_is_the_same_in_any_chunks_and_leaves_x_alon
     """Past a row (HASH_ROW elements) the hash sums rows at once: any chunking, whole rows
     or not, gives the same hash, and `x` is untouched (an int64 input's bits are its own
     tensor: multiplying them in place would change the input)."""
-    from cuda_agent.run.verify import HASH_ROW
+    from cuda_agent.verify.cases import HASH_ROW
 
     x = (torch.randn(2 * 3 * HASH_ROW + 123) * 100).to(dtype)
     kept = x.clone()
@@ -644,7 +645,7 @@ def test_rows_outside_are_moved_a_piece_at_a_time(monkeypatch, dim):
     """The separability and accumulation tests move the rows outside the middle of a whole
     input (7/8 of it): all at once, the expression's temporaries came to 1.3x the input and
     took realistic reductions past the memory bound. In pieces, the values are the same."""
-    from cuda_agent.run import separable
+    from cuda_agent.verify import separable
 
     monkeypatch.setattr(separable, "SCRAMBLE_PIECE", 96)
     t = torch.randn(40, 24)
@@ -666,7 +667,7 @@ def test_answers_are_compared_a_piece_at_a_time(monkeypatch):
     """The separability test's comparison, in pieces of 96 elements (non-contiguous views
     included), judges as the whole comparison did: a relative norm over the finite elements,
     and the same non-finite pattern."""
-    from cuda_agent.run import separable
+    from cuda_agent.verify import separable
 
     monkeypatch.setattr(separable, "SCRAMBLE_PIECE", 96)
     a = torch.randn(3, 40, 24)
@@ -703,7 +704,7 @@ def test_a_check_times_the_reference_apart_from_the_comparison():
     they were."""
     import time
 
-    from cuda_agent.run.verify import _StepClock
+    from cuda_agent.verify.cases import _StepClock
 
     pool = pool_of("softmax", SHARED, chunk_rows=7)
     before = dict(pool.setup_seconds)
@@ -730,7 +731,7 @@ def test_a_comparison_reads_its_sums_back_once_however_many_pieces(monkeypatch):
     """On a GPU each value read back is a synchronisation: the comparison, the reference's
     stats and the witness's slack sum their pieces where they are and read the sums once (two
     to seven reads a piece of about 5 M elements before); non-finite values still counted."""
-    from cuda_agent.run.verify import Comparison, RefStats
+    from cuda_agent.verify.cases import Comparison, RefStats
 
     reads = []
     for name in ("tolist", "item", "__float__", "__int__", "__bool__"):

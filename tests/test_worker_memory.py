@@ -16,7 +16,8 @@ import torch.nn.functional as F
 from cuda_agent.run import memory, worker
 from cuda_agent.run.memory import MemoryRefusal, PeakTracker
 from cuda_agent.run.timing import Timing, TimingSettings
-from cuda_agent.run.verify import Split, VerifySettings, check
+from cuda_agent.verify.cases import Split, check
+from cuda_agent.verify.settings import VerifySettings
 from helpers import fast_first
 
 CPU = torch.device("cpu")
@@ -279,7 +280,7 @@ def counted_gpu(small_gpu, monkeypatch):
     """`small_gpu` with the fixed pieces scaled to its small problems (draws and scrambles 256
     elements at a time, a 16 KiB L2: one timing set) and no host memory: every reference the
     plan keeps is on the 'GPU', so that the live bytes are the GPU's."""
-    from cuda_agent.run import separable, verify
+    from cuda_agent.verify import separable, cases as verify
     monkeypatch.setattr(verify, "DRAW_CHUNK", 256)
     monkeypatch.setattr(separable, "SCRAMBLE_PIECE", 256)
     monkeypatch.setattr(torch.cuda, "get_device_properties",
@@ -415,7 +416,7 @@ def test_a_depthwise_convolution_before_a_training_mode_norm_is_chunked_by_chann
 
 
 def test_a_sliceable_depthwise_copy_computes_what_the_module_does():
-    from cuda_agent.run.sliceable import channel_sliceable
+    from cuda_agent.verify.sliceable import channel_sliceable
     conv = torch.nn.Conv2d(8, 8, 3, padding=1, groups=8).double()
     grouped = torch.nn.Conv2d(8, 8, 3, groups=2).double()  # not depthwise: left as it is
     x = torch.randn(2, 8, 9, 9, dtype=torch.float64)

@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..run.baselines import CUDNN_BENCHMARK, DEFAULTS, FIELDS, matched_field
-from ..run.verify import TOLERANCE, VerifySettings
+from ..verify.cases import TOLERANCE
+from ..verify.settings import VerifySettings
 
 LABELS = {"eager": "torch eager", "compile": "torch.compile",
           "compile:max-autotune": "torch.compile max-autotune",

@@ -21,7 +21,7 @@ from .baselines import (CUDNN_BENCHMARK, MATCHED, Baselines, split_setting,  # n
                         with_matched)
 from .records import Measurement
 from .timing import TIMING_PROTOCOL, TimingSettings
-from .verify import VerifySettings
+from ..verify.settings import VerifySettings
 
 
 @dataclass

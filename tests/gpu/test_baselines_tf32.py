@@ -20,7 +20,7 @@ from cuda_agent.run import launcher
 from cuda_agent.run.baselines import matched, with_matched
 from cuda_agent.run.devices import CudaDevice
 from cuda_agent.run.timing import TimingSettings
-from cuda_agent.run.verify import VerifySettings
+from cuda_agent.verify.settings import VerifySettings
 
 pytestmark = pytest.mark.gpu
 

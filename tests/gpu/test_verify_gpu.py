@@ -11,7 +11,7 @@ import time
 import pytest
 import torch
 
-from cuda_agent.run import verify as V
+from cuda_agent.verify import cases as V
 
 GiB = 1 << 30
 

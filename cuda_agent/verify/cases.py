@@ -40,58 +40,13 @@ from typing import Any, Callable, Iterator, Sequence, Union
 
 import torch
 
-# conformance mode's tolerance, kept torch-free: the CLI checks --tolerance before any work
-from .tolerance import KERNELBENCH, STRICT, Tolerance, parse_tolerance  # noqa: F401
+from .settings import FP32_RTOL, Tolerance, VerifySettings
 
 POISON_BITS = 0x7FC0DEAD  # a quiet NaN no arithmetic produces
 INT_POISON = -0x5A5A5A5A5A5A5A5A
 
 # float64 reference against fp32 kernels: relative-norm tolerance per output dtype
-TOLERANCE = {torch.float32: 1e-4}
-
-
-def describe_verification(settings: "VerifySettings") -> dict[str, str]:
-    """How candidates were checked, for reports: the mode, the reference, the tolerance."""
-    tol = settings.tolerance
-    if tol is not None:
-        return {"mode": "conformance", "tolerance": tol.describe(),
-                "reference": "the module as the user holds it (its train/eval mode), in fp32 "
-                             "with PyTorch's default settings"}
-    rtol = settings.rtol if settings.rtol is not None else TOLERANCE[torch.float32]
-    return {"mode": STRICT,
-            "tolerance": f"relative-norm error <= {rtol:g}, elementwise <= "
-                         f"{settings.elem_factor * rtol:g} x (|ref| + rms(ref)); no tighter "
-                         f"than {settings.witness_factor:g}x torch's own error at the chosen "
-                         "precision",
-            "reference": "the module as the user holds it (its train/eval mode), in float64"}
-
-
-@dataclass
-class VerifySettings:
-    """How hard the verifier looks."""
-
-    trials: int = 3
-    """random cases per candidate (each a different distribution), plus one perturbed case"""
-    pool: int = 5
-    """cases drawn per problem; candidates rotate through them"""
-    rtol: float | None = None
-    """relative-norm tolerance; None picks the output dtype's (fp32: 1e-4)"""
-    elem_factor: float = 10.0
-    """elementwise bound: |out - ref| <= elem_factor * rtol * (|ref| + rms(ref))"""
-    witness_factor: float = 4.0
-    """with an fp32 witness: errors up to this multiple of the witness's own pass (its largest
-    elementwise error, its relative-norm error), so a kernel as accurate as torch's fp32 is
-    not failed where fp32 itself cannot meet the fixed bounds"""
-    seed: int = 0
-    precision: str = "fp32"
-    """the contract the kernels are held to: "fp32", or "tf32", "fp16", "bf16" where the user
-    opted into tensor-core products on operands of that type; the GPU worker then computes the
-    witness (and times the baselines) with torch's TF32 on or under autocast in that dtype, so
-    the bounds widen to a small multiple of torch's own error at that precision"""
-    tolerance: Tolerance | None = None
-    """conformance mode: accept a trial when torch.allclose(out, ref, atol, rtol) holds against
-    the module in fp32 at PyTorch's default settings (KernelBench's check), instead of the
-    strict bounds against a float64 reference; None: the strict protocol"""
+TOLERANCE = {torch.float32: FP32_RTOL}
 
 
 @dataclass
@@ -365,7 +320,7 @@ def fingerprint(x: torch.Tensor, key: int, chunk: int | None = None) -> int:
     multiply-and-sum over it: about 20 bytes of memory traffic an element, where a multiplier
     mixed per element took about 200 (counted from the operations, not measured on a GPU: at
     3 TB/s, about 0.3 s a hash of a 16 GiB input, two per trial; docs/journal.md,
-    run/verify.py)."""
+    verify/cases.py)."""
     flat = x.reshape(-1)
     if flat.dtype == torch.bool:
         flat = flat.view(torch.uint8)
@@ -901,7 +856,7 @@ class CasePool:
         self.split, self.chunk_rows = split, chunk_rows
         # seconds of the set-up's steps (drawing cases, the witness, the reference's chunks,
         # counted with how many reference chunks ran): a large problem's cases take tens of
-        # seconds of its set-up (docs/journal.md: run/verify.py)
+        # seconds of its set-up (docs/journal.md: verify/cases.py)
         self._clock = _StepClock(self.device)
         self.reference_runs = 0
         self._out: torch.Tensor | None = None
@@ -1290,7 +1245,7 @@ def _unravel(position: int, shape: tuple[int, ...]) -> tuple[int, ...]:
 
 class _StepClock:
     """Seconds per step of `check` (a large problem's checks take most of each candidate's
-    seconds: docs/journal.md, run/verify.py): on a GPU each step ends with a synchronisation,
+    seconds: docs/journal.md, verify/cases.py): on a GPU each step ends with a synchronisation,
     so its kernels are counted in it, not in the next."""
 
     def __init__(self, device: torch.device) -> None:
@@ -1323,7 +1278,7 @@ def check_state(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor], poo
     for name in sorted(want):
         # where the candidate's update is: a host reference's stays on the CPU, and compared
         # across devices every candidate verified in host memory would fail
-        # (docs/journal.md: run/verify.py)
+        # (docs/journal.md: verify/cases.py)
         ref = want[name].to(device=got[name].device, dtype=got[name].dtype)
         kind, msg, rel = compare(got[name], ref, pool.rtol, pool.settings.elem_factor,
                                  NO_SLACK, pool.tolerance)

@@ -21,7 +21,7 @@ from typing import Callable, Container, Iterator, Sequence
 
 import torch
 
-from .verify import Domain, Split, ValueRange, narrow_inputs
+from .cases import Domain, Split, ValueRange, narrow_inputs
 
 SAME_SHAPES_TOL = 1e-5
 """relative change of the slice allowed when only other rows changed (same shapes, so the same
@@ -101,7 +101,7 @@ def _close(a: torch.Tensor, b: torch.Tensor, tol: float) -> bool:
     """Same non-finite pattern, and a relative difference of the finite rest within `tol`.
     Compared a piece at a time (`_pieces`): whole, the float64 copies, masks and
     difference take five float64 copies of the slice (20 GiB for a 2 GiB slice), beyond the
-    memory bound (docs/journal.md: run/separable.py)."""
+    memory bound (docs/journal.md: verify/separable.py)."""
     if tuple(a.shape) != tuple(b.shape):
         return False
     diff_sq = ref_sq = 0.0
@@ -141,7 +141,7 @@ def _scramble_outside(t: torch.Tensor, dim: int, lo: int, rows: int, domain: Dom
             continue
         # 3x + |x| + 1: far moved, and positive where x was (log, sqrt domains). A piece at a
         # time: whole, its temporaries are 1.3x the input, beyond the memory bound
-        # (docs/journal.md: run/separable.py)
+        # (docs/journal.md: verify/separable.py)
         for (piece,) in _pieces(part):
             piece.copy_(3.0 * piece + piece.abs() + 1.0)
     return True
