@@ -130,7 +130,7 @@ def _run(job: tuple[str, int, str, int, str, str, str | None]) -> tuple[str, int
 def sweep_best(name: str, root: str | None = None) -> float | None:
     from cuda_agent.errors import CudaAgentError
     from cuda_agent.problem import load_problem
-    from cuda_agent.run.replay import find_sweep, read_sweep
+    from cuda_agent.runner.replay import find_sweep, read_sweep
 
     try:
         recs = read_sweep(find_sweep(load_problem(ROOT / "benchmarks/problems" / f"{name}.py"),
@@ -144,7 +144,7 @@ def sweep_best(name: str, root: str | None = None) -> float | None:
 def served(root: str) -> str:
     """What a sweep root holds, for the reader: the live runs' measurements when
     `benchmarks/live_sweeps.py` wrote it, else the path."""
-    from cuda_agent.run.replay import read_sweep
+    from cuda_agent.runner.replay import read_sweep
 
     first = next(Path(root).glob("*/*.json.gz"), None)
     if first is not None and str(read_sweep(first).get("source", "")).startswith("the live bench"):

@@ -24,7 +24,7 @@ from cuda_agent.agents import checkpoint
 from cuda_agent.agents.evaluate import Contender, compare
 from cuda_agent.agents.reward import RewardSettings
 from cuda_agent.agents.train import TrainSettings, Trainer, write_curves
-from cuda_agent.run.replay import ReplayDevice
+from cuda_agent.runner.replay import ReplayDevice
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -28,7 +28,7 @@ from benchmarks.agents_replay import DATA, HOLDOUT
 from benchmarks.sections import write_section
 from cuda_agent.agents.evaluate import Contender, compare
 from cuda_agent.agents.train import TrainSettings, Trainer
-from cuda_agent.run.replay import ReplayDevice
+from cuda_agent.runner.replay import ReplayDevice
 
 ROOT = Path(__file__).resolve().parents[1]
 

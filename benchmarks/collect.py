@@ -26,8 +26,8 @@ from benchmarks.search_order import search_files
 from cuda_agent import metrics
 from cuda_agent.ir.plan import make_plan
 from cuda_agent.problem import load_problem
-from cuda_agent.run.baselines import headline_ms, matched_ms, read_record
-from cuda_agent.run.replay import read_sweep
+from cuda_agent.runner.baselines import headline_ms, matched_ms, read_record
+from cuda_agent.runner.replay import read_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -5,7 +5,7 @@
 
 Per problem, a short training run (one PPO update over 2 episodes of 2 steps of 4
 configurations, under the analytic model's prior as tuning runs) on the cuda device, which
-profiles every n-th verified candidate with Nsight Compute after timing it (`run/counters.py`)
+profiles every n-th verified candidate with Nsight Compute after timing it (`runner/counters.py`)
 and stores the counters with the measurement (SQLite, `<out>/store.sqlite`). Then every
 measurement of the run is written to `<out>/counters.json` with its counters and each agent's
 auxiliary reward term computed from them (`agents/reward.aux_term`), and a summary is printed:
@@ -90,8 +90,8 @@ def main() -> None:
     from cuda_agent.agents.reward import aux_term
     from cuda_agent.agents.train import TrainSettings, Trainer
     from cuda_agent.emit import git_commit
-    from cuda_agent.run.counters import ncu_path
-    from cuda_agent.run.devices import CudaDevice
+    from cuda_agent.runner.counters import ncu_path
+    from cuda_agent.runner.devices import CudaDevice
     from cuda_agent.store import Store
 
     names = [n for n in args.problems.split(",") if n]

@@ -37,7 +37,7 @@ from benchmarks.agents_replay import DATA
 from cuda_agent.agents import checkpoint
 from cuda_agent.agents.reward import RewardSettings
 from cuda_agent.agents.train import TrainSettings, Trainer
-from cuda_agent.run.replay import ReplayDevice
+from cuda_agent.runner.replay import ReplayDevice
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -86,7 +86,7 @@ def pack(out: Path, final: Path) -> None:
 
 def run_sweeps(out: Path, final: Path, problems: list[Path], sample: int, deadline: float,
                per_problem_s: float) -> None:
-    from cuda_agent.run.devices import CudaDevice
+    from cuda_agent.runner.devices import CudaDevice
     from cuda_agent.sweep import sweep_problem
 
     device = CudaDevice()
@@ -150,7 +150,7 @@ def recorded_best(name: str, n: int, vary: dict[str, list] | None = None) -> lis
     searches (benchmarks/results/*/search.json) and the `n` fastest of its recorded sweep;
     with `vary` ({slot: values}), each followed by its variants along those slots (e.g. a
     slot value added to the template since)."""
-    from cuda_agent.run.replay import read_sweep
+    from cuda_agent.runner.replay import read_sweep
 
     path = ROOT / f"benchmarks/data/nvidia-h200/{name}.json.gz"
     if n <= 0 or not path.exists():
@@ -399,8 +399,8 @@ def run_library(out: Path, problems: list[Path], deadline: float) -> None:
     without CUDA graphs in the same run: what cuDNN's layout (as given or channels-last) is
     worth. For a multi-kernel program the other stages stay at their defaults."""
     from cuda_agent.problem import load_problem
-    from cuda_agent.run.baselines import with_matched
-    from cuda_agent.run.devices import CudaDevice
+    from cuda_agent.runner.baselines import with_matched
+    from cuda_agent.runner.devices import CudaDevice
     from cuda_agent.tuner import Tuner, TuneSettings
 
     device = CudaDevice()
@@ -473,8 +473,8 @@ def run_agents(out: Path, deadline: float, iterations: int, budget: int,
     from cuda_agent.agents.strategy import PRIOR_WEIGHT
     from cuda_agent.metrics import evals_to_fraction
     from cuda_agent.agents.train import TrainSettings, Trainer, write_curves
-    from cuda_agent.run.devices import CudaDevice
-    from cuda_agent.run.replay import read_sweep
+    from cuda_agent.runner.devices import CudaDevice
+    from cuda_agent.runner.replay import read_sweep
 
     device = CudaDevice(profile_every=profile_every)
     rows: list[dict] = []

@@ -57,7 +57,7 @@ def sweep_extremes(name: str) -> dict:
     """The sweep's best and slowest valid time and its size: the metric's pooled best starts
     from the best, and a search with no valid time yet counts as the slowest."""
     from cuda_agent.problem import load_problem
-    from cuda_agent.run.replay import find_sweep, read_sweep
+    from cuda_agent.runner.replay import find_sweep, read_sweep
 
     sweep = read_sweep(find_sweep(load_problem(ROOT / "benchmarks/problems" / f"{name}.py")))
     ok = [r["time_ms"] for r in sweep["records"] if r.get("ok") and r.get("time_ms")]

@@ -123,7 +123,7 @@ def run_problem(name: str, arm_list: list[Arm], seeds: int, budget: int, sim_fol
     from cuda_agent.ir.partition import ProgramPlan
     from cuda_agent.ir.plan import make_plan
     from cuda_agent.problem import load_problem
-    from cuda_agent.run.replay import ReplayDevice, find_sweep, read_sweep
+    from cuda_agent.runner.replay import ReplayDevice, find_sweep, read_sweep
     from cuda_agent.costmodel.folds import FoldConstants
 
     path = ROOT / "benchmarks/problems" / f"{name}.py"

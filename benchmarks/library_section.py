@@ -11,7 +11,7 @@ import argparse
 import json
 from pathlib import Path
 
-from cuda_agent.run.baselines import headline_ms, matched_ms
+from cuda_agent.runner.baselines import headline_ms, matched_ms
 from benchmarks.sections import write_section
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -575,7 +575,7 @@ def compile_figure(problems: dict[str, dict]) -> tuple[Any, str]:
     it: at PyTorch's defaults (as a user's process runs it: the headline) where every problem
     has one; else the accuracy-matched one for all of them (a run from before the defaults were
     timed has only that: strict fp32, cuDNN's TF32 off)."""
-    from cuda_agent.run.baselines import headline_ms, matched_ms
+    from cuda_agent.runner.baselines import headline_ms, matched_ms
 
     if problems and all(headline_ms(f) for f in problems.values() if f.get("best_ms")):
         return headline_ms, "at PyTorch's defaults (as a user's process runs it)"

@@ -77,8 +77,8 @@ def write_live_sweeps(out: Path, names: list[str] | None = None) -> dict[str, in
     from cuda_agent.ir.partition import ProgramPlan
     from cuda_agent.ir.plan import make_plan
     from cuda_agent.problem import load_problem
-    from cuda_agent.run.baselines import read_record
-    from cuda_agent.run.replay import sweep_path, write_sweep
+    from cuda_agent.runner.baselines import read_record
+    from cuda_agent.runner.replay import sweep_path, write_sweep
     from cuda_agent.space.slots import Target
     from cuda_agent.space.space import Space
 

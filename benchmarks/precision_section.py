@@ -17,7 +17,7 @@ from pathlib import Path
 
 from benchmarks.search_order import search_files
 from benchmarks.sections import write_section
-from cuda_agent.run.baselines import headline_ms, matched_ms
+from cuda_agent.runner.baselines import headline_ms, matched_ms
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -43,7 +43,7 @@ open({code_out!r}, "w").write("\n\n# ----\n\n".join(code))
 
 
 def ncu(args: list[str], out: Path, extra: list[str]) -> None:
-    from cuda_agent.run.counters import ncu_path
+    from cuda_agent.runner.counters import ncu_path
 
     found = ncu_path()
     if found is None:
@@ -89,7 +89,7 @@ def main() -> None:
             "launches": [L.__dict__ for L in rendered.launches],
             "workspace_bytes": rendered.workspace_bytes,
             "zero_workspace": rendered.zero_workspace}))
-        ncu([sys.executable, "-m", "cuda_agent.run.profile_one", str(spec)], out / "ours.txt",
+        ncu([sys.executable, "-m", "cuda_agent.runner.profile_one", str(spec)], out / "ours.txt",
             ["--kernel-name", "regex:^(s[0-9]+_)?ca_"])
         script = Path(tmp) / "compiled.py"
         script.write_text(COMPILED_RUN.format(problem=problem,

@@ -23,8 +23,8 @@ import torch
 from cuda_agent.agents.vocab import VOCAB
 from cuda_agent.ir.plan import make_plan
 from cuda_agent.problem import load_problem
-from cuda_agent.run import launcher
-from cuda_agent.run.timing import L2Flusher, TimingSettings, time_runs
+from cuda_agent.runner import launcher
+from cuda_agent.runner.timing import L2Flusher, TimingSettings, time_runs
 from cuda_agent.space.slots import ABSENT, Config, Target, expand_short
 from cuda_agent.space.space import Space
 

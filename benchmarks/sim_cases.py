@@ -19,7 +19,7 @@ from cuda_agent.build.builder import Builder, BuildInput
 from cuda_agent.ir.partition import ProgramPlan
 from cuda_agent.ir.plan import make_plan
 from cuda_agent.problem import load_problem
-from cuda_agent.run.replay import read_sweep
+from cuda_agent.runner.replay import read_sweep
 from cuda_agent.space.program import StageSpace, stage_budget, stage_spaces
 from cuda_agent.costmodel.model import SimConstants, simulate
 from cuda_agent.space.slots import Rendered, Target

@@ -55,7 +55,7 @@ def load_cases(names: list[str], cache: Path | None) -> list[dict]:
     from cuda_agent.ir.partition import ProgramPlan
     from cuda_agent.ir.plan import make_plan
     from cuda_agent.problem import load_problem
-    from cuda_agent.run.replay import ReplayDevice
+    from cuda_agent.runner.replay import ReplayDevice
     from cuda_agent.space.space import Space
 
     device = ReplayDevice(DATA)

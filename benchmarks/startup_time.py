@@ -45,7 +45,7 @@ import os, sys, time
 
 if __name__ == "__main__":  # (compile processes re-import this file: they do nothing here)
     T0 = float(os.environ["STARTUP_T0"])
-    from cuda_agent.run.sim import SimDevice
+    from cuda_agent.runner.sim import SimDevice
     _evaluate = SimDevice.evaluate
 
     def first(self, *a, **k):

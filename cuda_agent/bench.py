@@ -28,9 +28,9 @@ from .example_data import example_suite
 from .flags import check_bench
 from .problem import Problem, load_problem
 from .problem_child import LoadLimits, load_problem_bounded
-from .run.baselines import headline_ms, matched_ms, read_record
-from .run.devices import Device
-from .run.replay import ReplayDevice, find_sweep, read_sweep
+from .runner.baselines import headline_ms, matched_ms, read_record
+from .runner.devices import Device
+from .runner.replay import ReplayDevice, find_sweep, read_sweep
 from .costmodel.folds import FoldConstants
 from .search import BENCH_ABLATIONS, BENCH_DEFAULT, KERNEL_TUNER, KERNEL_TUNER_WARM
 from .search.base import is_agents

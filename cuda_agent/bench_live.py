@@ -48,9 +48,9 @@ from .ir.partition import ProgramPlan
 from .ir.plan import KernelPlan, make_plan
 from .problem import Problem
 from .problem_child import LoadLimits, load_problem_bounded
-from .run.baselines import Baselines, with_matched
-from .run.devices import Device, cudnn_baselines
-from .run.replay import find_sweep, read_sweep
+from .runner.baselines import Baselines, with_matched
+from .runner.devices import Device, cudnn_baselines
+from .runner.replay import find_sweep, read_sweep
 from .costmodel.folds import FoldConstants
 from .search.stop import StageSchedule, StopRule
 from .space.program import StagePlateau, StageSpace

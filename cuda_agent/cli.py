@@ -361,7 +361,7 @@ def tune(
     advice = _tf32_note(result)
     if advice:
         console.print(f"[yellow]{advice}[/]", highlight=False)
-    from .run.memory import describe as describe_memory  # torch is imported by now
+    from .runner.memory import describe as describe_memory  # torch is imported by now
 
     footprint = describe_memory((result.facts or {}).get("memory"))
     if footprint:

@@ -27,7 +27,7 @@ from . import __version__
 from .build.builder import Builder, BuildInput
 from .report.tf32 import tf32_advice
 from .outputs import write_files
-from .run import launcher
+from .runner import launcher
 from .space.program import state_updates
 from .precision import describe as describe_precision
 from .space.slots import PRECISION_NOTES
@@ -199,7 +199,7 @@ def model_new_source(result: Any) -> str:
     return (header + "\nimport base64\nimport math\n\nimport torch\n\n"
             "# ---- the reference problem, verbatim -------------------------------------------\n"
             + _strip_future(result.problem.source).rstrip() + "\n\n"
-            "# ---- kernel runtime (cuda_agent/run/launcher.py) --------------------------------\n"
+            "# ---- kernel runtime (cuda_agent/runner/launcher.py) --------------------------------\n"
             + launcher_src.rstrip() + "\n" + body)
 
 
@@ -367,7 +367,7 @@ def report_dict(result: Any) -> dict[str, Any]:
         "gpu": result.device.gpu_name(),
         "facts": {k: v for k, v in (result.facts or {}).items() if k != "memory"},
         # the GPU footprint: the worker's peak against torch eager's and the bound it is held
-        # to, and how the reference was computed (run.memory.MemoryPlan)
+        # to, and how the reference was computed (runner.memory.MemoryPlan)
         "memory": (result.facts or {}).get("memory"),
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "commit": git_commit(), "cuda_agent": __version__, "toolchain": result.toolchain,

@@ -1,6 +1,6 @@
 """Errors a user can cause, each turned into a one-line message and a non-zero exit by the CLI.
 
-Failures of candidate kernels are *not* exceptions: they are data (see `run/records.py`).
+Failures of candidate kernels are *not* exceptions: they are data (see `runner/records.py`).
 """
 
 from __future__ import annotations

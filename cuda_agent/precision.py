@@ -74,7 +74,7 @@ def contract_of(conv_tf32: bool, matmul_tf32: bool) -> str:
 
 def process_flags() -> dict[str, Any]:
     """This process's TF32 flags as they are now (`launcher.tf32_flags`)."""
-    from .run import launcher
+    from .runner import launcher
 
     return launcher.tf32_flags()
 
@@ -88,7 +88,7 @@ def resolve(asked: str, device_kind: str | None, flags: dict[str, Any] | None = 
         return asked
     if device_kind == "replay":
         return "fp32"
-    from .run import launcher
+    from .runner import launcher
 
     flags = flags if flags is not None else process_flags()
     return contract_of(launcher.conv_tf32(flags), launcher.matmul_tf32(flags))

@@ -119,7 +119,7 @@ class LoadLimits:
         """The memory bound in bytes for a load starting now (None: none)."""
         if self.memory_bytes is not None:
             return self.memory_bytes or None
-        from .run.memory import host_available_bytes
+        from .runner.memory import host_available_bytes
 
         available = host_available_bytes()
         return int(available * IMPORT_MEMORY_FRACTION) if available else None

@@ -1,6 +1,6 @@
 """The archive: an SQLite file holding every problem, candidate and measurement ever made.
 
-Failures are measurements with ``ok = 0`` and an ``error_kind`` (see `run/records.py`), so one
+Failures are measurements with ``ok = 0`` and an ``error_kind`` (see `runner/records.py`), so one
 table answers both "what is fastest" and "what keeps breaking". Reruns ask `lookup` before
 measuring and reuse what was already measured on the same device kind, GPU and toolchain.
 
@@ -42,7 +42,7 @@ from typing import Any, Callable, TypeVar
 
 from cuda_agent import __version__
 from cuda_agent.errors import StoreError
-from cuda_agent.run.records import Measurement
+from .runner.records import Measurement
 from cuda_agent.space.slots import ABSENT
 from cuda_agent.store_faults import (bounded_check, describe_fault, first_line, is_store_fault,
                                      tell_once)

@@ -8,15 +8,15 @@ from typing import Any, Callable
 
 from .emit import git_commit
 from .errors import SettingsError
-from .run.replay import measurement_record, sweep_path, write_sweep
+from .runner.replay import measurement_record, sweep_path, write_sweep
 from .settings import RunSettings
 from .tuner import Trial, TuneResult, Tuner
 from .problem_child import LoadLimits, load_problem_bounded
-from .run.devices import Device
+from .runner.devices import Device
 
 
 def sweep_data(r: TuneResult, sampled: bool) -> dict[str, Any]:
-    """The sweep file's content for a finished run (see run/replay.py for the format)."""
+    """The sweep file's content for a finished run (see runner/replay.py for the format)."""
     return {"problem": r.problem.name, "source_hash": r.problem.source_hash,
             "fingerprint": r.problem.graph().fingerprint(), "space_version": r.space.version,
             "gpu": r.device.gpu_name(), "device": r.device.kind, "simulated": r.simulated,

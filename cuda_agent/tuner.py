@@ -29,12 +29,12 @@ from .ir.partition import ProgramPlan
 from .ir.plan import KernelPlan, make_plan
 from .problem import Problem, naming_file
 from .problem_child import LoadLimits, load_problem_bounded
-from .run.baselines import with_matched
-from .run.devices import (Baselines, Candidate, CudaDevice, Device, cuda_available,
+from .runner.baselines import with_matched
+from .runner.devices import (Baselines, Candidate, CudaDevice, Device, cuda_available,
                           cudnn_baselines)
-from .run.records import Measurement
-from .run.replay import ReplayDevice
-from .run.sim import SimDevice
+from .runner.records import Measurement
+from .runner.replay import ReplayDevice
+from .runner.sim import SimDevice
 from .verify.settings import VerifySettings, parse_tolerance
 from .search import make_strategy, resolve_strategy
 from .search.base import is_agents
@@ -203,7 +203,7 @@ def setup_notice(name: str, seconds: float | None, memory: dict[str, Any] | None
     """One line once the GPU worker has set a problem up (inputs, eager's peak, the float64
     references): a large problem's set-up takes a minute or more, and a log cut by a time
     limit during it would be empty (docs/journal.md: tuner.py)."""
-    from .run.memory import describe
+    from .runner.memory import describe
 
     took = f" in {seconds:.1f} s" if seconds is not None else ""
     footprint = describe(memory)

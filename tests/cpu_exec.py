@@ -324,7 +324,7 @@ def run(rendered, inputs: list[np.ndarray], out_shape: tuple[int, ...],
     if launches and launches[0].library:
         import torch
 
-        from cuda_agent.run.launcher import run_library
+        from cuda_agent.runner.launcher import run_library
 
         tensors = [torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)) for x in inputs]
         product = run_library(launches.pop(0).library, tensors).numpy().copy()

@@ -18,7 +18,7 @@ import torch
 from torch.utils._pytree import tree_flatten
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from cuda_agent.run.memory import PeakTracker
+from cuda_agent.runner.memory import PeakTracker
 
 
 class LiveBytes(TorchDispatchMode):

@@ -390,7 +390,7 @@ def test_trained_agents_beat_random_search_on_held_out_operators(tmp_path):
     untrained policy."""
     from cuda_agent.agents.evaluate import Contender, compare
     from cuda_agent.agents.train import TrainSettings, Trainer
-    from cuda_agent.run.replay import ReplayDevice
+    from cuda_agent.runner.replay import ReplayDevice
 
     device = ReplayDevice(root=H200.parent)
     s = TrainSettings.of(suite=str(PROBLEMS), holdout=HOLDOUT, device="replay", iterations=100,
@@ -604,7 +604,7 @@ def test_the_agents_propose_and_learn_on_one_thread(monkeypatch):
     import torch
 
     from cuda_agent.agents.strategy import AgentsStrategy
-    from cuda_agent.run.records import Measurement
+    from cuda_agent.runner.records import Measurement
 
     seen: list[int] = []
     strategy = AgentsStrategy(space_of(GOOD / "sum_small.py"), seed=0, budget=8)
@@ -633,7 +633,7 @@ def test_a_stalled_search_raises_one_agents_temperature_at_a_time():
     """Targeted exploration while tuning: after each batch without improvement the next agent
     (in turn) samples hotter, the others stay; an improving batch cools them all again."""
     from cuda_agent.agents.strategy import AgentsStrategy
-    from cuda_agent.run.records import Measurement
+    from cuda_agent.runner.records import Measurement
 
     strategy = AgentsStrategy(space_of(GOOD / "sum_small.py"), seed=0, budget=64,
                               explore_temperature=3.0, patience=10**6)

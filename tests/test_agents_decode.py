@@ -15,7 +15,7 @@ from cuda_agent.agents.observe import OBS_DIM, observe
 from cuda_agent.agents.policy import SLOT_OFFSETS, MultiAgentPolicy
 from cuda_agent.agents.reward import RewardSettings
 from cuda_agent.agents.vocab import SLOT_ORDER, SpaceIndex, owner
-from cuda_agent.run.records import Measurement
+from cuda_agent.runner.records import Measurement
 from cuda_agent.space.slots import AGENTS
 
 space_of = good_space

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import torch
 
-from cuda_agent.run import launcher
-from cuda_agent.run.baselines import (CUDNN_BENCHMARK, UNKNOWN_SETTINGS, Baselines, headline_ms,
+from cuda_agent.runner import launcher
+from cuda_agent.runner.baselines import (CUDNN_BENCHMARK, UNKNOWN_SETTINGS, Baselines, headline_ms,
                                       matched, matched_ms, read_record, settings_record,
                                       split_setting, tf32_reads, with_matched)
 
@@ -59,7 +59,7 @@ def test_tf32_mode_puts_a_whole_snapshot_in_place():
 
 STATES = textwrap.dedent('''
     import itertools, json, torch
-    from cuda_agent.run import launcher as L
+    from cuda_agent.runner import launcher as L
     s = torch._C._set_fp32_precision_setter if hasattr(torch._C, "_set_fp32_precision_setter") \\
         else None
 
@@ -74,7 +74,7 @@ STATES = textwrap.dedent('''
 
     # a fresh process: importing the worker module reads the defaults and sets nothing
     fresh, fresh_legacy = L.tf32_flags(), legacy()
-    import cuda_agent.run.worker as W
+    import cuda_agent.runner.worker as W
     report = {"import_sets_nothing": L.tf32_flags() == fresh,
               "defaults_read": W.TORCH_DEFAULTS == fresh,
               "fresh": [L.conv_tf32(fresh), L.matmul_tf32(fresh)], "states": {}}
@@ -225,7 +225,7 @@ class RecordingWorker:
 def _device(monkeypatch, problem: str, precision: str = "fp32"):
     from cuda_agent.ir.plan import make_plan
     from cuda_agent.problem import load_problem
-    from cuda_agent.run.devices import CudaDevice
+    from cuda_agent.runner.devices import CudaDevice
 
     prob = load_problem(PROBLEMS / f"{problem}.py")
     plan = make_plan(prob.graph())
@@ -240,7 +240,7 @@ def _device(monkeypatch, problem: str, precision: str = "fp32"):
 
 
 def test_a_convolution_is_timed_under_each_setting(monkeypatch):
-    from cuda_agent.run.devices import cudnn_baselines
+    from cuda_agent.runner.devices import cudnn_baselines
 
     dev, plan, worker = _device(monkeypatch, "conv2d_standard")
     base = dev.baselines(with_matched(("eager", "compile") + cudnn_baselines(plan)))
@@ -289,7 +289,7 @@ def test_an_old_record_reads_as_matched_only():
 
 
 def test_replay_of_a_sweep_recorded_before_the_defaults(tmp_path):
-    from cuda_agent.run.replay import ReplayDevice
+    from cuda_agent.runner.replay import ReplayDevice
 
     dev = ReplayDevice(tmp_path)
     dev.data = {"baselines": {"eager_ms": 2.0, "compile_ms": 1.5}}

@@ -236,7 +236,7 @@ def test_shared_measurements_cost_what_they_cost_first(tmp_path):
     """A strategy served measurements another strategy made is charged their first cost, and
     its count is the configurations it asked for: sharing cannot make it look cheaper."""
     from cuda_agent.bench_live import _measured_s
-    from cuda_agent.run.records import Measurement
+    from cuda_agent.runner.records import Measurement
     from cuda_agent.tuner import Trial
 
     def trial(key: str, wall: float, reused: bool) -> Trial:
@@ -249,7 +249,7 @@ def test_shared_measurements_cost_what_they_cost_first(tmp_path):
 
 
 def test_live_bench_refuses_a_missing_gpu(tmp_path):
-    from cuda_agent.run.devices import cuda_available
+    from cuda_agent.runner.devices import cuda_available
 
     if cuda_available():
         pytest.skip("a GPU is present")
@@ -331,7 +331,7 @@ def test_eager_with_cudnn_benchmark_is_a_baseline_of_convolutions_only():
     from cuda_agent.ir.plan import make_plan
     from cuda_agent.problem import load_problem
     from cuda_agent.report.bench_report import tables
-    from cuda_agent.run.devices import CUDNN_BENCHMARK, cudnn_baselines
+    from cuda_agent.runner.devices import CUDNN_BENCHMARK, cudnn_baselines
 
     def plan(name):
         return make_plan(load_problem(PROBLEMS / f"{name}.py").graph())
@@ -405,7 +405,7 @@ def test_a_problem_whose_set_up_fails_is_reported_and_the_bench_goes_on(tmp_path
     ended a live bench of 12 problems (H100, 2026-12-06)."""
     from cuda_agent.bench_live import run_live_bench
     from cuda_agent.errors import DeviceError
-    from cuda_agent.run.sim import SimDevice
+    from cuda_agent.runner.sim import SimDevice
 
     real = SimDevice.setup
 
@@ -545,7 +545,7 @@ def test_parallel_strategy_runs_measure_one_at_a_time_and_match_a_sequential_run
     import time as _time
 
     from cuda_agent.bench_live import run_live_bench
-    from cuda_agent.run.sim import SimDevice
+    from cuda_agent.runner.sim import SimDevice
 
     inside, overlaps = [0], []
     lock = threading.Lock()
@@ -616,7 +616,7 @@ def test_no_baselines_leaves_torch_untimed_and_says_so(tmp_path, monkeypatch):
     """`bench --no-baselines` (a comparison of the strategies alone) never asks the device for
     torch's timings; the problem's record says they were not measured and why."""
     from cuda_agent.bench_live import run_live_bench
-    from cuda_agent.run.sim import SimDevice
+    from cuda_agent.runner.sim import SimDevice
 
     asked: list[tuple] = []
     real = SimDevice.baselines
@@ -641,7 +641,7 @@ def test_bench_tolerance_reaches_the_verifier_and_replay_refuses_it(tmp_path, mo
     one-line settings error."""
     from cuda_agent import bench_live
     from cuda_agent.bench import run_bench
-    from cuda_agent.run.sim import SimDevice
+    from cuda_agent.runner.sim import SimDevice
 
     opened = []
     monkeypatch.setattr(bench_live, "open_device",

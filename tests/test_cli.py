@@ -19,7 +19,7 @@ import pytest
 
 from helpers import BAD, GOOD, write_problem
 from cuda_agent.problem import load_problem
-from cuda_agent.run.replay import read_sweep
+from cuda_agent.runner.replay import read_sweep
 
 CLI = shutil.which("cuda-agent") or str(Path(sys.executable).with_name("cuda-agent"))
 
@@ -356,7 +356,7 @@ def test_model_new_imports_without_a_gpu(tmp_path):
 def test_a_time_taken_under_another_timing_protocol_is_not_reused(tmp_path, monkeypatch):
     """A store keeps times across runs; once the timing protocol changes what a time means
     (`timing.TIMING_PROTOCOL`), the older times must be measured again, not mixed in."""
-    from cuda_agent.run.sim import SimDevice
+    from cuda_agent.runner.sim import SimDevice
     from cuda_agent.tuner import tune
 
     store = str(tmp_path / "s.db")

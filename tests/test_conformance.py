@@ -200,8 +200,8 @@ def test_the_conformance_reference_runs_at_pytorch_s_defaults():
     """The worker holds strict fp32 (TF32 off) for its witness and baselines; conformance
     mode's reference runs under PyTorch's own defaults (cuDNN TF32 on, matmul TF32 off), read
     before the worker changed them, and the worker's settings come back after it."""
-    from cuda_agent.run import launcher
-    from cuda_agent.run.worker import TORCH_DEFAULTS, torch_defaults, use_precision
+    from cuda_agent.runner import launcher
+    from cuda_agent.runner.worker import TORCH_DEFAULTS, torch_defaults, use_precision
 
     conv, matmul = launcher.conv_tf32(TORCH_DEFAULTS), launcher.matmul_tf32(TORCH_DEFAULTS)
     before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from cuda_agent.agents.reward import aux_term
-from cuda_agent.run.counters import METRICS, derive, parse_csv, unknown_metrics
+from cuda_agent.runner.counters import METRICS, derive, parse_csv, unknown_metrics
 
 HEADER = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream",'
           '"Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit",'

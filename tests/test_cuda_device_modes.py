@@ -14,8 +14,8 @@ import pytest
 
 from cuda_agent.ir.plan import make_plan
 from cuda_agent.problem import load_problem
-from cuda_agent.run.devices import CUDNN_BENCHMARK, CudaDevice, cudnn_baselines
-from cuda_agent.run.timing import TIMING_PROTOCOL
+from cuda_agent.runner.devices import CUDNN_BENCHMARK, CudaDevice, cudnn_baselines
+from cuda_agent.runner.timing import TIMING_PROTOCOL
 
 PROBLEMS = Path(__file__).resolve().parents[1] / "benchmarks" / "problems"
 
@@ -105,7 +105,7 @@ def test_model_new_runs_its_convolution_in_the_mode_it_was_measured_in(monkeypat
     import torch
 
     from cuda_agent.emit import module_launches
-    from cuda_agent.run import launcher
+    from cuda_agent.runner import launcher
     from cuda_agent.space.space import Space
     from cuda_agent.space.slots import Target
 
@@ -189,7 +189,7 @@ def test_torch_s_baselines_peak_is_reported_apart_from_the_tuning_run_s(fake, mo
     and autotuning) is torch's own run: its peak is kept apart and stated, not folded into
     the run's peak (the 1-D convolution GPU test passed the bound only while torch.compile
     ran, 2026-12-06)."""
-    from cuda_agent.run.memory import describe
+    from cuda_agent.runner.memory import describe
     G = 1 << 30
     answers = iter([{"ok": True, "memory": {"peak_bytes": 20 * G, "bound_bytes": 29 * G,
                                             "eager_peak_bytes": 12 * G}},

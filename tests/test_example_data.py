@@ -15,7 +15,7 @@ from cuda_agent.agents.train import TrainSettings
 from cuda_agent.bench import BenchSettings
 from cuda_agent.errors import SettingsError
 from cuda_agent.problem import load_problem
-from cuda_agent.run.replay import find_sweep
+from cuda_agent.runner.replay import find_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -17,7 +17,7 @@ from cuda_agent.errors import SettingsError
 from cuda_agent.ir.capture import capture
 from cuda_agent.ir.plan import make_plan
 from cuda_agent.costmodel import gemm as sim_gemm
-from cuda_agent.run.records import Measurement
+from cuda_agent.runner.records import Measurement
 from cuda_agent.costmodel.folds import (FITTED, FoldConstants, ModelConstants, applied, load,
                                       shipped_values)
 from cuda_agent.search import make_strategy

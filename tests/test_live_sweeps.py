@@ -9,8 +9,8 @@ from pathlib import Path
 from benchmarks.live_sweeps import live_measurements, write_live_sweeps
 from cuda_agent.ir.plan import make_plan
 from cuda_agent.problem import load_problem
-from cuda_agent.run.devices import Candidate
-from cuda_agent.run.replay import ReplayDevice
+from cuda_agent.runner.devices import Candidate
+from cuda_agent.runner.replay import ReplayDevice
 from cuda_agent.space.slots import Target
 from cuda_agent.space.space import Space
 

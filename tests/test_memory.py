@@ -12,8 +12,8 @@ import torch.nn as nn
 from cuda_agent.errors import CudaAgentError, DeviceError, first_line
 from cuda_agent.ir.plan import make_plan
 from cuda_agent.problem import load_problem
-from cuda_agent.run import memory
-from cuda_agent.run.memory import (GiB, MemoryPlan, MemoryRefusal, Sizes, chunk_rows,
+from cuda_agent.runner import memory
+from cuda_agent.runner.memory import (GiB, MemoryPlan, MemoryRefusal, Sizes, chunk_rows,
                                    refuse_unless_inputs_fit, timing_sets)
 
 ROOT = Path(__file__).parents[1]
@@ -122,7 +122,7 @@ def test_peak_tracker_is_silent_on_the_cpu():
 
 
 def test_reference_copy_holds_no_copy_of_supplied_parameters():
-    from cuda_agent.run.worker import reference_copy
+    from cuda_agent.runner.worker import reference_copy
 
     class M(nn.Module):
         def __init__(self):

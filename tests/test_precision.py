@@ -209,8 +209,8 @@ def test_cli_rejects_an_unknown_precision_in_one_line(tmp_path):
 
 
 def test_the_worker_times_and_witnesses_with_the_chosen_precision():
-    pytest.importorskip("cuda_agent.run.worker")
-    from cuda_agent.run.worker import use_precision
+    pytest.importorskip("cuda_agent.runner.worker")
+    from cuda_agent.runner.worker import use_precision
 
     before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
     try:
@@ -221,7 +221,7 @@ def test_the_worker_times_and_witnesses_with_the_chosen_precision():
         assert not torch.backends.cudnn.allow_tf32
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
-    from cuda_agent.run.worker import precision_context
+    from cuda_agent.runner.worker import precision_context
 
     for name, dtype in (("fp16", torch.float16), ("bf16", torch.bfloat16)):
         ctx = precision_context(name)

@@ -16,7 +16,7 @@ import torch
 from test_gemm import plan_of, tc_configs
 from cuda_agent import precision as prec
 from cuda_agent.errors import SettingsError
-from cuda_agent.run import launcher
+from cuda_agent.runner import launcher
 from cuda_agent.space.slots import Target
 from cuda_agent.space.space import Space
 
@@ -105,7 +105,7 @@ def test_the_library_step_may_use_tf32_only_where_the_contract_lets_its_product(
 
 
 def test_the_worker_sets_each_flag_as_the_contract_says(flags):
-    from cuda_agent.run.worker import use_precision
+    from cuda_agent.runner.worker import use_precision
 
     use_precision("tf32:conv")
     assert launcher.tf32_state() == (True, False)
@@ -177,7 +177,7 @@ def test_the_report_leads_with_the_verdict_against_torch_compile(tmp_path):
     from types import SimpleNamespace
 
     from cuda_agent.emit import headline, route_bests
-    from cuda_agent.run.baselines import Baselines
+    from cuda_agent.runner.baselines import Baselines
 
     gpu = SimpleNamespace(simulated=False, baselines=Baselines())
     assert headline(gpu, 1.0, 1.5).startswith("1.50x faster than your default torch.compile")

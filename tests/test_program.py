@@ -269,7 +269,7 @@ def test_a_time_limit_is_shared_among_the_stages(tmp_path, monkeypatch):
     (a training-mode BatchNorm chain's statistics at 0.04-0.13x of torch.compile)."""
     import time
 
-    from cuda_agent.run.sim import SimDevice
+    from cuda_agent.runner.sim import SimDevice
     from cuda_agent.tuner import tune
 
     slow = SimDevice.evaluate
@@ -356,8 +356,8 @@ def test_a_cold_strategy_keeps_the_later_stages_at_their_defaults(tmp_path):
 def test_a_failing_pick_program_leaves_the_search_at_the_defaults(tmp_path, monkeypatch):
     """Every stage at its pick is measured as one program first: where it fails, that is one
     candidate lost, and the first stage is searched with the later ones at their defaults."""
-    from cuda_agent.run.records import Measurement
-    from cuda_agent.run.sim import SimDevice
+    from cuda_agent.runner.records import Measurement
+    from cuda_agent.runner.sim import SimDevice
 
     calls: list[str] = []
     real = SimDevice.evaluate

@@ -330,7 +330,7 @@ def test_tune_help_lists_the_strategies_the_registry_accepts(tmp_path):
 
 
 def test_the_api_warns_when_it_falls_back_to_the_simulator(tmp_path):
-    from cuda_agent.run.devices import cuda_available
+    from cuda_agent.runner.devices import cuda_available
     from cuda_agent.tuner import SimulatedDeviceWarning, tune
 
     if cuda_available():

@@ -13,8 +13,8 @@ from helpers import GOOD
 from cuda_agent.errors import SettingsError
 from cuda_agent.ir.plan import make_plan
 from cuda_agent.problem import load_problem
-from cuda_agent.run.devices import Candidate, Device
-from cuda_agent.run.records import Measurement
+from cuda_agent.runner.devices import Candidate, Device
+from cuda_agent.runner.records import Measurement
 from cuda_agent.search import STRATEGIES, Strategy, make_strategy, register
 from cuda_agent.space.slots import Target
 from cuda_agent.space.space import Space
@@ -479,7 +479,7 @@ def test_genetic_warm_start_ignores_nothing_else():
 def test_a_gpu_set_up_is_announced_before_the_search():
     """A large problem's set-up takes a minute on the GPU: the CLI says when it is done, what it
     took and what it holds, instead of nothing until the search's first result."""
-    from cuda_agent.run.sim import SimDevice
+    from cuda_agent.runner.sim import SimDevice
     from cuda_agent.store import Store
     from cuda_agent.tuner import setup_notice
 

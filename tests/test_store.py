@@ -13,7 +13,7 @@ import pytest
 
 import cuda_agent.store as store_module
 from cuda_agent.errors import StoreError
-from cuda_agent.run.records import Measurement
+from cuda_agent.runner.records import Measurement
 from cuda_agent.store import Store, health
 from cuda_agent.store_faults import bounded_check
 

@@ -76,7 +76,7 @@ def test_the_picks_are_modelled_while_the_untuned_default_is_measured(few_long_c
     a batch of its own and the picks come next, as before."""
     import threading
 
-    from cuda_agent.run.sim import SimDevice
+    from cuda_agent.runner.sim import SimDevice
     from cuda_agent.search.prior_rank import PriorRanked
 
     measured = threading.Event()

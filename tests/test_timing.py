@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from cuda_agent.run.timing import TimingSettings, physical_floor_ms, time_runs
+from cuda_agent.runner.timing import TimingSettings, physical_floor_ms, time_runs
 
 
 class ScriptedClock:
@@ -123,7 +123,7 @@ def test_the_floor_follows_the_numeric_contract():
     """A 4096^3 product (1.37e11 flop) at 0.3 ms runs at 458 TFLOP/s: impossible for strict fp32
     (3xTF32 at most a third of the tensor cores' TF32 rate) and for TF32, within reach of fp16
     and bf16 (a correct fp16 GEMM was once rejected by a floor that knew only fp32 FMA)."""
-    from cuda_agent.run.timing import PEAK_FLOPS
+    from cuda_agent.runner.timing import PEAK_FLOPS
 
     flops, ms = 2 * 4096**3, 0.3
     floors = {p: physical_floor_ms(3 * 4096 * 4096 * 4, flops, 4e12, 60 * 2**20, peak)

@@ -27,10 +27,10 @@ from cuda_agent.errors import UnsupportedError
 from cuda_agent.ir.capture import capture
 from cuda_agent.ir.graph import Increment, RunningStats
 from cuda_agent.ir.plan import make_plan
-from cuda_agent.run.launcher import update_state
+from cuda_agent.runner.launcher import update_state
 from cuda_agent.verify.cases import check_state
 from cuda_agent.verify.settings import VerifySettings
-from cuda_agent.run.worker import ProblemState
+from cuda_agent.runner.worker import ProblemState
 from cuda_agent.space.program import compose, stage_spaces, state_updates
 from cuda_agent.space.slots import Target
 
@@ -510,7 +510,7 @@ def test_worker_checks_a_candidate_s_state_update(tmp_path, monkeypatch):
             for (start, n), v in ((spec["mean"], mean), (spec["var"], var * self.skew)):
                 self.workspace[start:start + 4 * n].view(torch.float32).copy_(v)
 
-    monkeypatch.setattr("cuda_agent.run.launcher.synchronize", lambda device: None)
+    monkeypatch.setattr("cuda_agent.runner.launcher.synchronize", lambda device: None)
     good = Kernels(1.0)
     assert st.check_state(good).ok and good.released
     bad = st.check_state(Kernels(1.05))

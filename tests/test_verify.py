@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from cuda_agent.run.records import ERROR_KINDS
+from cuda_agent.runner.records import ERROR_KINDS
 from cuda_agent.verify.cases import (DISTRIBUTIONS, POISON_BITS, CandidateError, Case, CasePool,
                                      Trial, ValueRange, check, compare, draw_like, make_case,
                                      perturbed, poisoned_output, verify)

@@ -7,7 +7,7 @@ import pytest
 
 from cuda_agent.ir.plan import make_plan
 from cuda_agent.problem import load_problem
-from cuda_agent.run.replay import read_sweep
+from cuda_agent.runner.replay import read_sweep
 from cuda_agent.space.slots import Target
 from cuda_agent.space.space import Space
 from cuda_agent.store import Store

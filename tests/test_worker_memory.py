@@ -13,9 +13,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from cuda_agent.run import memory, worker
-from cuda_agent.run.memory import MemoryRefusal, PeakTracker
-from cuda_agent.run.timing import Timing, TimingSettings
+from cuda_agent.runner import memory, worker
+from cuda_agent.runner.memory import MemoryRefusal, PeakTracker
+from cuda_agent.runner.timing import Timing, TimingSettings
 from cuda_agent.verify.cases import Split, check
 from cuda_agent.verify.settings import VerifySettings
 from helpers import fast_first

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from ..background import in_background
-from ..run.records import Measurement
+from ..runner.records import Measurement
 from ..space.slots import Config
 from ..space.space import Space
 from .decode import ranked as top_k

@@ -13,7 +13,7 @@ from typing import Any
 
 from .. import metrics
 from ..problem import load_problem
-from ..run.devices import Device
+from ..runner.devices import Device
 from ..store import Store
 from ..tuner import Tuner, TuneSettings
 from . import checkpoint

@@ -79,7 +79,7 @@ def rank_rewards(times: Sequence[float | None], settings: RewardSettings) -> lis
 
 def aux_term(agent: str, counters: dict[str, Any] | None) -> float:
     """The agent's own-metric credit in [-1, 1], from the counters of its own dimension
-    (Nsight Compute's on the GPU, `run/counters.derive`; the model's on the simulator, same
+    (Nsight Compute's on the GPU, `runner/counters.derive`; the model's on the simulator, same
     names); 0 when they are missing.
 
     * config (how threads are organised): achieved occupancy, and how full the last wave of

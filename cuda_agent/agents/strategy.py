@@ -14,7 +14,7 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-from ..run.records import Measurement
+from ..runner.records import Measurement
 from ..search.base import Strategy, register
 from ..space.slots import Config
 from ..space.space import Space

@@ -29,7 +29,7 @@ from ..build.builder import Builder
 from ..errors import DeviceError, SettingsError, UnsupportedError
 from ..example_data import example_suite
 from ..problem_child import LoadLimits, load_problem_bounded
-from ..run.devices import Device
+from ..runner.devices import Device
 from ..space.slots import AGENTS
 from ..store import Store
 from ..settings import RunSettings, with_run_fields

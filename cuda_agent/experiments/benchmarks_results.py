@@ -263,7 +263,7 @@ def product_rates(root: Path, mods: dict[str, ModuleType]) -> list[dict]:
                     and r.get("precision", "fp32") == precision):
                 last[(r["problem"], precision)] = r | {"file": rel(f, root),
                                                        "gpu": gpu_of_folder(f.parent.name)}
-    from ..run.baselines import matched_ms
+    from ..runner.baselines import matched_ms
 
     out = []
     for (problem, precision), r in sorted(last.items(), key=lambda kv: (

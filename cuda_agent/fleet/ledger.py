@@ -18,7 +18,7 @@ from typing import Any
 import ray
 
 from ..build.builder import compile_entry
-from ..run.records import Measurement
+from ..runner.records import Measurement
 from ..store import HOST_FAILURE_MESSAGES, TRANSIENT_KINDS
 
 

@@ -18,7 +18,7 @@ import ray
 from ..agents.train import Operator, TrainSettings, operator_tuner, run_episode, training_device
 from ..build.builder import Builder, write_entry
 from ..cache_check import digest
-from ..run.records import Measurement
+from ..runner.records import Measurement
 from ..store import Store
 
 

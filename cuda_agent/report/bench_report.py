@@ -14,7 +14,7 @@ from typing import Any
 from ..bench import (PEERS, BenchResult, best_of_run, start_of, summarize, versus_all,
                      versus_peers)
 from ..metrics import P
-from ..run.baselines import headline_ms, matched_field, matched_ms
+from ..runner.baselines import headline_ms, matched_field, matched_ms
 from ..search.base import is_agents
 from ..space.slots import PRECISION_NOTES
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..run.baselines import CUDNN_BENCHMARK, DEFAULTS, FIELDS, matched_field
+from ..runner.baselines import CUDNN_BENCHMARK, DEFAULTS, FIELDS, matched_field
 from ..verify.cases import TOLERANCE
 from ..verify.settings import VerifySettings
 

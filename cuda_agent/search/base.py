@@ -7,7 +7,7 @@ from abc import ABC, abstractmethod
 from typing import Any, Callable
 
 from ..errors import SettingsError
-from ..run.records import Measurement
+from ..runner.records import Measurement
 from ..space.slots import Config
 from ..space.space import Space
 

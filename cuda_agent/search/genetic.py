@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 
-from ..run.records import Measurement
+from ..runner.records import Measurement
 from ..space.slots import Config
 from .base import Strategy, nearest, register, warm_configs
 

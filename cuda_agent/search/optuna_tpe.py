@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 
 from ..errors import SettingsError
-from ..run.records import Measurement
+from ..runner.records import Measurement
 from ..space.slots import Config
 from ..space.space import Space
 from .base import Strategy, nearest, register

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 
 from .. import interrupt
-from ..run.records import Measurement
+from ..runner.records import Measurement
 from ..space.program import StagePlateau, stage_share
 
 STOPPED = ("budget", "space", "plateau", "time_limit", "interrupted")

@@ -14,7 +14,7 @@ import torch.nn as nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from cuda_agent.ir.capture import capture  # noqa: E402
 from cuda_agent.ir.plan import make_plan  # noqa: E402
-from cuda_agent.run import launcher  # noqa: E402
+from cuda_agent.runner import launcher  # noqa: E402
 from cuda_agent.space.slots import Target  # noqa: E402
 from cuda_agent.space.space import Space  # noqa: E402
 

@@ -139,7 +139,7 @@ def test_the_worker_loads_only_the_bytes_the_cache_checked(tmp_path):
     the candidate is a transient `cache_damaged` failure, measured again by a later run."""
     import hashlib
 
-    from cuda_agent.run.worker import read_cubin
+    from cuda_agent.runner.worker import read_cubin
     from cuda_agent.store import TRANSIENT_KINDS
 
     path = tmp_path / "k.cubin"

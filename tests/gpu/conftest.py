@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from cuda_agent.run.devices import cuda_available
+from cuda_agent.runner.devices import cuda_available
 
 HERE = Path(__file__).resolve().parent
 

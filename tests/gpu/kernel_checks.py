@@ -7,7 +7,7 @@ from typing import Iterable
 
 import torch
 
-from cuda_agent.run import launcher
+from cuda_agent.runner import launcher
 from cuda_agent.space.slots import Config, Rendered
 from cuda_agent.space.space import Space
 

@@ -16,10 +16,10 @@ import torch.nn.functional as F
 
 from cuda_agent.ir.plan import make_plan
 from cuda_agent.problem import load_problem
-from cuda_agent.run import launcher
-from cuda_agent.run.baselines import matched, with_matched
-from cuda_agent.run.devices import CudaDevice
-from cuda_agent.run.timing import TimingSettings
+from cuda_agent.runner import launcher
+from cuda_agent.runner.baselines import matched, with_matched
+from cuda_agent.runner.devices import CudaDevice
+from cuda_agent.runner.timing import TimingSettings
 from cuda_agent.verify.settings import VerifySettings
 
 pytestmark = pytest.mark.gpu
@@ -97,7 +97,7 @@ def test_precision_tf32_covers_a_convolutions_library_step():
     at TF32, is verified against torch's own TF32 answer, and the matched baselines are the
     defaults' (the problem reads cuDNN's flag only, TF32 in both)."""
     from cuda_agent.build.builder import Builder, BuildInput
-    from cuda_agent.run.devices import Candidate
+    from cuda_agent.runner.devices import Candidate
     from cuda_agent.space.slots import Target
     from cuda_agent.space.templates.library import LibraryTemplate
 

@@ -1,5 +1,5 @@
 """cuDNN's two modes on a GPU. Eager with the benchmark mode as a baseline
-(`run/devices.CUDNN_BENCHMARK`): timed in a worker of its own, so the mode meets the
+(`runner/devices.CUDNN_BENCHMARK`): timed in a worker of its own, so the mode meets the
 convolution's shape first, while eager and torch.compile are timed on the heuristics (the
 default a user's process runs). Candidates' library convolutions run in the benchmark mode
 (`CudaDevice(library_cudnn_benchmark=True)`, the default), or on the heuristics when asked. The
@@ -15,8 +15,8 @@ import pytest
 from cuda_agent.ir.plan import make_plan
 from cuda_agent.problem import load_problem
 from cuda_agent.build.builder import Builder, BuildInput
-from cuda_agent.run.devices import CUDNN_BENCHMARK, Candidate, CudaDevice, cudnn_baselines
-from cuda_agent.run.timing import TimingSettings
+from cuda_agent.runner.devices import CUDNN_BENCHMARK, Candidate, CudaDevice, cudnn_baselines
+from cuda_agent.runner.timing import TimingSettings
 from cuda_agent.space.space import Space
 
 pytestmark = pytest.mark.gpu

@@ -10,10 +10,10 @@ import pytest
 from cuda_agent.build.builder import Builder, BuildInput
 from cuda_agent.ir.plan import make_plan
 from cuda_agent.problem import load_problem
-from cuda_agent.run.devices import Candidate, CudaDevice
+from cuda_agent.runner.devices import Candidate, CudaDevice
 from cuda_agent.space.codegen import PRELUDE
 from cuda_agent.space.slots import Config, Launch, Rendered
-from cuda_agent.run.timing import TimingSettings
+from cuda_agent.runner.timing import TimingSettings
 
 pytestmark = pytest.mark.gpu
 

@@ -182,7 +182,7 @@ def test_a_problem_whose_tuning_cannot_fit_is_refused_in_one_line(tmp_path):
 def test_a_capped_section_fails_past_its_cap_and_gives_the_memory_back():
     """A reference chunk is measured under a cap (`PeakTracker.section(cap=...)`): torch's
     allocator refuses past it, and afterwards the whole GPU is usable again."""
-    from cuda_agent.run.memory import PeakTracker
+    from cuda_agent.runner.memory import PeakTracker
 
     tracker = PeakTracker(torch.device("cuda"))
     tracker.start()

@@ -18,7 +18,7 @@ import pytest
 
 from cuda_agent.ir.plan import make_plan
 from cuda_agent.problem import load_problem
-from cuda_agent.run.devices import CudaDevice
+from cuda_agent.runner.devices import CudaDevice
 
 pytestmark = pytest.mark.gpu
 

@@ -18,8 +18,8 @@ import pytest
 from cuda_agent.build.builder import Builder, BuildInput
 from cuda_agent.ir.plan import CHAN_REDUCE, make_plan
 from cuda_agent.problem import load_problem
-from cuda_agent.run.devices import Candidate, CudaDevice
-from cuda_agent.run.timing import TimingSettings
+from cuda_agent.runner.devices import Candidate, CudaDevice
+from cuda_agent.runner.timing import TimingSettings
 from cuda_agent.space.space import Space
 from helpers import write_problem
 

@@ -7,7 +7,7 @@ import time
 
 import torch
 
-from cuda_agent.run.timing import L2Flusher, TimingSettings, time_runs
+from cuda_agent.runner.timing import L2Flusher, TimingSettings, time_runs
 
 
 def slow_host_tiny_kernel(x: torch.Tensor):

@@ -22,10 +22,10 @@ slot: torch keeps one algorithm per convolution shape and layout for the life of
 found by whichever mode met that shape first, so in a worker that measures many candidates the
 flag would change nothing after the first and a candidate's time would depend on the ones
 measured before it. It is the worker's instead: candidates of a problem with a convolution
-run in a worker set up in the benchmark mode (`run/devices.CudaDevice`), so every library call
+run in a worker set up in the benchmark mode (`runner/devices.CudaDevice`), so every library call
 gets the algorithm cuDNN finds fastest for its shape and layout (docs/journal.md:
 space/templates/library.py), and `model_new.py` runs its library
-convolution in that mode too (`run/launcher.run_library`). Eager and torch.compile are still
+convolution in that mode too (`runner/launcher.run_library`). Eager and torch.compile are still
 timed on the heuristics, as a user's process runs them, with eager in the benchmark mode
 reported beside them.
 """

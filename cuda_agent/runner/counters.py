@@ -1,7 +1,7 @@
 """Hardware counters from Nsight Compute, for the agents' local metrics.
 
 A sampled share of verified candidates is profiled in a separate process (`ncu` launching
-`python -m cuda_agent.run.profile_one`), after the candidate's timing has finished, so that
+`python -m cuda_agent.runner.profile_one`), after the candidate's timing has finished, so that
 profiling never overlaps timing. `ncu` gets `--clock-control none`: the GPU's clocks are left as
 they are. Metrics the run did not produce stay missing (absent keys), never zero.
 
@@ -189,7 +189,7 @@ def profile(problem_path: str, cubin_path: str, launches: list[dict], workspace_
             # only the generated kernels (ca_*, s<i>_ca_* in programs): not cuBLAS/cuDNN ones
             cmd = [ncu, "--clock-control", "none", "--csv", "--print-units", "base",
                    "--kernel-name", "regex:^(s[0-9]+_)?ca_", "--metrics", ",".join(metrics),
-                   sys.executable, "-m", "cuda_agent.run.profile_one", spec]
+                   sys.executable, "-m", "cuda_agent.runner.profile_one", spec]
             try:
                 proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
             except subprocess.TimeoutExpired:

@@ -260,7 +260,7 @@ class PeakTracker:
             return
         torch.cuda.empty_cache()
         # the fraction's setter and getter take an index, not torch.device("cuda") (a
-        # ValueError otherwise: docs/journal.md, run/memory.py)
+        # ValueError otherwise: docs/journal.md, runner/memory.py)
         index = self.device.index if self.device.index is not None else \
             torch.cuda.current_device()
         total = torch.cuda.get_device_properties(index).total_memory
@@ -278,7 +278,7 @@ def compact(t: torch.Tensor) -> torch.Tensor:
     """`t` itself, or a copy of it where it keeps a larger storage alive than its own elements
     need: torch's mse_loss returns its 0-d mean in the storage of the whole elementwise loss
     (an input's worth, held with every answer kept, beyond the memory bound: docs/journal.md,
-    run/memory.py); an output that is a slice of an input would hold the input."""
+    runner/memory.py); an output that is a slice of an input would hold the input."""
     if t.untyped_storage().nbytes() > 2 * max(t.numel(), 1) * t.element_size() + 4096:
         return t.clone()
     return t

@@ -284,7 +284,7 @@ class LoadedKernels:
         """Give the workspace back until the next run (which allocates it zeroed again): a
         verification check compares against float64 reference chunks after each run, and a
         fused chain's workspace (the convolution's output between its stages, GiBs) held
-        meanwhile would pass the memory bound (docs/journal.md: run/launcher.py)."""
+        meanwhile would pass the memory bound (docs/journal.md: runner/launcher.py)."""
         self.workspace = None
 
     def __call__(self, inputs: Sequence[torch.Tensor], out: torch.Tensor) -> None:

@@ -1,6 +1,6 @@
 """Launch one candidate once on its problem's inputs: the process `ncu` profiles.
 
-    python -m cuda_agent.run.profile_one candidate.json
+    python -m cuda_agent.runner.profile_one candidate.json
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ A sweep file is gzipped JSON under ``benchmarks/data/<gpu-slug>/<problem>.json.g
 ``{"format": 1, "problem", "source_hash", "fingerprint", "space_version", "gpu", "toolchain",
 "target": {...}, "copy_bw", "baselines": {...}, "date", "commit", "sampled": bool,
 "space_size", "records": [{"config": {...}, "ok", "time_ms", "spread_ms", "error_kind",
-"verified", "counters"}]}``. The baselines are `run/baselines.Baselines.fields()`; a sweep
+"verified", "counters"}]}``. The baselines are `runner/baselines.Baselines.fields()`; a sweep
 recorded before the baselines at PyTorch's defaults has only "eager_ms" and "compile_ms", which
 are matched figures.
 """

@@ -11,7 +11,7 @@ and the end event, so the GPU never waits between them for the host. A run whose
 had already been reached when its end event was enqueued may hold such a wait (the host was
 slower than the spin: a busy machine, a preempted thread) and is timed again. Without this, a
 kernel of microseconds reads the host's launch latency, and its configurations rank differently
-from one run to the next (docs/journal.md: run/timing.py).
+from one run to the next (docs/journal.md: runner/timing.py).
 """
 
 from __future__ import annotations
@@ -148,7 +148,7 @@ def time_runs(run: Callable[[int], object], n_sets: int, settings: TimingSetting
 #: kernel can beat. Strict fp32 counts 3xTF32 on tensor cores (a third of the TF32 rate, above
 #: the 67e12 of fp32 FMA); the opt-in contracts their tensor-core rates. A floor from the fp32
 #: FMA rate alone would reject a correct fp16 GEMM as "faster than physics" (docs/journal.md:
-#: run/timing.py).
+#: runner/timing.py).
 #: A contract with TF32 for one kind of product takes the TF32 rate: the floor must hold for both.
 PEAK_FLOPS = {"fp32": 495e12 / 3, "tf32": 495e12, "tf32:conv": 495e12, "tf32:matmul": 495e12,
               "fp16": 990e12, "bf16": 990e12}

@@ -323,7 +323,7 @@ class ProblemState:
             # a chunk with a large fixed part (a matrix product's other operand, whole in
             # float64: 2 GiB for 16k x 16k) may take the room the GPU would keep references
             # in; they go to host memory. Else the reference goes to the CPU: a float64 16k^3
-            # product per case, minutes of set-up (docs/journal.md: run/worker.py)
+            # product per case, minutes of set-up (docs/journal.md: runner/worker.py)
             rows = memory.chunk_rows(cost, n, mem.chunk_budget() + mem.hold_room())
             self.device_refs = rows is None
         if rows is None:
@@ -409,7 +409,7 @@ class ProblemState:
         """Chunks along two separable directions, where one row of each alone is too large
         for the GPU's budget (`Split.inner`: attention's batch rows, then its heads; else its
         float64 reference goes to the CPU, a minute of set-up: docs/journal.md,
-        run/worker.py). The inner direction is tested on one row of the outer one, as the
+        runner/worker.py). The inner direction is tested on one row of the outer one, as the
         outer was on the whole (each row is then a problem of its own). Not for a module
         whose forward updates its state (its running statistics are chunked along one
         direction only)."""
@@ -688,7 +688,7 @@ class ProblemState:
                 "early_stopped": timing.early_stopped, "max_rel_err": result.max_rel_err,
                 "wall_s": done - t0,
                 # where a candidate's seconds go (seconds each on problems of many GiB:
-                # docs/journal.md, run/worker.py)
+                # docs/journal.md, runner/worker.py)
                 "seconds": {"load_and_probe": t_probe - t0, "checks": t_check - t_probe,
                             "timing": done - t_check,
                             **{f"check_{k}": v for k, v in check_seconds.items()}},
@@ -849,7 +849,7 @@ SLOW_STEP_S = 5.0
 def slow_step_notice(step: str, seconds: float, peak: int | None) -> None:
     """One line on stderr (the tune's own output) for a slow set-up step: a problem of tens of
     GiB spends a minute in set-up, and a tune cut during it would leave no word of where
-    (docs/journal.md: run/worker.py)."""
+    (docs/journal.md: runner/worker.py)."""
     if seconds >= SLOW_STEP_S:
         held = f", GPU peak so far {memory.gib(peak)}" if peak else ""
         print(f"set-up: {step} took {seconds:.1f} s{held}", file=sys.stderr, flush=True)
@@ -901,7 +901,7 @@ def worker_main(conn: Any, device_index: int, timing: TimingSettings,
     # before the first allocation: segments that grow in place instead of a cached block per
     # size. The worker allocates many sizes in turn (reference chunks, cases, candidates'
     # outputs); with fixed segments the process holds up to 16 GiB more than torch's own count
-    # at its peak (docs/journal.md: run/worker.py)
+    # at its peak (docs/journal.md: runner/worker.py)
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     use_precision(verify_settings.precision)
     device = torch.device("cuda", device_index)

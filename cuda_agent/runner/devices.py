@@ -79,7 +79,7 @@ class Device(ABC):
     def baselines(self, which: tuple[str, ...] = with_matched(("eager", "compile"))
                   ) -> Baselines:
         """The torch baselines named in `which` ("compile", "compile@matched", ...: see
-        `run/baselines.py`)."""
+        `runner/baselines.py`)."""
         return Baselines(notes={w: f"not measured on the {self.kind} device" for w in which})
 
     def copy_bandwidth(self) -> float | None:
@@ -107,7 +107,7 @@ class CudaDevice(Device):
         # Candidates of a problem with a convolution run in a worker set up in cuDNN's benchmark
         # mode: a library step then gets the algorithm cuDNN finds fastest for its shape, not
         # its heuristics' pick, which can be several times slower (docs/journal.md:
-        # run/devices.py). The baselines still run as a user
+        # runner/devices.py). The baselines still run as a user
         # runs them (`baselines`): eager and torch.compile on the heuristics.
         self.library_cudnn_benchmark = library_cudnn_benchmark
         self.measure_protocol = (f"{TIMING_PROTOCOL}+{CUDNN_FIND_PROTOCOL}"
@@ -142,7 +142,7 @@ class CudaDevice(Device):
     def _start(self) -> None:
         # not multiprocessing's spawn, which re-runs the user's __main__ (`procs`); a worker
         # that cannot start is the machine's failure (HostError), not a candidate's
-        self._proc = procs.start("cuda_agent.run.worker:worker_main",
+        self._proc = procs.start("cuda_agent.runner.worker:worker_main",
                                  (self.index, self.timing, self.verify_settings), "GPU worker")
         self._conn = self._proc.conn
         self._proc.wait_ready(self.setup_timeout_s)
