@@ -24,7 +24,7 @@ from pathlib import Path
 
 from benchmarks.search_order import search_files
 from cuda_agent import metrics
-from cuda_agent.ir.plan import make_plan
+from cuda_agent.ir.planning import make_plan
 from cuda_agent.problem import load_problem
 from cuda_agent.runner.baselines import headline_ms, matched_ms, read_record
 from cuda_agent.runner.replay import read_sweep

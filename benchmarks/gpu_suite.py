@@ -197,7 +197,7 @@ def template_seeds(path: Path, template: str, n: int,
     `where`: slot -> allowed values); for a multi-kernel program, over the stages the
     template covers (the search maps each seed onto every stage's space)."""
     from cuda_agent.ir.partition import ProgramPlan
-    from cuda_agent.ir.plan import make_plan
+    from cuda_agent.ir.planning import make_plan
     from cuda_agent.problem import load_problem
     from cuda_agent.costmodel.model import simulate
     from cuda_agent.space.slots import ABSENT, Target

@@ -121,7 +121,7 @@ def run_problem(name: str, arm_list: list[Arm], seeds: int, budget: int, sim_fol
     from cuda_agent.bench import Policies, is_kernel_tuner
     from cuda_agent.errors import CudaAgentError
     from cuda_agent.ir.partition import ProgramPlan
-    from cuda_agent.ir.plan import make_plan
+    from cuda_agent.ir.planning import make_plan
     from cuda_agent.problem import load_problem
     from cuda_agent.runner.replay import ReplayDevice, find_sweep, read_sweep
     from cuda_agent.costmodel.folds import FoldConstants

@@ -75,7 +75,7 @@ def write_live_sweeps(out: Path, names: list[str] | None = None) -> dict[str, in
     """One sweep file per problem under `out/<gpu>/`; returns the records written per problem
     (a configuration today's space no longer holds, or holds twice, is left out)."""
     from cuda_agent.ir.partition import ProgramPlan
-    from cuda_agent.ir.plan import make_plan
+    from cuda_agent.ir.planning import make_plan
     from cuda_agent.problem import load_problem
     from cuda_agent.runner.baselines import read_record
     from cuda_agent.runner.replay import sweep_path, write_sweep

@@ -63,7 +63,7 @@ def main() -> None:
     ap.add_argument("--compiler", default="nvrtc", choices=("nvrtc", "nvcc"))
     a = ap.parse_args()
     from cuda_agent.build.builder import Builder, BuildInput
-    from cuda_agent.ir.plan import make_plan
+    from cuda_agent.ir.planning import make_plan
     from cuda_agent.problem import load_problem
     from cuda_agent.space.slots import Config, Target, expand_short
     from cuda_agent.space.space import Space

@@ -142,7 +142,7 @@ def measure(path: Path) -> dict:
     """A problem's manifest entry (capture and plan on meta tensors)."""
     from cuda_agent.errors import CudaAgentError
     from cuda_agent.ir.partition import ProgramPlan
-    from cuda_agent.ir.plan import make_plan
+    from cuda_agent.ir.planning import make_plan
     from cuda_agent.problem import load_problem
 
     try:
@@ -213,7 +213,7 @@ def plan_of(path: Path) -> dict:
     target at strict fp32), or the one-line refusal and where it came."""
     from cuda_agent.errors import CudaAgentError
     from cuda_agent.ir.partition import ProgramPlan
-    from cuda_agent.ir.plan import make_plan
+    from cuda_agent.ir.planning import make_plan
     from cuda_agent.problem import load_problem
     from cuda_agent.space.slots import Target
     from cuda_agent.space.space import Space

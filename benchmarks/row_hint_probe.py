@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from cuda_agent.agents.vocab import VOCAB
-from cuda_agent.ir.plan import make_plan
+from cuda_agent.ir.planning import make_plan
 from cuda_agent.problem import load_problem
 from cuda_agent.runner import launcher
 from cuda_agent.runner.timing import L2Flusher, TimingSettings, time_runs

@@ -17,7 +17,7 @@ from typing import Any
 
 from cuda_agent.build.builder import Builder, BuildInput
 from cuda_agent.ir.partition import ProgramPlan
-from cuda_agent.ir.plan import make_plan
+from cuda_agent.ir.planning import make_plan
 from cuda_agent.problem import load_problem
 from cuda_agent.runner.replay import read_sweep
 from cuda_agent.space.program import StageSpace, stage_budget, stage_spaces

@@ -53,7 +53,7 @@ def load_cases(names: list[str], cache: Path | None) -> list[dict]:
         return [c for c in pickle.loads(cache.read_bytes()) if c["name"] in names]
     from cuda_agent.errors import CudaAgentError
     from cuda_agent.ir.partition import ProgramPlan
-    from cuda_agent.ir.plan import make_plan
+    from cuda_agent.ir.planning import make_plan
     from cuda_agent.problem import load_problem
     from cuda_agent.runner.replay import ReplayDevice
     from cuda_agent.space.space import Space

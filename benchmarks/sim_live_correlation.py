@@ -30,7 +30,7 @@ from benchmarks.live_sweeps import configs_by_short, live_measurements, live_run
 from benchmarks.sections import write_section
 from cuda_agent.build.builder import Builder, BuildInput
 from cuda_agent.ir.partition import ProgramPlan
-from cuda_agent.ir.plan import make_plan
+from cuda_agent.ir.planning import make_plan
 from cuda_agent.problem import load_problem
 from cuda_agent.costmodel.model import SimConstants, simulate
 from cuda_agent.space.slots import Target

@@ -25,7 +25,7 @@ from scipy.stats import spearmanr
 from benchmarks.sections import write_section
 
 from cuda_agent.build.builder import Builder, BuildInput
-from cuda_agent.ir.plan import make_plan
+from cuda_agent.ir.planning import make_plan
 from cuda_agent.problem import load_problem
 from cuda_agent.costmodel.model import simulate
 from cuda_agent.space.slots import Target, expand_short

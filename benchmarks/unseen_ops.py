@@ -1,6 +1,6 @@
 """Capture and plan operators written for the purpose, none from this repository's suites:
 KernelBench-style single ops, fused level-2 chains and common model pieces, in three batches
-(`BATCHES`). Each is captured (`ir.capture`) and planned (`ir.plan.make_plan`) on the CPU; the
+(`BATCHES`). Each is captured (`ir.capture`) and planned (`ir.planning.make_plan`) on the CPU; the
 run lists the plan's kinds or the one-line reason it was refused. Nothing is compiled or timed:
 this finds what a user's program would be refused for, before any GPU is involved.
 
@@ -19,7 +19,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from cuda_agent.ir.capture import capture
-from cuda_agent.ir.plan import make_plan
+from cuda_agent.ir.planning import make_plan
 
 
 def M(fwd, init=None):

@@ -7,8 +7,7 @@
 from typing import Any
 
 from .settings import RunSettings
-
-__version__ = "0.1.0"
+from .version import __version__
 
 
 def tune(problem: Any, out: Any = None, **options: Any) -> Any:

@@ -426,7 +426,7 @@ def run_bench(settings: BenchSettings,
             skip(problem.name, None)
             continue
         from .ir.partition import ProgramPlan
-        from .ir.plan import make_plan
+        from .ir.planning import make_plan
 
         plan = make_plan(problem.graph())
         if isinstance(plan, ProgramPlan):

@@ -45,7 +45,8 @@ from .build.builder import Builder
 from .errors import (CudaAgentError, DeviceError, ProblemError, SettingsError,
                      UnsupportedError, first_line)
 from .ir.partition import ProgramPlan
-from .ir.plan import KernelPlan, make_plan
+from .ir.plan import KernelPlan
+from .ir.planning import make_plan
 from .problem import Problem
 from .problem_child import LoadLimits, load_problem_bounded
 from .runner.baselines import Baselines, with_matched

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import warnings
+from pathlib import Path
 from typing import Any
 
 
@@ -40,3 +42,14 @@ def report_damage(cache: str, where: object, why: str) -> None:
     warnings.warn(f"{cache} entry {where} failed its check ({why}); it is made again and "
                   "replaced (further damaged entries are replaced without a warning)",
                   CacheWarning, stacklevel=3)
+
+
+CACHE_ENV = "CUDA_AGENT_CACHE"
+
+
+def default_cache_dir() -> Path:
+    """The build cache's folder (the capture cache sits beside it): $CUDA_AGENT_CACHE/build,
+    else $XDG_CACHE_HOME (~/.cache)/cuda-agent/build."""
+    root = os.environ.get(CACHE_ENV) or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "cuda-agent")
+    return Path(root) / "build"

@@ -23,7 +23,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                            TimeElapsedColumn, TimeRemainingColumn)
 from rich.table import Column, Table
 
-from . import __version__, flags, interrupt
+from . import flags, interrupt
 from .errors import CudaAgentError, SettingsError, UnsupportedError
 from .example_data import example_suite, recorded_sweeps
 from .search import BENCH_DEFAULT, bench_strategy_names, strategy_names
@@ -33,6 +33,7 @@ from .outputs import check_out_dir
 from .settings import RunSettings
 from .store import SCHEMA_VERSION, default_store
 from .store import health as store_health
+from .version import __version__
 
 # options tune and bench share
 STAGE_PATIENCE_HELP = ("multi-kernel programs: measurements a stage may go without progress "

@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, TypeVar
 
 import torch
 
-from .errors import CudaAgentError, ProblemError, UnsupportedError, first_line
+from .errors import (CudaAgentError, ProblemError, UnsupportedError, data_dependent, first_line,
+                     problem_file)
 from .ir.graph import Graph
-from .problem_child import problem_file
 
 if TYPE_CHECKING:
     from .ir.capture_cache import CaptureKey
@@ -235,35 +235,6 @@ def check_problem(problem: Problem) -> None:
                                   f"{first_line(exc)}"))
     if not isinstance(out, torch.Tensor):
         raise ProblemError(f"{where}: forward() returned {type(out).__name__}, expected a tensor")
-
-
-# What torch says, on meta tensors (values unknown), when forward() needs a tensor's value.
-# Reading one on the host: `if x.sum() > 0:`, `.item()`, `int(x)`, `.tolist()`, `.numpy()`.
-_READS_VALUE = ("cannot be called on meta tensors",  # Tensor.item(), and bool/int/float of a tensor
-                "Cannot copy out of meta tensor",  # .tolist()
-                "can't convert meta device type tensor",  # .numpy()
-                # torch.export's, on symbolic values
-                "data-dependent expression", "GuardOnDataDependentSymNode")
-# An output whose shape depends on the values: boolean-mask indexing, nonzero, unique, ...
-_SHAPE_FROM_VALUES = ("data-independent implementation does not exist",  # nonzero, x[mask]
-                      "without output_size",  # repeat_interleave of a tensor of counts
-                      "aten::masked_select", "aten::_unique", "aten::unique",
-                      "aten::equal:")
-
-
-def data_dependent(exc: BaseException) -> str | None:
-    """Plain words for forward() depending on tensor values, which a capture on tensors without
-    values cannot follow (torch's own message speaks of meta tensors); None for other errors."""
-    text = str(exc)
-    cannot = ("data-dependent control flow, which cuda-agent cannot capture: it traces forward() "
-              "once, on shapes alone, and the kernel must compute the same thing for every input")
-    if any(s in text for s in _READS_VALUE):
-        return (f"forward() reads a tensor's value (an `if` on a tensor, .item(), int() or "
-                f"float() of one): {cannot}; use torch.where or masks instead of branches")
-    if any(s in text for s in _SHAPE_FROM_VALUES):
-        return (f"forward() makes a tensor whose shape depends on tensor values (a boolean mask "
-                f"index, nonzero, unique, masked_select): {cannot}")
-    return None
 
 
 def _at_line(exc: BaseException, path: Path) -> str:

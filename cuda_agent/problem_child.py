@@ -48,10 +48,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import errors
+from . import errors, procs
 from .cache_check import CacheWarning
-from .errors import CudaAgentError, HostError, ProblemError, SettingsError
+from .errors import CudaAgentError, HostError, ProblemError, SettingsError, problem_file
 from .limits import IMPORT_MEMORY_FRACTION, IMPORT_TIMEOUT_S
+from .procs import START_TIMEOUT_S, anon_rss_bytes, host_available_bytes, tree_anon_rss_bytes
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -64,18 +65,6 @@ POLL_S = 0.05
 several GB/s takes a fraction of a GB past the limit before it is stopped"""
 EXIT_WAIT_S = 10.0
 """how long the loader may take to report a finished child's end before it is replaced"""
-
-
-def problem_file(path: str | Path) -> Path:
-    """`path` as a problem file, or a `ProblemError` saying why it cannot be one."""
-    path = Path(path)
-    if not path.exists():
-        raise ProblemError(f"{path}: no such file")
-    if path.is_dir():
-        raise ProblemError(f"{path}: is a directory, expected a problem file")
-    if path.suffix != ".py":
-        raise ProblemError(f"{path}: expected a .py problem file")
-    return path
 
 
 @dataclass(frozen=True)
@@ -119,8 +108,6 @@ class LoadLimits:
         """The memory bound in bytes for a load starting now (None: none)."""
         if self.memory_bytes is not None:
             return self.memory_bytes or None
-        from .runner.memory import host_available_bytes
-
         available = host_available_bytes()
         return int(available * IMPORT_MEMORY_FRACTION) if available else None
 
@@ -150,8 +137,6 @@ class ProblemLoader:
         """Start the loader process now (it imports torch while the caller goes on)."""
         with self._lock:
             if self._child is None or not self._child.is_alive():
-                from . import procs
-
                 self._discard()
                 self._ready = False
                 self._exit_pending = False
@@ -204,8 +189,6 @@ class ProblemLoader:
             return self._load(path, limits or LoadLimits(), split=True)
 
     def _load(self, path: Path, limits: LoadLimits, split: bool = False) -> Any:
-        from .procs import START_TIMEOUT_S
-
         self._read_last_exit()
         self.start()
         memory_limit = limits.memory_limit()
@@ -273,8 +256,6 @@ class ProblemLoader:
         """The child's answer, ("done", graph), ("error", class, message) or ("bug",
         traceback), once the child has ended; a `ProblemError` where it ran past a limit (it
         is then still running) or died."""
-        from .procs import anon_rss_bytes, tree_anon_rss_bytes
-
         child = self._child
         deadline = time.monotonic() + limits.time_s if limits.time_s else None
         while not child.conn.poll(POLL_S):
@@ -370,7 +351,7 @@ def serve(conn: "Connection") -> None:
     after each, report how the child ended. Ends when the parent closes the connection."""
     import torch  # noqa: F401 - imported once here, shared by every child forked below
 
-    from .ir import capture, plan  # noqa: F401
+    from .ir import capture, planning  # noqa: F401
     from . import problem  # noqa: F401
 
     while True:
@@ -454,7 +435,7 @@ def _child(conn: "Connection", request: dict[str, Any]) -> None:
 def _load_here(path: Path) -> tuple:
     """("done", graph, the cache warnings met), or ("error", class name, message), or ("bug",
     traceback)."""
-    from .ir.plan import make_plan
+    from .ir.planning import make_plan
     from .problem import load_problem, naming_file
 
     try:

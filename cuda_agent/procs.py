@@ -287,3 +287,18 @@ def tree_anon_rss_bytes(pid: int) -> int:
             except (OSError, ValueError):
                 pass
     return total
+
+
+def host_available_bytes() -> int:
+    """Host memory the kernel reports available (MemAvailable), 0 where unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        return 0

@@ -40,9 +40,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
-from cuda_agent import __version__
 from cuda_agent.errors import StoreError
 from .runner.records import Measurement
+from .version import __version__
 from cuda_agent.space.slots import ABSENT
 from cuda_agent.store_faults import (bounded_check, describe_fault, first_line, is_store_fault,
                                      tell_once)

@@ -26,12 +26,13 @@ from .errors import DeviceError, UnsupportedError
 from .flags import (DEVICES, check_device, check_precision,  # noqa: F401
                     check_tolerance, check_tune)
 from .ir.partition import ProgramPlan
-from .ir.plan import KernelPlan, make_plan
+from .ir.plan import KernelPlan
+from .ir.planning import make_plan
 from .problem import Problem, naming_file
 from .problem_child import LoadLimits, load_problem_bounded
 from .runner.baselines import with_matched
 from .runner.devices import (Baselines, Candidate, CudaDevice, Device, cuda_available,
-                          cudnn_baselines)
+                             cudnn_baselines)
 from .runner.records import Measurement
 from .runner.replay import ReplayDevice
 from .runner.sim import SimDevice

@@ -103,7 +103,7 @@ def nvrtc_available() -> bool:
 
 def good_space(name: str):
     """The template space of tests/data/good/<name>.py on the default target."""
-    from cuda_agent.ir.plan import make_plan
+    from cuda_agent.ir.planning import make_plan
     from cuda_agent.problem import load_problem
     from cuda_agent.space.slots import Target
     from cuda_agent.space.space import Space

@@ -11,12 +11,13 @@ import torch
 
 from cuda_agent.agents import checkpoint
 from cuda_agent.agents.observe import (GLOBAL_DIM, LOCAL_DIM, OBS_DIM, SearchState,
-                                        local_features, observe)
+                                       local_features, observe)
 from cuda_agent.agents.policy import SLOT_OFFSETS, MultiAgentPolicy, agent_groups
-from cuda_agent.agents.ppo import Buffer, PPOSettings, Transition, advantages, clipped_surrogate, gae
+from cuda_agent.agents.ppo import (Buffer, PPOSettings, Transition, advantages, clipped_surrogate,
+                                   gae)
 from cuda_agent.agents.reward import RewardSettings, aux_term, rank_rewards, rewards
 from cuda_agent.agents.vocab import SLOT_ORDER, VOCAB, SpaceIndex, values
-from cuda_agent.ir.plan import make_plan
+from cuda_agent.ir.planning import make_plan
 from cuda_agent.problem import load_problem
 from cuda_agent.space.slots import Target
 from cuda_agent.space.space import SCOPE_SLOT, Space

@@ -99,7 +99,7 @@ def test_a_program_stage_is_modelled_as_the_whole_program_would_be(stage, monkey
     their fixed configurations), while the other stages are rendered once, not once per
     configuration."""
     from cuda_agent.ir.capture import capture
-    from cuda_agent.ir.plan import make_plan
+    from cuda_agent.ir.planning import make_plan
     from cuda_agent.costmodel.model import simulate
     from cuda_agent.space.program import StageSpace, stage_spaces
     from cuda_agent.space.slots import Target

@@ -17,8 +17,8 @@ import torch
 
 from cuda_agent.runner import launcher
 from cuda_agent.runner.baselines import (CUDNN_BENCHMARK, UNKNOWN_SETTINGS, Baselines, headline_ms,
-                                      matched, matched_ms, read_record, settings_record,
-                                      split_setting, tf32_reads, with_matched)
+                                         matched, matched_ms, read_record, settings_record,
+                                         split_setting, tf32_reads, with_matched)
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEMS = ROOT / "benchmarks" / "problems"
@@ -132,7 +132,7 @@ def test_a_library_convolution_runs_strict_unless_the_user_opted_into_tf32(monke
     """The library template's call says tf32 only under --precision tf32, and the launcher runs
     the call under that, whatever the process's own flags (torch's default lets cuDNN use
     TF32: a strict kernel's convolution must not), restoring them after."""
-    from cuda_agent.ir.plan import make_plan
+    from cuda_agent.ir.planning import make_plan
     from cuda_agent.problem import load_problem
     from cuda_agent.space.slots import Target
     from cuda_agent.space.templates.library import LibraryTemplate
@@ -223,7 +223,7 @@ class RecordingWorker:
 
 
 def _device(monkeypatch, problem: str, precision: str = "fp32"):
-    from cuda_agent.ir.plan import make_plan
+    from cuda_agent.ir.planning import make_plan
     from cuda_agent.problem import load_problem
     from cuda_agent.runner.devices import CudaDevice
 

@@ -216,7 +216,7 @@ def test_every_strategy_searches_a_program_stage_by_stage(live_run):
     _, data = live_run
     facts = data["problems"]["conv_pool_small"]
     assert facts["family"] == "conv+pool" and facts["sweep_best_recorded_ms"] is None
-    from cuda_agent.ir.plan import make_plan
+    from cuda_agent.ir.planning import make_plan
     from cuda_agent.problem import load_problem
     from cuda_agent.space.program import stage_spaces
     from cuda_agent.space.slots import Target
@@ -328,7 +328,7 @@ def test_eager_with_cudnn_benchmark_is_a_baseline_of_convolutions_only():
     """Convolutions (a plan's or a program's) get eager with cuDNN's benchmark mode as one
     more baseline, and the times table a column for it only where one was measured."""
     from cuda_agent.bench import summarize
-    from cuda_agent.ir.plan import make_plan
+    from cuda_agent.ir.planning import make_plan
     from cuda_agent.problem import load_problem
     from cuda_agent.report.bench_report import tables
     from cuda_agent.runner.devices import CUDNN_BENCHMARK, cudnn_baselines
@@ -662,7 +662,7 @@ def test_warm_kernel_tuner_starts_a_program_from_the_model_picks(tmp_path):
     the model's pick measured first as one program; cold, it starts from the defaults."""
     from cuda_agent.bench import BenchSettings
     from cuda_agent.bench_live import run_live_bench
-    from cuda_agent.ir.plan import make_plan
+    from cuda_agent.ir.planning import make_plan
     from cuda_agent.problem import load_problem
     from cuda_agent.search.prior_rank import model_pick
     from cuda_agent.space.program import stage_spaces

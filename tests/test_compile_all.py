@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from helpers import Fn, nvcc_available
 from cuda_agent.build.builder import Builder, BuildInput, BuildResult
 from cuda_agent.ir.capture import capture
-from cuda_agent.ir.plan import make_plan
+from cuda_agent.ir.planning import make_plan
 from cuda_agent.space.slots import ABSENT, Config, Target
 from cuda_agent.space.space import SCOPE_SLOT, Space
 from cuda_agent.space.templates import TEMPLATES

@@ -133,7 +133,7 @@ def test_the_manifest_matches_the_files():
 def test_a_refused_problem_keeps_its_line_and_its_size(tmp_path, monkeypatch):
     """A problem the tool refuses is listed all the same (its row will be the refusal), with
     its reason, torch's own count of its input bytes, and a tune's start as its cost."""
-    import cuda_agent.ir.plan as plan_module
+    import cuda_agent.ir.planning as plan_module
 
     folder = tmp_path / "suite"
     folder.mkdir()

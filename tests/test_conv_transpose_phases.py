@@ -22,7 +22,7 @@ import cpu_exec
 from helpers import fast_first, nvcc_available
 from cuda_agent.ir.capture import capture
 from cuda_agent.ir.conv import ConvGather, transposed_phases
-from cuda_agent.ir.plan import make_plan
+from cuda_agent.ir.planning import make_plan
 from cuda_agent.problem import load_problem
 from cuda_agent.space.slots import ABSENT, Config, Target
 from cuda_agent.space.space import Space

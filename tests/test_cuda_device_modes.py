@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from cuda_agent.ir.plan import make_plan
+from cuda_agent.ir.planning import make_plan
 from cuda_agent.problem import load_problem
 from cuda_agent.runner.devices import CUDNN_BENCHMARK, CudaDevice, cudnn_baselines
 from cuda_agent.runner.timing import TIMING_PROTOCOL

@@ -14,7 +14,7 @@ import cpu_exec
 from helpers import Fn
 from cuda_agent.ir.capture import capture
 from cuda_agent.ir.conv import depthwise_window
-from cuda_agent.ir.plan import make_plan
+from cuda_agent.ir.planning import make_plan
 from cuda_agent.space.slots import Target
 from cuda_agent.space.space import Space
 

@@ -15,14 +15,14 @@ from cuda_agent.costmodel.predict import simulated_times
 from cuda_agent.bench import start_of, uses_model, versus_all
 from cuda_agent.errors import SettingsError
 from cuda_agent.ir.capture import capture
-from cuda_agent.ir.plan import make_plan
+from cuda_agent.ir.planning import make_plan
 from cuda_agent.costmodel import gemm as sim_gemm
 from cuda_agent.runner.records import Measurement
 from cuda_agent.costmodel.folds import (FITTED, FoldConstants, ModelConstants, applied, load,
-                                      shipped_values)
+                                        shipped_values)
 from cuda_agent.search import make_strategy
 from cuda_agent.search.prior_rank import (WARM_PICKS, first_of_each_template, model_order,
-                                         top_picks)
+                                          top_picks)
 from cuda_agent.space.slots import Config, Target
 from cuda_agent.space.space import Space
 

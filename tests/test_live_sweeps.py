@@ -7,7 +7,7 @@ import statistics
 from pathlib import Path
 
 from benchmarks.live_sweeps import live_measurements, write_live_sweeps
-from cuda_agent.ir.plan import make_plan
+from cuda_agent.ir.planning import make_plan
 from cuda_agent.problem import load_problem
 from cuda_agent.runner.devices import Candidate
 from cuda_agent.runner.replay import ReplayDevice

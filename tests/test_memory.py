@@ -10,11 +10,11 @@ import torch
 import torch.nn as nn
 
 from cuda_agent.errors import CudaAgentError, DeviceError, first_line
-from cuda_agent.ir.plan import make_plan
+from cuda_agent.ir.planning import make_plan
 from cuda_agent.problem import load_problem
 from cuda_agent.runner import memory
 from cuda_agent.runner.memory import (GiB, MemoryPlan, MemoryRefusal, Sizes, chunk_rows,
-                                   refuse_unless_inputs_fit, timing_sets)
+                                      refuse_unless_inputs_fit, timing_sets)
 
 ROOT = Path(__file__).parents[1]
 MiB = 1 << 20

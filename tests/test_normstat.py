@@ -23,7 +23,8 @@ import torch.nn.functional as F
 from cuda_agent.build.builder import Builder, BuildInput
 from cuda_agent.errors import UnsupportedError
 from cuda_agent.ir.capture import capture
-from cuda_agent.ir.plan import CHAN_REDUCE, make_plan
+from cuda_agent.ir.plan import CHAN_REDUCE
+from cuda_agent.ir.planning import make_plan
 from cuda_agent.problem import load_problem
 from cuda_agent.space import codegen as cg
 from cuda_agent.space.slots import Target

@@ -13,7 +13,8 @@ import torch.nn.functional as F
 from helpers import GOOD, Fn
 from cuda_agent.errors import UnsupportedError
 from cuda_agent.ir.capture import capture
-from cuda_agent.ir.plan import KernelPlan, make_plan
+from cuda_agent.ir.plan import KernelPlan
+from cuda_agent.ir.planning import make_plan
 from cuda_agent.problem import load_problem
 from cuda_agent.space.templates.rowcommon import make_passes, online_softmax_pair
 

@@ -18,7 +18,7 @@ from helpers import Fn
 from cuda_agent.agents.vocab import SpaceIndex
 from cuda_agent.errors import UnsupportedError
 from cuda_agent.ir.capture import capture
-from cuda_agent.ir.plan import make_plan
+from cuda_agent.ir.planning import make_plan
 from cuda_agent.problem import load_problem
 from cuda_agent.space.slots import Target
 from cuda_agent.space.space import Space

@@ -72,7 +72,7 @@ def test_each_product_takes_its_own_flag():
 
 
 def _conv_plan():
-    from cuda_agent.ir.plan import make_plan
+    from cuda_agent.ir.planning import make_plan
     from cuda_agent.problem import load_problem
 
     return make_plan(load_problem(PROBLEMS / "conv2d_standard.py").graph())

@@ -10,7 +10,7 @@ import torch
 
 from helpers import BAD, GOOD
 from cuda_agent.errors import CudaAgentError, ProblemError, UnsupportedError
-from cuda_agent.ir.plan import make_plan
+from cuda_agent.ir.planning import make_plan
 from cuda_agent.problem import load_problem
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "problems"

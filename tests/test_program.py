@@ -13,7 +13,7 @@ import cpu_exec
 from cuda_agent.errors import UnsupportedError
 from cuda_agent.ir.capture import capture
 from cuda_agent.ir.partition import ProgramPlan, cut_values
-from cuda_agent.ir.plan import make_plan
+from cuda_agent.ir.planning import make_plan
 from cuda_agent.space.program import StageSpace, stage_spaces
 from cuda_agent.space.slots import Target
 

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 import cpu_exec
 from cuda_agent.ir.capture import lower
-from cuda_agent.ir.plan import make_plan
+from cuda_agent.ir.planning import make_plan
 from cuda_agent.space.slots import Target
 from cuda_agent.space.space import Space
 from helpers import Fn, fast_first

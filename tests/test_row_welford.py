@@ -15,7 +15,7 @@ import torch.nn.functional as F
 import cpu_exec
 from helpers import Fn
 from cuda_agent.ir.capture import capture
-from cuda_agent.ir.plan import make_plan
+from cuda_agent.ir.planning import make_plan
 from cuda_agent.space.slots import Target
 from cuda_agent.space.space import Space
 from cuda_agent.space.templates.rowcommon import make_passes, welford_pair

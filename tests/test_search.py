@@ -11,7 +11,7 @@ import pytest
 
 from helpers import GOOD
 from cuda_agent.errors import SettingsError
-from cuda_agent.ir.plan import make_plan
+from cuda_agent.ir.planning import make_plan
 from cuda_agent.problem import load_problem
 from cuda_agent.runner.devices import Candidate, Device
 from cuda_agent.runner.records import Measurement

@@ -9,7 +9,7 @@ import pytest
 
 from benchmarks.sim_cases import _program
 from benchmarks.sim_correlation import _stages_note, stage_rho
-from cuda_agent.ir.plan import make_plan
+from cuda_agent.ir.planning import make_plan
 from cuda_agent.problem import load_problem
 from cuda_agent.runner.replay import read_sweep
 from cuda_agent.space.program import stage_budget

@@ -14,7 +14,7 @@ import textwrap
 
 import pytest
 
-from cuda_agent.ir.plan import make_plan
+from cuda_agent.ir.planning import make_plan
 from cuda_agent.problem import load_problem
 from cuda_agent.costmodel.model import COUNTER_KEYS, SimConstants, SimResult, simulate
 from cuda_agent.space.slots import Config, Launch, Rendered, Target

@@ -15,7 +15,8 @@ import cpu_exec
 from helpers import ConvBatchNormRelu, Fn, fast_first
 from cuda_agent.ir.capture import capture
 from cuda_agent.ir.partition import ProgramPlan
-from cuda_agent.ir.plan import CHAN_REDUCE, make_plan
+from cuda_agent.ir.plan import CHAN_REDUCE
+from cuda_agent.ir.planning import make_plan
 from cuda_agent.problem import load_problem
 from cuda_agent.space.program import stage_spaces
 from cuda_agent.space.slots import Target

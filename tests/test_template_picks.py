@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from cuda_agent.costmodel.predict import simulated_times
-from cuda_agent.ir.plan import make_plan
+from cuda_agent.ir.planning import make_plan
 from cuda_agent.problem import load_problem
 from cuda_agent.search.prior_rank import first_of_each_template, model_order
 from cuda_agent.space.slots import Target

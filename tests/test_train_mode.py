@@ -26,7 +26,7 @@ from helpers import Fn, write_problem
 from cuda_agent.errors import UnsupportedError
 from cuda_agent.ir.capture import capture
 from cuda_agent.ir.graph import Increment, RunningStats
-from cuda_agent.ir.plan import make_plan
+from cuda_agent.ir.planning import make_plan
 from cuda_agent.runner.launcher import update_state
 from cuda_agent.verify.cases import check_state
 from cuda_agent.verify.settings import VerifySettings

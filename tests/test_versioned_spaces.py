@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from cuda_agent.ir.plan import make_plan
+from cuda_agent.ir.planning import make_plan
 from cuda_agent.problem import load_problem
 from cuda_agent.runner.replay import read_sweep
 from cuda_agent.space.slots import Target

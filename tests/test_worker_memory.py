@@ -13,6 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from cuda_agent import procs
 from cuda_agent.runner import memory, worker
 from cuda_agent.runner.memory import MemoryRefusal, PeakTracker
 from cuda_agent.runner.timing import Timing, TimingSettings
@@ -285,7 +286,7 @@ def counted_gpu(small_gpu, monkeypatch):
     monkeypatch.setattr(separable, "SCRAMBLE_PIECE", 256)
     monkeypatch.setattr(torch.cuda, "get_device_properties",
                         lambda *a: SimpleNamespace(L2_cache_size=16 << 10))
-    monkeypatch.setattr(memory, "host_available_bytes", lambda: 0)
+    monkeypatch.setattr(procs, "host_available_bytes", lambda: 0)
 
 
 BOUNDED = {  # name: (forward, inputs, write_problem's keywords, the verification expected)

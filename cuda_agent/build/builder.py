@@ -19,21 +19,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .. import tempfiles
-from ..cache_check import digest, report_damage
+from ..cache_check import default_cache_dir, digest, report_damage
 from ..errors import HostError
 from .compiler import HOST_FAILURE, compile_source, resources_total, summarize_log, toolchain_id
 from .pool import CUT, CompilePool, PoolClosed
 
-CACHE_ENV = "CUDA_AGENT_CACHE"
 SCHEMA = 2
 """the build cache's entry format; an entry of another (or none: before 2) is compiled again"""
 CACHE_NAME = "build cache"
-
-
-def default_cache_dir() -> Path:
-    root = os.environ.get(CACHE_ENV) or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "cuda-agent")
-    return Path(root) / "build"
 
 
 @dataclass(frozen=True)

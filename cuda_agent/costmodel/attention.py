@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 
 from ..space.slots import Rendered, Target
-from .gemm import resident_blocks
+from .gemm import MMA_SYNC_TF32_FLOPS, resident_blocks
 
 FMA_LANES_PER_SM = 128
 LDS_WAVEFRONTS_PER_CLK = 1.0  # shared-memory wavefronts per clock and SM
@@ -98,7 +98,6 @@ def simulate_attention(rendered: Rendered, resources: dict | None, target: Targe
         # choice) on the tensor pipe, and per tile the operand splits, fragment loads and
         # partial-sum adds on the FMA pipe (an estimate: the H200's mma.sync rate is
         # `gemm_tc`'s measured constant)
-        from .gemm import MMA_SYNC_TF32_FLOPS
         terms = 3 if f.get("mma") == "tf32x3" else 1
         mma_s = terms * 2.0 * (fma_qk + fma_pv) / MMA_SYNC_TF32_FLOPS
         # per 16 x 8 x 8 tile (1024 multiply-adds) a lane splits its B fragment, loads it and

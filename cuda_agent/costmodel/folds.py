@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import SettingsError
+from . import gemm as sim_gemm
 from .model import SimConstants
 
 
@@ -75,8 +76,6 @@ def _split(name: str) -> tuple[str, int | None]:
 
 def shipped_values() -> dict[str, float]:
     """The values the shipped model uses for the constants in `FITTED`."""
-    from . import gemm as sim_gemm
-
     sim = SimConstants.shipped()
     out = {}
     for name, f in FITTED.items():
@@ -133,8 +132,6 @@ def applied(mc: ModelConstants | None) -> Iterator[SimConstants | None]:
     if mc is None or not mc.values:
         yield None
         return
-    from . import gemm as sim_gemm
-
     with _LOCK:
         saved: dict[str, Any] = {}
         try:

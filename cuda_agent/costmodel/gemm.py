@@ -45,6 +45,7 @@ import math
 import numpy as np
 
 from ..space.slots import Rendered, Target
+from ..space.templates.library import epilogue_bytes
 
 # The library's product is a black box to the model: its rate per kind of call, in strict fp32,
 # as the H200 sweeps' library records measured it (the best record of each problem, its epilogue
@@ -513,8 +514,6 @@ LIBRARY_TF32_SPEEDUP = {"conv": 2.23, "matmul": 7.6}
 
 def simulate_library(plan, rendered: Rendered, target: Target) -> tuple[float, dict[str, float]]:
     """(modelled ms, counters) of a library product followed by a generated epilogue pass."""
-    from ..space.templates.library import epilogue_bytes
-
     f = dict(rendered.facts)
     call = next((la.library for la in rendered.launches if la.library), {})
     product_s = float(f["library_flops"]) / (_library_efficiency(plan, call) * target.fp32_flops)

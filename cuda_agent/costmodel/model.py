@@ -49,9 +49,13 @@ from pathlib import Path
 from typing import Any
 
 from ..ir import ops
+from ..ir.conv import window_info
 from ..ir.graph import INDEX_DTYPE
 from ..ir.plan import KernelPlan
 from ..space.slots import Launch, Rendered, Target
+from ..space.templates.pool import span
+from .attention import simulate_attention
+from .gemm import simulate_gemm, simulate_library
 
 # Modelled counters, named and scaled like their Nsight Compute counterparts where there is one.
 COUNTER_DOCS = {
@@ -338,20 +342,14 @@ def simulate(plan: KernelPlan, rendered: Rendered, resources: dict | None, targe
         return SimResult(sum(r.time_ms for r in results),
                          {k: max(r.counters.get(k, 0.0) for r in results) for k in COUNTER_KEYS})
     if rendered.fact("family") == "gemm":  # arithmetic-bound: its own model
-        from .gemm import simulate_gemm
-
         ms, counters, err = simulate_gemm(rendered, resources, target)
         if err:
             return _failure("resources", err)
         return SimResult(ms, {**{k: 0.0 for k in COUNTER_KEYS}, **counters})
     if rendered.fact("family") == "lib":  # a library product, then a generated epilogue
-        from .gemm import simulate_library
-
         ms, counters = simulate_library(plan, rendered, target)
         return SimResult(ms, {**{k: 0.0 for k in COUNTER_KEYS}, **counters})
     if rendered.fact("family") == "attention":  # arithmetic and shared memory: its own model
-        from .attention import simulate_attention
-
         ms, counters, err = simulate_attention(rendered, resources, target, plan.bytes_moved())
         if err:
             return _failure("resources", err)
@@ -1277,9 +1275,6 @@ def _pool_work(plan: KernelPlan, rendered: Rendered, resources: dict, target: Ta
     them, `l1_inflight_merge`), and by other windows only if L1 still holds it, which depends
     on the sectors all resident warps keep in use. Misses go back to L2 (whole sectors), not
     DRAM: the input is read from DRAM once (overlapping windows of other threads hit L2)."""
-    from ..ir.pool import window_info
-    from ..space.templates.pool import span
-
     info = window_info(plan)
     sh = _shape(plan, rendered)
     L = rendered.launches[0]

@@ -14,7 +14,8 @@ import numpy as np
 from ..space.program import StageSpace
 from ..space.space import Space
 from .folds import ModelConstants, applied, resolve
-from .model import SimConstants, simulate
+from . import model
+from .model import SimConstants
 
 if TYPE_CHECKING:
     from ..space.slots import Config
@@ -28,7 +29,7 @@ def simulated_times(space: Space, rows: np.ndarray, configs: list,
     with applied(resolve(constants)) as sim_constants:
         own, others_ms = space, 0.0
         if isinstance(space, StageSpace):
-            # a program's time is the sum of its stages' (`sim_model.simulate`), and only this
+            # a program's time is the sum of its stages' (`model.simulate`), and only this
             # stage's configuration varies: the others are modelled once, not rendered and
             # composed again for each configuration (the whole program's source, for a
             # convolution chain's 6588 configurations 16 s of a 20 s search on the H100's host)
@@ -50,7 +51,7 @@ def _model_ms(space: Space, cfg: Config, sim_constants: SimConstants | None) -> 
     """The model's time of one configuration of a single-kernel space; NaN where it rejects
     it or cannot read its template."""
     try:
-        res = simulate(space.plan, space.render(cfg), None, space.target, sim_constants)
+        res = model.simulate(space.plan, space.render(cfg), None, space.target, sim_constants)
     except Exception:  # noqa: BLE001 - a template the model cannot read: no opinion
         return np.nan
     if res.error_kind or not res.time_ms or not np.isfinite(res.time_ms) or res.time_ms <= 0:
@@ -78,7 +79,7 @@ def _fixed_stages_ms(space: StageSpace, sim_constants: SimConstants | None) -> f
         if j == space.stage:
             continue
         try:
-            res = simulate(sp.plan, sp.render(cfg), None, sp.target, sim_constants)
+            res = model.simulate(sp.plan, sp.render(cfg), None, sp.target, sim_constants)
         except Exception:  # noqa: BLE001 - as `simulated_times`: no opinion
             return None
         if res.error_kind or not np.isfinite(res.time_ms):

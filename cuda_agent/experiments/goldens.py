@@ -258,7 +258,7 @@ def problem_entry(case: Case, root: Path, labels: Labels | None = None) -> dict[
     """The golden of one problem (`labels`, where given, collects readable configurations)."""
     from ..errors import ProblemError, UnsupportedError
     from ..ir.partition import ProgramPlan
-    from ..ir.plan import make_plan
+    from ..ir.planning import make_plan
 
     labels = Labels() if labels is None else labels
     try:

@@ -24,13 +24,8 @@ from typing import Any
 import torch
 
 from ..errors import UnsupportedError
+from .capture_common import op_arg
 from .graph import Graph, broadcast_shapes
-
-
-def _arg(args: list, kwargs: dict, i: int, name: str, default: Any = None) -> Any:
-    if len(args) > i:
-        return args[i]
-    return kwargs.get(name, default)
 
 
 def _swap_last(g: Graph, x: int) -> int:
@@ -75,9 +70,9 @@ def _sdpa(lw: Any, node: torch.fx.Node, args: list, kwargs: dict) -> int:
     # scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False,
     #                              *, scale=None, enable_gqa=False)
     q, k, v = (lw.val(a) for a in args[:3])
-    mask = _arg(args, kwargs, 3, "attn_mask")
-    dropout = float(_arg(args, kwargs, 4, "dropout_p", 0.0))
-    causal = bool(_arg(args, kwargs, 5, "is_causal", False))
+    mask = op_arg(args, kwargs, 3, "attn_mask")
+    dropout = float(op_arg(args, kwargs, 4, "dropout_p", 0.0))
+    causal = bool(op_arg(args, kwargs, 5, "is_causal", False))
     scale = kwargs.get("scale", args[6] if len(args) > 6 else None)
     if dropout != 0.0:
         raise UnsupportedError(f"unsupported: attention with dropout_p={dropout} (random)")

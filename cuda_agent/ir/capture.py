@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
-from ..errors import ProblemError, UnsupportedError, first_line
+from ..errors import ProblemError, UnsupportedError, data_dependent, first_line
+from .capture_common import Refused, op_arg
 from .graph import (FLOAT_DTYPES, INDEX_DTYPE, Graph, GraphInput, Increment, Node,
                     broadcast_shapes)
 from .class_loss import HANDLERS as _CLASS_LOSS_HANDLERS, check_index_inputs
@@ -71,14 +72,6 @@ def _view_runs(src: tuple[int, ...], dst: tuple[int, ...]
         runs[-1][0].extend(range(i, len(src)))
         runs[-1][1].extend(range(j, len(dst)))
     return runs
-
-
-@dataclasses.dataclass(frozen=True)
-class Refused:
-    """A value of a multi-output op that cannot be computed (max's indices over a dim of size
-    1): lowering fails with `reason` only where something uses it."""
-
-    reason: str
 
 
 class _Lowering:
@@ -290,12 +283,6 @@ class _Lowering:
         return handler(self, node, args, kwargs)
 
 
-def _arg(args: list, kwargs: dict, i: int, name: str, default: Any = None) -> Any:
-    if len(args) > i:
-        return args[i]
-    return kwargs.get(name, default)
-
-
 def _unary_handler(op: str, **fixed: Any) -> Callable:
     def handle(lw: _Lowering, node, args, kwargs):
         return lw.unary(op, lw.val(args[0]), **fixed)
@@ -315,8 +302,8 @@ def _binary_handler(op: str) -> Callable:
 def _reduce_handler(kind: str, dim_pos: int = 1, keep_pos: int = 2) -> Callable:
     def handle(lw: _Lowering, node, args, kwargs):
         x = lw.val(args[0])
-        dims = _arg(args, kwargs, dim_pos, "dim")
-        keep = bool(_arg(args, kwargs, keep_pos, "keepdim", False))
+        dims = op_arg(args, kwargs, dim_pos, "dim")
+        keep = bool(op_arg(args, kwargs, keep_pos, "keepdim", False))
         return lw.reduce(kind, x, dims, keep)
     return handle
 
@@ -326,7 +313,7 @@ def _max_dim(kind: str, index_kind: str) -> Callable:
         x = lw.val(args[0])
         if len(args) < 2 and "dim" not in kwargs:  # max.default: full reduction to a scalar
             return lw.reduce(kind, x, None, False)
-        dim, keep = _arg(args, kwargs, 1, "dim"), bool(_arg(args, kwargs, 2, "keepdim", False))
+        dim, keep = op_arg(args, kwargs, 1, "dim"), bool(op_arg(args, kwargs, 2, "keepdim", False))
         values = lw.reduce(kind, x, dim, keep)
         try:
             index: int | Refused = lw.reduce(index_kind, x, dim, keep)
@@ -351,9 +338,9 @@ def _softmax(log: bool) -> Callable:
 
 def _layer_norm(lw: _Lowering, node, args, kwargs):
     x = lw.val(args[0])
-    norm_shape = _arg(args, kwargs, 1, "normalized_shape")
-    weight, bias = _arg(args, kwargs, 2, "weight"), _arg(args, kwargs, 3, "bias")
-    eps = float(_arg(args, kwargs, 4, "eps", 1e-5))
+    norm_shape = op_arg(args, kwargs, 1, "normalized_shape")
+    weight, bias = op_arg(args, kwargs, 2, "weight"), op_arg(args, kwargs, 3, "bias")
+    eps = float(op_arg(args, kwargs, 4, "eps", 1e-5))
     rank = len(lw.shape(x))
     dims = tuple(range(rank - len(norm_shape), rank))
     mu = lw.mean(x, dims, True)
@@ -369,9 +356,9 @@ def _layer_norm(lw: _Lowering, node, args, kwargs):
 
 def _rms_norm(lw: _Lowering, node, args, kwargs):
     x = lw.val(args[0])
-    norm_shape = _arg(args, kwargs, 1, "normalized_shape")
-    weight = _arg(args, kwargs, 2, "weight")
-    eps = _arg(args, kwargs, 3, "eps")
+    norm_shape = op_arg(args, kwargs, 1, "normalized_shape")
+    weight = op_arg(args, kwargs, 2, "weight")
+    eps = op_arg(args, kwargs, 3, "eps")
     eps = float(torch.finfo(torch.float32).eps if eps is None else eps)
     rank = len(lw.shape(x))
     dims = tuple(range(rank - len(norm_shape), rank))
@@ -399,19 +386,21 @@ def _vector_norm(lw: _Lowering, x: int, p: Any, dims: Any, keep: bool) -> int:
 
 
 def _linalg_vector_norm(lw: _Lowering, node, args, kwargs):
-    return _vector_norm(lw, lw.val(args[0]), _arg(args, kwargs, 1, "ord", 2),
-                        _arg(args, kwargs, 2, "dim"), bool(_arg(args, kwargs, 3, "keepdim", False)))
+    return _vector_norm(lw, lw.val(args[0]), op_arg(args, kwargs, 1, "ord", 2),
+                        op_arg(args, kwargs, 2, "dim"),
+                        bool(op_arg(args, kwargs, 3, "keepdim", False)))
 
 
 def _norm(lw: _Lowering, node, args, kwargs):
-    return _vector_norm(lw, lw.val(args[0]), _arg(args, kwargs, 1, "p", 2),
-                        _arg(args, kwargs, 2, "dim"), bool(_arg(args, kwargs, 3, "keepdim", False)))
+    return _vector_norm(lw, lw.val(args[0]), op_arg(args, kwargs, 1, "p", 2),
+                        op_arg(args, kwargs, 2, "dim"),
+                        bool(op_arg(args, kwargs, 3, "keepdim", False)))
 
 
 def _var_std(std: bool) -> Callable:
     def handle(lw: _Lowering, node, args, kwargs):
         x = lw.val(args[0])
-        dims = _arg(args, kwargs, 1, "dim")
+        dims = op_arg(args, kwargs, 1, "dim")
         correction = kwargs.get("correction", 1)
         # aten.var.dim(x, dim, unbiased, keepdim) passes these positionally
         unbiased = kwargs.get("unbiased", args[2] if len(args) > 2 else None)
@@ -434,7 +423,7 @@ def _var_mean(lw: _Lowering, node, args, kwargs):
     """torch.var_mean: (var, mean), with var's arguments."""
     keepdim = bool(kwargs.get("keepdim", args[3] if len(args) > 3 else False))
     return (_var_std(False)(lw, node, args, kwargs),
-            lw.mean(lw.val(args[0]), _arg(args, kwargs, 1, "dim"), keepdim))
+            lw.mean(lw.val(args[0]), op_arg(args, kwargs, 1, "dim"), keepdim))
 
 
 def _bool_binary(op: str) -> Callable:
@@ -449,8 +438,8 @@ def _bool_binary(op: str) -> Callable:
 
 
 def _logsumexp(lw: _Lowering, node, args, kwargs):
-    x, dims = lw.val(args[0]), _arg(args, kwargs, 1, "dim")
-    keep = bool(_arg(args, kwargs, 2, "keepdim", False))
+    x, dims = lw.val(args[0]), op_arg(args, kwargs, 1, "dim")
+    keep = bool(op_arg(args, kwargs, 2, "keepdim", False))
     m = lw.reduce("max", x, dims, True)
     s = lw.reduce("sum", lw.unary("exp", lw.binary("sub", x, m)), dims, True)
     out = lw.binary("add", m, lw.unary("log", s))
@@ -461,7 +450,7 @@ def _logsumexp(lw: _Lowering, node, args, kwargs):
 
 def _clamp(lw: _Lowering, node, args, kwargs):
     x = lw.val(args[0])
-    lo, hi = _arg(args, kwargs, 1, "min"), _arg(args, kwargs, 2, "max")
+    lo, hi = op_arg(args, kwargs, 1, "min"), op_arg(args, kwargs, 2, "max")
     if isinstance(lo, torch.fx.Node) or isinstance(hi, torch.fx.Node):
         if lo is not None:
             x = lw.binary("maximum", x, lw.val(lo))
@@ -473,9 +462,9 @@ def _clamp(lw: _Lowering, node, args, kwargs):
 
 
 def _elu_handler(lw: _Lowering, node, args, kwargs):
-    return lw.unary("elu", lw.val(args[0]), alpha=float(_arg(args, kwargs, 1, "alpha", 1.0)),
-                    scale=float(_arg(args, kwargs, 2, "scale", 1.0)),
-                    input_scale=float(_arg(args, kwargs, 3, "input_scale", 1.0)))
+    return lw.unary("elu", lw.val(args[0]), alpha=float(op_arg(args, kwargs, 1, "alpha", 1.0)),
+                    scale=float(op_arg(args, kwargs, 2, "scale", 1.0)),
+                    input_scale=float(op_arg(args, kwargs, 3, "input_scale", 1.0)))
 
 
 def _where(lw: _Lowering, node, args, kwargs):
@@ -500,7 +489,8 @@ def _dropout(lw: _Lowering, node, args, kwargs):
     """aten.dropout(x, p, train) and its feature/alpha variants: the identity in eval mode or
     with p = 0; in training mode with p > 0 each call draws a random mask, which no kernel can
     be verified against."""
-    p, train = float(_arg(args, kwargs, 1, "p", 0.5)), bool(_arg(args, kwargs, 2, "train", True))
+    p = float(op_arg(args, kwargs, 1, "p", 0.5))
+    train = bool(op_arg(args, kwargs, 2, "train", True))
     if p == 0.0:
         return lw.val(args[0])
     if train:
@@ -514,9 +504,9 @@ def _dropout(lw: _Lowering, node, args, kwargs):
 def _rrelu(lw: _Lowering, node, args, kwargs):
     """aten.rrelu(x, lower, upper, training): random slopes in training mode (refused), the
     mean slope (lower + upper) / 2 in eval mode."""
-    lower = float(_arg(args, kwargs, 1, "lower", 1.0 / 8.0))
-    upper = float(_arg(args, kwargs, 2, "upper", 1.0 / 3.0))
-    if bool(_arg(args, kwargs, 3, "training", False)) and lower != upper:
+    lower = float(op_arg(args, kwargs, 1, "lower", 1.0 / 8.0))
+    upper = float(op_arg(args, kwargs, 2, "upper", 1.0 / 3.0))
+    if bool(op_arg(args, kwargs, 3, "training", False)) and lower != upper:
         raise UnsupportedError("unsupported: rrelu in training mode draws random slopes; call "
                                ".eval() on it in the problem")
     lw.g.modes = lw.modes
@@ -592,7 +582,7 @@ def _pointwise_loss(build: Callable[[_Lowering, int, int, list, dict], int],
     def handle(lw: _Lowering, node, args, kwargs):
         a, b = lw.val(args[0]), lw.val(args[1])
         return _loss_reduce(lw, build(lw, a, b, args, kwargs),
-                            _arg(args, kwargs, reduction_pos, "reduction", 1))
+                            op_arg(args, kwargs, reduction_pos, "reduction", 1))
     return handle
 
 
@@ -601,7 +591,7 @@ def _sq(lw: _Lowering, x: int) -> int:
 
 
 def _smooth_l1(lw: _Lowering, a: int, b: int, args: list, kwargs: dict) -> int:
-    beta = float(_arg(args, kwargs, 3, "beta", 1.0))
+    beta = float(op_arg(args, kwargs, 3, "beta", 1.0))
     d = lw.unary("abs", lw.binary("sub", a, b))
     if beta == 0.0:
         return d
@@ -611,7 +601,7 @@ def _smooth_l1(lw: _Lowering, a: int, b: int, args: list, kwargs: dict) -> int:
 
 
 def _huber(lw: _Lowering, a: int, b: int, args: list, kwargs: dict) -> int:
-    delta = float(_arg(args, kwargs, 3, "delta", 1.0))
+    delta = float(op_arg(args, kwargs, 3, "delta", 1.0))
     d = lw.unary("abs", lw.binary("sub", a, b))
     quad = lw.binary("mul", _sq(lw, d), lw.g.const(0.5))
     lin = lw.binary("mul", lw.binary("sub", d, lw.g.const(0.5 * delta)), lw.g.const(delta))
@@ -619,7 +609,7 @@ def _huber(lw: _Lowering, a: int, b: int, args: list, kwargs: dict) -> int:
 
 
 def _kl_div(lw: _Lowering, x: int, t: int, args: list, kwargs: dict) -> int:
-    if bool(_arg(args, kwargs, 3, "log_target", False)):
+    if bool(op_arg(args, kwargs, 3, "log_target", False)):
         return lw.binary("mul", lw.unary("exp", t), lw.binary("sub", t, x))
     # xlogy(t, t) - t * x, with 0 * log 0 = 0
     tlogt = lw.where(lw.binary("gt", t, lw.g.const(0.0)),
@@ -628,7 +618,7 @@ def _kl_div(lw: _Lowering, x: int, t: int, args: list, kwargs: dict) -> int:
 
 
 def _hinge_embedding(lw: _Lowering, x: int, t: int, args: list, kwargs: dict) -> int:
-    margin = float(_arg(args, kwargs, 2, "margin", 1.0))
+    margin = float(op_arg(args, kwargs, 2, "margin", 1.0))
     zero = lw.g.const(0.0)
     hinge = lw.unary("clamp", lw.binary("sub", lw.g.const(margin), x), min=0.0, max=None)
     out_margin = lw.where(lw.binary("ne", t, lw.g.const(1.0)), hinge, zero)
@@ -641,7 +631,7 @@ def _soft_margin(lw: _Lowering, x: int, t: int, args: list, kwargs: dict) -> int
 
 
 def _bce(lw: _Lowering, x: int, t: int, args: list, kwargs: dict) -> int:
-    if _arg(args, kwargs, 2, "weight") is not None:
+    if op_arg(args, kwargs, 2, "weight") is not None:
         raise UnsupportedError("unsupported: binary_cross_entropy with a weight")
     # torch clamps each log at -100
     log_x = lw.unary("clamp", lw.unary("log", x), min=-100.0, max=None)
@@ -658,19 +648,19 @@ def _bce_handler(lw: _Lowering, node, args, kwargs):
         if lw.g[v].op == "input":
             k = lw.g[v].attr("index")
             lw.g.inputs[k] = dataclasses.replace(lw.g.inputs[k], value_range=(0.0, 1.0))
-    return _loss_reduce(lw, _bce(lw, x, t, args, kwargs), _arg(args, kwargs, 3, "reduction", 1))
+    return _loss_reduce(lw, _bce(lw, x, t, args, kwargs), op_arg(args, kwargs, 3, "reduction", 1))
 
 
 def _hinge_handler(lw: _Lowering, node, args, kwargs):
     x, t = lw.val(args[0]), lw.val(args[1])
     return _loss_reduce(lw, _hinge_embedding(lw, x, t, args, kwargs),
-                        _arg(args, kwargs, 3, "reduction", 1))
+                        op_arg(args, kwargs, 3, "reduction", 1))
 
 
 def _cosine_similarity(lw: _Lowering, node, args, kwargs):
     a, b = lw.val(args[0]), lw.val(args[1])
-    dim = _arg(args, kwargs, 2, "dim", 1)
-    eps = float(_arg(args, kwargs, 3, "eps", 1e-8))
+    dim = op_arg(args, kwargs, 2, "dim", 1)
+    eps = float(op_arg(args, kwargs, 3, "eps", 1e-8))
     dot = lw.reduce("sum", lw.binary("mul", a, b), dim, False)
     na = lw.reduce("sum", _sq(lw, a), dim, False)
     nb = lw.reduce("sum", _sq(lw, b), dim, False)
@@ -680,10 +670,10 @@ def _cosine_similarity(lw: _Lowering, node, args, kwargs):
 
 def _triplet_margin(lw: _Lowering, node, args, kwargs):
     a, pos, neg = (lw.val(v) for v in args[:3])
-    margin = float(_arg(args, kwargs, 3, "margin", 1.0))
-    p = float(_arg(args, kwargs, 4, "p", 2.0))
-    eps = float(_arg(args, kwargs, 5, "eps", 1e-6))
-    if bool(_arg(args, kwargs, 6, "swap", False)):
+    margin = float(op_arg(args, kwargs, 3, "margin", 1.0))
+    p = float(op_arg(args, kwargs, 4, "p", 2.0))
+    eps = float(op_arg(args, kwargs, 5, "eps", 1e-6))
+    if bool(op_arg(args, kwargs, 6, "swap", False)):
         raise UnsupportedError("unsupported: triplet_margin_loss with swap=True")
     last = len(lw.shape(a)) - 1
     d_ap = _vector_norm(lw, lw.binary("add", lw.binary("sub", a, pos), lw.g.const(eps)), p,
@@ -692,7 +682,7 @@ def _triplet_margin(lw: _Lowering, node, args, kwargs):
                         last, False)
     loss = lw.unary("clamp", lw.binary("add", lw.binary("sub", d_ap, d_an), lw.g.const(margin)),
                     min=0.0, max=None)
-    return _loss_reduce(lw, loss, _arg(args, kwargs, 7, "reduction", 1))
+    return _loss_reduce(lw, loss, op_arg(args, kwargs, 7, "reduction", 1))
 
 
 # -- matrix products ---------------------------------------------------------------------------
@@ -714,8 +704,8 @@ def _transpose(lw: _Lowering, node, args, kwargs):
     rank = len(lw.shape(x))
     if rank < 2:
         return x
-    d0 = _arg(args, kwargs, 1, "dim0", 0) % rank
-    d1 = _arg(args, kwargs, 2, "dim1", 1) % rank
+    d0 = op_arg(args, kwargs, 1, "dim0", 0) % rank
+    d1 = op_arg(args, kwargs, 2, "dim1", 1) % rank
     perm = list(range(rank))
     perm[d0], perm[d1] = perm[d1], perm[d0]
     return _permute_node(lw, x, tuple(perm))
@@ -768,7 +758,7 @@ def _matmul(lw: _Lowering, a: int, b: int) -> int:
 
 def _linear(lw: _Lowering, node, args, kwargs):
     x, w = lw.val(args[0]), lw.val(args[1])
-    bias = _arg(args, kwargs, 2, "bias")
+    bias = op_arg(args, kwargs, 2, "bias")
     y = _matmul(lw, x, _permute_node(lw, w, (1, 0)) if len(lw.shape(w)) == 2 else w)
     return y if bias is None else lw.binary("add", y, lw.val(bias))
 
@@ -792,7 +782,7 @@ def _tri(upper: bool) -> Callable:
         shape = lw.shape(x)
         if len(shape) < 2:
             raise ProblemError(f"{'triu' if upper else 'tril'} of a tensor of rank < 2")
-        diagonal = int(_arg(args, kwargs, 1, "diagonal", 0))
+        diagonal = int(op_arg(args, kwargs, 1, "diagonal", 0))
         mask = lw.g.add("tri_mask", (), shape[-2:], "bool", upper=upper, diagonal=diagonal)
         return lw.where(mask, x, lw.g.const(0.0))
     return handle
@@ -800,7 +790,7 @@ def _tri(upper: bool) -> Callable:
 
 def _diag(lw: _Lowering, node, args, kwargs):
     v = lw.val(args[0])
-    if len(lw.shape(v)) != 1 or _arg(args, kwargs, 1, "diagonal", 0) != 0:
+    if len(lw.shape(v)) != 1 or op_arg(args, kwargs, 1, "diagonal", 0) != 0:
         raise UnsupportedError("unsupported: diag other than a diagonal matrix from a vector")
     n = lw.shape(v)[0]
     return lw.g.add("diag", (v,), (n, n), "float32")
@@ -881,21 +871,21 @@ _HANDLERS: dict[str, Callable] = {
         "gelu_tanh" if k.get("approximate", a[1] if len(a) > 1 else "none") == "tanh" else "gelu",
         lw.val(a[0])),
     "softplus": lambda lw, n, a, k: lw.unary(
-        "softplus", lw.val(a[0]), beta=float(_arg(a, k, 1, "beta", 1.0)),
-        threshold=float(_arg(a, k, 2, "threshold", 20.0))),
+        "softplus", lw.val(a[0]), beta=float(op_arg(a, k, 1, "beta", 1.0)),
+        threshold=float(op_arg(a, k, 2, "threshold", 20.0))),
     "log_sigmoid_forward": lambda lw, n, a, k: (_log_sigmoid(lw, lw.val(a[0])), None),
     "log_sigmoid": lambda lw, n, a, k: _log_sigmoid(lw, lw.val(a[0])),
     "elu": _elu_handler,
     "selu": _unary_handler("elu", alpha=1.6732632423543772, scale=1.0507009873554805),
     "celu": lambda lw, n, a, k: lw.unary(
-        "elu", lw.val(a[0]), alpha=float(_arg(a, k, 1, "alpha", 1.0)),
-        input_scale=1.0 / float(_arg(a, k, 1, "alpha", 1.0))),
+        "elu", lw.val(a[0]), alpha=float(op_arg(a, k, 1, "alpha", 1.0)),
+        input_scale=1.0 / float(op_arg(a, k, 1, "alpha", 1.0))),
     "hardtanh": lambda lw, n, a, k: lw.unary(
-        "hardtanh", lw.val(a[0]), min_val=float(_arg(a, k, 1, "min_val", -1.0)),
-        max_val=float(_arg(a, k, 2, "max_val", 1.0))),
+        "hardtanh", lw.val(a[0]), min_val=float(op_arg(a, k, 1, "min_val", -1.0)),
+        max_val=float(op_arg(a, k, 2, "max_val", 1.0))),
     "relu6": _unary_handler("hardtanh", min_val=0.0, max_val=6.0),
     "leaky_relu": lambda lw, n, a, k: lw.unary(
-        "leaky_relu", lw.val(a[0]), negative_slope=float(_arg(a, k, 1, "negative_slope", 0.01))),
+        "leaky_relu", lw.val(a[0]), negative_slope=float(op_arg(a, k, 1, "negative_slope", 0.01))),
     "square": lambda lw, n, a, k: lw.unary("pow_scalar", lw.val(a[0]), exponent=2.0),
     "pow": _pow,
     "clamp": _clamp, "clip": _clamp,
@@ -918,8 +908,8 @@ _HANDLERS: dict[str, Callable] = {
     "argmin": _reduce_handler("argmin"),
     "max": _max_dim("max", "argmax"),
     "min": _max_dim("min", "argmin"),
-    "mean": lambda lw, n, a, k: lw.mean(lw.val(a[0]), _arg(a, k, 1, "dim"),
-                                        bool(_arg(a, k, 2, "keepdim", False))),
+    "mean": lambda lw, n, a, k: lw.mean(lw.val(a[0]), op_arg(a, k, 1, "dim"),
+                                        bool(op_arg(a, k, 2, "keepdim", False))),
     "var": _var_std(False),
     "var_mean": _var_mean,
     **{name: _bool_binary("logical_and") for name in ("__and__", "bitwise_and")},
@@ -954,7 +944,7 @@ _HANDLERS: dict[str, Callable] = {
     "addmm": _addmm, "baddbmm": _addmm,
     "t": _t, "numpy_T": _t, "mT": _t,
     "transpose": _transpose, "swapaxes": _transpose,
-    "permute": lambda lw, n, a, k: _permute_node(lw, lw.val(a[0]), tuple(_arg(a, k, 1, "dims"))),
+    "permute": lambda lw, n, a, k: _permute_node(lw, lw.val(a[0]), tuple(op_arg(a, k, 1, "dims"))),
     "triu": _tri(True), "tril": _tri(False),
     "diag": _diag,
     # layout no-ops and views
@@ -1068,8 +1058,7 @@ def _export(model: torch.nn.Module, inputs: list[torch.Tensor]
     except (UnsupportedError, ProblemError):
         raise
     except Exception as exc:  # noqa: BLE001 - tracing failures are the user's to see
-        from ..problem import data_dependent  # torch's words for it speak of its internals
-
+        # torch's words for a value-dependent forward() speak of its internals
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ProblemError(data_dependent(exc)
                            or f"could not trace Model.forward with torch.export: {msg}")

@@ -29,8 +29,9 @@ from typing import Any
 
 import torch
 
-from .. import __version__, tempfiles
-from ..cache_check import canonical, digest, report_damage
+from .. import tempfiles
+from ..cache_check import canonical, default_cache_dir, digest, report_damage
+from ..version import __version__
 from . import graph_codec
 from .graph import Graph
 
@@ -45,8 +46,6 @@ def enabled() -> bool:
 
 
 def cache_dir() -> Path:
-    from ..build.builder import default_cache_dir
-
     return default_cache_dir().parent / "capture"
 
 

@@ -19,16 +19,11 @@ import dataclasses
 from typing import Any
 
 from ..errors import UnsupportedError
+from .capture_common import op_arg
 from .graph import INDEX_DTYPE, broadcast_shapes
 from .ops import is_elementwise
 
 CLASS_DIM = 1
-
-
-def _arg(args: list, kwargs: dict, i: int, name: str, default: Any = None) -> Any:
-    if len(args) > i:
-        return args[i]
-    return kwargs.get(name, default)
 
 
 def _reduction(value: Any) -> int:
@@ -133,7 +128,7 @@ def _probability_targets(lw, x: int, p: int, reduction: int, smoothing: float) -
 
 
 def _no_weight(args: list, kwargs: dict, what: str) -> None:
-    if _arg(args, kwargs, 2, "weight") is not None:
+    if op_arg(args, kwargs, 2, "weight") is not None:
         raise UnsupportedError(f"unsupported: {what} with class weights")
 
 
@@ -141,9 +136,9 @@ def cross_entropy(lw, node, args, kwargs):  # noqa: ANN001 - capture's handler s
     """aten.cross_entropy_loss(input, target, weight, reduction, ignore_index, label_smoothing)."""
     _no_weight(args, kwargs, "cross_entropy")
     x, t = lw.val(args[0]), lw.val(args[1])
-    reduction = _reduction(_arg(args, kwargs, 3, "reduction", 1))
-    ignore = int(_arg(args, kwargs, 4, "ignore_index", -100))
-    smoothing = float(_arg(args, kwargs, 5, "label_smoothing", 0.0))
+    reduction = _reduction(op_arg(args, kwargs, 3, "reduction", 1))
+    ignore = int(op_arg(args, kwargs, 4, "ignore_index", -100))
+    smoothing = float(op_arg(args, kwargs, 5, "label_smoothing", 0.0))
     if lw.g[t].dtype == INDEX_DTYPE:
         return _class_targets(lw, x, t, reduction, ignore, smoothing)
     return _probability_targets(lw, x, t, reduction, smoothing)
@@ -158,8 +153,8 @@ def nll_loss(lw, node, args, kwargs):  # noqa: ANN001 - capture's handler signat
     if lw.g[t].dtype != INDEX_DTYPE or lw.shape(t) != (n,):
         raise UnsupportedError(f"unsupported: nll_loss targets of shape {lw.shape(t)}, dtype "
                                f"{lw.g[t].dtype}; int64 (N,) class indices only")
-    reduction = _reduction(_arg(args, kwargs, 3, "reduction", 1))
-    ignore = int(_arg(args, kwargs, 4, "ignore_index", -100))
+    reduction = _reduction(op_arg(args, kwargs, 3, "reduction", 1))
+    ignore = int(op_arg(args, kwargs, 4, "ignore_index", -100))
     _mark_index_input(lw, t, c, ignore)
     t_col = lw.view(t, (n, 1))
     loss = lw.unary("neg", pick(lw, x, t_col, {}))

@@ -187,6 +187,17 @@ def depthwise_window(plan: KernelPlan) -> PoolInfo | None:
     return plan.cached("depthwise", lambda: _depthwise_window(plan.info))
 
 
+def window_info(plan: KernelPlan) -> PoolInfo:
+    """The window a pool-like plan slides: a pooling's own, or a depthwise convolution's
+    weighted window sum (`depthwise_window`)."""
+    if isinstance(plan.info, PoolInfo):
+        return plan.info
+    info = depthwise_window(plan)
+    if info is None:
+        raise ValueError(f"a {plan.kind} plan slides no window")
+    return info
+
+
 def _depthwise_window(info: GemmInfo) -> PoolInfo | None:
     g: ConvGather | None = info.b_gather
     if g is None or g.transposed or g.channels != 1:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ..errors import UnsupportedError
+from .capture_common import op_arg
 
 
 def _tuple(v: Any, n: int) -> tuple[int, ...]:
@@ -32,14 +33,13 @@ def _check_batched(lw, x: int, rank: int, what: str) -> None:  # noqa: ANN001
 
 def _conv(rank: int) -> Callable:
     def handle(lw, node, args, kwargs):  # noqa: ANN001 - capture's handler signature
-        from .capture import _arg
 
         x, w = lw.val(args[0]), lw.val(args[1])
-        bias = _arg(args, kwargs, 2, "bias")
-        stride = _tuple(_arg(args, kwargs, 3, "stride", 1), rank)
-        padding = _arg(args, kwargs, 4, "padding", 0)
-        dilation = _tuple(_arg(args, kwargs, 5, "dilation", 1), rank)
-        groups = int(_arg(args, kwargs, 6, "groups", 1))
+        bias = op_arg(args, kwargs, 2, "bias")
+        stride = _tuple(op_arg(args, kwargs, 3, "stride", 1), rank)
+        padding = op_arg(args, kwargs, 4, "padding", 0)
+        dilation = _tuple(op_arg(args, kwargs, 5, "dilation", 1), rank)
+        groups = int(op_arg(args, kwargs, 6, "groups", 1))
         _check_batched(lw, x, rank, "conv")
         ws = lw.shape(w)
         out = tuple(node.meta["val"].shape)
@@ -58,16 +58,15 @@ def _conv(rank: int) -> Callable:
 
 def _conv_transpose(rank: int) -> Callable:
     def handle(lw, node, args, kwargs):  # noqa: ANN001 - capture's handler signature
-        from .capture import _arg
 
         # aten order: input, weight, bias, stride, padding, output_padding, groups, dilation;
         # output_padding only lengthens the output, whose shape the node already carries
         x, w = lw.val(args[0]), lw.val(args[1])
-        bias = _arg(args, kwargs, 2, "bias")
-        stride = _tuple(_arg(args, kwargs, 3, "stride", 1), rank)
-        padding = _arg(args, kwargs, 4, "padding", 0)
-        groups = int(_arg(args, kwargs, 6, "groups", 1))
-        dilation = _tuple(_arg(args, kwargs, 7, "dilation", 1), rank)
+        bias = op_arg(args, kwargs, 2, "bias")
+        stride = _tuple(op_arg(args, kwargs, 3, "stride", 1), rank)
+        padding = op_arg(args, kwargs, 4, "padding", 0)
+        groups = int(op_arg(args, kwargs, 6, "groups", 1))
+        dilation = _tuple(op_arg(args, kwargs, 7, "dilation", 1), rank)
         _check_batched(lw, x, rank, "conv_transpose")
         out = tuple(node.meta["val"].shape)
         y = lw.g.add("conv", (x, w), out, "float32", stride=stride,

@@ -7,7 +7,7 @@ per-channel affine. What differs is the set of reduced dims of x of shape (N, C,
 * instance norm: the spatial dims S (innermost, contiguous: a row reduction);
 * group norm: x viewed as (N, G, C/G, prod(S)), reduced over its last two dims;
 * batch norm with batch statistics: dims 0 and S around the kept channel dim (planned as a
-  "chanreduce", `plan.make_plan`); with running statistics it is elementwise.
+  "chanreduce", `planning.make_plan`); with running statistics it is elementwise.
 
 Batch norm is captured in the mode the user's module is in: in training mode (a fresh module's)
 it normalises by the batch's statistics and, where it tracks running statistics, updates them
@@ -24,11 +24,8 @@ import math
 from typing import Any
 
 from ..errors import UnsupportedError
+from .capture_common import op_arg
 from .graph import RunningStats
-
-
-def _arg(args: list, kwargs: dict, i: int, name: str, default: Any = None) -> Any:
-    return args[i] if len(args) > i else kwargs.get(name, default)
 
 
 def _normalize(lw: Any, x: int, dims: tuple[int, ...], eps: float) -> int:
@@ -88,12 +85,12 @@ def instance_norm(lw: Any, node: Any, args: list, kwargs: dict) -> int:
     momentum, eps, cudnn_enabled)."""
     x = lw.val(args[0])
     shape = _check_rank(lw, x, "instance_norm", 3)
-    weight, bias = _arg(args, kwargs, 1, "weight"), _arg(args, kwargs, 2, "bias")
-    eps = float(_arg(args, kwargs, 7, "eps", 1e-5))
-    running = _arg(args, kwargs, 3, "running_mean"), _arg(args, kwargs, 4, "running_var")
+    weight, bias = op_arg(args, kwargs, 1, "weight"), op_arg(args, kwargs, 2, "bias")
+    eps = float(op_arg(args, kwargs, 7, "eps", 1e-5))
+    running = op_arg(args, kwargs, 3, "running_mean"), op_arg(args, kwargs, 4, "running_var")
     if any(r is not None for r in running):
         lw.g.modes = lw.modes  # eval mode reads the running statistics, training updates them
-    if not bool(_arg(args, kwargs, 5, "use_input_stats", True)):
+    if not bool(op_arg(args, kwargs, 5, "use_input_stats", True)):
         return _running_stats(lw, x, weight, bias, *running, eps, "instance_norm")
     if any(r is not None for r in running):
         raise UnsupportedError("unsupported: instance_norm in training mode with running "
@@ -107,9 +104,9 @@ def group_norm(lw: Any, node: Any, args: list, kwargs: dict) -> int:
     """aten.group_norm(x, num_groups, weight, bias, eps, cudnn_enabled)."""
     x = lw.val(args[0])
     shape = _check_rank(lw, x, "group_norm", 2)
-    groups = int(_arg(args, kwargs, 1, "num_groups"))
-    weight, bias = _arg(args, kwargs, 2, "weight"), _arg(args, kwargs, 3, "bias")
-    eps = float(_arg(args, kwargs, 4, "eps", 1e-5))
+    groups = int(op_arg(args, kwargs, 1, "num_groups"))
+    weight, bias = op_arg(args, kwargs, 2, "weight"), op_arg(args, kwargs, 3, "bias")
+    eps = float(op_arg(args, kwargs, 4, "eps", 1e-5))
     n, c, spatial = shape[0], shape[1], math.prod(shape[2:])
     if groups <= 0 or c % groups:
         raise UnsupportedError(f"unsupported: group_norm with {groups} groups of {c} channels")
@@ -134,17 +131,17 @@ def batch_norm(lw: Any, node: Any, args: list, kwargs: dict) -> int:
     running buffers where it has them (recorded as a `RunningStats` update)."""
     x = lw.val(args[0])
     shape = _check_rank(lw, x, "batch_norm", 2)
-    weight, bias = _arg(args, kwargs, 1, "weight"), _arg(args, kwargs, 2, "bias")
-    eps = float(_arg(args, kwargs, 7, "eps", 1e-5))
-    rmean, rvar = _arg(args, kwargs, 3, "running_mean"), _arg(args, kwargs, 4, "running_var")
+    weight, bias = op_arg(args, kwargs, 1, "weight"), op_arg(args, kwargs, 2, "bias")
+    eps = float(op_arg(args, kwargs, 7, "eps", 1e-5))
+    rmean, rvar = op_arg(args, kwargs, 3, "running_mean"), op_arg(args, kwargs, 4, "running_var")
     if rmean is not None or rvar is not None:
         lw.g.modes = lw.modes  # eval mode reads the running statistics, training updates them
-    if not bool(_arg(args, kwargs, 5, "training", False)):
+    if not bool(op_arg(args, kwargs, 5, "training", False)):
         return _running_stats(lw, x, weight, bias, rmean, rvar, eps, "batch_norm")
     dims = (0,) + tuple(range(2, len(shape)))
     y, mu, var = _normalize_stats(lw, x, dims, eps)
     if rmean is not None or rvar is not None:
-        _record_running_update(lw, rmean, rvar, mu, var, _arg(args, kwargs, 6, "momentum"),
+        _record_running_update(lw, rmean, rvar, mu, var, op_arg(args, kwargs, 6, "momentum"),
                                math.prod(shape[d] for d in dims))
     return _affine(lw, y, weight, bias, shape)
 

@@ -2,7 +2,7 @@
 
 One kernel covers a graph built around at most one structured op (matrix product,
 convolution, pooling, scan, attention) with an elementwise epilogue, or elementwise work and
-reductions over one shared set of dims (`plan.make_plan`). Layers users bring chain more: a
+reductions over one shared set of dims (`planning.make_plan`). Layers users bring chain more: a
 convolution then a pooling window, a linear layer then a softmax or a norm over its output, two
 matrix products. Such a graph is cut where the data flow needs a value in memory, and each piece
 becomes one stage, planned on its own by `make_plan`, its cut values written to workspace
@@ -36,13 +36,12 @@ from typing import Any, Collection
 from ..errors import UnsupportedError
 from .graph import INDEX_DTYPE, Graph, GraphInput, Node
 from .plan import CHAN_REDUCE, KernelPlan
+from .structured import _planners
 
 INTERMEDIATE = "intermediate"  # GraphInput.role of a value an earlier stage wrote
 
 
 def structured_ops() -> set[str]:
-    from .structured import _planners
-
     return set(_planners())
 
 
@@ -250,21 +249,3 @@ def sides_written(program: Program) -> bool:
         # the col template does not take whole-row-only reductions (the row template does)
         and not (st.plan.kind == "reduce" and st.plan.I > 1 and st.plan.whole_rows_only))
         for st in program.stages)
-
-
-def make_program_plan(graph: Graph, program: Program) -> ProgramPlan:
-    from .plan import make_plan
-
-    for k, stage in enumerate(program.stages):
-        try:
-            stage.plan = make_plan(stage.graph)
-        except UnsupportedError as exc:
-            raise UnsupportedError(f"stage {k + 1} of {len(program.stages)}: {exc}") from None
-    out = graph[graph.output]
-    used = sorted({s.index for st in program.stages for s in st.sources if s.kind == "input"})
-    last = program.stages[-1].plan
-    plan = ProgramPlan(graph, "program", last.full_shape, (), graph.output, out.shape,
-                       out.dtype, operands=used,
-                       operand_shapes={k: graph.inputs[k].shape for k in used})
-    plan.program = program
-    return plan

@@ -283,43 +283,10 @@ def _view_fmap(src_shape: tuple[int, ...], src_fmap: FMap, shape: tuple[int, ...
     return tuple(None if s == 1 else next(carried) for s in shape)
 
 
-def make_plan(graph: Graph) -> KernelPlan:
-    """Classify the graph into one kernel pattern; where none covers it, into a program of
-    stages (`partition.py`); or raise `UnsupportedError` saying why."""
-    from .partition import make_program_plan, partition, sides_written
-
-    if graph.kept_values():  # state updates read values kept in memory: always a program
-        program = partition(graph)
-        assert program is not None, "kept values are cut"
-        try:
-            plan = make_program_plan(graph, program)
-            if sides_written(plan.program):
-                return plan
-        except UnsupportedError:
-            pass
-        # no template writes these side outputs: a stage per kept value
-        staged = partition(graph, sides=False)
-        assert staged is not None, "kept values are cut"
-        return make_program_plan(graph, staged)
-    try:
-        return make_single_plan(graph)
-    except UnsupportedError as single:
-        program = partition(graph)
-        if program is None:  # no cut would help: the single-kernel reason stands
-            raise
-        try:
-            return make_program_plan(graph, program)
-        except UnsupportedError as split:
-            raise UnsupportedError(f"{single}; split into kernels: {split}") from None
-
-
-def make_single_plan(graph: Graph) -> KernelPlan:
-    """Classify the graph into one kernel pattern, or raise `UnsupportedError` saying why."""
-    from .structured import planner_for  # structured planners build on this module
-
-    special = planner_for(graph)
-    if special is not None:
-        return special(graph)
+def make_pattern_plan(graph: Graph) -> KernelPlan:
+    """Classify a graph with no structured op into one kernel pattern (a map, a reduction, a
+    normalisation), or raise `UnsupportedError` saying why; `planning.make_single_plan` tries
+    the structured ops' planners first."""
     out_node = graph[graph.output]
     out_shape = out_node.shape
     kernel_out = graph.output

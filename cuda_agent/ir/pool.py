@@ -56,18 +56,6 @@ class PoolInfo:
         return self.planes * math.prod(self.out_spatial)
 
 
-def window_info(plan: KernelPlan) -> PoolInfo:
-    """The window a pool-like plan slides: a pooling's own, or a depthwise convolution's
-    weighted window sum (`ir/conv.depthwise_window`)."""
-    if isinstance(plan.info, PoolInfo):
-        return plan.info
-    from .conv import depthwise_window
-    info = depthwise_window(plan)
-    if info is None:
-        raise ValueError(f"a {plan.kind} plan slides no window")
-    return info
-
-
 def _source_input(graph: Graph, nid: int) -> Node:
     """The graph input the pool reads, through reshapes only, or raise naming what is there."""
     n = graph[nid]

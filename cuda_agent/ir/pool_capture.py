@@ -16,13 +16,8 @@ from typing import Any, Callable
 import torch
 
 from ..errors import UnsupportedError
+from .capture_common import op_arg
 from .graph import INDEX_DTYPE
-
-
-def _arg(args: list, kwargs: dict, i: int, name: str, default: Any = None) -> Any:
-    if len(args) > i:
-        return args[i]
-    return kwargs.get(name, default)
 
 
 def _tuple(value: Any, rank: int, what: str, default: tuple[int, ...] | None = None
@@ -72,11 +67,11 @@ def _max_pool(rank: int, with_indices: bool) -> Callable:
     # max_pool{r}d(self, kernel_size, stride=[], padding=0, dilation=1, ceil_mode=False)
     def handle(lw: Any, node: torch.fx.Node, args: list, kwargs: dict) -> Any:
         x = lw.val(args[0])
-        kernel = _tuple(_arg(args, kwargs, 1, "kernel_size"), rank, "kernel size")
-        stride = _tuple(_arg(args, kwargs, 2, "stride"), rank, "stride", kernel)
-        padding = _tuple(_arg(args, kwargs, 3, "padding", 0), rank, "padding")
-        dilation = _tuple(_arg(args, kwargs, 4, "dilation", 1), rank, "dilation")
-        ceil = bool(_arg(args, kwargs, 5, "ceil_mode", False))
+        kernel = _tuple(op_arg(args, kwargs, 1, "kernel_size"), rank, "kernel size")
+        stride = _tuple(op_arg(args, kwargs, 2, "stride"), rank, "stride", kernel)
+        padding = _tuple(op_arg(args, kwargs, 3, "padding", 0), rank, "padding")
+        dilation = _tuple(op_arg(args, kwargs, 4, "dilation", 1), rank, "dilation")
+        ceil = bool(op_arg(args, kwargs, 5, "ceil_mode", False))
         params = (x, "max", rank, kernel, stride, padding, dilation, ceil, True, None)
         out = _pool_node(lw, node, *params)
         if not with_indices:
@@ -90,12 +85,12 @@ def _avg_pool(rank: int) -> Callable:
     #              count_include_pad=True, divisor_override=None)  (1d has no divisor_override)
     def handle(lw: Any, node: torch.fx.Node, args: list, kwargs: dict) -> Any:
         x = lw.val(args[0])
-        kernel = _tuple(_arg(args, kwargs, 1, "kernel_size"), rank, "kernel size")
-        stride = _tuple(_arg(args, kwargs, 2, "stride"), rank, "stride", kernel)
-        padding = _tuple(_arg(args, kwargs, 3, "padding", 0), rank, "padding")
-        ceil = bool(_arg(args, kwargs, 4, "ceil_mode", False))
-        include = bool(_arg(args, kwargs, 5, "count_include_pad", True))
-        divisor = _arg(args, kwargs, 6, "divisor_override", None)
+        kernel = _tuple(op_arg(args, kwargs, 1, "kernel_size"), rank, "kernel size")
+        stride = _tuple(op_arg(args, kwargs, 2, "stride"), rank, "stride", kernel)
+        padding = _tuple(op_arg(args, kwargs, 3, "padding", 0), rank, "padding")
+        ceil = bool(op_arg(args, kwargs, 4, "ceil_mode", False))
+        include = bool(op_arg(args, kwargs, 5, "count_include_pad", True))
+        divisor = op_arg(args, kwargs, 6, "divisor_override", None)
         if divisor is not None and int(divisor) == 0:
             raise UnsupportedError("unsupported: avg pooling with divisor_override=0")
         return _pool_node(lw, node, x, "avg", rank, kernel, stride, padding, (1,) * rank, ceil,
@@ -111,7 +106,7 @@ def _adaptive_pool(rank: int, kind: str) -> Callable:
     def handle(lw: Any, node: torch.fx.Node, args: list, kwargs: dict) -> Any:
         x = lw.val(args[0])
         shape = lw.shape(x)
-        out = _tuple(_arg(args, kwargs, 1, "output_size"), rank, "output size")
+        out = _tuple(op_arg(args, kwargs, 1, "output_size"), rank, "output size")
         if len(shape) not in (rank + 1, rank + 2):
             raise UnsupportedError(f"unsupported: {rank}-D adaptive pooling of a tensor of "
                                    f"shape {shape}")

@@ -17,21 +17,16 @@ program that uses them any other way, by name.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 
 from ..errors import UnsupportedError
+from .capture_common import Refused, op_arg
 from .graph import Graph
 
 SCAN_KINDS = {"cumsum": "sum", "cumprod": "prod", "cummax": "max", "cummin": "min"}
 IDENTITY = {"sum": 0.0, "prod": 1.0, "max": float("-inf"), "min": float("inf")}
-
-
-def _arg(args: list, kwargs: dict, i: int, name: str, default: Any = None) -> Any:
-    if len(args) > i:
-        return args[i]
-    return kwargs.get(name, default)
 
 
 def _scan(name: str) -> Callable:
@@ -50,7 +45,7 @@ def _scan(name: str) -> Callable:
             x = lw.unary("to_float", x)
         if not shape:
             raise UnsupportedError(f"unsupported: {name} of a 0-d tensor")
-        d = int(_arg(args, kwargs, 1, "dim")) % len(shape)
+        d = int(op_arg(args, kwargs, 1, "dim")) % len(shape)
         src = lw.g[x]
         if src.op == "flip" and src.attr("dims") == (d,):
             # cumsum(flip(v)) == flip(reverse_scan(v)): the outer flip of a reverse cumsum
@@ -62,7 +57,6 @@ def _scan(name: str) -> Callable:
             out = lw.g.add("scan", (x,), shape, "float32", kind=kind, dim=d, reverse=False,
                            exclusive=False)
         if kind in ("max", "min"):  # aten's cummax/cummin return (values, indices)
-            from .capture import Refused
 
             return out, Refused(f"unsupported: {name}'s indices (its values are supported)")
         return out
@@ -72,7 +66,7 @@ def _scan(name: str) -> Callable:
 def _flip(lw, node, args, kwargs):  # noqa: ANN001
     x = lw.val(args[0])
     shape = lw.shape(x)
-    dims = _arg(args, kwargs, 1, "dims")
+    dims = op_arg(args, kwargs, 1, "dims")
     dims = [dims] if isinstance(dims, int) else list(dims)
     # flipping a dim of size 1 changes nothing
     norm = tuple(sorted({int(d) % len(shape) for d in dims if shape[int(d) % len(shape)] != 1})) \
@@ -88,10 +82,10 @@ def _flip(lw, node, args, kwargs):  # noqa: ANN001
 def _slice(lw, node, args, kwargs):  # noqa: ANN001
     x = lw.val(args[0])
     shape = lw.shape(x)
-    d = int(_arg(args, kwargs, 1, "dim", 0)) % max(1, len(shape))
+    d = int(op_arg(args, kwargs, 1, "dim", 0)) % max(1, len(shape))
     size = shape[d]
-    start, end = _arg(args, kwargs, 2, "start"), _arg(args, kwargs, 3, "end")
-    step = int(_arg(args, kwargs, 4, "step", 1))
+    start, end = op_arg(args, kwargs, 2, "start"), op_arg(args, kwargs, 3, "end")
+    step = int(op_arg(args, kwargs, 4, "step", 1))
     start = 0 if start is None else int(start)
     end = size if end is None else int(end)
     start, end = (s + size if s < 0 else s for s in (start, end))
@@ -130,7 +124,7 @@ def _cat(lw, node, args, kwargs):  # noqa: ANN001
     g = lw.g
     parts = [lw.val(v) for v in args[0]]
     rank = len(g[parts[0]].shape) if parts else 0
-    d = int(_arg(args, kwargs, 1, "dim", 0)) % max(1, rank)
+    d = int(op_arg(args, kwargs, 1, "dim", 0)) % max(1, rank)
     if len(parts) == 2:
         for fill, cut, rev, at in ((parts[0], parts[1], False, 0), (parts[1], parts[0], True, 1)):
             c = g[cut]

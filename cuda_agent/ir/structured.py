@@ -1,6 +1,6 @@
 """Planners for graphs built around one structured op.
 
-Elementwise chains and reductions are planned by `plan.make_plan`. A graph whose computation is
+Elementwise chains and reductions are planned by `planning.make_plan`. A graph whose computation is
 anchored on an op with its own data access pattern (a matrix product, a pooling window, a scan, attention)
 is planned by that op's planner, which describes the anchor for its template and plans what
 follows it as a fused epilogue (`plan.make_anchored_plan`). Adding a family: write its planner

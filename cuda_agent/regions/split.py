@@ -4,7 +4,7 @@ torch, each with the reason.
 The traced graph (`trace.py`) is a list of aten ops in order. Ops are taken in units (an op
 with the `getitem`s that unpack its tuple result), and the split walks them in that order: from
 each unit, the longest run of units ahead that lowers to the op IR and plans (`ir/capture.lower`,
-`ir/plan.make_plan`: one kernel or a multi-kernel program) with one value used after it becomes
+`ir/planning.make_plan`: one kernel or a multi-kernel program) with one value used after it becomes
 a kernel region; a unit no such run starts from is left to torch, with the reason capture or
 the planner gave for it alone. A run of consecutive units is a contiguous range of a
 topological order, so every region can run as one step: all it reads is computed before it.
@@ -209,7 +209,7 @@ class _Splitter:
     def try_kernel(self, nodes: list[torch.fx.Node]) -> tuple[Any, str]:
         """(the region's plan, "") where `nodes` make a kernel region, else (None, why not)."""
         from ..ir.capture import lower
-        from ..ir.plan import make_plan
+        from ..ir.planning import make_plan
         from ..ir.pretrace import TracedProgram
 
         if all(op_name(n) in _NO_WORK for n in nodes):

@@ -307,21 +307,6 @@ def chunk_rows(cost: Callable[[int], int], rows: int, budget: int) -> int | None
     return k if cost(k) * CHUNK_MARGIN <= budget else 2
 
 
-def host_available_bytes() -> int:
-    """Host memory the kernel reports available (MemAvailable), 0 where unknown."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError):
-        return 0
-
-
 def describe(mem: dict[str, Any] | None) -> str | None:
     """One line for a run's footprint (a report's `memory`), None where none was planned."""
     if not mem or not mem.get("bound_bytes"):

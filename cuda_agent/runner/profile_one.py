@@ -10,7 +10,7 @@ import sys
 
 import torch
 
-from ..ir.plan import make_plan
+from ..ir.planning import make_plan
 from ..problem import load_problem
 from . import launcher
 

@@ -21,8 +21,9 @@ from typing import Any, Callable
 
 import torch
 
+from .. import procs
 from ..ir.graph import Graph
-from ..ir.plan import make_plan
+from ..ir.planning import make_plan
 from ..problem import load_problem
 from ..space.program import state_updates
 from ..stopwatch import Phases
@@ -346,7 +347,7 @@ class ProblemState:
         accumulated chunk by chunk on the GPU; else, for a problem that is not separable,
         whole in host memory; else refused."""
         mem, name = self.memory, self.problem.name
-        host = memory.host_available_bytes()
+        host = procs.host_available_bytes()
         self._chunk_seconds: dict[int, float] = {}
         # conformance mode's reference is the module in fp32: whole, it needs what the witness
         # (eager) needs, which the plan always has room for

@@ -14,7 +14,6 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from ..costmodel.predict import simulated_times
 from ..space.slots import Config
 from ..space.space import Space
 from .base import Strategy, register
@@ -40,6 +39,8 @@ def model_order(space: Space, constants: Any = None, limit: int = MODELLED, seed
     """Every configuration of `space`, the model's fastest first (ties in the space's order);
     those it rejects or did not model follow in seeded random order. `constants`: a fold's
     fitted constants (`costmodel/folds.py`; None: the shipped model)."""
+    from ..costmodel.predict import simulated_times  # not at import: the CLI's start
+
     configs = list(space.configs)
     n = len(configs)
     rng = np.random.default_rng(seed)
@@ -61,6 +62,8 @@ def model_pick(space: Space, constants: Any = None, limit: int = PICK_MODELLED
                ) -> Config | None:
     """The model's fastest of `space` (of a seeded sample of `limit` configurations where it
     is larger); None where the model has an estimate for none of them."""
+    from ..costmodel.predict import simulated_times  # not at import: the CLI's start
+
     configs = list(space.configs)
     rows = _modelled_rows(len(configs), limit, np.random.default_rng(0))
     times = simulated_times(space, rows, configs, constants)

@@ -99,3 +99,8 @@ def describe_verification(settings: VerifySettings) -> dict[str, str]:
                          f"than {settings.witness_factor:g}x torch's own error at the chosen "
                          "precision",
             "reference": "the module as the user holds it (its train/eval mode), in float64"}
+
+
+def for_run(precision: str, tolerance: str) -> VerifySettings:
+    """The verifier's settings for a run: its precision contract and its `--tolerance`."""
+    return VerifySettings(precision=precision, tolerance=parse_tolerance(tolerance))

@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from cuda_agent.ir.plan import make_plan
+from cuda_agent.ir.planning import make_plan
 from cuda_agent.problem import load_problem
 from cuda_agent.runner import launcher
 from cuda_agent.runner.baselines import matched, with_matched

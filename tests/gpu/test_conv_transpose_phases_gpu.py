@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 
 from cuda_agent.ir.capture import capture
-from cuda_agent.ir.plan import make_plan
+from cuda_agent.ir.planning import make_plan
 from cuda_agent.space.slots import Target
 from cuda_agent.space.space import Space
 from kernel_checks import check_all

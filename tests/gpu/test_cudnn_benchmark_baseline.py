@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cuda_agent.ir.plan import make_plan
+from cuda_agent.ir.planning import make_plan
 from cuda_agent.problem import load_problem
 from cuda_agent.build.builder import Builder, BuildInput
 from cuda_agent.runner.devices import CUDNN_BENCHMARK, Candidate, CudaDevice, cudnn_baselines

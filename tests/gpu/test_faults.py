@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from cuda_agent.build.builder import Builder, BuildInput
-from cuda_agent.ir.plan import make_plan
+from cuda_agent.ir.planning import make_plan
 from cuda_agent.problem import load_problem
 from cuda_agent.runner.devices import Candidate, CudaDevice
 from cuda_agent.space.codegen import PRELUDE

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from cuda_agent.build.builder import Builder, BuildInput
-from cuda_agent.ir.plan import CHAN_REDUCE, make_plan
+from cuda_agent.ir.plan import CHAN_REDUCE
+from cuda_agent.ir.planning import make_plan
 from cuda_agent.problem import load_problem
 from cuda_agent.runner.devices import Candidate, CudaDevice
 from cuda_agent.runner.timing import TimingSettings

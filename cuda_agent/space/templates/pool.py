@@ -19,7 +19,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ...ir.pool import PoolInfo, window_info
+from ...ir.conv import window_info
+from ...ir.pool import PoolInfo
 from ...ir.plan import KernelPlan
 from .. import codegen as cg
 from ..slots import Launch, Rendered, Slot, Target

@@ -1,0 +1,67 @@
+"""A graph's plan: one kernel pattern, a structured op's planner, or a program of stages.
+
+The entry point of planning, above what it calls: plan.py (the kernel patterns, and the fused
+epilogue every structured planner builds on), structured.py (the planners of matrix products,
+convolutions, pooling, scans and attention) and partition.py (where a graph is cut into stages).
+A program's stages are planned here again, one graph each, so none of those calls back up.
+"""
+
+from __future__ import annotations
+
+from ..errors import UnsupportedError
+from .graph import Graph
+from .partition import Program, ProgramPlan, partition, sides_written
+from .plan import KernelPlan, make_pattern_plan
+from .structured import planner_for
+
+
+def make_plan(graph: Graph) -> KernelPlan:
+    """Classify the graph into one kernel pattern; where none covers it, into a program of
+    stages (`partition.py`); or raise `UnsupportedError` saying why."""
+    if graph.kept_values():  # state updates read values kept in memory: always a program
+        program = partition(graph)
+        assert program is not None, "kept values are cut"
+        try:
+            plan = make_program_plan(graph, program)
+            if sides_written(plan.program):
+                return plan
+        except UnsupportedError:
+            pass
+        # no template writes these side outputs: a stage per kept value
+        staged = partition(graph, sides=False)
+        assert staged is not None, "kept values are cut"
+        return make_program_plan(graph, staged)
+    try:
+        return make_single_plan(graph)
+    except UnsupportedError as single:
+        program = partition(graph)
+        if program is None:  # no cut would help: the single-kernel reason stands
+            raise
+        try:
+            return make_program_plan(graph, program)
+        except UnsupportedError as split:
+            raise UnsupportedError(f"{single}; split into kernels: {split}") from None
+
+
+def make_single_plan(graph: Graph) -> KernelPlan:
+    """Classify the graph into one kernel pattern, or raise `UnsupportedError` saying why."""
+    special = planner_for(graph)
+    if special is not None:
+        return special(graph)
+    return make_pattern_plan(graph)
+
+
+def make_program_plan(graph: Graph, program: Program) -> ProgramPlan:
+    for k, stage in enumerate(program.stages):
+        try:
+            stage.plan = make_plan(stage.graph)
+        except UnsupportedError as exc:
+            raise UnsupportedError(f"stage {k + 1} of {len(program.stages)}: {exc}") from None
+    out = graph[graph.output]
+    used = sorted({s.index for st in program.stages for s in st.sources if s.kind == "input"})
+    last = program.stages[-1].plan
+    plan = ProgramPlan(graph, "program", last.full_shape, (), graph.output, out.shape,
+                       out.dtype, operands=used,
+                       operand_shapes={k: graph.inputs[k].shape for k in used})
+    plan.program = program
+    return plan
