@@ -27,7 +27,7 @@ from .build.builder import Builder, BuildInput
 from .report.tf32 import tf32_advice
 from .outputs import write_files
 from .runner import launcher
-from .space.program import state_updates
+from .space.program import StageSpace, state_updates
 from .precision import describe as describe_precision
 from .space.slots import PRECISION_NOTES
 from .space.templates.library import LIBRARY_NAMES
@@ -326,8 +326,6 @@ def library_parts(rendered: Any) -> list[str]:
 
 def _program_note(space: Any, config: Any) -> str:
     """For a multi-kernel program: its stages and the configuration of each."""
-    from .space.program import StageSpace
-
     if not isinstance(space, StageSpace):
         return ""
     lines = [f"A program of {len(space.spaces)} kernels ({space.program_plan().family}), in order:"]

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Sequence
 
 from .errors import DeviceError, SettingsError
+from .search import bench_strategy_names, strategy_names
+from .search.base import unknown_strategy
 from .verify.settings import parse_tolerance
 from .precision import CONTRACTS, PRECISIONS
 
@@ -84,16 +86,11 @@ def check_suite(suite: str) -> None:
 
 def check_strategy(name: str) -> None:
     """A name `tune` accepts (`search.strategy_names()`: "default" and every registered one)."""
-    from .search import strategy_names
-    from .search.base import unknown_strategy
-
     if name not in strategy_names():
         raise SettingsError(unknown_strategy(name))
 
 
 def check_bench_strategies(names: Sequence[str]) -> None:
-    from .search import bench_strategy_names
-
     known = bench_strategy_names()
     unknown = [s for s in names if s not in known]
     if unknown:

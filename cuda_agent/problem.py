@@ -30,6 +30,8 @@ import torch
 
 from .errors import (CudaAgentError, ProblemError, UnsupportedError, data_dependent, first_line,
                      problem_file)
+# the capture through its module: tests count its calls
+from .ir import capture, capture_cache
 from .ir.graph import Graph
 
 if TYPE_CHECKING:
@@ -87,15 +89,13 @@ class Problem:
         """The captured op IR (traced once, on meta tensors; kept on disk for the next run of
         the same file: `ir/capture_cache.py`). Its errors name the file."""
         if self._graph is None:
-            from .ir import capture_cache
-            from .ir.capture import capture
-
             key = self._capture_key() if capture_cache.enabled() else None
             if key is not None:
                 self._graph = capture_cache.load(key)
             if self._graph is None:
                 with naming_file(self.path):
-                    self._graph = capture(self.model_cls, self.init_inputs(), self.get_inputs)
+                    self._graph = capture.capture(self.model_cls, self.init_inputs(),
+                                                  self.get_inputs)
                 if key is not None:
                     capture_cache.store(key, self._graph)
         return self._graph
@@ -103,14 +103,12 @@ class Problem:
     def _capture_key(self) -> CaptureKey | None:
         """The capture cache's key, or None where the file's functions raise (the capture
         then reports it)."""
-        from .ir.capture_cache import capture_key
-
         try:
             with torch.device("meta"):
                 init, inputs = self.init_inputs(), list(self.get_inputs())
         except Exception:  # noqa: BLE001 - user code
             return None
-        return capture_key(self.source, self.module, init, inputs)
+        return capture_cache.capture_key(self.source, self.module, init, inputs)
 
     def make_model(self, device: str | torch.device = "cpu") -> torch.nn.Module:
         """`Model(*get_init_inputs())` on `device`, in the mode its constructor leaves it in

@@ -13,7 +13,8 @@ import torch
 
 from .. import tempfiles
 from ..errors import SettingsError
-from .policy import MultiAgentPolicy
+from .policy import SLOT_OFFSETS, MultiAgentPolicy
+from .vocab import SLOT_ORDER, values
 
 FORMAT = 1
 
@@ -104,9 +105,6 @@ def grown_state(old: dict[str, torch.Tensor], policy: MultiAgentPolicy,
     recorded its vocabulary, else by position (values are only ever appended before the absent
     marker). A value the checkpoint never saw gets zero weights and its head's mean bias, so it
     starts neither favoured nor excluded; online fine-tuning learns it."""
-    from .policy import SLOT_OFFSETS
-    from .vocab import SLOT_ORDER, values
-
     new = policy.state_dict()
     head_key = {s: f"nets.{policy.group_of[s]}.heads.{s.replace('.', '_')}" for s in SLOT_ORDER}
     old_size = {s: old[head_key[s] + ".bias"].shape[0] if head_key[s] + ".bias" in old else 0
@@ -162,8 +160,6 @@ def grown_inputs(src: torch.Tensor, value: torch.Tensor, old_slots: list[str]) -
     """An input layer trained on observations with fewer slots: every observation ends with one
     column per slot (`observe.config_features`), so the columns before them are copied and each
     old slot's column moves to its place; a new slot's column starts at zero (no effect)."""
-    from .vocab import SLOT_ORDER
-
     prefix = value.shape[1] - len(SLOT_ORDER)
     if src.shape[0] != value.shape[0] or src.shape[1] != prefix + len(old_slots):
         raise ValueError("the observation layout differs beyond added slots")

@@ -14,6 +14,7 @@ import torch
 
 from ..background import in_background
 from ..runner.records import Measurement
+from ..search.prior_rank import first_of_each_template
 from ..space.slots import Config
 from ..space.space import Space
 from .decode import ranked as top_k
@@ -94,8 +95,6 @@ class Episode:
     def model_picks(self) -> list[Config]:
         """The model's fastest configuration of each template (the prior's highest value
         among its configurations), in the space's template order."""
-        from ..search.prior_rank import first_of_each_template
-
         if self.prior is None:
             obs = {g: observe(self.policy.obs_agent(g), self.state, self.index)
                    for g in self.groups}

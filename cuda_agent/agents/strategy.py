@@ -16,6 +16,7 @@ import torch
 
 from ..runner.records import Measurement
 from ..search.base import Strategy, register
+from ..search.prior_rank import model_pick
 from ..space.slots import Config
 from ..space.space import Space
 from . import checkpoint
@@ -155,7 +156,6 @@ class AgentsStrategy(Strategy):
     def stage_pick(self, space: Space) -> Config | None:
         if not self.episode.prior_weight:
             return None
-        from ..search.prior_rank import model_pick
 
         with one_thread():
             return model_pick(space, self.episode.prior_constants)

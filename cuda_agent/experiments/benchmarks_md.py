@@ -20,6 +20,7 @@ from pathlib import Path
 from types import ModuleType
 
 from ..errors import CudaAgentError, SettingsError
+from ..tempfiles import write_atomic
 from .benchmarks_results import (RESULTS, LiveSets, ResultsError, gpu_facts, joined, learning,
                                  live, realistic, repo_root, scripts, short_gpu, simulator)
 
@@ -566,8 +567,6 @@ def write(root: Path, out: Path | None = None, images: Path | None = None,
     """Generate the page from `root`'s results and write it to `out` (default
     root/BENCHMARKS.md), its plots under `images` (default root/docs/img); every file is
     computed before any is written, and each is replaced at once."""
-    from ..tempfiles import write_atomic
-
     out = out or root / OUT
     images = images or root / IMAGES
     try:

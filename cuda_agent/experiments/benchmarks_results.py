@@ -17,6 +17,7 @@ from types import ModuleType
 from typing import Any
 
 from ..errors import CudaAgentError, SettingsError
+from ..runner.baselines import matched_ms
 
 RESULTS = "benchmarks/results"
 DATA = "benchmarks/data"
@@ -263,7 +264,6 @@ def product_rates(root: Path, mods: dict[str, ModuleType]) -> list[dict]:
                     and r.get("precision", "fp32") == precision):
                 last[(r["problem"], precision)] = r | {"file": rel(f, root),
                                                        "gpu": gpu_of_folder(f.parent.name)}
-    from ..runner.baselines import matched_ms
 
     out = []
     for (problem, precision), r in sorted(last.items(), key=lambda kv: (

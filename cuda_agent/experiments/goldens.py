@@ -37,7 +37,18 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from ..errors import CudaAgentError, SettingsError, first_line
+from ..bench import BenchSettings, run_bench
+from ..errors import CudaAgentError, ProblemError, SettingsError, UnsupportedError, first_line
+from ..ir.capture import capture
+from ..ir.partition import ProgramPlan
+from ..ir.planning import make_plan
+from ..problem import load_problem
+from ..search.default import shipped_policy
+from ..space.program import StageSpace, stage_spaces
+from ..space.slots import Target
+from ..space.space import Space
+from ..tempfiles import write_atomic
+from ..tuner import tune
 from .golden_diff import Labels, differences, replay_differences
 
 FORMAT = 1
@@ -112,9 +123,6 @@ class Case:
 
 def _file_case(key: str, path: Path) -> Case:
     def run() -> Any:
-        from ..ir.capture import capture
-        from ..problem import load_problem
-
         problem = load_problem(path)
         # captured afresh, not through the capture cache: the goldens gate capture itself
         return capture(problem.model_cls, problem.init_inputs(), problem.get_inputs)
@@ -143,7 +151,6 @@ def cases(root: Path) -> list[Case]:
         if not where.is_dir():
             raise SettingsError(f"{where}: no such suite directory (pass --root, the checkout)")
         out += [_file_case(f"{suite}/{p.stem}", p) for p in sorted(where.glob("*.py"))]
-    from ..ir.capture import capture
 
     for batch, ops in _unseen_ops(root).BATCHES.items():
         for name in sorted(ops):
@@ -217,8 +224,6 @@ def program_renders(plan: Any, spaces: list[Any], labels: Labels, root: Path
                     ) -> list[list[Any]]:
     """The whole program rendered at every stage's default, then at `PROGRAM_CHOICES` stage
     choices drawn (seeded) for each stage from its default and its configurations."""
-    from ..space.program import StageSpace
-
     picks = [[sp.default(), *sp.configs] for sp in spaces]
     choices = [[sp.default() for sp in spaces]]
     for j in range(PROGRAM_CHOICES):
@@ -234,12 +239,6 @@ def program_renders(plan: Any, spaces: list[Any], labels: Labels, root: Path
 
 
 def precision_entry(plan: Any, precision: str, labels: Labels, root: Path) -> dict[str, Any]:
-    from ..errors import UnsupportedError
-    from ..ir.partition import ProgramPlan
-    from ..space.program import stage_spaces
-    from ..space.slots import Target
-    from ..space.space import Space
-
     target = Target(precision=precision)
     try:
         if isinstance(plan, ProgramPlan):
@@ -256,10 +255,6 @@ def precision_entry(plan: Any, precision: str, labels: Labels, root: Path) -> di
 
 def problem_entry(case: Case, root: Path, labels: Labels | None = None) -> dict[str, Any]:
     """The golden of one problem (`labels`, where given, collects readable configurations)."""
-    from ..errors import ProblemError, UnsupportedError
-    from ..ir.partition import ProgramPlan
-    from ..ir.planning import make_plan
-
     labels = Labels() if labels is None else labels
     try:
         graph = case.capture()
@@ -306,10 +301,6 @@ def run_key(problem: str, strategy: str, seed: int) -> str:
 
 def replay_entry(root: Path, runs: ReplayRuns = ReplayRuns()) -> dict[str, Any]:
     """Each replay run's measured times, in the order measured (None: a failed candidate)."""
-    from ..bench import BenchSettings, run_bench
-    from ..search.default import shipped_policy
-    from ..tuner import tune
-
     sweeps = root / SWEEPS
     paths = [root / FILE_SUITES["problems"] / f"{p}.py" for p in runs.problems]
     for path in paths:
@@ -421,8 +412,6 @@ def write(root: Path, folder: Path, overwrite: bool,
           progress: Callable[[str], None] | None = None) -> list[Path]:
     """Compute every golden and write them to `folder` (refusing to replace files there
     without `overwrite`): each file whole, none half-written."""
-    from ..tempfiles import write_atomic
-
     names = list(FILE_SUITES) + ["unseen_ops", "replay"]
     paths = [folder / file_name(n) for n in names]
     present = [p for p in paths if p.exists()]

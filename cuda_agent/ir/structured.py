@@ -12,19 +12,18 @@ from __future__ import annotations
 from typing import Callable
 
 from ..errors import UnsupportedError
+from .attention import make_attention_plan
+from .conv import make_conv_plan
+from .gemm import make_gemm_plan
 from .graph import Graph
 from .plan import KernelPlan
+from .pool import make_pool_plan
+from .scan import make_scan_plan
 
 Planner = Callable[[Graph], KernelPlan]
 
 
 def _planners() -> dict[str, Planner]:
-    from .attention import make_attention_plan
-    from .conv import make_conv_plan
-    from .gemm import make_gemm_plan
-    from .pool import make_pool_plan
-    from .scan import make_scan_plan
-
     return {"matmul": make_gemm_plan, "pool": make_pool_plan,
             "scan": make_scan_plan, "conv": make_conv_plan, "attention": make_attention_plan}
 

@@ -31,9 +31,11 @@ from torch.export.graph_signature import (ExportGraphSignature, InputKind, Input
 
 from ..errors import CudaAgentError, UnsupportedError
 from ..ir.graph import RunningStats
+from ..ir.planning import make_plan
+from ..ir.pretrace import TracedProgram
 from . import pycode
-from ..ir.capture import _reads_mode
-from .trace import _VIEW_OPS, op_name
+from ..ir.capture import _HANDLERS, _reads_mode, lower
+from .trace import _VIEW_OPS, op_name, trace
 
 KERNEL, TORCH = "kernel", "torch"
 #: the longest run of units a kernel region is tried from (each try lowers and plans the run:
@@ -208,10 +210,6 @@ class _Splitter:
 
     def try_kernel(self, nodes: list[torch.fx.Node]) -> tuple[Any, str]:
         """(the region's plan, "") where `nodes` make a kernel region, else (None, why not)."""
-        from ..ir.capture import lower
-        from ..ir.planning import make_plan
-        from ..ir.pretrace import TracedProgram
-
         if all(op_name(n) in _NO_WORK for n in nodes):
             return None, "views and copies only: nothing to compute"
         if op_name(nodes[0]) in _FACTORIES:
@@ -268,8 +266,6 @@ class _Splitter:
 
     # -- the walk ----------------------------------------------------------------------------
     def split(self) -> list[Region]:
-        from ..ir.capture import _HANDLERS
-
         units = _units(self.graph)
         regions: list[Region] = []
         pending: list[tuple[list[torch.fx.Node], str]] = []  # torch units not yet closed
@@ -370,8 +366,6 @@ def _opaque(program: Any, model: torch.nn.Module) -> str:
 
 def split_model(model: torch.nn.Module, inputs: list[torch.Tensor]) -> Split:
     """Trace `model` (on meta tensors) and split its graph into regions."""
-    from .trace import trace
-
     program = trace(model, inputs)
     inplace = [n.meta["out_of_place"] for n in program.graph.nodes
                if n.op == "call_function" and n.meta.get("out_of_place")]

@@ -12,6 +12,8 @@ import warnings
 from typing import Any, Callable
 
 import torch
+from ..ir import capture, pretrace
+from ..ir.capture import instantiate_on_meta
 
 
 # ops that return a view of (an alias of) their first argument: an in-place op on such a value
@@ -27,15 +29,12 @@ def instantiate(model_cls: type, init_inputs: list, make_inputs: Callable[[], li
                 ) -> tuple[torch.nn.Module, list[torch.Tensor]]:
     """The module and its forward() arguments on the meta device (any dtype: masks and
     indices are operands like any other tensor)."""
-    from ..ir.capture import instantiate_on_meta
     return instantiate_on_meta(model_cls, init_inputs, make_inputs)
 
 
 def trace(model: torch.nn.Module, inputs: list[torch.Tensor]) -> Any:
     """forward() as torch.export's graph and signature (`pretrace.TracedProgram` or an
     `ExportedProgram`), in-place ops normalised (`out_of_place`)."""
-    from ..ir import capture, pretrace
-
     program: Any = None
     try:
         with warnings.catch_warnings():

@@ -17,8 +17,10 @@ from typing import Any, Callable
 
 from ..errors import CudaAgentError
 from ..outputs import write_files
+from ..problem_child import LoadLimits, shared_loader
 from ..settings import RunSettings
 from ..store import default_store
+from ..tuner import tune
 from . import budget as budgets
 from .emit import header, model_new_source
 from .source import problem_source
@@ -107,9 +109,6 @@ def tune_model(path: str | Path, out: str | Path, split: Split | None = None,
     `budget.py`: each region's run takes the settings whole with its shares), and write `out`:
     model_new.py, report.json, and regions/ (each region's problem file and its own tuning
     outputs)."""
-    from ..problem_child import LoadLimits, shared_loader
-    from ..tuner import tune
-
     started = time.monotonic() if started is None else started
     said: set[str] = set()
     tell = notify

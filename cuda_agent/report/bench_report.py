@@ -11,8 +11,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..bench import (PEERS, BenchResult, best_of_run, start_of, summarize, versus_all,
-                     versus_peers)
+from ..bench import (PEERS, BenchResult, best_of_run, merge, problem_files, start_of, summarize,
+                     versus_all, versus_peers)
+from ..errors import CudaAgentError
 from ..metrics import P
 from ..runner.baselines import headline_ms, matched_field, matched_ms
 from ..search.base import is_agents
@@ -367,9 +368,6 @@ def write_partial(result: BenchResult, out: Path) -> None:
 def load_run(run_dir: Path) -> BenchResult:
     """A run's result: its bench.json, or what a run stopped before its end had finished (the
     suite's problems it did not reach are listed among those not compared)."""
-    from ..bench import problem_files
-    from ..errors import CudaAgentError
-
     path, partial = run_dir / "bench.json", run_dir / PARTIAL
     # a bench.json older than the partial file is an earlier run's, in a folder used again
     if not partial.exists() or (path.exists()
@@ -397,6 +395,4 @@ def rebuild(run_dir: Path) -> dict[str, Path]:
 
 def merge_runs(run_dirs: list[Path], out: Path) -> dict[str, Path]:
     """`cuda-agent report RUN... --out DIR`: one report over several runs' problems."""
-    from ..bench import merge
-
     return write_report(merge([load_run(d) for d in run_dirs]), out)

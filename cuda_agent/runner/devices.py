@@ -19,6 +19,7 @@ from ..problem import Problem
 from ..space.slots import Config, Rendered, Target
 from .baselines import (CUDNN_BENCHMARK, MATCHED, Baselines, split_setting,  # noqa: F401
                         with_matched)
+from .counters import profile
 from .records import Measurement
 from .timing import TIMING_PROTOCOL, TimingSettings
 from ..verify.settings import VerifySettings
@@ -286,7 +287,6 @@ class CudaDevice(Device):
         self._verified += 1
         if self.profile_every and self._verified % self.profile_every == 0:
             # after timing, in its own process: profiling never overlaps timing
-            from .counters import profile
 
             prof = profile(self._problem_path or "", cand.cubin_path,
                            [l.__dict__ for l in cand.rendered.launches],

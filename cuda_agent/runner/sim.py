@@ -1,4 +1,4 @@
-"""The simulated device: the analytic model of `sim_model.py` behind the Device interface.
+"""The simulated device: the analytic model of `costmodel/model.py` behind the Device interface.
 
 It cannot execute kernels, so it never claims correctness (`verified=None`) and every figure it
 produces is labelled simulated. Candidates are still compiled, so compile errors and the
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..costmodel import model
 from ..ir.plan import KernelPlan
 from ..problem import Problem
 from ..space.slots import Target
@@ -42,10 +43,8 @@ class SimDevice(Device):
         return self._target.dram_bw
 
     def evaluate(self, cand: Candidate, best_ms: float | None = None) -> Measurement:
-        from ..costmodel.model import simulate
-
         assert self.plan is not None, "setup first"
-        res = simulate(self.plan, cand.rendered, cand.resources, self._target, self.constants)
+        res = model.simulate(self.plan, cand.rendered, cand.resources, self._target, self.constants)
         counters = dict(res.counters)
         counters.update({f"compile_{k}": v for k, v in cand.resources.items()})
         if res.error_kind:

@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..ir.graph import Increment, RunningStats
 from ..ir.partition import ProgramPlan
 # measurements a stage may go without progress: defined where the run's settings read it
 # without importing this module
@@ -139,8 +140,6 @@ def state_updates(plan: Any) -> list[dict[str, Any]]:
     """The module-state updates (`graph.RunningStats`, `graph.Increment`) a candidate of `plan`
     applies after its kernels, as plain dicts for `launcher.update_state`: where in the
     workspace each statistic lies (byte offset, element count) and which buffers it updates."""
-    from ..ir.graph import Increment, RunningStats
-
     updates = plan.graph.updates
     if not updates:
         return []
