@@ -13,8 +13,8 @@ import numpy as np
 
 from ..space.program import StageSpace
 from ..space.space import Space
-from .folds import ModelConstants, applied, resolve
 from . import model
+from .folds import ModelConstants, applied, resolve
 from .model import SimConstants
 
 if TYPE_CHECKING:

@@ -21,8 +21,11 @@ from types import ModuleType
 
 from ..errors import CudaAgentError, SettingsError
 from ..tempfiles import write_atomic
+from . import benchmarks_plots as bp
+from . import learning_metric as lm
 from .benchmarks_results import (RESULTS, LiveSets, ResultsError, gpu_facts, joined, learning,
                                  live, realistic, repo_root, scripts, short_gpu, simulator)
+from .learning_metric import curves
 
 OUT = "BENCHMARKS.md"
 IMAGES = "docs/img"
@@ -345,8 +348,6 @@ def learning_lines(ln: dict | None) -> list[str]:
 def metric_lines(ln: dict | None, image: str | None) -> list[str]:
     """The best time after k measurements against the pooled best (learning_metric.py): the
     runs of the latest replay evaluation read again, and the searches run for it."""
-    from . import learning_metric as lm
-
     srcs = [ln[k] for k in ("metric_from_replay", "metric") if ln and k in ln]
     if not srcs:
         return []
@@ -514,8 +515,6 @@ def page(root: Path, live_sets: LiveSets | None = None, images: str = IMAGES,
     facts = gpu_facts(root, mods, (rl or {}).get("docs", []), (rl or {}).get("files", []))
     pictures: dict[str, bytes] = {}
     if plots:
-        from . import benchmarks_plots as bp
-
         if rl and rl["rows"]:
             pictures["realistic-speedup.png"] = bp.realistic_speedups(
                 [(e["problem"], mods["realistic_section"].vs_compile(rl["rows"].get(
@@ -528,8 +527,6 @@ def page(root: Path, live_sets: LiveSets | None = None, images: str = IMAGES,
             ("metric_from_replay", "A: runs of the replay evaluation"),
             ("metric", "B: run for the metric")) if ln and k in ln]
         if metric:
-            from .learning_metric import curves
-
             pictures["learning-best-after.png"] = bp.best_after_curves(
                 {f"{label} ({m['problems']} problems)": curves(m) for label, m in metric},
                 metric[0][1]["ks"])

@@ -26,10 +26,10 @@ import datetime as _dt
 import hashlib
 import re
 
+from ..version import __version__
 from . import pycode
 from .source import args_of, state_names
 from .split import KERNEL, Region, Split
-from ..version import __version__
 
 
 def _strip_future(src: str) -> str:

@@ -17,12 +17,12 @@ from ..ir.graph import Graph
 from ..ir.plan import KernelPlan
 from ..problem import Problem
 from ..space.slots import Config, Rendered, Target
+from ..verify.settings import VerifySettings
 from .baselines import (CUDNN_BENCHMARK, MATCHED, Baselines, split_setting,  # noqa: F401
                         with_matched)
 from .counters import profile
 from .records import Measurement
 from .timing import TIMING_PROTOCOL, TimingSettings
-from ..verify.settings import VerifySettings
 
 
 @dataclass

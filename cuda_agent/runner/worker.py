@@ -27,18 +27,18 @@ from ..ir.planning import make_plan
 from ..problem import load_problem
 from ..space.program import state_updates
 from ..stopwatch import Phases
+from ..verify.cases import (CandidateError, CasePool, IndexDomain, InputMeta, PoolBudget, Split,
+                            ValueRange, VerifyResult, block_inputs, check, check_state,
+                            draw_case_into, narrow_inputs, poison)
+from ..verify.separable import (Accumulation, accumulation_dims, accumulation_of, is_separable,
+                                part_weight, same_answer, separable_splits)
+from ..verify.settings import VerifySettings
+from ..verify.sliceable import channel_sliceable, has_depthwise
 from . import launcher, memory
 from .baselines import (CUDNN_BENCHMARK, DEFAULTS, MATCHED, contract_tf32, settings_record,
                         tf32_reads)
 from .memory import MemoryPlan, MemoryRefusal, PeakTracker, Sizes
-from ..verify.separable import (Accumulation, accumulation_dims, accumulation_of, is_separable,
-                                part_weight, same_answer, separable_splits)
-from ..verify.sliceable import channel_sliceable, has_depthwise
 from .timing import PEAK_FLOPS, L2Flusher, TimingSettings, physical_floor_ms, time_runs
-from ..verify.cases import (CandidateError, CasePool, IndexDomain, InputMeta, PoolBudget, Split,
-                            ValueRange, VerifyResult, block_inputs, check, check_state,
-                            draw_case_into, narrow_inputs, poison)
-from ..verify.settings import VerifySettings
 
 HOST_COPY_BPS = 10e9
 """host-to-device copy rate assumed when choosing between keeping a reference in host memory
