@@ -5,8 +5,8 @@
 The objective is rank agreement (mean Spearman between simulated and measured times over the
 configurations of each problem), which is what a search needs from a model. Problems are split
 in two halves by name: constants are fitted on one and judged on the other. The fitted constants
-are written to cuda_agent/run/sim_constants_h200.json, which the `sim` device loads by default,
-and the before/after figures to benchmarks/results/<date>-sim-calibration.json and BENCHMARKS.md.
+are written to cuda_agent/costmodel/sim_constants_h200.json, which the `sim` device loads by
+default, and the before/after figures to benchmarks/results/<date>-sim-calibration.json and BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from scipy.stats import spearmanr
 from benchmarks.sections import write_section
 from benchmarks.sim_cases import load_case, simulated
 from cuda_agent.build.builder import Builder
-from cuda_agent.costmodel.model import SimConstants
+from cuda_agent.costmodel.model import SHIPPED_CONSTANTS, SimConstants
 from cuda_agent.space.slots import Target
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,7 +34,7 @@ FIT = ("dram_peak_fraction", "dram_latency_ns", "saturation_sharpness", "gather_
        "sync_overlap_exponent", "alu_latency_warps", "l1_usable_bytes", "overlap_sharpness",
        "l2_requests_per_clk_per_sm", "stream_hint_l1_retention", "block_dispatch_ns",
        "overlap_warps", "sm_speed_spread", "l1_sector_reuse")
-OUT_CONSTANTS = ROOT / "cuda_agent" / "run" / "sim_constants_h200.json"
+OUT_CONSTANTS = SHIPPED_CONSTANTS  # where the sim device reads them (next to the model)
 MARK_BEGIN, MARK_END = "<!-- sim-calibration:begin -->", "<!-- sim-calibration:end -->"
 
 
@@ -119,7 +119,7 @@ def main() -> None:
              "fitted (coordinate search, objective: mean Spearman rank correlation with the "
              "measured times) on half of the H200 sweeps, judged on the other half. " +
              ("The fitted constants rank the held-out half better, so they ship as "
-              "`cuda_agent/run/sim_constants_h200.json`." if generalizes else
+              "`cuda_agent/costmodel/sim_constants_h200.json`." if generalizes else
               "The fit improves the half it was fitted on but ranks the held-out half worse "
               "(it does not generalize), so the simulator keeps its default constants; a "
               "better-founded model (or more data per problem) is needed before fitting pays."),

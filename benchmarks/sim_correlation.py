@@ -184,7 +184,7 @@ def main() -> None:
              "on held-out shapes*) below."]
     if calibrated:
         lines += ["", "*shipped*: the same with the calibrated constants the `sim` device "
-                  "loads (`cuda_agent/run/sim_constants_h200.json`); they were fitted on half "
+                  "loads (`cuda_agent/costmodel/sim_constants_h200.json`); they were fitted on half "
                   "of these sweeps, so judge them by the calibration section's held-out "
                   "figures, not by this column."]
     head = "| family | problems | median Spearman |" + (" shipped |" if calibrated else "")

@@ -3,7 +3,7 @@ a model that never saw its measurements (issue 34, item 3).
 
     python -m benchmarks.sim_fold_fit [--folds 2] [--name h200]
 
-The constants are those `cuda_agent/run/sim_folds.FITTED` lists: the ones set from the recorded
+The constants are those `cuda_agent/costmodel/folds.FITTED` lists: the ones set from the recorded
 H200 measurements (the library's rates, the SIMT and tensor-core GEMM terms, the pooling
 model's L1 merge). The folds are `benchmarks/fold_policies.py`'s (alternating by name within
 each family prefix), so a problem's held-out policy and held-out model constants come from the

@@ -1,4 +1,4 @@
-"""The GEMM model's shared-memory bank counting (`run/sim_gemm.smem_wavefronts`), computed for
+"""The GEMM model's shared-memory bank counting (`costmodel/gemm.smem_wavefronts`), computed for
 every warp instruction at once with numpy, against the lane-by-lane count it replaced (kept
 here as the oracle): the same wavefronts for layouts of every tile, warp shape, fragment split,
 padding, pipeline depth, operand orientation and vector width."""
