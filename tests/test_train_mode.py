@@ -450,9 +450,10 @@ def _worker_state(tmp_path, conformance: bool):
     st.updates = state_updates(st.plan)
     st.mutable = {"bn.running_mean", "bn.running_var", "bn.num_batches_tracked"}
     for name in ("_split", "_reference_run", "_reference_state", "reference", "run_candidate",
-                 "check_state", "kernel_inputs"):
+                 "check_state", "kernel_inputs", "_witness_state_slack"):
         setattr(st, name, getattr(ProblemState, name).__get__(st))
     settings = VerifySettings(tolerance=KERNELBENCH if conformance else None)
+    st.verify_settings, st.precision = settings, settings.precision
     return st, settings
 
 
