@@ -321,7 +321,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", default="", help="comma-separated names (default: all)")
     ap.add_argument("--time-limit", type=float, default=TIME_LIMIT_S,
                     help="tune_model's time limit per model, seconds")
-    ap.add_argument("--budget", type=int, default=None, help="tune_model's budget (default: its own)")
+    ap.add_argument("--budget", type=int, default=None,
+                    help="tune_model's budget (default: its own)")
     ap.add_argument("--deadline", type=float, default=3600.0,
                     help="seconds from start by which the call ends")
     ap.add_argument("--results", default="",

@@ -10,7 +10,8 @@ class Model(nn.Module):
         super().__init__()
         hidden = channels * expand
         self.block = nn.Sequential(
-            nn.Conv2d(channels, hidden, 1, bias=False), nn.BatchNorm2d(hidden), nn.ReLU6(inplace=True),
+            nn.Conv2d(channels, hidden, 1, bias=False), nn.BatchNorm2d(hidden),
+            nn.ReLU6(inplace=True),
             nn.Conv2d(hidden, hidden, 3, padding=1, groups=hidden, bias=False),
             nn.BatchNorm2d(hidden), nn.ReLU6(inplace=True),
             nn.Conv2d(hidden, channels, 1, bias=False), nn.BatchNorm2d(channels))

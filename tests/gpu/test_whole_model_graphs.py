@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchmarks.models_harness import capture
+from benchmarks.models_harness import capture, run_model
 from cuda_agent.regions.tune import tune_model
 
 MODELS = Path(__file__).resolve().parents[2] / "benchmarks" / "models"
@@ -58,3 +58,10 @@ def test_a_multi_kernel_module_replays_in_a_cuda_graph(name, tmp_path):
                 fn()
             torch.cuda.synchronize()
         print(f"{name} {label}: {(time.perf_counter() - t) / 20 * 1e3:.3f} ms per call")
+    # the suite's harness on the same module: verified, both graphs captured and checked, the
+    # generated regions' share of eager time measured
+    row = run_model(MODELS / f"{name}.py", tmp_path / "model_new.py", [1], time_budget_s=0.2)
+    assert row["status"] == "ok", row["message"]
+    assert row["state_dict_both_ways"] and row["new_graph_ok"] and row["eager_graph_ok"], row
+    assert row["new_graph_ms"] > 0 and row["tuned_regions"] == len(mod.REGION_SOURCES)
+    assert 0 <= row["eager_in_generated"] <= row["eager_in_tuned"] and row["eager_in_tuned"] > 0
