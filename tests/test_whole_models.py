@@ -120,6 +120,8 @@ def test_each_new_model_splits_and_its_module_matches(name, tmp_path):
     torch_ops = {op for r in split.regions if r.kind == TORCH for op in r.ops}
     assert TORCH_OPS.get(name, set()) <= torch_ops
     assert kernel_ops and not torch_ops & {"conv2d", "linear", "layer_norm", "batch_norm"}
+    if name == "lm_block":  # positions: arange, a factory, said as such (not "no template")
+        assert "arange: makes a new tensor: torch fills it" in split.lines()[0]
     path = tiny(name, tmp_path)
     p = load_problem(path, check=False)
     emit_model(ModelResult(path, split_model(*instantiate(p.model_cls, p.init_inputs(),
