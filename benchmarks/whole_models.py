@@ -7,9 +7,10 @@ then checked and timed by the independent harness (`models_harness.py`, another 
         [--results earlier/models.json,...] [--work /tmp/whole-models] [--out DIR]
 
 One row per model in DESIGN.md's result-file format, written after every model to
-`DIR/models.json` (default $OUT, else the work folder), so a suite spreads over several calls:
-models already in the results files given (`--results`) are skipped, and a model the deadline
-would cut is left for the next call. A rich table of the rows closes each call;
+`DIR/models.json` (default $OUT, else the work folder) and the work folder's, so a suite spreads
+over several calls: models already in the results files given (`--results`) or in the work
+folder's file (a warm machine's earlier call) are skipped, and a model the deadline would cut
+is left for the next call. A rich table of the rows closes each call;
 `python -m cuda_agent.experiments.benchmarks_md` shows the committed rows
 (benchmarks/results/*/models*.json) in BENCHMARKS.md.
 
@@ -26,12 +27,13 @@ import math
 import os
 import shutil
 import sys
+import tarfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from benchmarks.realistic_run import GpuMemorySampler, _read_json, run_limited
+from benchmarks.realistic_run import TARBALL_LIMIT, GpuMemorySampler, _read_json, run_limited
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "benchmarks" / "models"
@@ -185,13 +187,30 @@ def results_doc(rows: dict[str, dict], order: list[str], s: Settings) -> dict:
             "rows": ordered}
 
 
-def write_results(s: Settings, rows: dict[str, dict], order: list[str]) -> Path:
+def write_results(s: Settings, rows: dict[str, dict], order: list[str]) -> None:
+    """models.json in the work folder and in `final`, each replaced whole."""
     text = json.dumps(results_doc(rows, order, s), indent=1, default=str) + "\n"
-    s.final.mkdir(parents=True, exist_ok=True)
-    tmp = s.final / f"{NAME}.json.tmp"
-    tmp.write_text(text)
-    os.replace(tmp, s.final / f"{NAME}.json")
-    return s.final / f"{NAME}.json"
+    for folder in dict.fromkeys((s.work, s.final)):
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f"{NAME}.json.tmp"
+        tmp.write_text(text)
+        os.replace(tmp, folder / f"{NAME}.json")
+    pack_logs(s)
+
+
+def pack_logs(s: Settings) -> None:
+    """`final`/models-logs.tgz: each model's tune log, report, harness row and log, and its
+    module where the tarball stays under the device tool's file limit."""
+    tmp = s.final / f"{NAME}-logs.tgz.tmp"
+    for modules in (True, False):
+        with tarfile.open(tmp, "w:gz") as tar:
+            for f in sorted((s.work / NAME).rglob("*")):
+                if f.is_file() and "store.sqlite" not in f.name and (
+                        modules or f.name not in ("model_new.py", "kernel.cu")):
+                    tar.add(f, arcname=str(f.relative_to(s.work / NAME)))
+        if tmp.stat().st_size < TARBALL_LIMIT:
+            break
+    os.replace(tmp, s.final / f"{NAME}-logs.tgz")
 
 
 # ---- figures and the table (also BENCHMARKS.md's: cuda_agent/experiments) ---------------------
@@ -279,8 +298,11 @@ def run_suite(s: Settings, log: Callable[[str], None] = print) -> dict[str, dict
     if unknown:
         raise SystemExit(f"error: not in benchmarks/models: {', '.join(unknown)}")
     wanted = s.models or order
-    done = load_rows(s.previous)
-    mine: dict[str, dict] = {}
+    # this machine's rows: a warm machine's earlier call (its work folder's file) and this
+    # call's; the files given decide what is left to run and keep their own rows
+    own = s.work / f"{NAME}.json"
+    mine = load_rows([own]) if own.is_file() and own not in s.previous else {}
+    done = {**mine, **load_rows(s.previous)}
     left = [m for m in wanted if m not in done]
     log(f"{NAME}: {len(done)} models done before, {len(left)} to run, "
         f"{s.deadline - time.time():.0f} s left")
@@ -304,7 +326,8 @@ def run_suite(s: Settings, log: Callable[[str], None] = print) -> dict[str, dict
         write_results(s, mine, order)
         log(f"{NAME}: {name}: {row['status']} {row.get('message') or ''}".rstrip())
     if mine:
-        print_table([mine[n] for n in order if n in mine], f"{NAME}: this call")
+        write_results(s, mine, order)
+        print_table([mine[n] for n in order if n in mine], f"{NAME}: this machine's rows")
     rows = {**done, **mine}
     sm = summary([rows[n] for n in order if n in rows])
     log(f"{NAME}: {len(rows)} of {len(order)} models done ({sm['ok']} ok, {sm['wrong']} "

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+import tarfile
 import textwrap
 import time
 import warnings
@@ -325,11 +326,20 @@ def test_a_suite_call_records_rows_and_resumes(fake, tmp_path, capsys):
     doc = json.loads((tmp_path / "out" / "models.json").read_text())
     assert [r["problem"] for r in doc["rows"]] == ["lstm_head", "mlp3", "vit"]  # suite order
     assert doc["gpu"] == "Fake GPU" and doc["settings"]["time_limit_s"] == 0.5
+    with tarfile.open(tmp_path / "out" / "models-logs.tgz") as tar:
+        assert {"mlp3/tune.log", "mlp3/harness.json", "vit/tune.log"} <= set(tar.getnames())
     assert "mlp3" in capsys.readouterr().out  # the rich table
-    # resumed: the rows of the file given are not run again
+    # resumed on another machine: the rows of the file given are not run again
     again = wm.run_suite(fake(models=["mlp3", "vit"], previous=[tmp_path / "out" / "models.json"],
-                              final=tmp_path / "out2"), log=lambda line: None)
+                              final=tmp_path / "out2", work=tmp_path / "work2"),
+                         log=lambda line: None)
     assert again["vit"]["status"] == "timeout" and not (tmp_path / "out2" / "models.json").exists()
+    # on the same (warm) machine: its work folder's rows, which its new results file keeps
+    said = []
+    wm.run_suite(fake(models=["mlp3"], final=tmp_path / "out3"), log=said.append)
+    assert "3 models done before, 0 to run" in said[0]
+    doc = json.loads((tmp_path / "out3" / "models.json").read_text())
+    assert len(doc["rows"]) == 3
 
 
 def test_a_model_the_deadline_would_cut_is_left(fake, tmp_path):
