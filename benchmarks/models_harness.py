@@ -10,11 +10,7 @@ of its own.
    warm-up, L2 flushed, median and interquartile range).
 2. The state_dict loads both ways: the original's into ModelNew and ModelNew's into the
    original, strictly (the same names, shapes and dtypes).
-3. CUDA graphs (item 3): ModelNew captured in one `torch.cuda.CUDAGraph` (warm-up on a side
-   stream, as torch's docs ask) and the eager model captured in another; each replay's output
-   checked against the eager model's, each replay timed as above. What a graph saves, the
-   module's time less its replay's, is the launch overhead.
-4. Where the eager time goes: each kernel region's call (the emitted module's custom ops,
+3. Where the eager time goes: each kernel region's call (the emitted module's custom ops,
    `<namespace>::rK`) recorded with its real inputs by a dispatch mode over one ModelNew
    forward, then the region's torch reference (the module's `_rK_ref`: the aten ops eager runs
    for it) timed on those inputs, and the region's generated kernels too. The fraction of eager
@@ -23,6 +19,12 @@ of its own.
    the same over the regions whose kernels call no vendor library (their `LAUNCHES` have no
    `library` step). The parts are timed apart, each with a cold L2 and its own launch, so their
    sum can pass the whole by a few percent: the fraction is reported as measured.
+4. CUDA graphs (item 3): ModelNew captured in one `torch.cuda.CUDAGraph` (warm-up on a side
+   stream, as torch's docs ask) and the eager model captured in another; each replay's output
+   checked against the eager model's, each replay timed as above. What a graph saves, the
+   module's time less its replay's, is the launch overhead.
+Steps 3 and 4 measure a module already verified: a failure there is the row's `regions_error`,
+`graph_error` or `<eager|new>_graph_error`, never its status.
 
 Writes one JSON row (`status`: ok, wrong, oom or error, with a one-line `message`) and exits 0
 whatever the verdict; 2 when a file cannot be loaded. On a CPU device (the CPU tests) the
@@ -212,22 +214,31 @@ def run_model(problem_path: Path, model_new_path: Path, seeds: list[int], device
         if why:
             row.update(status="wrong", message=why)
             return row
-        timer = timer or (time_gpu if is_cuda(device) else None)
-        if is_cuda(device):
-            phase = "CUDA graphs"
-            row.update(graph_timings(prob, ref, new, device, max(seeds) + 2, time_budget_s))
-            if row.get("new_graph_ms") and row.get("eager_graph_ms"):
-                row["graph_speedup_vs_eager_graph"] = row["eager_graph_ms"] / row["new_graph_ms"]
-                row["new_launch_overhead_ms"] = row["new_ms"] - row["new_graph_ms"]
-                row["eager_launch_overhead_ms"] = row["eager_ms"] - row["eager_graph_ms"]
-        phase = "the regions' times"
+    except torch.cuda.OutOfMemoryError as exc:
+        row.update(status="oom", message=f"out of memory in {phase}: {first_line(exc)}")
+        return row
+    except Exception as exc:  # noqa: BLE001 - the row carries every failure
+        row.update(status="error", message=f"{phase}: {first_line(exc)}")
+        return row
+    # measurements of a verified module: a failure is its part's `*_error`, not the verdict.
+    # The regions first: a failed graph capture can leave the stream unusable for a while
+    timer = timer or (time_gpu if is_cuda(device) else None)
+    try:
         inputs = make_inputs(prob.get_inputs, max(seeds) + 1, device)
         row.update(region_times(new_mod, new, inputs, device, row.get("eager_ms"),
                                 time_budget_s, timer))
-    except torch.cuda.OutOfMemoryError as exc:
-        row.update(status="oom", message=f"out of memory in {phase}: {first_line(exc)}")
-    except Exception as exc:  # noqa: BLE001 - the row carries every failure
-        row.update(status="error", message=f"{phase}: {first_line(exc)}")
+        del inputs
+    except Exception as exc:  # noqa: BLE001 - out of memory included
+        row["regions_error"] = first_line(exc)[:300]
+    if is_cuda(device):
+        try:
+            row.update(graph_timings(prob, ref, new, device, max(seeds) + 2, time_budget_s))
+        except Exception as exc:  # noqa: BLE001
+            row["graph_error"] = first_line(exc)[:300]
+        if row.get("new_graph_ms") and row.get("eager_graph_ms"):
+            row["graph_speedup_vs_eager_graph"] = row["eager_graph_ms"] / row["new_graph_ms"]
+            row["new_launch_overhead_ms"] = row["new_ms"] - row["new_graph_ms"]
+            row["eager_launch_overhead_ms"] = row["eager_ms"] - row["eager_graph_ms"]
     return row
 
 

@@ -217,6 +217,16 @@ def test_the_harness_checks_a_whole_model_on_cpu(emitted_vit):
     assert all(r["ref_ms"] > 0 and r["new_ms"] > 0 for r in row["regions_timed"])
 
 
+def test_a_failed_measurement_of_a_verified_module_is_not_its_verdict(emitted_vit,
+                                                                     monkeypatch):
+    def fails(*a, **k):
+        raise RuntimeError("capture invalidated\nmore")
+
+    monkeypatch.setattr(mh, "region_times", fails)
+    row = mh.run_model(*emitted_vit, [1], device="cpu")
+    assert row["status"] == "ok" and row["regions_error"] == "RuntimeError: capture invalidated"
+
+
 def test_the_regions_share_of_eager_time(emitted_vit):
     """Tuned regions (generated code) and generated kernels alone (no vendor library step)."""
     path, new = emitted_vit
