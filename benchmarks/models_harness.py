@@ -48,7 +48,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from benchmarks.realistic_harness import (L2_FLUSH_BYTES, build, compare, first_line, is_cuda,
-                                          load_module, make_inputs, run, time_gpu, write_row)
+                                          make_inputs, run, time_gpu, write_row)
 
 Timer = Callable[..., dict]
 

@@ -238,7 +238,7 @@ def test_a_failed_measurement_of_a_verified_module_is_not_its_verdict(emitted_vi
 def test_the_regions_share_of_eager_time(emitted_vit):
     """Tuned regions (generated code) and generated kernels alone (no vendor library step)."""
     path, new = emitted_vit
-    mod = mh.load_module(new, "share_vit")
+    mod = load(new, "share_vit")
     model = mod.ModelNew()
     inputs = mod.get_inputs()
     sources = {2: "LAUNCHES = [{'kernel': 'k', 'library': None}]\n",
