@@ -871,7 +871,7 @@ def _warn(message: str) -> None:
 def tune(problem: str | Path | Problem, out: str | Path | None = None,
          progress: Callable[[Trial, Trial | None], None] | None = None,
          notify: Callable[[str], None] | None = None, settings: RunSettings | None = None,
-         **options: Any) -> TuneResult:
+         shared_device: Device | None = None, **options: Any) -> TuneResult:
     """Python API: tune one problem file; with `out`, write model_new.py, kernel.cu, report.json.
 
     Options are `RunSettings` fields, e.g. ``tune("softmax.py", device="sim", budget=32)``;
@@ -890,6 +890,9 @@ def tune(problem: str | Path | Problem, out: str | Path | None = None,
 
     No `if __name__ == "__main__":` guard is needed in the calling script: the worker processes
     do not re-import it (`procs.py`).
+
+    `shared_device` (an `open_device`, left open): measure on it rather than open a device of
+    its own, as a whole model's regions do (one GPU worker for all of them).
     """
     started = time.monotonic()  # the time limit counts from here: loading the problem too
     if settings is None:
@@ -905,7 +908,8 @@ def tune(problem: str | Path | Problem, out: str | Path | None = None,
     prob = problem if isinstance(problem, Problem) else load_problem_bounded(
         problem, LoadLimits.of_run(settings))
     with naming_file(prob.path):  # the planner's and the spaces' refusals name the file
-        tuner = Tuner(prob, settings, notify=notify or _warn, started=started)
+        tuner = Tuner(prob, settings, notify=notify or _warn, started=started,
+                      device=shared_device)
     try:
         result = tuner.run(progress)
         if out is not None:

@@ -32,10 +32,10 @@ def test_the_committed_results_make_a_short_page_the_same_twice_and_the_one_comm
     assert first.text.count("\n") <= bm.MAX_LINES
     heads = re.findall(r"^## (.*)$", first.text, flags=re.M)
     assert [h.split(":")[0] for h in heads] == [
-        "Summary", "Realistic suite", "cuda-agent against the peers, live", "Learning",
-        "Learning", "Simulator", "GPU facts", "How to reproduce"]
+        "Summary", "Realistic suite", "Whole models", "cuda-agent against the peers, live",
+        "Learning", "Learning", "Simulator", "GPU facts", "How to reproduce"]
     assert not any("issue" in h for h in heads), "no issue numbers as section keys"
-    assert "(simulated)" in heads[5] and "(replay)" in heads[4]
+    assert "(simulated)" in heads[6] and "(replay)" in heads[5]
     assert set(first.images) == {"realistic-speedup.png", "peers-evals.png", "sim-spearman.png",
                                  "learning-best-after.png"}
     assert all(len(png) < 100_000 for png in first.images.values())
@@ -179,6 +179,39 @@ def test_a_family_without_results_is_said_not_invented(tmp_path):
     for missing in ("No realistic suite results", "No live bench results",
                     "No learning results", "No simulator results", "No GPU facts recorded"):
         assert missing in text
+
+
+def test_the_whole_models_section_reads_its_results_files(tmp_path):
+    """Not measured yet without a file; with one, its figures (a later file's row wins), every
+    model a row, the page within its length."""
+    from benchmarks import whole_models as wm
+
+    sets = fake_results(tmp_path)
+    text = bm.page(tmp_path, sets, plots=False).text
+    assert "Not measured yet: no GPU results file of the" in section(text, "Whole models")
+    models = wm.all_models()
+    rows = [{"problem": m, "status": "ok", "gpu": "NVIDIA H999", "eager_ms": 2.0,
+             "compile_ms": 1.0, "new_ms": 1.0, "speedup_vs_eager": 2.0,
+             "speedup_vs_compile": 1.0, "eager_in_tuned": 0.9, "eager_in_generated": 0.5,
+             "regions": 3, "kernel_regions": 2, "generated_regions": 2,
+             "eager_graph_ms": 1.5, "new_graph_ms": 0.5} for m in models]
+    _json(tmp_path / br.RESULTS / "2031-01-10-h999-models" / "models.json",
+          {"gpu": "NVIDIA H999", "date": "2031-01-10", "rows": rows})
+    later = dict(rows[0], status="wrong", message="seed 1: off", problem=models[0])
+    _json(tmp_path / br.RESULTS / "2031-01-11-h999-models" / "models.json",
+          {"gpu": "NVIDIA H999", "date": "2031-01-11", "rows": [later]})
+    text = bm.page(tmp_path, sets, plots=False).text
+    assert text.count("\n") <= bm.MAX_LINES
+    summary = " ".join(section(text, "Summary").split())
+    n = len(models)
+    assert f"{n} of {n}; **{n - 1} ok, 1 wrong** | live | H999 | 2031-01-10, 2031-01-11 |" \
+        in summary
+    assert "**1.00x** / 2.00x; **90 %** / 50 %" in summary
+    body = section(text, "Whole models")
+    assert f"| {models[1]} | ok | 2/2/3 | 2.000 | 1.000 | 1.000 | 2.00x | 1.00x | " \
+           "1.500 / 0.500 | 90 % | 50 % |" in body
+    assert f"| {models[0]} | wrong: seed 1: off |" in body
+    assert "Not measured yet" not in body
 
 
 def test_a_malformed_results_file_is_one_line_naming_it_and_nothing_is_written(tmp_path,

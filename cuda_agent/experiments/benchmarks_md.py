@@ -21,7 +21,8 @@ from types import ModuleType
 
 from ..errors import CudaAgentError, SettingsError
 from .benchmarks_results import (RESULTS, LiveSets, ResultsError, gpu_facts, joined, learning,
-                                 live, realistic, repo_root, scripts, short_gpu, simulator)
+                                 live, models, realistic, repo_root, scripts, short_gpu,
+                                 simulator)
 
 OUT = "BENCHMARKS.md"
 IMAGES = "docs/img"
@@ -86,7 +87,7 @@ def span(dates: list[str]) -> str:
 
 
 def summary(rl: dict | None, lv: dict | None, ln: dict | None, sim: dict | None,
-            facts: dict) -> list[str]:
+            facts: dict, wm: dict | None = None) -> list[str]:
     """The headline figures a user weighs, each with how it was measured, its GPU, date and
     results file."""
     rows: list[tuple[str, str, str, str, str, str]] = []
@@ -118,6 +119,16 @@ def summary(rl: dict | None, lv: dict | None, ln: dict | None, sim: dict | None,
                          "live", joined(sorted({short_gpu(d.get("gpu")) for d in cdocs})),
                          joined(sorted({str(d.get("date")) for d in cdocs})),
                          code_list(rl["column_files"][p])))
+    if wm and wm["rows"]:
+        s, files = wm["summary"], code_list(wm["files"])
+        rows += [
+            ("Whole models: run of the suite, verified by the independent harness",
+             f"{s['run']} of {len(wm['models'])}; **{s['ok']} ok, {s['wrong']} wrong**",
+             "live", wm["gpus"], wm["dates"], files),
+            ("Whole models: ModelNew against default torch.compile / eager (geomean); eager "
+             "time in tuned regions / in generated kernels alone", f"**{x(s['geomean_vs_compile'])}"
+             f"** / {x(s['geomean_vs_eager'])}; **{pct(s['eager_in_tuned'])}** / "
+             f"{pct(s['eager_in_generated'])}", "live", wm["gpus"], wm["dates"], files)]
     if lv:
         u = lv["union"]
         where = f"{n_of(len(lv['files']), 'merged report')} (below)"
@@ -231,6 +242,34 @@ def realistic_lines(rl: dict | None, mods: dict[str, ModuleType], image: str | N
         lines += [f"![Realistic suite: speedup against default torch.compile]({image})", ""]
     lines += [*rs.table_lines(rl["rows"], rl["manifest"], rl["columns"]), ""]
     return lines
+
+
+def models_lines(wm: dict) -> list[str]:
+    lines = ["## Whole models: tuned region by region, then an independent harness", ""]
+    n = len(wm["models"])
+    if not wm["rows"]:
+        return lines + [
+            f"Not measured yet: no GPU results file of the {n} models of `benchmarks/models/` "
+            "(`benchmarks/results/*/models*.json`; run `python -m benchmarks.gpu_suite --parts "
+            "models`).", ""]
+    s = wm["summary"]
+    lines += [
+        f"{s['run']} of the {n} models of `benchmarks/models/` on {wm['gpus']} ({wm['dates']}). "
+        "Per model, `cuda_agent.tune_model` runs in a process of its own under a time limit; "
+        "then `benchmarks/models_harness.py`, which does not import cuda-agent, checks ModelNew "
+        "against the model on fresh seeds (atol = rtol = 1e-2; the state_dict both ways) and "
+        "times eager, `torch.compile(model)`, ModelNew, and each captured in a CUDA graph "
+        "(CUDA events, L2 flushed, median). Eager in tuned regions: each generated region's "
+        "torch reference timed on its real inputs, over the whole eager forward; in generated "
+        "kernels alone: those whose kernels call no vendor library. Regions: generated / "
+        "kernel / all.", "",
+        "| " + " | ".join(wm["columns"]) + " |", "|---" * len(wm["columns"]) + "|"]
+    lines += ["| " + " | ".join(c.replace("|", "/") for c in cells) + " |"
+              for cells in wm["cells"]]
+    missing = [m for m in wm["models"] if m not in {r["problem"] for r in wm["rows"]}]
+    if missing:
+        lines += ["", f"Not measured yet: {', '.join(missing)}."]
+    return lines + ["", f"Files: {code_list(wm['files'])}.", ""]
 
 
 def live_lines(lv: dict | None, image: str | None) -> list[str]:
@@ -483,6 +522,8 @@ REPRODUCE = [
     "* Realistic suite, on a GPU machine: `python -m benchmarks.gpu_suite --parts realistic` "
     "(`--realistic-problems`, `--realistic-budget`, `--realistic-time-limit`); its "
     "`realistic.json` goes under benchmarks/results/<date>-<gpu>-<what>/.",
+    "* Whole models, on a GPU machine: `python -m benchmarks.gpu_suite --parts models` "
+    "(`python -m benchmarks.whole_models` alone); its `models.json` goes there too.",
     "* Live bench against the peers: `python -m benchmarks.gpu_suite --parts bench` "
     "(`cuda-agent bench --device cuda` per problem; Optuna and Kernel Tuner carried as wheels), "
     "then `python -m benchmarks.live_section` to rebuild the merged reports it lists.",
@@ -510,6 +551,7 @@ def page(root: Path, live_sets: LiveSets | None = None, images: str = IMAGES,
     lv = live(root, mods, sets)
     ln = learning(root, mods)
     sim = simulator(root)
+    wm = models(root, mods)
     facts = gpu_facts(root, mods, (rl or {}).get("docs", []), (rl or {}).get("files", []))
     pictures: dict[str, bytes] = {}
     if plots:
@@ -548,8 +590,8 @@ def page(root: Path, live_sets: LiveSets | None = None, images: str = IMAGES,
         "The current state of cuda-agent's measured results. Every figure is read from a "
         "committed results file, named beside it; the dated history of how they came about "
         "is [docs/journal.md](docs/journal.md).", ""]
-    lines = (head + summary(rl, lv, ln, sim, facts)
-             + realistic_lines(rl, mods, img("realistic-speedup.png"))
+    lines = (head + summary(rl, lv, ln, sim, facts, wm)
+             + realistic_lines(rl, mods, img("realistic-speedup.png")) + models_lines(wm)
              + live_lines(lv, img("peers-evals.png")) + learning_lines(ln)
              + metric_lines(ln, img("learning-best-after.png"))
              + simulator_lines(sim, img("sim-spearman.png")) + facts_lines(facts) + REPRODUCE)

@@ -46,7 +46,7 @@ def scripts(code_root: Path | None = None) -> dict[str, ModuleType]:
     if str(code_root) not in sys.path:
         sys.path.insert(0, str(code_root))
     names = ("realistic_section", "realistic_suite", "live_section", "learning_live",
-             "search_order")
+             "search_order", "whole_models")
     mods = {n: importlib.import_module(f"benchmarks.{n}") for n in names}
     for n, m in mods.items():
         if not Path(m.__file__ or "").resolve().is_relative_to(code_root):
@@ -141,6 +141,31 @@ def realistic(root: Path, mods: dict[str, ModuleType]) -> dict | None:
             "column_files": {p: [n for n, d in zip(names, docs)
                                  if any(d is c for c in cd)]
                              for p, cd in st["column_docs"].items()}}
+
+
+def models(root: Path, mods: dict[str, ModuleType]) -> dict:
+    """The whole-model suite (benchmarks/models/, `whole_models.py`): every `models*.json` of
+    the run folders, oldest first (a later file's row of a model wins); no rows where none was
+    committed yet."""
+    wm = mods["whole_models"]
+    found = []
+    for f in root.glob(f"{RESULTS}/*/models*.json"):
+        d = read_json(f)
+        if not isinstance(d, dict) or not isinstance(d.get("rows"), list):
+            raise ResultsError(f"{f}: not a whole-model results file (no rows)")
+        found.append((run_order(d, f), f, d))
+    found.sort(key=lambda t: t[0])
+    rows: dict[str, dict] = {}
+    for _, _, d in found:
+        rows.update({r["problem"]: r for r in d["rows"]})
+    order = [m for m in wm.all_models() if m in rows]
+    ordered = [rows[m] for m in order]
+    docs = [d for _, _, d in found]
+    return {"models": wm.all_models(), "rows": ordered, "summary": wm.summary(ordered),
+            "files": [rel(f, root) for _, f, _ in found],
+            "gpus": joined(sorted({short_gpu(d.get("gpu")) for d in docs})),
+            "dates": joined(sorted({str(d.get("date")) for d in docs})),
+            "columns": wm.COLUMNS, "cells": [wm.table_cells(r) for r in ordered]}
 
 
 def _run_settings(doc: dict) -> dict:
