@@ -168,6 +168,45 @@ def models(root: Path, mods: dict[str, ModuleType]) -> dict:
             "columns": wm.COLUMNS, "cells": [wm.table_cells(r) for r in ordered]}
 
 
+def conv_chains(root: Path) -> dict | None:
+    """The convolution chains (benchmarks/conv_chains/, issue 48 item 4), tuned as a user
+    runs `tune`: every `conv_chains*.json` of the run folders, oldest first (a later file's
+    row of a problem wins); None where none was committed."""
+    found = []
+    for f in root.glob(f"{RESULTS}/*/conv_chains*.json"):
+        d = read_json(f)
+        if not isinstance(d, dict) or not isinstance(d.get("rows"), list):
+            raise ResultsError(f"{f}: not a convolution-chain results file (no rows)")
+        found.append((run_order(d, f), f, d))
+    if not found:
+        return None
+    found.sort(key=lambda t: t[0])
+    rows: dict[str, dict] = {}
+    for _, _, d in found:
+        rows.update({r["problem"]: r for r in d["rows"]})
+    docs = [d for _, _, d in found]
+    return {"rows": sorted(rows.values(), key=lambda r: r["problem"]),
+            "suite": max(int(d.get("problems") or 0) for d in docs),
+            "files": [rel(f, root) for _, f, _ in found],
+            "settings": docs[-1].get("settings", {}),
+            "gpus": joined(sorted({short_gpu(d.get("gpu")) for d in docs})),
+            "dates": joined(sorted({str(d.get("date")) for d in docs}))}
+
+
+def counters(root: Path) -> dict | None:
+    """The hardware counters Nsight Compute recorded during a short training run
+    (`benchmarks/counters_gpu.py`): the latest `*-counters/counters.json`, or None."""
+    found = sorted(p for p in (root / RESULTS).glob("*-counters/counters.json")
+                   if re.match(r"\d{4}-\d{2}-\d{2}-", p.parent.name))
+    if not found:
+        return None
+    path = found[-1]
+    d = read_json(path)
+    if not isinstance(d, dict) or not isinstance(d.get("records"), list):
+        raise ResultsError(f"{path}: not a counters file (no records)")
+    return {**d, "file": rel(path, root)}
+
+
 def _run_settings(doc: dict) -> dict:
     """A bench.json's run settings (`BenchSettings.run`), or the bench's settings where it was
     written before they had their own (they sat beside the bench's then)."""
