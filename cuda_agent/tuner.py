@@ -231,6 +231,27 @@ def library_pick(strategy: Any, space: Space) -> Config | None:
     return default if default is not None else configs[0]
 
 
+LAYOUT_SLOT = "memory.layout"
+
+
+def library_twins(space: Space, config: Config | None) -> list[Config]:
+    """The library configuration `config` in cuDNN's other layouts (`memory.layout`), where
+    `space` holds them: which layout is faster depends on the convolution's shape and the
+    library's kernels, which no model here knows (torch.compile computes convolutions in
+    channels-last itself), so the floor measures each. On an H100 a transposed convolution's
+    floor was measured in the given layout only and its search never met the other
+    (benchmarks/results/2026-12-07-h100-conv-chains/NOTE.md). [] for any other config."""
+    if config is None or space.template_of(config).name != LIBRARY:
+        return []
+    try:
+        layout = config[LAYOUT_SLOT]
+    except KeyError:
+        return []
+    rest = {k: v for k, v in config.items if k != LAYOUT_SLOT}
+    return [c for c in space.configs_of(LIBRARY) if c[LAYOUT_SLOT] != layout
+            and {k: v for k, v in c.items if k != LAYOUT_SLOT} == rest]
+
+
 def _later(build: Future) -> Iterator[Candidate]:
     yield from build.result()
 
@@ -613,6 +634,13 @@ class Tuner:
                  for lib, p, d in zip(floors, picks, defaults)]
         if not measure(floor):
             return defaults, "time_limit"
+        # the same floor in cuDNN's other layouts (`library_twins`), every library stage at
+        # once: one program per layout
+        twins = [library_twins(sp, lib) for sp, lib in zip(self.stages, floors)]
+        for k in range(max((len(t) for t in twins), default=0)):
+            program = [t[k] if k < len(t) else f for t, f in zip(twins, floor)]
+            if not measure(program):
+                return defaults, "time_limit"
         t = time.perf_counter()
         futures_wait([ahead], timeout=self._left())
         self.timing["strategy_s"] += time.perf_counter() - t
@@ -738,8 +766,11 @@ class Tuner:
                              or self.space.template_defaults(fallback=True))
                     # the library route first (its floor: cuBLAS/cuDNN and a fused epilogue),
                     # so that a time-limited search never ends without it
-                    pending.extend(sorted(picks, key=lambda c: self.space.template_of(c).name
-                                          != LIBRARY))
+                    picks = sorted(picks, key=lambda c: self.space.template_of(c).name
+                                   != LIBRARY)
+                    # and the library pick in cuDNN's other layouts right after it
+                    pending.extend(picks[:1] + library_twins(self.space, picks[0] if picks
+                                                             else None) + picks[1:])
                     self.timing[clock] += time.perf_counter() - t
                     continue
                 t = time.perf_counter()
