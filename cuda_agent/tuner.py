@@ -25,7 +25,7 @@ from .errors import DeviceError, UnsupportedError
 # the flags' checks (re-exported: bench and the tests read them from here)
 from .flags import (DEVICES, check_device, check_precision,  # noqa: F401
                     check_tolerance, check_tune)
-from .ir.partition import ProgramPlan
+from .ir.partition import ProgramPlan, as_program
 from .ir.plan import KernelPlan, make_plan
 from .problem import Problem, naming_file
 from .problem_child import LoadLimits, load_problem_bounded
@@ -232,6 +232,34 @@ def library_pick(strategy: Any, space: Space) -> Config | None:
     return default if default is not None else configs[0]
 
 
+def plan_space(plan: KernelPlan | ProgramPlan, device: Device, precision: str
+               ) -> tuple[Space, list[Space]]:
+    """The space a search of `plan` on `device` (set up for its problem) draws from, built for
+    the numeric contract `precision`, and a program's stages' own spaces (a program: its first
+    stage's, every stage at its default; [] for one kernel). On replay, only what the sweep
+    recorded, as Kernel Tuner's simulation mode does."""
+    target = replace(device.target(), precision=precision)
+    stages: list[Space] = []
+    if isinstance(plan, ProgramPlan):
+        stages = stage_spaces(plan, target)
+        space: Space = StageSpace.of(plan, 0, stages, [sp.default() for sp in stages])
+    else:
+        space = Space.for_plan(plan, target)
+    if isinstance(device, ReplayDevice):
+        space = space.restricted(device.recorded_configs(space))
+    return space, stages
+
+
+def search_space(problem: Problem, device: Device, settings: RunSettings) -> Space:
+    """The space a `Tuner` of `problem` on `device` with `settings` searches, for reading
+    (its size, the model's picks); nothing is built or measured. Sets `device` up for the
+    problem (on replay: its recorded sweep)."""
+    settings = resolve_settings_precision(settings, device.kind, problem.torch_flags)
+    plan = make_plan(problem.graph())
+    device.ensure(problem, plan)
+    return plan_space(plan, device, settings.precision)[0]
+
+
 class StrategyProposer:
     """A strategy as the search loop's proposer (`search.engine.Proposer`): `pending` first
     (the untuned default), then, where `picks_due`, one configuration of each template (the
@@ -363,19 +391,8 @@ class Tuner:
             on_setup(setup_notice(problem.name, self.phases.as_dict().get("device_setup"),
                                      self.device.facts().get("memory")))
         # a multi-kernel program is searched one stage at a time (`space/program.py`)
-        self.stages: list[Space] = []
-        # the device's GPU, built for the numeric contract the user chose
-        target = replace(self.device.target(), precision=settings.precision)
         with phases("space"):
-            if isinstance(self.plan, ProgramPlan):
-                self.stages = stage_spaces(self.plan, target)
-                self.space: Space = StageSpace.of(self.plan, 0, self.stages,
-                                                  [sp.default() for sp in self.stages])
-            else:
-                self.space = Space.for_plan(self.plan, target)
-        if isinstance(self.device, ReplayDevice):
-            # like Kernel Tuner's simulation mode: search only what the sweep recorded
-            self.space = self.space.restricted(self.device.recorded_configs(self.space))
+            self.space, self.stages = plan_space(self.plan, self.device, settings.precision)
         self.builder = builder or (None if isinstance(self.device, ReplayDevice) else
                                    Builder(settings.compiler, settings.workers,
                                            timeout_s=settings.compile_timeout_s))
@@ -684,9 +701,7 @@ class Tuner:
         return self._best_space.with_choice(self._best.config)
 
     def _program(self) -> ProgramPlan:
-        """The plan, of a problem run as a program of stages."""
-        assert isinstance(self.plan, ProgramPlan), "not a program"
-        return self.plan
+        return as_program(self.plan)
 
     def _measure_program(self, fixed: list[Config], trials: list[Trial],
                          progress: Callable[[Trial, "Trial | None"], None] | None
