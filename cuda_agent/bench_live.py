@@ -223,12 +223,9 @@ class _ProblemBench:
                     if m is not None and m.ok and m.time_ms is not None:
                         best_ms, fixed = m.time_ms, picks
             schedule = StageSchedule(budget, n, measurer.settings.stage_patience)
-            for i in range(n):
-                # (the warm program measured first counts before stage 0's share, where the
-                # tuner's own search counts its first programs in it: `Tuner._search_stages`)
-                share = schedule.share(i, len(trials))
-                if share < 1:
-                    continue
+
+            def stage(i: int, share: int, until: float | None) -> str:
+                nonlocal best_ms, fixed
                 measurer.space = StageSpace.of(as_program(self.plan), i, stages, fixed)
                 plateau = schedule.plateau(i, best_ms if best_ms < float("inf") else None)
                 got, error = self._kernel_tuner(measurer, strategy, share, seed + i, plateau)
@@ -236,7 +233,7 @@ class _ProblemBench:
                     errors.append(f"stage {i}: {error}")
                 for t in got:
                     t.stage = i
-                trials += got
+                trials.extend(got)
                 ok = [(t, t.measurement.time_ms) for t in got
                       if t.measurement.ok and t.measurement.time_ms is not None]
                 if ok:
@@ -244,6 +241,11 @@ class _ProblemBench:
                     if top_ms < best_ms:
                         best_ms = top_ms
                         fixed = measurer.space.with_choice(top.config)
+                return ""
+
+            # (the warm program measured first counts before stage 0's share, where the
+            # tuner's own search counts its first programs in it: `Tuner._search_stages`)
+            schedule.run(lambda: len(trials), stage)
         finally:
             measurer.close()
         return trials, "; ".join(errors) or None

@@ -1,4 +1,5 @@
-"""The loop: problem -> plan -> space -> strategy.ask -> build -> device -> store -> strategy.tell.
+"""A tune: problem -> plan -> space -> the search loop (`search/engine.py`: strategy.ask -> build ->
+device -> store -> strategy.tell) -> baselines.
 
 UI-free: progress goes through a callback, so the CLI draws rich progress bars and tests run
 silently. Candidates that fail are recorded and the loop goes on; only a user error (bad problem
@@ -576,43 +577,39 @@ class Tuner:
         `_start_program`'s programs (the untuned baseline, every stage at its model pick);
         each later stage starts from the best. Returns why the search ended."""
         s = self.settings
-        n = len(self.stages)
-        schedule = StageSchedule(s.budget, n, s.stage_patience, self._deadline)
+        schedule = StageSchedule(s.budget, len(self.stages), s.stage_patience, self._deadline)
         start, started = len(trials), time.monotonic()
         fixed, stopped = self._start_program(trials, progress)
         best = self._best
         if stopped == "time_limit":
             return stopped
-        for i in range(n):
-            # the first stage's shares count from the start: the programs measured first
-            # are its candidates too
-            begun, now = (start, started) if i == 0 else (len(trials), time.monotonic())
-            budget = schedule.share(i, begun - start) - (len(trials) - begun)
-            if budget < 1:
-                continue
+
+        def stage(i: int, budget: int, until: float | None) -> str:
+            nonlocal best, fixed
             self.space = StageSpace.of(self._program(), i, self.stages, fixed)
             made, strategy = self._limit.bounded(functools.partial(
                 make_strategy, self.strategy_name, self.space, seed=s.seed + i,
                 **self.strategy_options))
             if not made:
-                stopped = "time_limit"
-                break
+                return "time_limit"
             self.strategy = strategy
             first = len(trials)
             try:
                 stopped = self._search(budget, s.include_default, trials, best, progress,
                                        schedule.plateau(i, best.measurement.time_ms
-                                                        if best else None),
-                                       schedule.until(i, now))
+                                                        if best else None), until)
             finally:
                 for t in trials[first:]:
                     t.stage = i
             if self._best is not None and self._best is not best:
                 best = self._best
                 fixed = self.space.with_choice(best.config)
-            if stopped == "time_limit":
-                break  # no stage after this one gets any time
-        return stopped
+            return stopped
+
+        # the first stage's shares count from the start: the programs measured first are its
+        # candidates too
+        return schedule.run(lambda: len(trials), stage, base=start, first=(start, started)) \
+            or stopped
 
     def _start_program(self, trials: list[Trial],
                        progress: Callable[[Trial, "Trial | None"], None] | None

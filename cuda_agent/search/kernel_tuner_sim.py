@@ -13,9 +13,9 @@ Two sources of results:
 * `run_live` (cuda, sim): the cache starts empty and a configuration Kernel Tuner asks for is
   measured by cuda-agent's own runner (the evaluation protocol of DESIGN.md) at the moment it
   asks, then served to it from the cache; the search loop drives it as a proposer
-  (`kernel_tuner_ask`), on a thread or in a process of its own (`_child_search`). Kernel Tuner's simulation runner is swapped for one
-  subclass that fills its cache on a miss, so its strategies, budget accounting and
-  restrictions are its own code.
+  (`kernel_tuner_ask`), on a thread or in a process of its own (`_child_search`). Kernel
+  Tuner's simulation runner is swapped for one subclass that fills its cache on a miss, so its
+  strategies, budget accounting and restrictions are its own code.
 
 Warm start (`warm`, the bench's "kt_warm:<strategy>" columns; issue 34): Kernel Tuner 1.5 takes
 one starting point, the strategy option `x0`, in the strategies built on its `CostFunc`

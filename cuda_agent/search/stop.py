@@ -4,9 +4,10 @@ budget across tasks).
 
 `StopRule` holds every reason a search ends: its budget is spent, the time limit has come, the
 search (or a program's stage) has plateaued, the user pressed Ctrl-C. The one search loop
-(`engine.Engine`) asks it before and after each measurement and after each batch, and bounds the
-strategy's own work by its time limit (`bounded`). `StageSchedule` gives each stage of a program its share
-of the measurements, of the seconds, and its plateau.
+(`engine.Engine`) asks it before and after each measurement and after each batch, and bounds
+the strategy's own work by its time limit (`bounded`). `StageSchedule` gives each stage of a
+program its share of the measurements, of the seconds, and its plateau, and runs the stages in
+turn (`run`: the tuner's stage search and the live bench's Kernel Tuner on a program).
 """
 
 from __future__ import annotations
@@ -131,6 +132,27 @@ class StageSchedule:
         if self.deadline is None:
             return None
         return now + max(0.0, self.deadline - now) / (self.stages - stage)
+
+    def run(self, spent: Callable[[], int], search: Callable[[int, int, float | None], str],
+            base: int = 0, first: tuple[int, float] | None = None) -> str:
+        """Search the stages in turn: `search(stage, share, until)` searches one with its
+        share of the measurements (`share`) and of the seconds (`until`: `until`'s) and says
+        why it ended; a stage whose share is spent already is skipped, and "time_limit" ends
+        them all. `spent()`: measurements made so far; `base`: those made before the
+        program's search began (not its own); `first`: (measurements, `time.monotonic()`)
+        from which the first stage's shares count, where the programs measured before the
+        stages are its candidates too (the tuner's first programs); None: from the first
+        stage's own start. Why the last stage searched ended ("": none was)."""
+        stopped = ""
+        for i in range(self.stages):
+            begun, now = first if i == 0 and first is not None else (spent(), time.monotonic())
+            share = self.share(i, begun - base) - (spent() - begun)
+            if share < 1:
+                continue
+            stopped = search(i, share, self.until(i, now))
+            if stopped == "time_limit":
+                break  # no stage after this one gets any time
+        return stopped
 
     def plateau(self, stage: int, best_ms: float | None) -> StagePlateau | None:
         """Stage `stage`'s plateau, from the program's best time so far (None: the last stage,
