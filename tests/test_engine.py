@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -85,15 +86,19 @@ def test_a_settled_stage_ends_it_at_the_measurement_that_settles_it():
     assert [len(b) for b in p.told] == [3]  # the cut batch's measurements are told
 
 
-def test_the_time_limit_stops_it_before_the_next_measurement():
-    rule = StopRule(100, deadline=time.monotonic() + 0.3)
+def test_the_time_limit_stops_it_before_the_next_measurement(monkeypatch):
+    from cuda_agent.search import stop
+
+    clock = [1000.0]  # each measurement takes one second of the rule's clock
+    monkeypatch.setattr(stop, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    rule = StopRule(100, deadline=1000.0 + 2.5)
 
     def slow(c: Config) -> float:
-        time.sleep(0.12)
+        clock[0] += 1.0
         return 1.0
 
     engine, why = loop(Counting(), slow, rule=rule, batch=4)
-    assert why == "time_limit" and 2 <= len(engine.measured) <= 3
+    assert why == "time_limit" and len(engine.measured) == 3
 
 
 def test_a_past_time_limit_measures_nothing():
