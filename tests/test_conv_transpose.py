@@ -195,15 +195,20 @@ def test_library_transposed_conv_with_generated_epilogue_matches_torch():
 def test_tune_a_fused_transposed_conv_on_sim(tmp_path):
     import cuda_agent
     from cuda_agent.problem import load_problem
+    from cuda_agent.tuner import library_twins
 
     r = cuda_agent.tune(ROOT / "benchmarks/problems/fused_conv_transpose2d_relu_bias.py",
                         out=tmp_path / "o", device="sim", budget=8, store=":memory:",
                         strategy="random")
     assert r.simulated and r.best is not None
-    # every template's default is measured first (a generated GEMM and the library product)
+    # every template's default is measured first (a generated GEMM and the library product,
+    # the library's in each of cuDNN's layouts: `library_twins`)
     sp = Space.for_plan(make_plan(load_problem(
         ROOT / "benchmarks/problems/fused_conv_transpose2d_relu_bias.py").graph()), Target())
-    first = r.trials[:len(sp.templates)]
+    lib = next(c for c in sp.template_defaults(fallback=True) if sp.template_of(c).name == "lib")
+    twins = library_twins(sp, lib)
+    assert twins, "the library product has a channels-last twin"
+    first = r.trials[:len(sp.templates) + len(twins)]
     assert {t.template for t in first} == {t.name for t in sp.templates} >= {"gemm", "lib"}
     src = (tmp_path / "o" / "kernel.cu").read_text()
     assert ("ca_lib_epilogue" if r.best.template == "lib" else "ca_gemm") in src
