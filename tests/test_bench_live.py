@@ -18,6 +18,10 @@ from cuda_agent.bench import RUN_FIELDS, BenchResult, BenchSettings, Run, merge
 from cuda_agent.errors import SettingsError
 from cuda_agent.space.slots import Config
 
+# one worker runs the module's tests (`--dist loadgroup`, pyproject), so its module fixtures
+# (`live_run`) are built once, not once per worker
+pytestmark = pytest.mark.xdist_group("test_bench_live")
+
 pytest.importorskip("kernel_tuner")
 
 ROOT = Path(__file__).resolve().parents[1]

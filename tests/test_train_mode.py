@@ -33,6 +33,10 @@ from cuda_agent.run.worker import ProblemState
 from cuda_agent.space.program import compose, stage_spaces, state_updates
 from cuda_agent.space.slots import Target
 
+# one worker runs the module's tests (`--dist loadgroup`, pyproject), so its module fixtures
+# (`emitted_bn`) are built once, not once per worker
+pytestmark = pytest.mark.xdist_group("test_train_mode")
+
 
 class ConvBN(nn.Module):
     def __init__(self, cin: int = 3, cout: int = 6) -> None:
