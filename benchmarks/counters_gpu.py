@@ -1,6 +1,6 @@
 """Hardware counters from Nsight Compute during a short training run on the GPU (issue 34, item 1).
 
-    python -m benchmarks.counters_gpu --out $OUT/h200-counters [--problems a,b,c]
+    python -m benchmarks.counters_gpu --out $OUT/counters [--problems a,b,c]
         [--profile-every 4] [--time-limit 150]
 
 Per problem, a short training run (one PPO update over 2 episodes of 2 steps of 4
@@ -11,10 +11,10 @@ measurement of the run is written to `<out>/counters.json` with its counters and
 auxiliary reward term computed from them (`agents/reward.aux_term`), and a summary is printed:
 how many candidates were profiled, which counters came back, the metrics ncu lacked. A problem
 is not started past `--time-limit` seconds. Needs a GPU and `ncu`. Commit `counters.json` as
-benchmarks/results/<date>-h200-counters/counters.json: `tests/test_counters.py` then checks
+benchmarks/results/<date>-<gpu>-counters/counters.json: `tests/test_counters.py` then checks
 every profiled record's agents' terms on the CPU, and
 
-    python -m benchmarks.counters_gpu --markdown benchmarks/results/<date>-h200-counters/counters.json
+    python -m benchmarks.counters_gpu --markdown benchmarks/results/<date>-<gpu>-counters/counters.json
 
 writes its section of BENCHMARKS.md (on the CPU).
 """

@@ -23,12 +23,19 @@ and logs), to be committed under benchmarks/data/ and benchmarks/results/.
         --realistic-results benchmarks/results/DAY-h100-conv-chains/conv_chains.json
         # issue 48: the convolution chains, each tuned as a user runs `tune` (no flag but the
         # time limit), max-autotune torch.compile timed beside; $OUT/conv_chains.json
+    python3 -m benchmarks.gpu_suite --parts models --deadline 560 \
+        --models-results benchmarks/results/DAY-h100-models/models.json
+        # issue 50: the whole models of benchmarks/models/ (`whole_models.py`), one at a time:
+        # tune_model under --models-time-limit, then the independent harness (checks, eager,
+        # torch.compile, CUDA graphs, the regions' share of eager time); resumes from the
+        # results given; $OUT/models.json
 
 Parts: tests (every file of tests/gpu, or those --tests-k selects), sweeps, faults, families, counters, gemm_tc (the tensor-core GEMM's accuracy test),
 cluster, direct (depthwise convolution, float4 pooling, L2 keep hint), search, bench, throughput,
 agents, library (every configuration of the library template, with the baselines), cudnn
 (cudnn.benchmark against cuDNN's heuristics, each in a fresh process), realistic (issue 33's
-suite of benchmarks/realistic/: `realistic_run.py`). Pass
+suite of benchmarks/realistic/: `realistic_run.py`), models (issue 50's whole models of
+benchmarks/models/: `whole_models.py`). Pass
 CUDA_AGENT_COMMIT=<hash> in the command: the GPU machine receives the tree without .git (search
 rows record it).
 
@@ -451,7 +458,7 @@ AGENT_TRAIN = ("elementwise_bias_gelu", "elementwise_log_sqrt", "reduce_sum_last
                "reduce_mean_middim", "softmax_short_rows", "softmax_long_rows", "norm_layernorm",
                "norm_rms", "reduce_argmax_middim_odd", "norm_rms_tinyrows_odd")
 PARTS = ("tests", "sweeps", "faults", "families", "gemm_tc", "cluster", "direct", "timing",
-         "counters", "search", "bench", "library", "cudnn", "agents", "throughput", "realistic")
+         "counters", "search", "bench", "library", "cudnn", "agents", "throughput", "realistic", "models")
 AGENT_HELDOUT = ("elementwise_swiglu", "reduce_argmin_middim", "softmax_log_softmax", "norm_l2")
 
 
@@ -638,6 +645,16 @@ def main() -> None:
                     help="part realistic: the harness times torch.compile's max-autotune too")
     ap.add_argument("--realistic-gpus", type=int, default=0,
                     help="GPUs to run problems on at once (0: every visible GPU)")
+    ap.add_argument("--models-results", default="",
+                    help="part models: comma-separated results files of earlier calls; their "
+                         "models are not run again")
+    ap.add_argument("--models-only", default="",
+                    help="part models: comma-separated names (default: every benchmarks/models "
+                         "file)")
+    ap.add_argument("--models-time-limit", type=float, default=120.0,
+                    help="part models: tune_model's time limit per model, seconds")
+    ap.add_argument("--models-budget", type=int, default=None,
+                    help="part models: tune_model's budget (default: its own)")
     ap.add_argument("--work", default="/tmp/gpu-suite",
                     help="working folder (its own per invocation when several run at once, "
                          "e.g. one per GPU with CUDA_VISIBLE_DEVICES)")
@@ -743,6 +760,14 @@ def main() -> None:
                 # matched, cuDNN's benchmark mode) come after its search
                 run_suite(as_user(settings, tune_grace_s=300.0) if args.realistic_as_user
                           else settings, log=log)
+            elif part == "models":  # issue 50: tune_model + independent harness per model
+                from benchmarks import whole_models
+
+                whole_models.run_suite(whole_models.Settings(
+                    work=out, final=final, deadline=deadline - 10,
+                    models=[x for x in args.models_only.split(",") if x],
+                    time_limit_s=args.models_time_limit, budget=args.models_budget,
+                    previous=[ROOT / f for f in args.models_results.split(",") if f]), log=log)
             elif part == "throughput" and left > 70:
                 run_throughput(out, [ROOT / "tests/data/good/softmax_small.py",
                                      ROOT / "benchmarks/problems/norm_layernorm_odd.py"],

@@ -36,7 +36,7 @@ from .search import BENCH_ABLATIONS, BENCH_DEFAULT, KERNEL_TUNER, KERNEL_TUNER_W
 from .search.base import is_agents
 from .store import Store
 from .settings import RunSettings, with_run_fields
-from .tuner import Tuner
+from .tuner import Tuner, search_space
 
 # the names are the search registry's (`search/__init__.py`: the one list)
 WARM = ("optuna_warm",) + KERNEL_TUNER_WARM
@@ -350,20 +350,15 @@ def warm_records(path: Problem | Path, device: Device, records: list[dict[str, A
     version is matched through its upgrade)."""
     from .search.prior_rank import WARM_PICKS, top_picks
 
-    # a tuner for its space only: nothing is measured
-    tuner = Tuner(_loaded(path), RunSettings(device=device.kind, strategy="random",
-                                             baselines=False),
-                  device=device, store=Store(":memory:"))
-    try:
-        as_recorded: dict[Any, dict[str, Any]] = {}
-        for r in records:
-            cfg = tuner.space.upgrade(r["config"])
-            if cfg is not None:
-                as_recorded.setdefault(cfg, r["config"])
-        return [as_recorded[c] for c in top_picks(tuner.space, WARM_PICKS, sim_constants)
-                if c in as_recorded]
-    finally:
-        tuner.close()
+    space = search_space(_loaded(path), device, RunSettings(device=device.kind,
+                                                             baselines=False))
+    as_recorded: dict[Any, dict[str, Any]] = {}
+    for r in records:
+        cfg = space.upgrade(r["config"])
+        if cfg is not None:
+            as_recorded.setdefault(cfg, r["config"])
+    return [as_recorded[c] for c in top_picks(space, WARM_PICKS, sim_constants)
+            if c in as_recorded]
 
 
 def _order_kernel_tuner(records: list[dict[str, Any]], strategy: str, budget: int,

@@ -28,7 +28,8 @@ With `--parallel N` a problem's strategy runs search N at once: the compiling an
 strategies' own work overlap, the measurements do not (one lock per problem around the device
 and the store: a configuration two runs ask for is still measured once, by whichever asks
 first). Kernel Tuner's searches then run in processes of their own
-(`kernel_tuner_sim.run_live_isolated`): its strategies draw from process-wide generators.
+(`kernel_tuner_ask.KernelTunerProposer(isolated=True)`): its strategies draw from process-wide
+generators.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from .bench import (KERNEL_TUNER, BenchResult, BenchSettings, Policies, Run, che
 from .build.builder import Builder
 from .errors import (CudaAgentError, DeviceError, ProblemError, SettingsError,
                      UnsupportedError, first_line)
-from .ir.partition import ProgramPlan
+from .ir.partition import ProgramPlan, as_program
 from .ir.plan import KernelPlan
 from .ir.planning import make_plan
 from .problem import Problem
@@ -53,6 +54,7 @@ from .runner.baselines import Baselines, with_matched
 from .runner.devices import Device, cudnn_baselines
 from .runner.replay import find_sweep, read_sweep
 from .costmodel.folds import FoldConstants
+from .search.kernel_tuner_ask import KernelTunerProposer
 from .search.stop import StageSchedule, StopRule
 from .space.program import StagePlateau, StageSpace
 from .space.slots import Config
@@ -66,17 +68,6 @@ too: it measures the kernels max-autotune picks"""
 SWEEP_TOP = 3
 """recorded configurations re-measured per swept problem (the recorded best and runners-up:
 timing noise between runs can reorder them)"""
-
-
-class _StageSettled(CudaAgentError):
-    """A program's stage has settled (`StagePlateau`): Kernel Tuner's search of it ends here
-    (an error of cuda-agent's side, so Kernel Tuner's wrapper lets it through)."""
-
-
-def _record(t: Trial) -> dict[str, Any]:
-    m = t.measurement
-    return {"ok": m.ok, "time_ms": m.time_ms if m.ok else None, "wall_s": m.wall_s,
-            "reused": m.reused}
 
 
 def _times(trials: list[Trial]) -> list[float | None]:
@@ -173,38 +164,29 @@ class _ProblemBench:
 
     def _kernel_tuner(self, measurer: Tuner, strategy: str, budget: int, seed: int,
                       plateau: StagePlateau | None = None) -> tuple[list[Trial], str | None]:
-        """Kernel Tuner's strategy over `measurer`'s space through its real API, each
-        configuration measured by `measurer` when Kernel Tuner asks; the trials in its order,
-        and its own error if it stopped with one. With `plateau` (a program's stage), the
-        search is ended once that says the stage has settled, as cuda-agent's own is."""
-        from .search import kernel_tuner_sim
-
-        trials: list[Trial] = []
-        # a program's stage: settled at a measurement, the rest of its batch is not measured
-        rule = StopRule(plateau=plateau)
-
-        def measure(cfgs: list[Config]) -> list[dict[str, Any]]:
-            got = measurer.measure(cfgs, rule=rule)
-            trials.extend(got)
-            if plateau is not None and plateau.settled:
-                raise _StageSettled()
-            return [_record(t) for t in got]
-
-        search = (kernel_tuner_sim.run_live_isolated if self.settings.parallel > 1
-                  else kernel_tuner_sim.run_live)
+        """Kernel Tuner's strategy over `measurer`'s space through its real API, as the search
+        loop's proposer (`kernel_tuner_ask`): each batch Kernel Tuner asks for is measured by
+        `measurer`'s loop; the trials in Kernel Tuner's order, and its own error if it stopped
+        with one. With `plateau` (a program's stage), the loop ends once that says the stage
+        has settled, as cuda-agent's own search does (the trials then in measurement order)."""
         warm = None
         if strategy.startswith("kt_warm:"):  # the model's top picks measured first
             from .search.prior_rank import WARM_PICKS, top_picks
 
             warm = top_picks(measurer.space, WARM_PICKS, self.sim_constants)
-        error = None
+        # with runs side by side, in a process of its own: its strategies draw from
+        # process-wide generators
+        proposer = KernelTunerProposer(measurer.space.configs, strategy.split(":", 1)[1],
+                                       budget, seed, warm, isolated=self.settings.parallel > 1)
+        engine = measurer.engine(proposer, StopRule(budget, plateau=plateau), batch=budget)
         try:
-            order = search(measurer.space.configs, strategy.split(":", 1)[1], budget, seed,
-                           measure, warm)
-        except kernel_tuner_sim.StrategyFailed as exc:  # the peer's failure is data
-            order, error = exc.order, str(exc)
-        except _StageSettled:  # what it asked for so far, in its order
+            engine.run()
+        finally:
+            ended = proposer.close()
+        trials: list[Trial] = engine.measured
+        if ended is None:  # the stage settled: what it asked for so far
             return trials, None
+        order, error = ended
         by_config = {t.config: t for t in trials}
         return [by_config[c] for c, _ in order], error
 
@@ -233,7 +215,7 @@ class _ProblemBench:
 
                 picks = [model_pick(sp, self.sim_constants) or d for sp, d in zip(stages, fixed)]
                 if picks != fixed:
-                    measurer.space = StageSpace.of(self._program(), 0, stages, picks)
+                    measurer.space = StageSpace.of(as_program(self.plan), 0, stages, picks)
                     got = measurer.measure([picks[0]])
                     for t in got:
                         t.stage = 0
@@ -242,20 +224,17 @@ class _ProblemBench:
                     if m is not None and m.ok and m.time_ms is not None:
                         best_ms, fixed = m.time_ms, picks
             schedule = StageSchedule(budget, n, measurer.settings.stage_patience)
-            for i in range(n):
-                # (the warm program measured first counts before stage 0's share, where the
-                # tuner's own search counts its first programs in it: `Tuner._search_stages`)
-                share = schedule.share(i, len(trials))
-                if share < 1:
-                    continue
-                measurer.space = StageSpace.of(self._program(), i, stages, fixed)
+
+            def stage(i: int, share: int, until: float | None) -> str:
+                nonlocal best_ms, fixed
+                measurer.space = StageSpace.of(as_program(self.plan), i, stages, fixed)
                 plateau = schedule.plateau(i, best_ms if best_ms < float("inf") else None)
                 got, error = self._kernel_tuner(measurer, strategy, share, seed + i, plateau)
                 if error:
                     errors.append(f"stage {i}: {error}")
                 for t in got:
                     t.stage = i
-                trials += got
+                trials.extend(got)
                 ok = [(t, t.measurement.time_ms) for t in got
                       if t.measurement.ok and t.measurement.time_ms is not None]
                 if ok:
@@ -263,6 +242,11 @@ class _ProblemBench:
                     if top_ms < best_ms:
                         best_ms = top_ms
                         fixed = measurer.space.with_choice(top.config)
+                return ""
+
+            # (the warm program measured first counts before stage 0's share, where the
+            # tuner's own search counts its first programs in it: `Tuner._search_stages`)
+            schedule.run(lambda: len(trials), stage)
         finally:
             measurer.close()
         return trials, "; ".join(errors) or None
@@ -295,10 +279,6 @@ class _ProblemBench:
         if configs:
             self.measure(configs)
         return ok[0]["time_ms"] if ok else None
-
-    def _program(self) -> ProgramPlan:
-        assert isinstance(self.plan, ProgramPlan), "not a program"
-        return self.plan
 
     def space_size(self) -> int:
         """Configurations a search of the problem can draw from (a program: every stage's)."""

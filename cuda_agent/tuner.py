@@ -1,4 +1,5 @@
-"""The loop: problem -> plan -> space -> strategy.ask -> build -> device -> store -> strategy.tell.
+"""A tune: problem -> plan -> space -> the search loop (`search/engine.py`: strategy.ask -> build ->
+device -> store -> strategy.tell) -> baselines.
 
 UI-free: progress goes through a callback, so the CLI draws rich progress bars and tests run
 silently. Candidates that fail are recorded and the loop goes on; only a user error (bad problem
@@ -7,25 +8,25 @@ file, unknown strategy, missing device) stops it.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
 import time
 import warnings
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable
 
-from . import interrupt, metrics
+from . import metrics
 from .background import in_background
 from .build.builder import Builder, BuildInput
-from .build.pool import CUT
 from .errors import DeviceError, UnsupportedError
 # the flags' checks (re-exported: bench and the tests read them from here)
 from .flags import (DEVICES, check_device, check_precision,  # noqa: F401
                     check_tolerance, check_tune)
-from .ir.partition import ProgramPlan
+from .ir.partition import ProgramPlan, as_program
 from .ir.plan import KernelPlan
 from .ir.planning import make_plan
 from .problem import Problem, naming_file
@@ -39,6 +40,7 @@ from .runner.sim import SimDevice
 from .verify.settings import VerifySettings, parse_tolerance
 from .search import make_strategy, resolve_strategy
 from .search.base import is_agents
+from .search.engine import Engine, Listed, Proposer
 from .search.stop import StageSchedule, StopRule
 from .space.program import StagePlateau, StageSpace, stage_spaces
 from .precision import resolve as resolve_precision
@@ -232,8 +234,124 @@ def library_pick(strategy: Any, space: Space) -> Config | None:
     return default if default is not None else configs[0]
 
 
-def _later(build: Future) -> Iterator[Candidate]:
-    yield from build.result()
+LAYOUT_SLOT = "memory.layout"
+
+
+def library_twins(space: Space, config: Config | None) -> list[Config]:
+    """The library configuration `config` in cuDNN's other layouts (`memory.layout`), where
+    `space` holds them: which layout is faster depends on the convolution's shape and the
+    library's kernels, which no model here knows (torch.compile computes convolutions in
+    channels-last itself), so the floor measures each. On an H100 a transposed convolution's
+    floor was measured in the given layout only and its search never met the other
+    (benchmarks/results/2026-12-07-h100-conv-chains/NOTE.md). [] for any other config."""
+    if config is None or space.template_of(config).name != LIBRARY:
+        return []
+    try:
+        layout = config[LAYOUT_SLOT]
+    except KeyError:
+        return []
+    rest = {k: v for k, v in config.items if k != LAYOUT_SLOT}
+    return [c for c in space.configs_of(LIBRARY) if c[LAYOUT_SLOT] != layout
+            and {k: v for k, v in c.items if k != LAYOUT_SLOT} == rest]
+
+
+def plan_space(plan: KernelPlan | ProgramPlan, device: Device, precision: str
+               ) -> tuple[Space, list[Space]]:
+    """The space a search of `plan` on `device` (set up for its problem) draws from, built for
+    the numeric contract `precision`, and a program's stages' own spaces (a program: its first
+    stage's, every stage at its default; [] for one kernel). On replay, only what the sweep
+    recorded, as Kernel Tuner's simulation mode does."""
+    target = replace(device.target(), precision=precision)
+    stages: list[Space] = []
+    if isinstance(plan, ProgramPlan):
+        stages = stage_spaces(plan, target)
+        space: Space = StageSpace.of(plan, 0, stages, [sp.default() for sp in stages])
+    else:
+        space = Space.for_plan(plan, target)
+    if isinstance(device, ReplayDevice):
+        space = space.restricted(device.recorded_configs(space))
+    return space, stages
+
+
+def search_space(problem: Problem, device: Device, settings: RunSettings) -> Space:
+    """The space a `Tuner` of `problem` on `device` with `settings` searches, for reading
+    (its size, the model's picks); nothing is built or measured. Sets `device` up for the
+    problem (on replay: its recorded sweep)."""
+    settings = resolve_settings_precision(settings, device.kind, problem.torch_flags)
+    plan = make_plan(problem.graph())
+    device.ensure(problem, plan)
+    return plan_space(plan, device, settings.precision)[0]
+
+
+class StrategyProposer:
+    """A strategy as the search loop's proposer (`search.engine.Proposer`): `pending` first
+    (the untuned default), then, where `picks_due`, one configuration of each template (the
+    strategy's model's picks, else each template's default; the library route first: its
+    floor, cuBLAS/cuDNN and a fused epilogue, so that a time-limited search never ends
+    without it), then the strategy's proposals; never a configuration in `seen` or
+    `measured_before`. The defaults are a batch of their own, measured while the next batch
+    (the model's picks, then the strategy's proposals) is asked for and compiled in the
+    background: the model's ranking of a large stage takes seconds (docs/journal.md:
+    tuner.py); a seeded search measures the same batches every time."""
+
+    def __init__(self, strategy: Any, space: Space, pending: list[Config], picks_due: bool,
+                 seen: set[Config], measured_before: Callable[[Config], bool],
+                 timing: dict[str, float]) -> None:
+        self.strategy = strategy
+        self.space = space
+        self.pending = pending
+        self.picks_due = picks_due
+        self.seen = seen
+        self.measured_before = measured_before
+        self.timing = timing
+        self.adaptive: bool = strategy.adaptive
+        self._ahead_ok = picks_due and not self.adaptive
+
+    @property
+    def done(self) -> bool:
+        return bool(self.strategy.done)
+
+    @property
+    def ask_in_background(self) -> bool:
+        return self._ahead_ok and self.picks_due
+
+    def _fresh(self, c: Config) -> bool:
+        return c not in self.seen and not self.measured_before(c)
+
+    def ask(self, n: int, clock: str = "strategy_s") -> list[Config]:
+        out: list[Config] = []
+        while len(out) < n:
+            if self.pending:  # the defaults first, as many as this batch takes
+                c = self.pending.pop(0)
+                if c not in out and self._fresh(c):
+                    out.append(c)
+                continue
+            if out and (self.picks_due or not self.strategy.ready):
+                break  # the defaults are measured while the strategy gets ready
+            if self.picks_due:
+                self.picks_due = False
+                t = time.perf_counter()
+                picks = (self.strategy.template_picks()
+                         or self.space.template_defaults(fallback=True))
+                picks = sorted(picks, key=lambda c: self.space.template_of(c).name != LIBRARY)
+                # and the library pick in cuDNN's other layouts right after it
+                self.pending.extend(picks[:1] + library_twins(self.space, picks[0] if picks
+                                                              else None) + picks[1:])
+                self.timing[clock] += time.perf_counter() - t
+                continue
+            t = time.perf_counter()
+            asked = self.strategy.ask(n - len(out))
+            self.timing[clock] += time.perf_counter() - t
+            more = [c for c in asked if c not in out and self._fresh(c)]
+            if not more:
+                break
+            out.extend(more)
+        out = out[:n]
+        self.seen.update(out)  # taken: a batch asked for is measured next
+        return out
+
+    def tell(self, results: list[tuple[Config, Measurement]]) -> None:
+        self.strategy.tell(results)
 
 
 class Tuner:
@@ -298,19 +416,8 @@ class Tuner:
             on_setup(setup_notice(problem.name, self.phases.as_dict().get("device_setup"),
                                      self.device.facts().get("memory")))
         # a multi-kernel program is searched one stage at a time (`space/program.py`)
-        self.stages: list[Space] = []
-        # the device's GPU, built for the numeric contract the user chose
-        target = replace(self.device.target(), precision=settings.precision)
         with phases("space"):
-            if isinstance(self.plan, ProgramPlan):
-                self.stages = stage_spaces(self.plan, target)
-                self.space: Space = StageSpace.of(self.plan, 0, self.stages,
-                                                  [sp.default() for sp in self.stages])
-            else:
-                self.space = Space.for_plan(self.plan, target)
-        if isinstance(self.device, ReplayDevice):
-            # like Kernel Tuner's simulation mode: search only what the sweep recorded
-            self.space = self.space.restricted(self.device.recorded_configs(self.space))
+            self.space, self.stages = plan_space(self.plan, self.device, settings.precision)
         self.builder = builder or (None if isinstance(self.device, ReplayDevice) else
                                    Builder(settings.compiler, settings.workers,
                                            timeout_s=settings.compile_timeout_s))
@@ -324,6 +431,7 @@ class Tuner:
         self._best_space: Space | None = None
         self._default: Trial | None = None
         self._deadline: float | None = None  # a time.monotonic() instant (`time_limit_s`)
+        self._limit = StopRule()  # the run's time limit (`run`): bounds the strategy's work
         # the candidates measured so far: a program's stage search skips a configuration whose
         # whole program was measured already (by the programs measured first, say)
         self._measured_keys: set[str] = set()
@@ -387,20 +495,15 @@ class Tuner:
             return self.device.evaluate(cand, best_ms)
         return Measurement.failure(cand.key, self.device.kind, "compile", "no binary")
 
-    def _measure_one(self, cand: Candidate, best_ms: float | None, index: int) -> Trial:
-        with self.device_lock:
-            return self._measure_one_locked(cand, best_ms, index)
-
-    def _measure_one_locked(self, cand: Candidate, best_ms: float | None, index: int) -> Trial:
+    def _measurement(self, cand: Candidate, best_ms: float | None, index: int) -> Trial:
+        """Measure `cand` (the engine calls this, under the device lock, then the callbacks on
+        the measurement: `measure_callbacks` first)."""
         self._measured_keys.add(cand.key)
         m = self._evaluate(cand, best_ms)
         m.simulated = self.device.simulated
-        trial = Trial(index, cand.config, self.space.template_of(cand.config).name, m,
-                      cand.resources,
-                      library=any(la.library for la in cand.rendered.launches))
-        for callback in self.measure_callbacks:
-            callback(trial)
-        return trial
+        return Trial(index, cand.config, self.space.template_of(cand.config).name, m,
+                     cand.resources,
+                     library=any(la.library for la in cand.rendered.launches))
 
     def _add_to_store(self, trial: Trial) -> None:
         """The store's callback: the measurement, its candidate (`Measurement.key`, the
@@ -413,22 +516,34 @@ class Tuner:
                           trial.config.as_dict(), trial.measurement, self.device.gpu_name(),
                           self._measured_with(), self.strategy_name, trial.resources, agents)
 
-    def measure(self, configs: list[Config], best_ms: float | None = None,
-                rule: StopRule | None = None) -> list[Trial]:
-        """Build and measure configurations outside the ask/tell loop (training and the live
-        bench's Kernel Tuner runs use this): built side by side, measured in order under
-        `rule` (by default only Ctrl-C stops it: a training episode's thread ends there), up
-        to and including the measurement after which it says stop (a program's stage that
-        has settled)."""
-        rule = rule or StopRule()
-        out: list[Trial] = []
-        for cand in self._build(configs):
-            if rule.before_measure() is not None:
-                break
-            out.append(self._measure_one(cand, best_ms, 0))
-            if rule.after_measure(out[-1].measurement) is not None:
-                break
-        return out
+    def engine(self, proposer: Proposer, rule: StopRule, batch: int | None = None,
+               on_measured: Iterable[Callable[[Trial], None]] = (),
+               best_ms: Callable[[], float | None] = lambda: None,
+               index: Callable[[], int] | None = None,
+               timing: dict[str, float] | None = None) -> Engine:
+        """The search loop over this tuner's space, builder, device and store: `proposer`
+        asked for batches of `batch` (default: the settings'), each configuration built
+        (cut at `rule`'s time limit), measured on the device with `best_ms()` the time to
+        beat, and kept by the store then by `on_measured`; `rule` says when it ends. Every
+        search of a tuner runs through this (its own, training's episodes, Kernel Tuner's in
+        the live bench)."""
+        counted = itertools.count(1)
+        return Engine(proposer, lambda configs: self._build(configs, rule.deadline),
+                      lambda cand: self._measurement(
+                          cand, best_ms(), index() if index is not None else next(counted)),
+                      rule, batch or self.settings.batch,
+                      [*self.measure_callbacks, *on_measured], self.device_lock, timing)
+
+    def measure(self, configs: list[Config], rule: StopRule | None = None) -> list[Trial]:
+        """Build and measure `configs` as one batch (through the engine: `Listed`), in order
+        under `rule` (by default only Ctrl-C stops it), up to and including the measurement
+        after which it says stop."""
+        if not configs:
+            return []
+        engine = self.engine(Listed(configs), rule or StopRule(), batch=len(configs))
+        engine.run()
+        return engine.measured
+
 
     # -- the loop ---------------------------------------------------------------------------------
     def run(self, progress: Callable[[Trial, "Trial | None"], None] | None = None) -> TuneResult:
@@ -444,6 +559,7 @@ class Tuner:
         # counted from the run's start (the first run: the Tuner's creation or `started`)
         begun, self._started = self._started or time.monotonic(), None
         self._deadline = begun + s.time_limit_s if s.time_limit_s is not None else None
+        self._limit = StopRule(deadline=self._deadline)
         try:
             with self.phases("search"):
                 if not self.stages:
@@ -473,30 +589,6 @@ class Tuner:
                           max(self._deadline, time.monotonic()) + COUNT_GRACE_S,
                           self.strategy_name, self.phases.as_dict(), self.store.report())
 
-    def _time_up(self) -> bool:
-        return self._deadline is not None and time.monotonic() >= self._deadline
-
-    def _left(self) -> float | None:
-        """Seconds left before the time limit (None: no limit)."""
-        return None if self._deadline is None else max(0.0, self._deadline - time.monotonic())
-
-    def _bounded(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> tuple[bool, Any]:
-        """(True, fn(*args)), or (False, None) where the time limit came first. Without a
-        limit fn runs here; with one, on a daemon thread waited for until the limit, and one
-        that runs past it goes on unheard while the run ends on time: the strategy's own work
-        (the model's picks of a large stage, listing its space, an online update) held a
-        time-limited search of a three-layer MLP 1.8-4.4 s past a 15 s limit on the
-        simulator. The strategy is not used again after such a call."""
-        if self._deadline is None:
-            return True, fn(*args, **kw)
-        if self._time_up():
-            return False, None
-        job = in_background(lambda: fn(*args, **kw), name="cuda-agent-strategy")
-        futures_wait([job], timeout=self._left())
-        if not job.done():
-            return False, None
-        return True, job.result()
-
     def _search_stages(self, trials: list[Trial],
                        progress: Callable[[Trial, "Trial | None"], None] | None) -> str:
         """Coordinate search over a program's stages: each stage's space in turn, the others
@@ -509,42 +601,39 @@ class Tuner:
         `_start_program`'s programs (the untuned baseline, every stage at its model pick);
         each later stage starts from the best. Returns why the search ended."""
         s = self.settings
-        n = len(self.stages)
-        schedule = StageSchedule(s.budget, n, s.stage_patience, self._deadline)
+        schedule = StageSchedule(s.budget, len(self.stages), s.stage_patience, self._deadline)
         start, started = len(trials), time.monotonic()
         fixed, stopped = self._start_program(trials, progress)
         best = self._best
         if stopped == "time_limit":
             return stopped
-        for i in range(n):
-            # the first stage's shares count from the start: the programs measured first
-            # are its candidates too
-            begun, now = (start, started) if i == 0 else (len(trials), time.monotonic())
-            budget = schedule.share(i, begun - start) - (len(trials) - begun)
-            if budget < 1:
-                continue
+
+        def stage(i: int, budget: int, until: float | None) -> str:
+            nonlocal best, fixed
             self.space = StageSpace.of(self._program(), i, self.stages, fixed)
-            made, strategy = self._bounded(make_strategy, self.strategy_name, self.space,
-                                           seed=s.seed + i, **self.strategy_options)
+            made, strategy = self._limit.bounded(functools.partial(
+                make_strategy, self.strategy_name, self.space, seed=s.seed + i,
+                **self.strategy_options))
             if not made:
-                stopped = "time_limit"
-                break
+                return "time_limit"
             self.strategy = strategy
             first = len(trials)
             try:
                 stopped = self._search(budget, s.include_default, trials, best, progress,
                                        schedule.plateau(i, best.measurement.time_ms
-                                                        if best else None),
-                                       schedule.until(i, now))
+                                                        if best else None), until)
             finally:
                 for t in trials[first:]:
                     t.stage = i
             if self._best is not None and self._best is not best:
                 best = self._best
                 fixed = self.space.with_choice(best.config)
-            if stopped == "time_limit":
-                break  # no stage after this one gets any time
-        return stopped
+            return stopped
+
+        # the first stage's shares count from the start: the programs measured first are its
+        # candidates too
+        return schedule.run(lambda: len(trials), stage, base=start, first=(start, started)) \
+            or stopped
 
     def _start_program(self, trials: list[Trial],
                        progress: Callable[[Trial, "Trial | None"], None] | None
@@ -602,9 +691,9 @@ class Tuner:
         # seeded search measures the same programs every time); past that, the floor runs the
         # other stages at their defaults rather than not at all
         t = time.perf_counter()
-        left = self._left()
+        left = self._limit.left()
         futures_wait([ahead], timeout=None if left is None else left / 2)
-        futures_wait([floors_ready], timeout=self._left())
+        futures_wait([floors_ready], timeout=self._limit.left())
         self.timing["strategy_s"] += time.perf_counter() - t
         if not floors_ready.done():
             return defaults, "time_limit"
@@ -614,8 +703,15 @@ class Tuner:
                  for lib, p, d in zip(floors, picks, defaults)]
         if not measure(floor):
             return defaults, "time_limit"
+        # the same floor in cuDNN's other layouts (`library_twins`), every library stage at
+        # once: one program per layout
+        twins = [library_twins(sp, lib) for sp, lib in zip(self.stages, floors)]
+        for k in range(max((len(t) for t in twins), default=0)):
+            program = [t[k] if k < len(t) else f for t, f in zip(twins, floor)]
+            if not measure(program):
+                return defaults, "time_limit"
         t = time.perf_counter()
-        futures_wait([ahead], timeout=self._left())
+        futures_wait([ahead], timeout=self._limit.left())
         self.timing["strategy_s"] += time.perf_counter() - t
         if not ahead.done():
             return self._started_from(defaults), "time_limit"
@@ -633,9 +729,7 @@ class Tuner:
         return self._best_space.with_choice(self._best.config)
 
     def _program(self) -> ProgramPlan:
-        """The plan, of a problem run as a program of stages."""
-        assert isinstance(self.plan, ProgramPlan), "not a program"
-        return self.plan
+        return as_program(self.plan)
 
     def _measure_program(self, fixed: list[Config], trials: list[Trial],
                          progress: Callable[[Trial, "Trial | None"], None] | None
@@ -645,51 +739,56 @@ class Tuner:
         where it is the first measured with the default included. None where the time limit
         came first."""
         self.space = StageSpace.of(self._program(), 0, self.stages, fixed)
-        if self._time_up():
+        first = len(trials)
+        engine = self._engine(Listed([fixed[0]]), StopRule(deadline=self._deadline), trials,
+                              progress, lambda: self.settings.include_default)
+        engine.run()
+        if len(trials) == first:  # the time limit came first
             return None
-        cand = self._build([fixed[0]], self._deadline)[0]
-        if self._time_up() or (cand.build_error and cand.build_error[0] == CUT):
-            return None
-        trial = self._take(cand, trials, progress, self.settings.include_default)
+        trial = trials[-1]
         trial.stage = 0
         return trial
 
-    def _take(self, cand: Candidate, trials: list[Trial],
-              progress: Callable[[Trial, "Trial | None"], None] | None,
-              as_default: bool) -> Trial:
-        """Measure `cand` as the next trial and keep it: as the untuned default where
-        `as_default` and none is kept yet, as the best (in `self.space`) where faster."""
-        if interrupt.requested():  # Ctrl-C while this search runs off the main thread
-            raise KeyboardInterrupt
-        best = self._best
-        best_ms = best.measurement.time_ms if best else None
-        trial = self._measure_one(cand, best_ms, len(trials) + 1)
-        trials.append(trial)
-        if as_default and self._default is None:
-            self._default = trial
-        m = trial.measurement
-        if m.ok and m.time_ms is not None and (best_ms is None or m.time_ms < best_ms):
-            self._best, self._best_space = trial, self.space
-        if progress:
-            progress(trial, self._best)
-        return trial
+    def _keep(self, trials: list[Trial], as_default: Callable[[], bool]
+              ) -> Callable[[Trial], None]:
+        """The callback that keeps each measurement of the tuner's own search: the next trial,
+        the untuned default where `as_default()` says so and none is kept yet, the best (in
+        `self.space`) where faster."""
+        def keep(trial: Trial) -> None:
+            default = as_default()
+            trials.append(trial)
+            if default and self._default is None:
+                self._default = trial
+            best_ms = self._best.measurement.time_ms if self._best else None
+            m = trial.measurement
+            if m.ok and m.time_ms is not None and (best_ms is None or m.time_ms < best_ms):
+                self._best, self._best_space = trial, self.space
+        return keep
+
+    def _engine(self, proposer: Proposer, rule: StopRule, trials: list[Trial],
+                progress: Callable[[Trial, "Trial | None"], None] | None,
+                as_default: Callable[[], bool]) -> Engine:
+        """The tuner's own search loop: measured against the best so far, each measurement
+        kept (`_keep`), then shown (`progress`)."""
+        shown = [] if progress is None else [lambda t: progress(t, self._best)]
+        return self.engine(
+            proposer, rule, on_measured=[self._keep(trials, as_default), *shown],
+            best_ms=lambda: self._best.measurement.time_ms if self._best else None,
+            index=lambda: len(trials) + 1, timing=self.timing)
 
     def _search(self, budget: int, include_default: bool, trials: list[Trial],
                 best: Trial | None,
                 progress: Callable[[Trial, "Trial | None"], None] | None,
                 plateau: StagePlateau | None = None, until: float | None = None) -> str:
-        """The ask/tell loop over `self.space` with `self.strategy`: appends to `trials`, keeps
-        the best (starting from `best`) and the default's trial on the tuner (`_best`,
-        `_best_space`, `_default`: an interrupted search still has them), and returns why it
-        ended (`STOPPED`). With `plateau` (a program's stage), it stops once that says the
-        stage has settled; with `until` (a stage's share of the time limit, monotonic
-        seconds), once that has passed and the stage measured something ("plateau": the rest
-        goes to the next stage). The time limit is checked before every measurement, and
-        compiles still running when it comes are stopped."""
-        s = self.settings
+        """The ask/tell loop (`search.engine`) over `self.space` with `self.strategy`: appends
+        to `trials`, keeps the best (starting from `best`) and the default's trial on the
+        tuner (`_best`, `_best_space`, `_default`: an interrupted search still has them), and
+        returns why it ended (`STOPPED`). With `plateau` (a program's stage), it stops once
+        that says the stage has settled; with `until` (a stage's share of the time limit,
+        monotonic seconds), once that has passed and the stage measured something ("plateau":
+        the rest goes to the next stage). The time limit is checked before every measurement,
+        and compiles still running when it comes are stopped."""
         first = len(trials)
-        rule = StopRule(budget, self._deadline, plateau, until)
-        seen: set[Config] = set()
         # the untuned baseline first, then one configuration of every template: a template
         # that is a small share of the space (the tensor-core GEMM's hundreds among tens of
         # thousands) is measured at least once, whatever the strategy samples. Which one:
@@ -698,160 +797,27 @@ class Tuner:
         # tuner.py)
         pending: list[Config] = [self.space.default()] if (
             include_default and best is None and self._default is None) else []
+        seen: set[Config] = set()
         if best is not None and isinstance(self.space, StageSpace):
             # a program's later stage starts from the best program, which holds this stage's
             # configuration so far (its default): measured again it would be the same
             # program, a slot of the budget for nothing
             seen.add(self.space.fixed[self.space.stage])
-        picks_due = include_default
-        pool = ThreadPoolExecutor(1)
-        adaptive = self.strategy.adaptive
-        next_build: Future | None = None
-        # with the picks due, the untuned default is a batch of its own, measured while the
-        # next batch (the model's picks, then the strategy's proposals) is asked for and
-        # compiled in the background: the model's ranking of a large stage takes seconds
-        # (docs/journal.md: tuner.py). Its own batch whatever the timing: a seeded search
-        # measures the same batches every time
-        ahead_ok = picks_due and not adaptive
-        asked_ahead: Future | None = None
+        space = self.space
 
-        def fresh(c: Config) -> bool:
-            """Not measured yet: neither this search's own candidates nor, in a program's
-            stage, a whole program measured before (the first programs, an earlier stage)."""
-            return c not in seen and (not isinstance(self.space, StageSpace) or
-                                      self.space.key(c, self.toolchain) not in self._measured_keys)
+        def measured_before(c: Config) -> bool:
+            """In a program's stage, a whole program measured before (the first programs, an
+            earlier stage)."""
+            return isinstance(space, StageSpace) and \
+                space.key(c, self.toolchain) in self._measured_keys
 
-        def ask(n: int, clock: str = "strategy_s") -> list[Config]:
-            nonlocal picks_due
-            out: list[Config] = []
-            while len(out) < n:
-                if pending:  # the defaults first, as many as this batch takes
-                    c = pending.pop(0)
-                    if c not in out and fresh(c):
-                        out.append(c)
-                    continue
-                if out and (picks_due or not self.strategy.ready):
-                    break  # the defaults are measured while the strategy gets ready
-                if picks_due:
-                    picks_due = False
-                    t = time.perf_counter()
-                    picks = (self.strategy.template_picks()
-                             or self.space.template_defaults(fallback=True))
-                    # the library route first (its floor: cuBLAS/cuDNN and a fused epilogue),
-                    # so that a time-limited search never ends without it
-                    pending.extend(sorted(picks, key=lambda c: self.space.template_of(c).name
-                                          != LIBRARY))
-                    self.timing[clock] += time.perf_counter() - t
-                    continue
-                t = time.perf_counter()
-                asked = self.strategy.ask(n - len(out))
-                self.timing[clock] += time.perf_counter() - t
-                more = [c for c in asked if c not in out and fresh(c)]
-                if not more:
-                    break
-                out.extend(more)
-            return out[:n]
+        proposer = StrategyProposer(self.strategy, self.space, pending, include_default, seen,
+                                    measured_before, self.timing)
+        engine = self._engine(proposer, StopRule(budget, self._deadline, plateau, until),
+                              trials, progress,
+                              lambda: include_default and len(trials) == first)
+        return engine.run()
 
-        def build_ahead(configs: list[Config]) -> Future | None:
-            return pool.submit(self._build, configs, self._deadline) if configs else None
-
-        def ask_ahead(n: int) -> tuple[Future, Future]:
-            """(the next batch's build, the next batch): asked for in the background (a daemon
-            thread: the time limit does not wait for it), then built; the strategy is told
-            nothing until it has answered (`wait_asked`)."""
-            configs = in_background(ask, n, "strategy_ahead_s", name="cuda-agent-ask")
-            return pool.submit(lambda: self._build(c, self._deadline) if (c := configs.result())
-                               else []), configs
-
-        def wait_asked() -> bool:
-            """Whether the background ask has answered, waited for until the time limit."""
-            if asked_ahead is None or asked_ahead.done():
-                return True
-            t = time.perf_counter()
-            futures_wait([asked_ahead], timeout=self._left())
-            self.timing["strategy_s"] += time.perf_counter() - t
-            return asked_ahead.done()
-
-        stopped = "space"
-        try:
-            asked, batch = self._bounded(ask, min(s.batch, rule.remaining))
-            if not asked:
-                stopped, batch = "time_limit", []
-            while batch and rule.remaining > 0:
-                t = time.perf_counter()
-                if next_build is not None:
-                    cands: Iterable[Candidate] = next_build.result()
-                else:
-                    # the first batch: its first candidate (the untuned default) is built alone
-                    # and measured while the rest compile, so the first measurement does not
-                    # wait for a whole batch of compiles (seconds on a small machine)
-                    head = self._build(batch[:1], self._deadline)
-                    rest = build_ahead(batch[1:])
-                    cands = itertools.chain(head, _later(rest) if rest is not None else [])
-                self.timing["build_wait_s"] += time.perf_counter() - t
-                seen.update(batch)
-                rule.take(len(batch))
-                following: list[Config] | None
-                if ahead_ok and picks_due and rule.remaining > 0:
-                    following = None  # asked in the background: `asked_ahead`
-                    next_build, asked_ahead = ask_ahead(min(s.batch, rule.remaining))
-                else:
-                    following = []
-                    if not adaptive and rule.remaining > 0:
-                        asked, following = self._bounded(ask, min(s.batch, rule.remaining))
-                        if not asked:
-                            stopped, following = "time_limit", []
-                    next_build = build_ahead(following)
-                results, settled = [], False
-                for cand in cands:
-                    why = "time_limit" if cand.build_error and cand.build_error[0] == CUT \
-                        else rule.before_measure()
-                    if why == "time_limit":
-                        stopped = why
-                        break
-                    if why == "plateau":
-                        settled = True  # this stage's seconds: the next stage's turn
-                        break
-                    trial = self._take(cand, trials, progress,
-                                       include_default and len(trials) == first)
-                    best, m = self._best, trial.measurement
-                    results.append((cand.config, m))
-                    settled = rule.after_measure(m) == "plateau"
-                    if settled:
-                        break  # the rest of this stage's share goes to the next stage
-                # the strategy is told nothing while it is asked elsewhere; a search whose
-                # time is up does not wait for that to end
-                if not wait_asked():
-                    stopped = "time_limit"
-                    break
-                t = time.perf_counter()
-                if results and stopped != "time_limit" and \
-                        not self._bounded(self.strategy.tell, results)[0]:
-                    stopped = "time_limit"
-                self.timing["strategy_s"] += time.perf_counter() - t
-                if stopped == "time_limit":
-                    break
-                # "plateau": the strategy says the search has, or the stage has
-                why = rule.after_batch(self.strategy.done or settled)
-                if why is not None:
-                    stopped = why
-                    break
-                if following is None:
-                    assert asked_ahead is not None
-                    following = asked_ahead.result()
-                elif adaptive:
-                    asked, following = self._bounded(ask, min(s.batch, rule.remaining))
-                    if not asked:
-                        stopped = "time_limit"
-                        break
-                    next_build = build_ahead(following)
-                batch = following
-        finally:
-            # a build ahead that is not wanted any more (the limit, Ctrl-C) is not waited for
-            if next_build is not None:
-                next_build.cancel()
-            pool.shutdown(wait=False, cancel_futures=True)
-        return stopped
 
     def close(self) -> None:
         if self._own_builder and self.builder is not None:
@@ -872,7 +838,7 @@ def _warn(message: str) -> None:
 def tune(problem: str | Path | Problem, out: str | Path | None = None,
          progress: Callable[[Trial, Trial | None], None] | None = None,
          notify: Callable[[str], None] | None = None, settings: RunSettings | None = None,
-         **options: Any) -> TuneResult:
+         shared_device: Device | None = None, **options: Any) -> TuneResult:
     """Python API: tune one problem file; with `out`, write model_new.py, kernel.cu, report.json.
 
     Options are `RunSettings` fields, e.g. ``tune("softmax.py", device="sim", budget=32)``;
@@ -891,6 +857,9 @@ def tune(problem: str | Path | Problem, out: str | Path | None = None,
 
     No `if __name__ == "__main__":` guard is needed in the calling script: the worker processes
     do not re-import it (`procs.py`).
+
+    `shared_device` (an `open_device`, left open): measure on it rather than open a device of
+    its own, as a whole model's regions do (one GPU worker for all of them).
     """
     started = time.monotonic()  # the time limit counts from here: loading the problem too
     if settings is None:
@@ -906,7 +875,8 @@ def tune(problem: str | Path | Problem, out: str | Path | None = None,
     prob = problem if isinstance(problem, Problem) else load_problem_bounded(
         problem, LoadLimits.of_run(settings))
     with naming_file(prob.path):  # the planner's and the spaces' refusals name the file
-        tuner = Tuner(prob, settings, notify=notify or _warn, started=started)
+        tuner = Tuner(prob, settings, notify=notify or _warn, started=started,
+                      device=shared_device)
     try:
         result = tuner.run(progress)
         if out is not None:

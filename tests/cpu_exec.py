@@ -15,26 +15,88 @@ last-block tickets (`atomicAdd`, `__threadfence`) work, as blocks finish in orde
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import os
 import re
 import shutil
 import subprocess
 import tempfile
+import threading
 from pathlib import Path
 
 import numpy as np
 
+ABI = r"""
+struct dim3_ { unsigned x, y, z; };
+// what the runtime hands each emulated thread: its indices and its block's barriers, shuffle
+// slots, mma deposits and dynamic shared memory (and the cluster's)
+struct ca_ctx {
+  dim3_ thread, block;
+  void* block_barrier; void** warp_barriers; float* slots; unsigned* mma_a; unsigned* mma_b;
+  float* dyn_smem; unsigned rank; void* cluster_barrier; float* const* cluster_bases;
+};
+struct ca_grid { unsigned gx, gy, gz, threads, cluster; unsigned long smem_floats; };
+typedef void (*ca_body_t)(const ca_ctx*, void*);
+typedef void (*ca_launch_t)(const ca_grid*, ca_body_t, void*);
+typedef void (*ca_wait_t)(void*);
+"""
+
+# The threads, barriers and buffers of a launch: compiled once (`_runtime`), not into every
+# kernel's library (their templates were about half of each kernel's compile time). A kernel
+# library gets `ca_rt_launch` and `ca_rt_wait` as arguments of its `ca_run`.
+RUNTIME = r"""
+#include <algorithm>
+#include <barrier>
+#include <thread>
+#include <vector>
+""" + ABI + r"""
+extern "C" void ca_rt_wait(void* b) { static_cast<std::barrier<>*>(b)->arrive_and_wait(); }
+// the blocks of a cluster run together (one cluster after another), each with its own
+// barriers, shuffle slots and dynamic shared memory (zeroed)
+extern "C" void ca_rt_launch(const ca_grid* g, ca_body_t body, void* user) {
+  const unsigned threads = g->threads, cluster = g->cluster;
+  const int W = (threads + 31) / 32;
+  for (unsigned bz = 0; bz < g->gz; ++bz)
+  for (unsigned by = 0; by < g->gy; ++by)
+  for (unsigned bx0 = 0; bx0 < g->gx; bx0 += cluster) {
+    std::barrier<> cluster_bar(cluster * threads);
+    std::vector<std::vector<float>> dyn(cluster, std::vector<float>(g->smem_floats));
+    std::vector<float*> bases;
+    for (auto& d : dyn) bases.push_back(d.data());
+    std::vector<std::barrier<>*> bars;
+    std::vector<std::vector<void*>> warps(cluster);
+    std::vector<std::vector<float>> slots(cluster, std::vector<float>(threads));
+    std::vector<std::vector<unsigned>> mma_a(cluster, std::vector<unsigned>(4 * threads));
+    std::vector<std::vector<unsigned>> mma_b(cluster, std::vector<unsigned>(2 * threads));
+    for (unsigned r = 0; r < cluster; ++r) {
+      bars.push_back(new std::barrier<>(threads));
+      for (int w = 0; w < W; ++w)
+        warps[r].push_back(new std::barrier<>(std::min(32, (int)threads - w * 32)));
+    }
+    std::vector<std::thread> pool;
+    for (unsigned r = 0; r < cluster; ++r)
+    for (unsigned t = 0; t < threads; ++t)
+      pool.emplace_back([&, r, t] {
+        const ca_ctx c{{t, 0, 0}, {bx0 + r, by, bz}, bars[r], warps[r].data(), slots[r].data(),
+                       mma_a[r].data(), mma_b[r].data(), bases[r], r, &cluster_bar,
+                       bases.data()};
+        body(&c, user); });
+    for (auto& th : pool) th.join();
+    for (auto* b : bars) delete b;
+    for (auto& v : warps) for (void* b : v) delete static_cast<std::barrier<>*>(b);
+  }
+}
+"""
+
 SHIM = r"""
 #include <atomic>
-#include <barrier>
 #include <cmath>
 #include <cstring>
-#include <thread>
 #include <vector>
 #include <algorithm>
 using std::min; using std::max;
-struct dim3_ { unsigned x, y, z; };
+""" + ABI + r"""
 static thread_local dim3_ threadIdx, blockIdx;
 static dim3_ gridDim, blockDim;
 struct float2 { float x, y; };
@@ -85,21 +147,31 @@ static inline float rsqrtf(float x) { return 1.f / std::sqrt(x); }
 #define __powf powf
 #define __sinf sinf
 #define __cosf cosf
-// per block (the blocks of a cluster run at the same time): each thread points at its block's
-static thread_local std::barrier<>* ca_block_barrier;
-static thread_local std::barrier<>** ca_warp_barriers;
+// per block (the blocks of a cluster run at the same time): each thread points at its block's;
+// the barriers are the runtime's, waited on through `ca_wait` (set by `ca_run`)
+static ca_wait_t ca_wait;
+static thread_local void* ca_block_barrier;
+static thread_local void** ca_warp_barriers;
 static thread_local float* ca_slots;
 static thread_local unsigned (*ca_mma_a)[4];
 static thread_local unsigned (*ca_mma_b)[2];
-static inline void __syncthreads() { ca_block_barrier->arrive_and_wait(); }
+static inline void __syncthreads() { ca_wait(ca_block_barrier); }
 // thread-block clusters: a barrier over the cluster's threads, and each block's dynamic shared
 // memory (peers are reached at the same offset in another block's buffer)
 static thread_local float* ca_dyn_smem;  // the block's dynamic shared memory
 static thread_local unsigned ca_rank_in_cluster;
-static thread_local std::barrier<>* ca_cluster_barrier;
+static thread_local void* ca_cluster_barrier;
 static thread_local float* const* ca_cluster_bases;
 static inline unsigned ca_cluster_rank() { return ca_rank_in_cluster; }
-static inline void ca_cluster_sync() { ca_cluster_barrier->arrive_and_wait(); }
+static inline void ca_cluster_sync() { ca_wait(ca_cluster_barrier); }
+// an emulated thread's start: the runtime's context into this library's thread-locals
+static inline void ca_enter(const ca_ctx* c) {
+  threadIdx = c->thread; blockIdx = c->block;
+  ca_block_barrier = c->block_barrier; ca_warp_barriers = c->warp_barriers; ca_slots = c->slots;
+  ca_mma_a = reinterpret_cast<unsigned (*)[4]>(c->mma_a);
+  ca_mma_b = reinterpret_cast<unsigned (*)[2]>(c->mma_b);
+  ca_dyn_smem = c->dyn_smem; ca_rank_in_cluster = c->rank;
+  ca_cluster_barrier = c->cluster_barrier; ca_cluster_bases = c->cluster_bases; }
 template <class T> static inline const T* ca_cluster_peer(const T* p, unsigned rank) {
   const char* own = reinterpret_cast<const char*>(ca_dyn_smem);
   return reinterpret_cast<const T*>(reinterpret_cast<const char*>(ca_cluster_bases[rank]) +
@@ -117,12 +189,12 @@ static inline float ca_bits(unsigned u) { float f; std::memcpy(&f, &u, 4); retur
 template <class Product>
 static inline void ca_mma_warp(float* c, Product product) {
   const int t = threadIdx.x, w = t / 32, base = w * 32, lane = t % 32;
-  ca_warp_barriers[w]->arrive_and_wait();
+  ca_wait(ca_warp_barriers[w]);
   const int g = lane >> 2, tq = lane & 3;
   float r[4];
   for (int q = 0; q < 4; ++q)
     r[q] = (float)(product(base, g + 8 * (q >= 2), 2 * tq + (q & 1)) + c[q]);
-  ca_warp_barriers[w]->arrive_and_wait();
+  ca_wait(ca_warp_barriers[w]);
   for (int q = 0; q < 4; ++q) c[q] = r[q];
 }
 static inline void ca_mma_tf32(float* c, const unsigned* a, const unsigned* b) {
@@ -215,9 +287,9 @@ static inline void ca_mma_bf16(float* c, const unsigned* a, unsigned b) {
 static inline float ca_exchange(float v, int src_lane, bool keep_own) {
   const int t = threadIdx.x, w = t / 32, base = w * 32;
   ca_slots[t] = v;
-  ca_warp_barriers[w]->arrive_and_wait();
+  ca_wait(ca_warp_barriers[w]);
   const float r = keep_own ? v : ca_slots[base + src_lane];
-  ca_warp_barriers[w]->arrive_and_wait();
+  ca_wait(ca_warp_barriers[w]);
   return r;
 }
 static inline float __shfl_up_sync(unsigned, float v, int d) {
@@ -256,10 +328,14 @@ def _call_args(params: int, args) -> str:
 
 
 def _launcher(params: int, launches: list[tuple[str, tuple, tuple, int, object, int]]) -> str:
+    """`ca_run(launch, wait, p0.., ws)`: each launch in turn through the runtime's `launch`, an
+    emulated thread entering the kernel through a body that sets its thread-locals."""
     decl = ", ".join(f"void* p{k}" for k in range(params)) + ", void* ws"
+    unpack = " ".join(f"void* p{k} = a_[{k}];" for k in range(params)) + f" void* ws = a_[{params}];"
+    args = ", ".join(f"p{k}" for k in range(params)) + ", ws"
     body = []
-    for name, grid, block, smem, args, cluster in launches:
-        call = _call_args(params, args)
+    for name, grid, block, smem, kargs, cluster in launches:
+        call = _call_args(params, kargs)
         stage = re.match(r"s(\d+)_", name)
         if stage:
             name = f"cuda_agent_stage{stage.group(1)}::{name}"
@@ -270,64 +346,40 @@ def _launcher(params: int, launches: list[tuple[str, tuple, tuple, int, object, 
         # own barriers, shuffle slots and dynamic shared memory; static __shared__ arrays are
         # one per process, so cluster kernels keep all of theirs in dynamic shared memory
         body.append(f"""
-  gridDim = {{{grid[0]}u, {grid[1]}u, {grid[2]}u}}; blockDim = {{{threads}u, 1u, 1u}};
-  for (unsigned bz = 0; bz < {grid[2]}u; ++bz)
-  for (unsigned by = 0; by < {grid[1]}u; ++by)
-  for (unsigned bx0 = 0; bx0 < {grid[0]}u; bx0 += {cluster}u) {{
-    const int W = ({threads} + 31) / 32;
-    std::barrier<> cluster_bar({cluster * threads});
-    std::vector<std::vector<float>> dyn({cluster}, std::vector<float>({max(1, smem // 4)}));
-    std::vector<float*> bases;
-    for (auto& d : dyn) bases.push_back(d.data());
-    std::vector<std::barrier<>*> bars;
-    std::vector<std::vector<std::barrier<>*>> warps({cluster});
-    std::vector<std::vector<float>> slots({cluster}, std::vector<float>({threads}));
-    std::vector<std::vector<unsigned>> mma_a({cluster}, std::vector<unsigned>(4 * {threads}));
-    std::vector<std::vector<unsigned>> mma_b({cluster}, std::vector<unsigned>(2 * {threads}));
-    for (int r = 0; r < {cluster}; ++r) {{
-      bars.push_back(new std::barrier<>({threads}));
-      for (int w = 0; w < W; ++w)
-        warps[r].push_back(new std::barrier<>(std::min(32, {threads} - w * 32)));
-    }}
-    std::vector<std::thread> pool;
-    for (unsigned r = 0; r < {cluster}u; ++r)
-    for (unsigned t = 0; t < {threads}u; ++t)
-      pool.emplace_back([&, r, t] {{
-        threadIdx = {{t, 0, 0}}; blockIdx = {{bx0 + r, by, bz}};
-        ca_block_barrier = bars[r]; ca_warp_barriers = warps[r].data();
-        ca_slots = slots[r].data();
-        ca_mma_a = reinterpret_cast<unsigned (*)[4]>(mma_a[r].data());
-        ca_mma_b = reinterpret_cast<unsigned (*)[2]>(mma_b[r].data());
-        ca_dyn_smem = bases[r]; ca_rank_in_cluster = r;
-        ca_cluster_barrier = &cluster_bar; ca_cluster_bases = bases.data();
-        {name}({call}); }});
-    for (auto& th : pool) th.join();
-    for (auto* b : bars) delete b;
-    for (auto& v : warps) for (auto* b : v) delete b;
+  {{
+    gridDim = {{{grid[0]}u, {grid[1]}u, {grid[2]}u}}; blockDim = {{{threads}u, 1u, 1u}};
+    const ca_grid g_{{{grid[0]}u, {grid[1]}u, {grid[2]}u, {threads}u, {cluster}u, {max(1, smem // 4)}ul}};
+    launch_(&g_, [](const ca_ctx* c_, void* u_) {{
+      ca_enter(c_);
+      void* const* a_ = static_cast<void* const*>(u_); {unpack}
+      {name}({call}); }}, args_);
   }}""")
     # a program's stage kernels live in namespaces (cuda_agent_stage<i>::s<i>_...)
-    return f'extern "C" void ca_run({decl}) {{' + "".join(body) + "\n}\n"
+    return (f'extern "C" void ca_run(ca_launch_t launch_, ca_wait_t wait_, {decl}) {{\n'
+            f"  ca_wait = wait_;\n  void* args_[] = {{{args}}};" + "".join(body) + "\n}\n")
+
+
+@functools.cache
+def _runtime_lib() -> ctypes.CDLL:
+    return _build(RUNTIME)  # built once per machine, loaded once per process
+
+
+def _runtime() -> tuple[ctypes.c_void_p, ctypes.c_void_p]:
+    """The runtime's `ca_rt_launch` and `ca_rt_wait`, `ca_run`'s first arguments."""
+    rt = _runtime_lib()
+    return (ctypes.cast(rt.ca_rt_launch, ctypes.c_void_p),
+            ctypes.cast(rt.ca_rt_wait, ctypes.c_void_p))
 
 
 def available() -> bool:
     return shutil.which("g++") is not None
 
 
-def run(rendered, inputs: list[np.ndarray], out_shape: tuple[int, ...],
-        workspace: list | None = None) -> np.ndarray:
-    """Execute `rendered` (a `Rendered`) on `inputs` (kernel operand order: float32, or int64
-    for class indices). A leading vendor-library step runs through torch on the CPU
-    (`launcher.run_library`), its product handed to the kernels as their workspace. With a
-    `workspace` list, the workspace the kernels left (float32 words) is appended to it."""
+def _program(rendered, n_inputs: int) -> tuple[str, object]:
+    """The emulator's C++ for `rendered` with `n_inputs` inputs (`SHIM` first, `ca_run` last)
+    and its leading vendor-library step (None without one)."""
     launches = list(rendered.launches)
-    product = None
-    if launches and launches[0].library:
-        import torch
-
-        from cuda_agent.runner.launcher import run_library
-
-        tensors = [torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)) for x in inputs]
-        product = run_library(launches.pop(0).library, tensors).numpy().copy()
+    library = launches.pop(0).library if launches and launches[0].library else None
     assert not any(L.library for L in launches), "a library step only leads the launches"
     from cuda_agent.space.codegen import CLUSTER_PRELUDE  # the shim defines these on the host
 
@@ -337,15 +389,84 @@ def run(rendered, inputs: list[np.ndarray], out_shape: tuple[int, ...],
         "extern __shared__ float4 ca_dyn4[];",
         "float4* ca_dyn4 = reinterpret_cast<float4*>(ca_dyn_smem);")
     src = SHIM + source.replace('extern "C"', "") + _launcher(
-        len(inputs) + 1, [(L.kernel, L.grid, L.block, L.smem, L.args, L.cluster)
-                          for L in launches])
-    fn = _build(src).ca_run
+        n_inputs + 1, [(L.kernel, L.grid, L.block, L.smem, L.args, L.cluster)
+                       for L in launches])
+    return src, library
+
+
+def _key(src: str) -> str:
+    return hashlib.sha256(src.encode()).hexdigest()[:16]
+
+
+_prebuilt: dict[str, tuple[str, str]] = {}
+"""source key -> (library, its `ca_run`'s name), for candidates `prebuild` compiled together"""
+
+
+def prebuild(jobs) -> None:
+    """Compile many candidates as one library, one compiler run instead of one per candidate
+    (its start, the shim's precompiled header loaded, was most of a small kernel's compile):
+    each candidate's code in a namespace of its own, its `ca_run` named apart. `run` then finds
+    them there. jobs: (rendered, number of inputs). Where the batch does not compile, nothing
+    is recorded and `run` builds each candidate alone (and reports its own error)."""
+    work = _work_dir()
+    header = _shim_header(work)
+    parts, keys = [], []
+    for rendered, n_inputs in jobs:
+        src, _ = _program(rendered, n_inputs)
+        key = _key(src)
+        if key in _prebuilt or key in keys or (work / f"k{key}.so").exists():
+            continue
+        body = src[len(SHIM):].replace('extern "C" void ca_run(', f'extern "C" void ca_run_{key}(')
+        parts.append(f"namespace ca_{key} {{\n{body}\n}}  // namespace ca_{key}\n")
+        keys.append(key)
+    if len(keys) < 2 or header is None:
+        return
+    text = "".join(parts)
+    batch = _key(text)
+    lib = work / f"b{batch}.so"
+    if not lib.exists():
+        tag = f"{os.getpid()}-{threading.get_ident()}"
+        cpp, tmp = work / f".b{batch}-{tag}.cpp", work / f".b{batch}-{tag}.so"
+        cpp.write_text(f'#include "{header}"\n' + text)
+        try:
+            subprocess.run([*GXX, "-shared", "-o", str(tmp), str(cpp)], check=True,
+                           capture_output=True, text=True)
+        except subprocess.CalledProcessError:
+            return
+        finally:
+            cpp.unlink(missing_ok=True)
+        os.replace(tmp, lib)
+    for key in keys:
+        _prebuilt[key] = (str(lib), f"ca_run_{key}")
+
+
+def run(rendered, inputs: list[np.ndarray], out_shape: tuple[int, ...],
+        workspace: list | None = None) -> np.ndarray:
+    """Execute `rendered` (a `Rendered`) on `inputs` (kernel operand order: float32, or int64
+    for class indices). A leading vendor-library step runs through torch on the CPU
+    (`launcher.run_library`), its product handed to the kernels as their workspace. With a
+    `workspace` list, the workspace the kernels left (float32 words) is appended to it."""
+    src, library = _program(rendered, len(inputs))
+    product = None
+    if library is not None:
+        import torch
+
+        from cuda_agent.runner.launcher import run_library
+
+        tensors = [torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)) for x in inputs]
+        product = run_library(library, tensors).numpy().copy()
+    key = _key(src)
+    if key in _prebuilt:
+        lib, name = _prebuilt[key]
+        fn = getattr(ctypes.CDLL(lib), name)
+    else:
+        fn = _build(src).ca_run
     arrays = [np.ascontiguousarray(x, dtype=np.int64 if np.asarray(x).dtype == np.int64
                                    else np.float32) for x in inputs]
     out = np.full(out_shape, np.nan, dtype=np.float32)
     ws = product if product is not None else \
         np.zeros(max(1, -(-rendered.workspace_bytes // 4)), dtype=np.float32)
-    ptrs = [a.ctypes.data_as(ctypes.c_void_p) for a in arrays + [out, ws]]
+    ptrs = [*_runtime(), *(a.ctypes.data_as(ctypes.c_void_p) for a in arrays + [out, ws])]
     fn.argtypes = [ctypes.c_void_p] * len(ptrs)
     fn(*ptrs)
     if workspace is not None:
@@ -379,18 +500,28 @@ def _shim_header(work: Path) -> str | None:
     return name if header.exists() else None
 
 
-def _build(src: str) -> ctypes.CDLL:
-    key = hashlib.sha256(src.encode()).hexdigest()[:16]
+def _work_dir() -> Path:
     work = Path(tempfile.gettempdir()) / "ca_emulator"
     work.mkdir(exist_ok=True)
+    return work
+
+
+def _build(src: str) -> ctypes.CDLL:
+    key = _key(src)
+    work = _work_dir()
     lib = work / f"k{key}.so"
     if not lib.exists():
         header = _shim_header(work) if src.startswith(SHIM) else None
-        cpp = work / f"k{key}.cpp"
+        # written aside, per process and thread: another worker or thread may build the same
+        # one (two threads of a test compiling at once met here over the runtime)
+        tag = f"{os.getpid()}-{threading.get_ident()}"
+        cpp, tmp = work / f".k{key}-{tag}.cpp", work / f".k{key}-{tag}.so"
         cpp.write_text(f'#include "{header}"\n' + src[len(SHIM):] if header else src)
-        tmp = work / f".k{key}-{os.getpid()}.so"  # (another worker may build the same one)
-        subprocess.run([*GXX, "-shared", "-o", str(tmp), str(cpp)], check=True,
-                       capture_output=True, text=True)
+        try:
+            subprocess.run([*GXX, "-shared", "-o", str(tmp), str(cpp)], check=True,
+                           capture_output=True, text=True)
+        finally:
+            os.replace(cpp, work / f"k{key}.cpp")  # kept beside the library, to read
         os.replace(tmp, lib)
     return ctypes.CDLL(str(lib))
 

@@ -18,6 +18,10 @@ from cuda_agent.bench import RUN_FIELDS, BenchResult, BenchSettings, Run, merge
 from cuda_agent.errors import SettingsError
 from cuda_agent.space.slots import Config
 
+# one worker runs the module's tests (`--dist loadgroup`, pyproject), so its module fixtures
+# (`live_run`) are built once, not once per worker
+pytestmark = pytest.mark.xdist_group("test_bench_live")
+
 pytest.importorskip("kernel_tuner")
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -510,29 +514,42 @@ def _speed(c: Config) -> dict:
 
 @pytest.mark.parametrize("strategy", ["genetic_algorithm", "random_sample"])
 def test_kernel_tuner_in_its_own_process_searches_as_it_does_here(strategy):
-    """run_live_isolated: the same seed asks for the same configurations in the same order as
-    Kernel Tuner run in this process (its seeding and swapped classes are its own there), and
-    every measurement is made here, by the caller's function."""
+    """The ask/tell adapter: Kernel Tuner on a thread and in a process of its own ask for the
+    same configurations in the same order as `run_live` called directly (its seeding and
+    swapped classes are its own there), and every measurement is made by the search loop."""
     from cuda_agent.search import kernel_tuner_sim
+    from cuda_agent.search.kernel_tuner_ask import KernelTunerProposer
+    from engine_loop import loop
 
     here: list[Config] = []
-    there: list[Config] = []
     a = kernel_tuner_sim.run_live(_configs(), strategy, 12, 3,
                                   lambda cs: (here.extend(cs), [_speed(c) for c in cs])[1])
-    b = kernel_tuner_sim.run_live_isolated(
-        _configs(), strategy, 12, 3, lambda cs: (there.extend(cs), [_speed(c) for c in cs])[1])
-    assert a == b and here == there and len(b) > 0
+    for isolated in (False, True):
+        proposer = KernelTunerProposer(_configs(), strategy, 12, 3, isolated=isolated)
+        engine, _ = loop(proposer, lambda c: _speed(c)["time_ms"], budget=12)
+        ended = proposer.close()
+        assert ended is not None
+        order, error = ended
+        assert error is None and [t.config for t in engine.measured] == here
+        assert [c for c, _ in order] == [c for c, _ in a]
+        assert [r["time_ms"] for _, r in order] == [r["time_ms"] for _, r in a]
 
 
-def test_an_error_of_the_measuring_side_ends_kernel_tuners_process_and_is_raised():
+@pytest.mark.parametrize("isolated", [False, True])
+def test_an_error_of_the_measuring_side_ends_kernel_tuner_and_is_raised(isolated):
     from cuda_agent.errors import DeviceError
-    from cuda_agent.search import kernel_tuner_sim
+    from cuda_agent.search.kernel_tuner_ask import KernelTunerProposer
+    from engine_loop import loop
 
-    def broken(cs: list[Config]) -> list[dict]:
+    def broken(c: Config) -> float:
         raise DeviceError("the GPU worker could not start")
 
+    proposer = KernelTunerProposer(_configs(), "random_sample", 5, 0, isolated=isolated)
     with pytest.raises(DeviceError, match="could not start"):
-        kernel_tuner_sim.run_live_isolated(_configs(), "random_sample", 5, 0, broken)
+        loop(proposer, broken, budget=5)
+    assert proposer.close() is None  # abandoned where it waited, and ended
+    if not isolated:
+        assert not proposer.driver.thread.is_alive()
 
 
 def test_parallel_strategy_runs_measure_one_at_a_time_and_match_a_sequential_run(

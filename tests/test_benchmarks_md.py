@@ -32,10 +32,12 @@ def test_the_committed_results_make_a_short_page_the_same_twice_and_the_one_comm
     assert first.text.count("\n") <= bm.MAX_LINES
     heads = re.findall(r"^## (.*)$", first.text, flags=re.M)
     assert [h.split(":")[0] for h in heads] == [
-        "Summary", "Realistic suite", "cuda-agent against the peers, live", "Learning",
-        "Learning", "Simulator", "GPU facts", "How to reproduce"]
+        "Summary", "Realistic suite", "Whole models", "Convolution chains, tuned as a user runs "
+        "`tune`", "cuda-agent against the peers, live", "Learning", "Learning",
+        "Hardware counters and the agents' auxiliary terms", "Simulator", "GPU facts",
+        "How to reproduce"]
     assert not any("issue" in h for h in heads), "no issue numbers as section keys"
-    assert "(simulated)" in heads[5] and "(replay)" in heads[4]
+    assert "(simulated)" in heads[8] and "(replay)" in heads[6]
     assert set(first.images) == {"realistic-speedup.png", "peers-evals.png", "sim-spearman.png",
                                  "learning-best-after.png"}
     assert all(len(png) < 100_000 for png in first.images.values())
@@ -181,6 +183,39 @@ def test_a_family_without_results_is_said_not_invented(tmp_path):
         assert missing in text
 
 
+def test_the_whole_models_section_reads_its_results_files(tmp_path):
+    """Not measured yet without a file; with one, its figures (a later file's row wins), every
+    model a row, the page within its length."""
+    from benchmarks import whole_models as wm
+
+    sets = fake_results(tmp_path)
+    text = bm.page(tmp_path, sets, plots=False).text
+    assert "Not measured yet: no GPU results file of the" in section(text, "Whole models")
+    models = wm.all_models()
+    rows = [{"problem": m, "status": "ok", "gpu": "NVIDIA H999", "eager_ms": 2.0,
+             "compile_ms": 1.0, "new_ms": 1.0, "speedup_vs_eager": 2.0,
+             "speedup_vs_compile": 1.0, "eager_in_tuned": 0.9, "eager_in_generated": 0.5,
+             "regions": 3, "kernel_regions": 2, "generated_regions": 2,
+             "eager_graph_ms": 1.5, "new_graph_ms": 0.5} for m in models]
+    _json(tmp_path / br.RESULTS / "2031-01-10-h999-models" / "models.json",
+          {"gpu": "NVIDIA H999", "date": "2031-01-10", "rows": rows})
+    later = dict(rows[0], status="wrong", message="seed 1: off", problem=models[0])
+    _json(tmp_path / br.RESULTS / "2031-01-11-h999-models" / "models.json",
+          {"gpu": "NVIDIA H999", "date": "2031-01-11", "rows": [later]})
+    text = bm.page(tmp_path, sets, plots=False).text
+    assert text.count("\n") <= bm.MAX_LINES
+    summary = " ".join(section(text, "Summary").split())
+    n = len(models)
+    assert f"{n} of {n}; **{n - 1} ok, 1 wrong** | live | H999 | 2031-01-10, 2031-01-11 |" \
+        in summary
+    assert "**1.00x** / 2.00x; **90 %** / 50 %" in summary
+    body = section(text, "Whole models")
+    assert f"| {models[1]} | ok | 2/2/3 | 2.000 | 1.000 | 1.000 | 2.00x | 1.00x | " \
+           "1.500 / 0.500 | 90 % | 50 % |" in body
+    assert f"| {models[0]} | wrong: seed 1: off |" in body
+    assert "Not measured yet" not in body
+
+
 def test_a_malformed_results_file_is_one_line_naming_it_and_nothing_is_written(tmp_path,
                                                                                capsys):
     fake_results(tmp_path)
@@ -198,3 +233,34 @@ def test_a_listed_live_merge_that_is_missing_is_named(tmp_path):
     fake_results(tmp_path)
     with pytest.raises(br.ResultsError, match="2031-01-04-gone/bench.json: no such results"):
         bm.page(tmp_path, br.LiveSets(("2031-01-04-gone",), (), ()), plots=False)
+
+
+def test_convolution_chains_and_counters_sections_read_their_files(tmp_path):
+    """The chains' rows (a later file's row of a problem wins) with the share faster than
+    torch.compile and the geomean; the counters' per-agent terms over the profiled records."""
+    res = tmp_path / "benchmarks" / "results"
+    for folder, rows in (("2031-01-01-h998-conv-chains", [("a", 2.0, 1.0), ("b", 2.0, 1.0)]),
+                         ("2031-01-02-h998-conv-chains", [("a", 1.0, 4.0)])):
+        (res / folder).mkdir(parents=True)
+        (res / folder / "conv_chains.json").write_text(json.dumps({
+            "gpu": "NVIDIA H998", "date": folder[:10], "problems": 31,
+            "settings": {"time_limit_s": 120.0},
+            "rows": [{"problem": p, "status": "ok", "new_ms": new, "compile_ms": comp,
+                      "eager_ms": 3.0, "won_by": "library route", "evals": 64,
+                      "finished": folder[:10]} for p, new, comp in rows]}))
+    (res / "2031-01-03-h998-counters").mkdir()
+    rec = [{"counters": {"profiled": True}, "aux": {"config": c, "memory": 0.5, "compute": -0.5,
+                                                     "reduction": 0.0}} for c in (0.1, 0.3, 0.2)]
+    (res / "2031-01-03-h998-counters" / "counters.json").write_text(json.dumps({
+        "date": "2031-01-03", "gpu": "NVIDIA H998", "ncu": "Version 1.0 (build 1)",
+        "problems": ["p"], "profile_every": 4, "measurements": 12, "profile_errors": [],
+        "dropped_metrics": [], "records": rec + [{"counters": {}, "aux": {}}]}))
+    mods = br.scripts()
+    cc = br.conv_chains(tmp_path)
+    assert [r["problem"] for r in cc["rows"]] == ["a", "b"] and cc["rows"][0]["new_ms"] == 1.0
+    text = "\n".join(bm.conv_chain_lines(cc, mods))
+    assert "**1 of 2**, geomean **1.41x**" in text and "29 chains are not measured" in text
+    assert "| a | 1.00 | 3.00 | 4.00 | 4.00x | library route | 64 |" in text
+    text = "\n".join(bm.counter_lines(br.counters(tmp_path)))
+    assert "profiled 3 of 12 measurements" in text and "| config | +0.10 | +0.20 | +0.30 |" in text
+    assert "no hardware counters recorded" in "\n".join(bm.counter_lines(None)).lower()

@@ -21,6 +21,10 @@ from helpers import BAD, GOOD, write_problem
 from cuda_agent.problem import load_problem
 from cuda_agent.runner.replay import read_sweep
 
+# one worker runs the module's tests (`--dist loadgroup`, pyproject), so its module fixtures
+# (`error_runs`, `sim_softmax`, `swept`: CLI processes) are built once, not once per worker
+pytestmark = pytest.mark.xdist_group("test_cli")
+
 CLI = shutil.which("cuda-agent") or str(Path(sys.executable).with_name("cuda-agent"))
 
 

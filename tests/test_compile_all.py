@@ -31,6 +31,10 @@ from cuda_agent.space.slots import ABSENT, Config, Target
 from cuda_agent.space.space import SCOPE_SLOT, Space
 from cuda_agent.space.templates import TEMPLATES
 
+# one worker runs the module's tests (`--dist loadgroup`, pyproject), so its module fixtures
+# (`nvrtc_builds`, and the spaces `space_of` keeps) are built once, not once per worker
+pytestmark = pytest.mark.xdist_group("test_compile_all")
+
 SAMPLE = int(os.environ.get("CUDA_AGENT_COMPILE_SAMPLE", "100"))
 FAST_SAMPLE = 10
 NVCC_SAMPLE = 5
@@ -176,9 +180,8 @@ def build_all(pairs, n: int | None, tmp, backend: str = "nvrtc") -> dict:
 
 
 class PairBuilds:
-    """Each (problem, template) pair's sample, built when a test first asks for it: parallel
-    test workers share the pairs out instead of each building every pair, through one
-    compile pool per worker (renewed every CHUNK sources, as `build_all` does)."""
+    """Each (problem, template) pair's sample, built when a test first asks for it, through
+    one compile pool (renewed every CHUNK sources, as `build_all` does)."""
 
     def __init__(self, tmp) -> None:
         self.tmp, self.done, self.builder, self.used = tmp, {}, None, 0

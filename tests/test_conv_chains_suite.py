@@ -22,6 +22,10 @@ from benchmarks import realistic_suite
 from cuda_agent.errors import UnsupportedError
 from cuda_agent.problem import load_problem
 
+# one worker runs the module's tests (`--dist loadgroup`, pyproject), so its module fixtures
+# (`modules`) are built once, not once per worker
+pytestmark = pytest.mark.xdist_group("test_conv_chains_suite")
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 

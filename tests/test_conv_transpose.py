@@ -159,6 +159,7 @@ def test_generated_conv_transpose_matches_torch(name):
                  lambda c: c["memory.stages"] == 2):
         some = [c for c in small if pred(c)]
         picked += rng.sample(some, 1) if some else []
+    cpu_exec.prebuild([(sp.render(c), len(by_index)) for c in picked])
     for cfg in picked:
         err = cpu_exec.max_rel_error(sp.render(cfg), by_index, want)
         assert err < 1e-5, (cfg.short(), err)
@@ -195,15 +196,20 @@ def test_library_transposed_conv_with_generated_epilogue_matches_torch():
 def test_tune_a_fused_transposed_conv_on_sim(tmp_path):
     import cuda_agent
     from cuda_agent.problem import load_problem
+    from cuda_agent.tuner import library_twins
 
     r = cuda_agent.tune(ROOT / "benchmarks/problems/fused_conv_transpose2d_relu_bias.py",
                         out=tmp_path / "o", device="sim", budget=8, store=":memory:",
                         strategy="random")
     assert r.simulated and r.best is not None
-    # every template's default is measured first (a generated GEMM and the library product)
+    # every template's default is measured first (a generated GEMM and the library product,
+    # the library's in each of cuDNN's layouts: `library_twins`)
     sp = Space.for_plan(make_plan(load_problem(
         ROOT / "benchmarks/problems/fused_conv_transpose2d_relu_bias.py").graph()), Target())
-    first = r.trials[:len(sp.templates)]
+    lib = next(c for c in sp.template_defaults(fallback=True) if sp.template_of(c).name == "lib")
+    twins = library_twins(sp, lib)
+    assert twins, "the library product has a channels-last twin"
+    first = r.trials[:len(sp.templates) + len(twins)]
     assert {t.template for t in first} == {t.name for t in sp.templates} >= {"gemm", "lib"}
     src = (tmp_path / "o" / "kernel.cu").read_text()
     assert ("ca_lib_epilogue" if r.best.template == "lib" else "ca_gemm") in src

@@ -303,6 +303,7 @@ def test_phased_kernels_match_torch(name):
     plan, by_index, want = case_run(name, 5)
     sp = Space.for_plan(plan, Target())
     picked = _phase_configs(sp, "gemm_tc", name, 2) + _phase_configs(sp, "gemm", name, 1)
+    cpu_exec.prebuild([(sp.render(c), len(by_index)) for c in picked])
     for cfg in picked:
         r = sp.render(cfg)
         assert r.fact("tconv") == "phase" and "% " + str(plan.info.b_gather.stride[-1]) + \

@@ -126,13 +126,13 @@ def test_each_agent_is_credited_from_its_own_counters():
 
 
 RECORDED = sorted((Path(__file__).resolve().parents[1] / "benchmarks/results").glob(
-    "*-h200-counters/counters.json"))
+    "*-counters/counters.json"))
 
 
 @pytest.mark.skipif(not RECORDED, reason="no hardware counters recorded on the GPU yet "
                     "(benchmarks/counters_gpu.py)")
 def test_recorded_gpu_counters_give_bounded_per_agent_terms():
-    """Counters Nsight Compute recorded on the H200 during a short training run: every
+    """Counters Nsight Compute recorded on a GPU during a short training run: every
     profiled candidate has each agent's metrics, and each agent's term is bounded."""
     data = json.loads(RECORDED[-1].read_text())
     profiled = [r for r in data["records"] if r["counters"].get("profiled")]

@@ -18,6 +18,10 @@ from cuda_agent.ir.planning import make_plan
 from cuda_agent.space.slots import Target
 from cuda_agent.space.space import Space
 
+# one worker runs the module's tests (`--dist loadgroup`, pyproject), so its module fixtures
+# (`emulated`) are built once, not once per worker
+pytestmark = pytest.mark.xdist_group("test_dwconv")
+
 TARGET = Target()
 
 

@@ -178,6 +178,7 @@ def test_generated_gemm_matches_torch(name):
                  lambda c: c["memory.stages"] == 4 and c["memory.vec_a"] == 1):
         some = [c for c in small if pred(c)]
         picked += rng.sample(some, 1) if some else []
+    cpu_exec.prebuild([(sp.render(c), len(plan.operands)) for c in picked])
     for cfg in picked:
         err = cpu_exec.max_rel_error(sp.render(cfg), [xs[k].numpy() for k in plan.operands],
                                      want)
@@ -296,6 +297,7 @@ def test_generated_conv_matches_torch(name):
     picked = [sp.default()] + rng.sample(small, 2)
     split = [c for c in small if c["reduction.split"] > 1]
     picked += rng.sample(split, 1) if split else []
+    cpu_exec.prebuild([(sp.render(c), len(by_index)) for c in picked])
     for cfg in picked:
         err = cpu_exec.max_rel_error(sp.render(cfg), by_index, want)
         assert err < 1e-5, (cfg.short(), err)
@@ -481,6 +483,7 @@ def test_generated_tensor_core_gemm_matches_torch(name):
         some = [c for c in tc if pred(c) and c["config.bm"] * c["config.bn"] <= 128 * 128]
         picked += rng.sample(some, 1) if some else []
     assert len(picked) >= 3
+    cpu_exec.prebuild([(sp.render(c), len(plan.operands)) for c in picked])
     for cfg in picked:
         err = cpu_exec.max_rel_error(sp.render(cfg), [xs[k].numpy() for k in plan.operands],
                                      want)
@@ -538,6 +541,7 @@ def test_tensor_core_conv_matches_torch(name):
     split = [c for c in tc if c["reduction.split"] > 1]
     picked += rng.sample(split, 1) if split else []
     assert picked
+    cpu_exec.prebuild([(sp.render(c), len(by_index)) for c in picked])
     for cfg in picked:
         err = cpu_exec.max_rel_error(sp.render(cfg), by_index, want)
         assert err < 1e-5, (cfg.short(), err)

@@ -23,6 +23,10 @@ from cuda_agent.problem import load_problem
 from cuda_agent.space.slots import Target
 from cuda_agent.space.space import Space
 
+# one worker runs the module's tests (`--dist loadgroup`, pyproject), so its module fixtures
+# (`emulated`) are built once, not once per worker
+pytestmark = pytest.mark.xdist_group("test_pool")
+
 ROOT = Path(__file__).resolve().parents[1]
 POOL_PROBLEMS = sorted((ROOT / "benchmarks" / "problems").glob("pool_*.py"))
 TARGET = Target()

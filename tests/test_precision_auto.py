@@ -159,7 +159,11 @@ def test_a_program_measures_the_library_route_right_after_its_untuned_default(st
     assert isinstance(r.plan, ProgramPlan), "a program of stages"
     assert not r.trials[0].library  # the untuned default
     assert r.trials[1].library  # the library floor next
-    assert sum(t.library for t in r.trials[:3]) == 1 or strategy == "random"
+    # then the same floor in cuDNN's other layout, which no model ranks
+    assert r.trials[2].library and r.trials[1].config != r.trials[2].config
+    layouts = {t.config["memory.layout"] for t in r.trials[1:3]}
+    assert layouts == {"as_given", "channels_last"}
+    assert sum(t.library for t in r.trials[:4]) == 2 or strategy == "random"
 
 
 def test_a_single_kernel_measures_its_library_route_first_among_the_template_picks():
@@ -170,7 +174,8 @@ def test_a_single_kernel_measures_its_library_route_first_among_the_template_pic
     from cuda_agent.ir.partition import ProgramPlan
 
     assert not isinstance(r.plan, ProgramPlan)
-    assert not r.trials[0].library and r.trials[1].library
+    assert not r.trials[0].library and r.trials[1].library and r.trials[2].library
+    assert {t.config["memory.layout"] for t in r.trials[1:3]} == {"as_given", "channels_last"}
 
 
 def test_the_report_leads_with_the_verdict_against_torch_compile(tmp_path):

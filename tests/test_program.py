@@ -117,14 +117,18 @@ def test_composed_program_matches_torch(name):
             <= 64 * 64)]
 
     fixed = [small_generated(sp)[0] for sp in spaces]
+    runs = []
     for stage in range(len(spaces)):
         space = StageSpace.of(plan, stage, spaces, fixed)
         small = small_generated(space)
-        for cfg in [fixed[stage]] + rng.sample(small, min(2, len(small))):
-            r = space.render(cfg)
-            assert all(L.args is not None for L in r.launches)
-            err = cpu_exec.max_rel_error(r, _inputs_for(plan, model, x), want)
-            assert err < 1e-4, (stage, cfg.short(), err)
+        runs += [(stage, cfg, space.render(cfg))
+                 for cfg in [fixed[stage]] + rng.sample(small, min(2, len(small)))]
+    inputs = _inputs_for(plan, model, x)
+    cpu_exec.prebuild([(r, len(inputs)) for _, _, r in runs])
+    for stage, cfg, r in runs:
+        assert all(L.args is not None for L in r.launches)
+        err = cpu_exec.max_rel_error(r, _inputs_for(plan, model, x), want)
+        assert err < 1e-4, (stage, cfg.short(), err)
 
 
 def test_stage_candidates_differ_by_key_and_keep_the_library_step():
@@ -314,9 +318,9 @@ def test_a_program_s_first_stage_is_searched_with_the_later_ones_at_the_model_pi
     and normalisation passes left at defaults the model rates 2.5-9x slower)."""
     from cuda_agent.search import make_strategy
     from cuda_agent.search.prior_rank import model_pick
-    from cuda_agent.tuner import library_pick
+    from cuda_agent.tuner import library_pick, library_twins
 
-    tuner = _program_tuner(tmp_path, "prior")
+    tuner = _program_tuner(tmp_path, "prior", budget=10)
     try:
         res = tuner.run()
         defaults = [sp.default() for sp in tuner.stages]
@@ -326,15 +330,18 @@ def test_a_program_s_first_stage_is_searched_with_the_later_ones_at_the_model_pi
         probe = make_strategy("prior", tuner.stages[0])
         floor = [library_pick(probe, sp) or p for sp, p in zip(tuner.stages, picks)]
         assert floor[0] != picks[0] and floor[1:] == picks[1:]
+        # and the same floor in cuDNN's other layout (channels-last), which no model ranks
+        (twin,) = library_twins(tuner.stages[0], floor[0])
+        assert twin["memory.layout"] != floor[0]["memory.layout"]
         keys = [t.measurement.key for t in res.trials]
-        assert keys[:3] == [_program_key(tuner, defaults), _program_key(tuner, floor),
-                            _program_key(tuner, picks)]
-        assert res.trials[1].library and not res.trials[2].library
-        assert res.trials[2].measurement.time_ms < res.trials[0].measurement.time_ms
-        stage0 = [t for t in res.trials[3:] if t.stage == 0]
+        assert keys[:4] == [_program_key(tuner, defaults), _program_key(tuner, floor),
+                            _program_key(tuner, [twin] + floor[1:]), _program_key(tuner, picks)]
+        assert res.trials[1].library and res.trials[2].library and not res.trials[3].library
+        assert res.trials[3].measurement.time_ms < res.trials[0].measurement.time_ms
+        stage0 = [t for t in res.trials[4:] if t.stage == 0]
         assert stage0 and all(t.measurement.key == _program_key(tuner, picks, t.config)
                               for t in stage0)
-        assert len(res.trials) == 8 and len(set(keys)) == 8
+        assert len(res.trials) == 10 and len(set(keys)) == 10
     finally:
         tuner.close()
 
@@ -364,17 +371,17 @@ def test_a_failing_pick_program_leaves_the_search_at_the_defaults(tmp_path, monk
 
     def evaluate(self, cand, best_ms=None):
         calls.append(cand.key)
-        if len(calls) in (2, 3):  # the library floor's program, then the picks'
+        if len(calls) in (2, 3, 4):  # the library floor's programs (two layouts), the picks'
             return Measurement.failure(cand.key, "sim", "wrong", "off by one")
         return real(self, cand, best_ms)
 
     monkeypatch.setattr(SimDevice, "evaluate", evaluate)
-    tuner = _program_tuner(tmp_path, "prior")
+    tuner = _program_tuner(tmp_path, "prior", budget=10)
     try:
         res = tuner.run()
         defaults = [sp.default() for sp in tuner.stages]
-        assert not res.trials[1].measurement.ok and not res.trials[2].measurement.ok
-        stage0 = [t for t in res.trials[3:] if t.stage == 0]
+        assert not any(t.measurement.ok for t in res.trials[1:4])
+        stage0 = [t for t in res.trials[4:] if t.stage == 0]
         assert stage0 and all(t.measurement.key == _program_key(tuner, defaults, t.config)
                               for t in stage0)
         assert res.best is not None and res.best.measurement.ok

@@ -14,6 +14,10 @@ import torch.nn as nn
 from benchmarks import realistic_suite
 from cuda_agent.problem import load_problem
 
+# one worker runs the module's tests (`--dist loadgroup`, pyproject), so its module fixtures
+# (`measured`) are built once, not once per worker
+pytestmark = pytest.mark.xdist_group("test_realistic_suite")
+
 ROOT = Path(__file__).resolve().parents[1]
 
 GIB = 1 << 30

@@ -347,6 +347,30 @@ def test_time_limit_holds_across_regions(tmp_path):
     assert (tmp_path / "out" / "model_new.py").exists()
 
 
+def test_one_device_serves_every_region(tmp_path, monkeypatch):
+    """The regions are measured on one device (on a GPU, one worker: a worker each cost
+    seconds per region of the limit they share)."""
+    import cuda_agent.tuner as tuner
+    from cuda_agent.regions.tune import tune_model
+
+    opened, open_device = [], tuner.open_device
+
+    def counted(*args, **kwargs):
+        opened.append(open_device(*args, **kwargs))
+        return opened[-1]
+    monkeypatch.setattr(tuner, "open_device", counted)
+    path = tmp_path / "two_regions.py"
+    path.write_text(TWO_REGIONS.replace("1024", "32").replace("2048", "64").replace(
+        "4096", "16"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = tune_model(path, tmp_path / "out", device="sim", budget=2, store=":memory:",
+                            time_limit_s=None)
+    devices = [result.outcomes[r.index].result.device for r in result.split.kernels()]
+    assert len(devices) == 2 and len(opened) == 1
+    assert all(d is opened[0] for d in devices)
+
+
 def test_budget_shares_by_expected_time():
     from cuda_agent.regions import budget
     from cuda_agent.regions.split import Region

@@ -66,6 +66,7 @@ def test_cluster_rows_match_torch(name, shape):
     x = torch.randn(*shape)
     x[0, shape[1] - 1] = 40.0  # a row's extreme in the last block's segment
     want = f(x.double()).float().numpy()
+    cpu_exec.prebuild([(space.render(c), 1) for c in cfgs])
     for cfg in cfgs:
         rendered = space.render(cfg)
         assert rendered.launches[0].cluster == cfg.get("config.cluster")
@@ -106,6 +107,7 @@ def test_cluster_channels_match_torch(name, shape):
     x[-1, 0, -1] = 30.0  # an extreme in the last block's share
     want = f(x.double()).float().numpy().reshape(plan.out_shape)
     ops = [x.reshape(plan.operand_shapes[k]).numpy() for k in plan.operands]
+    cpu_exec.prebuild([(space.render(c), len(ops)) for c in picked[:8]])
     for cfg in picked[:8]:
         rendered = space.render(cfg)
         got = cpu_exec.run(rendered, ops, tuple(plan.out_shape))

@@ -68,6 +68,7 @@ def test_welford_kernels_match_torch(name, shape):
     picked += rng.sample(clustered, min(3, len(clustered)))
     # a mean 300 times the spread: a plain fp32 sum of the row (the manual normalize's
     # second mean) is then off by ~1e-5 of the spread; E[x^2] - E[x]^2 would be off entirely
+    cpu_exec.prebuild([(sp.render(c), 1) for c in picked])
     for offset in (0.0, 300.0):
         x = torch.randn(*shape) + offset
         want = f(x.double()).float().numpy()
@@ -105,6 +106,8 @@ def test_row_operands_keep_their_names_beside_the_welford_sums():
     xs = [torch.randn(*s) for s in shapes]
     want = ROW_SCALED(*[x.double() for x in xs]).float().numpy()
     ops = [xs[k].reshape(plan.operand_shapes[k]).numpy() for k in plan.operands]
-    for cfg in random.Random(7).sample(online, 4):
+    picked = random.Random(7).sample(online, 4)
+    cpu_exec.prebuild([(sp.render(c), len(ops)) for c in picked])
+    for cfg in picked:
         err = cpu_exec.max_rel_error(sp.render(cfg), ops, want)
         assert err < 1e-4, (cfg.short(), err)

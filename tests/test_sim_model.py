@@ -20,6 +20,10 @@ from cuda_agent.costmodel.model import COUNTER_KEYS, SimConstants, SimResult, si
 from cuda_agent.space.slots import Config, Launch, Rendered, Target
 from cuda_agent.space.space import Space
 
+# one worker runs the module's tests (`--dist loadgroup`, pyproject), so its module fixtures
+# (the problems it tunes) are built once, not once per worker
+pytestmark = pytest.mark.xdist_group("test_sim_model")
+
 TARGET = Target()
 GIB = 1 << 30
 

@@ -34,6 +34,10 @@ from cuda_agent.runner.worker import ProblemState
 from cuda_agent.space.program import compose, stage_spaces, state_updates
 from cuda_agent.space.slots import Target
 
+# one worker runs the module's tests (`--dist loadgroup`, pyproject), so its module fixtures
+# (`emitted_bn`) are built once, not once per worker
+pytestmark = pytest.mark.xdist_group("test_train_mode")
+
 
 class ConvBN(nn.Module):
     def __init__(self, cin: int = 3, cout: int = 6) -> None:
@@ -451,9 +455,10 @@ def _worker_state(tmp_path, conformance: bool):
     st.updates = state_updates(st.plan)
     st.mutable = {"bn.running_mean", "bn.running_var", "bn.num_batches_tracked"}
     for name in ("_split", "_reference_run", "_reference_state", "reference", "run_candidate",
-                 "check_state", "kernel_inputs"):
+                 "check_state", "kernel_inputs", "_witness_state_slack"):
         setattr(st, name, getattr(ProblemState, name).__get__(st))
     settings = VerifySettings(tolerance=KERNELBENCH if conformance else None)
+    st.verify_settings, st.precision = settings, settings.precision
     return st, settings
 
 

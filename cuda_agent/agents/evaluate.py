@@ -15,7 +15,7 @@ from .. import metrics
 from ..problem import load_problem
 from ..runner.devices import Device
 from ..store import Store
-from ..tuner import Tuner, TuneSettings
+from ..tuner import Tuner, TuneSettings, search_space
 from . import checkpoint
 from .policy import MultiAgentPolicy
 from .strategy import LOCAL_SHARE, PRIOR_WEIGHT, RANKED_FIRST
@@ -101,12 +101,11 @@ def compare(problems: list[Path], contenders: list[Contender], device: Device,
     """For each held-out problem and contender: evals to 95 % of the recorded best, per seed."""
     out = EvalResult()
     for path in problems:
-        tuner = Tuner(load_problem(path), TuneSettings(device=device.kind, strategy="random",
-                                                     baselines=False),
-                      device=device, store=Store(":memory:"))
+        # the space as a tuner reads it (on replay: the recorded sweep's, which also gives
+        # the recorded best)
+        size = len(search_space(load_problem(path), device,
+                                TuneSettings(device=device.kind, baselines=False)))
         best = device.best_recorded_ms() if hasattr(device, "best_recorded_ms") else None
-        size = len(tuner.space)
-        tuner.close()
         if best is None:
             continue
         for c in contenders:

@@ -30,6 +30,7 @@ from ..errors import DeviceError, SettingsError, UnsupportedError
 from ..example_data import example_suite
 from ..problem_child import LoadLimits, load_problem_bounded
 from ..runner.devices import Device
+from ..search.stop import StopRule
 from ..space.slots import AGENTS
 from ..store import Store
 from ..settings import RunSettings, with_run_fields
@@ -46,7 +47,7 @@ from .vocab import SpaceIndex
 
 TRAIN_RUN = RunSettings(strategy="random", baselines=False, profile_every=4, time_limit_s=None)
 """training's run settings unless told otherwise: the operators' measurers ask no strategy
-(the episodes propose: `Tuner.measure`) and time no baselines; Nsight Compute every 4th
+(the episodes propose: `EpisodeProposer`) and time no baselines; Nsight Compute every 4th
 candidate on cuda; no time limit"""
 
 
@@ -173,7 +174,7 @@ def training_device(settings: TrainSettings, notify: Callable[[str], None]) -> D
 
 def operator_tuner(path: Path, settings: TrainSettings, device: Device, store: Store,
                    builder: Builder | None, notify: Callable[[str], None]) -> Tuner:
-    """One problem of the suite, loaded for episodes: measured through `Tuner.measure` (the
+    """One problem of the suite, loaded for episodes: searched through `Tuner.engine` (the
     episodes propose, no strategy asks)."""
     run = settings.run  # its import limits (its time limit is the whole training's)
     limits = LoadLimits.of(run.import_timeout_s, None, run.import_memory_bytes)
@@ -191,10 +192,46 @@ def temperatures(settings: TrainSettings, groups: list[str], episode_seed: int,
     return {g: settings.explore_temperature if i == k else 1.0 for i, g in enumerate(groups)}
 
 
+class EpisodeProposer:
+    """A training episode as the search loop's proposer (`search.engine.Proposer`): each ask
+    is a step of `settings.batch` joint actions at the temperatures targeted exploration sets
+    (`temperatures`), each tell the step's observation (its rewards and transitions); done
+    after `settings.steps` steps. Asked after each tell: every step samples from what the last
+    one observed."""
+
+    adaptive = True
+    ask_in_background = False
+
+    def __init__(self, ep: Episode, settings: TrainSettings, seed: int) -> None:
+        self.ep = ep
+        self.settings = settings
+        self.seed = seed
+        self.groups = list(ep.policy.groups)
+        self.seen: set = set()
+        self.steps = 0
+
+    @property
+    def done(self) -> bool:
+        return self.steps >= self.settings.steps
+
+    def ask(self, n: int, clock: str = "strategy_s") -> list:
+        temp = temperatures(self.settings, self.groups, self.seed,
+                            self.ep.state.since_improvement)
+        configs = self.ep.propose(self.settings.batch, self.seen, temp)
+        self.seen.update(configs)
+        self.steps += 1
+        return configs
+
+    def tell(self, results: list) -> None:
+        self.ep.observe(results)
+
+
 def run_episode(policy_state: dict[str, Any], policy_meta: dict[str, Any], op: Operator,
                 settings: TrainSettings, episode_id: int, version: int, seed: int
                 ) -> dict[str, Any]:
-    """One sampler job: a fresh copy of the published policy refines one operator."""
+    """One sampler job: a fresh copy of the published policy refines one operator, through
+    the search loop (`Tuner.engine`: measured on the operator's device, kept in its store);
+    only Ctrl-C stops an episode early (its steps are its budget)."""
     policy = MultiAgentPolicy(policy_meta["mode"], policy_meta["hidden"])
     policy.load_state_dict(policy_state)
     rng = np.random.default_rng(seed)
@@ -202,16 +239,8 @@ def run_episode(policy_state: dict[str, Any], policy_meta: dict[str, Any], op: O
                  episode_id, version, op.index, prior_weight=settings.prior_weight,
                  prior_constants=settings.sim_constants)
     ep.prior = op.prior
-    seen: set = set()
-    groups = list(policy.groups)
-    for _ in range(settings.steps):
-        temp = temperatures(settings, groups, seed, ep.state.since_improvement)
-        configs = ep.propose(settings.batch, seen, temp)
-        if not configs:
-            break
-        seen.update(configs)
-        trials = op.tuner.measure(configs, ep.state.best_ms)
-        ep.observe([(t.config, t.measurement) for t in trials])
+    op.tuner.engine(EpisodeProposer(ep, settings, seed), StopRule(), batch=settings.batch,
+                    best_ms=lambda: ep.state.best_ms).run()
     if op.prior is None and ep.prior is not None and len(op.index.configs) <= POOL:
         op.prior = ep.prior  # a pooled prior depends on the policy's scores: not kept
     return {"operator": op.name, "transitions": ep.buffer.transitions, "curve": ep.curve,

@@ -23,8 +23,9 @@ from ..errors import CudaAgentError, SettingsError
 from ..tempfiles import write_atomic
 from . import benchmarks_plots as bp
 from . import learning_metric as lm
-from .benchmarks_results import (RESULTS, LiveSets, ResultsError, gpu_facts, joined, learning,
-                                 live, realistic, repo_root, scripts, short_gpu, simulator)
+from .benchmarks_results import (RESULTS, LiveSets, ResultsError, conv_chains, counters,
+                                 gpu_facts, joined, learning, live, models, realistic,
+                                 repo_root, scripts, short_gpu, simulator)
 from .learning_metric import curves
 
 OUT = "BENCHMARKS.md"
@@ -90,7 +91,7 @@ def span(dates: list[str]) -> str:
 
 
 def summary(rl: dict | None, lv: dict | None, ln: dict | None, sim: dict | None,
-            facts: dict) -> list[str]:
+            facts: dict, wm: dict | None = None, cc: dict | None = None) -> list[str]:
     """The headline figures a user weighs, each with how it was measured, its GPU, date and
     results file."""
     rows: list[tuple[str, str, str, str, str, str]] = []
@@ -122,6 +123,25 @@ def summary(rl: dict | None, lv: dict | None, ln: dict | None, sim: dict | None,
                          "live", joined(sorted({short_gpu(d.get("gpu")) for d in cdocs})),
                          joined(sorted({str(d.get("date")) for d in cdocs})),
                          code_list(rl["column_files"][p])))
+    if cc and cc["rows"]:
+        rs = scripts()["realistic_section"]
+        speed = [v for v in (rs.vs_compile(r) for r in cc["rows"]) if v is not None]
+        rows.append((
+            "Convolution chains (`tune --time-limit "
+            f"{g(cc['settings'].get('time_limit_s'))}`, no other flag): faster than default "
+            "torch.compile", f"**{sum(v > 1 for v in speed)} of {len(cc['rows'])}** measured "
+            f"(of {cc['suite']}); geomean **{x(rs.geomean(speed))}**", "live", cc["gpus"],
+            cc["dates"], code_list(cc["files"])))
+    if wm and wm["rows"]:
+        s, files = wm["summary"], code_list(wm["files"])
+        rows += [
+            ("Whole models: run of the suite, verified by the independent harness",
+             f"{s['run']} of {len(wm['models'])}; **{s['ok']} ok, {s['wrong']} wrong**",
+             "live", wm["gpus"], wm["dates"], files),
+            ("Whole models: ModelNew against default torch.compile / eager (geomean); eager "
+             "time in tuned regions / in generated kernels alone", f"**{x(s['geomean_vs_compile'])}"
+             f"** / {x(s['geomean_vs_eager'])}; **{pct(s['eager_in_tuned'])}** / "
+             f"{pct(s['eager_in_generated'])}", "live", wm["gpus"], wm["dates"], files)]
     if lv:
         u = lv["union"]
         where = f"{n_of(len(lv['files']), 'merged report')} (below)"
@@ -237,6 +257,34 @@ def realistic_lines(rl: dict | None, mods: dict[str, ModuleType], image: str | N
     return lines
 
 
+def models_lines(wm: dict) -> list[str]:
+    lines = ["## Whole models: tuned region by region, then an independent harness", ""]
+    n = len(wm["models"])
+    if not wm["rows"]:
+        return lines + [
+            f"Not measured yet: no GPU results file of the {n} models of `benchmarks/models/` "
+            "(`benchmarks/results/*/models*.json`; run `python -m benchmarks.gpu_suite --parts "
+            "models`).", ""]
+    s = wm["summary"]
+    lines += [
+        f"{s['run']} of the {n} models of `benchmarks/models/` on {wm['gpus']} ({wm['dates']}). "
+        "Per model, `cuda_agent.tune_model` runs in a process of its own under a time limit; "
+        "then `benchmarks/models_harness.py`, which does not import cuda-agent, checks ModelNew "
+        "against the model on fresh seeds (atol = rtol = 1e-2; the state_dict both ways) and "
+        "times eager, `torch.compile(model)`, ModelNew, and each captured in a CUDA graph "
+        "(CUDA events, L2 flushed, median). Eager in tuned regions: each generated region's "
+        "torch reference timed on its real inputs, over the whole eager forward; in generated "
+        "kernels alone: those whose kernels call no vendor library. Regions: generated / "
+        "kernel / all.", "",
+        "| " + " | ".join(wm["columns"]) + " |", "|---" * len(wm["columns"]) + "|"]
+    lines += ["| " + " | ".join(c.replace("|", "/") for c in cells) + " |"
+              for cells in wm["cells"]]
+    missing = [m for m in wm["models"] if m not in {r["problem"] for r in wm["rows"]}]
+    if missing:
+        lines += ["", f"Not measured yet: {', '.join(missing)}."]
+    return lines + ["", f"Files: {code_list(wm['files'])}.", ""]
+
+
 def live_lines(lv: dict | None, image: str | None) -> list[str]:
     lines = ["## cuda-agent against the peers, live", ""]
     if not lv:
@@ -306,6 +354,61 @@ def live_lines(lv: dict | None, image: str | None) -> list[str]:
                      " fewer.")
     lines += ["", f"Commits: {', '.join(lv['commits'])}. Files: {code_list(lv['files'])}.", ""]
     return lines
+
+
+def conv_chain_lines(cc: dict | None, mods: dict[str, ModuleType]) -> list[str]:
+    """Issue 48's convolution chains, each tuned as a user runs `tune`, and what is missing."""
+    lines = ["## Convolution chains, tuned as a user runs `tune`", ""]
+    if not cc:
+        return lines + ["Not measured yet: no GPU results file of `benchmarks/conv_chains/` "
+                        "(`benchmarks/results/*/conv_chains*.json`).", ""]
+    rs = mods["realistic_section"]
+    rows, st = cc["rows"], cc["settings"]
+    speed = [v for v in (rs.vs_compile(r) for r in rows) if v is not None]
+    lines += [
+        f"{len(rows)} of the {cc['suite']} chains of `benchmarks/conv_chains/` (transposed "
+        "2-D and 3-D convolutions followed by BatchNorm, GroupNorm, pooling, min/sum/max and "
+        "activations; grouped and dilated convolutions), on "
+        f"{cc['gpus']} ({cc['dates']}): `cuda-agent tune FILE --time-limit "
+        f"{g(st.get('time_limit_s'))}` and no other flag, then the realistic suite's "
+        "independent harness at PyTorch's defaults. Faster than default torch.compile on "
+        f"**{sum(v > 1 for v in speed)} of {len(rows)}**, geomean **{x(rs.geomean(speed))}**: "
+        "the issue's goal (80 % faster, geomean 1.2x, no row under 0.8x, on every chain) is "
+        f"not met, and {cc['suite'] - len(rows)} chains are not measured. "
+        f"Files: {code_list(cc['files'])}.", "",
+        "| problem | ModelNew ms | eager ms | torch.compile ms | vs compile | won by | "
+        "evals |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        v = rs.vs_compile(r)
+        lines.append(f"| {r['problem']} | {f2(r.get('new_ms'))} | {f2(r.get('eager_ms'))} | "
+                     f"{f2(r.get('compile_ms'))} | {x(v) if v else r.get('status', '-')} | "
+                     f"{r.get('won_by') or '-'} | {r.get('evals') or '-'} |")
+    return lines + [""]
+
+
+def counter_lines(hc: dict | None) -> list[str]:
+    """The hardware counters recorded on a GPU, and each agent's auxiliary term from them."""
+    lines = ["## Hardware counters and the agents' auxiliary terms", ""]
+    if not hc:
+        return lines + ["No hardware counters recorded on a GPU yet "
+                        "(`python -m benchmarks.counters_gpu`).", ""]
+    profiled = [r for r in hc["records"] if r["counters"].get("profiled")]
+    lines += [
+        f"Nsight Compute ({hc.get('ncu', '?').split(' (')[0]}) profiled {len(profiled)} of "
+        f"{hc['measurements']} measurements (every {hc['profile_every']}th verified "
+        f"candidate) of a short training run on {short_gpu(hc.get('gpu'))} ({hc['date']}, "
+        f"problems: {', '.join(hc['problems'])}), {len(hc['profile_errors'])} profiling "
+        f"errors, {len(hc['dropped_metrics'])} metrics missing. Each agent's term from its own "
+        f"dimension's counters (`agents/reward.aux_term`), over the profiled candidates: "
+        "whether they help the search (an A/B with the weight at 0) is not measured yet. "
+        f"File: `{hc['file']}`.", "",
+        "| agent | min | median | max |", "|---|---|---|---|"]
+    for agent in ("config", "memory", "compute", "reduction"):
+        vals = sorted(r["aux"][agent] for r in profiled)
+        if vals:
+            lines.append(f"| {agent} | {vals[0]:+.2f} | {statistics.median(vals):+.2f} | "
+                         f"{vals[-1]:+.2f} |")
+    return lines + [""]
 
 
 def learning_lines(ln: dict | None) -> list[str]:
@@ -485,6 +588,8 @@ REPRODUCE = [
     "* Realistic suite, on a GPU machine: `python -m benchmarks.gpu_suite --parts realistic` "
     "(`--realistic-problems`, `--realistic-budget`, `--realistic-time-limit`); its "
     "`realistic.json` goes under benchmarks/results/<date>-<gpu>-<what>/.",
+    "* Whole models, on a GPU machine: `python -m benchmarks.gpu_suite --parts models` "
+    "(`python -m benchmarks.whole_models` alone); its `models.json` goes there too.",
     "* Live bench against the peers: `python -m benchmarks.gpu_suite --parts bench` "
     "(`cuda-agent bench --device cuda` per problem; Optuna and Kernel Tuner carried as wheels), "
     "then `python -m benchmarks.live_section` to rebuild the merged reports it lists.",
@@ -512,6 +617,7 @@ def page(root: Path, live_sets: LiveSets | None = None, images: str = IMAGES,
     lv = live(root, mods, sets)
     ln = learning(root, mods)
     sim = simulator(root)
+    wm = models(root, mods)
     facts = gpu_facts(root, mods, (rl or {}).get("docs", []), (rl or {}).get("files", []))
     pictures: dict[str, bytes] = {}
     if plots:
@@ -546,10 +652,12 @@ def page(root: Path, live_sets: LiveSets | None = None, images: str = IMAGES,
         "The current state of cuda-agent's measured results. Every figure is read from a "
         "committed results file, named beside it; the dated history of how they came about "
         "is [docs/journal.md](docs/journal.md).", ""]
-    lines = (head + summary(rl, lv, ln, sim, facts)
-             + realistic_lines(rl, mods, img("realistic-speedup.png"))
+    cc = conv_chains(root)
+    lines = (head + summary(rl, lv, ln, sim, facts, wm, cc)
+             + realistic_lines(rl, mods, img("realistic-speedup.png")) + models_lines(wm)
+             + conv_chain_lines(cc, mods)
              + live_lines(lv, img("peers-evals.png")) + learning_lines(ln)
-             + metric_lines(ln, img("learning-best-after.png"))
+             + metric_lines(ln, img("learning-best-after.png")) + counter_lines(counters(root))
              + simulator_lines(sim, img("sim-spearman.png")) + facts_lines(facts) + REPRODUCE)
     text = "\n".join(lines).rstrip("\n") + "\n"
     n = text.count("\n")

@@ -47,7 +47,7 @@ def scripts(code_root: Path | None = None) -> dict[str, ModuleType]:
     if str(code_root) not in sys.path:
         sys.path.insert(0, str(code_root))
     names = ("realistic_section", "realistic_suite", "live_section", "learning_live",
-             "search_order")
+             "search_order", "whole_models")
     mods = {n: importlib.import_module(f"benchmarks.{n}") for n in names}
     for n, m in mods.items():
         if not Path(m.__file__ or "").resolve().is_relative_to(code_root):
@@ -142,6 +142,70 @@ def realistic(root: Path, mods: dict[str, ModuleType]) -> dict | None:
             "column_files": {p: [n for n, d in zip(names, docs)
                                  if any(d is c for c in cd)]
                              for p, cd in st["column_docs"].items()}}
+
+
+def models(root: Path, mods: dict[str, ModuleType]) -> dict:
+    """The whole-model suite (benchmarks/models/, `whole_models.py`): every `models*.json` of
+    the run folders, oldest first (a later file's row of a model wins); no rows where none was
+    committed yet."""
+    wm = mods["whole_models"]
+    found = []
+    for f in root.glob(f"{RESULTS}/*/models*.json"):
+        d = read_json(f)
+        if not isinstance(d, dict) or not isinstance(d.get("rows"), list):
+            raise ResultsError(f"{f}: not a whole-model results file (no rows)")
+        found.append((run_order(d, f), f, d))
+    found.sort(key=lambda t: t[0])
+    rows: dict[str, dict] = {}
+    for _, _, d in found:
+        rows.update({r["problem"]: r for r in d["rows"]})
+    order = [m for m in wm.all_models() if m in rows]
+    ordered = [rows[m] for m in order]
+    docs = [d for _, _, d in found]
+    return {"models": wm.all_models(), "rows": ordered, "summary": wm.summary(ordered),
+            "files": [rel(f, root) for _, f, _ in found],
+            "gpus": joined(sorted({short_gpu(d.get("gpu")) for d in docs})),
+            "dates": joined(sorted({str(d.get("date")) for d in docs})),
+            "columns": wm.COLUMNS, "cells": [wm.table_cells(r) for r in ordered]}
+
+
+def conv_chains(root: Path) -> dict | None:
+    """The convolution chains (benchmarks/conv_chains/, issue 48 item 4), tuned as a user
+    runs `tune`: every `conv_chains*.json` of the run folders, oldest first (a later file's
+    row of a problem wins); None where none was committed."""
+    found = []
+    for f in root.glob(f"{RESULTS}/*/conv_chains*.json"):
+        d = read_json(f)
+        if not isinstance(d, dict) or not isinstance(d.get("rows"), list):
+            raise ResultsError(f"{f}: not a convolution-chain results file (no rows)")
+        found.append((run_order(d, f), f, d))
+    if not found:
+        return None
+    found.sort(key=lambda t: t[0])
+    rows: dict[str, dict] = {}
+    for _, _, d in found:
+        rows.update({r["problem"]: r for r in d["rows"]})
+    docs = [d for _, _, d in found]
+    return {"rows": sorted(rows.values(), key=lambda r: r["problem"]),
+            "suite": max(int(d.get("problems") or 0) for d in docs),
+            "files": [rel(f, root) for _, f, _ in found],
+            "settings": docs[-1].get("settings", {}),
+            "gpus": joined(sorted({short_gpu(d.get("gpu")) for d in docs})),
+            "dates": joined(sorted({str(d.get("date")) for d in docs}))}
+
+
+def counters(root: Path) -> dict | None:
+    """The hardware counters Nsight Compute recorded during a short training run
+    (`benchmarks/counters_gpu.py`): the latest `*-counters/counters.json`, or None."""
+    found = sorted(p for p in (root / RESULTS).glob("*-counters/counters.json")
+                   if re.match(r"\d{4}-\d{2}-\d{2}-", p.parent.name))
+    if not found:
+        return None
+    path = found[-1]
+    d = read_json(path)
+    if not isinstance(d, dict) or not isinstance(d.get("records"), list):
+        raise ResultsError(f"{path}: not a counters file (no records)")
+    return {**d, "file": rel(path, root)}
 
 
 def _run_settings(doc: dict) -> dict:

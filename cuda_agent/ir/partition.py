@@ -240,6 +240,13 @@ class ProgramPlan(KernelPlan):
                 for shape, dtype in self.program.buffers]
 
 
+def as_program(plan: KernelPlan) -> ProgramPlan:
+    """`plan`, of a problem run as a program of stages (an AssertionError where it is one
+    kernel's)."""
+    assert isinstance(plan, ProgramPlan), "not a program"
+    return plan
+
+
 def sides_written(program: Program) -> bool:
     """Whether every stage with side outputs has a plan whose templates write them: one of
     `SIDE_PLAN_KINDS`, the side values among its per-row values."""

@@ -285,8 +285,9 @@ class _Splitter:
         while i < len(units):
             head = units[i][0]
             name = op_name(head)
-            if name not in _HANDLERS:
-                pending.append((units[i], f"no template covers aten.{name}"))
+            if name not in _HANDLERS:  # a factory says so whether capture knows it or not
+                pending.append((units[i], "makes a new tensor: torch fills it"
+                                if name in _FACTORIES else f"no template covers aten.{name}"))
                 i += 1
                 continue
             end = i

@@ -134,6 +134,32 @@ def tune_model(path: str | Path, out: str | Path, split: Split | None = None,
     region_dir = out / "regions"
     files = {f"r{r.index}.py": problem_source(r, path.stem) for r in kernels}
     write_files(region_dir, files)
+    # one device for every region: a GPU worker each (CUDA context, torch, the compile pool)
+    # cost seconds per region of a time limit the regions share
+    try:
+        device = open_device(settings.device, settings, notify) if kernels else None
+    except CudaAgentError:  # each region's tune says why, and its region runs in torch
+        device = None
+    try:
+        _tune_regions(result, kernels, shares, deadline, region_dir, settings, notify, tune,
+                      device)
+    finally:
+        if device is not None:
+            device.close()
+    for r in split.regions:  # the torch regions' lines too, so the user sees every region
+        if r.kind == TORCH:
+            notify(result.lines()[split.regions.index(r)])
+    result.wall_s = time.monotonic() - started
+    emit_model(result, out)
+    return result
+
+
+def _tune_regions(result: ModelResult, kernels: list, shares: dict[int, int],
+                  deadline: float | None, region_dir: Path, settings: RunSettings,
+                  notify: Callable[[str], None], tune: Callable[..., Any], device: Any) -> None:
+    """Each kernel region tuned in turn, largest first, on `device`, each with its share of
+    the budget and of the seconds left."""
+    split = result.split
     for pos, r in enumerate(kernels):
         limit = None
         if deadline is not None:
@@ -150,19 +176,13 @@ def tune_model(path: str | Path, out: str | Path, split: Split | None = None,
         run = replace(settings, budget=shares[r.index], time_limit_s=limit)
         try:
             o.result = tune(o.problem_file, out=region_dir / f"r{r.index}", notify=notify,
-                            settings=run)
+                            settings=run, shared_device=device)
             result.device = o.result.device.kind
             result.simulated = o.result.simulated
         except CudaAgentError as exc:
             o.error = str(exc).split(": ", 1)[-1] if str(exc).startswith(str(region_dir)) \
                 else str(exc)
         notify(result.lines()[split.regions.index(r)])
-    for r in split.regions:  # the torch regions' lines too, so the user sees every region
-        if r.kind == TORCH:
-            notify(result.lines()[split.regions.index(r)])
-    result.wall_s = time.monotonic() - started
-    emit_model(result, out)
-    return result
 
 
 def emit_model(result: ModelResult, out: Path) -> None:

@@ -12,9 +12,10 @@ Two sources of results:
   expects.
 * `run_live` (cuda, sim): the cache starts empty and a configuration Kernel Tuner asks for is
   measured by cuda-agent's own runner (the evaluation protocol of DESIGN.md) at the moment it
-  asks, then served to it from the cache. Kernel Tuner's simulation runner is swapped for one
-  subclass that fills its cache on a miss, so its strategies, budget accounting and
-  restrictions are its own code.
+  asks, then served to it from the cache; the search loop drives it as a proposer
+  (`kernel_tuner_ask`), on a thread or in a process of its own (`_child_search`). Kernel
+  Tuner's simulation runner is swapped for one subclass that fills its cache on a miss, so its
+  strategies, budget accounting and restrictions are its own code.
 
 Warm start (`warm`, the bench's "kt_warm:<strategy>" columns; issue 34): Kernel Tuner 1.5 takes
 one starting point, the strategy option `x0`, in the strategies built on its `CostFunc`
@@ -40,7 +41,6 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from .. import procs
 from ..errors import CudaAgentError, SettingsError, first_line
 from ..space.slots import Config
 
@@ -362,63 +362,25 @@ def run_live(configs: list[Config], strategy: str, budget: int, seed: int,
     return order
 
 
-def run_live_isolated(configs: list[Config], strategy: str, budget: int, seed: int,
-                      measure: Callable[[list[Config]], list[Record]],
-                      warm: list[Config] | None = None) -> list[tuple[Config, Record]]:
-    """`run_live` with Kernel Tuner in a process of its own; `measure` runs here, in the
-    calling thread, when the child asks. Kernel Tuner's strategies draw from the process-wide
-    `random` and numpy generators, and this module swaps classes in Kernel Tuner's modules for
-    the length of a search: two searches in one process at once would draw from each other's
-    stream and undo each other's swap. One process each lets several searches run beside
-    each other (the bench's concurrent strategies), each seeded and patched alone."""
-    if not configs:
-        return []
-    # not multiprocessing's spawn: that re-runs the user's __main__ in the child (`procs`)
-    child = procs.start("cuda_agent.search.kernel_tuner_sim:_child_search",
-                        ([c.as_dict() for c in configs], strategy, budget, seed,
-                          [c.as_dict() for c in warm or []]), "Kernel Tuner")
-    here = child.conn
-    child.wait_ready(procs.START_TIMEOUT_S)
-    asked: list[tuple[Config, Record]] = []  # what it was served, in order
-    try:
-        while True:
-            try:
-                kind, *payload = here.recv()
-            except EOFError:  # the peer's process died: what it had measured is its result
-                child.join(timeout=5)
-                raise StrategyFailed(f"Kernel Tuner {strategy}: its process ended (exit code "
-                                     f"{child.exitcode})", asked[:budget]) from None
-            if kind == "measure":
-                cfgs = [Config.of(c) for c in payload[0]]
-                recs = measure(cfgs)
-                asked.extend(zip(cfgs, recs))
-                here.send(recs)
-            elif kind == "done":
-                order = [(Config.of(c), r) for c, r in payload[0]]
-                if payload[1]:
-                    raise StrategyFailed(payload[1], order)
-                return order
-            else:  # an error of cuda-agent's own side in the child: raised here
-                raise (SettingsError if kind == "settings" else CudaAgentError)(payload[0])
-    finally:
-        here.close()
-        child.join(timeout=10)
-        child.close()  # killed if still running
-
-
-class _Abandoned(Exception):
-    """The parent stopped listening (its measuring raised): the child just ends."""
+class Abandoned(CudaAgentError):
+    """The search loop ended before Kernel Tuner did (a program's stage settled, Ctrl-C, an
+    error of the measuring side): it is abandoned where it waits for a measurement (an error
+    of cuda-agent's side, so `_tune` lets it through)."""
 
 
 def _child_search(conn: Any, configs: list[dict[str, Any]], strategy: str, budget: int,
                   seed: int, warm: list[dict[str, Any]] | None = None) -> None:
-    """The child's side of `run_live_isolated`."""
+    """`run_live` in a process of its own (`kernel_tuner_ask`'s isolated driver): each batch
+    to measure is sent to the parent, which answers with its records. Kernel Tuner's
+    strategies draw from the process-wide `random` and numpy generators, and this module swaps
+    classes in Kernel Tuner's modules for the length of a search: two searches in one process
+    at once would draw from each other's stream and undo each other's swap."""
     def measure(cfgs: list[Config]) -> list[Record]:
         try:
             conn.send(("measure", [c.as_dict() for c in cfgs]))
             return conn.recv()
         except (EOFError, OSError):
-            raise _Abandoned() from None
+            raise Abandoned() from None
 
     try:
         order = run_live([Config.of(c) for c in configs], strategy, budget, seed, measure,
@@ -426,11 +388,11 @@ def _child_search(conn: Any, configs: list[dict[str, Any]], strategy: str, budge
         conn.send(("done", [(c.as_dict(), r) for c, r in order], None))
     except StrategyFailed as exc:
         conn.send(("done", [(c.as_dict(), r) for c, r in exc.order], str(exc)))
+    except Abandoned:
+        pass
     except SettingsError as exc:
         conn.send(("settings", first_line(exc)))
     except CudaAgentError as exc:
         conn.send(("error", first_line(exc)))
-    except _Abandoned:
-        pass
     finally:
         conn.close()

@@ -3,18 +3,22 @@ program's budget is split across its stages (as MetaSchedule's task scheduler sp
 budget across tasks).
 
 `StopRule` holds every reason a search ends: its budget is spent, the time limit has come, the
-search (or a program's stage) has plateaued, the user pressed Ctrl-C. The tuner's ask/tell loop
-and the searches driven outside it (Kernel Tuner's, training's episodes: `Tuner.measure`) ask
-it before and after each measurement. `StageSchedule` gives each stage of a program its share
-of the measurements, of the seconds, and its plateau.
+search (or a program's stage) has plateaued, the user pressed Ctrl-C. The one search loop
+(`engine.Engine`) asks it before and after each measurement and after each batch, and bounds
+the strategy's own work by its time limit (`bounded`). `StageSchedule` gives each stage of a
+program its share of the measurements, of the seconds, and its plateau, and runs the stages in
+turn (`run`: the tuner's stage search and the live bench's Kernel Tuner on a program).
 """
 
 from __future__ import annotations
 
 import time
+from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass
+from typing import Any, Callable
 
 from .. import interrupt
+from ..background import in_background
 from ..runner.records import Measurement
 from ..space.program import StagePlateau, stage_share
 
@@ -52,6 +56,27 @@ class StopRule:
 
     def time_up(self) -> bool:
         return self.deadline is not None and time.monotonic() >= self.deadline
+
+    def left(self) -> float | None:
+        """Seconds left before the time limit (None: no limit)."""
+        return None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
+
+    def bounded(self, fn: Callable[..., Any], *args: Any) -> tuple[bool, Any]:
+        """(True, fn(*args)), or (False, None) where the time limit came first. Without a
+        limit fn runs here; with one, on a daemon thread waited for until the limit, and one
+        that runs past it goes on unheard while the search ends on time: the strategy's own
+        work (the model's picks of a large stage, listing its space, an online update) held a
+        time-limited search of a three-layer MLP 1.8-4.4 s past a 15 s limit on the
+        simulator. The strategy is not used again after such a call."""
+        if self.deadline is None:
+            return True, fn(*args)
+        if self.time_up():
+            return False, None
+        job = in_background(fn, *args, name="cuda-agent-strategy")
+        futures_wait([job], timeout=self.left())
+        if not job.done():
+            return False, None
+        return True, job.result()
 
     def before_measure(self) -> str | None:
         """Before a measurement: "time_limit" once the limit has come; "plateau" once the
@@ -107,6 +132,27 @@ class StageSchedule:
         if self.deadline is None:
             return None
         return now + max(0.0, self.deadline - now) / (self.stages - stage)
+
+    def run(self, spent: Callable[[], int], search: Callable[[int, int, float | None], str],
+            base: int = 0, first: tuple[int, float] | None = None) -> str:
+        """Search the stages in turn: `search(stage, share, until)` searches one with its
+        share of the measurements (`share`) and of the seconds (`until`: `until`'s) and says
+        why it ended; a stage whose share is spent already is skipped, and "time_limit" ends
+        them all. `spent()`: measurements made so far; `base`: those made before the
+        program's search began (not its own); `first`: (measurements, `time.monotonic()`)
+        from which the first stage's shares count, where the programs measured before the
+        stages are its candidates too (the tuner's first programs); None: from the first
+        stage's own start. Why the last stage searched ended ("": none was)."""
+        stopped = ""
+        for i in range(self.stages):
+            begun, now = first if i == 0 and first is not None else (spent(), time.monotonic())
+            share = self.share(i, begun - base) - (spent() - begun)
+            if share < 1:
+                continue
+            stopped = search(i, share, self.until(i, now))
+            if stopped == "time_limit":
+                break  # no stage after this one gets any time
+        return stopped
 
     def plateau(self, stage: int, best_ms: float | None) -> StagePlateau | None:
         """Stage `stage`'s plateau, from the program's best time so far (None: the last stage,

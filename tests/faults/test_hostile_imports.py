@@ -20,6 +20,10 @@ from pathlib import Path
 
 import pytest
 
+# one worker runs the module's tests (`--dist loadgroup`, pyproject), so its module fixtures
+# (`runs`: CLI processes) are built once, not once per worker
+pytestmark = pytest.mark.xdist_group("test_hostile_imports")
+
 CLI = shutil.which("cuda-agent") or str(Path(sys.executable).with_name("cuda-agent"))
 
 TAIL = '''

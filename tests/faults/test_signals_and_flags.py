@@ -26,6 +26,10 @@ from helpers import GOOD
 from test_cli import CLI, cli_env
 from cuda_agent.flags import NVIDIA_DRIVER
 
+# one worker runs the module's tests (`--dist loadgroup`, pyproject), so its module fixtures
+# (`bad_flag_runs`: CLI processes) are built once, not once per worker
+pytestmark = pytest.mark.xdist_group("test_signals_and_flags")
+
 ROOT = Path(__file__).resolve().parents[2]
 PROBLEMS = ROOT / "benchmarks" / "problems"
 RELU = GOOD / "relu_small.py"

@@ -24,6 +24,10 @@ import pytest
 from helpers import GOOD
 import cuda_agent
 
+# one worker runs the module's tests (`--dist loadgroup`, pyproject), so its module fixtures
+# (`base_store`, `runs`: CLI processes) are built once, not once per worker
+pytestmark = pytest.mark.xdist_group("test_store_faults")
+
 OUT_FILES = {"model_new.py", "kernel.cu", "report.json"}
 SHARED = [GOOD / "relu_small.py", GOOD / "softmax_small.py", GOOD / "sum_small.py"]
 SHARED_BUDGET = 4
