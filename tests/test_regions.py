@@ -371,15 +371,114 @@ def test_one_device_serves_every_region(tmp_path, monkeypatch):
     assert all(d is opened[0] for d in devices)
 
 
-def test_budget_shares_by_expected_time():
+def test_budget_shares_by_expected_gain():
     from cuda_agent.regions import budget
     from cuda_agent.regions.split import Region
 
     big = Region(1, KERNEL, ["linear"], [], [], [], "", flops=2 * 4096 ** 3)
     small = Region(2, KERNEL, ["relu"], [], [], [], "", bytes=4 * 1024)
-    assert budget.shares(40, [big, small]) == [39, 1]
-    assert budget.shares(1, [big, small]) == [1, 1]  # at least one each
-    assert budget.time_share(10.0, small, [big]) < 0.02 < 9.9 < budget.time_share(10.0, big, [small])
+    # nothing measured (the simulated device): the roofline is the weight
+    g = budget.gains([big, small])
+    assert {x.source for x in g.values()} == {"roofline"}
+    w = [g[1].weight_s, g[2].weight_s]
+    assert budget.shares(40, w) == [39, 1]
+    assert budget.shares(1, w) == [1, 1]  # at least one each
+    assert budget.time_share(10.0, w[1], [w[0]]) < 0.02 < 9.9 < budget.time_share(10.0, w[0], [w[1]])
+    # measured: eager time x headroom. The product already runs at its floor in eager (10 %
+    # headroom is the least), the elementwise op at 1000x its floor: most of the gain is there
+    fb, fs = budget.floor_s(big), budget.floor_s(small)
+    g = budget.gains([big, small], {1: fb, 2: 1000 * fs})
+    assert g[1].source == g[2].source == "measured eager"
+    assert g[1].weight_s == pytest.approx(0.1 * fb)
+    assert g[2].weight_s == pytest.approx(1000 * fs * (1 - 1 / 1000))
+    # one measured: the other's eager is estimated at the measured one's ratio to its floor
+    g = budget.gains([big, small], {2: 5 * fs})
+    assert g[1].source == "estimated eager" and g[1].estimated_eager_s == pytest.approx(5 * fb)
+    assert g[1].weight_s == pytest.approx(5 * fb * 0.8)
+    # a failed or zero measurement is no measurement
+    assert budget.gains([big], {1: 0.0})[1].source == "roofline"
+
+
+class _EagerOnly:
+    """A GPU as `measure_eager` sees it: set up per problem, each eager time by file name."""
+
+    kind, simulated = "cuda", False
+
+    def __init__(self, ms: dict[str, float]):
+        self.ms, self.current, self.setups = ms, None, 0
+
+    def ensure(self, problem, plan):
+        self.current, self.setups = problem.path.name, self.setups + 1
+
+    def baselines(self, which):
+        from cuda_agent.runner.baselines import Baselines
+
+        assert which == ("eager",)
+        b = Baselines()
+        b.set("eager", self.ms[self.current])
+        return b
+
+
+def test_eager_times_measured_on_a_gpu_reorder_the_regions(tmp_path, monkeypatch):
+    """On a GPU each kernel region's eager time is measured first and the budget follows the
+    expected gain: here the roofline's smaller region is the one eager runs 40x off its floor,
+    so it is tuned first and gets most of the budget; the loaded problems are reused."""
+    import cuda_agent.regions.tune as rt
+    from cuda_agent.regions import budget
+
+    path = tmp_path / "two_regions.py"
+    path.write_text(TWO_REGIONS)
+    split = rt.shared_loader().split(path)
+    first, second = split.kernels()
+    fake = _EagerOnly({f"r{first.index}.py": 1e3 * budget.floor_s(first),
+                       f"r{second.index}.py": 40e3 * budget.floor_s(second)})
+    measured: dict = {}
+    real = rt.measure_eager
+
+    def on_fake(kernels, device, region_dir, settings, limit):
+        measured.update(zip(("eager", "problems"), real(kernels, fake, region_dir, settings,
+                                                        limit)))
+        return measured["eager"], measured["problems"]
+    monkeypatch.setattr(rt, "measure_eager", on_fake)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = rt.tune_model(path, tmp_path / "out", device="sim", budget=40,
+                               store=":memory:", time_limit_s=None, split=split)
+    assert fake.setups == 2 and set(measured["problems"]) == {first.index, second.index}
+    a, b = result.outcomes[first.index], result.outcomes[second.index]
+    assert b.budget > a.budget >= 1 and a.budget + b.budget == 40
+    assert result.report()["budget_split"].startswith("budget across 2 kernel regions by "
+                                                      "expected gain")
+    gains = {r["index"]: r["gain"] for r in result.report()["regions"] if "gain" in r}
+    assert gains[second.index]["weight_from"] == "measured eager"
+    assert gains[second.index]["weight_s"] > gains[first.index]["weight_s"]
+
+
+def test_eager_measurement_stays_within_its_share_of_the_time_limit(tmp_path):
+    """`measure_eager` stops asking once its share of the time limit is spent, and measures
+    nothing on a device that does not run torch (the simulated device)."""
+    import cuda_agent.regions.tune as rt
+    from cuda_agent.regions import budget
+    from cuda_agent.settings import RunSettings
+
+    path = tmp_path / "two_regions.py"
+    path.write_text(TWO_REGIONS)
+    split = rt.shared_loader().split(path)
+    kernels = split.kernels()
+    region_dir = tmp_path / "regions"
+    region_dir.mkdir()
+    for r in kernels:
+        (region_dir / f"r{r.index}.py").write_text(rt.problem_source(r, path.stem))
+    fake = _EagerOnly({f"r{r.index}.py": 1.0 for r in kernels})
+    settings = RunSettings(device="sim", store=":memory:")
+    eager, _ = rt.measure_eager(kernels, fake, region_dir, settings, None)
+    assert len(eager) == 2
+    fake.setups = 0
+    eager, _ = rt.measure_eager(kernels, fake, region_dir, settings, 1e-9)  # no time for more
+    assert fake.setups == 1 and len(eager) == 1
+    sim = type("Sim", (), {"kind": "sim", "simulated": True})()
+    assert rt.measure_eager(kernels, sim, region_dir, settings, None) == ({}, {})
+    assert budget.EAGER_SHARE <= 0.1
 
 
 def test_autocast_model_runs_its_own_forward(tmp_path):

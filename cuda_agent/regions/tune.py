@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import CudaAgentError
+from ..ir.planning import make_plan
 from ..outputs import write_files
-from ..problem_child import LoadLimits, shared_loader
+from ..problem import Problem
+from ..problem_child import LoadLimits, load_problem_bounded, shared_loader
 from ..settings import RunSettings
 from ..store import default_store
 from .. import tuner  # through its module: tests count the devices it opens
@@ -59,6 +61,8 @@ class ModelResult:
     wall_s: float = 0.0
     device: str = ""
     simulated: bool = False
+    gains: dict[int, budgets.Gain] = field(default_factory=dict)
+    eager_measure_s: float = 0.0  # the seconds spent measuring the regions' eager times
 
     def lines(self) -> list[str]:
         """One line per region: what it is, what was generated or why torch runs it."""
@@ -90,7 +94,9 @@ class ModelResult:
             regions.append({"index": r.index, "kind": r.kind, "ops": r.ops,
                             "reason": r.reason, "family": r.family or None,
                             "reads": [o_.name for o_ in r.reads], "writes": r.writes,
-                            "expected_s": budgets.expected_s(r) if r.kind == KERNEL else None,
+                            "expected_s": budgets.floor_s(r) if r.kind == KERNEL else None,
+                            **({"gain": self.gains[r.index].record()}
+                               if r.index in self.gains else {}),
                             "generated": r.index in self.generated(),
                             **({"tune": o.summary()} if o is not None else {})})
         return {"problem": self.path.stem, "path": str(self.path), "whole_model": True,
@@ -98,7 +104,22 @@ class ModelResult:
                 "shapes_tuned": [list(s) for s in self.split.input_shapes],
                 "dtypes_tuned": self.split.input_dtypes,
                 "in_place_taken_out_of_place": self.split.inplace,
+                "budget_split": self.budget_line(),
+                "eager_measure_s": self.eager_measure_s,
                 "lines": self.lines(), "regions": regions, "wall_s": self.wall_s}
+
+    def budget_line(self) -> str:
+        """How the budget and the seconds were split across the kernel regions."""
+        froms = [g.source for g in self.gains.values()]
+        n, measured = len(froms), froms.count("measured eager")
+        if not n:
+            return "no kernel region"
+        if not measured:
+            return (f"budget across {n} kernel regions by their roofline (eager times are not "
+                    "measured on this device)")
+        return (f"budget across {n} kernel regions by expected gain: eager time x headroom, "
+                f"{measured} of {n} eager times measured in {self.eager_measure_s:.1f} s"
+                + ("" if measured == n else ", the rest estimated from them"))
 
 
 def tune_model(path: str | Path, out: str | Path, split: Split | None = None,
@@ -128,8 +149,7 @@ def tune_model(path: str | Path, out: str | Path, split: Split | None = None,
     if split is None:
         split = shared_loader().split(path, LoadLimits.of_run(settings))
     result = ModelResult(path, split)
-    kernels = sorted(split.kernels(), key=budgets.expected_s, reverse=True)
-    shares = dict(zip((r.index for r in kernels), budgets.shares(settings.budget, kernels)))
+    kernels = sorted(split.kernels(), key=budgets.floor_s, reverse=True)
     deadline = None if not settings.time_limit_s else started + settings.time_limit_s
     region_dir = out / "regions"
     files = {f"r{r.index}.py": problem_source(r, path.stem) for r in kernels}
@@ -141,8 +161,18 @@ def tune_model(path: str | Path, out: str | Path, split: Split | None = None,
     except CudaAgentError:  # each region's tune says why, and its region runs in torch
         device = None
     try:
-        _tune_regions(result, kernels, shares, deadline, region_dir, settings, notify, tuner.tune,
-                      device)
+        t0 = time.monotonic()
+        eager, problems = measure_eager(kernels, device, region_dir, settings,
+                                        settings.time_limit_s)
+        result.eager_measure_s = time.monotonic() - t0
+        result.gains = budgets.gains(kernels, eager)
+        kernels.sort(key=lambda r: result.gains[r.index].weight_s, reverse=True)
+        shares = dict(zip((r.index for r in kernels), budgets.shares(
+            settings.budget, [result.gains[r.index].weight_s for r in kernels])))
+        if kernels:
+            notify(result.budget_line())
+        _tune_regions(result, kernels, shares, deadline, region_dir, settings, notify,
+                      tuner.tune, device, problems)
     finally:
         if device is not None:
             device.close()
@@ -154,18 +184,51 @@ def tune_model(path: str | Path, out: str | Path, split: Split | None = None,
     return result
 
 
+def measure_eager(kernels: list, device: Any, region_dir: Path, settings: RunSettings,
+                  time_limit_s: float | None) -> tuple[dict[int, float], dict[int, Problem]]:
+    """Each kernel region's eager time (its torch reference, in the user's settings) on a
+    GPU, in seconds by region index, largest floor first, the first always, the others within
+    `budgets.EAGER_SHARE` of the time limit; and the regions' problems loaded for it (their tunes reuse them). Nothing on
+    a device that does not measure torch (the simulated and replay devices) or where a
+    region's set-up fails (its tune will say why)."""
+    eager: dict[int, float] = {}
+    problems: dict[int, Problem] = {}
+    if device is None or device.simulated or device.kind != "cuda":
+        return eager, problems
+    allowed = None if not time_limit_s else budgets.EAGER_SHARE * time_limit_s
+    t0 = time.monotonic()
+    for r in kernels:  # the first always (its ratio to its floor estimates the rest)
+        if eager and allowed is not None and time.monotonic() - t0 >= allowed:
+            break
+        try:
+            prob = load_problem_bounded(region_dir / f"r{r.index}.py",
+                                        LoadLimits.of_run(settings))
+            problems[r.index] = prob
+            device.ensure(prob, make_plan(prob.graph()))
+            ms = device.baselines(("eager",)).ms("eager")
+        except CudaAgentError:
+            continue
+        if ms is not None and ms > 0:
+            eager[r.index] = ms / 1e3
+    return eager, problems
+
+
 def _tune_regions(result: ModelResult, kernels: list, shares: dict[int, int],
                   deadline: float | None, region_dir: Path, settings: RunSettings,
-                  notify: Callable[[str], None], tune: Callable[..., Any], device: Any) -> None:
-    """Each kernel region tuned in turn, largest first, on `device`, each with its share of
-    the budget and of the seconds left."""
+                  notify: Callable[[str], None], tune: Callable[..., Any], device: Any,
+                  problems: dict[int, Problem] | None = None) -> None:
+    """Each kernel region tuned in turn, largest expected gain first, on `device`, each with
+    its share of the budget and of the seconds left (`problems`: regions already loaded)."""
     split = result.split
+    problems = problems or {}
+    weights = [result.gains[r.index].weight_s if r.index in result.gains
+               else budgets.floor_s(r) for r in kernels]
     for pos, r in enumerate(kernels):
         limit = None
         if deadline is not None:
             left = deadline - time.monotonic() - 1.0  # the module's emission after
             # a tune holds its own limit within 5 %: its share less that, so the sum holds
-            limit = budgets.time_share(max(0.0, left), r, kernels[pos + 1:]) / 1.05
+            limit = budgets.time_share(max(0.0, left), weights[pos], weights[pos + 1:]) / 1.05
             if limit < 1.0:
                 result.outcomes[r.index] = RegionOutcome(
                     r.index, str(region_dir / f"r{r.index}.py"), shares[r.index], limit,
@@ -175,8 +238,8 @@ def _tune_regions(result: ModelResult, kernels: list, shares: dict[int, int],
         result.outcomes[r.index] = o
         run = replace(settings, budget=shares[r.index], time_limit_s=limit)
         try:
-            o.result = tune(o.problem_file, out=region_dir / f"r{r.index}", notify=notify,
-                            settings=run, shared_device=device)
+            o.result = tune(problems.get(r.index, o.problem_file), out=region_dir / f"r{r.index}",
+                            notify=notify, settings=run, shared_device=device)
             result.device = o.result.device.kind
             result.simulated = o.result.simulated
         except CudaAgentError as exc:
