@@ -47,6 +47,11 @@ LIBRARY_NAMES = {"matmul": "cuBLAS (torch.matmul)", "conv": "cuDNN (torch convol
                  "conv_transpose": "cuDNN (torch transposed convolution)"}
 
 
+#: `memory.layout`'s value for a product kept channels-last: the epilogue walks it in its
+#: memory order and writes the stage's buffer so (`ir/layout.py`)
+KEPT = "channels_last_kept"
+
+
 def _info(plan: KernelPlan) -> GemmInfo:
     return plan.info
 
@@ -116,9 +121,13 @@ class LibraryTemplate(Template):
         ]
         # cuDNN's call, direct or transposed (`library_call`); channels-last: 4-D and 5-D only
         if plan.kind == "conv" and len(_info(plan).b_gather.kernel) in (2, 3):
-            out.append(Slot("memory.layout", ("as_given", "channels_last"),
+            # channels_last_kept: only where the stage's output is a program buffer every
+            # reader can read channels-last (`ir/layout.py`); its readers then follow it
+            kept = (KEPT,) if plan.nhwc_out else ()
+            out.append(Slot("memory.layout", ("as_given", "channels_last", *kept),
                             "the layout cuDNN computes in (channels_last: operands converted, "
-                            "the product converted back)"))
+                            "the product converted back; channels_last_kept: the product and "
+                            "the stage's output stay channels-last for the next stages)"))
         return out
 
     def check(self, plan: KernelPlan, cfg: dict[str, Any], target: Target) -> str | None:
@@ -175,8 +184,11 @@ class LibraryTemplate(Template):
         else:
             src = ["__ldg(prod + f0)"]
         vals = []
+        kept = call.get("layout") == KEPT
         for q, v in enumerate(src):
-            fl = f"(f0 + {q})"
+            # the epilogue's operands (a bias, a residual) and its row/column are indexed in
+            # torch's layout: a kept product's element f0 + q is at its NCHW place
+            fl = _nchw_index(plan, f"(f0 + {q})") if kept else f"(f0 + {q})"
             vals.append(epilogue_value(plan, c, v, fl, f"(({fl} / {g.N}) % {g.M})",
                                        f"({fl} % {g.N})", f"_{q}"))
         c(cg.vec_store("(out + f0)", vals, 0))
@@ -193,6 +205,13 @@ class LibraryTemplate(Template):
                                               for i in (call.get("x"), call.get("w"))
                                               if i is not None)))
         return Rendered(c.text(), launches, facts=facts)
+
+
+def _nchw_index(plan: KernelPlan, f: str) -> str:
+    """The (N, C, *spatial) flat index of the element at flat index `f` of the same tensor
+    stored channels-last (N, *spatial, C)."""
+    C, S = plan.full_shape[1], math.prod(plan.full_shape[2:])
+    return (f"(({f} / {C * S}) * {C * S} + ({f} % {C}) * {S} + (({f} / {C}) % {S}))")
 
 
 def epilogue_bytes(plan: KernelPlan) -> int:
