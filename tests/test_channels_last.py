@@ -81,8 +81,10 @@ CHAINS = {"conv_bn_tanh": (ConvBNTanh, (2, 3, 9, 11)),
           "conv3d_bn": (Conv3dBN, (2, 2, 5, 7, 5))}
 
 
-def _setup(name: str) -> tuple[ProgramPlan, nn.Module, torch.Tensor]:
-    cls, shape = CHAINS[name]
+def _setup(name: str, shape: tuple[int, ...] | None = None
+           ) -> tuple[ProgramPlan, nn.Module, torch.Tensor]:
+    cls, odd = CHAINS[name]
+    shape = shape or odd
     plan = make_plan(capture(cls, [], lambda: [torch.randn(*shape)]))
     assert isinstance(plan, ProgramPlan)
     torch.manual_seed(0)
@@ -177,8 +179,9 @@ def test_channels_last_programs_match_torch(name):
 
 def test_a_reader_s_configuration_follows_the_producer_s_layout():
     """Fixed at a configuration of its own layout's space, a reader renders in the other
-    layout's space: vector reads of a strided buffer drop to scalar ones."""
-    plan, _, _ = _setup("conv_bn_tanh")
+    layout's space: vector reads of a strided buffer drop to scalar ones (8 x 8 images: the
+    NCHW reader has float4 configurations)."""
+    plan, _, _ = _setup("conv_bn_tanh", (2, 3, 10, 10))
     spaces = stage_spaces(plan, Target())
     kept = next(c for c in spaces[0].configs_of("lib") if c["memory.layout"] == KEPT)
     variant = StageSpace.of(plan, 1, spaces, [kept, spaces[1].default()])
@@ -197,20 +200,23 @@ def test_a_reader_s_configuration_follows_the_producer_s_layout():
 
 
 def test_the_model_prices_the_conversion_saved_and_the_strided_reads():
-    plan, _, _ = _setup("conv_bn_tanh")
+    plan, _, _ = _setup("conv_bn_tanh", (16, 3, 131, 129))  # launches do not dominate
     spaces = stage_spaces(plan, Target())
     lib = {c["memory.layout"]: c for c in spaces[0].configs_of("lib")
            if c["memory.vec"] == 1 and c["config.items"] == 1 and c["config.block"] == 256}
-    fixed = [lib["as_given"], spaces[1].default()]
-    s0 = StageSpace.of(plan, 0, spaces, fixed)
-    ms = {k: simulate(plan, s0.render(c), None, Target()).time_ms for k, c in lib.items()}
-    # the library stage alone: kept saves the product's conversion back
+    # the library stage alone: keeping the product saves its conversion back
     lib_ms = {k: simulate(plan.program.stages[0].plan, spaces[0].render(c), None,
                           Target()).time_ms for k, c in lib.items()}
     assert lib_ms[KEPT] < lib_ms["channels_last"]
-    # the whole program: the reader's strided reads are priced too (not free)
-    assert ms[KEPT] > lib_ms[KEPT] - lib_ms["channels_last"] + ms["channels_last"] - 1e-9 or \
-        ms[KEPT] != ms["channels_last"]
+    # the whole program: the stages' own times plus the reader's strided reads of the buffer
+    s0 = StageSpace.of(plan, 0, spaces, [lib[KEPT], spaces[1].default()])
+    r = s0.render(lib[KEPT])
+    parts = sum(simulate(p, q, None, Target()).time_ms for p, q in r.parts)
+    total = simulate(plan, r, None, Target()).time_ms
+    assert total > parts
+    back = s0.render(lib["channels_last"])
+    assert simulate(plan, back, None, Target()).time_ms == pytest.approx(
+        sum(simulate(p, q, None, Target()).time_ms for p, q in back.parts))
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
