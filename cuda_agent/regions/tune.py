@@ -20,7 +20,7 @@ from ..outputs import write_files
 from ..problem_child import LoadLimits, shared_loader
 from ..settings import RunSettings
 from ..store import default_store
-from ..tuner import tune
+from ..tuner import open_device, tune
 from . import budget as budgets
 from .emit import header, model_new_source
 from .source import problem_source
