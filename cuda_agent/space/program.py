@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Collection
 
 from ..ir.graph import Increment, RunningStats
 from ..ir.partition import ProgramPlan
@@ -207,7 +207,7 @@ def state_updates(plan: Any) -> list[dict[str, Any]]:
     return out
 
 
-def compose(plan: ProgramPlan, parts: list[Rendered], kept: set[int] = frozenset()
+def compose(plan: ProgramPlan, parts: list[Rendered], kept: Collection[int] = ()
             ) -> Rendered:
     """One candidate from one rendering per stage: sources, launches, workspace; `kept`, the
     buffers stored channels-last (`kept_buffers`), in the facts of the stages that read them."""
