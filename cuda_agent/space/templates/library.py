@@ -15,7 +15,9 @@ Slots: threads per block and elements per thread (config), vector width of the p
 and the output's writes (memory). A 2-D or 3-D convolution's library call has one more: the
 memory layout cuDNN works in (memory: the operands as given, or converted to channels-last and
 the product converted back; cuDNN's fast fp32 kernels differ by layout and shape, and
-torch.compile converts to channels-last itself). A matrix product's call has no slots.
+torch.compile converts to channels-last itself); in a program, a third value keeps the product
+channels-last for the next stages (`channels_last_kept`, `ir/layout.py`). A matrix product's
+call has no slots.
 
 cuDNN's algorithm choice (its heuristics, or `cudnn.benchmark` timing every algorithm) is not a
 slot: torch keeps one algorithm per convolution shape and layout for the life of the process,
