@@ -322,6 +322,8 @@ def _call_args(params: int, args) -> str:
             out.append(f"ca_ptr{{p{params - 1}}}")
         elif a[0] == "buf":
             out.append(f"ca_ptr{{(char*)ws + {a[1]}}}")
+        elif a[0] == "product":  # a program's library step's product (`run`'s `prod`)
+            out.append("ca_ptr{prod}")
         else:
             raise NotImplementedError(f"emulator: kernel argument {a!r}")
     return ", ".join(out)
@@ -329,10 +331,14 @@ def _call_args(params: int, args) -> str:
 
 def _launcher(params: int, launches: list[tuple[str, tuple, tuple, int, object, int]]) -> str:
     """`ca_run(launch, wait, p0.., ws)`: each launch in turn through the runtime's `launch`, an
-    emulated thread entering the kernel through a body that sets its thread-locals."""
+    emulated thread entering the kernel through a body that sets its thread-locals. Where a
+    launch reads a program's library product, `ca_run` takes its pointer last (`prod`)."""
     decl = ", ".join(f"void* p{k}" for k in range(params)) + ", void* ws"
     unpack = " ".join(f"void* p{k} = a_[{k}];" for k in range(params)) + f" void* ws = a_[{params}];"
     args = ", ".join(f"p{k}" for k in range(params)) + ", ws"
+    if any(kargs and ["product"] in [list(a) for a in kargs] for *_, kargs, _ in launches):
+        decl, args = decl + ", void* prod", args + ", prod"
+        unpack += f" void* prod = a_[{params + 1}];"
     body = []
     for name, grid, block, smem, kargs, cluster in launches:
         call = _call_args(params, kargs)
@@ -447,6 +453,7 @@ def run(rendered, inputs: list[np.ndarray], out_shape: tuple[int, ...],
     (`launcher.run_library`), its product handed to the kernels as their workspace. With a
     `workspace` list, the workspace the kernels left (float32 words) is appended to it."""
     src, library = _program(rendered, len(inputs))
+    args = next((L.args for L in rendered.launches if L.library), None)
     product = None
     if library is not None:
         import torch
@@ -454,7 +461,12 @@ def run(rendered, inputs: list[np.ndarray], out_shape: tuple[int, ...],
         from cuda_agent.runner.launcher import run_library
 
         tensors = [torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)) for x in inputs]
-        product = run_library(library, tensors).numpy().copy()
+        if args is not None:  # a program's first stage: its operands are program inputs
+            assert all(a[0] == "in" for a in args), "emulator: a library step reads inputs"
+            tensors = [tensors[a[1]] for a in args]
+        y = run_library(library, tensors)
+        # its memory as the kernels read it (channels-last where kept so), not numpy's order
+        product = y.as_strided((y.numel(),), (1,)).numpy().copy()
     key = _key(src)
     if key in _prebuilt:
         lib, name = _prebuilt[key]
@@ -464,9 +476,12 @@ def run(rendered, inputs: list[np.ndarray], out_shape: tuple[int, ...],
     arrays = [np.ascontiguousarray(x, dtype=np.int64 if np.asarray(x).dtype == np.int64
                                    else np.float32) for x in inputs]
     out = np.full(out_shape, np.nan, dtype=np.float32)
-    ws = product if product is not None else \
+    program = product is not None and args is not None  # the product apart from the workspace
+    ws = product if product is not None and not program else \
         np.zeros(max(1, -(-rendered.workspace_bytes // 4)), dtype=np.float32)
     ptrs = [*_runtime(), *(a.ctypes.data_as(ctypes.c_void_p) for a in arrays + [out, ws])]
+    if program:
+        ptrs.append(product.ctypes.data_as(ctypes.c_void_p))
     fn.argtypes = [ctypes.c_void_p] * len(ptrs)
     fn(*ptrs)
     if workspace is not None:

@@ -530,12 +530,14 @@ def simulate_library(plan, rendered: Rendered, target: Target) -> tuple[float, d
     vec = int(f.get("vec", 1))
     # a streaming pass: full bandwidth with 16-byte accesses, a little less with 4-byte ones
     epilogue_s = epilogue_bytes(plan) / (target.dram_bw * (0.92 if vec == 4 else 0.85))
-    if f.get("library_layout") == "channels_last":
+    if f.get("library_layout") in ("channels_last", "channels_last_kept"):
         # the operands converted to channels-last and the product back: each read and written
-        # once more. How cuDNN's algorithms differ by layout the model does not know: it
-        # prices them alike.
-        product_s += (2 * float(f["product_bytes"]) + 2 * float(f.get("library_in_bytes", 0))
-                      ) / target.dram_bw
+        # once more; a product kept channels-last (a program's next stages read it so) is not
+        # converted back, and those stages' strided reads are priced with them
+        # (`model._channels_last_reads_s`). How cuDNN's algorithms differ by layout the model
+        # does not know: it prices them alike.
+        back = 2 * float(f["product_bytes"]) if f["library_layout"] == "channels_last" else 0.0
+        product_s += (back + 2 * float(f.get("library_in_bytes", 0))) / target.dram_bw
     ms = (product_s + epilogue_s + (2 * LAUNCH_US + LIBRARY_CALL_US) * 1e-6) * 1e3
     return ms, {"dram_throughput": epilogue_s / (product_s + epilogue_s)}
 

@@ -51,6 +51,7 @@ from typing import Any
 from ..ir import ops
 from ..ir.conv import window_info
 from ..ir.graph import INDEX_DTYPE
+from ..ir.partition import as_program
 from ..ir.plan import KernelPlan
 from ..space.slots import Launch, Rendered, Target
 from ..space.templates.pool import span
@@ -339,7 +340,9 @@ def simulate(plan: KernelPlan, rendered: Rendered, resources: dict | None, targe
         bad = next((r for r in results if r.error_kind), None)
         if bad is not None:
             return bad
-        return SimResult(sum(r.time_ms for r in results),
+        strided_ms = sum(_channels_last_reads_s(plan, b, target, c) for k, b in rendered.facts
+                         if k.endswith(".reads_channels_last")) * 1e3
+        return SimResult(sum(r.time_ms for r in results) + strided_ms,
                          {k: max(r.counters.get(k, 0.0) for r in results) for k in COUNTER_KEYS})
     if rendered.fact("family") == "gemm":  # arithmetic-bound: its own model
         ms, counters, err = simulate_gemm(rendered, resources, target)
@@ -371,6 +374,21 @@ def simulate(plan: KernelPlan, rendered: Rendered, resources: dict | None, targe
         overhead_s += c.memset_overhead_us * 1e-6
     total_s = device_s + overhead_s
     return SimResult(total_s * 1e3, _counters(per_launch, works, device_s, target))
+
+
+def _channels_last_reads_s(plan: KernelPlan, buffer: int, target: Target, c: SimConstants
+                           ) -> float:
+    """Seconds a program stage spends beyond its own model reading intermediate buffer
+    `buffer` stored channels-last (`ir/layout.py`) in torch's (N, C, *spatial) order: lanes
+    along the spatial dims read elements C apart, so each request brings min(C, 8) times the
+    bytes it uses into the SM (a 32-byte sector per 4-byte element); the rest of each sector
+    is another channel's, found again in L2 while the buffer fits there, else read from DRAM
+    again. The stage's own model priced the buffer as read once, coalesced."""
+    shape, _ = as_program(plan).program.buffers[buffer]
+    nbytes = 4.0 * math.prod(shape)
+    waste = min(shape[1], c.sector_bytes // 4) - 1
+    hit = _l2_hit(nbytes, False, target, c)
+    return nbytes * waste * (hit / c.l2_bw + (1 - hit) / (target.dram_bw * c.dram_peak_fraction))
 
 
 def stage_resources(per_kernel: dict, stage: int) -> dict:

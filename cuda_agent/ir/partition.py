@@ -61,6 +61,9 @@ class Stage:
     writes: int | None  # buffer index it writes, None for the last stage (the output)
     plan: Any = None  # its KernelPlan, set by the program planner
     sides: list[int] = field(default_factory=list)  # buffers of its side outputs (graph.sides)
+    # its plan where buffer `nhwc_buffer` is stored channels-last (`ir/layout.py`), or None
+    nhwc_plan: Any = None
+    nhwc_buffer: int | None = None
 
 
 @dataclass

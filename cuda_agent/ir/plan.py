@@ -57,6 +57,9 @@ class KernelPlan:
     anchor: int | None = None
     info: Any = None
     anchor_flops: int = 0  # arithmetic of the anchor itself (2*M*N*K for a matmul)
+    # a program stage whose output buffer every reader can read channels-last (`ir/layout.py`):
+    # its library template may keep cuDNN's channels-last product as it is
+    nhwc_out: bool = False
 
     def anchor_id(self) -> int:
         """The anchor of a structured plan (whose templates read it)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ..errors import UnsupportedError
 from .graph import Graph
+from .layout import mark_channels_last
 from .partition import Program, ProgramPlan, partition, sides_written
 from .plan import KernelPlan, make_pattern_plan
 from .structured import planner_for
@@ -57,6 +58,7 @@ def make_program_plan(graph: Graph, program: Program) -> ProgramPlan:
             stage.plan = make_plan(stage.graph)
         except UnsupportedError as exc:
             raise UnsupportedError(f"stage {k + 1} of {len(program.stages)}: {exc}") from None
+    mark_channels_last(program, make_plan)
     out = graph[graph.output]
     used = sorted({s.index for st in program.stages for s in st.sources if s.kind == "input"})
     last = program.stages[-1].plan

@@ -185,7 +185,8 @@ class tf32_mode:
 def run_library(call: dict, inputs: Sequence[torch.Tensor]) -> torch.Tensor:
     """A vendor-library step of a candidate, through torch on the current stream: cuBLAS for a
     (batched, strided) matrix product, cuDNN for a convolution, direct or transposed. Returns
-    the contiguous product, which the kernels after it read as their workspace. With
+    the product dense (contiguous, or channels-last where the call keeps it so), which the
+    kernels after it read as their workspace. With
     `dtype` ("fp16" or "bf16", where the user opted into half-precision products) the operands
     are cast to it and the product back to fp32, as torch.autocast computes it. With
     `cudnn_benchmark` (a model_new.py whose kernel was measured so) a convolution runs in
@@ -215,8 +216,18 @@ def _run_library_as_set(call: dict, inputs: Sequence[torch.Tensor]) -> torch.Ten
         inputs = list(inputs)
         for k in (call["a"], call["b"]) if call["op"] == "matmul" else (call["x"], call["w"]):
             inputs[k] = inputs[k].to(half)
-        return _run_library(call, inputs).float().contiguous()
+        return _product_layout(call, _run_library(call, inputs).float())
     return _run_library(call, inputs)
+
+
+def _product_layout(call: dict, y: torch.Tensor) -> torch.Tensor:
+    """The product dense in the layout the kernels after it read: torch's default, or, for
+    a convolution whose product is kept channels-last (layout "channels_last_kept": the next
+    stages of a program read it so), channels-last, with no conversion back."""
+    if call.get("layout") == "channels_last_kept":
+        return y.contiguous(memory_format=torch.channels_last if call["dims"] == 2
+                            else torch.channels_last_3d)
+    return y.contiguous()
 
 
 def _run_library(call: dict, inputs: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -232,7 +243,8 @@ def _run_library(call: dict, inputs: Sequence[torch.Tensor]) -> torch.Tensor:
     if call["op"] not in ("conv", "conv_transpose"):
         raise ValueError(f"unknown library step {call['op']!r}")
     x, w = inputs[call["x"]], inputs[call["w"]]
-    if call.get("layout") == "channels_last":  # cuDNN computes in NHWC; converted back below
+    if call.get("layout") in ("channels_last", "channels_last_kept"):
+        # cuDNN computes in NHWC; converted back below unless kept (`_product_layout`)
         fmt = torch.channels_last if call["dims"] == 2 else torch.channels_last_3d
         x, w = x.contiguous(memory_format=fmt), w.contiguous(memory_format=fmt)
     if call["op"] == "conv":
@@ -242,7 +254,7 @@ def _run_library(call: dict, inputs: Sequence[torch.Tensor]) -> torch.Tensor:
         conv = getattr(torch.nn.functional, f"conv_transpose{call['dims']}d")
         y = conv(x, w, None, call["stride"], call["padding"], call["output_padding"],
                  call["groups"], call["dilation"])
-    return y.contiguous()  # the kernels after it read the product in torch's default layout
+    return _product_layout(call, y)
 
 
 class LoadedKernels:

@@ -19,15 +19,19 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Collection
 
 from ..ir.graph import Increment, RunningStats
 from ..ir.partition import ProgramPlan
 # measurements a stage may go without progress: defined where the run's settings read it
 # without importing this module
 from ..limits import STAGE_PATIENCE  # noqa: F401
-from .slots import Config, Launch, Rendered, Target, content_key
-from .space import Space
+from .slots import ABSENT, Config, Launch, Rendered, Target, content_key
+from .space import SCOPE_SLOT, Space
+from .templates.library import KEPT
+
+#: the library template's slot whose value `KEPT` stores its stage's buffer channels-last
+LAYOUT_SLOT = "memory.layout"
 
 ALIGN = 256
 
@@ -97,7 +101,9 @@ class StageSpace(Space):
     @staticmethod
     def of(plan: ProgramPlan, stage: int, spaces: list[Space], fixed: list[Config]
            ) -> "StageSpace":
-        own = spaces[stage]
+        """Stage `stage`'s space, the others at `fixed`: where `fixed` keeps a buffer this
+        stage reads channels-last, the stage's channels-last variant (`ir/layout.py`)."""
+        own = stage_choices(plan, spaces, fixed)[stage][0]
         return StageSpace(own.plan, own.target, own.templates, program=plan, stage=stage,
                           spaces=spaces, fixed=list(fixed))
 
@@ -111,19 +117,58 @@ class StageSpace(Space):
         return chosen
 
     def render(self, cfg: Config) -> Rendered:
-        chosen = self.with_choice(cfg)
-        parts = [sp.render(c) for sp, c in zip(self.spaces, chosen)]
-        return compose(self.program_plan(), parts)
+        plan = self.program_plan()
+        choices = stage_choices(plan, self.spaces, self.with_choice(cfg))
+        return compose(plan, [sp.render(c) for sp, c in choices],
+                       kept_buffers(plan, [c for _, c in choices]))
 
     def key(self, cfg: Config, toolchain: str) -> str:
-        chosen = self.with_choice(cfg)
-        return content_key("program", [sp.key(c, toolchain) for sp, c in zip(self.spaces,
-                                                                               chosen)],
-                           self.program_plan().graph.fingerprint())
+        plan = self.program_plan()
+        choices = stage_choices(plan, self.spaces, self.with_choice(cfg))
+        return content_key("program", [sp.key(c, toolchain) for sp, c in choices],
+                           plan.graph.fingerprint())
 
     @property
     def version(self) -> str:
         return "|".join(sp.version for sp in self.spaces)
+
+
+def kept_buffers(plan: ProgramPlan, chosen: list[Config]) -> set[int]:
+    """The intermediate buffers `chosen` (a configuration per stage) stores channels-last:
+    those of the stages whose library call keeps its product so (`memory.layout` `KEPT`)."""
+    return {st.writes for st, c in zip(plan.program.stages, chosen)
+            if st.writes is not None and st.plan.nhwc_out and c.get(LAYOUT_SLOT) == KEPT}
+
+
+def stage_choices(plan: ProgramPlan, spaces: list[Space], chosen: list[Config]
+                  ) -> list[tuple[Space, Config]]:
+    """Each stage's space and configuration as `chosen` renders them: a stage that reads a
+    buffer `chosen` keeps channels-last runs its channels-last variant's space, any other its
+    own; a configuration that space does not hold follows it (`follow`)."""
+    kept = kept_buffers(plan, chosen)
+    out = []
+    for i, (st, sp, c) in enumerate(zip(plan.program.stages, spaces, chosen)):
+        if st.nhwc_buffer is not None and st.nhwc_buffer in kept:
+            sp = plan.cached(("nhwc_space", i, sp.target),
+                             lambda: Space.for_plan(st.nhwc_plan, sp.target))
+        out.append((sp, follow(sp, c)))
+    return out
+
+
+def follow(space: Space, cfg: Config) -> Config:
+    """`cfg` in `space`, a stage's space in the other layout of what it reads: itself where
+    `space` holds it; else the same with its vector widths 1 (a channels-last buffer read along
+    its spatial dims is strided: no vector loads there); else its template's default there;
+    else `space`'s default."""
+    if space.contains(cfg):
+        return cfg
+    scalar = Config.of({k: 1 if k.startswith("memory.vec") and v != ABSENT else v
+                        for k, v in cfg.items})
+    if space.contains(scalar):
+        return scalar
+    name = cfg.get(SCOPE_SLOT)
+    return next((c for c in space.template_defaults(fallback=True)
+                 if name is None or space.template_of(c).name == name), space.default())
 
 
 def buffer_offsets(plan: ProgramPlan) -> tuple[list[int], int]:
@@ -162,12 +207,17 @@ def state_updates(plan: Any) -> list[dict[str, Any]]:
     return out
 
 
-def compose(plan: ProgramPlan, parts: list[Rendered]) -> Rendered:
-    """One candidate from one rendering per stage: sources, launches, workspace."""
+def compose(plan: ProgramPlan, parts: list[Rendered], kept: Collection[int] = ()
+            ) -> Rendered:
+    """One candidate from one rendering per stage: sources, launches, workspace; `kept`, the
+    buffers stored channels-last (`kept_buffers`), in the facts of the stages that read them."""
     program = plan.program
     offsets, ws = buffer_offsets(plan)
     sources, launches, facts = [], [], [("family", "program"), ("stages", len(parts))]
     zero = False
+    # a stage reading a buffer kept channels-last was rendered from its variant's plan
+    plans = [s.nhwc_plan if s.nhwc_buffer is not None and s.nhwc_buffer in kept else s.plan
+             for s in program.stages]
     for i, (stage, r) in enumerate(zip(program.stages, parts)):
         scratch = ws
         ws = _aligned(ws + r.workspace_bytes)
@@ -177,7 +227,7 @@ def compose(plan: ProgramPlan, parts: list[Rendered]) -> Rendered:
         for name in names:
             src = re.sub(rf"\b{re.escape(name)}\b", f"s{i}_{name}", src)
         sources.append(f"namespace cuda_agent_stage{i} {{\n{src}\n}}  // stage {i}\n")
-        operands = [_source_arg(plan, stage.sources[k], offsets) for k in stage.plan.operands]
+        operands = [_source_arg(plan, stage.sources[k], offsets) for k in plans[i].operands]
         out_arg = ["out"] if stage.writes is None else _buffer_arg(plan, stage.writes, offsets)
         side_args = [_buffer_arg(plan, b, offsets) for b in stage.sides]
         after_library = False
@@ -192,9 +242,10 @@ def compose(plan: ProgramPlan, parts: list[Rendered]) -> Rendered:
                                    args=tuple(operands + [out_arg] + side_args + [ws_arg]),
                                    cluster=L.cluster))
         facts += [(f"s{i}.{k}", v) for k, v in r.facts]
+        if stage.nhwc_buffer is not None and stage.nhwc_buffer in kept:
+            facts.append((f"s{i}.reads_channels_last", stage.nhwc_buffer))
     return Rendered("\n".join(sources), tuple(launches), workspace_bytes=ws,
-                    zero_workspace=zero, facts=tuple(facts),
-                    parts=tuple(zip((s.plan for s in program.stages), parts)))
+                    zero_workspace=zero, facts=tuple(facts), parts=tuple(zip(plans, parts)))
 
 
 def _source_arg(plan: ProgramPlan, src: Any, offsets: list[int]) -> list:

@@ -15,7 +15,9 @@ Slots: threads per block and elements per thread (config), vector width of the p
 and the output's writes (memory). A 2-D or 3-D convolution's library call has one more: the
 memory layout cuDNN works in (memory: the operands as given, or converted to channels-last and
 the product converted back; cuDNN's fast fp32 kernels differ by layout and shape, and
-torch.compile converts to channels-last itself). A matrix product's call has no slots.
+torch.compile converts to channels-last itself); in a program, a third value keeps the product
+channels-last for the next stages (`channels_last_kept`, `ir/layout.py`). A matrix product's
+call has no slots.
 
 cuDNN's algorithm choice (its heuristics, or `cudnn.benchmark` timing every algorithm) is not a
 slot: torch keeps one algorithm per convolution shape and layout for the life of the process,
@@ -45,6 +47,11 @@ from .gemm import epilogue_value
 
 LIBRARY_NAMES = {"matmul": "cuBLAS (torch.matmul)", "conv": "cuDNN (torch convolution)",
                  "conv_transpose": "cuDNN (torch transposed convolution)"}
+
+
+#: `memory.layout`'s value for a product kept channels-last: the epilogue walks it in its
+#: memory order and writes the stage's buffer so (`ir/layout.py`)
+KEPT = "channels_last_kept"
 
 
 def _info(plan: KernelPlan) -> GemmInfo:
@@ -116,9 +123,13 @@ class LibraryTemplate(Template):
         ]
         # cuDNN's call, direct or transposed (`library_call`); channels-last: 4-D and 5-D only
         if plan.kind == "conv" and len(_info(plan).b_gather.kernel) in (2, 3):
-            out.append(Slot("memory.layout", ("as_given", "channels_last"),
+            # channels_last_kept: only where the stage's output is a program buffer every
+            # reader can read channels-last (`ir/layout.py`); its readers then follow it
+            kept = (KEPT,) if plan.nhwc_out else ()
+            out.append(Slot("memory.layout", ("as_given", "channels_last", *kept),
                             "the layout cuDNN computes in (channels_last: operands converted, "
-                            "the product converted back)"))
+                            "the product converted back; channels_last_kept: the product and "
+                            "the stage's output stay channels-last for the next stages)"))
         return out
 
     def check(self, plan: KernelPlan, cfg: dict[str, Any], target: Target) -> str | None:
@@ -175,8 +186,11 @@ class LibraryTemplate(Template):
         else:
             src = ["__ldg(prod + f0)"]
         vals = []
+        kept = call.get("layout") == KEPT
         for q, v in enumerate(src):
-            fl = f"(f0 + {q})"
+            # the epilogue's operands (a bias, a residual) and its row/column are indexed in
+            # torch's layout: a kept product's element f0 + q is at its NCHW place
+            fl = _nchw_index(plan, f"(f0 + {q})") if kept else f"(f0 + {q})"
             vals.append(epilogue_value(plan, c, v, fl, f"(({fl} / {g.N}) % {g.M})",
                                        f"({fl} % {g.N})", f"_{q}"))
         c(cg.vec_store("(out + f0)", vals, 0))
@@ -193,6 +207,13 @@ class LibraryTemplate(Template):
                                               for i in (call.get("x"), call.get("w"))
                                               if i is not None)))
         return Rendered(c.text(), launches, facts=facts)
+
+
+def _nchw_index(plan: KernelPlan, f: str) -> str:
+    """The (N, C, *spatial) flat index of the element at flat index `f` of the same tensor
+    stored channels-last (N, *spatial, C)."""
+    C, S = plan.full_shape[1], math.prod(plan.full_shape[2:])
+    return (f"(({f} / {C * S}) * {C * S} + ({f} % {C}) * {S} + (({f} / {C}) % {S}))")
 
 
 def epilogue_bytes(plan: KernelPlan) -> int:
