@@ -86,6 +86,28 @@ def test_update_refuses_to_overwrite(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert kept.read_text() == "{}"
 
 
+def test_update_of_a_few_problems_keeps_the_rest(tmp_path: Path) -> None:
+    """`--update --only KEYS` recomputes those problems' entries and keeps every other entry
+    and the replay runs byte for byte."""
+    import shutil
+
+    key = "good/relu_small"
+    for p in FOLDER.glob("*.json"):
+        shutil.copy(p, tmp_path / p.name)
+    good = tmp_path / goldens.file_name("good")
+    data = json.loads(good.read_text())
+    right = copy.deepcopy(data["entries"][key])
+    data["entries"][key] = {"stale": True}
+    other = next(k for k in data["entries"] if k != key)
+    good.write_text(goldens.dumps(data["header"], data["entries"]))
+    before = {p.name: p.read_bytes() for p in tmp_path.glob("*.json")}
+    assert goldens.main(["--update", "--only", key, "--out", str(tmp_path), "--quiet"]) == 0
+    after = json.loads(good.read_text())["entries"]
+    assert after[key] == right and after[other] == data["entries"][other]
+    changed = [n for n, b in before.items() if (tmp_path / n).read_bytes() != b]
+    assert changed == [good.name], changed
+
+
 def test_goldens_files_are_small() -> None:
     sizes = {p.name: p.stat().st_size for p in FOLDER.glob("*.json")}
     assert sizes and sum(sizes.values()) < 600_000, sizes

@@ -425,6 +425,29 @@ def write(root: Path, folder: Path, overwrite: bool,
     return list(texts)
 
 
+def update_entries(root: Path, folder: Path, only: Iterable[str],
+                   progress: Callable[[str], None] | None = None) -> list[Path]:
+    """Recompute the problems keyed in `only` and replace their entries in the goldens in
+    `folder`, every other entry and the replay runs kept as they are: a change meant for a
+    few problems regenerated in minutes, not the whole set's half hour. The files must have
+    been written with the current settings; each file is written whole, none half-written."""
+    names = list(FILE_SUITES) + ["unseen_ops"]
+    stored = {n: read(folder, n) for n in names}
+    stale = [n for n, d in stored.items() if d["header"] != settings_header()]
+    if stale:
+        raise SettingsError(f"{file_name(stale[0])}: written with other settings; regenerate "
+                            "every golden (--update without --only)")
+    groups, _ = compute(root, only, progress)
+    texts = {}
+    for name, entries in groups.items():
+        merged = dict(stored[name]["entries"])
+        merged.update(entries)
+        texts[folder / file_name(name)] = dumps(settings_header(), dict(sorted(merged.items())))
+    for path, text in texts.items():  # computed first: an error leaves the old files whole
+        write_atomic(path, text.encode())
+    return list(texts)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m cuda_agent.experiments.goldens",
                                  description=__doc__.splitlines()[0])
@@ -435,7 +458,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--root", type=Path, default=None,
                     help="the checkout holding the suites (default: this package's)")
     ap.add_argument("--only", help="comma-separated problem keys to check (e.g. "
-                    "problems/softmax_short_rows); no replay runs")
+                    "problems/softmax_short_rows), or with --update to recompute and replace "
+                    "in the goldens, the others kept; no replay runs")
     ap.add_argument("--quiet", action="store_true", help="no line per problem")
     args = ap.parse_args(argv)
     root = (args.root or repo_root()).resolve()
@@ -448,8 +472,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.update or args.out is not None:
             if args.only:
-                raise SettingsError("--only checks a subset; goldens are written whole")
-            paths = write(root, args.out or root / GOLDENS_DIR, args.update, progress)
+                if not args.update:
+                    raise SettingsError("--only with --out: pass --update to replace those "
+                                        "problems' entries in the goldens there")
+                paths = update_entries(root, args.out or root / GOLDENS_DIR,
+                                       args.only.split(","), progress)
+            else:
+                paths = write(root, args.out or root / GOLDENS_DIR, args.update, progress)
             print(f"wrote {', '.join(str(p) for p in paths)} "
                   f"in {time.perf_counter() - t0:.0f} s")
             return 0
