@@ -26,7 +26,7 @@ from cuda_agent.ir.partition import ProgramPlan
 from cuda_agent.ir.planning import make_plan
 from cuda_agent.space.program import StageSpace, follow, kept_buffers, stage_spaces
 from cuda_agent.space.slots import Target
-from cuda_agent.space.templates.library import KEPT
+from cuda_agent.space.templates.library import KEPT, KEPT_MO
 
 
 class ConvBNTanh(nn.Module):
@@ -119,7 +119,7 @@ def test_a_convolution_s_buffer_may_stay_channels_last(name):
     assert reader.nhwc_plan.kind == reader.plan.kind
     spaces = stage_spaces(plan, Target())
     layouts = spaces[0].slot("memory.layout").choices
-    assert layouts == ("as_given", "channels_last", KEPT)
+    assert layouts == ("as_given", "channels_last", KEPT, KEPT_MO)
 
 
 def test_the_choice_is_not_offered_where_a_reader_cannot_follow():
@@ -150,7 +150,8 @@ def _renders(name: str, seed: int) -> list:
     reader = _emulated(spaces[1])[0]
     out = []
     for lib in spaces[0].configs_of("lib"):
-        if lib["memory.vec"] == 1 or lib["config.items"] == 1:
+        if (lib["memory.vec"] == 1 or lib["config.items"] == 1) and \
+                lib["memory.layout"] != KEPT_MO:  # `_ordered_renders`
             fixed = [lib, reader] + [sp.default() for sp in spaces[2:]]
             out.append((lib.short(), StageSpace.of(plan, 0, spaces, fixed).render(lib)))
     kept = next(c for c in spaces[0].configs_of("lib") if c["memory.layout"] == KEPT)
@@ -159,7 +160,19 @@ def _renders(name: str, seed: int) -> list:
     assert s1.plan is plan.program.stages[1].nhwc_plan  # the reader searches its variant
     for cfg in rng.sample(_emulated(s1), min(4, len(_emulated(s1)))):
         out.append((f"kept + {cfg.short()}", s1.render(cfg)))
-    return out
+    return out + _ordered_renders(plan, spaces, rng)
+
+
+def _ordered_renders(plan: ProgramPlan, spaces: list, rng: random.Random, n: int = 4) -> list:
+    """(label, rendered) of the program with the buffer kept channels-last and the reader
+    computed in its memory order (`KEPT_MO`), sampled configurations of the reader."""
+    ordered = next(c for c in spaces[0].configs_of("lib") if c["memory.layout"] == KEPT_MO)
+    fixed = [ordered, spaces[1].default()] + [sp.default() for sp in spaces[2:]]
+    s1 = StageSpace.of(plan, 1, spaces, fixed)
+    assert s1.plan is plan.program.stages[1].nhwc_mo_plan
+    cfgs = _emulated(s1)
+    return [(f"ordered + {cfg.short()}", s1.render(cfg))
+            for cfg in rng.sample(cfgs, min(n, len(cfgs)))]
 
 
 @pytest.mark.skipif(not cpu_exec.available(), reason="needs g++ for the CPU emulator")
