@@ -6,7 +6,9 @@ through their channels-last variants; the program's inputs and output stay NCHW.
 Checked on the CPU emulator against torch (float64) for chains of a convolution or transposed
 convolution then bias/activation, training-mode BatchNorm, min/sum over the channels, with
 channel counts that are not multiples of 4 and odd spatial sizes; the variants' kernels also
-compile with nvcc for sm_90 where nvcc is installed."""
+compile with nvcc for sm_90 where nvcc is installed. The same with the readers computed in
+the buffer's memory order (`channels_last_kept_ordered`, `layout.memory_order_graph`) at
+3, 5, 7 and 64 channels, and the model's prices of both reader variants."""
 
 from __future__ import annotations
 
@@ -275,6 +277,8 @@ def _chain(kind: str, C: int) -> type:
                 return torch.min(torch.relu(y + 0.25), dim=1, keepdim=True)[0]
             if kind.endswith("_sum"):
                 return torch.sum(torch.sigmoid(y), dim=1)
+            if kind.endswith("_gap"):  # global average pooling: (N, C, 1, 1), as (N, 1, 1, C)
+                return torch.mean(torch.nn.functional.gelu(y), dim=(2, 3), keepdim=True)
             return torch.tanh(self.bn(y)) * 0.5
     return Chain
 
@@ -282,7 +286,8 @@ def _chain(kind: str, C: int) -> type:
 ORDERED = [("conv_bn", 3, (2, 3, 7, 9)), ("conv_bn", 64, (2, 3, 5, 7)),
            ("tconv_bn", 7, (2, 3, 5, 3)), ("tconv_min", 5, (2, 3, 5, 7)),
            ("tconv_min", 64, (1, 3, 3, 5)), ("conv_sum", 7, (2, 3, 9, 7)),
-           ("conv_sum", 3, (3, 3, 5, 5)), ("conv3d_bn", 5, (2, 2, 5, 7, 5))]
+           ("conv_sum", 3, (3, 3, 5, 5)), ("conv3d_bn", 5, (2, 2, 5, 7, 5)),
+           ("conv_gap", 7, (2, 3, 9, 7))]
 
 
 @pytest.mark.skipif(not cpu_exec.available(), reason="needs g++ for the CPU emulator")
@@ -299,6 +304,8 @@ def test_readers_in_memory_order_match_torch(kind, C, shape):
     assert mo is not None and mo.kind == "reduce"
     if kind.endswith("_bn"):  # statistics over everything but the innermost channels
         assert mo.reduce_dims == tuple(range(len(shape) - 1)) and mo.out_perm is not None
+    elif kind.endswith("_gap"):  # over the spatial dims, the channels innermost
+        assert mo.reduce_dims == (1, 2) and mo.out_perm is None
     else:  # over the channels, contiguous; the output needs no permute
         assert mo.reduce_dims == (len(shape) - 1,) and mo.out_perm is None
     torch.manual_seed(0)

@@ -15,6 +15,14 @@ front of every use. The pattern planner reads a permuted input in place
 (`codegen.offset_expr`: map, row, col, split, chan) reads the buffer with NHWC strides with no
 template of its own; a planner that cannot (pooling and convolutions read their input whole,
 a reshape of a permuted value is refused) makes the producer's choice unavailable.
+
+That variant still iterates in torch's order over strided memory. The producer's other kept
+value, ``channels_last_kept_ordered`` (`KernelPlan.nhwc_mo_out`), runs each consumer's
+*memory-order variant* (`memory_order_graph`, `Stage.nhwc_mo_plan`): the consumer's graph
+carried in the buffer's (N, *spatial, C) order, so the planner sees a contiguous input and
+picks a row reduction over the channels, a column reduction with the channels innermost, or a
+map walking memory; an output that must be torch's layout is stored permuted
+(`KernelPlan.out_perm`).
 """
 
 from __future__ import annotations
