@@ -530,7 +530,7 @@ def simulate_library(plan, rendered: Rendered, target: Target) -> tuple[float, d
     vec = int(f.get("vec", 1))
     # a streaming pass: full bandwidth with 16-byte accesses, a little less with 4-byte ones
     epilogue_s = epilogue_bytes(plan) / (target.dram_bw * (0.92 if vec == 4 else 0.85))
-    if f.get("library_layout") in ("channels_last", "channels_last_kept"):
+    if str(f.get("library_layout", "")).startswith("channels_last"):  # converted, or kept
         # the operands converted to channels-last and the product back: each read and written
         # once more; a product kept channels-last (a program's next stages read it so) is not
         # converted back, and those stages' strided reads are priced with them

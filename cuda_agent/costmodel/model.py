@@ -340,8 +340,10 @@ def simulate(plan: KernelPlan, rendered: Rendered, resources: dict | None, targe
         bad = next((r for r in results if r.error_kind), None)
         if bad is not None:
             return bad
-        strided_ms = sum(_channels_last_reads_s(plan, b, target, c) for k, b in rendered.facts
-                         if k.endswith(".reads_channels_last")) * 1e3
+        strided_ms = (sum(_channels_last_reads_s(plan, b, target, c) for k, b in rendered.facts
+                          if k.endswith(".reads_channels_last"))
+                      + sum(_permuted_store_s(p, target, c) for p, _ in rendered.parts
+                            if p.out_perm is not None)) * 1e3
         return SimResult(sum(r.time_ms for r in results) + strided_ms,
                          {k: max(r.counters.get(k, 0.0) for r in results) for k in COUNTER_KEYS})
     if rendered.fact("family") == "gemm":  # arithmetic-bound: its own model
@@ -387,6 +389,26 @@ def _channels_last_reads_s(plan: KernelPlan, buffer: int, target: Target, c: Sim
     shape, _ = as_program(plan).program.buffers[buffer]
     nbytes = 4.0 * math.prod(shape)
     waste = min(shape[1], c.sector_bytes // 4) - 1
+    hit = _l2_hit(nbytes, False, target, c)
+    return nbytes * waste * (hit / c.l2_bw + (1 - hit) / (target.dram_bw * c.dram_peak_fraction))
+
+
+def _permuted_store_s(plan: KernelPlan, target: Target, c: SimConstants) -> float:
+    """Seconds a stage computed in a channels-last buffer's memory order (`ir/layout.py`)
+    spends beyond its own model storing its output in torch's (N, C, *spatial) order
+    (`KernelPlan.out_perm`): a warp's 32 consecutive elements span min(C, 32) channel planes,
+    each a run of 128 / planes bytes, so a request touches about planes * max(1, run / 32 +
+    1/2) sectors where 4 would do. The partial sectors meet in L2 while the output fits
+    there, else go to DRAM apart. Its reads are in memory order: coalesced, as the stage's
+    model prices them. (A read of such a buffer in torch's order pays more: a request's lanes
+    are C elements apart, `_channels_last_reads_s`.)"""
+    value = plan.graph[plan.output].shape
+    planes = min(value[-1], 32)
+    sectors = planes * max(1.0, (128 / planes) / c.sector_bytes + 0.5)
+    waste = sectors / (128 / c.sector_bytes) - 1
+    if waste <= 0:
+        return 0.0
+    nbytes = 4.0 * math.prod(value)
     hit = _l2_hit(nbytes, False, target, c)
     return nbytes * waste * (hit / c.l2_bw + (1 - hit) / (target.dram_bw * c.dram_peak_fraction))
 

@@ -64,6 +64,8 @@ class Stage:
     # its plan where buffer `nhwc_buffer` is stored channels-last (`ir/layout.py`), or None
     nhwc_plan: Any = None
     nhwc_buffer: int | None = None
+    # its plan computed in that buffer's memory order (`layout.memory_order_graph`), or None
+    nhwc_mo_plan: Any = None
 
 
 @dataclass

@@ -60,6 +60,13 @@ class KernelPlan:
     # a program stage whose output buffer every reader can read channels-last (`ir/layout.py`):
     # its library template may keep cuDNN's channels-last product as it is
     nhwc_out: bool = False
+    # ... and every reader plans in the buffer's memory order too (`Stage.nhwc_mo_plan`)
+    nhwc_mo_out: bool = False
+    # the output stored permuted (`ir/layout.memory_order_graph`: a stage computed in a
+    # channels-last buffer's memory order writes torch's layout): output dim j is dim
+    # out_perm[j] of the kernel's value `output`; templates that write full outputs through
+    # `codegen.out_index` apply, the others refuse the plan
+    out_perm: tuple[int, ...] | None = None
 
     def anchor_id(self) -> int:
         """The anchor of a structured plan (whose templates read it)."""
@@ -296,6 +303,12 @@ def make_pattern_plan(graph: Graph) -> KernelPlan:
     # A final reshape of the result is metadata only: compute the source, view it at the end.
     while graph[kernel_out].op == "view":
         kernel_out = graph[kernel_out].args[0]
+    # a permute of the computed result (a stage computed in a channels-last buffer's memory
+    # order, writing torch's layout): the kernel stores each element at its permuted place
+    out_perm = None
+    if graph[kernel_out].op == "permute" and graph[graph[kernel_out].args[0]].op != "input":
+        out_perm = tuple(graph[kernel_out].attr("perm"))
+        kernel_out = graph[kernel_out].args[0]
     live = [n for n in graph.live() if n.id <= kernel_out or n.id == kernel_out]
     keep = {kernel_out}
     for n in reversed(live):
@@ -327,7 +340,7 @@ def make_pattern_plan(graph: Graph) -> KernelPlan:
         kind = "map"
     rank = len(full_shape)
     plan = KernelPlan(graph, kind, full_shape, reduce_dims, kernel_out, out_shape,
-                      out_node.dtype, outer=[r.id for r in outer])
+                      out_node.dtype, outer=[r.id for r in outer], out_perm=out_perm)
     outer_ids = set(plan.outer)
 
     # fmaps, classes and levels in one topological sweep

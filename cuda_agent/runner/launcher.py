@@ -224,7 +224,7 @@ def _product_layout(call: dict, y: torch.Tensor) -> torch.Tensor:
     """The product dense in the layout the kernels after it read: torch's default, or, for
     a convolution whose product is kept channels-last (layout "channels_last_kept": the next
     stages of a program read it so), channels-last, with no conversion back."""
-    if call.get("layout") == "channels_last_kept":
+    if str(call.get("layout", "")).startswith("channels_last_kept"):  # or _kept_ordered
         return y.contiguous(memory_format=torch.channels_last if call["dims"] == 2
                             else torch.channels_last_3d)
     return y.contiguous()
@@ -243,7 +243,7 @@ def _run_library(call: dict, inputs: Sequence[torch.Tensor]) -> torch.Tensor:
     if call["op"] not in ("conv", "conv_transpose"):
         raise ValueError(f"unknown library step {call['op']!r}")
     x, w = inputs[call["x"]], inputs[call["w"]]
-    if call.get("layout") in ("channels_last", "channels_last_kept"):
+    if str(call.get("layout", "")).startswith("channels_last"):
         # cuDNN computes in NHWC; converted back below unless kept (`_product_layout`)
         fmt = torch.channels_last if call["dims"] == 2 else torch.channels_last_3d
         x, w = x.contiguous(memory_format=fmt), w.contiguous(memory_format=fmt)

@@ -107,6 +107,48 @@ def vec_store(ptr: str, values: list[str], hint: int) -> str:
     return f"ca_st{vec}<{hint}>({ptr}, {ctor}({', '.join(values)}));"
 
 
+def out_offset(plan: KernelPlan, flat: str) -> str:
+    """Where the element at flat index `flat` of the kernel's value (row-major in its own
+    shape) lies in the output: itself, or, for a plan whose output is stored permuted
+    (`KernelPlan.out_perm`), its place in the permuted tensor. Runs of dims that stay
+    adjacent and in order are indexed as one."""
+    perm = plan.out_perm
+    if perm is None:
+        return flat
+    shape = plan.graph[plan.output].shape
+    pshape = [shape[p] for p in perm]
+    ostride = {p: math.prod(pshape[j + 1:]) for j, p in enumerate(perm)}
+    # runs of the value's dims that are adjacent, in order, in the output too
+    runs: list[list[int]] = []
+    for d in range(len(shape)):
+        if shape[d] == 1:
+            continue
+        if runs and ostride[runs[-1][-1]] == ostride[d] * shape[d]:
+            runs[-1].append(d)
+        else:
+            runs.append([d])
+    terms = []
+    for run in runs:
+        inner = math.prod(shape[run[-1] + 1:])
+        size = math.prod(shape[d] for d in run)
+        coord = f"({flat})" if inner == 1 else f"(({flat}) / {inner})"
+        if inner * size < math.prod(shape):
+            coord = f"({coord} % {size})"
+        st = ostride[run[-1]]
+        terms.append(coord if st == 1 else f"{coord} * {st}")
+    return "(" + " + ".join(terms or ["0"]) + ")"
+
+
+def out_store(plan: KernelPlan, flat: str, values: list[str], hint: int) -> list[str]:
+    """Store `values` (consecutive elements from flat index `flat` of the kernel's value) to
+    the output: one vector store, or, where the output is stored permuted, a scalar store per
+    element at its place (`out_offset`)."""
+    if plan.out_perm is None:
+        return [vec_store(f"out + {flat}", values, hint)]
+    return [vec_store(f"out + {out_offset(plan, f'({flat}) + {q}' if q else flat)}", [v], hint)
+            for q, v in enumerate(values)]
+
+
 # -- operand indexing ----------------------------------------------------------------------------
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Collection
 
+from ..errors import UnsupportedError
 from ..ir.graph import Increment, RunningStats
 from ..ir.partition import ProgramPlan
 # measurements a stage may go without progress: defined where the run's settings read it
@@ -28,9 +29,9 @@ from ..ir.partition import ProgramPlan
 from ..limits import STAGE_PATIENCE  # noqa: F401
 from .slots import ABSENT, Config, Launch, Rendered, Target, content_key
 from .space import SCOPE_SLOT, Space
-from .templates.library import KEPT
+from .templates.library import KEPT_MO, KEPTS
 
-#: the library template's slot whose value `KEPT` stores its stage's buffer channels-last
+#: the library template's slot whose values `KEPTS` store its stage's buffer channels-last
 LAYOUT_SLOT = "memory.layout"
 
 ALIGN = 256
@@ -85,7 +86,32 @@ class StagePlateau:
 
 
 def stage_spaces(plan: ProgramPlan, target: Target) -> list[Space]:
+    _drop_empty_memory_order(plan, target)
     return [Space.for_plan(s.plan, target) for s in plan.program.stages]
+
+
+def _drop_empty_memory_order(plan: ProgramPlan, target: Target) -> None:
+    """Withdraw a producer's memory-order choice (`KernelPlan.nhwc_mo_out`) where some reader's
+    memory-order plan has no configuration a template offers (BatchNorm's statistics over
+    (N, H, W) with a few channels innermost are a column reduction of one column tile: the
+    col template's lone block is masked on a large tensor)."""
+    for st in plan.program.stages:
+        if not st.plan.nhwc_mo_out:
+            continue
+        readers = [r for r in plan.program.stages if r.nhwc_buffer == st.writes]
+        if all(_has_configs(r.nhwc_mo_plan, target) for r in readers):
+            continue
+        st.plan.nhwc_mo_out = False
+        for r in readers:
+            r.nhwc_mo_plan = None
+
+
+def _has_configs(kplan: Any, target: Target) -> bool:
+    try:
+        sp = Space.for_plan(kplan, target)
+    except UnsupportedError:
+        return False
+    return any(next(iter(sp._template_configs(t)), None) is not None for t in sp.templates)
 
 
 @dataclass
@@ -119,8 +145,9 @@ class StageSpace(Space):
     def render(self, cfg: Config) -> Rendered:
         plan = self.program_plan()
         choices = stage_choices(plan, self.spaces, self.with_choice(cfg))
-        return compose(plan, [sp.render(c) for sp, c in choices],
-                       kept_buffers(plan, [c for _, c in choices]))
+        chosen = [c for _, c in choices]
+        return compose(plan, [sp.render(c) for sp, c in choices], kept_buffers(plan, chosen),
+                       ordered_buffers(plan, chosen))
 
     def key(self, cfg: Config, toolchain: str) -> str:
         plan = self.program_plan()
@@ -135,9 +162,24 @@ class StageSpace(Space):
 
 def kept_buffers(plan: ProgramPlan, chosen: list[Config]) -> set[int]:
     """The intermediate buffers `chosen` (a configuration per stage) stores channels-last:
-    those of the stages whose library call keeps its product so (`memory.layout` `KEPT`)."""
+    those of the stages whose library call keeps its product so (`memory.layout` `KEPTS`)."""
     return {st.writes for st, c in zip(plan.program.stages, chosen)
-            if st.writes is not None and st.plan.nhwc_out and c.get(LAYOUT_SLOT) == KEPT}
+            if st.writes is not None and st.plan.nhwc_out and c.get(LAYOUT_SLOT) in KEPTS}
+
+
+def ordered_buffers(plan: ProgramPlan, chosen: list[Config]) -> set[int]:
+    """Those of `kept_buffers` whose readers iterate in the buffer's memory order
+    (`memory.layout` `KEPT_MO`: each reader runs its `Stage.nhwc_mo_plan`)."""
+    return {st.writes for st, c in zip(plan.program.stages, chosen)
+            if st.writes is not None and st.plan.nhwc_mo_out and c.get(LAYOUT_SLOT) == KEPT_MO}
+
+
+def stage_plan(stage: Any, kept: Collection[int], ordered: Collection[int]) -> Any:
+    """The plan stage `stage` renders from where buffers `kept` are stored channels-last,
+    those of `ordered` read in their memory order."""
+    if stage.nhwc_buffer is None or stage.nhwc_buffer not in kept:
+        return stage.plan
+    return stage.nhwc_mo_plan if stage.nhwc_buffer in ordered else stage.nhwc_plan
 
 
 def stage_choices(plan: ProgramPlan, spaces: list[Space], chosen: list[Config]
@@ -145,12 +187,14 @@ def stage_choices(plan: ProgramPlan, spaces: list[Space], chosen: list[Config]
     """Each stage's space and configuration as `chosen` renders them: a stage that reads a
     buffer `chosen` keeps channels-last runs its channels-last variant's space, any other its
     own; a configuration that space does not hold follows it (`follow`)."""
-    kept = kept_buffers(plan, chosen)
+    kept, ordered = kept_buffers(plan, chosen), ordered_buffers(plan, chosen)
     out = []
     for i, (st, sp, c) in enumerate(zip(plan.program.stages, spaces, chosen)):
-        if st.nhwc_buffer is not None and st.nhwc_buffer in kept:
-            sp = plan.cached(("nhwc_space", i, sp.target),
-                             lambda: Space.for_plan(st.nhwc_plan, sp.target))
+        variant = stage_plan(st, kept, ordered)
+        if variant is not st.plan:
+            which = "nhwc_mo_space" if variant is st.nhwc_mo_plan else "nhwc_space"
+            sp = plan.cached((which, i, sp.target),
+                             lambda: Space.for_plan(variant, sp.target))
         out.append((sp, follow(sp, c)))
     return out
 
@@ -207,17 +251,17 @@ def state_updates(plan: Any) -> list[dict[str, Any]]:
     return out
 
 
-def compose(plan: ProgramPlan, parts: list[Rendered], kept: Collection[int] = ()
-            ) -> Rendered:
+def compose(plan: ProgramPlan, parts: list[Rendered], kept: Collection[int] = (),
+            ordered: Collection[int] = ()) -> Rendered:
     """One candidate from one rendering per stage: sources, launches, workspace; `kept`, the
-    buffers stored channels-last (`kept_buffers`), in the facts of the stages that read them."""
+    buffers stored channels-last (`kept_buffers`; `ordered`, those of them read in memory
+    order, `ordered_buffers`), in the facts of the stages that read them."""
     program = plan.program
     offsets, ws = buffer_offsets(plan)
     sources, launches, facts = [], [], [("family", "program"), ("stages", len(parts))]
     zero = False
     # a stage reading a buffer kept channels-last was rendered from its variant's plan
-    plans = [s.nhwc_plan if s.nhwc_buffer is not None and s.nhwc_buffer in kept else s.plan
-             for s in program.stages]
+    plans = [stage_plan(s, kept, ordered) for s in program.stages]
     for i, (stage, r) in enumerate(zip(program.stages, parts)):
         scratch = ws
         ws = _aligned(ws + r.workspace_bytes)
@@ -243,7 +287,10 @@ def compose(plan: ProgramPlan, parts: list[Rendered], kept: Collection[int] = ()
                                    cluster=L.cluster))
         facts += [(f"s{i}.{k}", v) for k, v in r.facts]
         if stage.nhwc_buffer is not None and stage.nhwc_buffer in kept:
-            facts.append((f"s{i}.reads_channels_last", stage.nhwc_buffer))
+            # read in torch's order (strided: the model prices it), or in memory order
+            fact = "reads_channels_last_ordered" if stage.nhwc_buffer in ordered \
+                else "reads_channels_last"
+            facts.append((f"s{i}.{fact}", stage.nhwc_buffer))
     return Rendered("\n".join(sources), tuple(launches), workspace_bytes=ws,
                     zero_workspace=zero, facts=tuple(facts), parts=tuple(zip(plans, parts)))
 

@@ -38,7 +38,8 @@ class Space:
     @staticmethod
     def for_plan(plan: KernelPlan, target: Target) -> "Space":
         templates = [t for t in TEMPLATES if t.applies(plan) and
-                     (t.writes_sides or not plan.graph.sides)]
+                     (t.writes_sides or not plan.graph.sides) and
+                     (t.writes_permuted or plan.out_perm is None)]
         if not templates:
             raise UnsupportedError(f"unsupported: no template covers this {plan.family} problem")
         # a template whose every configuration is invalid here is not offered at all

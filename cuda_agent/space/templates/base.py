@@ -22,6 +22,9 @@ class Template(ABC):
     # whether its kernels write a stage's side outputs (`Graph.sides`, per-row values into
     # side<j>[row]); a template that does not is not offered for a plan that has them
     writes_sides: bool = False
+    # stores its output through `codegen.out_store`, so may take a plan whose output is stored
+    # permuted (`KernelPlan.out_perm`); the others are not offered such a plan
+    writes_permuted: bool = False
 
     @abstractmethod
     def applies(self, plan: KernelPlan) -> bool: ...

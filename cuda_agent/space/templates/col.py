@@ -81,9 +81,12 @@ class ColTemplate(Template):
     name = "col"
     version = "1"
     writes_sides = True
+    writes_permuted = True
 
     def applies(self, plan: KernelPlan) -> bool:
-        return plan.kind == "reduce" and plan.I > 1 and not plan.whole_rows_only
+        # a permuted output (`KernelPlan.out_perm`): full outputs only, stored element-wise
+        return plan.kind == "reduce" and plan.I > 1 and not plan.whole_rows_only and (
+            plan.out_perm is None or not plan.output_is_row)
 
     def slots(self, plan: KernelPlan, target: Target) -> list[Slot]:
         # Slots that cannot change the kernel for this plan keep a single choice, so that the
@@ -347,7 +350,7 @@ class ColTemplate(Template):
                         c(lrs[r.nid][l].update(names[plan.graph[r.nid].args[0]], "r"))
             if p.writes_output:
                 c.open("if (active)")
-                c(cg.vec_store(f"out + ((o * {R} + r) * {I} + i0)", out_vals, 0))
+                c(*cg.out_store(plan, f"((o * {R} + r) * {I} + i0)", out_vals, 0))
                 c.close()
             if cache == "regs":
                 c.close()  # if r < r1

@@ -52,6 +52,11 @@ LIBRARY_NAMES = {"matmul": "cuBLAS (torch.matmul)", "conv": "cuDNN (torch convol
 #: `memory.layout`'s value for a product kept channels-last: the epilogue walks it in its
 #: memory order and writes the stage's buffer so (`ir/layout.py`)
 KEPT = "channels_last_kept"
+#: the same, its readers computed in the buffer's memory order (`ir/layout.memory_order_graph`:
+#: BatchNorm's statistics a column reduction over contiguous channels, a min over the
+#: channels a row reduction), offered where every reader plans so
+KEPT_MO = "channels_last_kept_ordered"
+KEPTS = (KEPT, KEPT_MO)
 
 
 def _info(plan: KernelPlan) -> GemmInfo:
@@ -125,11 +130,14 @@ class LibraryTemplate(Template):
         if plan.kind == "conv" and len(_info(plan).b_gather.kernel) in (2, 3):
             # channels_last_kept: only where the stage's output is a program buffer every
             # reader can read channels-last (`ir/layout.py`); its readers then follow it
-            kept = (KEPT,) if plan.nhwc_out else ()
+            kept = ((KEPT,) if plan.nhwc_out else ()) + ((KEPT_MO,) if plan.nhwc_mo_out
+                                                         else ())
             out.append(Slot("memory.layout", ("as_given", "channels_last", *kept),
                             "the layout cuDNN computes in (channels_last: operands converted, "
                             "the product converted back; channels_last_kept: the product and "
-                            "the stage's output stay channels-last for the next stages)"))
+                            "the stage's output stay channels-last for the next stages, which "
+                            "read it in torch's order; channels_last_kept_ordered: ... which "
+                            "iterate in its memory order)"))
         return out
 
     def check(self, plan: KernelPlan, cfg: dict[str, Any], target: Target) -> str | None:
@@ -186,7 +194,7 @@ class LibraryTemplate(Template):
         else:
             src = ["__ldg(prod + f0)"]
         vals = []
-        kept = call.get("layout") == KEPT
+        kept = call.get("layout") in KEPTS
         for q, v in enumerate(src):
             # the epilogue's operands (a bias, a residual) and its row/column are indexed in
             # torch's layout: a kept product's element f0 + q is at its NCHW place

@@ -18,6 +18,7 @@ from .base import Code, Template, persistent_grid
 class MapTemplate(Template):
     name = "map"
     version = "1"
+    writes_permuted = True
 
     def applies(self, plan: KernelPlan) -> bool:
         return plan.kind == "map"
@@ -112,7 +113,7 @@ class MapTemplate(Template):
                                               suffix=f"_{item}_{l}")
                 code(*stmts)
                 values.append(names[plan.output])
-            code(cg.vec_store(f"out + {n0}", values, shint))
+            code(*cg.out_store(plan, n0, values, shint))
 
         c = Code()
         c(cg.PRELUDE)
