@@ -121,9 +121,14 @@ def test_a_time_limit_does_not_wait_for_the_model_s_picks(few_long_channels, tmp
         return picks(self)
 
     monkeypatch.setattr(PriorRanked, "template_picks", stalled_picks)
+    # loaded first: the limit counts from tune's start, and on a loaded 2-core machine the
+    # problem's child process alone once took the 3 s, leaving no time for the default
+    from cuda_agent.problem_child import load_problem_bounded
+
+    problem = load_problem_bounded(few_long_channels)
     t0 = time.monotonic()
     try:
-        r = tune(few_long_channels, device="sim", budget=8, batch=4, strategy="prior",
+        r = tune(problem, device="sim", budget=8, batch=4, strategy="prior",
                  time_limit_s=3.0, store=str(tmp_path / "s.sqlite"))
     finally:
         release.set()
