@@ -95,6 +95,27 @@ def run_order(doc: dict, path: Path) -> tuple[str, str]:
     return (max(done) if done else str(doc.get("date")), str(path))
 
 
+def results_files(root: Path, pattern: str, what: str) -> list[tuple[Path, dict]]:
+    """The results files of the run folders matching `pattern` (e.g. "realistic*.json"),
+    each with its document, in the order their runs ended (`run_order`): a later file's row
+    wins. A file without rows is a `ResultsError` naming it as `what`."""
+    found = []
+    for f in root.glob(f"{RESULTS}/*/{pattern}"):
+        d = read_json(f)
+        if not isinstance(d, dict) or not isinstance(d.get("rows"), list):
+            raise ResultsError(f"{f}: not a {what} results file (no rows)")
+        found.append((run_order(d, f), f, d))
+    return [(f, d) for _, f, d in sorted(found, key=lambda t: t[0])]
+
+
+def latest_rows(found: list[tuple[Path, dict]]) -> dict[str, dict]:
+    """Each problem's row from the last file that has one."""
+    rows: dict[str, dict] = {}
+    for _, d in found:
+        rows.update({r["problem"]: r for r in d["rows"]})
+    return rows
+
+
 def rel(path: Path, root: Path) -> str:
     return str(path.resolve().relative_to(root.resolve()))
 
@@ -127,14 +148,8 @@ def realistic(root: Path, mods: dict[str, ModuleType]) -> dict | None:
     if not manifest.is_file():
         return None
     entries = mods["realistic_suite"].read(manifest)
-    found = []
-    for f in root.glob(f"{RESULTS}/*/realistic*.json"):
-        d = read_json(f)
-        if not isinstance(d, dict) or not isinstance(d.get("rows"), list):
-            raise ResultsError(f"{f}: not a realistic results file (no rows)")
-        found.append((run_order(d, f), f, d))
-    found.sort(key=lambda t: t[0])
-    files, docs = [f for _, f, _ in found], [d for _, _, d in found]
+    found = results_files(root, "realistic*.json", "realistic")
+    files, docs = [f for f, _ in found], [d for _, d in found]
     st = mods["realistic_section"].state(docs, entries)
     names = [rel(f, root) for f in files]
     strict = [n for n, d in zip(names, docs) if any(d is s for s in st["strict_docs"])]
@@ -149,21 +164,12 @@ def models(root: Path, mods: dict[str, ModuleType]) -> dict:
     the run folders, oldest first (a later file's row of a model wins); no rows where none was
     committed yet."""
     wm = mods["whole_models"]
-    found = []
-    for f in root.glob(f"{RESULTS}/*/models*.json"):
-        d = read_json(f)
-        if not isinstance(d, dict) or not isinstance(d.get("rows"), list):
-            raise ResultsError(f"{f}: not a whole-model results file (no rows)")
-        found.append((run_order(d, f), f, d))
-    found.sort(key=lambda t: t[0])
-    rows: dict[str, dict] = {}
-    for _, _, d in found:
-        rows.update({r["problem"]: r for r in d["rows"]})
-    order = [m for m in wm.all_models() if m in rows]
-    ordered = [rows[m] for m in order]
-    docs = [d for _, _, d in found]
+    found = results_files(root, "models*.json", "whole-model")
+    rows = latest_rows(found)
+    ordered = [rows[m] for m in wm.all_models() if m in rows]
+    docs = [d for _, d in found]
     return {"models": wm.all_models(), "rows": ordered, "summary": wm.summary(ordered),
-            "files": [rel(f, root) for _, f, _ in found],
+            "files": [rel(f, root) for f, _ in found],
             "gpus": joined(sorted({short_gpu(d.get("gpu")) for d in docs})),
             "dates": joined(sorted({str(d.get("date")) for d in docs})),
             "columns": wm.COLUMNS, "cells": [wm.table_cells(r) for r in ordered]}
@@ -173,22 +179,14 @@ def conv_chains(root: Path) -> dict | None:
     """The convolution chains (benchmarks/conv_chains/, issue 48 item 4), tuned as a user
     runs `tune`: every `conv_chains*.json` of the run folders, oldest first (a later file's
     row of a problem wins); None where none was committed."""
-    found = []
-    for f in root.glob(f"{RESULTS}/*/conv_chains*.json"):
-        d = read_json(f)
-        if not isinstance(d, dict) or not isinstance(d.get("rows"), list):
-            raise ResultsError(f"{f}: not a convolution-chain results file (no rows)")
-        found.append((run_order(d, f), f, d))
+    found = results_files(root, "conv_chains*.json", "convolution-chain")
     if not found:
         return None
-    found.sort(key=lambda t: t[0])
-    rows: dict[str, dict] = {}
-    for _, _, d in found:
-        rows.update({r["problem"]: r for r in d["rows"]})
-    docs = [d for _, _, d in found]
+    rows = latest_rows(found)
+    docs = [d for _, d in found]
     return {"rows": sorted(rows.values(), key=lambda r: r["problem"]),
             "suite": max(int(d.get("problems") or 0) for d in docs),
-            "files": [rel(f, root) for _, f, _ in found],
+            "files": [rel(f, root) for f, _ in found],
             "settings": docs[-1].get("settings", {}),
             "gpus": joined(sorted({short_gpu(d.get("gpu")) for d in docs})),
             "dates": joined(sorted({str(d.get("date")) for d in docs}))}
