@@ -33,7 +33,6 @@ checks and the region record run, timed by the host's clock where a timer is ask
 
 from __future__ import annotations
 
-import argparse
 import ast
 import os
 import re
@@ -47,8 +46,9 @@ from typing import Any, Callable
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from benchmarks.realistic_harness import (L2_FLUSH_BYTES, build, compare, first_line, is_cuda,
-                                          make_inputs, run, time_gpu, write_row)
+from benchmarks.realistic_harness import (L2_FLUSH_BYTES, build, compare, first_line,
+                                          harness_parser, is_cuda, make_inputs, run,
+                                          start_harness, time_gpu, write_row)
 
 Timer = Callable[..., dict]
 
@@ -243,22 +243,8 @@ def run_model(problem_path: Path, model_new_path: Path, seeds: list[int], device
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("problem", type=Path)
-    ap.add_argument("model_new", type=Path)
-    ap.add_argument("--out", type=Path, required=True, help="the row, as JSON")
-    ap.add_argument("--seeds", default="1,2,3", help="input seeds of the checks")
-    ap.add_argument("--time-budget", type=float, default=1.0,
-                    help="seconds of timed runs per module (5 to 30 runs)")
-    args = ap.parse_args()
-    for p in (args.problem, args.model_new):
-        if not p.is_file():
-            print(f"error: {p}: no such file", file=sys.stderr)
-            sys.exit(2)
-    if not torch.cuda.is_available():
-        print("error: the harness needs a CUDA GPU", file=sys.stderr)
-        sys.exit(2)
-    torch.cuda.init()
+    args = harness_parser(__doc__.splitlines()[0]).parse_args()
+    start_harness(args)
     seeds = [int(s) for s in args.seeds.split(",") if s]
     row = run_model(args.problem, args.model_new, seeds, time_budget_s=args.time_budget)
     write_row(row, args.out)

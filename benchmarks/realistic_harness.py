@@ -414,18 +414,22 @@ def write_row(row: dict, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def harness_parser(description: str) -> argparse.ArgumentParser:
+    """The arguments every harness takes: the problem, its model_new.py, the row's file, the
+    checks' seeds and the seconds of timed runs."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("problem", type=Path)
     ap.add_argument("model_new", type=Path)
     ap.add_argument("--out", type=Path, required=True, help="the row, as JSON")
     ap.add_argument("--seeds", default="1,2,3", help="input seeds of the checks")
     ap.add_argument("--time-budget", type=float, default=1.0,
                     help="seconds of timed runs per module (5 to 30 runs)")
-    ap.add_argument("--max-autotune", action="store_true",
-                    help="time torch.compile(mode='max-autotune') too (its first call can take "
-                         "minutes)")
-    args = ap.parse_args()
+    return ap
+
+
+def start_harness(args: argparse.Namespace) -> None:
+    """Exit 2 with one line where a file is missing or there is no CUDA GPU; else start
+    CUDA."""
     for p in (args.problem, args.model_new):
         if not p.is_file():
             print(f"error: {p}: no such file", file=sys.stderr)
@@ -434,6 +438,15 @@ def main() -> None:
         print("error: the harness needs a CUDA GPU", file=sys.stderr)
         sys.exit(2)
     torch.cuda.init()
+
+
+def main() -> None:
+    ap = harness_parser(__doc__.splitlines()[0])
+    ap.add_argument("--max-autotune", action="store_true",
+                    help="time torch.compile(mode='max-autotune') too (its first call can take "
+                         "minutes)")
+    args = ap.parse_args()
+    start_harness(args)
     started_s = time.time() - STARTED  # imports and the CUDA context
     seeds = [int(s) for s in args.seeds.split(",") if s]
     row = run(args.problem, args.model_new, seeds, time_budget_s=args.time_budget,
