@@ -419,15 +419,21 @@ def todo(manifest: list[dict], done: dict[str, dict], rerun: tuple[str, ...] = (
             (e["problem"] not in done or done[e["problem"]].get("status") in rerun)]
 
 
-def results_doc(rows: dict[str, dict], manifest: list[dict], settings: RunSettings) -> dict:
-    """DESIGN.md's result file: rows in the manifest's order, the run's facts at the top."""
-    ordered = [rows[e["problem"]] for e in manifest if e["problem"] in rows]
+def run_facts(ordered: list[dict]) -> dict:
+    """A result file's facts from its rows: the GPU and torch of the first row that names
+    them, today's date, the commit ($CUDA_AGENT_COMMIT), the rows' median copy bandwidth."""
     first = next((r for r in ordered if r.get("gpu")), {})
     bandwidths = sorted(r["copy_tbps"] for r in ordered if r.get("copy_tbps"))
     return {"gpu": first.get("gpu"), "date": time.strftime("%Y-%m-%d", time.gmtime()),
             "commit": os.environ.get("CUDA_AGENT_COMMIT", "unknown"),
             "torch": first.get("torch"),
-            "copy_tbps": bandwidths[len(bandwidths) // 2] if bandwidths else None,
+            "copy_tbps": bandwidths[len(bandwidths) // 2] if bandwidths else None}
+
+
+def results_doc(rows: dict[str, dict], manifest: list[dict], settings: RunSettings) -> dict:
+    """DESIGN.md's result file: rows in the manifest's order, the run's facts at the top."""
+    ordered = [rows[e["problem"]] for e in manifest if e["problem"] in rows]
+    return {**run_facts(ordered),
             "suite": realistic_suite.suite_name(settings.suite), "problems": len(manifest),
             "settings": {"budget": settings.budget, "time_limit_s": settings.time_limit_s,
                          "tune_grace_s": settings.tune_grace_s,

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Callable
 
 from benchmarks.realistic_run import (HARNESS_OWNS, TARBALL_LIMIT, GpuMemorySampler, _read_json,
-                                      run_limited)
+                                      run_facts, run_limited)
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "benchmarks" / "models"
@@ -176,12 +176,7 @@ def load_rows(files: list[Path]) -> dict[str, dict]:
 
 def results_doc(rows: dict[str, dict], order: list[str], s: Settings) -> dict:
     ordered = [rows[n] for n in order if n in rows]
-    first = next((r for r in ordered if r.get("gpu")), {})
-    bandwidths = sorted(r["copy_tbps"] for r in ordered if r.get("copy_tbps"))
-    return {"gpu": first.get("gpu"), "date": time.strftime("%Y-%m-%d", time.gmtime()),
-            "commit": os.environ.get("CUDA_AGENT_COMMIT", "unknown"),
-            "torch": first.get("torch"),
-            "copy_tbps": bandwidths[len(bandwidths) // 2] if bandwidths else None,
+    return {**run_facts(ordered),
             "suite": "whole models (benchmarks/models)", "problems": len(order),
             "settings": {"time_limit_s": s.time_limit_s, "budget": s.budget,
                          "device": s.device, "tune_grace_s": s.tune_grace_s,
