@@ -125,6 +125,41 @@ def test_the_same_episode_on_another_sampler_is_served_not_compiled_or_measured(
     assert second["curve"] == first["curve"]
 
 
+def test_a_compile_past_its_timeout_on_the_cluster_is_stopped_and_not_kept(cluster, tmp_path):
+    """The run's compile timeout and deadline hold for the fleet's compile tasks as for the
+    local pool: a compile not back in time is cancelled and is a `compile_timeout` (`CUT`
+    where the deadline came first), neither cached nor kept by the ledger, so the next asking
+    compiles it again."""
+    import time
+
+    from cuda_agent.build.builder import BuildInput
+    from cuda_agent.build.pool import CUT
+    from cuda_agent.fleet.ledger import Ledger
+    from cuda_agent.fleet.sampler import RayBuilder
+
+    source = ('extern "C" __global__ void k(const float* a, float* o, int n) {\n'
+              '  int i = blockIdx.x * blockDim.x + threadIdx.x;\n'
+              '  if (i < n) o[i] = a[i] * 3.f + 0.5f;\n}\n')
+    ledger = ray.remote(Ledger).options(name="timeout-test-ledger", num_cpus=0).remote()
+    try:
+        # a task cannot even start in a millisecond: every time, a compile_timeout
+        late = RayBuilder(ledger, timeout_s=1e-3)
+        late.cache_dir = tmp_path / "cache"
+        [r] = late.build([BuildInput(source, "sm_90")])
+        assert r.error_kind == "compile_timeout" and not r.ok, r
+        assert "within" in r.error_msg
+        [r] = late.build([BuildInput(source, "sm_90")], deadline=time.monotonic() - 1)
+        assert r.error_kind == CUT
+        patient = RayBuilder(ledger, timeout_s=600)
+        patient.cache_dir = tmp_path / "cache"
+        [r] = patient.build([BuildInput(source, "sm_90")])
+        assert r.ok, r
+        # each late compile was forgotten: the ledger started the same source three times
+        assert ray.get(ledger.report.remote())["compiles"] == 3
+    finally:
+        ray.kill(ledger)
+
+
 @pytest.mark.slow  # a second driver loading the suite: a minute or more on 2 shared cores
 def test_train_dash_dash_ray_joins_a_cluster_by_its_address(cluster, tmp_path):
     """The command line, as a second driver joining the module's cluster by its address: the

@@ -8,15 +8,17 @@ builder that ask the fleet's ledger first (`ledger.py`).
 
 from __future__ import annotations
 
+import math
 import os
-from pathlib import Path
 import time
+from pathlib import Path
 from typing import Any
 
 import ray
 
 from ..agents.train import Operator, TrainSettings, operator_tuner, run_episode, training_device
 from ..build.builder import Builder, write_entry
+from ..build.pool import CUT
 from ..cache_check import digest
 from ..runner.records import Measurement
 from ..store import Store
@@ -47,17 +49,49 @@ class FleetStore(Store):
 
 class RayBuilder(Builder):
     """Compiles through the ledger: each source once for the whole fleet, on the cluster's
-    CPUs; each result written into this machine's file cache as a checked entry."""
+    CPUs; each result written into this machine's file cache as a checked entry. The compile
+    timeout (`timeout_s`, the run's `compile_timeout_s`) and the deadline hold as in the local
+    pool: a batch waits at most a timeout per compile slot it needs on the cluster's CPUs
+    (queued tasks wait their turn), and what is not back then is cancelled, a
+    `compile_timeout` (or `CUT` where the run's deadline came first), neither cached."""
 
-    def __init__(self, ledger: Any, backend: str = "nvrtc") -> None:
-        super().__init__(backend, workers=1)
+    def __init__(self, ledger: Any, backend: str = "nvrtc", timeout_s: float | None = None
+                 ) -> None:
+        super().__init__(backend, workers=1, timeout_s=timeout_s)
         self.ledger = ledger
 
+    def _wait_until(self, jobs: int, started: float, deadline: float | None
+                    ) -> tuple[float | None, str]:
+        """When to stop waiting for a batch of `jobs` compiles started at `started`, and what
+        a compile not back by then is (`compile_timeout` or `CUT`)."""
+        timeout_at = None
+        if self.timeout_s is not None:
+            cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
+            timeout_at = started + self.timeout_s * math.ceil(jobs / cpus)
+        if deadline is not None and (timeout_at is None or deadline <= timeout_at):
+            return deadline, CUT
+        return timeout_at, "compile_timeout"
+
     def _compile(self, jobs: list[tuple], deadline: float | None) -> list[dict[str, Any]]:
+        started = time.monotonic()
         refs = ray.get(self.ledger.compile.remote(jobs))
+        until, late_kind = self._wait_until(len(jobs), started, deadline)
+        ready = set(refs)
+        if until is not None:
+            done, _ = ray.wait(refs, num_returns=len(refs),
+                               timeout=max(0.0, until - time.monotonic()))
+            ready = set(done)
         metas = []
         for job, ref in zip(jobs, refs):
             key = job[4]
+            if ref not in ready:  # stopped, not cached: the next asking compiles it again
+                ray.cancel(ref, force=True)
+                self.ledger.forget.remote(key)
+                metas.append({"error_kind": late_kind, "per_kernel": {}, "seconds": 0.0,
+                              "error_msg": "the time limit came first" if late_kind == CUT
+                              else f"no compile result within {self.timeout_s:.0f} s on the "
+                                   "cluster"})
+                continue
             try:
                 meta, cubin = ray.get(ref)
                 if cubin is not None and digest(cubin) != meta["cubin_sha256"]:
@@ -91,7 +125,8 @@ class Sampler:
         self.settings = settings
         self.device = training_device(settings, lambda message: None)
         self.store = FleetStore(handle)
-        self.builder = None if self.device.kind == "replay" else RayBuilder(handle)
+        self.builder = None if self.device.kind == "replay" else RayBuilder(
+            handle, timeout_s=settings.run.compile_timeout_s)
         self.operators: dict[str, Operator] = {}
 
     def where(self) -> dict[str, Any]:
