@@ -51,7 +51,7 @@ from typing import Any
 from ..ir import ops
 from ..ir.conv import window_info
 from ..ir.graph import INDEX_DTYPE
-from ..ir.partition import as_program
+from ..ir.partition import ProgramPlan, as_program
 from ..ir.plan import KernelPlan
 from ..space.slots import Launch, Rendered, Target
 from ..space.templates.pool import span
@@ -340,8 +340,11 @@ def simulate(plan: KernelPlan, rendered: Rendered, resources: dict | None, targe
         bad = next((r for r in results if r.error_kind), None)
         if bad is not None:
             return bad
+        # a stage's plan alone (a stage space's) does not name the program's buffers: the
+        # strided reads are priced where the program's plan is given
         strided_ms = (sum(_channels_last_reads_s(plan, b, target, c) for k, b in rendered.facts
-                          if k.endswith(".reads_channels_last"))
+                          if k.endswith(".reads_channels_last")
+                          and isinstance(plan, ProgramPlan))
                       + sum(_permuted_store_s(p, target, c) for p, _ in rendered.parts
                             if p.out_perm is not None)) * 1e3
         return SimResult(sum(r.time_ms for r in results) + strided_ms,
