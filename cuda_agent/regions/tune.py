@@ -20,6 +20,7 @@ from ..outputs import write_files
 from ..problem_child import LoadLimits, shared_loader
 from ..settings import RunSettings
 from ..store import default_store
+from .. import tuner as tuner_module  # open_device through its module, which tests patch
 from ..tuner import tune
 from . import budget as budgets
 from .emit import header, model_new_source
@@ -137,7 +138,7 @@ def tune_model(path: str | Path, out: str | Path, split: Split | None = None,
     # one device for every region: a GPU worker each (CUDA context, torch, the compile pool)
     # cost seconds per region of a time limit the regions share
     try:
-        device = open_device(settings.device, settings, notify) if kernels else None
+        device = tuner_module.open_device(settings.device, settings, notify) if kernels else None
     except CudaAgentError:  # each region's tune says why, and its region runs in torch
         device = None
     try:
