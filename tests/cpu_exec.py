@@ -53,10 +53,24 @@ RUNTIME = r"""
 """ + ABI + r"""
 extern "C" void ca_rt_wait(void* b) { static_cast<std::barrier<>*>(b)->arrive_and_wait(); }
 // the blocks of a cluster run together (one cluster after another), each with its own
-// barriers, shuffle slots and dynamic shared memory (zeroed)
+// barriers, shuffle slots and dynamic shared memory (zeroed); the emulated threads are one
+// pool per launch, started once and handed each cluster of blocks in turn (a thread started
+// per emulated thread of every block was most of a large grid's time)
 extern "C" void ca_rt_launch(const ca_grid* g, ca_body_t body, void* user) {
-  const unsigned threads = g->threads, cluster = g->cluster;
+  const unsigned threads = g->threads, cluster = g->cluster, n = cluster * threads;
   const int W = (threads + 31) / 32;
+  std::barrier<> start(n + 1), end(n + 1);
+  std::vector<ca_ctx> ctxs(n);
+  bool quit = false;  // written before `start`, which orders it for the pool
+  std::vector<std::thread> pool;
+  for (unsigned i = 0; i < n; ++i)
+    pool.emplace_back([&, i] {
+      for (;;) {
+        start.arrive_and_wait();
+        if (quit) return;
+        body(&ctxs[i], user);
+        end.arrive_and_wait();
+      } });
   for (unsigned bz = 0; bz < g->gz; ++bz)
   for (unsigned by = 0; by < g->gy; ++by)
   for (unsigned bx0 = 0; bx0 < g->gx; bx0 += cluster) {
@@ -74,18 +88,19 @@ extern "C" void ca_rt_launch(const ca_grid* g, ca_body_t body, void* user) {
       for (int w = 0; w < W; ++w)
         warps[r].push_back(new std::barrier<>(std::min(32, (int)threads - w * 32)));
     }
-    std::vector<std::thread> pool;
     for (unsigned r = 0; r < cluster; ++r)
     for (unsigned t = 0; t < threads; ++t)
-      pool.emplace_back([&, r, t] {
-        const ca_ctx c{{t, 0, 0}, {bx0 + r, by, bz}, bars[r], warps[r].data(), slots[r].data(),
-                       mma_a[r].data(), mma_b[r].data(), bases[r], r, &cluster_bar,
-                       bases.data()};
-        body(&c, user); });
-    for (auto& th : pool) th.join();
+      ctxs[r * threads + t] = ca_ctx{{t, 0, 0}, {bx0 + r, by, bz}, bars[r], warps[r].data(),
+                                     slots[r].data(), mma_a[r].data(), mma_b[r].data(),
+                                     bases[r], r, &cluster_bar, bases.data()};
+    start.arrive_and_wait();  // the pool runs the cluster's blocks
+    end.arrive_and_wait();    // and has finished them
     for (auto* b : bars) delete b;
     for (auto& v : warps) for (void* b : v) delete static_cast<std::barrier<>*>(b);
   }
+  quit = true;
+  start.arrive_and_wait();
+  for (auto& th : pool) th.join();
 }
 """
 
@@ -166,6 +181,7 @@ static inline unsigned ca_cluster_rank() { return ca_rank_in_cluster; }
 static inline void ca_cluster_sync() { ca_wait(ca_cluster_barrier); }
 // an emulated thread's start: the runtime's context into this library's thread-locals
 static inline void ca_enter(const ca_ctx* c) {
+  ca_cp_groups.assign(1, {});  // a pool thread starts each block with no copy queued
   threadIdx = c->thread; blockIdx = c->block;
   ca_block_barrier = c->block_barrier; ca_warp_barriers = c->warp_barriers; ca_slots = c->slots;
   ca_mma_a = reinterpret_cast<unsigned (*)[4]>(c->mma_a);

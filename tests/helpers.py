@@ -133,3 +133,33 @@ def fast_first(cases: Iterable, keep: Iterable) -> list:
     if unknown:
         raise ValueError(f"fast_first: no such case {unknown}")
     return [c if c in keep else pytest.param(c, marks=pytest.mark.slow) for c in cases]
+
+
+def covering_sample(configs, default=None, seed: object = 0) -> list:
+    """A few of `configs` (one template's valid configurations of one space) that together take
+    every value each slot takes in any of them: `default` first where it is among them, then
+    greedily the configuration taking the most values not yet taken (ties: a seeded shuffle).
+    What a compile test needs of a template in the default tier: every slot value rendered and
+    compiled at least once, at about a third of the compiles of a random sample of ten that
+    left values out; `covered_values` checks it."""
+    import random
+
+    pool = list(configs)
+    random.Random(str(seed)).shuffle(pool)
+    items = [frozenset(c.items) for c in pool]
+    want = frozenset().union(*items)
+    picked, taken = [], frozenset()
+    if default is not None and default in pool:
+        picked.append(default)
+        taken = frozenset(default.items)
+    while taken != want:
+        k = max(range(len(pool)), key=lambda k: len(items[k] - taken))
+        picked.append(pool[k])
+        taken |= items[k]
+    return picked
+
+
+def covered_values(chosen, configs) -> set:
+    """The (slot, value) pairs some configuration of `configs` takes that none of `chosen` does
+    (empty: `chosen` covers every slot value)."""
+    return {kv for c in configs for kv in c.items} - {kv for c in chosen for kv in c.items}

@@ -1,9 +1,10 @@
 """The all-combinations compile test: every valid configuration of every template must compile.
 
-Default run: a small deterministic random sample of configurations per (problem, template)
-(`FAST_SAMPLE`, the default configuration always among them), compiled with NVRTC through the
-Builder (2 workers, a private cache); the slow set compiles a larger sample (`SAMPLE`, 100 per
-pair, minutes on a small machine). ``CUDA_AGENT_COMPILE_ALL=1`` compiles every configuration of
+Default run: per (problem, template), a few configurations that together take every value of
+every slot the template's configurations take there (`covering_sample`: the default
+configuration first, 2 to 11 per pair, 235 in all, where a random ten per pair, 439 in all,
+left values out), compiled with NVRTC through the Builder (2 workers, a private cache); the
+slow set compiles a larger random sample (`SAMPLE`, 100 per pair, minutes on a small machine). ``CUDA_AGENT_COMPILE_ALL=1`` compiles every configuration of
 every space (hours on a small machine; marked slow). A few configurations per template are also
 compiled with the real nvcc when it is on PATH.
 
@@ -23,7 +24,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from helpers import Fn, nvcc_available
+from helpers import Fn, covered_values, covering_sample, nvcc_available
 from cuda_agent.build.builder import Builder, BuildInput, BuildResult
 from cuda_agent.ir.capture import capture
 from cuda_agent.ir.planning import make_plan
@@ -36,7 +37,7 @@ from cuda_agent.space.templates import TEMPLATES
 pytestmark = pytest.mark.xdist_group("test_compile_all")
 
 SAMPLE = int(os.environ.get("CUDA_AGENT_COMPILE_SAMPLE", "100"))
-FAST_SAMPLE = 10
+COVER = "cover"  # the default tier's sample: every slot value once (`covering_sample`)
 NVCC_SAMPLE = 5
 # Templates whose candidates take the compiler ~10x longer (unrolled register tiles) are sampled
 # less per problem, so the CPU suite stays within CI's time; CUDA_AGENT_COMPILE_ALL still covers
@@ -143,6 +144,18 @@ def sample_of(name: str, template: str, n: int | None) -> list[Config]:
     return picked
 
 
+@lru_cache(maxsize=None)
+def cover_of(name: str, template: str) -> tuple[Config, ...]:
+    return tuple(covering_sample(configs_of(name, template), space_of(name).default(),
+                                 f"{name}/{template}"))
+
+
+def _pick(name: str, template: str, n: int | str | None) -> list[Config]:
+    if n == COVER:
+        return list(cover_of(name, template))
+    return sample_of(name, template, _sample_size(template, n))
+
+
 def _sample_size(template: str, n: int | None) -> int | None:
     return None if n is None else min(n, SAMPLE_PER_TEMPLATE.get(template, n))
 
@@ -190,7 +203,7 @@ class PairBuilds:
         if (pair, n) not in self.done:
             name, tmpl = pair
             sp = space_of(name)
-            cfgs = sample_of(name, tmpl, _sample_size(tmpl, n))
+            cfgs = _pick(name, tmpl, n)
             rendered = [sp.render(c) for c in cfgs]
             inputs = [BuildInput(r.source, TARGET.arch) for r in rendered]
             if self.builder is None or self.used + len(inputs) > CHUNK:
@@ -245,8 +258,15 @@ def _applies(name: str, tmpl: str) -> bool:
 def test_sampled_configs_compile(name, tmpl, nvrtc_builds):
     if not _applies(name, tmpl):
         pytest.skip(f"template {tmpl} does not apply to {name}")
-    builds = nvrtc_builds.get((name, tmpl), FAST_SAMPLE)
-    assert len(builds) == min(_sample_size(tmpl, FAST_SAMPLE), len(configs_of(name, tmpl)))
+    builds = nvrtc_builds.get((name, tmpl), COVER)
+    chosen = [b.config for b in builds]
+    # every value each slot takes in this template's configurations is compiled at least once
+    assert not covered_values(chosen, configs_of(name, tmpl)), \
+        covered_values(chosen, configs_of(name, tmpl))
+    assert len(set(chosen)) == len(chosen) and set(chosen) <= set(configs_of(name, tmpl))
+    default = space_of(name).default()
+    if space_of(name).template_of(default).name == tmpl:
+        assert chosen[0] == default  # what every run measures first
     _assert_builds_ok(name, tmpl, builds)
 
 

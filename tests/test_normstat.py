@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import random
 from pathlib import Path
 
 import pytest
@@ -30,7 +29,7 @@ from cuda_agent.space import codegen as cg
 from cuda_agent.space.slots import Target
 from cuda_agent.space.space import Space
 from cuda_agent.space.templates.chan import channel_runs
-from helpers import Fn, nvrtc_available
+from helpers import Fn, covered_values, covering_sample, nvrtc_available
 from test_capture import graph_tensors, interpret
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -253,10 +252,10 @@ def test_sampled_configs_compile(tmp_path):
         for cfg in sp.configs:
             by_template.setdefault(sp.template_of(cfg).name, []).append(cfg)
         for tname, cfgs in by_template.items():
-            rng = random.Random(f"{name}/{tname}")
-            picked = rng.sample(cfgs, min(12, len(cfgs)))
-            if sp.default() in cfgs and sp.default() not in picked:
-                picked[0] = sp.default()
+            # every value each slot takes in the template's configurations, at least once
+            # (the default first), not a random twelve
+            picked = covering_sample(cfgs, sp.default(), f"{name}/{tname}")
+            assert not covered_values(picked, cfgs), (name, tname)
             items += [(f"{name}/{tname}: {c.short()}", sp.render(c)) for c in picked]
     with Builder("nvrtc", workers=2, cache_dir=tmp_path) as b:
         results = b.build([BuildInput(r.source, TARGET.arch) for _, r in items])
