@@ -93,6 +93,34 @@ def test_the_fleet_trains_across_nodes_and_a_killed_sampler_loses_only_its_episo
     assert (tmp_path / "t" / "policy.pt").exists()
 
 
+def test_ctrl_c_under_ray_keeps_the_last_finished_iteration_and_ends_the_fleet(
+        cluster, tmp_path):
+    """Ctrl-C reaches the driver's main thread (as `interrupt.first_stops_second_aborts`
+    raises it) while the samplers have episodes in flight: the interrupt propagates, the
+    checkpoint on disk is the last finished iteration's, fleet.json says what the fleet did,
+    and no actor of the fleet is left on the cluster."""
+    names: list[str] = []
+
+    def interrupt_after_first(tr: Trainer, row: dict) -> None:
+        if row["iteration"] == 1:  # the samplers were just sent their next episodes
+            names.extend(n for n in ray.util.list_named_actors() if n.startswith("cuda-agent-"))
+            raise KeyboardInterrupt
+
+    tr = Trainer(settings(tmp_path / "c", iterations=4))
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            tr.train(lambda row: interrupt_after_first(tr, row))
+    finally:
+        tr.close()
+    assert [c["iteration"] for c in tr.curves] == [1] and tr.saved_iteration == 1
+    assert (tmp_path / "c" / "policy.pt").exists()
+    rep = json.loads((tmp_path / "c" / "fleet.json").read_text())
+    assert rep == tr.fleet_report and rep["samplers"] == 2 and rep["episodes"] >= 2
+    assert tr.fleet is None and len(names) == 3  # two samplers and the ledger
+    left = [n for n in names if n in ray.util.list_named_actors()]
+    assert left == [], f"actors left on the cluster after Ctrl-C: {left}"
+
+
 def test_the_same_episode_on_another_sampler_is_served_not_compiled_or_measured(cluster):
     """Experience dedupe and the compile cache across the fleet: a second sampler proposing
     what the first measured is served it, compiles nothing, and learns the same transitions."""
