@@ -6,6 +6,8 @@ problem loads."""
 
 from __future__ import annotations
 
+import gzip
+import json
 from pathlib import Path
 
 import pytest
@@ -38,6 +40,45 @@ def _family(root: Path, name: str, problems: dict[str, dict], template: str = TE
     where.mkdir(parents=True, exist_ok=True)
     (where / f"{name}.py").write_text(
         f"TEMPLATE = {template!r}\nDEFAULTS = {defaults or {}!r}\nPROBLEMS = {problems!r}\n")
+
+
+# -- the checkout -----------------------------------------------------------------------------
+
+def test_generated_files_equal_their_definitions():
+    assert pf.stale(ROOT) == []
+
+
+def test_files_that_differ_only_in_sizes_come_from_a_family():
+    made = pf.rendered(ROOT)
+    assert len(made) >= 60 and pf.size_groups(ROOT)
+    assert [p for g in pf.size_groups(ROOT) for p in g if p not in made] == []
+
+
+def test_every_suite_problem_loads():
+    """Checked on meta tensors: the generated files (and the others) in the common format."""
+    paths = [p for s in pf.SUITES for p in sorted((ROOT / s).glob("*.py"))]
+    assert len(paths) > 200
+    for path in paths:
+        load_problem(path)
+
+
+def test_generated_files_keep_the_identity_their_sweeps_recorded():
+    """The source hash a recorded sweep names is the generated file's: a problem's store
+    entries, caches and sweeps still find it."""
+    checked = 0
+    for rel in pf.rendered(ROOT):
+        path = ROOT / rel
+        data_dir = path.parent.parent / "data" if "validation" in rel else ROOT / "benchmarks/data"
+        for sweep in sorted(data_dir.glob(f"*/{path.stem}.json.gz")):
+            recorded = json.loads(gzip.decompress(sweep.read_bytes()))["source_hash"]
+            assert load_problem(path, check=False).source_hash == recorded, sweep
+            checked += 1
+    assert checked >= 20
+
+
+def test_the_command_checks_the_checkout(capsys):
+    assert pf.main(["--check"]) == 0
+    assert "0 generated problem files differ" in capsys.readouterr().out
 
 
 # -- the mechanism, on a made-up checkout ------------------------------------------------------
