@@ -119,6 +119,13 @@ def test_a_slot_missing_misspelt_or_of_another_type_is_an_error(tmp_path, values
         pf.rendered(tmp_path)
 
 
+@pytest.mark.parametrize("path", ["../a.py", "/tmp/a.py", "a.txt"])
+def test_a_problem_outside_the_checkout_or_not_python_is_an_error(tmp_path, path):
+    _family(tmp_path, "unary", {path: {"doc": "A.", "fn": "relu", "x": 4}})
+    with pytest.raises(SettingsError, match="a .py file's path inside the checkout"):
+        pf.rendered(tmp_path)
+
+
 def test_a_file_generated_by_two_families_is_an_error(tmp_path):
     for name in ("one", "two"):
         _family(tmp_path, name, {"a.py": {"doc": "A.", "fn": "relu", "x": 4}})

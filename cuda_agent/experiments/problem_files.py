@@ -105,6 +105,12 @@ def load_family(path: Path) -> Family:
         raise SettingsError(f"{path}: a family defines TEMPLATE (str) and PROBLEMS (a dict of "
                             "file paths to slot values)")
     name = path.stem
+    for rel in problems:
+        where = Path(str(rel))
+        if where.is_absolute() or ".." in where.parts or where.suffix != ".py":
+            # --write writes there: only .py files inside the checkout
+            raise SettingsError(f"{path}: {rel}: a problem is a .py file's path inside the "
+                                "checkout, relative to it")
     return Family(
         name, template,
         {p: {k: _text(f"{name}: {p}: {k}", v) for k, v in values.items()}
