@@ -225,11 +225,12 @@ class _ProblemBench:
                         best_ms, fixed = m.time_ms, picks
             schedule = StageSchedule(budget, n, measurer.settings.stage_patience)
 
-            def stage(i: int, share: int, until: float | None) -> str:
+            def stage(i: int, share: int, until: float | None, rounds: int) -> str:
                 nonlocal best_ms, fixed
                 measurer.space = StageSpace.of(as_program(self.plan), i, stages, fixed)
                 plateau = schedule.plateau(i, best_ms if best_ms < float("inf") else None)
-                got, error = self._kernel_tuner(measurer, strategy, share, seed + i, plateau)
+                got, error = self._kernel_tuner(measurer, strategy, share,
+                                                seed + i + rounds * n, plateau)
                 if error:
                     errors.append(f"stage {i}: {error}")
                 for t in got:
@@ -246,7 +247,8 @@ class _ProblemBench:
 
             # (the warm program measured first counts before stage 0's share, where the
             # tuner's own search counts its first programs in it: `Tuner._search_stages`)
-            schedule.run(lambda: len(trials), stage)
+            schedule.run(lambda: len(trials), stage,
+                         best_ms=lambda: best_ms if best_ms < float("inf") else None)
         finally:
             measurer.close()
         return trials, "; ".join(errors) or None

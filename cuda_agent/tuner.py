@@ -594,8 +594,9 @@ class Tuner:
         """Coordinate search over a program's stages: each stage's space in turn, the others
         fixed at their best so far. Each stage gets an even share of what is left, of the
         budget and of the time limit's seconds; one that has settled (`StagePlateau`), run out
-        of configurations or of its seconds hands the rest on, the last stage takes all that
-        remains. (Without the split of the seconds the first stages of a time-limited search
+        of configurations or of its seconds hands the rest on, and while a round of the stages
+        brought progress and measurements are left, another round searches them again
+        (`StageSchedule`). (Without the split of the seconds the first stages of a time-limited search
         take it all and the later ones keep their untuned defaults: docs/journal.md,
         tuner.py.) The search starts from
         `_start_program`'s programs (the untuned baseline, every stage at its model pick);
@@ -608,12 +609,14 @@ class Tuner:
         if stopped == "time_limit":
             return stopped
 
-        def stage(i: int, budget: int, until: float | None) -> str:
+        def stage(i: int, budget: int, until: float | None, rounds: int) -> str:
             nonlocal best, fixed
             self.space = StageSpace.of(self._program(), i, self.stages, fixed)
+            # a later round's strategy is seeded apart: its proposals are not the first
+            # round's again (those are measured: `_search` skips them)
             made, strategy = self._limit.bounded(functools.partial(
-                make_strategy, self.strategy_name, self.space, seed=s.seed + i,
-                **self.strategy_options))
+                make_strategy, self.strategy_name, self.space,
+                seed=s.seed + i + rounds * len(self.stages), **self.strategy_options))
             if not made:
                 return "time_limit"
             self.strategy = strategy
@@ -632,7 +635,8 @@ class Tuner:
 
         # the first stage's shares count from the start: the programs measured first are its
         # candidates too
-        return schedule.run(lambda: len(trials), stage, base=start, first=(start, started)) \
+        return schedule.run(lambda: len(trials), stage, base=start, first=(start, started),
+                            best_ms=lambda: best.measurement.time_ms if best else None) \
             or stopped
 
     def _start_program(self, trials: list[Trial],

@@ -225,8 +225,12 @@ def test_stage_plateau_counts_measurements_without_real_progress():
 
 def test_a_settled_stage_hands_the_rest_of_its_share_to_the_next(tmp_path):
     """With a patience of 2 the conv stage stops where its plateau says, not at half the
-    budget, and the pool stage gets the rest: the budget is spent in full either way."""
-    from cuda_agent.space.program import StagePlateau
+    budget, and the pool stage gets the rest; the pool stage settles too, and the stages are
+    searched again in rounds while a round brings progress: the search ends with the budget
+    spent or after a round without progress, never in the middle of one."""
+    from itertools import groupby
+
+    from cuda_agent.space.program import STAGE_GAIN, StagePlateau
     from cuda_agent.tuner import tune
 
     path = tmp_path / "conv_pool.py"
@@ -234,16 +238,58 @@ def test_a_settled_stage_hands_the_rest_of_its_share_to_the_next(tmp_path):
     res = tune(str(path), device="sim", budget=16, batch=4, stage_patience=2, baselines=False,
                store=":memory:", strategy="random")
     stages = [t.stage for t in res.trials]
-    assert len(stages) == 16 and stages == sorted(stages) and set(stages) == {0, 1}
+    runs = [k for k, _ in groupby(stages)]
+    assert len(stages) <= 16 and runs[:2] == [0, 1] and runs == [0, 1] * (len(runs) // 2) + \
+        [0] * (len(runs) % 2), f"stages not searched in rounds: {stages}"
     first = [t.measurement.time_ms if t.measurement.ok else None
-             for t in res.trials if t.stage == 0]
+             for t in res.trials if t.stage == 0][:stages.index(1)]
     plateau = StagePlateau(None, 2)
     settled_at = next(k + 1 for k, ms in enumerate(first) if plateau.update(ms))
     assert len(first) == settled_at < 8, "the conv stage ran past its plateau"
+    if len(stages) < 16:  # ended early: the last whole round brought no progress
+        times = [t.measurement.time_ms if t.measurement.ok else float("inf")
+                 for t in res.trials]
+        lengths = [len(list(g)) for _, g in groupby(stages)]
+        last_round = len(stages) - sum(lengths[-2:])  # where the last round began
+        before, after = min(times[:last_round]), min(times)
+        assert after >= before * (1 - STAGE_GAIN), "a round with progress ended the search"
 
     even = tune(str(path), device="sim", budget=16, batch=4, stage_patience=None,
                 baselines=False, store=":memory:", strategy="random")
     assert [t.stage for t in even.trials] == [0] * 8 + [1] * 8
+
+
+def test_the_stage_schedule_searches_rounds_while_they_bring_progress():
+    """`StageSchedule.run` with a scripted search: a round that improves the best by more
+    than `STAGE_GAIN` earns another; one that does not ends the search; the budget spent ends
+    it too; each round's stages get even shares of what is left; without a patience there is
+    one round."""
+    from cuda_agent.search.stop import StageSchedule
+
+    def scripted(gains: list[float], used: int, budget: int = 64, patience: int | None = 8):
+        spent, best, calls = [0], [10.0], []
+
+        def search(i: int, share: int, until: float | None, rounds: int) -> str:
+            calls.append((rounds, i, share))
+            spent[0] += min(used, share)
+            best[0] *= gains.pop(0) if gains else 1.0
+            return "plateau"
+
+        StageSchedule(budget, 2, patience).run(lambda: spent[0], search,
+                                               best_ms=lambda: best[0])
+        return calls
+
+    # round 0 improves, round 1 does not: two rounds, shares even over what is left
+    assert scripted([0.5, 1.0, 1.0, 1.0], used=10) == [
+        (0, 0, 32), (0, 1, 54), (1, 0, 22), (1, 1, 34)]
+    # progress of under 1 % is noise: one round
+    assert scripted([0.995, 1.0], used=10) == [(0, 0, 32), (0, 1, 54)]
+    # progress every round: rounds until the budget is spent
+    calls = scripted([0.5] * 40, used=10)
+    assert sum(min(10, share) for *_, share in calls) == 64 and calls[-2:] == [
+        (3, 0, 2), (3, 1, 2)]  # 60 spent in three rounds, the last 4 split
+    # no patience: one round, every stage its share, the last all that remains
+    assert scripted([0.5] * 4, used=10, patience=None) == [(0, 0, 32), (0, 1, 54)]
 
 
 def test_a_program_sweep_splits_evenly_and_records_each_records_stage(tmp_path):
