@@ -12,6 +12,8 @@ the buffer's memory order (`channels_last_kept_ordered`, `layout.memory_order_gr
 
 from __future__ import annotations
 
+import inspect
+
 import random
 import shutil
 import subprocess
@@ -366,3 +368,31 @@ def test_memory_order_is_withdrawn_where_its_reader_has_no_kernel():
     spaces = stage_spaces(plan, Target())
     assert spaces[0].slot("memory.layout").choices == ("as_given", "channels_last", KEPT)
     assert plan.program.stages[1].nhwc_mo_plan is None
+
+
+@pytest.mark.parametrize("name", sorted(CHAINS))
+def test_every_stage_space_fits_the_agents_vocabulary(name):
+    """The kept layouts are values the agents can see: the default strategy (the shipped
+    policy) indexes every stage's space, and a value missing from `agents/vocab.VOCAB` made
+    `tune` fail at its start on every convolution chain whose buffer may stay channels-last
+    (KeyError: 'channels_last_kept' of memory.layout)."""
+    from cuda_agent.agents.vocab import SpaceIndex
+
+    plan, _, _ = _setup(name)
+    for sp in stage_spaces(plan, Target()):
+        assert len(SpaceIndex.of(sp).configs) == len(sp.configs)
+
+
+def test_the_default_strategy_tunes_a_chain_that_may_stay_channels_last(tmp_path):
+    """`tune` at its defaults (the agents with the shipped policy) on a convolution chain
+    whose buffer may stay channels-last, on the simulator: it runs to its budget."""
+    from cuda_agent.tuner import tune
+
+    path = tmp_path / "tconv_min.py"
+    path.write_text("import torch\nimport torch.nn as nn\n\n\n" + inspect.getsource(
+        TConvMin).replace("class TConvMin", "class Model") +
+        "\n\ndef get_inputs():\n    return [torch.randn(2, 3, 5, 7)]\n\n\n"
+        "def get_init_inputs():\n    return []\n")
+    res = tune(str(path), device="sim", budget=6, batch=3, baselines=False, store=":memory:")
+    assert res.settings.strategy == "default"
+    assert len(res.trials) >= 2 and res.best is not None

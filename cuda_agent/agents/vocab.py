@@ -58,8 +58,10 @@ VOCAB: dict[str, tuple[Any, ...]] = {
     "compute.minblocks": (1, 2),
     "config.out_grid": ("chunks", "tiles"),
     "compute.fresh": (8, 16),
-    # the library step of a convolution
-    "memory.layout": ("as_given", "channels_last"),
+    # the library step of a convolution; the kept values only in a program whose readers
+    # follow a channels-last buffer (`ir/layout.py`)
+    "memory.layout": ("as_given", "channels_last", "channels_last_kept",
+                      "channels_last_kept_ordered"),
     # blocks of a thread-block cluster sharing a row or channel (row, chan)
     "config.cluster": (1, 2, 4, 8),
     # a strided transposed convolution: gathered GEMM or sub-convolutions per output phase
