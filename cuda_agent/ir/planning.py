@@ -63,7 +63,7 @@ def make_program_plan(graph: Graph, program: Program) -> ProgramPlan:
     used = sorted({s.index for st in program.stages for s in st.sources if s.kind == "input"})
     last = program.stages[-1].plan
     plan = ProgramPlan(graph, "program", last.full_shape, (), graph.output, out.shape,
-                       out.dtype, operands=used,
+                       graph.store_dtype(), operands=used,
                        operand_shapes={k: graph.inputs[k].shape for k in used})
     plan.program = program
     return plan
