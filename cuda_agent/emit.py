@@ -196,7 +196,8 @@ def model_new_source(result: Any) -> str:
         updates=state_updates(plan), modes=plan.graph.modes,
         operand_dtypes=[plan.graph.inputs[k].dtype for k in plan.operands],
         out_shape=tuple(plan.out_shape),
-        out_dtype="int64" if plan.out_dtype == "int64" else "float32")
+        out_dtype=plan.out_dtype if plan.out_dtype in ("int64", "float16", "bfloat16")
+        else "float32")
     return (header + "\nimport base64\nimport math\n\nimport torch\n\n"
             "# ---- the reference problem, verbatim -------------------------------------------\n"
             + _strip_future(result.problem.source).rstrip() + "\n\n"
