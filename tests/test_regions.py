@@ -1,5 +1,5 @@
 """Whole models (issue 50): the region split, in-place ops taken out of place, masks as
-operands, other dtypes left to torch, and the emitted module (state_dict names, custom ops
+operands, half-precision regions in their type, and the emitted module (state_dict names, custom ops
 under torch.compile and torch.export, gradients, other shapes) checked against the model on
 CPU, where each kernel region runs its torch reference: these check the split and the wiring,
 not the generated kernels (which need a GPU)."""
@@ -129,7 +129,10 @@ def test_out_of_place_fails_without_the_rewrite(monkeypatch):
     assert [r.ops for r in split.kernels()] == [["batch_norm"], ["conv2d", "avg_pool2d"]]
 
 
-def test_half_precision_regions_go_to_torch_with_the_reason():
+def test_half_precision_regions_tuned_in_their_type():
+    """A bf16 model: the relu is a kernel region in bf16; the matrix product, which no template
+    takes in half precision, goes to torch (cuBLAS in bf16), saying why
+    (tests/test_half_precision.py checks the kernels)."""
     class Half(nn.Module):
         def __init__(self):
             super().__init__()
@@ -141,8 +144,9 @@ def test_half_precision_regions_go_to_torch_with_the_reason():
     with torch.device("meta"):
         model = Half().to(torch.bfloat16)
         split = split_model(model, [torch.empty(8, 64, dtype=torch.bfloat16)])
-    assert all(r.kind == TORCH for r in split.regions)
-    assert "float32" in split.regions[0].reason and "bfloat16" in split.regions[0].reason
+    assert [r.kind for r in split.regions] == [TORCH, KERNEL]
+    assert "half precision" in split.regions[0].reason and "bfloat16" in split.regions[0].reason
+    assert split.regions[1].dtype == "bfloat16"
 
 
 def _emitted(name: str, tmp_path: Path, emit: bool = True):
