@@ -342,3 +342,15 @@ def get_init_inputs():
     assert res.best is not None
     text = (tmp_path / "out" / "model_new.py").read_text()
     assert "OUT_DTYPE = torch.bfloat16" in text and "ca_bf16" in text
+
+
+def test_explicit_casts_lower_to_torchs_rounding():
+    from test_capture import interpret
+
+    f = (lambda x: (x.half() * 3).float() + x.to(torch.bfloat16).float())
+    g = _graph(f, [torch.randn(4, 8)])
+    x = torch.randn(4, 8) * 100
+    # the casts round; the product of the rounded value is kept in float (as Inductor keeps
+    # it), where eager would round it to fp16 again
+    want = x.half().double() * 3 + x.bfloat16().double()
+    torch.testing.assert_close(interpret(g, [x.double()]), want, rtol=1e-12, atol=0)

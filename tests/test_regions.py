@@ -268,11 +268,11 @@ def test_cli_tunes_a_bool_mask_model_end_to_end(tmp_path):
 
 @pytest.mark.parametrize("name, line", [
     ("unsupported_op", "region 1 (torch): roll -> torch (roll: no template covers aten.roll)"),
-    ("fp16_input", "-> torch (relu: the templates take float32 tensors, this region's are "
-                   "float16)")])
+    ("fp64_input", "-> torch (relu: the templates take float32, float16 and bfloat16 tensors, "
+                   "this region's are float64)")])
 def test_cli_tunes_what_one_capture_refused_as_a_model(name, line, tmp_path):
     """`cuda-agent tune` refused these files (exit 2) before: an op no template covers, a
-    float16 model. Now each is a module whose regions run in torch, and says why."""
+    float64 model. Now each is a module whose regions run in torch, and says why."""
     bad = Path(__file__).resolve().parent / "data" / "bad" / f"{name}.py"
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, "-m", "cuda_agent.cli", "tune", str(bad),
