@@ -354,3 +354,22 @@ def test_explicit_casts_lower_to_torchs_rounding():
     # it), where eager would round it to fp16 again
     want = x.half().double() * 3 + x.bfloat16().double()
     torch.testing.assert_close(interpret(g, [x.double()]), want, rtol=1e-12, atol=0)
+
+
+def test_half_coverage_below_the_space_agrees_with_the_templates():
+    """`planning.half_covered` (what the region split reads, below the space) says what the
+    templates' `takes_half` says: the map and row families yes, a matrix product no."""
+    from cuda_agent.errors import UnsupportedError
+    from cuda_agent.ir.planning import half_covered, half_gap
+    from cuda_agent.space.templates import TEMPLATES
+
+    for name in CASES:
+        _, _, plan = _plan(name, torch.float16)
+        assert half_covered(plan) and not half_gap(plan)
+        assert Space.for_plan(plan, Target()).templates
+    mm = make_plan(_graph(lambda a, b: a @ b, [torch.randn(32, 16).half(),
+                                               torch.randn(16, 8).half()]))
+    assert not half_covered(mm) and "half precision (float16)" in half_gap(mm)
+    with pytest.raises(UnsupportedError, match="half precision"):
+        Space.for_plan(mm, Target())
+    assert {t.name for t in TEMPLATES if t.takes_half} == {"map", "row"}

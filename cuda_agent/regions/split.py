@@ -31,8 +31,7 @@ from torch.export.graph_signature import (ExportGraphSignature, InputKind, Input
 
 from ..errors import CudaAgentError, UnsupportedError
 from ..ir.graph import RunningStats
-from ..ir.planning import make_plan
-from ..space.space import half_gap
+from ..ir.planning import half_gap, make_plan
 from ..ir.pretrace import TracedProgram
 from . import pycode
 from ..ir.capture import _HANDLERS, _reads_mode, lower

@@ -35,17 +35,6 @@ def half_dtypes(plan: KernelPlan) -> str:
     return ", ".join(d for d in HALF_DTYPES if d in found)
 
 
-def half_gap(plan: KernelPlan) -> str:
-    """Why no template takes `plan` (each stage of a program) with its half-precision tensors,
-    or "" where one does (or it has none): the region split leaves such a region to torch."""
-    stages = [s.plan for s in plan.program.stages] if hasattr(plan, "program") else [plan]
-    for p in stages:
-        if p.graph.has_half() and not any(t.applies(p) and t.takes_half for t in TEMPLATES):
-            return (f"no template takes a {p.family} kernel in half precision "
-                    f"({half_dtypes(p)}): torch runs it in that type")
-    return ""
-
-
 @dataclass
 class Space:
     plan: KernelPlan
