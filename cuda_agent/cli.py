@@ -188,7 +188,9 @@ def _row(r) -> dict:  # noqa: ANN001 - a TuneResult
     d = report_dict(r)
     sim = r.simulated
     return {
-        "problem": d["problem"], "family": d["family"],
+        "problem": d["problem"], "family": d["family"] + (
+            f" ({d['dtypes']['output']})" if d["dtypes"]["output"] in ("float16", "bfloat16")
+            else ""),
         "device": r.device.gpu_name() + (" (cuda)" if r.device.kind == "cuda" else ""),
         "best": _fmt_ms(d["best_ms"], sim),
         "default config": _fmt_ms(r.default.measurement.time_ms if r.default else None, sim),

@@ -196,7 +196,8 @@ def model_new_source(result: Any) -> str:
         updates=state_updates(plan), modes=plan.graph.modes,
         operand_dtypes=[plan.graph.inputs[k].dtype for k in plan.operands],
         out_shape=tuple(plan.out_shape),
-        out_dtype="int64" if plan.out_dtype == "int64" else "float32")
+        out_dtype=plan.out_dtype if plan.out_dtype in ("int64", "float16", "bfloat16")
+        else "float32")
     return (header + "\nimport base64\nimport math\n\nimport torch\n\n"
             "# ---- the reference problem, verbatim -------------------------------------------\n"
             + _strip_future(result.problem.source).rstrip() + "\n\n"
@@ -363,6 +364,9 @@ def report_dict(result: Any) -> dict[str, Any]:
         "problem": result.problem.name, "path": str(result.problem.path),
         "family": plan.family, "device": result.device.kind, "simulated": result.simulated,
         "gpu": result.device.gpu_name(),
+        # the storage types the kernels read and write (fp16/bf16 computed in float32)
+        "dtypes": {"inputs": [plan.graph.inputs[k].dtype for k in plan.operands],
+                   "output": plan.out_dtype},
         "facts": {k: v for k, v in (result.facts or {}).items() if k != "memory"},
         # the GPU footprint: the worker's peak against torch eager's and the bound it is held
         # to, and how the reference was computed (runner.memory.MemoryPlan)

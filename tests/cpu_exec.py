@@ -462,10 +462,16 @@ def prebuild(jobs) -> None:
         _prebuilt[key] = (str(lib), f"ca_run_{key}")
 
 
+#: numpy dtypes passed to a kernel as they are: a half-precision tensor's bits (float16, or
+#: bfloat16 as uint16/int16, which numpy lacks)
+HALF_BITS = (np.dtype(np.float16), np.dtype(np.uint16), np.dtype(np.int16))
+
+
 def run(rendered, inputs: list[np.ndarray], out_shape: tuple[int, ...],
-        workspace: list | None = None) -> np.ndarray:
-    """Execute `rendered` (a `Rendered`) on `inputs` (kernel operand order: float32, or int64
-    for class indices). A leading vendor-library step runs through torch on the CPU
+        workspace: list | None = None, out_bits: int | None = None) -> np.ndarray:
+    """Execute `rendered` (a `Rendered`) on `inputs` (kernel operand order: float32, int64
+    for class indices, or the bits of half-precision tensors: `HALF_BITS`). With `out_bits`
+    the output is a half-precision tensor's bits (uint16), pre-filled with that NaN. A leading vendor-library step runs through torch on the CPU
     (`launcher.run_library`), its product handed to the kernels as their workspace. With a
     `workspace` list, the workspace the kernels left (float32 words) is appended to it."""
     src, library = _program(rendered, len(inputs))
@@ -489,9 +495,11 @@ def run(rendered, inputs: list[np.ndarray], out_shape: tuple[int, ...],
         fn = getattr(ctypes.CDLL(lib), name)
     else:
         fn = _build(src).ca_run
-    arrays = [np.ascontiguousarray(x, dtype=np.int64 if np.asarray(x).dtype == np.int64
-                                   else np.float32) for x in inputs]
-    out = np.full(out_shape, np.nan, dtype=np.float32)
+    arrays = [np.ascontiguousarray(x) if np.asarray(x).dtype in HALF_BITS
+              else np.ascontiguousarray(x, dtype=np.int64 if np.asarray(x).dtype == np.int64
+                                        else np.float32) for x in inputs]
+    out = np.full(out_shape, np.nan, dtype=np.float32) if out_bits is None \
+        else np.full(out_shape, out_bits, dtype=np.uint16)
     program = product is not None and args is not None  # the product apart from the workspace
     ws = product if product is not None and not program else \
         np.zeros(max(1, -(-rendered.workspace_bytes // 4)), dtype=np.float32)
@@ -574,6 +582,25 @@ extern "C" void ca_round(const float* x, float* h, float* b, long n) {
     fn.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_long]
     fn(*(a.ctypes.data_as(ctypes.c_void_p) for a in (x, h, b)), x.size)
     return {"fp16": h, "bf16": b}
+
+
+def run_torch(rendered, tensors, out_shape: tuple[int, ...], out_dtype) -> "torch.Tensor":
+    """`run` on torch tensors (kernel operand order) of any dtype the kernels take, fp16 and
+    bf16 passed as their bits; the output a tensor of `out_dtype` (float32, float16, bfloat16,
+    int64), every element not written a NaN."""
+    import torch
+
+    def bits(t):
+        t = t.contiguous()
+        if t.dtype in (torch.float16, torch.bfloat16):
+            return t.view(torch.int16).numpy()
+        return t.numpy()
+
+    half = {torch.float16: 0x7E01, torch.bfloat16: 0x7FC1}.get(out_dtype)
+    got = run(rendered, [bits(t) for t in tensors], out_shape, out_bits=half)
+    if half is not None:
+        return torch.from_numpy(got.view(np.int16)).view(out_dtype)
+    return torch.from_numpy(got)
 
 
 def max_rel_error(rendered, inputs: list[np.ndarray], want: np.ndarray) -> float:

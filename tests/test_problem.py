@@ -18,7 +18,7 @@ BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "problems"
 # every malformed file, the error class and words its message must contain
 BAD_FILES = {
     "forward_raises": (ProblemError, ["forward", "15"]),
-    "fp16_input": (UnsupportedError, ["float16"]),
+    "fp64_input": (UnsupportedError, ["float64"]),
     "get_inputs_raises": (ProblemError, ["get_inputs", "broken on purpose"]),
     "model_not_module": (ProblemError, ["Model", "nn.Module"]),
     "no_get_inputs": (ProblemError, ["get_inputs"]),

@@ -1,5 +1,5 @@
 """Whole models (issue 50): the region split, in-place ops taken out of place, masks as
-operands, other dtypes left to torch, and the emitted module (state_dict names, custom ops
+operands, half-precision regions in their type, and the emitted module (state_dict names, custom ops
 under torch.compile and torch.export, gradients, other shapes) checked against the model on
 CPU, where each kernel region runs its torch reference: these check the split and the wiring,
 not the generated kernels (which need a GPU)."""
@@ -129,7 +129,10 @@ def test_out_of_place_fails_without_the_rewrite(monkeypatch):
     assert [r.ops for r in split.kernels()] == [["batch_norm"], ["conv2d", "avg_pool2d"]]
 
 
-def test_half_precision_regions_go_to_torch_with_the_reason():
+def test_half_precision_regions_tuned_in_their_type():
+    """A bf16 model: the relu is a kernel region in bf16; the matrix product, which no template
+    takes in half precision, goes to torch (cuBLAS in bf16), saying why
+    (tests/test_half_precision.py checks the kernels)."""
     class Half(nn.Module):
         def __init__(self):
             super().__init__()
@@ -141,8 +144,9 @@ def test_half_precision_regions_go_to_torch_with_the_reason():
     with torch.device("meta"):
         model = Half().to(torch.bfloat16)
         split = split_model(model, [torch.empty(8, 64, dtype=torch.bfloat16)])
-    assert all(r.kind == TORCH for r in split.regions)
-    assert "float32" in split.regions[0].reason and "bfloat16" in split.regions[0].reason
+    assert [r.kind for r in split.regions] == [TORCH, KERNEL]
+    assert "half precision" in split.regions[0].reason and "bfloat16" in split.regions[0].reason
+    assert split.regions[1].dtype == "bfloat16"
 
 
 def _emitted(name: str, tmp_path: Path, emit: bool = True):
@@ -264,11 +268,11 @@ def test_cli_tunes_a_bool_mask_model_end_to_end(tmp_path):
 
 @pytest.mark.parametrize("name, line", [
     ("unsupported_op", "region 1 (torch): roll -> torch (roll: no template covers aten.roll)"),
-    ("fp16_input", "-> torch (relu: the templates take float32 tensors, this region's are "
-                   "float16)")])
+    ("fp64_input", "-> torch (relu: the templates take float32, float16 and bfloat16 tensors, "
+                   "this region's are float64)")])
 def test_cli_tunes_what_one_capture_refused_as_a_model(name, line, tmp_path):
     """`cuda-agent tune` refused these files (exit 2) before: an op no template covers, a
-    float16 model. Now each is a module whose regions run in torch, and says why."""
+    float64 model. Now each is a module whose regions run in torch, and says why."""
     bad = Path(__file__).resolve().parent / "data" / "bad" / f"{name}.py"
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, "-m", "cuda_agent.cli", "tune", str(bad),

@@ -50,7 +50,7 @@ from typing import Any
 
 from ..ir import ops
 from ..ir.conv import window_info
-from ..ir.graph import INDEX_DTYPE
+from ..ir.graph import HALF_DTYPES, INDEX_DTYPE, element_bytes
 from ..ir.partition import ProgramPlan, as_program
 from ..ir.plan import KernelPlan
 from ..space.slots import Launch, Rendered, Target
@@ -645,6 +645,7 @@ class _Shape:
     n_full: int  # operands as large as the iteration space
     small: list[int]  # element counts of the other operands
     out_bytes: int
+    elem: float = 4.0  # bytes of one element of the full-size operands (2 for fp16, bf16)
 
 
 def _shape(plan: KernelPlan, rendered: Rendered) -> _Shape:
@@ -661,9 +662,13 @@ def _shape(plan: KernelPlan, rendered: Rendered) -> _Shape:
     sizes = [math.prod(plan.operand_shapes[k]) for k in plan.operands]
     n_full = sum(1 for s in sizes if s == plan.numel)
     out_elems = math.prod(plan.out_shape) if plan.out_shape else 1
-    out_bytes = out_elems * (8 if plan.out_dtype == INDEX_DTYPE else 4)
+    out_bytes = out_elems * element_bytes(plan.out_dtype)
+    # a vector of `vec` elements is vec * elem bytes: a half-precision operand's loads carry
+    # half the bytes of a float32 one's
+    full = [plan.graph.inputs[k].dtype for k, s in zip(plan.operands, sizes) if s == plan.numel]
+    elem = 2.0 if full and all(d in HALF_DTYPES for d in full) else 4.0
     return _Shape(vec, bool(rendered.fact("fast", 0)), i64, unroll, stream, n_full,
-                  [s for s in sizes if s != plan.numel], out_bytes)
+                  [s for s in sizes if s != plan.numel], out_bytes, elem)
 
 
 def _registers(resources: dict, live: float, threads: int, c: SimConstants
@@ -864,7 +869,7 @@ def _map_work(plan: KernelPlan, rendered: Rendered, resources: dict, target: Tar
     steps = math.ceil(vectors / max(1, threads_total * items))
 
     w = _Work()
-    w.access_bytes, w.ilp = vec * 4.0, float(min(4, vec * in_flight_items))
+    w.access_bytes, w.ilp = vec * sh.elem, float(min(4, vec * in_flight_items))
     w.loads_in_flight = n_ops * in_flight_items if sh.n_full else in_flight_items
     w.active_lanes = min(1.0, vectors / max(1, threads_total * items * steps))
     sectors, lines, _, _ = _coalescing(32 * vec, vec, 1, c)
@@ -955,7 +960,7 @@ def _row_work(plan: KernelPlan, rendered: Rendered, resources: dict, target: Tar
     iters = math.ceil(O / (L.blocks * G))
 
     w = _Work()
-    w.access_bytes, w.loads_in_flight = vec * 4.0, float(n_ops * chunks_in_flight)
+    w.access_bytes, w.loads_in_flight = vec * sh.elem, float(n_ops * chunks_in_flight)
     w.active_lanes = R / (nch * T * vec)
     w.ilp = float(min(4, vec * chunks_in_flight))
     groups = max(1, 32 // T)

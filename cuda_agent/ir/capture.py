@@ -26,8 +26,8 @@ import torch
 
 from ..errors import ProblemError, UnsupportedError, data_dependent, first_line
 from .capture_common import Refused, op_arg
-from .graph import (FLOAT_DTYPES, INDEX_DTYPE, Graph, GraphInput, Increment, Node,
-                    broadcast_shapes)
+from .graph import (HALF_DTYPES, INDEX_DTYPE, STORAGE_FLOATS, Graph, GraphInput, Increment,
+                    Node, broadcast_shapes)
 from .class_loss import HANDLERS as _CLASS_LOSS_HANDLERS, check_index_inputs
 from .attention_capture import ATTENTION_HANDLERS, fold_manual
 from .normstat import HANDLERS as _NORMSTAT_HANDLERS
@@ -478,6 +478,12 @@ def _to_copy(lw: _Lowering, node, args, kwargs):
                        else None)
     if dtype is None or dtype == torch.float32:
         return x if lw.g[x].dtype == "float32" else lw.unary("to_float", x)
+    if dtype_name(dtype) in HALF_DTYPES:
+        # a cast to half precision inside forward() (autocast's, or the user's): the value
+        # rounded to that type, still held in a float register (`round_f16`, `round_bf16`)
+        if lw.g[x].dtype != "float32":
+            x = lw.unary("to_float", x)
+        return lw.unary("round_f16" if dtype == torch.float16 else "round_bf16", x)
     raise UnsupportedError(f"unsupported dtype conversion to {dtype_name(dtype)}")
 
 
@@ -1018,9 +1024,9 @@ def _instantiate(model_cls: type, init_inputs: list, make_inputs: Callable[[], l
     checked against what one capture takes."""
     model, inputs = instantiate_on_meta(model_cls, init_inputs, make_inputs)
     for k, t in enumerate(inputs):
-        if dtype_name(t.dtype) not in FLOAT_DTYPES + (INDEX_DTYPE,):
+        if dtype_name(t.dtype) not in STORAGE_FLOATS + (INDEX_DTYPE,):
             raise UnsupportedError(f"unsupported dtype {dtype_name(t.dtype)} for input {k}; "
-                                   f"supported: {', '.join(FLOAT_DTYPES)}, and int64 class "
+                                   f"supported: {', '.join(STORAGE_FLOATS)}, and int64 class "
                                    "targets")
     return model, inputs
 
@@ -1118,7 +1124,7 @@ def lower(exported: "torch.export.ExportedProgram | TracedProgram",
             if spec.kind == InputKind.BUFFER:
                 assert spec.target is not None, "export names every buffer"
                 lw.buffers[node.name] = spec.target
-            if spec.kind == InputKind.BUFFER and dtype not in FLOAT_DTYPES and _counter(node):
+            if spec.kind == InputKind.BUFFER and dtype not in STORAGE_FLOATS and _counter(node):
                 # e.g. BatchNorm's num_batches_tracked: forward() only counts in it (`add_`)
                 continue
             if spec.kind == InputKind.USER_INPUT:
@@ -1130,9 +1136,9 @@ def lower(exported: "torch.export.ExportedProgram | TracedProgram",
             else:
                 raise UnsupportedError(f"unsupported input kind {spec.kind.name} ({node.name})")
             # int64 forward() arguments may be class targets (`check_index_inputs`)
-            if dtype not in FLOAT_DTYPES and not (gin.role == "input" and dtype == INDEX_DTYPE):
+            if dtype not in STORAGE_FLOATS and not (gin.role == "input" and dtype == INDEX_DTYPE):
                 raise UnsupportedError(f"unsupported dtype {dtype} for {gin.role} {node.name}; "
-                                       f"supported: {', '.join(FLOAT_DTYPES)}")
+                                       f"supported: {', '.join(STORAGE_FLOATS)}")
             lw.env[node.name] = lw.g.add_input(gin)
         elif node.op == "call_function":
             lw.env[node.name] = lw.lower_call(node)
@@ -1145,6 +1151,10 @@ def lower(exported: "torch.export.ExportedProgram | TracedProgram",
             if not isinstance(outs[0], torch.fx.Node):
                 raise ProblemError("forward() must return a tensor")
             lw.g.output = lw.val(outs[0])
+            meta = outs[0].meta.get("val")
+            stored = dtype_name(meta.dtype) if isinstance(meta, torch.Tensor) else "float32"
+            if stored in HALF_DTYPES and lw.g[lw.g.output].dtype == "float32":
+                lw.g.out_dtype = stored  # computed in float32, rounded where it is stored
         elif node.op == "get_attr":
             raise UnsupportedError(f"unsupported: constant tensor attribute {node.target}")
     check_leftovers(lw.g)

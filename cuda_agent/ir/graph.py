@@ -29,6 +29,23 @@ from typing import Any
 REDUCE_KINDS = ("sum", "prod", "max", "min", "argmax", "argmin")
 FLOAT_DTYPES = ("float32",)
 INDEX_DTYPE = "int64"
+HALF_DTYPES = ("float16", "bfloat16")
+"""storage types of half-precision tensors (a bf16 or fp16 model's parameters and activations):
+as torch.compile's Inductor does, a kernel loads them into float registers, computes and
+accumulates in float32, and rounds to nearest even where it stores its output in that type"""
+STORAGE_FLOATS = FLOAT_DTYPES + HALF_DTYPES
+ELEMENT_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, INDEX_DTYPE: 8, "int32": 4,
+                 "bool": 1, "float64": 8}
+
+
+def element_bytes(dtype: str) -> int:
+    """Bytes of one element of a tensor stored in `dtype` (an IR dtype name)."""
+    return ELEMENT_BYTES.get(dtype, 4)
+
+
+def compute_dtype(dtype: str) -> str:
+    """The dtype a kernel computes a stored value in: float32 for half-precision storage."""
+    return "float32" if dtype in HALF_DTYPES else dtype
 
 
 @dataclass(frozen=True)
@@ -125,6 +142,10 @@ class Graph:
     sides: list[int] = field(default_factory=list)
     """values a program stage's kernel writes besides its output (`partition`: batch
     statistics a state update reads), each to a buffer of its own, in kernel-parameter order"""
+    out_dtype: str = "float32"
+    """the dtype the output is stored in where it differs from its node's (computed in
+    float32): "float16" or "bfloat16" for a half-precision model's result, rounded to
+    nearest even at the store"""
 
     # -- construction -------------------------------------------------------------------------
     def add(self, op: str, args: tuple[int, ...], shape: tuple[int, ...], dtype: str,
@@ -135,8 +156,20 @@ class Graph:
         return node.id
 
     def add_input(self, gin: GraphInput) -> int:
+        """The input's node; a half-precision input's is float32 (its loads convert), its
+        storage type stays the `GraphInput`'s."""
         self.inputs.append(gin)
-        return self.add("input", (), gin.shape, gin.dtype, index=len(self.inputs) - 1)
+        return self.add("input", (), gin.shape, compute_dtype(gin.dtype),
+                        index=len(self.inputs) - 1)
+
+    def store_dtype(self) -> str:
+        """The dtype the output is stored in: `out_dtype` for a float32 output node."""
+        node = self.nodes[self.output]
+        return self.out_dtype if node.dtype == "float32" else node.dtype
+
+    def has_half(self) -> bool:
+        """Whether a tensor the kernels read or write is stored in half precision."""
+        return self.out_dtype in HALF_DTYPES or any(g.dtype in HALF_DTYPES for g in self.inputs)
 
     def const(self, value: float) -> int:
         return self.add("const", (), (), "float32", value=float(value))
@@ -183,6 +216,8 @@ class Graph:
             out["updates"] = [{"kind": type(u).__name__, **u.__dict__} for u in self.updates]
         if self.sides:
             out["sides"] = list(self.sides)
+        if self.out_dtype != "float32":
+            out["out_dtype"] = self.out_dtype
         return out
 
     def fingerprint(self) -> str:

@@ -30,7 +30,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..errors import UnsupportedError
-from .graph import Graph, GraphInput
+from .graph import Graph, GraphInput, compute_dtype
 from .ops import is_elementwise
 from .plan import CHAN_REDUCE
 
@@ -68,11 +68,12 @@ def channels_last_graph(graph: Graph, inputs: set[int]) -> Graph:
         assert len(gin.shape) in (4, 5), "channels-last: 4-D and 5-D tensors"
         stored = g.add_input(GraphInput(gin.name, gin.role, nhwc_shape(gin.shape), gin.dtype,
                                         gin.arg_index, gin.target))
-        new_id[n.id] = g.add("permute", (stored,), gin.shape, gin.dtype,
+        new_id[n.id] = g.add("permute", (stored,), gin.shape, compute_dtype(gin.dtype),
                              perm=to_logical(len(gin.shape)))
     g.output = new_id[graph.output]
     g.sides = [new_id[k] for k in graph.sides]
     g.modes = graph.modes
+    g.out_dtype = graph.out_dtype
     return g
 
 
@@ -243,6 +244,7 @@ def memory_order_graph(graph: Graph, inputs: set[int]) -> Graph:
         return g.add("permute", (nid,), n.shape, n.dtype, perm=to_logical(rank))
 
     g.output = back(graph.output, "the output")
+    g.out_dtype = graph.out_dtype
     g.sides = [back(k, "a side output") for k in graph.sides]
     g.modes = graph.modes
     return g

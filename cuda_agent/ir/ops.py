@@ -111,6 +111,10 @@ UNARY: dict[str, tuple[Callable[[str, Attrs, bool], str], bool]] = {
     "pow_scalar": (_pow_scalar, True),
     "clamp": (_clamp, False),
     "to_float": (lambda x, a, f: f"((float)({x}))", False),
+    # a cast to half precision inside forward(): the value rounded to nearest even in that
+    # type, held in a float register (the prelude's conversions)
+    "round_f16": (lambda x, a, f: f"ca_round_f16({x})", False),
+    "round_bf16": (lambda x, a, f: f"ca_round_bf16({x})", False),
     "logical_not": (lambda x, a, f: f"(!({x}))", False),
 }
 

@@ -223,6 +223,8 @@ def _stage(graph: Graph, target: int, buffer_of: dict[int, int], own: list[int])
                                  **attrs)
     g.output = new_id[target]
     g.sides = [new_id[k] for k in own]
+    if target == graph.output:  # the program's result, stored as the problem's output is
+        g.out_dtype = graph.out_dtype
     return Stage(g, sources, buffer_of.get(target), sides=[buffer_of[k] for k in own])
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import UnsupportedError
-from .graph import INDEX_DTYPE, Graph, Node
+from .graph import INDEX_DTYPE, Graph, Node, element_bytes
 from .ops import is_elementwise, render, uses_transcendental
 
 FMap = tuple[int | None, ...]
@@ -179,10 +179,9 @@ class KernelPlan:
         """Fewest bytes any kernel must move: each operand read once, the output written once."""
         total = 0
         for k in self.operands:
-            width = 8 if self.graph.inputs[k].dtype == INDEX_DTYPE else 4
-            total += math.prod(self.operand_shapes[k]) * width
+            total += math.prod(self.operand_shapes[k]) * element_bytes(self.graph.inputs[k].dtype)
         out_elems = math.prod(self.out_shape) if self.out_shape else 1
-        return total + out_elems * (8 if self.out_dtype == INDEX_DTYPE else 4)
+        return total + out_elems * element_bytes(self.out_dtype)
 
     def flops(self) -> int:
         """Arithmetic per the IR (one per elementwise op and per reduction step), a floor."""
@@ -340,7 +339,7 @@ def make_pattern_plan(graph: Graph) -> KernelPlan:
         kind = "map"
     rank = len(full_shape)
     plan = KernelPlan(graph, kind, full_shape, reduce_dims, kernel_out, out_shape,
-                      out_node.dtype, outer=[r.id for r in outer], out_perm=out_perm)
+                      graph.store_dtype(), outer=[r.id for r in outer], out_perm=out_perm)
     outer_ids = set(plan.outer)
 
     # fmaps, classes and levels in one topological sweep
@@ -553,8 +552,8 @@ def make_anchored_plan(graph: Graph, anchor: int, kind: str, anchor_inputs: list
     pro = set().union(*(_ancestors(graph, a) for a in graph[anchor].args)) if prologue else set()
     full_shape = graph[anchor].shape
     rank = len(full_shape)
-    plan = KernelPlan(graph, kind, full_shape, (), kernel_out, out_node.shape, out_node.dtype,
-                      anchor=anchor, info=info, anchor_flops=anchor_flops)
+    plan = KernelPlan(graph, kind, full_shape, (), kernel_out, out_node.shape,
+                      graph.store_dtype(), anchor=anchor, info=info, anchor_flops=anchor_flops)
     users = graph.users()
     for n in (n for n in graph.nodes if n.id in keep or n.id in pro):
         if n.id == anchor:

@@ -63,7 +63,28 @@ def make_program_plan(graph: Graph, program: Program) -> ProgramPlan:
     used = sorted({s.index for st in program.stages for s in st.sources if s.kind == "input"})
     last = program.stages[-1].plan
     plan = ProgramPlan(graph, "program", last.full_shape, (), graph.output, out.shape,
-                       out.dtype, operands=used,
+                       graph.store_dtype(), operands=used,
                        operand_shapes={k: graph.inputs[k].shape for k in used})
     plan.program = program
     return plan
+
+
+def half_covered(plan: KernelPlan) -> bool:
+    """Whether a template takes `plan` with tensors stored in fp16 or bf16: the templates with
+    `takes_half` (space/templates: map, and row for reductions along contiguous rows); kept
+    here, below the space, for the region split (tests/test_half_precision.py checks the two
+    agree)."""
+    return plan.kind == "map" or (plan.kind == "reduce" and plan.I == 1)
+
+
+def half_gap(plan: KernelPlan) -> str:
+    """Why no template takes `plan` (each stage of a program) with its half-precision tensors,
+    or "" where one does (or it has none): the region split leaves such a region to torch."""
+    stages = [s.plan for s in plan.program.stages] if isinstance(plan, ProgramPlan) else [plan]
+    for p in stages:
+        if p.graph.has_half() and not half_covered(p):
+            dtypes = sorted(({g.dtype for g in p.graph.inputs} | {p.out_dtype})
+                            & {"float16", "bfloat16"})
+            return (f"no template takes a {p.family} kernel in half precision "
+                    f"({', '.join(dtypes)}): torch runs it in that type")
+    return ""

@@ -33,9 +33,11 @@ def _make(op_shape: tuple[int, ...], dtype: str, what: str) -> str:
         return f"(torch.rand{shape} > 0.5).float()"
     if dtype in ("int64", "int32"):
         return f"torch.randint(0, 2, {shape})"
+    # a half-precision operand is drawn in its own type, as the model holds it
+    cast = f".to(torch.{dtype})" if dtype in ("float16", "bfloat16") else ""
     if what == "buffer":
-        return f"torch.rand{shape} + 0.5"
-    return f"torch.randn{shape}"
+        return f"(torch.rand{shape} + 0.5){cast}"
+    return f"torch.randn{shape}{cast}"
 
 
 def problem_source(region: Region, model_name: str) -> str:

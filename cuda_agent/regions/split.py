@@ -11,8 +11,8 @@ topological order, so every region can run as one step: all it reads is computed
 
 What a kernel region cannot take goes to torch, never refuses the model: ops outside the IR
 (`lstm`, `unfold`, `cat`, embeddings ...: cuDNN's, cuBLAS's or torch's own kernels run them),
-tensors of other dtypes than float32 (a bf16 or fp16 model's regions: the templates are fp32),
-in-place changes of a buffer other than batch norm's running statistics (a counter), and views
+float64 tensors, kernels in half precision that no template takes (a bf16 or fp16 model's
+matrix products and convolutions: cuBLAS and cuDNN run them in that type), in-place changes of a buffer other than batch norm's running statistics (a counter), and views
 alone (no computation). A kernel region with training-mode batch norm returns the running
 statistics' new values besides its output (`Region.updates`), and the module copies them in. A bool operand (a mask) of a kernel region is read as a float32 0/1 tensor, cast
 by torch before the kernel; int64 operands are class indices as capture reads them.
@@ -31,7 +31,7 @@ from torch.export.graph_signature import (ExportGraphSignature, InputKind, Input
 
 from ..errors import CudaAgentError, UnsupportedError
 from ..ir.graph import RunningStats
-from ..ir.planning import make_plan
+from ..ir.planning import half_gap, make_plan
 from ..ir.pretrace import TracedProgram
 from . import pycode
 from ..ir.capture import _HANDLERS, _reads_mode, lower
@@ -88,6 +88,9 @@ class Region:
     (training-mode batch norm's running statistics), which the module copies in"""
     flops: int = 0  # a kernel region: its plan's arithmetic and least bytes moved (the
     bytes: int = 0  # share of the budget it gets, `tune.py`)
+    dtype: str = ""
+    """the floating dtypes it reads and writes ("float16", "bfloat16 -> float32"): a kernel
+    region reads and stores them so, computing in float32"""
 
     def label(self) -> str:
         ops = ", ".join(_runs(self.ops))
@@ -222,10 +225,9 @@ class _Splitter:
             return None, (f"{len(writes)} values used after it; a kernel writes one")
         for n in reads + nodes:
             v = _val(n)
-            if isinstance(v, torch.Tensor) and v.dtype in (torch.float16, torch.bfloat16,
-                                                          torch.float64):
-                return None, (f"the templates take float32 tensors, this region's are "
-                              f"{_dtype(v)}")
+            if isinstance(v, torch.Tensor) and v.dtype == torch.float64:
+                return None, ("the templates take float32, float16 and bfloat16 tensors, "
+                              "this region's are float64")
         g = torch.fx.Graph()
         env: dict[torch.fx.Node, torch.fx.Node] = {}
         specs = []
@@ -258,6 +260,9 @@ class _Splitter:
             if any(not isinstance(u, RunningStats) for u in ir.updates):
                 return None, "changes a buffer in place (a counter): torch does"
             plan = make_plan(ir)
+            gap = half_gap(plan)
+            if gap:
+                return None, gap
         except (CudaAgentError, NotImplementedError) as exc:
             return None, _short(exc)
         except Exception as exc:  # noqa: BLE001 - capture's gap, not the user's error
@@ -325,6 +330,7 @@ class _Splitter:
         r = Region(0, kind, [op_name(n) for n in nodes if n.target is not operator.getitem],
                    [n.name for n in nodes], [self.operand(a) for a in reads],
                    [w.name for w in writes], code, reason)
+        r.dtype = _dtypes(r.reads, out)
         if plan is not None:
             r.family = plan.family
             by_target = {o.target: o.name for o in r.reads if o.role == "buffer"}
@@ -336,10 +342,20 @@ class _Splitter:
             r.out_dtype = _dtype(out)
             stages = len(plan.program.stages) if hasattr(plan, "program") else 1
             masks = [o.name for o in r.reads if o.dtype == "bool"]
+            half = f", {r.dtype}" if any(d in r.dtype for d in ("float16", "bfloat16")) \
+                else ""
             r.reason = (f"generated: {stages} kernel{'s' if stages > 1 else ''} "
-                        f"({plan.family})" + (f", bool operand {', '.join(masks)} read as "
+                        f"({plan.family}{half})" + (f", bool operand {', '.join(masks)} read as "
                                               "float32 0/1 (cast by torch)" if masks else ""))
         return r
+
+
+def _dtypes(reads: list[Operand], out: Any) -> str:
+    """The floating dtypes a region reads, and what it writes where that differs."""
+    read = sorted({o.dtype for o in reads if o.dtype.startswith(("float", "bfloat"))})
+    wrote = _dtype(out) if isinstance(out, torch.Tensor) else ""
+    text = "/".join(read) or wrote
+    return text if not wrote or [wrote] == read or not read else f"{text} -> {wrote}"
 
 
 def _opaque(program: Any, model: torch.nn.Module) -> str:

@@ -31,7 +31,8 @@ def main(spec_path: str) -> None:
         t = args[gin.position()] if gin.role == "input" else params[gin.state_name()]
         tensors.append(t.detach().contiguous().reshape(plan.operand_shapes[k]))
     out = torch.empty(tuple(plan.out_shape), device=device,
-                      dtype=torch.int64 if plan.out_dtype == "int64" else torch.float32)
+                      dtype=getattr(torch, plan.out_dtype) if plan.out_dtype in (
+                          "int64", "float16", "bfloat16") else torch.float32)
     with open(spec["cubin"], "rb") as f:
         kernels = launcher.LoadedKernels(f.read(), spec["launches"], spec["workspace_bytes"],
                                          spec["zero_workspace"], device)

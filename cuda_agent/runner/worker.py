@@ -222,7 +222,8 @@ class ProblemState:
             eager_peak = self._eager_peak(example_args)
         del example_args, params  # the examples are freed: every set is drawn
         torch.cuda.empty_cache()
-        out_dtype = {"float32": torch.float32, "int64": torch.int64}[self.plan.out_dtype]
+        out_dtype = {"float32": torch.float32, "int64": torch.int64, "float16": torch.float16,
+                     "bfloat16": torch.bfloat16}[self.plan.out_dtype]
         self.out_shape, self.out_dtype = tuple(self.plan.out_shape), out_dtype
         self.domains = [IndexDomain(gin.index_bound, gin.index_ignore)
                         if gin.index_bound is not None else ValueRange(*gin.value_range)

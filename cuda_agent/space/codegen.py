@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 
 from ..ir import ops
-from ..ir.graph import INDEX_DTYPE
+from ..ir.graph import INDEX_DTYPE, compute_dtype
 from ..ir.plan import KernelPlan
 
 PRELUDE = r"""
@@ -61,6 +61,89 @@ template <int H> __device__ __forceinline__ void ca_st2(float* p, float2 v) {
 template <int H> __device__ __forceinline__ void ca_st4(float* p, float4 v) {
   if (H == 1) __stcs(reinterpret_cast<float4*>(p), v); else *reinterpret_cast<float4*>(p) = v; }
 """
+
+HALF_PRELUDE = r"""
+// ---- half-precision storage (fp16, bf16), as torch.compile's Inductor keeps it: a load
+// converts to float, arithmetic and reductions stay float32, a store rounds to nearest even.
+// Bits in an unsigned short (no cuda_fp16.h: NVRTC has no headers); the CPU emulator's shim
+// defines the same conversions (ca_f16_bits, ca_f16_value, ca_bf16_bits, ca_bf16_value).
+#ifndef CA_EMULATED
+__device__ __forceinline__ float ca_f16_f32(unsigned short h) {
+  float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
+__device__ __forceinline__ unsigned short ca_f32_f16(float f) {
+  unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
+__device__ __forceinline__ float ca_bf16_f32(unsigned short h) {
+  return __uint_as_float(((unsigned)h) << 16); }
+__device__ __forceinline__ unsigned short ca_f32_bf16(float f) {
+  unsigned short h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
+template <class T> __device__ __forceinline__ T ca_ldkb(const T* p) { return *p; }
+template <> __device__ __forceinline__ unsigned short ca_ldkb(const unsigned short* p) {
+  unsigned short v; asm("ld.global.L1::evict_last.L2::cache_hint.u16 %0, [%1], %2;"
+                        : "=h"(v) : "l"(p), "l"(ca_keep_policy())); return v; }
+template <> __device__ __forceinline__ unsigned ca_ldkb(const unsigned* p) {
+  unsigned v; asm("ld.global.L1::evict_last.L2::cache_hint.u32 %0, [%1], %2;"
+                  : "=r"(v) : "l"(p), "l"(ca_keep_policy())); return v; }
+template <> __device__ __forceinline__ uint2 ca_ldkb(const uint2* p) {
+  uint2 v; asm("ld.global.L1::evict_last.L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;"
+               : "=r"(v.x), "=r"(v.y) : "l"(p), "l"(ca_keep_policy())); return v; }
+#else
+struct uint2 { unsigned x, y; };
+static inline float ca_f16_f32(unsigned short h) { return ca_f16_value(h); }
+static inline unsigned short ca_f32_f16(float f) { return (unsigned short)ca_f16_bits(f); }
+static inline float ca_bf16_f32(unsigned short h) { return ca_bf16_value(h); }
+static inline unsigned short ca_f32_bf16(float f) { return (unsigned short)ca_bf16_bits(f); }
+template <class T> static inline T ca_ldkb(const T* p) { return *p; }
+#endif
+__device__ __forceinline__ float ca_round_f16(float x) { return ca_f16_f32(ca_f32_f16(x)); }
+__device__ __forceinline__ float ca_round_bf16(float x) { return ca_bf16_f32(ca_f32_bf16(x)); }
+// the element types: a value reads as its float, a float assigned to one is rounded
+struct ca_f16 {
+  unsigned short b;
+  __device__ __forceinline__ operator float() const { return ca_f16_f32(b); }
+  __device__ __forceinline__ ca_f16& operator=(float v) { b = ca_f32_f16(v); return *this; } };
+struct ca_bf16 {
+  unsigned short b;
+  __device__ __forceinline__ operator float() const { return ca_bf16_f32(b); }
+  __device__ __forceinline__ ca_bf16& operator=(float v) { b = ca_f32_bf16(v); return *this; } };
+__device__ __forceinline__ float ca_hf(ca_f16, unsigned short b) { return ca_f16_f32(b); }
+__device__ __forceinline__ float ca_hf(ca_bf16, unsigned short b) { return ca_bf16_f32(b); }
+__device__ __forceinline__ unsigned short ca_fh(ca_f16, float v) { return ca_f32_f16(v); }
+__device__ __forceinline__ unsigned short ca_fh(ca_bf16, float v) { return ca_f32_bf16(v); }
+template <int H, class T> __device__ __forceinline__ T ca_ldb(const T* p) {
+  if (H == 1) return __ldg(p); else if (H == 2) return __ldcs(p);
+  else if (H == 3) return ca_ldkb(p); else return *p; }
+// loads of 1, 2 or 4 half elements (2, 4 or 8 bytes) into float registers
+#define CA_HALF_IO(T) \
+template <int H> __device__ __forceinline__ float ca_ld(const T* p) { \
+  return ca_hf(T(), ca_ldb<H>(reinterpret_cast<const unsigned short*>(p))); } \
+template <int H> __device__ __forceinline__ float2 ca_ld2(const T* p) { \
+  const unsigned u = ca_ldb<H>(reinterpret_cast<const unsigned*>(p)); \
+  return make_float2(ca_hf(T(), u & 0xffffu), ca_hf(T(), u >> 16)); } \
+template <int H> __device__ __forceinline__ float4 ca_ld4(const T* p) { \
+  const uint2 u = ca_ldb<H>(reinterpret_cast<const uint2*>(p)); \
+  return make_float4(ca_hf(T(), u.x & 0xffffu), ca_hf(T(), u.x >> 16), \
+                     ca_hf(T(), u.y & 0xffffu), ca_hf(T(), u.y >> 16)); } \
+template <int H> __device__ __forceinline__ void ca_st(T* p, float v) { \
+  unsigned short* q = reinterpret_cast<unsigned short*>(p); \
+  if (H == 1) __stcs(q, ca_fh(T(), v)); else *q = ca_fh(T(), v); } \
+template <int H> __device__ __forceinline__ void ca_st2(T* p, float2 v) { \
+  unsigned* q = reinterpret_cast<unsigned*>(p); \
+  const unsigned u = ca_fh(T(), v.x) | ((unsigned)ca_fh(T(), v.y) << 16); \
+  if (H == 1) __stcs(q, u); else *q = u; } \
+template <int H> __device__ __forceinline__ void ca_st4(T* p, float4 v) { \
+  uint2* q = reinterpret_cast<uint2*>(p); \
+  uint2 u; u.x = ca_fh(T(), v.x) | ((unsigned)ca_fh(T(), v.y) << 16); \
+  u.y = ca_fh(T(), v.z) | ((unsigned)ca_fh(T(), v.w) << 16); \
+  if (H == 1) __stcs(q, u); else *q = u; }
+CA_HALF_IO(ca_f16)
+CA_HALF_IO(ca_bf16)
+"""
+
+
+def prelude(plan: KernelPlan) -> str:
+    """The prelude of a kernel of `plan`: with the half-precision conversions where it reads
+    or writes a tensor stored in fp16 or bf16 (an fp32 kernel's source stays as it was)."""
+    return PRELUDE + HALF_PRELUDE if plan.graph.has_half() else PRELUDE
 
 # Thread-block clusters (Hopper): a kernel declared __cluster_dims__(CL, 1, 1) runs its blocks
 # in groups of CL on neighbouring SMs that read each other's shared memory. Inline PTX rather
@@ -317,13 +400,27 @@ def emit_values(plan: KernelPlan, roots: list[int], bound: dict[int, str], fast:
     return stmts, names
 
 
+#: C element types of tensors in memory (a half-precision tensor's elements are its bits:
+#: the prelude's ca_f16 and ca_bf16, read as float, rounded when a float is stored)
+MEMORY_TYPES = {"float16": "ca_f16", "bfloat16": "ca_bf16"}
+
+
 def out_ctype(plan: KernelPlan) -> str:
-    return "long long" if plan.out_dtype == INDEX_DTYPE else "float"
+    """C type of the output's elements in memory."""
+    if plan.out_dtype == INDEX_DTYPE:
+        return "long long"
+    return MEMORY_TYPES.get(plan.out_dtype, "float")
 
 
 def in_ctype(plan: KernelPlan, k: int) -> str:
-    """C type of graph input `k`'s elements: float, or long long for class indices."""
-    return ops.C_TYPES[plan.graph.inputs[k].dtype]
+    """C type of graph input `k`'s elements in registers: float (half-precision inputs
+    load as float), or long long for class indices."""
+    return ops.C_TYPES[compute_dtype(plan.graph.inputs[k].dtype)]
+
+
+def in_mtype(plan: KernelPlan, k: int) -> str:
+    """C type of graph input `k`'s elements in memory (its kernel parameter's)."""
+    return MEMORY_TYPES.get(plan.graph.inputs[k].dtype, in_ctype(plan, k))
 
 
 def load_scalar(plan: KernelPlan, k: int, offset: str, hint: int) -> str:
@@ -353,7 +450,7 @@ def iota_nodes(plan: KernelPlan) -> list[tuple[int, int]]:
 def kernel_params(plan: KernelPlan) -> str:
     """Every kernel of a candidate takes the same arguments: inputs, output, side outputs (a
     program stage's, `Graph.sides`), workspace."""
-    ins = [f"const {in_ctype(plan, k)}* __restrict__ in{k}" for k in plan.operands]
+    ins = [f"const {in_mtype(plan, k)}* __restrict__ in{k}" for k in plan.operands]
     sides = [f"float* __restrict__ side{j}" for j in range(len(plan.graph.sides))]
     return ", ".join(ins + [f"{out_ctype(plan)}* __restrict__ out"] + sides +
                      ["void* __restrict__ ws"])

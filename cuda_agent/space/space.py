@@ -17,6 +17,7 @@ from functools import cached_property
 from typing import Any, Iterable
 
 from ..errors import UnsupportedError
+from ..ir.graph import HALF_DTYPES
 from ..ir.plan import KernelPlan
 from .slots import ABSENT, Config, Rendered, Slot, Target, content_key
 from .templates import TEMPLATES, Template
@@ -25,6 +26,13 @@ SCOPE_SLOT = "reduction.scope"
 _ENUMERATED: dict[tuple, list[Config]] = {}
 _COUNTED: dict[tuple, int] = {}
 """`len` of spaces not listed, by `Space._enumeration_key`"""
+
+
+def half_dtypes(plan: KernelPlan) -> str:
+    """The half-precision dtypes `plan` reads or writes, for messages ("float16")."""
+    g = plan.graph
+    found = {gi.dtype for gi in g.inputs} | {plan.out_dtype}
+    return ", ".join(d for d in HALF_DTYPES if d in found)
 
 
 @dataclass
@@ -37,10 +45,15 @@ class Space:
 
     @staticmethod
     def for_plan(plan: KernelPlan, target: Target) -> "Space":
+        half = plan.graph.has_half()
         templates = [t for t in TEMPLATES if t.applies(plan) and
                      (t.writes_sides or not plan.graph.sides) and
-                     (t.writes_permuted or plan.out_perm is None)]
+                     (t.writes_permuted or plan.out_perm is None) and
+                     (t.takes_half or not half)]
         if not templates:
+            if half:
+                raise UnsupportedError(f"unsupported: no template takes this {plan.family} "
+                                       f"problem in half precision ({half_dtypes(plan)})")
             raise UnsupportedError(f"unsupported: no template covers this {plan.family} problem")
         # a template whose every configuration is invalid here is not offered at all
         probe = Space(plan, target, templates)

@@ -44,6 +44,9 @@ from .settings import FP32_RTOL, Tolerance, VerifySettings
 
 POISON_BITS = 0x7FC0DEAD  # a quiet NaN no arithmetic produces
 INT_POISON = -0x5A5A5A5A5A5A5A5A
+# quiet NaNs of half-precision outputs with payloads no conversion writes (cvt writes 0x7FFF)
+HALF_POISON = {torch.float16: 0x7EAD, torch.bfloat16: 0x7FED}
+HALF = (torch.float16, torch.bfloat16)
 
 # float64 reference against fp32 kernels: relative-norm tolerance per output dtype
 TOLERANCE = {torch.float32: FP32_RTOL}
@@ -374,6 +377,8 @@ def poison(out: torch.Tensor) -> None:
     """Fill `out` with the distinctive NaN (or integer) that no computation writes."""
     if out.dtype == torch.float32:
         out.view(torch.int32).fill_(POISON_BITS)
+    elif out.dtype in HALF_POISON:
+        out.view(torch.int16).fill_(HALF_POISON[out.dtype])
     elif out.dtype.is_floating_point:
         out.copy_(torch.tensor(POISON_BITS, dtype=torch.int32).view(torch.float32))
     else:
@@ -383,6 +388,8 @@ def poison(out: torch.Tensor) -> None:
 def _unwritten(out: torch.Tensor) -> torch.Tensor:
     if out.dtype == torch.float32:
         return out.view(torch.int32) == POISON_BITS
+    if out.dtype in HALF_POISON:
+        return out.view(torch.int16) == HALF_POISON[out.dtype]
     if out.dtype.is_floating_point:
         return torch.zeros_like(out, dtype=torch.bool)
     return out == INT_POISON
@@ -597,7 +604,10 @@ class Comparison:
             self.numel += o.numel()
             views.append((o, given))  # views: nothing of a piece is held past its turn
             # fp32 differences are exact enough at these tolerances; norms accumulate in
-            # float64
+            # float64. A half-precision output is compared in float32 against the float32
+            # reference: its rounding where it was stored is part of its error
+            if o.dtype in HALF:
+                o = o.float()
             r = given.to(o.dtype)
             diff = o - r
             sqs.append(torch.linalg.vector_norm(diff, dtype=torch.float64) ** 2)
@@ -616,7 +626,7 @@ class Comparison:
                 # (an unwritten element holds the poison NaN), so none to count one by one
                 self.sq_diff += sq
             else:
-                self._add_non_finite(o, r.to(o.dtype))
+                self._add_non_finite(o, r.to(torch.float32 if o.dtype in HALF else o.dtype))
 
     def _add_non_finite(self, o: torch.Tensor, r: torch.Tensor) -> None:
         """`add`'s counts for a floating piece holding a NaN or an infinity: what is
@@ -624,6 +634,8 @@ class Comparison:
         differ, and the squared difference over the finite rest (its bound count is
         `add`'s)."""
         self.unwritten += int(_unwritten(o).sum())
+        if o.dtype in HALF:
+            o = o.float()
         r_finite = torch.isfinite(r)
         all_finite = bool(r_finite.all())
         o_bad = ~torch.isfinite(o)
@@ -694,10 +706,18 @@ def compare(out: torch.Tensor, ref: torch.Tensor, rtol: float, elem_factor: floa
     elements at a time (None: the whole)."""
     if tuple(out.shape) != tuple(ref.shape):
         return "wrong", f"shape {tuple(out.shape)} != {tuple(ref.shape)}", math.inf
-    comparison = Comparison(rtol, elem_factor, slack, RefStats.of(ref, out.dtype, limit), limit,
+    comparison = Comparison(rtol, elem_factor, slack, RefStats.of(ref, reference_dtype(out.dtype),
+                                                                  limit), limit,
                             tolerance)
     comparison.add(out, ref)
     return comparison.result()
+
+
+def reference_dtype(out_dtype: torch.dtype) -> torch.dtype:
+    """The dtype references to an output of `out_dtype` are held in: float32 for a
+    half-precision output (the float64 reference rounded to fp16 or bf16 would carry the
+    error the output is checked for), else the output's own."""
+    return torch.float32 if out_dtype in HALF else out_dtype
 
 
 # -- the protocol --------------------------------------------------------------------------------
@@ -847,6 +867,7 @@ class CasePool:
         self.signed = list(signed) if signed is not None else None
         self.domains = list(domains) if domains is not None else None
         self.out_shape, self.out_dtype = tuple(out_shape), out_dtype
+        self.ref_dtype = reference_dtype(out_dtype)
         self.device = self.metas[0].device
         self.rtol = s.rtol if s.rtol is not None else TOLERANCE.get(out_dtype, 1e-4)
         self.tolerance = getattr(s, "tolerance", None)  # conformance mode's allclose
@@ -864,7 +885,7 @@ class CasePool:
         n = max(s.trials, s.pool)
         in_bytes = sum(m.nbytes for m in self.metas)
         self.out_bytes = math.prod(self.out_shape) * torch.empty(
-            0, dtype=out_dtype).element_size()
+            0, dtype=self.ref_dtype).element_size()  # a reference's (held per case)
         room = self.budget.device_bytes
         # every case's inputs held (2n sets: cases and twins), or one set of buffers shared
         self.holds_inputs = room is None or 2 * n * in_bytes <= room
@@ -1016,7 +1037,7 @@ class CasePool:
         with torch.no_grad():
             out = self._clock("reference", self.reference, list(tensors))
         self.reference_runs += 1
-        out = out.to(device=self.device, dtype=self.out_dtype)
+        out = out.to(device=self.device, dtype=self.ref_dtype)
         want = self.out_shape if block is None else block_shape(self.out_shape, block)
         if tuple(out.shape) != tuple(want):
             raise ValueError(f"the reference's answer has shape {tuple(out.shape)}, "
@@ -1035,11 +1056,11 @@ class CasePool:
         if self._device_left is None or self._device_left >= self.out_bytes:
             if self._device_left is not None:
                 self._device_left -= self.out_bytes
-            return torch.empty(self.out_shape, dtype=self.out_dtype, device=self.device), None
+            return torch.empty(self.out_shape, dtype=self.ref_dtype, device=self.device), None
         if self._host_left >= self.out_bytes:
             self._host_left -= self.out_bytes
             pin = self.device.type == "cuda"
-            return None, torch.empty(self.out_shape, dtype=self.out_dtype, pin_memory=pin)
+            return None, torch.empty(self.out_shape, dtype=self.ref_dtype, pin_memory=pin)
         return None, None
 
     def _release(self, trial: Trial) -> None:

@@ -241,7 +241,7 @@ class _AttentionWriter:
     def render(self) -> Rendered:
         plan = self.plan
         c = Code()
-        c(cg.PRELUDE)
+        c(cg.prelude(plan))
         c.open(f'extern "C" __global__ void __launch_bounds__({self.NT}) '
                f"ca_attention({cg.kernel_params(plan)})")
         self.setup(c)

@@ -124,7 +124,7 @@ class _TensorCoreAttentionWriter(_AttentionWriter):
     def render(self) -> Rendered:
         i, lay = self.info, self.lay
         c = Code()
-        c(cg.PRELUDE, MMA)
+        c(cg.prelude(self.plan), MMA)
         c.open(f'extern "C" __global__ void __launch_bounds__({self.NT}) '
                f"ca_attention({cg.kernel_params(self.plan)})")
         nqt = -(-i.Sq // self.BQ)

@@ -25,6 +25,10 @@ class Template(ABC):
     # stores its output through `codegen.out_store`, so may take a plan whose output is stored
     # permuted (`KernelPlan.out_perm`); the others are not offered such a plan
     writes_permuted: bool = False
+    # reads and writes tensors stored in fp16 or bf16 (loads through the prelude's `ca_ld*`
+    # overloads, float arithmetic, stores through `ca_st*` or an assignment that rounds; its
+    # kernels compile and match torch that way); the others are not offered a plan with them
+    takes_half: bool = False
 
     @abstractmethod
     def applies(self, plan: KernelPlan) -> bool: ...

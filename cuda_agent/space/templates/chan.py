@@ -212,7 +212,7 @@ class ChanTemplate(Template):
         dyn = self._dyn_smem(plan, cfg)
 
         c = Code()
-        c(cg.PRELUDE)
+        c(cg.prelude(plan))
         if CL == 1:
             c.open(f'extern "C" __global__ void __launch_bounds__({T}) '
                    f"ca_chan({cg.kernel_params(plan)})")

@@ -249,7 +249,7 @@ class ColTemplate(Template):
         dyn = self._dyn_smem(plan, cfg, cached)
 
         c = Code()
-        c(cg.PRELUDE)
+        c(cg.prelude(plan))
         c.open(f'extern "C" __global__ void __launch_bounds__({B}) '
                f"ca_col({cg.kernel_params(plan)})")
         c(f"typedef {idx_t} idx_t;", "const int tx = threadIdx.x;", "const int ty = threadIdx.y;")

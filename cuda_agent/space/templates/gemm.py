@@ -848,7 +848,7 @@ class _GemmWriter:
 
     def render(self) -> Rendered:
         c = Code()
-        c(cg.PRELUDE)
+        c(cg.prelude(self.plan))
         if self.ST > 2:
             c(CP_ASYNC)
         if self.phase is not None:

@@ -728,7 +728,7 @@ class _TensorCoreWriter(_GemmWriter):
 
     def render(self) -> Rendered:
         c = Code()
-        c(cg.PRELUDE, CP_ASYNC, MMA)
+        c(cg.prelude(self.plan), CP_ASYNC, MMA)
         if self.ktab:
             c(*self.ktab_decl())
         if self.phase is not None:

@@ -177,7 +177,7 @@ class LibraryTemplate(Template):
         per_block = block * items * vec
         idx_t = "int" if total < 2**31 - per_block else "long long"
         c = Code()
-        c(cg.PRELUDE)
+        c(cg.prelude(plan))
         c(f"// the product comes from {LIBRARY_NAMES[call['op']]}: {call}")
         c.open(f'extern "C" __global__ void __launch_bounds__({block}) '
                f"ca_lib_epilogue({cg.kernel_params(plan)})")

@@ -19,6 +19,7 @@ class MapTemplate(Template):
     name = "map"
     version = "1"
     writes_permuted = True
+    takes_half = True
 
     def applies(self, plan: KernelPlan) -> bool:
         return plan.kind == "map"
@@ -116,7 +117,7 @@ class MapTemplate(Template):
             code(*cg.out_store(plan, n0, values, shint))
 
         c = Code()
-        c(cg.PRELUDE)
+        c(cg.prelude(plan))
         c.open(f'extern "C" __global__ void __launch_bounds__({block}) '
                f"ca_map({cg.kernel_params(plan)})")
         c(f"typedef {idx_t} idx_t;",

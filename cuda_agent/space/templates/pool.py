@@ -134,7 +134,7 @@ class PoolTemplate(Template):
                                    target.max_threads_per_sm)
 
         c = Code()
-        c(cg.PRELUDE)
+        c(cg.prelude(plan))
         c.open(f'extern "C" __global__ void __launch_bounds__({block}) '
                f"{self.kernel}({cg.kernel_params(plan)})")
         c(f"typedef {idx_t} idx_t;",

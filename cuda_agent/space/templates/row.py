@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...ir.graph import HALF_DTYPES
 from ...ir.plan import KernelPlan
 from .. import codegen as cg
 from ..slots import Launch, Rendered, Slot, Target
@@ -52,6 +53,7 @@ class RowTemplate(Template):
     # warps' parts of a row serially
     legacy = {"memory.store": "default", "config.cluster": 1}
     writes_sides = True
+    takes_half = True
 
     def applies(self, plan: KernelPlan) -> bool:
         return plan.kind == "reduce" and plan.I == 1
@@ -168,6 +170,9 @@ class RowTemplate(Template):
         if cfg["memory.cache"] in ("smem", "async") and \
                 self._dyn_smem(plan, cfg, cached) + 8192 > target.max_smem_per_block:
             return "row group does not fit in shared memory"
+        if cfg["memory.cache"] == "async" and any(
+                plan.graph.inputs[k].dtype in HALF_DTYPES for k in plan.operands):
+            return "cp.async copies float words: half-precision rows are cached by loads"
         if cfg["memory.cache"] == "async" and vec > 1 and not all(
                 cg.is_unit_stride(plan, nid, cg.Group("c", plan.reduce_dims), vec)
                 for nid in cached):
@@ -220,7 +225,7 @@ class RowTemplate(Template):
         welford = any(p.welford_shift is not None for p in passes)
 
         c = Code()
-        c(cg.PRELUDE)
+        c(cg.prelude(plan))
         if cache == "async":
             c(CP_ASYNC, ROW_CP8)
         if CL == 1:

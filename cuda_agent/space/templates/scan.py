@@ -430,7 +430,7 @@ class _Renderer:
     def render(self) -> Rendered:
         info = self.info
         c = Code()
-        c(cg.PRELUDE)
+        c(cg.prelude(self.plan))
         kernel = self.row_kernel if self.rows else self.col_kernel
         launches = []
         if self.S > 1:

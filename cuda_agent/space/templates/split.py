@@ -553,7 +553,7 @@ class _Renderer:
     def render(self) -> Rendered:
         plan = self.plan
         c = Code()
-        c(cg.PRELUDE)
+        c(cg.prelude(plan))
         if self.cross == "atomic":
             c(ENCODE)
         launches: list[Launch] = []
