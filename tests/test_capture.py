@@ -189,6 +189,11 @@ def _fn(f):
 
 # name -> ((module class, init args), input shapes, positive inputs?)
 NUMERIC = {
+    # numbers forward() makes tensors of (KernelBench level 2 #93), and min/max of two tensors
+    "min_with_tensor_of_number": (_fn(lambda x: F.gelu(torch.min(x - 0.1, torch.tensor(
+        0.0, device=x.device))) * torch.tensor(2)), [(4, 3, 5)], False),
+    "max_of_two_tensors": (_fn(lambda x, y: torch.max(x, y) + torch.max(x, torch.tensor(
+        0.25, dtype=torch.float32))), [(3, 8), (3, 8)], False),
     "act_chain": (_fn(lambda x: F.gelu(F.softplus(x, beta=2.0, threshold=3.0)) + F.elu(x, 0.7)),
                   [(7, 33)], False),
     "gelu_tanh_leaky": (_fn(lambda x: F.leaky_relu(F.gelu(x, approximate="tanh"), 0.2)),
@@ -565,3 +570,12 @@ def test_fingerprint_depends_on_shape_and_op():
     assert a == cap(torch.relu, (4, 8)).fingerprint()
     assert a != cap(torch.relu, (4, 9)).fingerprint()
     assert a != cap(torch.sigmoid, (4, 8)).fingerprint()
+
+
+def test_a_constant_tensor_of_more_than_one_number_is_refused_in_one_line():
+    from cuda_agent.errors import UnsupportedError
+
+    cls, init = _fn(lambda x: x * torch.tensor([1.0, 2.0, 3.0], device=x.device))
+    with pytest.raises(UnsupportedError, match=r"constant tensor of shape \(3,\) made in "
+                                               r"forward\(\)"):
+        capture(cls, init, lambda: [torch.randn(2, 3)])

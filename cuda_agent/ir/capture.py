@@ -313,6 +313,8 @@ def _max_dim(kind: str, index_kind: str) -> Callable:
         x = lw.val(args[0])
         if len(args) < 2 and "dim" not in kwargs:  # max.default: full reduction to a scalar
             return lw.reduce(kind, x, None, False)
+        if isinstance(args[1], torch.fx.Node):  # max.other / min.other: elementwise, two tensors
+            return lw.binary("maximum" if kind == "max" else "minimum", x, lw.val(args[1]))
         dim, keep = op_arg(args, kwargs, 1, "dim"), bool(op_arg(args, kwargs, 2, "keepdim", False))
         values = lw.reduce(kind, x, dim, keep)
         try:
@@ -969,6 +971,8 @@ _HANDLERS: dict[str, Callable] = {
     "expand": _expand,
 }
 _HANDLERS["identity"] = _identity
+# a number forward() made a tensor of (`NumbersAsScalarTensors`): the number
+_HANDLERS["scalar_tensor"] = lambda lw, n, a, k: lw.g.const(float(a[0]))
 _HANDLERS.update(_NORMSTAT_HANDLERS)  # instance, group and batch norm (normstat.py)
 _HANDLERS.update(POOL_HANDLERS)  # max/avg pooling, 1-3 D (pool_capture.py)
 _HANDLERS.update(CONV_HANDLERS)  # convolutions, transposed too, as implicit GEMMs (conv_capture.py)
@@ -1055,10 +1059,28 @@ def _pretraced(model: torch.nn.Module, inputs: list[torch.Tensor]) -> Graph | No
         return None
 
 
+class NumbersAsScalarTensors(torch.overrides.TorchFunctionMode):
+    """`torch.tensor(number)` in forward() made as `torch.scalar_tensor(number)`: on the meta
+    tensors of a capture the first loses its value (export lifts it as a constant input whose
+    data is gone), the second is an op that holds the number as its argument, which the
+    lowering takes as a constant (`min(y, torch.tensor(0.0))`, KernelBench level 2 #93)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        kwargs = kwargs or {}
+        if func is torch.tensor and len(args) == 1 and isinstance(args[0], (bool, int, float)) \
+                and not kwargs.get("requires_grad"):
+            number = args[0]
+            dtype = kwargs.get("dtype") or (torch.bool if isinstance(number, bool) else
+                                            torch.int64 if isinstance(number, int) else
+                                            torch.get_default_dtype())
+            return torch.scalar_tensor(number, dtype=dtype, device=kwargs.get("device"))
+        return func(*args, **kwargs)
+
+
 def _export(model: torch.nn.Module, inputs: list[torch.Tensor]
             ) -> "torch.export.ExportedProgram":
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), NumbersAsScalarTensors():
             warnings.simplefilter("ignore")
             return torch.export.export(model, tuple(inputs), strict=False)
     except (UnsupportedError, ProblemError):
@@ -1133,6 +1155,10 @@ def lower(exported: "torch.export.ExportedProgram | TracedProgram",
             elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER):
                 role = "parameter" if spec.kind == InputKind.PARAMETER else "buffer"
                 gin = GraphInput(node.name, role, tuple(meta.shape), dtype, target=spec.target)
+            elif spec.kind == InputKind.CONSTANT_TENSOR:  # data forward() holds: a list
+                raise UnsupportedError(f"unsupported: a constant tensor of shape "
+                                       f"{tuple(meta.shape)} made in forward() ({node.name}); "
+                                       "numbers and torch.tensor(number) are supported")
             else:
                 raise UnsupportedError(f"unsupported input kind {spec.kind.name} ({node.name})")
             # int64 forward() arguments may be class targets (`check_index_inputs`)
