@@ -376,14 +376,26 @@ def conv_chain_lines(cc: dict | None, mods: dict[str, ModuleType]) -> list[str]:
         "the issue's goal (80 % faster, geomean 1.2x, no row under 0.8x, on every chain) is "
         f"not met, and {cc['suite'] - len(rows)} chains are not measured. "
         f"Files: {code_list(cc['files'])}.", "",
-        "| problem | ModelNew ms | eager ms | torch.compile ms | vs compile | won by | "
-        "evals |", "|---|---|---|---|---|---|---|"]
+        "Each time is the harness's median with its interquartile range (± IQR) beside it; "
+        "max-autotune torch.compile where the run timed it (`--realistic-max-autotune`), "
+        "else \"-\".", "",
+        "| problem | ModelNew ms | eager ms | torch.compile ms | max-autotune ms | vs compile "
+        "| won by | evals |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         v = rs.vs_compile(r)
-        lines.append(f"| {r['problem']} | {f2(r.get('new_ms'))} | {f2(r.get('eager_ms'))} | "
-                     f"{f2(r.get('compile_ms'))} | {x(v) if v else r.get('status', '-')} | "
+        lines.append(f"| {r['problem']} | {spread(r, 'new')} | {spread(r, 'eager')} | "
+                     f"{spread(r, 'compile')} | {spread(r, 'compile_max')} | "
+                     f"{x(v) if v else r.get('status', '-')} | "
                      f"{r.get('won_by') or '-'} | {r.get('evals') or '-'} |")
     return lines + [""]
+
+
+def spread(row: dict, name: str) -> str:
+    """A harness timing with its interquartile range: "1.11 ± 0.39" ("-": not timed)."""
+    ms, iqr = row.get(f"{name}_ms"), row.get(f"{name}_iqr_ms")
+    if ms is None:
+        return "-"
+    return f2(ms) + (f" ± {f2(iqr)}" if iqr is not None else "")
 
 
 def counter_lines(hc: dict | None) -> list[str]:
