@@ -247,6 +247,7 @@ def test_convolution_chains_and_counters_sections_read_their_files(tmp_path):
             "settings": {"time_limit_s": 120.0},
             "rows": [{"problem": p, "status": "ok", "new_ms": new, "compile_ms": comp,
                       "eager_ms": 3.0, "won_by": "library route", "evals": 64,
+                      "new_iqr_ms": 0.25, "compile_max_ms": 5.0, "compile_max_iqr_ms": 0.5,
                       "finished": folder[:10]} for p, new, comp in rows]}))
     (res / "2031-01-03-h998-counters").mkdir()
     rec = [{"counters": {"profiled": True}, "aux": {"config": c, "memory": 0.5, "compute": -0.5,
@@ -260,7 +261,9 @@ def test_convolution_chains_and_counters_sections_read_their_files(tmp_path):
     assert [r["problem"] for r in cc["rows"]] == ["a", "b"] and cc["rows"][0]["new_ms"] == 1.0
     text = "\n".join(bm.conv_chain_lines(cc, mods))
     assert "**1 of 2**, geomean **1.41x**" in text and "29 chains are not measured" in text
-    assert "| a | 1.00 | 3.00 | 4.00 | 4.00x | library route | 64 |" in text
+    # each timing with its spread where the row has one; max-autotune beside default
+    assert "| a | 1.00 ± 0.25 | 3.00 | 4.00 | 5.00 ± 0.50 | 4.00x | library route | 64 |" \
+        in text
     text = "\n".join(bm.counter_lines(br.counters(tmp_path)))
     assert "profiled 3 of 12 measurements" in text and "| config | +0.10 | +0.20 | +0.30 |" in text
     assert "no hardware counters recorded" in "\n".join(bm.counter_lines(None)).lower()
