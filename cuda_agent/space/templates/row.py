@@ -10,6 +10,7 @@ rows add how the blocks' partial totals meet (reduction.cross, `total.py`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -174,7 +175,7 @@ class RowTemplate(Template):
             return "cp.async copies a vector only from contiguous elements"
         return None
 
-    def _dyn_smem(self, plan: KernelPlan, cfg: dict[str, Any], cached: list[int]) -> int:
+    def _dyn_smem(self, plan: KernelPlan, cfg: dict[str, Any], cached: Sequence[int]) -> int:
         """Bytes of the row cache (shared-memory caching: a segment per operand and group; two
         sets of them when the next row group is copied in while this one is worked on)."""
         G = cfg["config.block"] // cfg["config.tpr"]
