@@ -10,6 +10,8 @@ rows add how the blocks' partial totals meet (reduction.cross, `total.py`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ...ir.graph import HALF_DTYPES
@@ -109,41 +111,41 @@ class RowTemplate(Template):
 
     def canonical(self, plan: KernelPlan, cfg: dict[str, Any], target: Target
                   ) -> dict[str, Any]:
+        f = _facts(plan)
         cfg = dict(cfg)
-        passes = make_passes(plan, cfg["compute.algo"] == "online")
-        roles = operand_roles(plan, passes)
-        if len(passes) < 2 or not roles.cached:
+        algo = f.by_algo[cfg["compute.algo"] == "online"]
+        if not algo.keeps_rows:
             cfg["memory.cache"] = "reload"
         if cfg["memory.load"] == "keep" and (cfg["memory.cache"] != "reload" or
-                                             not roles.cached):
+                                             not algo.cached):
             cfg["memory.load"] = "default"  # nothing is read twice: nothing to keep
-        if cfg["memory.cache"] == "async" and not roles.row and all(
-                nid in roles.cached for _, nid in roles.full):
+        if cfg["memory.cache"] == "async" and algo.all_copied:
             cfg["memory.load"] = "default"  # every operand comes by cp.async: no hint
-        if not online_pair(plan):
+        if not f.online_pair:
             cfg["compute.algo"] = "passes"
-        if not plan.fast_math_matters():
+        if not f.fast_math:
             cfg["compute.fastmath"] = 0
         if cfg["config.tpr"] == 1:
             cfg["reduction.combine"] = "shfl"
-        if plan.output_is_row:
+        if f.output_is_row:
             cfg["memory.store"] = "default"  # one value per row: no stream to hint
-        if cfg["memory.cache"] == "regs" or self._nch(plan, cfg) <= FULL_UNROLL_CHUNKS:
+        if cfg["memory.cache"] == "regs" or _chunks(f.R, cfg) <= FULL_UNROLL_CHUNKS:
             cfg["compute.unroll"] = 1  # the loop is unrolled whole: the slot has no effect
         G = max(1, cfg["config.block"] // cfg["config.tpr"])
-        rows_blocks = -(-plan.O // G)
+        rows_blocks = -(-f.O // G)
         if rows_blocks <= wave_blocks(cfg["config.block"], target):
             cfg["config.grid"] = "exact"
         return cfg
 
     def check(self, plan: KernelPlan, cfg: dict[str, Any], target: Target) -> str | None:
+        f = _facts(plan)
         T, B, vec = cfg["config.tpr"], cfg["config.block"], cfg["memory.vec"]
         if T > B:
             return "threads per row exceed the block"
         if self._underfills(plan, B, T, target):
             return "too few blocks to fill the GPU (the split template covers few long rows)"
-        R = plan.R
-        if T > 1 and T * vec > 2 * pow2_ceil(R):
+        R = f.R
+        if T > 1 and T * vec > 2 * f.R_pow2:
             return "more threads per row than elements"
         if vec > 1:
             if R % vec:
@@ -156,15 +158,14 @@ class RowTemplate(Template):
         if CL > 1:
             if T != B:
                 return "a cluster splits one row: one row per block"
-            if plan.outer:
+            if f.outer:
                 return "a cluster does not fold totals over rows"
             if cfg["memory.cache"] == "reload":
                 return "a cluster keeps its row on chip (the split template re-reads long rows)"
-            if _segment(plan, cfg) < T * vec:
+            if _segment_of(R, CL, vec) < T * vec:
                 return "a cluster's segments are shorter than a block's loads"
-        passes = make_passes(plan, cfg["compute.algo"] == "online")
-        cached = operand_roles(plan, passes).cached
-        nch = self._nch(plan, cfg)
+        cached = f.by_algo[cfg["compute.algo"] == "online"].cached
+        nch = _chunks(R, cfg)
         if cfg["memory.cache"] == "regs" and nch * vec * len(cached) > MAX_CACHED_REGS:
             return "row does not fit in registers"
         if cfg["memory.cache"] in ("smem", "async") and \
@@ -179,7 +180,7 @@ class RowTemplate(Template):
             return "cp.async copies a vector only from contiguous elements"
         return None
 
-    def _dyn_smem(self, plan: KernelPlan, cfg: dict[str, Any], cached: list[int]) -> int:
+    def _dyn_smem(self, plan: KernelPlan, cfg: dict[str, Any], cached: Sequence[int]) -> int:
         """Bytes of the row cache (shared-memory caching: a segment per operand and group; two
         sets of them when the next row group is copied in while this one is worked on)."""
         G = cfg["config.block"] // cfg["config.tpr"]
@@ -478,7 +479,61 @@ def pass_hint(load: str, per_pass: list[set[int]], pi: int, nid: int,
 def _segment(plan: KernelPlan, cfg: dict[str, Any]) -> int:
     """Elements of a row one block covers: the row, or with a cluster of CL blocks a CL-th of it
     (rounded up to whole vectors; the last block's may be shorter)."""
-    CL, vec = cfg.get("config.cluster", 1), cfg["memory.vec"]
-    return plan.R if CL == 1 else -(-plan.R // (CL * vec)) * vec
+    return _segment_of(plan.R, cfg.get("config.cluster", 1), cfg["memory.vec"])
+
+
+def _segment_of(R: int, CL: int, vec: int) -> int:  # noqa: N803 - the view's names
+    return R if CL == 1 else -(-R // (CL * vec)) * vec
+
+
+def _chunks(R: int, cfg: dict[str, Any]) -> int:  # noqa: N803
+    """Chunks of `tpr * vec` elements in a block's segment of a row of `R` (`_nch`)."""
+    vec = cfg["memory.vec"]
+    return -(-_segment_of(R, cfg.get("config.cluster", 1), vec) // (cfg["config.tpr"] * vec))
+
+
+@dataclass(frozen=True)
+class _AlgoFacts:
+    """How a plan's operands are read under one choice of `compute.algo` (`operand_roles`)."""
+
+    keeps_rows: bool  # two or more passes, some operand read by more than one: a row cache helps
+    cached: tuple[int, ...]  # the operands read by more than one pass
+    all_copied: bool  # every operand is such a full operand (cp.async brings them all)
+
+
+@dataclass(frozen=True)
+class _Facts:
+    """What `canonical` and `check` read of a plan, looked up once per plan and shape: they run
+    for each raw combination a row space walks (hundreds of thousands), and reading these
+    through the plan's memo on each call was most of counting or listing a row space."""
+
+    R: int  # noqa: N815 - the view's names
+    O: int  # noqa: N815
+    R_pow2: int  # noqa: N815
+    outer: bool
+    online_pair: bool
+    fast_math: bool
+    output_is_row: bool
+    by_algo: dict[bool, _AlgoFacts]  # by compute.algo == "online"
+
+
+def _facts(plan: KernelPlan) -> _Facts:
+    shape = (plan.full_shape, plan.reduce_dims)
+    hit = plan.memo.get("row_facts")
+    # keyed by the shape's identity, as the plan's own view is (`KernelPlan._view`)
+    if hit is not None and hit[0][0] is shape[0] and hit[0][1] is shape[1]:
+        return hit[1]
+    by_algo = {}
+    for online in (False, True):
+        passes = make_passes(plan, online)
+        roles = operand_roles(plan, passes)
+        by_algo[online] = _AlgoFacts(
+            keeps_rows=len(passes) >= 2 and bool(roles.cached), cached=tuple(roles.cached),
+            all_copied=not roles.row and all(nid in roles.cached for _, nid in roles.full))
+    facts = _Facts(R=plan.R, O=plan.O, R_pow2=pow2_ceil(plan.R), outer=bool(plan.outer),
+                   online_pair=online_pair(plan), fast_math=plan.fast_math_matters(),
+                   output_is_row=plan.output_is_row, by_algo=by_algo)
+    plan.memo["row_facts"] = (shape, facts)
+    return facts
 
 
