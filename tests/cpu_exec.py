@@ -468,12 +468,15 @@ HALF_BITS = (np.dtype(np.float16), np.dtype(np.uint16), np.dtype(np.int16))
 
 
 def run(rendered, inputs: list[np.ndarray], out_shape: tuple[int, ...],
-        workspace: list | None = None, out_bits: int | None = None) -> np.ndarray:
+        workspace: list | None = None, out_bits: int | None = None,
+        library_inputs: list | None = None) -> np.ndarray:
     """Execute `rendered` (a `Rendered`) on `inputs` (kernel operand order: float32, int64
     for class indices, or the bits of half-precision tensors: `HALF_BITS`). With `out_bits`
     the output is a half-precision tensor's bits (uint16), pre-filled with that NaN. A leading vendor-library step runs through torch on the CPU
     (`launcher.run_library`), its product handed to the kernels as their workspace. With a
-    `workspace` list, the workspace the kernels left (float32 words) is appended to it."""
+    `workspace` list, the workspace the kernels left (float32 words) is appended to it.
+    `library_inputs`: the inputs as torch tensors for the library step (half-precision ones in
+    their type, whose product torch computes in it: its bits are the kernels' workspace)."""
     src, library = _program(rendered, len(inputs))
     args = next((L.args for L in rendered.launches if L.library), None)
     product = None
@@ -482,13 +485,17 @@ def run(rendered, inputs: list[np.ndarray], out_shape: tuple[int, ...],
 
         from cuda_agent.runner.launcher import run_library
 
-        tensors = [torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)) for x in inputs]
+        tensors = list(library_inputs) if library_inputs is not None else \
+            [torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)) for x in inputs]
         if args is not None:  # a program's first stage: its operands are program inputs
             assert all(a[0] == "in" for a in args), "emulator: a library step reads inputs"
             tensors = [tensors[a[1]] for a in args]
         y = run_library(library, tensors)
         # its memory as the kernels read it (channels-last where kept so), not numpy's order
-        product = y.as_strided((y.numel(),), (1,)).numpy().copy()
+        flat = y.as_strided((y.numel(),), (1,))
+        if flat.dtype in (torch.float16, torch.bfloat16):
+            flat = flat.view(torch.int16)  # a half product's bits
+        product = flat.numpy().copy()
     key = _key(src)
     if key in _prebuilt:
         lib, name = _prebuilt[key]
@@ -597,7 +604,8 @@ def run_torch(rendered, tensors, out_shape: tuple[int, ...], out_dtype) -> "torc
         return t.numpy()
 
     half = {torch.float16: 0x7E01, torch.bfloat16: 0x7FC1}.get(out_dtype)
-    got = run(rendered, [bits(t) for t in tensors], out_shape, out_bits=half)
+    got = run(rendered, [bits(t) for t in tensors], out_shape, out_bits=half,
+              library_inputs=[t.contiguous() for t in tensors])
     if half is not None:
         return torch.from_numpy(got.view(np.int16)).view(out_dtype)
     return torch.from_numpy(got)
