@@ -378,4 +378,5 @@ def test_half_coverage_below_the_space_agrees_with_the_templates():
     assert not half_covered(mm) and "half precision (float16)" in half_gap(mm)
     with pytest.raises(UnsupportedError, match="half precision"):
         Space.for_plan(mm, Target())
-    assert {t.name for t in TEMPLATES if t.takes_half} == {"map", "row", "lib"}
+    assert {t.name for t in TEMPLATES if t.takes_half} == {"map", "row", "col", "chan", "split",
+                                                           "pool", "lib"}

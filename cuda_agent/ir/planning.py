@@ -13,7 +13,7 @@ from .conv import conv_padding
 from .graph import HALF_DTYPES, Graph
 from .layout import mark_channels_last
 from .partition import Program, ProgramPlan, partition, sides_written
-from .plan import KernelPlan, make_pattern_plan
+from .plan import CHAN_REDUCE, KernelPlan, make_pattern_plan
 from .structured import planner_for
 
 
@@ -92,11 +92,20 @@ def library_dtype(plan: KernelPlan) -> str | None:
 
 def half_covered(plan: KernelPlan) -> bool:
     """Whether a template takes `plan` with tensors stored in fp16 or bf16: the templates with
-    `takes_half` (space/templates: map; row for reductions along contiguous rows; the library
-    route for a product of two half operands with an epilogue); kept here, below the space,
-    for the region split (tests/test_half_precision.py checks the two agree)."""
-    return plan.kind == "map" or (plan.kind == "reduce" and plan.I == 1) or \
-        library_dtype(plan) in HALF_DTYPES
+    `takes_half` (space/templates: map; row, col and split for reductions; chan and split for
+    reductions over channels; pool for pooling windows; the library route for a product of
+    two half operands with an epilogue), each where its `applies` takes the plan; kept here,
+    below the space, for the region split (tests/test_half_precision.py and
+    tests/test_half_templates.py check the two agree)."""
+    if plan.kind in ("map", "pool"):
+        return True
+    if plan.kind == "reduce":  # row (contiguous rows), col (strided columns)
+        return plan.I == 1 or (not plan.whole_rows_only and (
+            plan.out_perm is None or not plan.output_is_row))
+    if plan.kind == CHAN_REDUCE:  # chan, split: not an arg-reduction over non-adjacent dims
+        return not plan.whole_rows_only and not any(
+            plan.graph[n].attr("kind") in ("argmax", "argmin") for lv in plan.levels for n in lv)
+    return library_dtype(plan) in HALF_DTYPES
 
 
 def half_gap(plan: KernelPlan) -> str:
