@@ -137,3 +137,63 @@ def test_half_kernels_compile_with_nvcc_for_sm90(name, dt):
     for cfg in cfgs:
         out = compile_source(space.render(cfg).source, "sm_90", "nvcc")
         assert out.cubin is not None, (cfg.short(), out.log[:2000])
+
+
+@pytest.mark.parametrize("dt", HALF, ids=["fp16", "bf16"])
+def test_half_running_statistics_update_as_torchs(dt):
+    """A half model's batch norm in training mode: the kernels leave the batch statistics in
+    float32, the running buffers (in the model's type) are updated as torch updates them."""
+    from cuda_agent.runner.launcher import update_state
+
+    x = torch.randn(8, 6, 5, 5).to(dt)
+    rm, rv = torch.randn(6).to(dt), (torch.rand(6) + 0.5).to(dt)
+    want_m, want_v = rm.clone(), rv.clone()
+    F.batch_norm(x, want_m, want_v, training=True, momentum=0.1)
+    mean = x.float().mean((0, 2, 3))
+    var = x.float().var((0, 2, 3), unbiased=False)
+    ws = torch.cat([mean, var]).view(torch.uint8)
+    bufs = {"m": rm, "v": rv}
+    update_state([{"op": "running_stats", "momentum": 0.1, "count": 8 * 25, "mean": (0, 6),
+                   "var": (24, 6), "running_mean": "m", "running_var": "v"}], ws, bufs.__getitem__)
+    assert rm.dtype == rv.dtype == dt
+    # within one rounding of the type (torch's CPU kernel orders the variance's arithmetic
+    # its own way)
+    eps = torch.finfo(dt).eps
+    torch.testing.assert_close(rm.float(), want_m.float(), rtol=eps, atol=1e-6)
+    torch.testing.assert_close(rv.float(), want_v.float(), rtol=eps, atol=1e-6)
+
+
+def test_half_batch_norm_in_training_tunes_on_the_simulator(tmp_path):
+    """A bf16 BatchNorm2d in training mode: statistics over the channels (chan/split in bf16,
+    the batch mean and variance written in float32 beside the output) tuned and emitted."""
+    import warnings
+
+    from cuda_agent import tuner
+
+    src = tmp_path / "bn_train_bf16.py"
+    src.write_text('''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm2d(16).to(torch.bfloat16)
+
+    def forward(self, x):
+        return torch.relu(self.bn(x))
+
+
+def get_inputs():
+    return [torch.randn(8, 16, 12, 12, dtype=torch.bfloat16)]
+
+
+def get_init_inputs():
+    return []
+''')
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = tuner.tune(src, out=tmp_path / "out", device="sim", budget=4, store=":memory:")
+    assert res.best is not None
+    text = (tmp_path / "out" / "model_new.py").read_text()
+    assert "OUT_DTYPE = torch.bfloat16" in text and "ca_bf16" in text

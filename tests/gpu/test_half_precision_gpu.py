@@ -97,6 +97,60 @@ def get_inputs():
 def get_init_inputs():
     return []
 ''', torch.bfloat16),
+    # reductions over columns and channels, pooling (col, chan/split, pool templates in half)
+    "maxpool_fp16": ('''import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return F.max_pool2d(x, 3, 2, 1)
+
+
+def get_inputs():
+    return [torch.randn(32, 64, 112, 112, dtype=torch.float16)]
+
+
+def get_init_inputs():
+    return []
+''', torch.float16),
+    "colsum_bf16": ('''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x.sum(dim=1)
+
+
+def get_inputs():
+    return [torch.randn(64, 2048, 512, dtype=torch.bfloat16)]
+
+
+def get_init_inputs():
+    return []
+''', torch.bfloat16),
+    "batchnorm_train_bf16": ('''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm2d(64).to(torch.bfloat16)
+
+    def forward(self, x):
+        return torch.relu(self.bn(x))
+
+
+def get_inputs():
+    return [torch.randn(32, 64, 56, 56, dtype=torch.bfloat16)]
+
+
+def get_init_inputs():
+    return []
+''', torch.bfloat16),
 }
 
 
