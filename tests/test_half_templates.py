@@ -197,3 +197,36 @@ def get_init_inputs():
     assert res.best is not None
     text = (tmp_path / "out" / "model_new.py").read_text()
     assert "OUT_DTYPE = torch.bfloat16" in text and "ca_bf16" in text
+
+
+class _SmallCNN(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(8, 16, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(16)
+        self.fc = torch.nn.Linear(16, 10)
+
+    def forward(self, x):
+        h = F.max_pool2d(F.relu(self.bn(self.conv(x))), 2)
+        return torch.softmax(self.fc(h.mean((2, 3))), -1)
+
+
+@pytest.mark.parametrize("train", [True, False], ids=["train", "eval"])
+def test_half_cnn_regions_are_tuned(train):
+    """A bf16 CNN: the convolution (cuDNN in bf16, its bias generated), batch norm, pooling,
+    the mean over the image and the classifier are kernel regions in bf16; only the batch
+    counter goes to torch."""
+    from cuda_agent.regions.split import KERNEL, TORCH, split_model
+
+    with torch.device("meta"):
+        m = _SmallCNN().to(torch.bfloat16).train(train)
+        split = split_model(m, [torch.empty(4, 8, 16, 16, dtype=torch.bfloat16)])
+    kinds = [(r.kind, r.ops) for r in split.regions]
+    if train:
+        assert kinds == [(KERNEL, ["conv2d"]), (TORCH, ["add_"]),
+                         (KERNEL, ["batch_norm", "relu", "max_pool2d", "mean"]),
+                         (KERNEL, ["linear", "softmax"])]
+    else:
+        assert kinds == [(KERNEL, ["conv2d", "batch_norm", "relu", "max_pool2d", "mean"]),
+                         (KERNEL, ["linear", "softmax"])]
+    assert all("bfloat16" in r.reason for r in split.kernels())
