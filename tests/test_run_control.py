@@ -177,8 +177,12 @@ def _wait_for(pred, proc: subprocess.Popen, timeout: float, what: str) -> None:
 
 def test_ctrl_c_writes_the_best_so_far_and_exits_130(tmp_path):
     store, out = tmp_path / "s.db", tmp_path / "o"
+    # random search: it never plateaus, so the run is still going when Ctrl-C comes (the
+    # default strategy's agents stop a settled search: on a loaded machine they had finished
+    # before the signal, exit 0)
     p = spawn(["tune", SOFTMAX, "--device", "sim", "--budget", "100000", "--batch", "2",
-               "--time-limit", "0", "--store", store, "--out", out], tmp_path)
+               "--strategy", "random", "--time-limit", "0", "--store", store, "--out", out],
+              tmp_path)
     _wait_for(lambda: len(_measurements(store)) >= 3, p, 240, "three measurements")
     p.send_signal(signal.SIGINT)
     stdout, stderr = p.communicate(timeout=120)
