@@ -11,6 +11,7 @@ import ast
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -34,10 +35,18 @@ def cli_env() -> dict:
     return env
 
 
+def as_from_a_shell() -> None:
+    """A child's Ctrl-C as a shell starts it: SIGINT at its default. An xdist worker that ran
+    Ray's tests ignores SIGINT, children inherit an ignored signal, and the CLI (rightly) keeps
+    ignoring it: the Ctrl-C tests then waited for a run that never heard the signal."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def spawn(args: list[str], cwd: Path) -> subprocess.Popen:
     cwd.mkdir(parents=True, exist_ok=True)
     return subprocess.Popen([CLI, *map(str, args)], cwd=cwd, env=cli_env(), text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=as_from_a_shell)
 
 
 def run(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:

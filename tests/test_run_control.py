@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from helpers import GOOD
-from test_cli import CLI, cli_env, run, spawn, tree
+from test_cli import CLI, as_from_a_shell, cli_env, run, spawn, tree
 
 RELU = GOOD / "relu_small.py"
 SOFTMAX = GOOD / "softmax_small.py"
@@ -177,12 +177,8 @@ def _wait_for(pred, proc: subprocess.Popen, timeout: float, what: str) -> None:
 
 def test_ctrl_c_writes_the_best_so_far_and_exits_130(tmp_path):
     store, out = tmp_path / "s.db", tmp_path / "o"
-    # random search: it never plateaus, so the run is still going when Ctrl-C comes (the
-    # default strategy's agents stop a settled search: on a loaded machine they had finished
-    # before the signal, exit 0)
     p = spawn(["tune", SOFTMAX, "--device", "sim", "--budget", "100000", "--batch", "2",
-               "--strategy", "random", "--time-limit", "0", "--store", store, "--out", out],
-              tmp_path)
+               "--time-limit", "0", "--store", store, "--out", out], tmp_path)
     _wait_for(lambda: len(_measurements(store)) >= 3, p, 240, "three measurements")
     p.send_signal(signal.SIGINT)
     stdout, stderr = p.communicate(timeout=120)
@@ -212,7 +208,8 @@ def test_ctrl_c_before_anything_was_measured_writes_the_report_only(tmp_path):
     store, out = tmp_path / "s.db", tmp_path / "o"
     p = subprocess.Popen([CLI, "tune", str(RELU), "--device", "sim", "--budget", "8",
                           "--store", str(store), "--out", str(out)], cwd=tmp_path, env=env,
-                         text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                         text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         preexec_fn=as_from_a_shell)
     _wait_for(started.exists, p, 240, "a compile process")
     p.send_signal(signal.SIGINT)
     stdout, stderr = p.communicate(timeout=120)
