@@ -339,6 +339,7 @@ def _call_args(params: int, args) -> str:
         elif a[0] == "buf":
             out.append(f"ca_ptr{{(char*)ws + {a[1]}}}")
         elif a[0] == "product":  # a program's library step's product (`run`'s `prod`)
+            assert len(a) == 1 or a[1] == 0, "emulator: one library step, leading"
             out.append("ca_ptr{prod}")
         else:
             raise NotImplementedError(f"emulator: kernel argument {a!r}")
@@ -352,7 +353,7 @@ def _launcher(params: int, launches: list[tuple[str, tuple, tuple, int, object, 
     decl = ", ".join(f"void* p{k}" for k in range(params)) + ", void* ws"
     unpack = " ".join(f"void* p{k} = a_[{k}];" for k in range(params)) + f" void* ws = a_[{params}];"
     args = ", ".join(f"p{k}" for k in range(params)) + ", ws"
-    if any(kargs and ["product"] in [list(a) for a in kargs] for *_, kargs, _ in launches):
+    if any(kargs and any(a[0] == "product" for a in kargs) for *_, kargs, _ in launches):
         decl, args = decl + ", void* prod", args + ", prod"
         unpack += f" void* prod = a_[{params + 1}];"
     body = []

@@ -513,7 +513,8 @@ LIBRARY_HALF_FLOPS = 600e12
 LIBRARY_TF32_SPEEDUP = {"conv": 2.23, "matmul": 7.6}
 
 def simulate_library(plan, rendered: Rendered, target: Target) -> tuple[float, dict[str, float]]:
-    """(modelled ms, counters) of a library product followed by a generated epilogue pass."""
+    """(modelled ms, counters) of a library product followed by a generated epilogue pass
+    (none where the product is bare, `templates/library.py`)."""
     f = dict(rendered.facts)
     call = next((la.library for la in rendered.launches if la.library), {})
     product_s = float(f["library_flops"]) / (_library_efficiency(plan, call) * target.fp32_flops)
@@ -528,8 +529,10 @@ def simulate_library(plan, rendered: Rendered, target: Target) -> tuple[float, d
         product_s = max(product_s, (float(f["product_bytes"]) + float(f.get("library_in_bytes", 0)))
                         / (DEPTHWISE_BW_SHARE * target.dram_bw))
     vec = int(f.get("vec", 1))
-    # a streaming pass: full bandwidth with 16-byte accesses, a little less with 4-byte ones
-    epilogue_s = epilogue_bytes(plan) / (target.dram_bw * (0.92 if vec == 4 else 0.85))
+    # a streaming pass: full bandwidth with 16-byte accesses, a little less with 4-byte ones;
+    # none for a bare product (a program's readers apply the epilogue as they load it)
+    epilogue_s = 0.0 if f.get("bare") else \
+        epilogue_bytes(plan) / (target.dram_bw * (0.92 if vec == 4 else 0.85))
     if str(f.get("library_layout", "")).startswith("channels_last"):  # converted, or kept
         # the operands converted to channels-last and the product back: each read and written
         # once more; a product kept channels-last (a program's next stages read it so) is not
@@ -538,7 +541,8 @@ def simulate_library(plan, rendered: Rendered, target: Target) -> tuple[float, d
         # does not know: it prices them alike.
         back = 2 * float(f["product_bytes"]) if f["library_layout"] == "channels_last" else 0.0
         product_s += (back + 2 * float(f.get("library_in_bytes", 0))) / target.dram_bw
-    ms = (product_s + epilogue_s + (2 * LAUNCH_US + LIBRARY_CALL_US) * 1e-6) * 1e3
+    launches = 1 if f.get("bare") else 2
+    ms = (product_s + epilogue_s + (launches * LAUNCH_US + LIBRARY_CALL_US) * 1e-6) * 1e3
     return ms, {"dram_throughput": epilogue_s / (product_s + epilogue_s)}
 
 

@@ -35,6 +35,7 @@ from typing import Any, Collection
 
 from ..errors import UnsupportedError
 from .graph import INDEX_DTYPE, Graph, GraphInput, Node
+from .ops import is_elementwise
 from .plan import CHAN_REDUCE, KernelPlan
 from .structured import _planners
 
@@ -159,11 +160,81 @@ def _natural_layout(graph: Graph, nid: int) -> tuple[int, list[int]]:
     return nid, []
 
 
-def partition(graph: Graph, sides: bool = True) -> Program | None:
+#: structured ops whose product a program may keep bare, its epilogue deferred to the readers
+DEFERRABLE = frozenset({"conv"})
+
+
+def defer_epilogues(graph: Graph, cuts: list[int]) -> list[int]:
+    """`cuts` with each cut value that is a convolution's elementwise epilogue (its bias,
+    activations, scalings: elementwise ops over the product and parameters) replaced by the
+    product itself, where every reader of the value is elementwise or a reduction (a pattern
+    kernel, which recomputes the epilogue as it loads). The producing stage is then the bare
+    product: cuDNN's output is the buffer and no pass of its own applies the epilogue (read
+    and write of the whole activation), as torch.compile fuses a convolution's epilogue into
+    the kernel after it. A kept value (read by a state update) stays as it is."""
+    structured = structured_ops()
+    live = graph.live()
+    users: dict[int, list[int]] = {n.id: [] for n in live}
+    for n in live:
+        for a in n.args:
+            users[a].append(n.id)
+    kept = set(graph.kept_values())
+    out: list[int] = []
+    for c in cuts:
+        product = None if c in kept else _epilogue_product(graph, c, set(cuts), structured)
+        if product is not None and product not in cuts and all(
+                graph[u].op == "reduce" or is_elementwise(graph[u].op) for u in users[c]):
+            c = product
+        if c not in out:
+            out.append(c)
+    return sorted(out)
+
+
+def _epilogue_product(graph: Graph, value: int, cuts: set[int],
+                      structured: set[str]) -> int | None:
+    """The structured op of `DEFERRABLE` whose elementwise epilogue `value` is, or None: every
+    computed node between them elementwise, every other operand a parameter (computed from
+    inputs and constants alone), no other cut value on the way."""
+    if graph[value].op in structured:
+        return None
+    product = None
+    stack, seen = [value], set()
+    while stack:
+        k = stack.pop()
+        if k in seen:
+            continue
+        seen.add(k)
+        n = graph[k]
+        if n.op in structured:
+            if n.op not in DEFERRABLE or (product is not None and product != k):
+                return None
+            product = k
+            continue
+        if _parameter(graph, k):
+            continue
+        if k in cuts and k != value or not is_elementwise(n.op):
+            return None
+        stack.extend(n.args)
+    return product
+
+
+def _parameter(graph: Graph, nid: int) -> bool:
+    """Whether `nid` is computed from inputs and constants alone through views (a bias viewed
+    to broadcast over the channels)."""
+    n = graph[nid]
+    while n.op == "view":
+        n = graph[n.args[0]]
+    return n.op in ("input", "const")
+
+
+def partition(graph: Graph, sides: bool = True, defer: bool = False) -> Program | None:
     """The graph as stages, or None when one kernel covers it. With `sides`, a kept value no
     other rule cuts is a side output of the first stage that computes it (a program of one
-    stage where nothing else is cut); without, a stage of its own."""
+    stage where nothing else is cut); without, a stage of its own. With `defer`, a convolution's
+    epilogue is computed by the stages that read it (`defer_epilogues`)."""
     cuts = cut_values(graph, cut_kept=not sides)
+    if defer:
+        cuts = defer_epilogues(graph, cuts)
     extra = [k for k in graph.kept_values() if k not in cuts] if sides else []
     if not cuts and not extra:
         return None

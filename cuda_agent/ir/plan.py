@@ -60,6 +60,9 @@ class KernelPlan:
     # a program stage whose output buffer every reader can read channels-last (`ir/layout.py`):
     # its library template may keep cuDNN's channels-last product as it is
     nhwc_out: bool = False
+    # a program stage whose output is a buffer later stages read (not the program's result):
+    # a bare library product may be its whole computation (`templates/library.py`)
+    feeds_stage: bool = False
     # ... and every reader plans in the buffer's memory order too (`Stage.nhwc_mo_plan`)
     nhwc_mo_out: bool = False
     # the output stored permuted (`ir/layout.memory_order_graph`: a stage computed in a

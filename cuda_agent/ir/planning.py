@@ -20,28 +20,40 @@ def make_plan(graph: Graph) -> KernelPlan:
     """Classify the graph into one kernel pattern; where none covers it, into a program of
     stages (`partition.py`); or raise `UnsupportedError` saying why."""
     if graph.kept_values():  # state updates read values kept in memory: always a program
-        program = partition(graph)
-        assert program is not None, "kept values are cut"
         try:
-            plan = make_program_plan(graph, program)
+            plan = _program_plan(graph, sides=True)
             if sides_written(plan.program):
                 return plan
         except UnsupportedError:
             pass
         # no template writes these side outputs: a stage per kept value
-        staged = partition(graph, sides=False)
-        assert staged is not None, "kept values are cut"
-        return make_program_plan(graph, staged)
+        return _program_plan(graph, sides=False)
     try:
         return make_single_plan(graph)
     except UnsupportedError as single:
-        program = partition(graph)
-        if program is None:  # no cut would help: the single-kernel reason stands
+        if partition(graph) is None:  # no cut would help: the single-kernel reason stands
             raise
         try:
-            return make_program_plan(graph, program)
+            return _program_plan(graph, sides=True)
         except UnsupportedError as split:
             raise UnsupportedError(f"{single}; split into kernels: {split}") from None
+
+
+def _program_plan(graph: Graph, sides: bool) -> ProgramPlan:
+    """The graph's program: its convolutions' epilogues deferred to the stages that read
+    them (`partition.defer_epilogues`) where every stage plans so, with its side outputs
+    written where `sides`; else cut after the epilogues."""
+    program = partition(graph, sides)
+    assert program is not None, "a graph planned as a program has a cut"
+    deferred = partition(graph, sides, defer=True)
+    if deferred is not None and deferred.values != program.values:
+        try:
+            plan = make_program_plan(graph, deferred)
+            if not sides or sides_written(plan.program):
+                return plan
+        except UnsupportedError:
+            pass
+    return make_program_plan(graph, program)
 
 
 def make_single_plan(graph: Graph) -> KernelPlan:
@@ -58,6 +70,8 @@ def make_program_plan(graph: Graph, program: Program) -> ProgramPlan:
             stage.plan = make_plan(stage.graph)
         except UnsupportedError as exc:
             raise UnsupportedError(f"stage {k + 1} of {len(program.stages)}: {exc}") from None
+    for stage in program.stages:
+        stage.plan.feeds_stage = stage.writes is not None
     mark_channels_last(program, make_plan)
     out = graph[graph.output]
     used = sorted({s.index for st in program.stages for s in st.sources if s.kind == "input"})

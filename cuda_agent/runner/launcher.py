@@ -309,18 +309,20 @@ class LoadedKernels:
             self.workspace.zero_()
         workspace = self.workspace
         plain = [t.data_ptr() for t in inputs] + [out.data_ptr(), workspace.data_ptr()]
-        product = None  # a library step's result: the workspace of the kernels after it
+        # the library steps' results in order: the latest is the workspace of the kernels
+        # after it (["product"]); a bare product is a later stage's operand (["product", j])
+        products: list[torch.Tensor] = []
         for launch in self.launches:
             args = launch.get("args")
             if launch.get("library"):
-                tensors = inputs if args is None else [self._tensor(a, inputs, workspace)
-                                                       for a in args]
-                product = run_library(launch["library"], tensors)
+                tensors = inputs if args is None else [
+                    self._tensor(a, inputs, workspace, products) for a in args]
+                products.append(run_library(launch["library"], tensors))
                 continue
             if args is None:
-                ptrs = plain[:-1] + [product.data_ptr() if product is not None else plain[-1]]
+                ptrs = plain[:-1] + [products[-1].data_ptr() if products else plain[-1]]
             else:
-                ptrs = [self._pointer(a, inputs, out, product, workspace)
+                ptrs = [self._pointer(a, inputs, out, products, workspace)
                         for a in args]
             holders = [ctypes.c_void_p(p) for p in ptrs]
             params = (ctypes.c_void_p * len(holders))(*[ctypes.addressof(h) for h in holders])
@@ -333,23 +335,26 @@ class LoadedKernels:
 
     @staticmethod
     def _pointer(arg: Sequence, inputs: Sequence[torch.Tensor], out: torch.Tensor,
-                 product: torch.Tensor | None, workspace: torch.Tensor) -> int:
+                 products: Sequence[torch.Tensor], workspace: torch.Tensor) -> int:
         if arg[0] == "in":
             return inputs[arg[1]].data_ptr()
         if arg[0] == "out":
             return out.data_ptr()
         if arg[0] == "buf":
             return workspace.data_ptr() + int(arg[1])
-        if arg[0] == "product" and product is not None:
-            return product.data_ptr()
+        if arg[0] == "product" and products:
+            return products[int(arg[1]) if len(arg) > 1 else -1].data_ptr()
         raise ValueError(f"bad kernel argument {arg!r}")
 
     @staticmethod
-    def _tensor(arg: Sequence, inputs: Sequence[torch.Tensor],
-                workspace: torch.Tensor) -> torch.Tensor:
-        """A library step's operand: a program input, or a view of a workspace buffer."""
+    def _tensor(arg: Sequence, inputs: Sequence[torch.Tensor], workspace: torch.Tensor,
+                products: Sequence[torch.Tensor] = ()) -> torch.Tensor:
+        """A library step's operand: a program input, an earlier library step's bare product
+        (in its logical shape), or a view of a workspace buffer."""
         if arg[0] == "in":
             return inputs[arg[1]]
+        if arg[0] == "product":
+            return products[int(arg[1]) if len(arg) > 1 else -1]
         dtype = torch.int64 if arg[3] == "int64" else torch.float32
         shape = tuple(arg[2])
         n = 1

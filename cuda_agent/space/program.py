@@ -262,6 +262,10 @@ def compose(plan: ProgramPlan, parts: list[Rendered], kept: Collection[int] = ()
     zero = False
     # a stage reading a buffer kept channels-last was rendered from its variant's plan
     plans = [stage_plan(s, kept, ordered) for s in program.stages]
+    # buffers that are a bare library product (the stage a library call alone): their
+    # readers point at that call's result (["product", j], j counting the library steps)
+    products: dict[int, int] = {}
+    library_steps = 0
     for i, (stage, r) in enumerate(zip(program.stages, parts)):
         scratch = ws
         ws = _aligned(ws + r.workspace_bytes)
@@ -271,7 +275,10 @@ def compose(plan: ProgramPlan, parts: list[Rendered], kept: Collection[int] = ()
         for name in names:
             src = re.sub(rf"\b{re.escape(name)}\b", f"s{i}_{name}", src)
         sources.append(f"namespace cuda_agent_stage{i} {{\n{src}\n}}  // stage {i}\n")
-        operands = [_source_arg(plan, stage.sources[k], offsets) for k in plans[i].operands]
+        operands = [["product", products[src.index]]
+                    if src.kind == "buffer" and src.index in products
+                    else _source_arg(plan, src, offsets)
+                    for src in (stage.sources[k] for k in plans[i].operands)]
         out_arg = ["out"] if stage.writes is None else _buffer_arg(plan, stage.writes, offsets)
         side_args = [_buffer_arg(plan, b, offsets) for b in stage.sides]
         after_library = False
@@ -280,11 +287,15 @@ def compose(plan: ProgramPlan, parts: list[Rendered], kept: Collection[int] = ()
                 launches.append(Launch(L.kernel, L.grid, L.block, L.smem, library=L.library,
                                        args=tuple(operands)))
                 after_library = True
+                library_steps += 1
                 continue
             ws_arg = ["product"] if after_library else ["buf", scratch, [], "uint8"]
             launches.append(Launch(f"s{i}_{L.kernel}", L.grid, L.block, L.smem,
                                    args=tuple(operands + [out_arg] + side_args + [ws_arg]),
                                    cluster=L.cluster))
+        if not names and after_library:
+            assert stage.writes is not None and not stage.sides, "a bare product feeds a stage"
+            products[stage.writes] = library_steps - 1
         facts += [(f"s{i}.{k}", v) for k, v in r.facts]
         if stage.nhwc_buffer is not None and stage.nhwc_buffer in kept:
             # read in torch's order (strided: the model prices it), or in memory order

@@ -126,7 +126,9 @@ class Launch:
     library: dict | None = field(default=None, hash=False, compare=False)
     # where each kernel argument points, when not (inputs..., out, workspace) as given: a stage
     # of a multi-kernel program (`space/program.py`); entries ["in", i], ["out"],
-    # ["buf", byte offset, shape, dtype] into the workspace, ["product"] (a library result)
+    # ["buf", byte offset, shape, dtype] into the workspace, ["product"] (the latest library
+    # step's result), ["product", j] (the result of the program's j-th library step: a bare
+    # product that is a stage's buffer, `templates/library.py`)
     args: tuple | None = field(default=None, hash=False, compare=False)
     # blocks per thread-block cluster: the kernel declares __cluster_dims__(cluster, 1, 1) and the
     # grid is a multiple of it (the CPU emulator runs a cluster's blocks together)

@@ -67,6 +67,12 @@ def _has_epilogue(plan: KernelPlan) -> bool:
     return plan.anchor is not None and plan.output != plan.anchor
 
 
+def _bare(plan: KernelPlan) -> bool:
+    """A convolution stage of a program with no epilogue (`partition.defer_epilogues` left it
+    to the stages that read the buffer): the library call alone writes the stage's buffer."""
+    return plan.kind == "conv" and plan.feeds_stage and not _has_epilogue(plan)
+
+
 def conv_padding(gather: Any) -> tuple[int, ...] | None:
     """torch's symmetric padding that reproduces the gather's output size, or None where the
     capture resolved an asymmetric 'same' padding torch's convolution cannot take as ints."""
@@ -116,11 +122,11 @@ class LibraryTemplate(Template):
     legacy = {"memory.layout": "as_given"}
 
     def applies(self, plan: KernelPlan) -> bool:
-        return plan.kind in ("gemm", "conv") and _has_epilogue(plan) and \
+        return plan.kind in ("gemm", "conv") and (_has_epilogue(plan) or _bare(plan)) and \
             library_call(plan) is not None
 
     def slots(self, plan: KernelPlan, target: Target) -> list[Slot]:
-        out = [
+        out = [] if _bare(plan) else [
             Slot("config.block", (128, 256, 512), "threads per block of the epilogue kernel"),
             Slot("config.items", (1, 2, 4), "vectors of the product per thread"),
             Slot("memory.vec", (1, 4), "elements per load of the product and store of the "
@@ -141,6 +147,8 @@ class LibraryTemplate(Template):
         return out
 
     def check(self, plan: KernelPlan, cfg: dict[str, Any], target: Target) -> str | None:
+        if _bare(plan):
+            return None
         if cfg["memory.vec"] == 4 and plan.numel % 4:
             return "vector access needs a multiple of 4 elements"
         if -(-plan.numel // (cfg["config.block"] * cfg["config.items"] *
@@ -150,8 +158,8 @@ class LibraryTemplate(Template):
 
     def default(self, plan: KernelPlan, target: Target) -> dict[str, Any]:
         names = {s.name for s in self.slots(plan, target)}
-        return {"config.block": 256, "config.items": 1, "memory.vec": 1,
-                **{k: v for k, v in self.legacy.items() if k in names}}
+        own = {} if _bare(plan) else {"config.block": 256, "config.items": 1, "memory.vec": 1}
+        return {**own, **{k: v for k, v in self.legacy.items() if k in names}}
 
     def render(self, plan: KernelPlan, cfg: dict[str, Any], target: Target) -> Rendered:
         g = _info(plan)
@@ -172,6 +180,19 @@ class LibraryTemplate(Template):
             # the user opted into half-precision products: the library computes in that type,
             # as torch does under autocast (operands cast, the product cast back to fp32)
             call["dtype"] = target.precision
+        head = (("family", "lib"), ("library", LIBRARY_NAMES[call["op"]]),
+                ("library_layout", call.get("layout", "as_given")))
+        tail = (("library_flops", plan.anchor_flops or 2 * g.batch * g.M * g.N * g.K),
+                 ("product_bytes", 4 * plan.numel),
+                 ("library_in_bytes", 4 * sum(math.prod(plan.graph[plan.operands[i]].shape)
+                                              for i in (call.get("x"), call.get("w"))
+                                              if i is not None)))
+        if _bare(plan):
+            # the product is the stage's buffer (`program.compose` points its readers at it)
+            return Rendered(cg.prelude(plan) + f"// the product comes from "
+                            f"{LIBRARY_NAMES[call['op']]}: {call}; no epilogue\n",
+                            (Launch("torch_library", (1, 1, 1), (1, 1, 1), library=call),),
+                            facts=head + tail + (("bare", True),))
         block, items, vec = cfg["config.block"], cfg["config.items"], cfg["memory.vec"]
         total = plan.numel
         per_block = block * items * vec
@@ -206,14 +227,7 @@ class LibraryTemplate(Template):
         grid = -(-total // per_block)
         launches = (Launch("torch_library", (1, 1, 1), (1, 1, 1), library=call),
                     Launch("ca_lib_epilogue", (grid, 1, 1), (block, 1, 1)))
-        facts = (("family", "lib"), ("library", LIBRARY_NAMES[call["op"]]),
-                 ("library_layout", call.get("layout", "as_given")),
-                 ("threads", block), ("vec", vec), ("items", items),
-                 ("library_flops", plan.anchor_flops or 2 * g.batch * g.M * g.N * g.K),
-                 ("product_bytes", 4 * total),
-                 ("library_in_bytes", 4 * sum(math.prod(plan.graph[plan.operands[i]].shape)
-                                              for i in (call.get("x"), call.get("w"))
-                                              if i is not None)))
+        facts = head + (("threads", block), ("vec", vec), ("items", items)) + tail
         return Rendered(c.text(), launches, facts=facts)
 
 
