@@ -30,7 +30,7 @@ and logs), to be committed under benchmarks/data/ and benchmarks/results/.
         # torch.compile, CUDA graphs, the regions' share of eager time); resumes from the
         # results given; $OUT/models.json
 
-Parts: tests (every file of tests/gpu, or those --tests-k selects), sweeps, faults, families, counters, gemm_tc (the tensor-core GEMM's accuracy test),
+Parts: tests (every file of tests/gpu, or those --tests-k selects; --tests-workers 4 runs four at once, the memory and timing files after them one at a time), sweeps, faults, families, counters, gemm_tc (the tensor-core GEMM's accuracy test),
 cluster, direct (depthwise convolution, float4 pooling, L2 keep hint), search, bench, throughput,
 agents, library (every configuration of the library template, with the baselines), cudnn
 (cudnn.benchmark against cuDNN's heuristics, each in a fresh process), realistic (issue 33's
@@ -63,20 +63,52 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def run_tests(out: Path, which: str, timeout: float, select: str | None = None) -> None:
-    log(f"GPU tests: {which}" + (f" -k {select}" if select else ""))
-    name = Path(which).stem
-    with open(out / "logs" / f"{name}.log", "w") as f:
-        try:
-            proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-s",
-                                   which, "-p", "no:cacheprovider"] +
-                                  (["-k", select] if select else []), cwd=ROOT, stdout=f,
-                                  stderr=subprocess.STDOUT, timeout=timeout)
-            code = proc.returncode
-        except subprocess.TimeoutExpired:
-            code = "timeout"
-    tail = (out / "logs" / f"{name}.log").read_text().splitlines()[-12:]
-    log(f"GPU tests {which} exit {code}\n" + "\n".join(tail))
+#: GPU test files that measure GPU memory against the device's free memory or compare times:
+#: run one test at a time, never beside other test processes on the same GPU (with `-n 4` the
+#: memory bounds and the timing comparisons of these failed, 2026-12-07-h100-gpu-tests-3)
+SERIAL_GPU_TESTS = ("test_memory_gpu", "test_split_chan_gpu", "test_whole_model_graphs",
+                    "test_timing_gpu", "test_run_control_gpu", "test_gpu_counters",
+                    "test_realistic_harness", "test_row_async_gpu", "test_cudnn_benchmark_baseline",
+                    "test_baselines_tf32")
+
+
+def run_tests(out: Path, which: str | list[str], timeout: float, select: str | None = None,
+              workers: int = 0, name: str | None = None) -> None:
+    """pytest on the GPU tests `which` (a folder, files or test ids), each test's name printed
+    as it ends (`-v`: a run its limit cuts still says which passed and failed; junit XML
+    beside the log). With `workers`, pytest-xdist runs that many test processes at once on the
+    GPU, except `SERIAL_GPU_TESTS`, which run after them one at a time."""
+    paths = [which] if isinstance(which, str) else list(which)
+    name = name or Path(paths[0]).stem
+    log(f"GPU tests: {' '.join(paths)}" + (f" -k {select}" if select else "") +
+        (f" ({workers} at once, then {', '.join(SERIAL_GPU_TESTS)} one at a time)"
+         if workers else ""))
+    t0 = time.monotonic()
+    base = [sys.executable, "-m", "pytest", "-v", "-rfE", "-m", "gpu", "-p", "no:cacheprovider"]
+    runs = [(name, base + paths)]
+    if workers:
+        files = sorted(str(f.relative_to(ROOT)) for p in paths for f in
+                       ((ROOT / p).glob("test_*.py") if (ROOT / p).is_dir() else [ROOT / p]))
+        serial = [f for f in files if Path(f).stem in SERIAL_GPU_TESTS]
+        runs = [(f"{name}-parallel", base + ["-n", str(workers)] +
+                 [f for f in files if f not in serial])] + \
+               ([(f"{name}-serial", base + serial)] if serial else [])
+    for label, cmd in runs:
+        left = timeout - (time.monotonic() - t0)
+        if left < 5:
+            log(f"GPU tests {label}: no time left")
+            continue
+        log_path = out / "logs" / f"{label}.log"
+        with open(log_path, "w") as f:
+            try:
+                proc = subprocess.run(cmd + ["--junitxml", str(out / "logs" / f"{label}.xml")]
+                                      + (["-k", select] if select else []), cwd=ROOT,
+                                      stdout=f, stderr=subprocess.STDOUT, timeout=left)
+                code: int | str = proc.returncode
+            except subprocess.TimeoutExpired:
+                code = "timeout"
+        tail = log_path.read_text().splitlines()[-12:]
+        log(f"GPU tests {label} exit {code}\n" + "\n".join(tail))
 
 
 def pack(out: Path, final: Path) -> None:
@@ -575,6 +607,9 @@ def main() -> None:
     ap.add_argument("--agent-heldout", default=",".join(AGENT_HELDOUT),
                     help="comma-separated operators the policies are compared on")
     ap.add_argument("--tests-k", default=None, help="pytest -k selection for the GPU tests")
+    ap.add_argument("--tests-workers", type=int, default=0,
+                    help="part tests: test processes at once on the GPU (pytest-xdist; the "
+                         "memory and timing tests, SERIAL_GPU_TESTS, still one at a time)")
     ap.add_argument("--search-problems", default="", help="comma-separated files (part search)")
     ap.add_argument("--bench-problems", default="", help="comma-separated files (part bench; "
                     "the policy is --agent-policy), or todo[:SHARD:SHARDS]: the problems no "
@@ -689,7 +724,7 @@ def main() -> None:
             if part == "sweeps":
                 run_sweeps(out, final, problems, args.sample, deadline - 20, args.per_problem)
             elif part == "tests":  # every GPU test file (or those -k selects)
-                run_tests(out, "tests/gpu", left - 10, args.tests_k)
+                run_tests(out, "tests/gpu", left - 10, args.tests_k, workers=args.tests_workers)
             elif part == "faults":
                 run_tests(out, "tests/gpu/test_faults.py", min(left - 10, 150), args.tests_k)
             elif part == "families":
