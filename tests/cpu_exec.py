@@ -114,7 +114,10 @@ using std::min; using std::max;
 """ + ABI + r"""
 static thread_local dim3_ threadIdx, blockIdx;
 static thread_local unsigned ca_tid;  // the thread's linear number in its block
-static dim3_ gridDim, blockDim;
+// per emulated thread too, set by its launch's body before `ca_enter`: two runs of kernels
+// from one library (a `prebuild` batch shares this shim) may go at once on two host threads,
+// and a launch's shape written where the other's threads read it misnumbers them
+static thread_local dim3_ gridDim, blockDim;
 struct float2 { float x, y; };
 struct float4 { float x, y, z, w; };
 static inline float2 make_float2(float a, float b) { return {a, b}; }
@@ -373,10 +376,10 @@ def _launcher(params: int, launches: list[tuple[str, tuple, tuple, int, object, 
         # one per process, so cluster kernels keep all of theirs in dynamic shared memory
         body.append(f"""
   {{
-    gridDim = {{{grid[0]}u, {grid[1]}u, {grid[2]}u}}; blockDim = {{{block[0]}u, {block[1]}u, {block[2]}u}};
     const ca_grid g_{{{grid[0]}u, {grid[1]}u, {grid[2]}u, {threads}u, {cluster}u, {max(1, smem // 4)}ul}};
     launch_(&g_, [](const ca_ctx* c_, void* u_) {{
-      ca_enter(c_);
+      gridDim = {{{grid[0]}u, {grid[1]}u, {grid[2]}u}}; blockDim = {{{block[0]}u, {block[1]}u, {block[2]}u}};
+      ca_enter(c_);  // after blockDim: it splits the thread's number into threadIdx
       void* const* a_ = static_cast<void* const*>(u_); {unpack}
       {name}({call}); }}, args_);
   }}""")
