@@ -72,7 +72,7 @@ class ConvGather:
         return self.transposed and any(s > 1 for s in self.stride)
 
 
-def conv_padding(gather: Any) -> tuple[int, ...] | None:
+def conv_padding(gather: ConvGather) -> tuple[int, ...] | None:
     """torch's symmetric padding that reproduces the gather's output size, or None where the
     capture resolved an asymmetric 'same' padding torch's convolution cannot take as ints."""
     for i, k, o, s, p, d in zip(gather.in_shape, gather.kernel, gather.out_shape, gather.stride,

@@ -160,7 +160,8 @@ class LibraryTemplate(Template):
         op = "matmul" if call["op"] == "matmul" else "conv"
         # half operands: the product in their own type (TF32 and the opted-in half products
         # below concern fp32 operands only)
-        half = library_dtype(plan) in HALF_DTYPES
+        dtype = library_dtype(plan) or "float32"  # applies(): never None here
+        half = dtype in HALF_DTYPES
         if not half and product_precision(target.precision, op) == "tf32":
             # the contract lets this product use TF32 (`--precision auto` under torch's default
             # for a convolution, or tf32): cuDNN and cuBLAS may round the operands to TF32, in
@@ -180,7 +181,7 @@ class LibraryTemplate(Template):
         c(f"// the product comes from {LIBRARY_NAMES[call['op']]}: {call}")
         c.open(f'extern "C" __global__ void __launch_bounds__({block}) '
                f"ca_lib_epilogue({cg.kernel_params(plan)})")
-        ptype = cg.MEMORY_TYPES.get(library_dtype(plan), "float")
+        ptype = cg.MEMORY_TYPES.get(dtype, "float")
         c(f"typedef {idx_t} idx_t;",
           f"const {ptype}* __restrict__ prod = reinterpret_cast<const {ptype}*>(ws);",
           f"const idx_t base = (idx_t)blockIdx.x * {per_block} + (idx_t)threadIdx.x * {vec};")
@@ -207,7 +208,8 @@ class LibraryTemplate(Template):
         grid = -(-total // per_block)
         launches = (Launch("torch_library", (1, 1, 1), (1, 1, 1), library=call),
                     Launch("ca_lib_epilogue", (grid, 1, 1), (block, 1, 1)))
-        elem = element_bytes(library_dtype(plan) or "float32")
+        elem = element_bytes(dtype)
+        facts: tuple[tuple[str, Any], ...]  # Rendered.facts: a library_dtype may follow
         facts = (("family", "lib"), ("library", LIBRARY_NAMES[call["op"]]),
                  ("library_layout", call.get("layout", "as_given")),
                  ("threads", block), ("vec", vec), ("items", items),
@@ -217,7 +219,7 @@ class LibraryTemplate(Template):
                                                  for i in (call.get("x"), call.get("w"))
                                                  if i is not None)))
         if half:
-            facts += (("library_dtype", library_dtype(plan)),)
+            facts += (("library_dtype", dtype),)
         return Rendered(c.text(), launches, facts=facts)
 
 
