@@ -113,7 +113,11 @@ SHIM = r"""
 using std::min; using std::max;
 """ + ABI + r"""
 static thread_local dim3_ threadIdx, blockIdx;
-static dim3_ gridDim, blockDim;
+static thread_local unsigned ca_tid;  // the thread's linear number in its block
+// per emulated thread too, set by its launch's body before `ca_enter`: two runs of kernels
+// from one library (a `prebuild` batch shares this shim) may go at once on two host threads,
+// and a launch's shape written where the other's threads read it misnumbers them
+static thread_local dim3_ gridDim, blockDim;
 struct float2 { float x, y; };
 struct float4 { float x, y, z, w; };
 static inline float2 make_float2(float a, float b) { return {a, b}; }
@@ -182,7 +186,11 @@ static inline void ca_cluster_sync() { ca_wait(ca_cluster_barrier); }
 // an emulated thread's start: the runtime's context into this library's thread-locals
 static inline void ca_enter(const ca_ctx* c) {
   ca_cp_groups.assign(1, {});  // a pool thread starts each block with no copy queued
-  threadIdx = c->thread; blockIdx = c->block;
+  // the runtime numbers a block's threads linearly (`ca_tid`: warps, shuffles and mma slots
+  // go by it); a 2-D or 3-D block's threadIdx is that number split as CUDA orders it
+  ca_tid = c->thread.x; blockIdx = c->block;
+  threadIdx = {ca_tid % blockDim.x, (ca_tid / blockDim.x) % blockDim.y,
+               ca_tid / (blockDim.x * blockDim.y)};
   ca_block_barrier = c->block_barrier; ca_warp_barriers = c->warp_barriers; ca_slots = c->slots;
   ca_mma_a = reinterpret_cast<unsigned (*)[4]>(c->mma_a);
   ca_mma_b = reinterpret_cast<unsigned (*)[2]>(c->mma_b);
@@ -204,7 +212,7 @@ static inline float ca_bits(unsigned u) { float f; std::memcpy(&f, &u, 4); retur
 // of the m16n8k8 tile from the deposits: product(base, row, col) sums one row and column
 template <class Product>
 static inline void ca_mma_warp(float* c, Product product) {
-  const int t = threadIdx.x, w = t / 32, base = w * 32, lane = t % 32;
+  const int t = ca_tid, w = t / 32, base = w * 32, lane = t % 32;
   ca_wait(ca_warp_barriers[w]);
   const int g = lane >> 2, tq = lane & 3;
   float r[4];
@@ -214,7 +222,7 @@ static inline void ca_mma_warp(float* c, Product product) {
   for (int q = 0; q < 4; ++q) c[q] = r[q];
 }
 static inline void ca_mma_tf32(float* c, const unsigned* a, const unsigned* b) {
-  const int t = threadIdx.x;
+  const int t = ca_tid;
   for (int q = 0; q < 4; ++q) ca_mma_a[t][q] = a[q];
   ca_mma_b[t][0] = b[0]; ca_mma_b[t][1] = b[1];
   ca_mma_warp(c, [](int base, int row, int col) {
@@ -261,7 +269,7 @@ static inline unsigned ca_pack_bf16(float lo, float hi) {
   return ca_bf16_bits(lo) | (ca_bf16_bits(hi) << 16); }
 static inline void ca_mma_half(float* c, const unsigned* a, unsigned b,
                                float (*value)(unsigned)) {
-  const int t = threadIdx.x;
+  const int t = ca_tid;
   ca_mma_a[t][0] = a[0]; ca_mma_a[t][1] = a[1]; ca_mma_b[t][0] = b;
   ca_mma_warp(c, [value](int base, int row, int col) {
     double s = 0.0;
@@ -277,7 +285,7 @@ static inline void ca_mma_half(float* c, const unsigned* a, unsigned b,
 // m16n8k16: a = {rows g, g + 8 at k 2t; the same at k 8 + 2t}, b = {k 2t, k 8 + 2t}
 static inline void ca_mma16_half(float* c, const unsigned* a, const unsigned* b,
                                  float (*value)(unsigned)) {
-  const int t = threadIdx.x;
+  const int t = ca_tid;
   for (int q = 0; q < 4; ++q) ca_mma_a[t][q] = a[q];
   ca_mma_b[t][0] = b[0]; ca_mma_b[t][1] = b[1];
   ca_mma_warp(c, [value](int base, int row, int col) {
@@ -301,7 +309,7 @@ static inline void ca_mma_f16(float* c, const unsigned* a, unsigned b) {
 static inline void ca_mma_bf16(float* c, const unsigned* a, unsigned b) {
   ca_mma_half(c, a, b, ca_bf16_value); }
 static inline float ca_exchange(float v, int src_lane, bool keep_own) {
-  const int t = threadIdx.x, w = t / 32, base = w * 32;
+  const int t = ca_tid, w = t / 32, base = w * 32;
   ca_slots[t] = v;
   ca_wait(ca_warp_barriers[w]);
   const float r = keep_own ? v : ca_slots[base + src_lane];
@@ -309,10 +317,10 @@ static inline float ca_exchange(float v, int src_lane, bool keep_own) {
   return r;
 }
 static inline float __shfl_up_sync(unsigned, float v, int d) {
-  const int lane = threadIdx.x % 32; return ca_exchange(v, lane - d, lane < d); }
+  const int lane = ca_tid % 32; return ca_exchange(v, lane - d, lane < d); }
 static inline float __shfl_sync(unsigned, float v, int src) { return ca_exchange(v, src, false); }
 static inline float __shfl_xor_sync(unsigned, float v, int m, int w = 32) {
-  const int lane = threadIdx.x % 32; return ca_exchange(v, lane ^ m, false); }
+  const int lane = ca_tid % 32; return ca_exchange(v, lane ^ m, false); }
 #define __global__
 #define __device__
 #define __forceinline__ inline
@@ -362,18 +370,17 @@ def _launcher(params: int, launches: list[tuple[str, tuple, tuple, int, object, 
         stage = re.match(r"s(\d+)_", name)
         if stage:
             name = f"cuda_agent_stage{stage.group(1)}::{name}"
-        threads = block[0]
-        assert block[1] == block[2] == 1
+        threads = block[0] * block[1] * block[2]  # numbered linearly (the shim's `ca_tid`)
         assert grid[0] % cluster == 0, "a grid of whole clusters"
         # the blocks of a cluster run together (one after another otherwise), each with its
         # own barriers, shuffle slots and dynamic shared memory; static __shared__ arrays are
         # one per process, so cluster kernels keep all of theirs in dynamic shared memory
         body.append(f"""
   {{
-    gridDim = {{{grid[0]}u, {grid[1]}u, {grid[2]}u}}; blockDim = {{{threads}u, 1u, 1u}};
     const ca_grid g_{{{grid[0]}u, {grid[1]}u, {grid[2]}u, {threads}u, {cluster}u, {max(1, smem // 4)}ul}};
     launch_(&g_, [](const ca_ctx* c_, void* u_) {{
-      ca_enter(c_);
+      gridDim = {{{grid[0]}u, {grid[1]}u, {grid[2]}u}}; blockDim = {{{block[0]}u, {block[1]}u, {block[2]}u}};
+      ca_enter(c_);  // after blockDim: it splits the thread's number into threadIdx
       void* const* a_ = static_cast<void* const*>(u_); {unpack}
       {name}({call}); }}, args_);
   }}""")
@@ -469,12 +476,15 @@ HALF_BITS = (np.dtype(np.float16), np.dtype(np.uint16), np.dtype(np.int16))
 
 
 def run(rendered, inputs: list[np.ndarray], out_shape: tuple[int, ...],
-        workspace: list | None = None, out_bits: int | None = None) -> np.ndarray:
+        workspace: list | None = None, out_bits: int | None = None,
+        library_inputs: list | None = None) -> np.ndarray:
     """Execute `rendered` (a `Rendered`) on `inputs` (kernel operand order: float32, int64
     for class indices, or the bits of half-precision tensors: `HALF_BITS`). With `out_bits`
     the output is a half-precision tensor's bits (uint16), pre-filled with that NaN. A leading vendor-library step runs through torch on the CPU
     (`launcher.run_library`), its product handed to the kernels as their workspace. With a
-    `workspace` list, the workspace the kernels left (float32 words) is appended to it."""
+    `workspace` list, the workspace the kernels left (float32 words) is appended to it.
+    `library_inputs`: the inputs as torch tensors for the library step (half-precision ones in
+    their type, whose product torch computes in it: its bits are the kernels' workspace)."""
     src, library = _program(rendered, len(inputs))
     args = next((L.args for L in rendered.launches if L.library), None)
     product = None
@@ -483,13 +493,17 @@ def run(rendered, inputs: list[np.ndarray], out_shape: tuple[int, ...],
 
         from cuda_agent.runner.launcher import run_library
 
-        tensors = [torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)) for x in inputs]
+        tensors = list(library_inputs) if library_inputs is not None else \
+            [torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)) for x in inputs]
         if args is not None:  # a program's first stage: its operands are program inputs
             assert all(a[0] == "in" for a in args), "emulator: a library step reads inputs"
             tensors = [tensors[a[1]] for a in args]
         y = run_library(library, tensors)
         # its memory as the kernels read it (channels-last where kept so), not numpy's order
-        product = y.as_strided((y.numel(),), (1,)).numpy().copy()
+        flat = y.as_strided((y.numel(),), (1,))
+        if flat.dtype in (torch.float16, torch.bfloat16):
+            flat = flat.view(torch.int16)  # a half product's bits
+        product = flat.numpy().copy()
     key = _key(src)
     if key in _prebuilt:
         lib, name = _prebuilt[key]
@@ -598,7 +612,8 @@ def run_torch(rendered, tensors, out_shape: tuple[int, ...], out_dtype) -> "torc
         return t.numpy()
 
     half = {torch.float16: 0x7E01, torch.bfloat16: 0x7FC1}.get(out_dtype)
-    got = run(rendered, [bits(t) for t in tensors], out_shape, out_bits=half)
+    got = run(rendered, [bits(t) for t in tensors], out_shape, out_bits=half,
+              library_inputs=[t.contiguous() for t in tensors])
     if half is not None:
         return torch.from_numpy(got.view(np.int16)).view(out_dtype)
     return torch.from_numpy(got)

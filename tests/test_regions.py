@@ -130,23 +130,26 @@ def test_out_of_place_fails_without_the_rewrite(monkeypatch):
 
 
 def test_half_precision_regions_tuned_in_their_type():
-    """A bf16 model: the relu is a kernel region in bf16; the matrix product, which no template
-    takes in half precision, goes to torch (cuBLAS in bf16), saying why
-    (tests/test_half_precision.py checks the kernels)."""
+    """A bf16 model: the linear layer and its relu are a kernel region in bf16 (cuBLAS in bf16,
+    the bias and relu generated: the library route); a bare product (no bias, nothing after
+    it), which no template takes in half precision, goes to torch, saying why
+    (tests/test_half_precision.py and tests/test_half_library.py check the kernels)."""
     class Half(nn.Module):
         def __init__(self):
             super().__init__()
             self.fc = nn.Linear(64, 64)
+            self.head = nn.Linear(64, 8, bias=False)
 
         def forward(self, x):
-            return torch.relu(self.fc(x))
+            return self.head(torch.relu(self.fc(x)))
 
     with torch.device("meta"):
         model = Half().to(torch.bfloat16)
         split = split_model(model, [torch.empty(8, 64, dtype=torch.bfloat16)])
-    assert [r.kind for r in split.regions] == [TORCH, KERNEL]
-    assert "half precision" in split.regions[0].reason and "bfloat16" in split.regions[0].reason
-    assert split.regions[1].dtype == "bfloat16"
+    assert [(r.kind, r.ops) for r in split.regions] == [(KERNEL, ["linear", "relu"]),
+                                                        (TORCH, ["linear"])]
+    assert "half precision" in split.regions[1].reason and "bfloat16" in split.regions[1].reason
+    assert split.regions[0].dtype == "bfloat16"
 
 
 def _emitted(name: str, tmp_path: Path, emit: bool = True):

@@ -525,6 +525,9 @@ def simulate_library(plan, rendered: Rendered, target: Target) -> tuple[float, d
         # the product cast back (read 2, write 4) around a product at the half rate
         casts = 1.5 * float(f.get("library_in_bytes", 0)) + 1.5 * float(f["product_bytes"])
         product_s = product_s * target.fp32_flops / LIBRARY_HALF_FLOPS + casts / target.dram_bw
+    if f.get("library_dtype") in ("float16", "bfloat16"):
+        # a product of half-precision tensors runs in their type (no casts: they are stored so)
+        product_s = product_s * target.fp32_flops / LIBRARY_HALF_FLOPS
     if _depthwise(plan, call):
         product_s = max(product_s, (float(f["product_bytes"]) + float(f.get("library_in_bytes", 0)))
                         / (DEPTHWISE_BW_SHARE * target.dram_bw))

@@ -72,6 +72,16 @@ class ConvGather:
         return self.transposed and any(s > 1 for s in self.stride)
 
 
+def conv_padding(gather: ConvGather) -> tuple[int, ...] | None:
+    """torch's symmetric padding that reproduces the gather's output size, or None where the
+    capture resolved an asymmetric 'same' padding torch's convolution cannot take as ints."""
+    for i, k, o, s, p, d in zip(gather.in_shape, gather.kernel, gather.out_shape, gather.stride,
+                                gather.padding, gather.dilation):
+        if (i + 2 * p - d * (k - 1) - 1) // s + 1 != o:
+            return None
+    return tuple(gather.padding)
+
+
 @dataclass(frozen=True)
 class TransposedPhase:
     """The output pixels o = q * stride + residue of a transposed convolution (per spatial

@@ -9,10 +9,11 @@ A program's stages are planned here again, one graph each, so none of those call
 from __future__ import annotations
 
 from ..errors import UnsupportedError
-from .graph import Graph
+from .conv import conv_padding
+from .graph import HALF_DTYPES, Graph
 from .layout import mark_channels_last
 from .partition import Program, ProgramPlan, partition, sides_written
-from .plan import KernelPlan, make_pattern_plan
+from .plan import CHAN_REDUCE, KernelPlan, make_pattern_plan
 from .structured import planner_for
 
 
@@ -83,12 +84,49 @@ def make_program_plan(graph: Graph, program: Program) -> ProgramPlan:
     return plan
 
 
+def library_dtype(plan: KernelPlan) -> str | None:
+    """The storage type in which cuBLAS or cuDNN (through torch) computes `plan`'s product
+    with a generated epilogue after it (space/templates/library.py): "float32", or the half
+    type both its operands are stored in (torch computes and writes the product in it); None
+    where that route does not apply: no epilogue to generate (a bare product is the library
+    alone; inside a program it may be a stage's fp32 buffer), a gathered matrix product, a convolution whose padding torch cannot take (an
+    asymmetric 'same') or of more than 3 dims, operands of two types."""
+    if plan.kind not in ("gemm", "conv") or plan.anchor is None:
+        return None
+    # a bare product: a program's convolution stage whose epilogue its readers apply
+    # (`partition.defer_epilogues`), the library's fp32 result the stage's buffer
+    bare = plan.output == plan.anchor
+    if bare and not (plan.kind == "conv" and plan.feeds_stage):
+        return None
+    g = plan.info
+    if plan.kind == "conv" and not g.b_gather.transposed and (
+            conv_padding(g.b_gather) is None or len(g.b_gather.kernel) not in (1, 2, 3)):
+        return None
+    if plan.kind == "gemm" and g.b_gather is not None:
+        return None
+    dts = {plan.graph.inputs[g.a].dtype, plan.graph.inputs[g.b].dtype}
+    dt = dts.pop()
+    if bare and dt != "float32":
+        return None
+    return dt if not dts and dt in ("float32",) + HALF_DTYPES else None
+
+
 def half_covered(plan: KernelPlan) -> bool:
     """Whether a template takes `plan` with tensors stored in fp16 or bf16: the templates with
-    `takes_half` (space/templates: map, and row for reductions along contiguous rows); kept
-    here, below the space, for the region split (tests/test_half_precision.py checks the two
-    agree)."""
-    return plan.kind == "map" or (plan.kind == "reduce" and plan.I == 1)
+    `takes_half` (space/templates: map; row, col and split for reductions; chan and split for
+    reductions over channels; pool for pooling windows; the library route for a product of
+    two half operands with an epilogue), each where its `applies` takes the plan; kept here,
+    below the space, for the region split (tests/test_half_precision.py and
+    tests/test_half_templates.py check the two agree)."""
+    if plan.kind in ("map", "pool"):
+        return True
+    if plan.kind == "reduce":  # row (contiguous rows), col (strided columns)
+        return plan.I == 1 or (not plan.whole_rows_only and (
+            plan.out_perm is None or not plan.output_is_row))
+    if plan.kind == CHAN_REDUCE:  # chan, split: not an arg-reduction over non-adjacent dims
+        return not plan.whole_rows_only and not any(
+            plan.graph[n].attr("kind") in ("argmax", "argmin") for lv in plan.levels for n in lv)
+    return library_dtype(plan) in HALF_DTYPES
 
 
 def half_gap(plan: KernelPlan) -> str:

@@ -390,6 +390,13 @@ def update_state(updates: Sequence[dict], workspace: torch.Tensor,
         m, n = float(u["momentum"]), int(u["count"])
         mean, var = (_floats(workspace, *u[stat]) for stat in ("mean", "var"))
         running_mean, running_var = buffer(u["running_mean"]), buffer(u["running_var"])
+        if running_mean.dtype != torch.float32:
+            # a half-precision model's statistics (float32 in the workspace): updated in
+            # float32 and rounded once into the buffers, as torch's batch norm does
+            running_mean.copy_(running_mean.float().lerp_(mean.view(running_mean.shape), m))
+            running_var.copy_(running_var.float().mul_(1.0 - m).add_(
+                var.view(running_var.shape), alpha=m * n / (n - 1)))
+            continue
         # four small launches in all (with the counter's): (1 - m) * r + m * statistic
         running_mean.lerp_(mean.view(running_mean.shape), m)
         running_var.mul_(1.0 - m).add_(var.view(running_var.shape), alpha=m * n / (n - 1))

@@ -55,6 +55,102 @@ def get_inputs():
 def get_init_inputs():
     return []
 ''', torch.bfloat16),
+    # the library route in half: cuBLAS/cuDNN in the problem's type, the epilogue generated
+    "linear_gelu_fp16": ('''import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4096, 4096).to(torch.float16)
+
+    def forward(self, x):
+        return F.gelu(self.fc(x)) * 0.5
+
+
+def get_inputs():
+    return [torch.randn(4096, 4096, dtype=torch.float16)]
+
+
+def get_init_inputs():
+    return []
+''', torch.float16),
+    "conv_relu_bf16": ('''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(64, 128, 3, padding=1).to(torch.bfloat16)
+
+    def forward(self, x):
+        return torch.relu(self.conv(x)) + 1.0
+
+
+def get_inputs():
+    return [torch.randn(32, 64, 56, 56, dtype=torch.bfloat16)]
+
+
+def get_init_inputs():
+    return []
+''', torch.bfloat16),
+    # reductions over columns and channels, pooling (col, chan/split, pool templates in half)
+    "maxpool_fp16": ('''import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return F.max_pool2d(x, 3, 2, 1)
+
+
+def get_inputs():
+    return [torch.randn(32, 64, 112, 112, dtype=torch.float16)]
+
+
+def get_init_inputs():
+    return []
+''', torch.float16),
+    "colsum_bf16": ('''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x.sum(dim=1)
+
+
+def get_inputs():
+    return [torch.randn(64, 2048, 512, dtype=torch.bfloat16)]
+
+
+def get_init_inputs():
+    return []
+''', torch.bfloat16),
+    "batchnorm_train_bf16": ('''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm2d(64).to(torch.bfloat16)
+
+    def forward(self, x):
+        return torch.relu(self.bn(x))
+
+
+def get_inputs():
+    return [torch.randn(32, 64, 56, 56, dtype=torch.bfloat16)]
+
+
+def get_init_inputs():
+    return []
+''', torch.bfloat16),
 }
 
 
@@ -83,6 +179,8 @@ def test_half_problem_tunes_verified_in_its_type(name, tmp_path):
                       store=str(tmp_path / "s.sqlite"), strategy="random")
     assert result.best is not None and result.best.measurement.verified is True, "; ".join(
         f"{t.measurement.error_kind}: {t.measurement.error_msg}" for t in result.trials[:3])
+    if name.startswith(("linear", "conv")):  # the library route: its product in the type
+        assert "ca_lib_epilogue" in (tmp_path / "o" / "model_new.py").read_text()
     mod = _load(tmp_path / "o" / "model_new.py", f"half_{name}")
     torch.manual_seed(0)
     ref = mod.Model(*mod.get_init_inputs()).cuda()
@@ -132,9 +230,9 @@ def test_half_model_regions_tuned_on_the_gpu(dt, tmp_path):
         result = tune_model(path, tmp_path / "o", device="cuda", budget=12, store=":memory:",
                             time_limit_s=300)
     assert not result.simulated
-    # the layer norm, the gelu and add+softmax generated in the model's dtype; the two
-    # matrix products run in torch (cuBLAS in that type)
-    assert sorted(result.generated()) == [r.index for r in result.split.kernels()] == [1, 3, 5]
+    # the layer norm, linear+gelu and linear+add+softmax generated in the model's dtype: the
+    # matrix products through cuBLAS in that type, their epilogues generated
+    assert sorted(result.generated()) == [r.index for r in result.split.kernels()] == [1, 2, 3]
     assert all(r.dtype == dt for r in result.split.regions)
     mod = _load(tmp_path / "o" / "model_new.py", f"half_model_{dt}")
     torch.manual_seed(0)

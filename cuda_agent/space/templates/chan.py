@@ -77,6 +77,7 @@ LONG_CHANNEL = 1 << 20
 class ChanTemplate(Template):
     name = "chan"
     writes_sides = True
+    takes_half = True  # loads through ca_ld* (fp16/bf16 convert), stores round
     version = "4"  # 4: compute.algo (Welford)
     # version 1 re-read the channel on every pass, one block per channel
     legacy = {"memory.cache": "reload", "config.cluster": 1, "compute.algo": "passes"}

@@ -81,6 +81,7 @@ class ColTemplate(Template):
     name = "col"
     version = "1"
     writes_sides = True
+    takes_half = True  # loads through ca_ld* (fp16/bf16 convert), stores round
     writes_permuted = True
 
     def applies(self, plan: KernelPlan) -> bool:

@@ -20,6 +20,7 @@ from .pool import PoolTemplate
 class DepthwiseConvTemplate(PoolTemplate):
     name = "dwconv"
     version = "1"
+    takes_half = False  # not checked in half precision (its weight loads)
     kernel = "ca_dwconv"
 
     def applies(self, plan: KernelPlan) -> bool:

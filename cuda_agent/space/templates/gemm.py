@@ -36,6 +36,7 @@ from dataclasses import replace
 from typing import Any
 
 from ...ir.gemm import GemmInfo
+from ...ir.graph import HALF_DTYPES
 from ...ir.plan import KernelPlan
 from .. import codegen as cg
 from ..slots import Launch, Rendered, Slot, Target
@@ -247,7 +248,10 @@ def epilogue_value(plan: KernelPlan, c: Code, value: str, fl: str, row: str, col
     bound: dict[int, str] = {plan.anchor_id(): value}
     for nid in cg.epilogue_reads(plan):
         off = cg.offset_expr(plan, nid, [grp])
-        bound[nid] = f"__ldg(in{cg.read_index(plan, nid)} + ({off}))"
+        k = cg.read_index(plan, nid)
+        # a half-precision operand (a bias, a residual) loads through the prelude's conversion
+        bound[nid] = (f"ca_ld<1>(in{k} + ({off}))" if plan.graph.inputs[k].dtype in HALF_DTYPES
+                      else f"__ldg(in{k} + ({off}))")
     for n in plan.live_nodes():
         if n.op == "tri_mask":
             r = row if g.rows_per_matrix == g.M else f"(({row}) % {g.rows_per_matrix})"

@@ -30,6 +30,12 @@ space/templates/library.py), and `model_new.py` runs its library
 convolution in that mode too (`runner/launcher.run_library`). Eager and torch.compile are still
 timed on the heuristics, as a user's process runs them, with eager in the benchmark mode
 reported beside them.
+
+A product of fp16 or bf16 tensors (a half-precision model's linear and convolution layers) runs
+in that type, as torch.compile runs it: cuBLAS/cuDNN read the half operands, accumulate in
+float32 and write the product rounded to that type, and the epilogue kernel reads the product
+and its own operands as half, computes in float32 and stores the output rounded
+(`library_dtype`; both operands of the call must share the type, as torch's own call needs).
 """
 
 from __future__ import annotations
@@ -37,7 +43,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ...ir.conv import conv_padding
 from ...ir.gemm import GemmInfo
+from ...ir.graph import HALF_DTYPES, element_bytes
+from ...ir.planning import library_dtype
 from ...ir.plan import KernelPlan
 from ...precision import product_precision
 from .. import codegen as cg
@@ -63,24 +72,11 @@ def _info(plan: KernelPlan) -> GemmInfo:
     return plan.info
 
 
-def _has_epilogue(plan: KernelPlan) -> bool:
-    return plan.anchor is not None and plan.output != plan.anchor
-
-
 def _bare(plan: KernelPlan) -> bool:
     """A convolution stage of a program with no epilogue (`partition.defer_epilogues` left it
-    to the stages that read the buffer): the library call alone writes the stage's buffer."""
-    return plan.kind == "conv" and plan.feeds_stage and not _has_epilogue(plan)
-
-
-def conv_padding(gather: Any) -> tuple[int, ...] | None:
-    """torch's symmetric padding that reproduces the gather's output size, or None where the
-    capture resolved an asymmetric 'same' padding torch's convolution cannot take as ints."""
-    for i, k, o, s, p, d in zip(gather.in_shape, gather.kernel, gather.out_shape, gather.stride,
-                                gather.padding, gather.dilation):
-        if (i + 2 * p - d * (k - 1) - 1) // s + 1 != o:
-            return None
-    return tuple(gather.padding)
+    to the stages that read the buffer): the library call alone writes the stage's buffer
+    (`planning.library_dtype` offers the route there)."""
+    return plan.kind == "conv" and plan.feeds_stage and plan.output == plan.anchor
 
 
 def conv_output_padding(gather: Any) -> tuple[int, ...]:
@@ -120,10 +116,11 @@ class LibraryTemplate(Template):
     version = "1"
     # recorded before the library call had slots: torch's layout, cuDNN's heuristics
     legacy = {"memory.layout": "as_given"}
+    # a half-precision product runs in its type and the epilogue reads and stores half
+    takes_half = True
 
     def applies(self, plan: KernelPlan) -> bool:
-        return plan.kind in ("gemm", "conv") and (_has_epilogue(plan) or _bare(plan)) and \
-            library_call(plan) is not None
+        return library_dtype(plan) is not None
 
     def slots(self, plan: KernelPlan, target: Target) -> list[Slot]:
         out = [] if _bare(plan) else [
@@ -170,23 +167,29 @@ class LibraryTemplate(Template):
         if cfg.get("memory.layout", "as_given") != "as_given":
             call["layout"] = cfg["memory.layout"]
         op = "matmul" if call["op"] == "matmul" else "conv"
-        if product_precision(target.precision, op) == "tf32":
+        # half operands: the product in their own type (TF32 and the opted-in half products
+        # below concern fp32 operands only)
+        dtype = library_dtype(plan) or "float32"  # applies(): never None here
+        half = dtype in HALF_DTYPES
+        if not half and product_precision(target.precision, op) == "tf32":
             # the contract lets this product use TF32 (`--precision auto` under torch's default
             # for a convolution, or tf32): cuDNN and cuBLAS may round the operands to TF32, in
             # the worker and in model_new.py alike (`launcher.run_library`); without it the call
             # runs strict fp32 whatever the process's flags, which it restores after
             call["tf32"] = True
-        if target.precision in ("fp16", "bf16"):
+        if target.precision in ("fp16", "bf16") and not half:
             # the user opted into half-precision products: the library computes in that type,
             # as torch does under autocast (operands cast, the product cast back to fp32)
             call["dtype"] = target.precision
+        total = plan.numel
+        elem = element_bytes(dtype)
         head = (("family", "lib"), ("library", LIBRARY_NAMES[call["op"]]),
                 ("library_layout", call.get("layout", "as_given")))
         tail = (("library_flops", plan.anchor_flops or 2 * g.batch * g.M * g.N * g.K),
-                 ("product_bytes", 4 * plan.numel),
-                 ("library_in_bytes", 4 * sum(math.prod(plan.graph[plan.operands[i]].shape)
-                                              for i in (call.get("x"), call.get("w"))
-                                              if i is not None)))
+                ("product_bytes", elem * total),
+                ("library_in_bytes", elem * sum(math.prod(plan.graph[plan.operands[i]].shape)
+                                                for i in (call.get("x"), call.get("w"))
+                                                if i is not None)))
         if _bare(plan):
             # the product is the stage's buffer (`program.compose` points its readers at it)
             return Rendered(cg.prelude(plan) + f"// the product comes from "
@@ -194,7 +197,6 @@ class LibraryTemplate(Template):
                             (Launch("torch_library", (1, 1, 1), (1, 1, 1), library=call),),
                             facts=head + tail + (("bare", True),))
         block, items, vec = cfg["config.block"], cfg["config.items"], cfg["memory.vec"]
-        total = plan.numel
         per_block = block * items * vec
         idx_t = "int" if total < 2**31 - per_block else "long long"
         c = Code()
@@ -202,18 +204,20 @@ class LibraryTemplate(Template):
         c(f"// the product comes from {LIBRARY_NAMES[call['op']]}: {call}")
         c.open(f'extern "C" __global__ void __launch_bounds__({block}) '
                f"ca_lib_epilogue({cg.kernel_params(plan)})")
+        ptype = cg.MEMORY_TYPES.get(dtype, "float")
         c(f"typedef {idx_t} idx_t;",
-          "const float* __restrict__ prod = reinterpret_cast<const float*>(ws);",
+          f"const {ptype}* __restrict__ prod = reinterpret_cast<const {ptype}*>(ws);",
           f"const idx_t base = (idx_t)blockIdx.x * {per_block} + (idx_t)threadIdx.x * {vec};")
         c("#pragma unroll")
         c.open(f"for (int it = 0; it < {items}; ++it)")
         c(f"const idx_t f0 = base + (idx_t)it * {block * vec};")
         c.open(f"if (f0 < {total})")
         if vec == 4:
-            c("const float4 p4 = __ldg(reinterpret_cast<const float4*>(prod + f0));")
+            c("const float4 p4 = ca_ld4<1>(prod + f0);" if half else
+              "const float4 p4 = __ldg(reinterpret_cast<const float4*>(prod + f0));")
             src = ["p4.x", "p4.y", "p4.z", "p4.w"]
         else:
-            src = ["__ldg(prod + f0)"]
+            src = ["ca_ld<1>(prod + f0)" if half else "__ldg(prod + f0)"]
         vals = []
         kept = call.get("layout") in KEPTS
         for q, v in enumerate(src):
@@ -227,7 +231,10 @@ class LibraryTemplate(Template):
         grid = -(-total // per_block)
         launches = (Launch("torch_library", (1, 1, 1), (1, 1, 1), library=call),
                     Launch("ca_lib_epilogue", (grid, 1, 1), (block, 1, 1)))
+        facts: tuple[tuple[str, Any], ...]  # Rendered.facts: a library_dtype may follow
         facts = head + (("threads", block), ("vec", vec), ("items", items)) + tail
+        if half:
+            facts += (("library_dtype", dtype),)
         return Rendered(c.text(), launches, facts=facts)
 
 
@@ -240,6 +247,10 @@ def _nchw_index(plan: KernelPlan, f: str) -> str:
 
 def epilogue_bytes(plan: KernelPlan) -> int:
     """Bytes the epilogue kernel moves: the product read once, the output written once, plus
-    the epilogue's own operands (a bias, a residual)."""
-    extra = sum(4 * math.prod(plan.graph[n].shape) for n in cg.epilogue_reads(plan))
-    return 8 * plan.numel + extra
+    the epilogue's own operands (a bias, a residual), each in its storage type."""
+    g = plan.graph
+    extra = sum(element_bytes(g.inputs[cg.read_index(plan, n)].dtype) * math.prod(g[n].shape)
+                for n in cg.epilogue_reads(plan))
+    prod = element_bytes(library_dtype(plan) or "float32")
+    out = element_bytes(plan.out_dtype) if plan.out_dtype in HALF_DTYPES else 4
+    return (prod + out) * plan.numel + extra

@@ -40,6 +40,7 @@ class PoolTemplate(Template):
     version = "2"
     kernel = "ca_pool"
     legacy = {"memory.vec": 1}
+    takes_half = True  # loads through ca_ld* (fp16/bf16 convert), stores round
 
     def applies(self, plan: KernelPlan) -> bool:
         return plan.kind == "pool"
@@ -137,8 +138,10 @@ class PoolTemplate(Template):
         c(cg.prelude(plan))
         c.open(f'extern "C" __global__ void __launch_bounds__({block}) '
                f"{self.kernel}({cg.kernel_params(plan)})")
+        # the input's elements as stored (fp16/bf16: loads convert to float, `cg.in_mtype`)
+        xt = cg.in_mtype(plan, info.input)
         c(f"typedef {idx_t} idx_t;",
-          f"const float* __restrict__ x = in{info.input};")
+          f"const {xt}* __restrict__ x = in{info.input};")
         c.open(f"for (idx_t t = (idx_t)blockIdx.x * {block} + threadIdx.x; t < (idx_t){T}; "
                f"t += (idx_t)gridDim.x * {block})")
         # decompose t: chunk of the output row, outer output dims (innermost first), plane
@@ -152,11 +155,11 @@ class PoolTemplate(Template):
             c(f"const int s{j} = o{j} * {info.stride[j]} - {info.padding[j]};  // window start")
         plane = "rest" if r > 1 else "row"  # the output plane
         in_plane = plane if info.per_plane == 1 else f"({plane} / {info.per_plane})"
-        c(f"const float* __restrict__ src = x + {in_plane} * "
+        c(f"const {xt}* __restrict__ src = x + {in_plane} * "
           f"(idx_t){math.prod(info.in_spatial)};",
           f"const int w0 = ow0 * {info.stride[-1]} - {info.padding[-1]};")
         if info.kind == "wsum":  # the plane's weights, one register a tap
-            c(f"const float* __restrict__ wp = in{info.weight} + "
+            c(f"const {cg.in_mtype(plan, info.weight)}* __restrict__ wp = in{info.weight} + "
               f"(int)({plane} % {info.out_channels}) * {info.window};",
               f"float wk[{info.window}];", "#pragma unroll",
               f"for (int j = 0; j < {info.window}; ++j) wk[j] = ca_ld<1>(wp + j);")
@@ -170,14 +173,14 @@ class PoolTemplate(Template):
             conds += ["w0 >= 0", f"w0 + {span(info, items)} <= {IW}", f"ow0 + {items} <= {OW}"]
             c(f"const bool inside = {' && '.join(conds)};")
             c.open("if (inside)")
-            self._window(c, info, items, regs, hint, outer_unroll, guarded=False,
+            self._window(c, info, items, regs, hint, outer_unroll, guarded=False, xt=xt,
                          vec_loads=vector_loads(info, cfg))
             c.close(" else {")
             c.depth += 1
-            self._window(c, info, items, regs, hint, outer_unroll, guarded=True)
+            self._window(c, info, items, regs, hint, outer_unroll, guarded=True, xt=xt)
             c.close()
         else:
-            self._window(c, info, items, regs, hint, outer_unroll, guarded=True)
+            self._window(c, info, items, regs, hint, outer_unroll, guarded=True, xt=xt)
         self._finish(c, plan, info, items, fast, hint, shint, interior,
                      vector_stores(info, cfg))
         c.close()  # grid-stride loop
@@ -198,8 +201,10 @@ class PoolTemplate(Template):
 
     # -- parts ----------------------------------------------------------------------------------
     def _window(self, c: Code, info: PoolInfo, items: int, regs: bool, hint: int,
-                outer_unroll: str, guarded: bool, vec_loads: bool = False) -> None:
-        """Accumulate every window of the thread's ITEMS outputs into acc[]."""
+                outer_unroll: str, guarded: bool, vec_loads: bool = False, xt: str = "float"
+                ) -> None:
+        """Accumulate every window of the thread's ITEMS outputs into acc[] (the input's
+        elements of C type `xt` in memory)."""
         r = info.rank
         IW, SW, KW, DW = info.in_spatial[-1], info.stride[-1], info.kernel[-1], info.dilation[-1]
         ident = "-CA_INF" if info.kind == "max" else "0.f"
@@ -222,7 +227,7 @@ class PoolTemplate(Template):
         off = row_off[0] if row_off else "0"
         for j in range(1, r - 1):
             off = f"({off}) * {info.in_spatial[j]} + {row_off[j]}"
-        c(f"const float* __restrict__ rp = src + (idx_t)({off}) * {IW};")
+        c(f"const {xt}* __restrict__ rp = src + (idx_t)({off}) * {IW};")
 
         def load(rel: str) -> str:
             v = f"ca_ld<{hint}>(rp + (w0 + {rel}))"

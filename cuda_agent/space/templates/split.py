@@ -85,6 +85,7 @@ def splits(plan: KernelPlan, block: int, vec: int, waves: int, sm_count: int) ->
 class SplitTemplate(Template):
     name = "split"
     writes_sides = True
+    takes_half = True  # loads through ca_ld* (fp16/bf16 convert), stores round
     version = "3"  # 3: compute.algo (Welford)
     legacy = {"config.out_grid": "chunks", "compute.algo": "passes"}
 
