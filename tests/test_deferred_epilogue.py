@@ -1,4 +1,4 @@
-"""A convolution's epilogue deferred to the stages that read it (`partition.defer_epilogues`).
+"""A convolution's or matrix product's epilogue deferred to the stages that read it (`partition.defer_epilogues`).
 
 Where a program cuts a convolution's elementwise epilogue (its bias, an activation) before a
 reduction, the cut moves to the product itself: the library stage is cuDNN's call alone (no
@@ -21,6 +21,7 @@ from cuda_agent.costmodel.model import simulate
 from cuda_agent.ir.capture import capture
 from cuda_agent.ir.partition import ProgramPlan, partition
 from cuda_agent.ir.planning import make_plan, make_program_plan
+from cuda_agent.ir.sink import sink_epilogue_views
 from cuda_agent.runner.launcher import LoadedKernels
 from cuda_agent.space.program import StageSpace, stage_spaces
 from cuda_agent.space.slots import Target
@@ -64,7 +65,27 @@ class ConvReluConv(nn.Module):  # a convolution reads it: not deferred
         return self.b(torch.relu(self.a(x)))
 
 
-CHAINS = {"tconv_bias_min": (TConvBiasMin, (2, 3, 5, 7)), "conv_bn_tanh": (ConvBNTanh, (2, 3, 9, 11))}
+class LinearReluLayerNorm(nn.Module):  # cuBLAS's product bare, bias and ReLU in the norm
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc, self.norm = nn.Linear(24, 40), nn.LayerNorm(40)
+
+    def forward(self, x):
+        return self.norm(torch.relu(self.fc(x)))
+
+
+class ConvGeluGroupNorm(nn.Module):  # GroupNorm views the activation: the view moves first
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv, self.norm = nn.Conv2d(3, 6, 3), nn.GroupNorm(3, 6)
+
+    def forward(self, x):
+        return self.norm(torch.nn.functional.gelu(self.conv(x)))
+
+
+CHAINS = {"tconv_bias_min": (TConvBiasMin, (2, 3, 5, 7)), "conv_bn_tanh": (ConvBNTanh, (2, 3, 9, 11)),
+          "linear_relu_layernorm": (LinearReluLayerNorm, (6, 24)),
+          "conv_gelu_groupnorm": (ConvGeluGroupNorm, (2, 3, 7, 9))}
 
 
 def _plan(cls: type, shape: tuple[int, ...]) -> ProgramPlan:
@@ -82,7 +103,8 @@ def test_the_cut_moves_to_the_product_and_the_reader_applies_the_epilogue(name):
     cls, shape = CHAINS[name]
     plan = _plan(cls, shape)
     conv, reader = plan.program.stages[:2]
-    assert _ops(conv.graph) == ["conv"]  # the bare product: no bias add in its stage
+    # the bare product: no bias add in its stage (a linear layer's weight read transposed)
+    assert _ops(conv.graph) in (["conv"], ["permute", "matmul"])
     assert "add" in _ops(reader.graph) and "reduce" in _ops(reader.graph)
     assert conv.plan.feeds_stage and not reader.plan.feeds_stage or reader.writes is not None
     # the cut as it was (no deferral) kept the bias in the convolution's stage
@@ -206,3 +228,45 @@ def test_deferred_programs_match_torch(name):
     for label, r in runs:
         err = cpu_exec.max_rel_error(r, inputs, want)
         assert err < 1e-4, (label, err)
+
+
+def test_a_view_below_the_epilogue_moves_onto_the_product():
+    """GroupNorm's grouping view: the sunk graph views the product, computes the bias and GELU
+    in (N, groups, C / groups, H * W) with the bias viewed (groups, C / groups, 1)."""
+    g = capture(ConvGeluGroupNorm, [], lambda: [torch.randn(2, 3, 7, 9)])
+    sunk = sink_epilogue_views(g)
+    assert sunk is not None
+    conv = next(n for n in sunk.nodes if n.op == "conv")
+    view = next(n for n in sunk.nodes if n.op == "view" and n.args == (conv.id,))
+    assert view.shape == (2, 3, 2, 35)
+    add = next(n for n in sunk.live() if n.op == "add" and view.id in n.args)
+    bias = sunk[next(a for a in add.args if a != view.id)]
+    assert bias.op == "view" and bias.shape == (3, 2, 1) and sunk[bias.args[0]].op == "input"
+    assert sink_epilogue_views(capture(ConvReluPool, [], lambda: [torch.randn(2, 3, 11, 9)])) \
+        is None  # no view to move
+
+
+def test_a_parameter_over_part_of_a_merged_dim_is_not_moved():
+    class RowScale(nn.Module):  # a scale per row (H), the view merges (C, H): it straddles the
+        # merged dim (a per-channel one would too)
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(3, 4, 3)
+            self.s = nn.Parameter(torch.randn(5, 1))
+
+        def forward(self, x):
+            y = (self.conv(x) * self.s).view(2, 20, 7)
+            return y.sum(dim=1)
+
+    g = capture(RowScale, [], lambda: [torch.randn(2, 3, 7, 9)])
+    assert sink_epilogue_views(g) is None
+
+    class ChannelScale(RowScale):  # a scale per channel, the view splitting the channels and
+        def __init__(self) -> None:  # merging (H, W) as GroupNorm's does: it moves
+            super().__init__()
+            self.s = nn.Parameter(torch.randn(4, 1, 1))
+
+        def forward(self, x):
+            return (self.conv(x) * self.s).view(2, 2, 2, 35).sum(dim=(2, 3))
+
+    assert sink_epilogue_views(capture(ChannelScale, [], lambda: [torch.randn(2, 3, 7, 9)]))

@@ -27,7 +27,7 @@ import torch
 from ..errors import ProblemError, UnsupportedError, data_dependent, first_line
 from .capture_common import Refused, op_arg
 from .graph import (HALF_DTYPES, INDEX_DTYPE, STORAGE_FLOATS, Graph, GraphInput, Increment,
-                    Node, broadcast_shapes)
+                    Node, broadcast_shapes, view_runs)
 from .class_loss import HANDLERS as _CLASS_LOSS_HANDLERS, check_index_inputs
 from .attention_capture import ATTENTION_HANDLERS, fold_manual
 from .normstat import HANDLERS as _NORMSTAT_HANDLERS
@@ -46,32 +46,6 @@ DTYPE_NAMES = {torch.float32: "float32", torch.int64: INDEX_DTYPE, torch.bool: "
 
 def dtype_name(dtype: torch.dtype) -> str:
     return DTYPE_NAMES.get(dtype, str(dtype).replace("torch.", ""))
-
-
-def _view_runs(src: tuple[int, ...], dst: tuple[int, ...]
-               ) -> list[tuple[list[int], list[int]]]:
-    """The dims of two shapes of one size in runs of equal size, (src dims, dst dims) each:
-    (N, G, C/G, HW) and (N, C, H, W) give ([0], [0]), ([1, 2], [1]), ([3], [2, 3]). A
-    trailing dim of size 1 joins the last run."""
-    runs: list[tuple[list[int], list[int]]] = []
-    i = j = 0
-    while i < len(src) and j < len(dst):
-        si, dj, ps, pd = [i], [j], src[i], dst[j]
-        i, j = i + 1, j + 1
-        while ps != pd:
-            if ps < pd:
-                si.append(i)
-                ps *= src[i]
-                i += 1
-            else:
-                dj.append(j)
-                pd *= dst[j]
-                j += 1
-        runs.append((si, dj))
-    if runs:
-        runs[-1][0].extend(range(i, len(src)))
-        runs[-1][1].extend(range(j, len(dst)))
-    return runs
 
 
 class _Lowering:
@@ -230,7 +204,7 @@ class _Lowering:
         if padded == shape or any(o not in (1, t) for o, t in zip(padded, shape)):
             return None
         new: list[int] = []
-        for si, ti in _view_runs(src_shape, shape):
+        for si, ti in view_runs(src_shape, shape):
             part = [padded[j] for j in ti]
             if all(p == 1 for p in part):
                 new += [1] * len(si)

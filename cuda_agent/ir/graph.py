@@ -254,3 +254,29 @@ def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
                     raise ValueError(f"shapes {shapes} do not broadcast")
                 out[j] = size
     return tuple(out)
+
+
+def view_runs(src: tuple[int, ...], dst: tuple[int, ...]
+               ) -> list[tuple[list[int], list[int]]]:
+    """The dims of two shapes of one size in runs of equal size, (src dims, dst dims) each:
+    (N, G, C/G, HW) and (N, C, H, W) give ([0], [0]), ([1, 2], [1]), ([3], [2, 3]). A
+    trailing dim of size 1 joins the last run."""
+    runs: list[tuple[list[int], list[int]]] = []
+    i = j = 0
+    while i < len(src) and j < len(dst):
+        si, dj, ps, pd = [i], [j], src[i], dst[j]
+        i, j = i + 1, j + 1
+        while ps != pd:
+            if ps < pd:
+                si.append(i)
+                ps *= src[i]
+                i += 1
+            else:
+                dj.append(j)
+                pd *= dst[j]
+                j += 1
+        runs.append((si, dj))
+    if runs:
+        runs[-1][0].extend(range(i, len(src)))
+        runs[-1][1].extend(range(j, len(dst)))
+    return runs

@@ -161,12 +161,14 @@ def _natural_layout(graph: Graph, nid: int) -> tuple[int, list[int]]:
 
 
 #: structured ops whose product a program may keep bare, its epilogue deferred to the readers
-DEFERRABLE = frozenset({"conv"})
+#: (cuDNN's convolutions and cuBLAS's matrix products: the library's result is the buffer)
+DEFERRABLE = frozenset({"conv", "matmul"})
 
 
 def defer_epilogues(graph: Graph, cuts: list[int]) -> list[int]:
-    """`cuts` with each cut value that is a convolution's elementwise epilogue (its bias,
-    activations, scalings: elementwise ops over the product and parameters) replaced by the
+    """`cuts` with each cut value that is a convolution's or a matrix product's elementwise
+    epilogue (its bias, activations, scalings: elementwise ops over the product and
+    parameters) replaced by the
     product itself, where every reader of the value is elementwise or a reduction (a pattern
     kernel, which recomputes the epilogue as it loads). The producing stage is then the bare
     product: cuDNN's output is the buffer and no pass of its own applies the epilogue (read
@@ -181,7 +183,7 @@ def defer_epilogues(graph: Graph, cuts: list[int]) -> list[int]:
     kept = set(graph.kept_values())
     out: list[int] = []
     for c in cuts:
-        product = None if c in kept else _epilogue_product(graph, c, set(cuts), structured)
+        product = None if c in kept else epilogue_product(graph, c, set(cuts), structured)
         if product is not None and product not in cuts and all(
                 graph[u].op == "reduce" or is_elementwise(graph[u].op) for u in users[c]):
             c = product
@@ -190,7 +192,7 @@ def defer_epilogues(graph: Graph, cuts: list[int]) -> list[int]:
     return sorted(out)
 
 
-def _epilogue_product(graph: Graph, value: int, cuts: set[int],
+def epilogue_product(graph: Graph, value: int, cuts: set[int],
                       structured: set[str]) -> int | None:
     """The structured op of `DEFERRABLE` whose elementwise epilogue `value` is, or None: every
     computed node between them elementwise, every other operand a parameter (computed from
@@ -212,7 +214,10 @@ def _epilogue_product(graph: Graph, value: int, cuts: set[int],
             continue
         if _parameter(graph, k):
             continue
-        if k in cuts and k != value or not is_elementwise(n.op):
+        # a view of the product itself (`sink.py` moved GroupNorm's grouping onto it): the
+        # reader views its input buffer
+        direct_view = n.op == "view" and graph[n.args[0]].op in structured
+        if k in cuts and k != value or not (is_elementwise(n.op) or direct_view):
             return None
         stack.extend(n.args)
     return product

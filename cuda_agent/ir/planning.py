@@ -13,6 +13,7 @@ from .conv import conv_padding
 from .graph import HALF_DTYPES, Graph
 from .layout import mark_channels_last
 from .partition import Program, ProgramPlan, partition, sides_written
+from .sink import sink_epilogue_views
 from .plan import CHAN_REDUCE, KernelPlan, make_pattern_plan
 from .structured import planner_for
 
@@ -21,6 +22,7 @@ def make_plan(graph: Graph) -> KernelPlan:
     """Classify the graph into one kernel pattern; where none covers it, into a program of
     stages (`partition.py`); or raise `UnsupportedError` saying why."""
     if graph.kept_values():  # state updates read values kept in memory: always a program
+        partition(graph)  # refuses, in one line, a state update from values the output ignores
         try:
             plan = _program_plan(graph, sides=True)
             if sides_written(plan.program):
@@ -50,6 +52,17 @@ def _program_plan(graph: Graph, sides: bool) -> ProgramPlan:
     if deferred is not None and deferred.values != program.values:
         try:
             plan = make_program_plan(graph, deferred)
+            if not sides or sides_written(plan.program):
+                return plan
+        except UnsupportedError:
+            pass
+    # a view between the epilogue and its reader (GroupNorm's grouping) moved onto the product
+    sunk = sink_epilogue_views(graph)
+    moved = partition(sunk, sides, defer=True) if sunk is not None else None
+    if sunk is not None and moved is not None and moved.values != getattr(
+            partition(sunk, sides), "values", None):
+        try:
+            plan = make_program_plan(sunk, moved)
             if not sides or sides_written(plan.program):
                 return plan
         except UnsupportedError:
@@ -93,10 +106,10 @@ def library_dtype(plan: KernelPlan) -> str | None:
     asymmetric 'same') or of more than 3 dims, operands of two types."""
     if plan.kind not in ("gemm", "conv") or plan.anchor is None:
         return None
-    # a bare product: a program's convolution stage whose epilogue its readers apply
+    # a bare product: a program's stage whose epilogue its readers apply
     # (`partition.defer_epilogues`), the library's fp32 result the stage's buffer
     bare = plan.output == plan.anchor
-    if bare and not (plan.kind == "conv" and plan.feeds_stage):
+    if bare and not plan.feeds_stage:
         return None
     g = plan.info
     if plan.kind == "conv" and not g.b_gather.transposed and (

@@ -73,10 +73,10 @@ def _info(plan: KernelPlan) -> GemmInfo:
 
 
 def _bare(plan: KernelPlan) -> bool:
-    """A convolution stage of a program with no epilogue (`partition.defer_epilogues` left it
-    to the stages that read the buffer): the library call alone writes the stage's buffer
-    (`planning.library_dtype` offers the route there)."""
-    return plan.kind == "conv" and plan.feeds_stage and plan.output == plan.anchor
+    """A convolution or matrix product stage of a program with no epilogue
+    (`partition.defer_epilogues` left it to the stages that read the buffer): the library call
+    alone writes the stage's buffer (`planning.library_dtype` offers the route there)."""
+    return plan.kind in ("conv", "gemm") and plan.feeds_stage and plan.output == plan.anchor
 
 
 def conv_output_padding(gather: Any) -> tuple[int, ...]:
