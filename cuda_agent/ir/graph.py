@@ -185,6 +185,15 @@ class Graph:
                 users[a].append(n.id)
         return users
 
+    def live_users(self) -> dict[int, list[int]]:
+        """Each live node's users among the live nodes (`users` counts dead ones too)."""
+        live = self.live()
+        users: dict[int, list[int]] = {n.id: [] for n in live}
+        for n in live:
+            for a in n.args:
+                users[a].append(n.id)
+        return users
+
     def live(self) -> list[Node]:
         """Nodes the output depends on, in topological order."""
         keep = {self.output}

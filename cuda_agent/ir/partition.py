@@ -175,11 +175,7 @@ def defer_epilogues(graph: Graph, cuts: list[int]) -> list[int]:
     and write of the whole activation), as torch.compile fuses a convolution's epilogue into
     the kernel after it. A kept value (read by a state update) stays as it is."""
     structured = structured_ops()
-    live = graph.live()
-    users: dict[int, list[int]] = {n.id: [] for n in live}
-    for n in live:
-        for a in n.args:
-            users[a].append(n.id)
+    users = graph.live_users()
     kept = set(graph.kept_values())
     out: list[int] = []
     for c in cuts:

@@ -48,21 +48,16 @@ def _program_plan(graph: Graph, sides: bool) -> ProgramPlan:
     written where `sides`; else cut after the epilogues."""
     program = partition(graph, sides)
     assert program is not None, "a graph planned as a program has a cut"
-    deferred = partition(graph, sides, defer=True)
-    if deferred is not None and deferred.values != program.values:
+    # the graph as it is, then with a view between the epilogue and its reader (GroupNorm's
+    # grouping) moved onto the product
+    for g in (graph, sink_epilogue_views(graph)):
+        if g is None:
+            continue
+        deferred = partition(g, sides, defer=True)
+        if deferred is None or deferred.values == getattr(partition(g, sides), "values", None):
+            continue
         try:
-            plan = make_program_plan(graph, deferred)
-            if not sides or sides_written(plan.program):
-                return plan
-        except UnsupportedError:
-            pass
-    # a view between the epilogue and its reader (GroupNorm's grouping) moved onto the product
-    sunk = sink_epilogue_views(graph)
-    moved = partition(sunk, sides, defer=True) if sunk is not None else None
-    if sunk is not None and moved is not None and moved.values != getattr(
-            partition(sunk, sides), "values", None):
-        try:
-            plan = make_program_plan(sunk, moved)
+            plan = make_program_plan(g, deferred)
             if not sides or sides_written(plan.program):
                 return plan
         except UnsupportedError:

@@ -36,12 +36,8 @@ def sink_epilogue_views(graph: Graph) -> Graph | None:
 
 def _sink_one(graph: Graph) -> Graph | None:
     structured = structured_ops()
-    live = graph.live()
-    users: dict[int, list[int]] = {n.id: [] for n in live}
-    for n in live:
-        for a in n.args:
-            users[a].append(n.id)
-    for v in live:
+    users = graph.live_users()
+    for v in graph.live():
         if v.op != "view" or v.attrs or graph[v.args[0]].op in structured:
             continue
         product = epilogue_product(graph, v.args[0], set(), structured)
