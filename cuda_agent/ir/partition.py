@@ -173,7 +173,11 @@ def defer_epilogues(graph: Graph, cuts: list[int]) -> list[int]:
     kernel, which recomputes the epilogue as it loads). The producing stage is then the bare
     product: cuDNN's output is the buffer and no pass of its own applies the epilogue (read
     and write of the whole activation), as torch.compile fuses a convolution's epilogue into
-    the kernel after it. A kept value (read by a state update) stays as it is."""
+    the kernel after it. A kept value (read by a state update) stays as it is, and so does
+    every cut of a graph with half-precision tensors (the bare product would be the library's
+    half result, and a program's buffers are fp32: the library route's epilogue converts)."""
+    if graph.has_half():
+        return cuts
     structured = structured_ops()
     users = graph.live_users()
     kept = set(graph.kept_values())

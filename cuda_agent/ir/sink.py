@@ -24,7 +24,7 @@ def sink_epilogue_views(graph: Graph) -> Graph | None:
     epilogue_product`) moved onto the product, the epilogue computed in the viewed shape, its
     per-channel operands viewed to match; None where no view moves. Only graphs with no state
     update and no side output, and chains used by nothing but the view."""
-    if graph.updates or graph.sides:
+    if graph.updates or graph.sides or graph.has_half():  # no deferral there either
         return None
     moved = False
     while True:
