@@ -163,3 +163,20 @@ def covered_values(chosen, configs) -> set:
     """The (slot, value) pairs some configuration of `configs` takes that none of `chosen` does
     (empty: `chosen` covers every slot value)."""
     return {kv for c in configs for kv in c.items} - {kv for c in chosen for kv in c.items}
+
+
+def seeded_reference(cls: type, shape: tuple[int, ...]):  # noqa: ANN201 - (module, x, want)
+    """`cls()` in training mode with N(0, 1) parameters (seed 0), an N(0, 1) input of `shape`
+    (seed 1), and the module's answer in float64 as a numpy array: what the emulator tests of
+    programs compare against."""
+    import torch
+
+    torch.manual_seed(0)
+    model = cls().train()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape))
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want = model.double()(x.double()).numpy()
+    return model, x, want

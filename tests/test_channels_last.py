@@ -23,6 +23,7 @@ import torch
 import torch.nn as nn
 
 import cpu_exec
+from helpers import seeded_reference
 from cuda_agent.costmodel.model import simulate
 from cuda_agent.ir.capture import capture
 from cuda_agent.ir.layout import channels_last_graph, nhwc_shape
@@ -314,14 +315,7 @@ def test_readers_in_memory_order_match_torch(kind, C, shape):
         assert mo.reduce_dims == (1, 2) and mo.out_perm is None
     else:  # over the channels, contiguous; the output needs no permute
         assert mo.reduce_dims == (len(shape) - 1,) and mo.out_perm is None
-    torch.manual_seed(0)
-    model = cls().train()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(torch.randn(p.shape))
-    x = torch.randn(*shape, generator=torch.Generator().manual_seed(1))
-    with torch.no_grad():
-        want = model.double()(x.double()).numpy()
+    model, x, want = seeded_reference(cls, shape)
     spaces = stage_spaces(plan, Target())
     runs = _ordered_renders(plan, spaces, random.Random(C), n=3)
     assert all(dict(r.facts).get("s1.reads_channels_last_ordered") == 0 for _, r in runs)

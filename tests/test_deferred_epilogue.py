@@ -17,6 +17,7 @@ import torch
 import torch.nn as nn
 
 import cpu_exec
+from helpers import seeded_reference
 from cuda_agent.costmodel.model import simulate
 from cuda_agent.ir.capture import capture
 from cuda_agent.ir.partition import ProgramPlan, partition
@@ -201,14 +202,7 @@ def _inputs(plan: ProgramPlan, model: nn.Module, x: torch.Tensor) -> list:
 def test_deferred_programs_match_torch(name):
     cls, shape = CHAINS[name]
     plan = _plan(cls, shape)
-    torch.manual_seed(0)
-    model = cls().train()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(torch.randn(p.shape))
-    x = torch.randn(*shape, generator=torch.Generator().manual_seed(1))
-    with torch.no_grad():
-        want = model.double()(x.double()).numpy()
+    model, x, want = seeded_reference(cls, shape)
     spaces = stage_spaces(plan, Target())
     runs = []
     # the readers at configurations of 1-D blocks (the emulator's)
