@@ -181,9 +181,10 @@ def defer_epilogues(graph: Graph, cuts: list[int]) -> list[int]:
     structured = structured_ops()
     users = graph.live_users()
     kept = set(graph.kept_values())
+    cut_set = set(cuts)
     out: list[int] = []
     for c in cuts:
-        product = None if c in kept else epilogue_product(graph, c, set(cuts), structured)
+        product = None if c in kept else epilogue_product(graph, c, cut_set, structured)
         if product is not None and product not in cuts and all(
                 graph[u].op == "reduce" or is_elementwise(graph[u].op) for u in users[c]):
             c = product
@@ -212,7 +213,7 @@ def epilogue_product(graph: Graph, value: int, cuts: set[int],
                 return None
             product = k
             continue
-        if _parameter(graph, k):
+        if is_parameter(graph, k):
             continue
         # a view of the product itself (`sink.py` moved GroupNorm's grouping onto it): the
         # reader views its input buffer
@@ -223,7 +224,7 @@ def epilogue_product(graph: Graph, value: int, cuts: set[int],
     return product
 
 
-def _parameter(graph: Graph, nid: int) -> bool:
+def is_parameter(graph: Graph, nid: int) -> bool:
     """Whether `nid` is computed from inputs and constants alone through views (a bias viewed
     to broadcast over the channels)."""
     n = graph[nid]

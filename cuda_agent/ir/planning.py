@@ -8,6 +8,8 @@ A program's stages are planned here again, one graph each, so none of those call
 
 from __future__ import annotations
 
+from typing import Iterator
+
 from ..errors import UnsupportedError
 from .conv import conv_padding
 from .graph import HALF_DTYPES, Graph
@@ -48,14 +50,22 @@ def _program_plan(graph: Graph, sides: bool) -> ProgramPlan:
     written where `sides`; else cut after the epilogues."""
     program = partition(graph, sides)
     assert program is not None, "a graph planned as a program has a cut"
-    # the graph as it is, then with a view between the epilogue and its reader (GroupNorm's
-    # grouping) moved onto the product
-    for g in (graph, sink_epilogue_views(graph)):
-        if g is None:
-            continue
-        deferred = partition(g, sides, defer=True)
-        if deferred is None or deferred.values == getattr(partition(g, sides), "values", None):
-            continue
+
+    def candidates() -> Iterator[tuple[Graph, Program]]:
+        """Deferred programs: of the graph as it is, then (made only if that one is not taken)
+        with a view between the epilogue and its reader (GroupNorm's grouping) moved onto the
+        product; each where deferring moved a cut."""
+        deferred = partition(graph, sides, defer=True)
+        if deferred is not None and deferred.values != program.values:
+            yield graph, deferred
+        sunk = sink_epilogue_views(graph)
+        if sunk is not None:
+            deferred = partition(sunk, sides, defer=True)
+            if deferred is not None and deferred.values != getattr(
+                    partition(sunk, sides), "values", None):
+                yield sunk, deferred
+
+    for g, deferred in candidates():
         try:
             plan = make_program_plan(g, deferred)
             if not sides or sides_written(plan.program):
@@ -97,8 +107,9 @@ def library_dtype(plan: KernelPlan) -> str | None:
     with a generated epilogue after it (space/templates/library.py): "float32", or the half
     type both its operands are stored in (torch computes and writes the product in it); None
     where that route does not apply: no epilogue to generate (a bare product is the library
-    alone; inside a program it may be a stage's fp32 buffer), a gathered matrix product, a convolution whose padding torch cannot take (an
-    asymmetric 'same') or of more than 3 dims, operands of two types."""
+    alone, except a program stage's fp32 buffer), a gathered matrix product, a convolution
+    whose padding torch cannot take (an asymmetric 'same') or of more than 3 dims, operands of
+    two types."""
     if plan.kind not in ("gemm", "conv") or plan.anchor is None:
         return None
     # a bare product: a program's stage whose epilogue its readers apply

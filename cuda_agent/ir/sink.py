@@ -16,7 +16,7 @@ import math
 
 from .graph import Graph, view_runs
 from .ops import is_elementwise
-from .partition import epilogue_product, structured_ops
+from .partition import epilogue_product, is_parameter, structured_ops
 
 
 def sink_epilogue_views(graph: Graph) -> Graph | None:
@@ -59,7 +59,7 @@ def _chain(graph: Graph, value: int, product: int) -> list[int] | None:
     out, stack = set(), [value]
     while stack:
         k = stack.pop()
-        if k == product or k in out or _is_parameter(graph, k):
+        if k == product or k in out or is_parameter(graph, k):
             continue
         n = graph[k]
         if not is_elementwise(n.op) or n.shape != graph[product].shape:
@@ -67,13 +67,6 @@ def _chain(graph: Graph, value: int, product: int) -> list[int] | None:
         out.add(k)
         stack.extend(n.args)
     return sorted(out)
-
-
-def _is_parameter(graph: Graph, nid: int) -> bool:
-    n = graph[nid]
-    while n.op == "view":
-        n = graph[n.args[0]]
-    return n.op in ("input", "const")
 
 
 def _param_shapes(graph: Graph, chain: list[int], src: tuple[int, ...],
@@ -85,7 +78,7 @@ def _param_shapes(graph: Graph, chain: list[int], src: tuple[int, ...],
     out: dict[int, tuple[int, ...]] = {}
     for k in chain:
         for a in graph[k].args:
-            if a in chain or a in out or not _is_parameter(graph, a):
+            if a in chain or a in out or not is_parameter(graph, a):
                 continue
             shape = graph[a].shape
             if math.prod(shape) == 1:
