@@ -48,13 +48,34 @@ class ConvBNTanh(nn.Module):  # training mode: BatchNorm's batch statistics are 
         return torch.tanh(self.bn(self.conv(x)))
 
 
-class ConvReluPool(nn.Module):  # the pooling window reads its input whole: not deferred
+class ConvHardswishPoolMish(nn.Module):  # the pool applies bias and activation as it loads
     def __init__(self) -> None:
         super().__init__()
         self.conv = nn.Conv2d(3, 5, 3)
 
     def forward(self, x):
-        return nn.functional.max_pool2d(torch.relu(self.conv(x)), 2)
+        y = nn.functional.max_pool2d(nn.functional.hardswish(self.conv(x) - 0.5), 2)
+        return nn.functional.mish(y)
+
+
+class TConvPoolMeanTanh(nn.Module):  # overlapping windows, then a mean over the channels
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.ConvTranspose2d(3, 6, 3, stride=2, padding=1)
+
+    def forward(self, x):
+        y = nn.functional.hardtanh(nn.functional.max_pool2d(self.conv(x), 3, 2, 1), -0.2, 0.3)
+        return torch.tanh(y.mean(dim=1, keepdim=True))
+
+
+class ConvMaskPool(nn.Module):  # a parameter that varies within the window: not deferred
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 5, 3)
+        self.mask = nn.Parameter(torch.rand(5, 9, 7))
+
+    def forward(self, x):
+        return nn.functional.max_pool2d(self.conv(x) * self.mask, 2)
 
 
 class ConvReluConv(nn.Module):  # a convolution reads it: not deferred
@@ -86,7 +107,9 @@ class ConvGeluGroupNorm(nn.Module):  # GroupNorm views the activation: the view 
 
 CHAINS = {"tconv_bias_min": (TConvBiasMin, (2, 3, 5, 7)), "conv_bn_tanh": (ConvBNTanh, (2, 3, 9, 11)),
           "linear_relu_layernorm": (LinearReluLayerNorm, (6, 24)),
-          "conv_gelu_groupnorm": (ConvGeluGroupNorm, (2, 3, 7, 9))}
+          "conv_gelu_groupnorm": (ConvGeluGroupNorm, (2, 3, 7, 9)),
+          "conv_hardswish_pool_mish": (ConvHardswishPoolMish, (2, 3, 9, 11)),
+          "tconv_pool_mean_tanh": (TConvPoolMeanTanh, (2, 3, 5, 6))}
 
 
 def _plan(cls: type, shape: tuple[int, ...]) -> ProgramPlan:
@@ -106,7 +129,7 @@ def test_the_cut_moves_to_the_product_and_the_reader_applies_the_epilogue(name):
     conv, reader = plan.program.stages[:2]
     # the bare product: no bias add in its stage (a linear layer's weight read transposed)
     assert _ops(conv.graph) in (["conv"], ["permute", "matmul"])
-    assert "add" in _ops(reader.graph) and "reduce" in _ops(reader.graph)
+    assert "add" in _ops(reader.graph) and {"reduce", "pool"} & set(_ops(reader.graph))
     assert conv.plan.feeds_stage and not reader.plan.feeds_stage or reader.writes is not None
     # the cut as it was (no deferral) kept the bias in the convolution's stage
     plain = partition(plan.graph)
@@ -115,9 +138,11 @@ def test_the_cut_moves_to_the_product_and_the_reader_applies_the_epilogue(name):
 
 
 def test_no_deferral_where_a_structured_op_reads_the_epilogue():
-    for cls in (ConvReluPool, ConvReluConv):
+    """(a pooling window reads it through a prologue only where each parameter is one value per
+    plane: a mask that varies within the window is not one)"""
+    for cls in (ConvMaskPool, ConvReluConv):
         plan = _plan(cls, (2, 3, 11, 9))
-        assert "relu" in _ops(plan.program.stages[0].graph), cls.__name__
+        assert {"relu", "mul"} & set(_ops(plan.program.stages[0].graph)), cls.__name__
 
 
 def test_the_bare_library_stage_is_one_call_its_reader_points_at_its_result():
@@ -236,7 +261,7 @@ def test_a_view_below_the_epilogue_moves_onto_the_product():
     add = next(n for n in sunk.live() if n.op == "add" and view.id in n.args)
     bias = sunk[next(a for a in add.args if a != view.id)]
     assert bias.op == "view" and bias.shape == (3, 2, 1) and sunk[bias.args[0]].op == "input"
-    assert sink_epilogue_views(capture(ConvReluPool, [], lambda: [torch.randn(2, 3, 11, 9)])) \
+    assert sink_epilogue_views(capture(ConvHardswishPoolMish, [], lambda: [torch.randn(2, 3, 11, 9)])) \
         is None  # no view to move
 
 

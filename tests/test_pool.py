@@ -92,12 +92,27 @@ def test_plan_describes_the_pool_and_fuses_the_epilogue():
 
 
 @pytest.mark.parametrize("f,shapes,words", [
-    (lambda x: F.max_pool2d(torch.relu(x), 2), [(2, 3, 8, 8)], "computed value"),
+    # a prologue reads one operand of the pooled shape; a second would vary within the window
+    (lambda x, y: F.max_pool2d(x * y, 2), [(2, 3, 8, 8), (2, 3, 8, 8)], "two operands"),
+    (lambda x, y: F.max_pool2d(x + y, 2), [(2, 3, 8, 8), (8, 1)], "varies within a plane"),
     (lambda x: F.max_pool2d(x, 2, return_indices=True)[1].float(), [(2, 3, 8, 8)], "indices"),
 ])
 def test_unsupported_pooling_is_named(f, shapes, words):
     with pytest.raises(UnsupportedError, match=words):
         make_plan(graph_of(f, *shapes))
+
+
+def test_pooling_of_an_elementwise_value_plans_a_prologue():
+    g = graph_of(lambda x, b: F.max_pool2d(torch.relu(x + b.view(1, -1, 1, 1)), 2),
+                 (2, 3, 8, 10), (3,))
+    p = make_plan(g)
+    pro = p.info.prologue
+    assert p.kind == "pool" and p.operands == [0, 1] and pro is not None
+    assert pro.lead == (2, 3) and pro.ops == 2
+    # the bias: one value per channel, none per batch
+    assert [(o.input, o.strides) for o in pro.operands] == [(1, (0, 1))]
+    assert "ca_pre(" in Space.for_plan(p, TARGET).render(Space.for_plan(p, TARGET).default()
+                                                           ).source
 
 
 def test_reduction_after_a_pool_is_a_two_kernel_program():
@@ -166,6 +181,17 @@ CASES = {
     "max2d_vec_strided": (lambda x: F.max_pool2d(x, 3, 2, 1), [(2, 3, 10, 32)]),
     "avg2d_vec_epilogue": (lambda x, b: torch.relu(F.avg_pool2d(x, 2) + b) * 2.0,
                            [(2, 3, 8, 48), (3, 1, 1)]),
+    # a prologue (a deferred convolution epilogue): each loaded element through a bias per
+    # channel and activations, padded positions left out; with windows overlapping (regs),
+    # float4 loads and a bias also read after the pool
+    "prologue_max2d": (lambda x, b: F.mish(F.max_pool2d(F.hardswish(x + b - 0.5), 2)),
+                       [(2, 3, 9, 11), (3, 1, 1)]),
+    "prologue_max2d_overlap": (lambda x, b: F.max_pool2d(torch.tanh(x + b.view(1, -1, 1, 1)),
+                                                         3, 1, 1), [(2, 3, 10, 13), (3,)]),
+    "prologue_avg2d_vec": (lambda x, b: F.avg_pool2d(torch.sigmoid(x * 0.5 + b), 2) + b,
+                           [(2, 3, 8, 48), (3, 1, 1)]),
+    "prologue_max3d_batch_bias": (lambda x, b, s: F.max_pool3d((x + b) * s, 2),
+                                  [(2, 3, 4, 6, 6), (2, 3, 1, 1, 1), (1,)]),
 }
 
 

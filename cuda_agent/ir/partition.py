@@ -37,6 +37,7 @@ from ..errors import UnsupportedError
 from .graph import INDEX_DTYPE, Graph, GraphInput, Node
 from .ops import is_elementwise
 from .plan import CHAN_REDUCE, KernelPlan
+from .pool import pool_prologue
 from .structured import _planners
 
 INTERMEDIATE = "intermediate"  # GraphInput.role of a value an earlier stage wrote
@@ -170,7 +171,8 @@ def defer_epilogues(graph: Graph, cuts: list[int]) -> list[int]:
     epilogue (its bias, activations, scalings: elementwise ops over the product and
     parameters) replaced by the
     product itself, where every reader of the value is elementwise or a reduction (a pattern
-    kernel, which recomputes the epilogue as it loads). The producing stage is then the bare
+    kernel, which recomputes the epilogue as it loads) or a pooling window it is a prologue of
+    (parameters one value per plane: `ir/pool.PoolPrologue`). The producing stage is then the bare
     product: cuDNN's output is the buffer and no pass of its own applies the epilogue (read
     and write of the whole activation), as torch.compile fuses a convolution's epilogue into
     the kernel after it. A kept value (read by a state update) stays as it is, and so does
@@ -186,11 +188,27 @@ def defer_epilogues(graph: Graph, cuts: list[int]) -> list[int]:
     for c in cuts:
         product = None if c in kept else epilogue_product(graph, c, cut_set, structured)
         if product is not None and product not in cuts and all(
-                graph[u].op == "reduce" or is_elementwise(graph[u].op) for u in users[c]):
+                _applies_as_it_loads(graph, u, c, product) for u in users[c]):
             c = product
         if c not in out:
             out.append(c)
     return sorted(out)
+
+
+def _applies_as_it_loads(graph: Graph, reader: int, value: int, product: int) -> bool:
+    """Whether the stage of `reader` can compute `value` (the epilogue of `product`) from the
+    product as it loads it: an elementwise op or a reduction (a pattern kernel recomputes its
+    inputs), or a pooling window whose prologue it is (per-plane parameters: `ir/pool.py`)."""
+    n = graph[reader]
+    if n.op == "reduce" or is_elementwise(n.op):
+        return True
+    if n.op != "pool" or n.args[0] != value:
+        return False
+    try:
+        pool_prologue(graph, value, int(n.attr("rank")), frozenset({product}))
+    except UnsupportedError:
+        return False
+    return True
 
 
 def epilogue_product(graph: Graph, value: int, cuts: set[int],

@@ -155,6 +155,7 @@ class PoolTemplate(Template):
             c(f"const int s{j} = o{j} * {info.stride[j]} - {info.padding[j]};  // window start")
         plane = "rest" if r > 1 else "row"  # the output plane
         in_plane = plane if info.per_plane == 1 else f"({plane} / {info.per_plane})"
+        pre = _prologue(c, plan, info, plane, hint, fast)
         c(f"const {xt}* __restrict__ src = x + {in_plane} * "
           f"(idx_t){math.prod(info.in_spatial)};",
           f"const int w0 = ow0 * {info.stride[-1]} - {info.padding[-1]};")
@@ -174,13 +175,15 @@ class PoolTemplate(Template):
             c(f"const bool inside = {' && '.join(conds)};")
             c.open("if (inside)")
             self._window(c, info, items, regs, hint, outer_unroll, guarded=False, xt=xt,
-                         vec_loads=vector_loads(info, cfg))
+                         vec_loads=vector_loads(info, cfg), pre=pre)
             c.close(" else {")
             c.depth += 1
-            self._window(c, info, items, regs, hint, outer_unroll, guarded=True, xt=xt)
+            self._window(c, info, items, regs, hint, outer_unroll, guarded=True, xt=xt,
+                         pre=pre)
             c.close()
         else:
-            self._window(c, info, items, regs, hint, outer_unroll, guarded=True, xt=xt)
+            self._window(c, info, items, regs, hint, outer_unroll, guarded=True, xt=xt,
+                         pre=pre)
         self._finish(c, plan, info, items, fast, hint, shint, interior,
                      vector_stores(info, cfg))
         c.close()  # grid-stride loop
@@ -189,22 +192,26 @@ class PoolTemplate(Template):
         loads = (span(info, items) / items if regs else info.kernel[-1]) * \
             math.prod(info.kernel[:-1])
         redundant = max(0.0, loads - info.in_numel / info.out_numel)
-        facts = (("family", "pool"), ("threads", block), ("blocks", grid), ("vec", 1),
+        facts: tuple[tuple[str, Any], ...] = (
+                 ("family", "pool"), ("threads", block), ("blocks", grid), ("vec", 1),
                  ("items", items), ("fast", int(fast)), ("passes", 1),
                  ("vec_loads", int(vector_loads(info, cfg))),
                  ("vec_stores", int(vector_stores(info, cfg))),
                  ("cache", "regs" if regs else "reload"), ("load", cfg["memory.load"]),
                  ("index", cfg["compute.index"]), ("window", info.window),
                  ("reads_per_elem", 1.0 + redundant))
+        if info.prologue is not None:  # arithmetic on every element loaded
+            facts += (("prologue_ops", info.prologue.ops),)
         return Rendered(c.text(), (Launch(self.kernel, (grid, 1, 1), (block, 1, 1)),),
                         facts=facts)
 
     # -- parts ----------------------------------------------------------------------------------
     def _window(self, c: Code, info: PoolInfo, items: int, regs: bool, hint: int,
-                outer_unroll: str, guarded: bool, vec_loads: bool = False, xt: str = "float"
-                ) -> None:
+                outer_unroll: str, guarded: bool, vec_loads: bool = False, xt: str = "float",
+                pre: str = "{}") -> None:
         """Accumulate every window of the thread's ITEMS outputs into acc[] (the input's
-        elements of C type `xt` in memory)."""
+        elements of C type `xt` in memory), each loaded element through `pre` (a format
+        string: the prologue's call, or "{}")."""
         r = info.rank
         IW, SW, KW, DW = info.in_spatial[-1], info.stride[-1], info.kernel[-1], info.dilation[-1]
         ident = "-CA_INF" if info.kind == "max" else "0.f"
@@ -230,7 +237,7 @@ class PoolTemplate(Template):
         c(f"const {xt}* __restrict__ rp = src + (idx_t)({off}) * {IW};")
 
         def load(rel: str) -> str:
-            v = f"ca_ld<{hint}>(rp + (w0 + {rel}))"
+            v = pre.format(f"ca_ld<{hint}>(rp + (w0 + {rel}))")
             if not guarded:
                 return v
             # the address is formed only for a position inside the row
@@ -248,8 +255,8 @@ class PoolTemplate(Template):
                 c("#pragma unroll")
                 c.open(f"for (int q = 0; q < {nv}; ++q)")
                 c(f"const float4 v4 = ca_ld4<{hint}>(rp + (w0 - {lead} + 4 * q));",
-                  "win[4 * q] = v4.x; win[4 * q + 1] = v4.y; win[4 * q + 2] = v4.z; "
-                  "win[4 * q + 3] = v4.w;")
+                  " ".join(f"win[4 * q{f' + {j}' if j else ''}] = {pre.format(f'v4.{f}')};"
+                           for j, f in enumerate("xyzw")))
                 c.close()
             else:
                 c(f"float win[{n}];")
@@ -331,6 +338,32 @@ class PoolTemplate(Template):
             count.append(f"max(min(we{j}, {I}) - max(wb{j}, 0), 0)")
         chosen = size if info.count_include_pad else count
         c(f"d{i} = (float)max({' * '.join(chosen)}, 1);")
+
+
+def _prologue(c: Code, plan: KernelPlan, info: PoolInfo, plane: str, hint: int, fast: bool
+              ) -> str:
+    """The prologue (`ir/pool.PoolPrologue`) of output plane `plane`: its per-plane parameters
+    loaded (pp0, pp1, ...: the plane's lead indices from its flat index, then each at its
+    offset) and `ca_pre`, a function of one loaded element (a lambda: a program's kernels and
+    the tests' emulator share one translation unit); returns the format string of its call
+    ("{}" where there is no prologue: the element as loaded)."""
+    pro = info.prologue
+    if pro is None:
+        return "{}"
+    used = [d for d in range(len(pro.lead)) if any(o.strides[d] for o in pro.operands)]
+    if used:
+        c(f"idx_t lq = {plane};")
+        for d in reversed(range(min(used), len(pro.lead))):
+            c(f"const idx_t l{d} = lq % {pro.lead[d]}; lq /= {pro.lead[d]};")
+    for j, o in enumerate(pro.operands):
+        terms = [f"l{d} * {o.strides[d]}" for d in range(len(pro.lead)) if o.strides[d]]
+        c(f"const float pp{j} = ca_ld<{hint}>(in{o.input} + ({' + '.join(terms) or '0'}));")
+    bound = {pro.source: "xv", **{o.node: f"pp{j}" for j, o in enumerate(pro.operands)}}
+    stmts, names = cg.emit_values(plan, [pro.root], bound, fast)
+    c.open("auto ca_pre = [&](const float xv) -> float")
+    c(*stmts, f"return {names[pro.root]};")
+    c.close(";")
+    return "ca_pre({})"
 
 
 def vector_loads(info: PoolInfo, cfg: dict[str, Any]) -> bool:
