@@ -12,6 +12,8 @@ the bare product into the workspace buffer)."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import torch.nn as nn
@@ -68,6 +70,16 @@ class TConvPoolMeanTanh(nn.Module):  # overlapping windows, then a mean over the
         return torch.tanh(y.mean(dim=1, keepdim=True))
 
 
+class TConvBNTanhPool(nn.Module):  # training BatchNorm: its statistics in buffers, the pool
+    # normalises and applies tanh as it loads
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv, self.bn = nn.ConvTranspose2d(3, 6, 3, stride=2, padding=1), nn.BatchNorm2d(6)
+
+    def forward(self, x):
+        return nn.functional.max_pool2d(torch.tanh(self.bn(self.conv(x))), 2)
+
+
 class ConvMaskPool(nn.Module):  # a parameter that varies within the window: not deferred
     def __init__(self) -> None:
         super().__init__()
@@ -109,7 +121,8 @@ CHAINS = {"tconv_bias_min": (TConvBiasMin, (2, 3, 5, 7)), "conv_bn_tanh": (ConvB
           "linear_relu_layernorm": (LinearReluLayerNorm, (6, 24)),
           "conv_gelu_groupnorm": (ConvGeluGroupNorm, (2, 3, 7, 9)),
           "conv_hardswish_pool_mish": (ConvHardswishPoolMish, (2, 3, 9, 11)),
-          "tconv_pool_mean_tanh": (TConvPoolMeanTanh, (2, 3, 5, 6))}
+          "tconv_pool_mean_tanh": (TConvPoolMeanTanh, (2, 3, 5, 6)),
+          "tconv_bn_tanh_pool": (TConvBNTanhPool, (2, 3, 5, 6))}
 
 
 def _plan(cls: type, shape: tuple[int, ...]) -> ProgramPlan:
@@ -289,3 +302,27 @@ def test_a_parameter_over_part_of_a_merged_dim_is_not_moved():
             return (self.conv(x) * self.s).view(2, 2, 2, 35).sum(dim=(2, 3))
 
     assert sink_epilogue_views(capture(ChannelScale, [], lambda: [torch.randn(2, 3, 7, 9)]))
+
+
+def test_a_batch_norm_before_a_pool_leaves_its_statistics_in_buffers_the_pool_reads():
+    """Training BatchNorm, tanh, max pool: the statistics stage writes the batch variance (the
+    mean a side output: one pass over the product) and nothing of the activation's size; the
+    pool normalises each element it loads, the per-channel scale computed once per plane."""
+    plan = _plan(*CHAINS["tconv_bn_tanh_pool"])
+    conv, stats, pool = plan.program.stages
+    assert _ops(conv.graph) == ["conv"]
+    assert stats.plan.kind == "chanreduce" and len(stats.sides) == 1
+    written = {stats.writes, *stats.sides}
+    assert all(math.prod(plan.program.buffers[b][0]) == 6 for b in written)
+    assert pool.plan.kind == "pool"
+    pro = pool.plan.info.prologue
+    assert pro is not None and pro.ops >= 4  # sub, mul, mul, add, tanh per element
+    read = {s.index for s in pool.sources if s.kind == "buffer"}
+    assert written < read and conv.writes in read
+    # rsqrt(var + eps) once per plane, not per element
+    assert len(pro.plane_values) == 1
+    src = StageSpace.of(plan, 2, stage_spaces(plan, Target()),
+                        [sp.default() for sp in stage_spaces(plan, Target())]).render(
+        stage_spaces(plan, Target())[2].default()).source
+    body = src[src.index("auto ca_pre"):]
+    assert "rsqrtf" not in body.split("};")[0]

@@ -182,30 +182,51 @@ def defer_epilogues(graph: Graph, cuts: list[int]) -> list[int]:
         return cuts
     structured = structured_ops()
     users = graph.live_users()
-    kept = set(graph.kept_values())
+    kept = frozenset(graph.kept_values())
     cut_set = set(cuts)
     out: list[int] = []
     for c in cuts:
-        product = None if c in kept else epilogue_product(graph, c, cut_set, structured)
+        product, stats = (None, set()) if c in kept else \
+            _epilogue_of(graph, c, cut_set, structured, kept)
         if product is not None and product not in cuts and all(
-                _applies_as_it_loads(graph, u, c, product) for u in users[c]):
-            c = product
-        if c not in out:
-            out.append(c)
+                _applies_as_it_loads(graph, u, c, product, stats) for u in users[c]):
+            # the batch statistics it reads: in buffers of their own, the last computed cut
+            # (its stage writes the earlier ones as side outputs: one pass over the product)
+            new = [product] + [k for k in stats
+                               if not any(k in _ancestors(graph, j) for j in stats if j != k)]
+        else:
+            new = [c]
+        # a later cut's epilogue may pass through this one where it moved (a batch norm's
+        # normalisation reads the biased product its statistics read)
+        cut_set.discard(c)
+        cut_set.update(new)
+        out += [k for k in new if k not in out]
     return sorted(out)
 
 
-def _applies_as_it_loads(graph: Graph, reader: int, value: int, product: int) -> bool:
-    """Whether the stage of `reader` can compute `value` (the epilogue of `product`) from the
-    product as it loads it: an elementwise op or a reduction (a pattern kernel recomputes its
-    inputs), or a pooling window whose prologue it is (per-plane parameters: `ir/pool.py`)."""
+def _ancestors(graph: Graph, nid: int) -> set[int]:
+    seen, stack = set(), list(graph[nid].args)
+    while stack:
+        k = stack.pop()
+        if k not in seen:
+            seen.add(k)
+            stack.extend(graph[k].args)
+    return seen
+
+
+def _applies_as_it_loads(graph: Graph, reader: int, value: int, product: int,
+                         stats: set[int]) -> bool:
+    """Whether the stage of `reader` can compute `value` (the epilogue of `product`, reading
+    the batch statistics `stats` from buffers) from the product as it loads it: an elementwise
+    op or a reduction (a pattern kernel recomputes its inputs), or a pooling window whose
+    prologue it is (per-plane parameters: `ir/pool.py`)."""
     n = graph[reader]
-    if n.op == "reduce" or is_elementwise(n.op):
+    if (n.op == "reduce" or is_elementwise(n.op)) and not stats:
         return True
     if n.op != "pool" or n.args[0] != value:
         return False
     try:
-        pool_prologue(graph, value, int(n.attr("rank")), frozenset({product}))
+        pool_prologue(graph, value, int(n.attr("rank")), frozenset({product, *stats}))
     except UnsupportedError:
         return False
     return True
@@ -216,9 +237,18 @@ def epilogue_product(graph: Graph, value: int, cuts: set[int],
     """The structured op of `DEFERRABLE` whose elementwise epilogue `value` is, or None: every
     computed node between them elementwise, every other operand a parameter (computed from
     inputs and constants alone), no other cut value on the way."""
+    return _epilogue_of(graph, value, cuts, structured)[0]
+
+
+def _epilogue_of(graph: Graph, value: int, cuts: set[int], structured: set[str],
+                 kept: frozenset[int] = frozenset()) -> tuple[int | None, set[int]]:
+    """`epilogue_product`, where the epilogue may also read values of `kept` (a training
+    batch norm's batch mean and variance, which the state update keeps in memory anyway):
+    the product and the kept values it reads."""
     if graph[value].op in structured:
-        return None
+        return None, set()
     product = None
+    stats: set[int] = set()
     stack, seen = [value], set()
     while stack:
         k = stack.pop()
@@ -228,18 +258,21 @@ def epilogue_product(graph: Graph, value: int, cuts: set[int],
         n = graph[k]
         if n.op in structured:
             if n.op not in DEFERRABLE or (product is not None and product != k):
-                return None
+                return None, set()
             product = k
             continue
         if is_parameter(graph, k):
+            continue
+        if k in kept and k != value:
+            stats.add(k)
             continue
         # a view of the product itself (`sink.py` moved GroupNorm's grouping onto it): the
         # reader views its input buffer
         direct_view = n.op == "view" and graph[n.args[0]].op in structured
         if k in cuts and k != value or not (is_elementwise(n.op) or direct_view):
-            return None
+            return None, set()
         stack.extend(n.args)
-    return product
+    return product, stats
 
 
 def is_parameter(graph: Graph, nid: int) -> bool:

@@ -86,6 +86,9 @@ class PoolPrologue:
     operands: tuple[PlaneOperand, ...]
     lead: tuple[int, ...]  # the pooled value's dims before the spatial ones
     ops: int  # elementwise nodes: arithmetic per loaded element
+    # values computed once per plane (a batch norm's rsqrt(var + eps) per channel) that the
+    # per-element part reads
+    plane_values: tuple[int, ...] = ()
 
 
 def _through_views(graph: Graph, nid: int) -> Node:
@@ -124,6 +127,8 @@ def pool_prologue(graph: Graph, value: int, rank: int, leaves: frozenset[int] = 
     operands: dict[int, PlaneOperand] = {}
     seen: set[int] = set()
     ops = 0
+    full: set[int] = set()  # computed for each element
+    per_plane: set[int] = set()  # computed once per plane
 
     def refuse(why: str) -> UnsupportedError:
         return UnsupportedError(f"unsupported: pooling of a computed value ({why}); only an "
@@ -140,15 +145,15 @@ def pool_prologue(graph: Graph, value: int, rank: int, leaves: frozenset[int] = 
                     raise refuse("two operands of the pooled shape")
                 source = base.id
                 return
-            if base.id in leaves:
-                raise refuse(f"a computed operand of shape {graph[base.id].shape}")
             strides = _plane_strides(shape, x_shape, rank)
             if strides is None:
                 raise refuse(f"an operand of shape {tuple(shape)} that varies within a plane")
             old = operands.get(base.id)
             if old is not None and old.strides != strides:
                 raise refuse("one operand read in two shapes")
-            operands[base.id] = PlaneOperand(base.id, int(base.attr("index")), strides)
+            # (a leaf, computed in another stage, has no input index until it is a buffer)
+            index = int(base.attr("index")) if base.op == "input" else -1
+            operands[base.id] = PlaneOperand(base.id, index, strides)
         elif base.op != "const":
             raise refuse(f"a reshaped computed value (op {base.op})")
 
@@ -163,9 +168,15 @@ def pool_prologue(graph: Graph, value: int, rank: int, leaves: frozenset[int] = 
             continue
         if is_elementwise(n.op) and k not in leaves:
             if n.shape != x_shape:
-                raise refuse(f"an elementwise value of shape {n.shape}, not the pooled "
-                             f"{x_shape}")
-            ops += 1
+                # one value per plane (from per-plane operands alone: an operand of the pooled
+                # shape is refused below, it does not match this node's shape)
+                if _plane_strides(n.shape, x_shape, rank) is None:
+                    raise refuse(f"an elementwise value of shape {n.shape}, not the pooled "
+                                 f"{x_shape} nor one per plane")
+                per_plane.add(k)
+            else:
+                ops += 1
+                full.add(k)
             stack.extend(n.args)
             continue
         base = _through_views(graph, k)
@@ -177,8 +188,12 @@ def pool_prologue(graph: Graph, value: int, rank: int, leaves: frozenset[int] = 
             raise refuse(f"op {n.op}")
     if source is None:
         raise refuse("no operand of the pooled shape")
+    # the per-plane values an element's arithmetic reads (through views)
+    plane_values = sorted({a for k in full for a in graph[k].args
+                           if _through_views(graph, a).id in per_plane})
     return PoolPrologue(value, source, tuple(operands[k] for k in sorted(operands)),
-                        tuple(x_shape[:-rank]), ops)
+                        tuple(x_shape[:-rank]), ops,
+                        tuple(sorted({_through_views(graph, a).id for a in plane_values})))
 
 
 def _source_input(graph: Graph, nid: int) -> Node | None:

@@ -358,8 +358,12 @@ def _prologue(c: Code, plan: KernelPlan, info: PoolInfo, plane: str, hint: int, 
     for j, o in enumerate(pro.operands):
         terms = [f"l{d} * {o.strides[d]}" for d in range(len(pro.lead)) if o.strides[d]]
         c(f"const float pp{j} = ca_ld<{hint}>(in{o.input} + ({' + '.join(terms) or '0'}));")
-    bound = {pro.source: "xv", **{o.node: f"pp{j}" for j, o in enumerate(pro.operands)}}
-    stmts, names = cg.emit_values(plan, [pro.root], bound, fast)
+    bound = {o.node: f"pp{j}" for j, o in enumerate(pro.operands)}
+    if pro.plane_values:  # once per plane, before the elements
+        stmts, names = cg.emit_values(plan, list(pro.plane_values), bound, fast, suffix="_p")
+        c(*stmts)
+        bound.update({k: names[k] for k in pro.plane_values})
+    stmts, names = cg.emit_values(plan, [pro.root], {pro.source: "xv", **bound}, fast)
     c.open("auto ca_pre = [&](const float xv) -> float")
     c(*stmts, f"return {names[pro.root]};")
     c.close(";")
