@@ -66,6 +66,24 @@ def get_inputs():
 def get_init_inputs():
     return []
 ''',
+    # conv_transpose2d_bn_tanh_maxpool_groupnorm's first half: training BatchNorm's statistics
+    # in buffers, the pool normalising and applying tanh as it loads
+    "tconv_bn_tanh_pool": HEADER + '''class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up, self.bn = nn.ConvTranspose2d(16, 32, 3, stride=2, padding=1), nn.BatchNorm2d(32)
+
+    def forward(self, x):
+        return F.max_pool2d(torch.tanh(self.bn(self.up(x))), 2)
+
+
+def get_inputs():
+    return [torch.randn(8, 16, 32, 32)]
+
+
+def get_init_inputs():
+    return []
+''',
     # conv2d_subtract_hardswish_maxpool_mish's pattern: the pool applies the bias, the
     # subtraction and hardswish to every element it loads
     "conv_hardswish_pool_mish": HEADER + '''class Model(nn.Module):
