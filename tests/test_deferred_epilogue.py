@@ -80,6 +80,16 @@ class TConvBNTanhPool(nn.Module):  # training BatchNorm: its statistics in buffe
         return nn.functional.max_pool2d(torch.tanh(self.bn(self.conv(x))), 2)
 
 
+class ConvBNSubtractMean(nn.Module):  # the reducing stage normalises as it loads
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv, self.bn = nn.Conv2d(3, 6, 3), nn.BatchNorm2d(6)
+
+    def forward(self, x):
+        y = self.bn(self.conv(x) * 0.5)
+        return y - y.mean(dim=(2, 3), keepdim=True)
+
+
 class ConvMaskPool(nn.Module):  # a parameter that varies within the window: not deferred
     def __init__(self) -> None:
         super().__init__()
@@ -122,7 +132,8 @@ CHAINS = {"tconv_bias_min": (TConvBiasMin, (2, 3, 5, 7)), "conv_bn_tanh": (ConvB
           "conv_gelu_groupnorm": (ConvGeluGroupNorm, (2, 3, 7, 9)),
           "conv_hardswish_pool_mish": (ConvHardswishPoolMish, (2, 3, 9, 11)),
           "tconv_pool_mean_tanh": (TConvPoolMeanTanh, (2, 3, 5, 6)),
-          "tconv_bn_tanh_pool": (TConvBNTanhPool, (2, 3, 5, 6))}
+          "tconv_bn_tanh_pool": (TConvBNTanhPool, (2, 3, 5, 6)),
+          "conv_bn_subtract_mean": (ConvBNSubtractMean, (2, 3, 9, 8))}
 
 
 def _plan(cls: type, shape: tuple[int, ...]) -> ProgramPlan:

@@ -218,10 +218,10 @@ def _applies_as_it_loads(graph: Graph, reader: int, value: int, product: int,
                          stats: set[int]) -> bool:
     """Whether the stage of `reader` can compute `value` (the epilogue of `product`, reading
     the batch statistics `stats` from buffers) from the product as it loads it: an elementwise
-    op or a reduction (a pattern kernel recomputes its inputs), or a pooling window whose
-    prologue it is (per-plane parameters: `ir/pool.py`)."""
+    op or a reduction (a pattern kernel recomputes its inputs, the statistics broadcast
+    operands), or a pooling window whose prologue it is (per-plane parameters: `ir/pool.py`)."""
     n = graph[reader]
-    if (n.op == "reduce" or is_elementwise(n.op)) and not stats:
+    if n.op == "reduce" or is_elementwise(n.op):
         return True
     if n.op != "pool" or n.args[0] != value:
         return False
