@@ -115,6 +115,14 @@ def test_pooling_of_an_elementwise_value_plans_a_prologue():
                                                            ).source
 
 
+def test_a_prologue_s_arithmetic_counts_for_fast_math_and_the_observation():
+    p = make_plan(graph_of(lambda x, b: F.max_pool2d(torch.tanh(x + b), 2), (2, 3, 8, 8),
+                           (3, 1, 1)))
+    assert p.uses_transcendental() and p.fast_math_matters()
+    sp = Space.for_plan(p, TARGET)
+    assert {c["compute.fastmath"] for c in sp.configs} == {0, 1}
+
+
 def test_reduction_after_a_pool_is_a_two_kernel_program():
     p = make_plan(graph_of(lambda x: F.avg_pool2d(x, 2).sum(dim=-1), (2, 3, 8, 8)))
     assert p.kind == "program" and p.family == "pool+reduction"
@@ -192,6 +200,17 @@ CASES = {
                            [(2, 3, 8, 48), (3, 1, 1)]),
     "prologue_max3d_batch_bias": (lambda x, b, s: F.max_pool3d((x + b) * s, 2),
                                   [(2, 3, 4, 6, 6), (2, 3, 1, 1, 1), (1,)]),
+    # padded positions stay out of the prologue (torch pads its result): each of these would
+    # differ were the padding value passed through it (sigmoid(0), 0 * b + 1, exp(inf))
+    "prologue_avg2d_pad": (lambda x, b: F.avg_pool2d(torch.sigmoid(x + b), 3, 2, 1),
+                           [(2, 3, 9, 10), (3, 1, 1)]),
+    "prologue_avg2d_pad_exclude": (lambda x, b: F.avg_pool2d(x * b + 1.0, 3, 1, 1,
+                                                             count_include_pad=False),
+                                   [(2, 3, 7, 9), (3, 1, 1)]),
+    "prologue_max2d_pad_decreasing": (lambda x, b: F.max_pool2d(torch.exp(-x - b), 3, 2, 1),
+                                      [(2, 3, 9, 10), (3, 1, 1)]),
+    "prologue_max1d_unbatched": (lambda x, b: F.max_pool1d(torch.relu(x * b), 3, 2, 1),
+                                 [(4, 21), (4, 1)]),
 }
 
 

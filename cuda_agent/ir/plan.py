@@ -159,8 +159,16 @@ class KernelPlan:
         leaf: what feeds it is the template's business, not the epilogue's)."""
         return [n for n in self.graph.live() if n.id in self.fmaps]
 
+    def arithmetic_nodes(self) -> list[Node]:
+        """Every node whose arithmetic the kernel renders: `live_nodes`, and the elementwise
+        prologue a structured plan's template applies as it loads (a pool's, `PoolPrologue`),
+        which has no place in the iteration space."""
+        prologue = getattr(self.info, "prologue", None)
+        extra = [self.graph[k] for k in getattr(prologue, "nodes", ())]
+        return self.live_nodes() + extra
+
     def uses_transcendental(self) -> bool:
-        return any(uses_transcendental(n.op) for n in self.live_nodes())
+        return any(uses_transcendental(n.op) for n in self.arithmetic_nodes())
 
     def fast_math_matters(self) -> bool:
         """Whether some computed node renders differently under fast math (__expf,
@@ -173,7 +181,7 @@ class KernelPlan:
             return render(n.op, args, dict(n.attrs), True) != render(n.op, args, dict(n.attrs),
                                                                      False)
         return self.cached("fast_math_matters",
-                           lambda: any(differs(n) for n in self.live_nodes()))
+                           lambda: any(differs(n) for n in self.arithmetic_nodes()))
 
     def is_index_output(self) -> bool:
         return self.out_dtype == INDEX_DTYPE

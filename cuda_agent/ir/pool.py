@@ -89,6 +89,7 @@ class PoolPrologue:
     # values computed once per plane (a batch norm's rsqrt(var + eps) per channel) that the
     # per-element part reads
     plane_values: tuple[int, ...] = ()
+    nodes: tuple[int, ...] = ()  # every elementwise node it computes
 
 
 def _through_views(graph: Graph, nid: int) -> Node:
@@ -193,7 +194,8 @@ def pool_prologue(graph: Graph, value: int, rank: int, leaves: frozenset[int] = 
                            if _through_views(graph, a).id in per_plane})
     return PoolPrologue(value, source, tuple(operands[k] for k in sorted(operands)),
                         tuple(x_shape[:-rank]), ops,
-                        tuple(sorted({_through_views(graph, a).id for a in plane_values})))
+                        tuple(sorted({_through_views(graph, a).id for a in plane_values})),
+                        tuple(sorted(full | per_plane)))
 
 
 def _source_input(graph: Graph, nid: int) -> Node | None:
