@@ -36,7 +36,7 @@ from typing import Any, Collection
 from ..errors import UnsupportedError
 from .graph import INDEX_DTYPE, Graph, GraphInput, Node
 from .ops import is_elementwise
-from .plan import CHAN_REDUCE, KernelPlan
+from .plan import CHAN_REDUCE, KernelPlan, _ancestors
 from .pool import pool_prologue
 from .structured import _planners
 
@@ -203,15 +203,6 @@ def defer_epilogues(graph: Graph, cuts: list[int]) -> list[int]:
         out += [k for k in new if k not in out]
     return sorted(out)
 
-
-def _ancestors(graph: Graph, nid: int) -> set[int]:
-    seen, stack = set(), list(graph[nid].args)
-    while stack:
-        k = stack.pop()
-        if k not in seen:
-            seen.add(k)
-            stack.extend(graph[k].args)
-    return seen
 
 
 def _applies_as_it_loads(graph: Graph, reader: int, value: int, product: int,
