@@ -1,9 +1,10 @@
 """Run a rendered candidate on the CPU: a tiny CUDA emulator for tests without a GPU.
 
 The kernel source is compiled as C++20 with a shim that maps CUDA's vocabulary onto the host:
-one std::thread per CUDA thread of a block (blocks run one after another), `__syncthreads` a
-block-wide std::barrier, warp shuffles an exchange through a per-warp slot array between two
-warp barriers, `__shared__` a function-static (shared by the block's threads). It is slow and
+one fiber per CUDA thread of a block on the host thread of the launch (blocks run one after
+another), `__syncthreads` a block-wide barrier at which the fibers switch, warp shuffles an
+exchange through a per-warp slot array between two warp barriers, `__shared__` a
+function-static (shared by the block's threads). It is slow and
 only fit for small shapes, but it executes the generated code itself, so indexing, guards,
 barriers and scan order are checked against torch on a machine without a GPU.
 
@@ -45,62 +46,188 @@ typedef void (*ca_wait_t)(void*);
 # The threads, barriers and buffers of a launch: compiled once (`_runtime`), not into every
 # kernel's library (their templates were about half of each kernel's compile time). A kernel
 # library gets `ca_rt_launch` and `ca_rt_wait` as arguments of its `ca_run`.
+#
+# The emulated threads of a block (of a cluster's blocks) are fibers on the host thread that
+# runs the launch (ucontext), switched at barriers: a barrier is reached by every thread before
+# any goes past it, as on the GPU. One OS thread per emulated thread, meeting at std::barriers,
+# spent most of a large block's time switching between hundreds of threads on a 2-core machine
+# (and more the busier the machine). A fiber's thread-locals of the kernel's library (its
+# indices, barriers, copy queue) are kept on its own stack across a wait (the shim's `ca_sync`).
 RUNTIME = r"""
+#include <sys/mman.h>
+#include <ucontext.h>
 #include <algorithm>
-#include <barrier>
-#include <thread>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <vector>
 """ + ABI + r"""
-extern "C" void ca_rt_wait(void* b) { static_cast<std::barrier<>*>(b)->arrive_and_wait(); }
+// switching fibers: on x86-64 the callee-saved registers and the stack pointer (swapcontext
+// also saves the signal mask, a system call per switch, most of a large block's time)
+#if defined(__x86_64__)
+extern "C" void ca_fswitch(void** save_sp, void* to_sp);
+asm(R"(
+  .text
+  .globl ca_fswitch
+  .hidden ca_fswitch
+  .type ca_fswitch, @function
+ca_fswitch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size ca_fswitch, .-ca_fswitch
+)");
+#define CA_FAST_SWITCH 1
+#endif
+namespace {
+struct ca_fbar { unsigned expected, arrived, phase; };
+struct ca_sched {
+#ifdef CA_FAST_SWITCH
+  void* main_sp = nullptr;
+  std::vector<void*> sp;
+#else
+  ucontext_t main;
+  std::vector<ucontext_t> fib;
+#endif
+  std::vector<char> done;
+  unsigned cur = 0;
+  ca_body_t body = nullptr;
+  void* user = nullptr;
+  ca_ctx* ctxs = nullptr;
+};
+thread_local ca_sched* ca_S = nullptr;
+const size_t CA_STACK = size_t(1) << 20;  // per emulated thread; the lowest page a guard
+// the scheduler runs fiber `i` until it waits or ends; a fiber gives the host thread back
+inline void ca_run_fiber(ca_sched* s, unsigned i) {
+  s->cur = i;
+#ifdef CA_FAST_SWITCH
+  ca_fswitch(&s->main_sp, s->sp[i]);
+#else
+  swapcontext(&s->main, &s->fib[i]);
+#endif
+}
+inline void ca_yield(ca_sched* s, unsigned me) {
+#ifdef CA_FAST_SWITCH
+  ca_fswitch(&s->sp[me], s->main_sp);
+#else
+  swapcontext(&s->fib[me], &s->main);
+#endif
+}
+#ifdef CA_FAST_SWITCH
+[[noreturn]] void ca_fiber_entry() {
+  ca_sched* s = ca_S;
+  const unsigned i = s->cur;
+  s->body(&s->ctxs[i], s->user);
+  s->done[i] = 1;
+  void* dead;
+  ca_fswitch(&dead, s->main_sp);  // never resumed
+  std::abort();
+}
+// a fresh fiber's stack: six zero registers for ca_fswitch to pop, then its entry as the
+// return address, 16-byte aligned as a call leaves it
+void ca_start_fiber(ca_sched* s, unsigned i, char* lo, size_t size) {
+  uintptr_t top = (reinterpret_cast<uintptr_t>(lo) + size) & ~uintptr_t(15);
+  void** a = reinterpret_cast<void**>(top - 16);
+  a[0] = reinterpret_cast<void*>(&ca_fiber_entry);
+  a[1] = nullptr;
+  for (int r = 1; r <= 6; ++r) a[-r] = nullptr;
+  s->sp[i] = a - 6;
+}
+#else
+void ca_trampoline(unsigned i) {
+  ca_sched* s = ca_S;
+  s->body(&s->ctxs[i], s->user);
+  s->done[i] = 1;  // returns to the scheduler (uc_link)
+}
+void ca_start_fiber(ca_sched* s, unsigned i, char* lo, size_t size) {
+  getcontext(&s->fib[i]);
+  s->fib[i].uc_stack.ss_sp = lo;
+  s->fib[i].uc_stack.ss_size = size;
+  s->fib[i].uc_link = &s->main;
+  makecontext(&s->fib[i], reinterpret_cast<void (*)()>(ca_trampoline), 1, i);
+}
+#endif
+}
+// every participant arrives; the last one releases the others (they go on when next run)
+extern "C" void ca_rt_wait(void* b) {
+  ca_fbar* f = static_cast<ca_fbar*>(b);
+  if (++f->arrived == f->expected) { f->arrived = 0; ++f->phase; return; }
+  const unsigned phase = f->phase;
+  ca_sched* s = ca_S;
+  const unsigned me = s->cur;
+  while (f->phase == phase) ca_yield(s, me);
+}
 // the blocks of a cluster run together (one cluster after another), each with its own
-// barriers, shuffle slots and dynamic shared memory (zeroed); the emulated threads are one
-// pool per launch, started once and handed each cluster of blocks in turn (a thread started
-// per emulated thread of every block was most of a large grid's time)
+// barriers, shuffle slots and dynamic shared memory (zeroed); a fiber per emulated thread,
+// its stack kept for the launch
 extern "C" void ca_rt_launch(const ca_grid* g, ca_body_t body, void* user) {
   const unsigned threads = g->threads, cluster = g->cluster, n = cluster * threads;
   const int W = (threads + 31) / 32;
-  std::barrier<> start(n + 1), end(n + 1);
+  ca_sched s;
+  ca_sched* const outer = ca_S;
+  ca_S = &s;
+#ifdef CA_FAST_SWITCH
+  s.sp.resize(n);
+#else
+  s.fib.resize(n);
+#endif
+  s.done.assign(n, 0);
+  s.body = body; s.user = user;
   std::vector<ca_ctx> ctxs(n);
-  bool quit = false;  // written before `start`, which orders it for the pool
-  std::vector<std::thread> pool;
-  for (unsigned i = 0; i < n; ++i)
-    pool.emplace_back([&, i] {
-      for (;;) {
-        start.arrive_and_wait();
-        if (quit) return;
-        body(&ctxs[i], user);
-        end.arrive_and_wait();
-      } });
+  s.ctxs = ctxs.data();
+  char* stacks = static_cast<char*>(mmap(nullptr, CA_STACK * n, PROT_READ | PROT_WRITE,
+      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0));
+  if (stacks == MAP_FAILED) { std::perror("emulator: fiber stacks"); std::abort(); }
+  for (unsigned i = 0; i < n; ++i) mprotect(stacks + CA_STACK * i, 4096, PROT_NONE);
   for (unsigned bz = 0; bz < g->gz; ++bz)
   for (unsigned by = 0; by < g->gy; ++by)
   for (unsigned bx0 = 0; bx0 < g->gx; bx0 += cluster) {
-    std::barrier<> cluster_bar(cluster * threads);
+    ca_fbar cluster_bar{cluster * threads, 0, 0};
     std::vector<std::vector<float>> dyn(cluster, std::vector<float>(g->smem_floats));
     std::vector<float*> bases;
     for (auto& d : dyn) bases.push_back(d.data());
-    std::vector<std::barrier<>*> bars;
+    std::vector<ca_fbar> bars(cluster);
+    std::vector<std::vector<ca_fbar>> warp_bars(cluster);
     std::vector<std::vector<void*>> warps(cluster);
     std::vector<std::vector<float>> slots(cluster, std::vector<float>(threads));
     std::vector<std::vector<unsigned>> mma_a(cluster, std::vector<unsigned>(4 * threads));
     std::vector<std::vector<unsigned>> mma_b(cluster, std::vector<unsigned>(2 * threads));
     for (unsigned r = 0; r < cluster; ++r) {
-      bars.push_back(new std::barrier<>(threads));
+      bars[r] = ca_fbar{threads, 0, 0};
       for (int w = 0; w < W; ++w)
-        warps[r].push_back(new std::barrier<>(std::min(32, (int)threads - w * 32)));
+        warp_bars[r].push_back(ca_fbar{(unsigned)std::min(32, (int)threads - w * 32), 0, 0});
+      for (int w = 0; w < W; ++w) warps[r].push_back(&warp_bars[r][w]);
     }
     for (unsigned r = 0; r < cluster; ++r)
     for (unsigned t = 0; t < threads; ++t)
-      ctxs[r * threads + t] = ca_ctx{{t, 0, 0}, {bx0 + r, by, bz}, bars[r], warps[r].data(),
+      ctxs[r * threads + t] = ca_ctx{{t, 0, 0}, {bx0 + r, by, bz}, &bars[r], warps[r].data(),
                                      slots[r].data(), mma_a[r].data(), mma_b[r].data(),
                                      bases[r], r, &cluster_bar, bases.data()};
-    start.arrive_and_wait();  // the pool runs the cluster's blocks
-    end.arrive_and_wait();    // and has finished them
-    for (auto* b : bars) delete b;
-    for (auto& v : warps) for (void* b : v) delete static_cast<std::barrier<>*>(b);
+    for (unsigned i = 0; i < n; ++i) {
+      ca_start_fiber(&s, i, stacks + CA_STACK * i + 4096, CA_STACK - 4096);
+      s.done[i] = 0;
+    }
+    for (unsigned alive = n; alive;)
+      for (unsigned i = 0; i < n; ++i)
+        if (!s.done[i]) {
+          ca_run_fiber(&s, i);
+          if (s.done[i]) --alive;
+        }
   }
-  quit = true;
-  start.arrive_and_wait();
-  for (auto& th : pool) th.join();
+  munmap(stacks, CA_STACK * n);
+  ca_S = outer;
 }
 """
 
@@ -174,7 +301,6 @@ static thread_local void** ca_warp_barriers;
 static thread_local float* ca_slots;
 static thread_local unsigned (*ca_mma_a)[4];
 static thread_local unsigned (*ca_mma_b)[2];
-static inline void __syncthreads() { ca_wait(ca_block_barrier); }
 // thread-block clusters: a barrier over the cluster's threads, and each block's dynamic shared
 // memory (peers are reached at the same offset in another block's buffer)
 static thread_local float* ca_dyn_smem;  // the block's dynamic shared memory
@@ -182,7 +308,24 @@ static thread_local unsigned ca_rank_in_cluster;
 static thread_local void* ca_cluster_barrier;
 static thread_local float* const* ca_cluster_bases;
 static inline unsigned ca_cluster_rank() { return ca_rank_in_cluster; }
-static inline void ca_cluster_sync() { ca_wait(ca_cluster_barrier); }
+// a wait switches to the block's other emulated threads, fibers of this host thread that set
+// these thread-locals to their own: each keeps its values on its stack across the wait
+struct ca_tls_ {
+  dim3_ ti, bi, gd, bd; unsigned tid; void* bb; void** wb; float* sl;
+  unsigned (*ma)[4]; unsigned (*mb)[2]; float* ds; unsigned rank; void* cb;
+  float* const* cbs; std::vector<std::vector<ca_copy_>> cp; };
+static inline void ca_sync(void* b) {
+  ca_tls_ k{threadIdx, blockIdx, gridDim, blockDim, ca_tid, ca_block_barrier, ca_warp_barriers,
+            ca_slots, ca_mma_a, ca_mma_b, ca_dyn_smem, ca_rank_in_cluster, ca_cluster_barrier,
+            ca_cluster_bases, std::move(ca_cp_groups)};
+  ca_wait(b);
+  threadIdx = k.ti; blockIdx = k.bi; gridDim = k.gd; blockDim = k.bd; ca_tid = k.tid;
+  ca_block_barrier = k.bb; ca_warp_barriers = k.wb; ca_slots = k.sl; ca_mma_a = k.ma;
+  ca_mma_b = k.mb; ca_dyn_smem = k.ds; ca_rank_in_cluster = k.rank; ca_cluster_barrier = k.cb;
+  ca_cluster_bases = k.cbs; ca_cp_groups = std::move(k.cp);
+}
+static inline void __syncthreads() { ca_sync(ca_block_barrier); }
+static inline void ca_cluster_sync() { ca_sync(ca_cluster_barrier); }
 // an emulated thread's start: the runtime's context into this library's thread-locals
 static inline void ca_enter(const ca_ctx* c) {
   ca_cp_groups.assign(1, {});  // a pool thread starts each block with no copy queued
@@ -213,12 +356,12 @@ static inline float ca_bits(unsigned u) { float f; std::memcpy(&f, &u, 4); retur
 template <class Product>
 static inline void ca_mma_warp(float* c, Product product) {
   const int t = ca_tid, w = t / 32, base = w * 32, lane = t % 32;
-  ca_wait(ca_warp_barriers[w]);
+  ca_sync(ca_warp_barriers[w]);
   const int g = lane >> 2, tq = lane & 3;
   float r[4];
   for (int q = 0; q < 4; ++q)
     r[q] = (float)(product(base, g + 8 * (q >= 2), 2 * tq + (q & 1)) + c[q]);
-  ca_wait(ca_warp_barriers[w]);
+  ca_sync(ca_warp_barriers[w]);
   for (int q = 0; q < 4; ++q) c[q] = r[q];
 }
 static inline void ca_mma_tf32(float* c, const unsigned* a, const unsigned* b) {
@@ -311,9 +454,9 @@ static inline void ca_mma_bf16(float* c, const unsigned* a, unsigned b) {
 static inline float ca_exchange(float v, int src_lane, bool keep_own) {
   const int t = ca_tid, w = t / 32, base = w * 32;
   ca_slots[t] = v;
-  ca_wait(ca_warp_barriers[w]);
+  ca_sync(ca_warp_barriers[w]);
   const float r = keep_own ? v : ca_slots[base + src_lane];
-  ca_wait(ca_warp_barriers[w]);
+  ca_sync(ca_warp_barriers[w]);
   return r;
 }
 static inline float __shfl_up_sync(unsigned, float v, int d) {
