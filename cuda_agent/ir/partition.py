@@ -37,7 +37,7 @@ from ..errors import UnsupportedError
 from .graph import INDEX_DTYPE, Graph, GraphInput, Node
 from .ops import is_elementwise
 from .plan import CHAN_REDUCE, KernelPlan, _ancestors
-from .pool import pool_prologue
+from .pool import pool_prologue, through_views
 from .structured import _planners
 
 INTERMEDIATE = "intermediate"  # GraphInput.role of a value an earlier stage wrote
@@ -204,7 +204,6 @@ def defer_epilogues(graph: Graph, cuts: list[int]) -> list[int]:
     return sorted(out)
 
 
-
 def _applies_as_it_loads(graph: Graph, reader: int, value: int, product: int,
                          stats: set[int]) -> bool:
     """Whether the stage of `reader` can compute `value` (the epilogue of `product`, reading
@@ -269,10 +268,7 @@ def _epilogue_of(graph: Graph, value: int, cuts: set[int], structured: set[str],
 def is_parameter(graph: Graph, nid: int) -> bool:
     """Whether `nid` is computed from inputs and constants alone through views (a bias viewed
     to broadcast over the channels)."""
-    n = graph[nid]
-    while n.op == "view":
-        n = graph[n.args[0]]
-    return n.op in ("input", "const")
+    return through_views(graph, nid).op in ("input", "const")
 
 
 def partition(graph: Graph, sides: bool = True, defer: bool = False) -> Program | None:

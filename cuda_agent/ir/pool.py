@@ -92,7 +92,8 @@ class PoolPrologue:
     nodes: tuple[int, ...] = ()  # every elementwise node it computes
 
 
-def _through_views(graph: Graph, nid: int) -> Node:
+def through_views(graph: Graph, nid: int) -> Node:
+    """The node a chain of reshapes starting at `nid` reshapes (`nid`'s own where none)."""
     n = graph[nid]
     while n.op == "view":
         n = graph[n.args[0]]
@@ -123,7 +124,6 @@ def pool_prologue(graph: Graph, value: int, rank: int, leaves: frozenset[int] = 
     buffer) and per-plane parameters (inputs and constants through views), or raise naming
     what is not one."""
     x_shape = graph[value].shape
-    numel = math.prod(x_shape)
     source: int | None = None
     operands: dict[int, PlaneOperand] = {}
     seen: set[int] = set()
@@ -139,9 +139,9 @@ def pool_prologue(graph: Graph, value: int, rank: int, leaves: frozenset[int] = 
     def leaf(k: int, shape: tuple[int, ...]) -> None:
         """An input or leaf reached through views, seen as a tensor of `shape`."""
         nonlocal source
-        base = graph[k] if k in leaves else _through_views(graph, k)
+        base = graph[k] if k in leaves else through_views(graph, k)
         if base.id in leaves or base.op == "input":
-            if math.prod(graph[base.id].shape) == numel and tuple(shape) == x_shape:
+            if tuple(shape) == x_shape:  # (a reshape keeps the element count and order)
                 if source is not None and source != base.id:
                     raise refuse("two operands of the pooled shape")
                 source = base.id
@@ -180,7 +180,7 @@ def pool_prologue(graph: Graph, value: int, rank: int, leaves: frozenset[int] = 
                 full.add(k)
             stack.extend(n.args)
             continue
-        base = _through_views(graph, k)
+        base = through_views(graph, k)
         if base.op in ("input", "const") or base.id in leaves or k in leaves:
             leaf(k, n.shape)
         elif n.op == "view" and n.shape == x_shape and graph[n.args[0]].shape == x_shape:
@@ -189,18 +189,16 @@ def pool_prologue(graph: Graph, value: int, rank: int, leaves: frozenset[int] = 
             raise refuse(f"op {n.op}")
     if source is None:
         raise refuse("no operand of the pooled shape")
-    # the per-plane values an element's arithmetic reads (through views)
-    plane_values = sorted({a for k in full for a in graph[k].args
-                           if _through_views(graph, a).id in per_plane})
+    # the per-plane values an element's arithmetic reads (a reshaped one was refused above)
+    plane_values = {a for k in full for a in graph[k].args if a in per_plane}
     return PoolPrologue(value, source, tuple(operands[k] for k in sorted(operands)),
-                        tuple(x_shape[:-rank]), ops,
-                        tuple(sorted({_through_views(graph, a).id for a in plane_values})),
+                        tuple(x_shape[:-rank]), ops, tuple(sorted(plane_values)),
                         tuple(sorted(full | per_plane)))
 
 
 def _source_input(graph: Graph, nid: int) -> Node | None:
     """The graph input the pool reads, through reshapes only, or None: a computed value."""
-    n = _through_views(graph, nid)
+    n = through_views(graph, nid)
     return n if n.op == "input" else None
 
 
