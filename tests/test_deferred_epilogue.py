@@ -26,7 +26,7 @@ from cuda_agent.ir.partition import ProgramPlan, partition
 from cuda_agent.ir.planning import make_plan, make_program_plan
 from cuda_agent.ir.sink import sink_epilogue_views
 from cuda_agent.runner.launcher import LoadedKernels
-from cuda_agent.space.program import StageSpace, stage_spaces
+from cuda_agent.space.program import StageSpace, buffer_offsets, stage_spaces, state_updates
 from cuda_agent.space.slots import Target
 from cuda_agent.space.templates.library import KEPT, KEPT_MO
 
@@ -187,6 +187,31 @@ def test_the_bare_library_stage_is_one_call_its_reader_points_at_its_result():
         reader = kernels[0]
         assert ["product", 0] in [list(a) for a in reader.args], reader.args
         assert dict(r.facts)["s0.bare"] is True
+
+
+def test_a_bare_product_takes_no_workspace_and_the_statistics_stay_where_the_update_reads():
+    """The library's result is what the readers read: the product's workspace buffer (the
+    activation's size) is left out of a bare candidate's workspace; an own convolution template
+    writes it. The batch statistics lie where `state_updates` (once per plan) says, either way."""
+    plan = _plan(*CHAINS["tconv_bn_tanh_pool"])
+    spaces = stage_spaces(plan, Target())
+    product = plan.program.stages[0].writes
+    product_bytes = plan.buffer_bytes()[product]
+    lib = spaces[0].configs_of("lib")[0]
+    own = next(c for c in spaces[0].configs if spaces[0].template_of(c).name != "lib")
+    rest = [sp.default() for sp in spaces[1:]]
+    bare = StageSpace.of(plan, 0, spaces, [lib] + rest).render(lib)
+    full = StageSpace.of(plan, 0, spaces, [own] + rest).render(own)
+    assert full.workspace_bytes - bare.workspace_bytes >= product_bytes
+    offsets, _ = buffer_offsets(plan)
+    pointed = {a[1] for L in bare.launches for a in (L.args or ()) if list(a)[0] == "buf"}
+    assert offsets[product] not in pointed or offsets[product] >= bare.workspace_bytes
+    [update] = [u for u in state_updates(plan) if u["op"] == "running_stats"]
+    for r in (bare, full):
+        # the stage writing the variance and the mean points where the update reads them
+        written = {a[1] for L in r.launches for a in (L.args or ()) if list(a)[0] == "buf"}
+        assert {update["mean"][0], update["var"][0]} <= written
+        assert max(update["mean"][0], update["var"][0]) < r.workspace_bytes
 
 
 def test_an_own_convolution_template_writes_the_buffer_its_readers_read():

@@ -23,7 +23,7 @@ from typing import Any, Collection
 
 from ..errors import UnsupportedError
 from ..ir.graph import Increment, RunningStats
-from ..ir.partition import ProgramPlan
+from ..ir.partition import DEFERRABLE, ProgramPlan
 # measurements a stage may go without progress: defined where the run's settings read it
 # without importing this module
 from ..limits import STAGE_PATIENCE  # noqa: F401
@@ -215,14 +215,37 @@ def follow(space: Space, cfg: Config) -> Config:
                  if name is None or space.template_of(c).name == name), space.default())
 
 
-def buffer_offsets(plan: ProgramPlan) -> tuple[list[int], int]:
+def buffer_offsets(plan: ProgramPlan, bare: Collection[int] = ()) -> tuple[list[int], int]:
     """Workspace offset of each intermediate buffer, and the bytes they take (aligned): the
-    buffers come first, whatever the stages' configurations."""
-    offsets, ws = [], 0
-    for nbytes in plan.buffer_bytes():
-        offsets.append(ws)
-        ws = _aligned(ws + nbytes)
+    buffers come first, whatever the stages' configurations. A buffer that may be a bare
+    library product (`_may_be_bare`: it holds a convolution's or matrix product's value) is
+    laid out after the others, and one that is (`bare`: its stage is the library call alone,
+    whose result its readers point at) takes no room: the others' offsets, the batch
+    statistics' among them (`state_updates`, computed once per plan), do not depend on which
+    stage configurations a candidate has, and a deferred product does not hold an unused
+    copy of the activation in the workspace."""
+    offsets = [0] * len(plan.program.buffers)
+    ws = 0
+    may_be_bare, sizes = _may_be_bare(plan), plan.buffer_bytes()
+    for k in sorted(range(len(offsets)), key=lambda k: k in may_be_bare):
+        offsets[k] = ws
+        if k not in bare:
+            ws = _aligned(ws + sizes[k])
     return offsets, ws
+
+
+def _may_be_bare(plan: ProgramPlan) -> set[int]:
+    """Buffers whose value is a product a library call alone may compute (`DEFERRABLE`)."""
+    program = plan.program
+    return {k for k, v in enumerate(program.values) if plan.graph[v].op in DEFERRABLE}
+
+
+def bare_products(plan: ProgramPlan, parts: list[Rendered]) -> set[int]:
+    """The buffers of a candidate (one rendering per stage) written by a stage that is a
+    library call alone: its readers point at the call's result (["product", j])."""
+    return {stage.writes for stage, r in zip(plan.program.stages, parts)
+            if stage.writes is not None and not r.kernel_names
+            and any(L.library is not None for L in r.launches)}
 
 
 def state_updates(plan: Any) -> list[dict[str, Any]]:
@@ -257,7 +280,7 @@ def compose(plan: ProgramPlan, parts: list[Rendered], kept: Collection[int] = ()
     buffers stored channels-last (`kept_buffers`; `ordered`, those of them read in memory
     order, `ordered_buffers`), in the facts of the stages that read them."""
     program = plan.program
-    offsets, ws = buffer_offsets(plan)
+    offsets, ws = buffer_offsets(plan, bare_products(plan, parts))
     sources, launches, facts = [], [], [("family", "program"), ("stages", len(parts))]
     zero = False
     # a stage reading a buffer kept channels-last was rendered from its variant's plan
