@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import random
 import threading
 import time
 import warnings
@@ -42,6 +43,7 @@ from .search import make_strategy, resolve_strategy
 from .search.base import is_agents
 from .search.engine import Engine, Listed, Proposer
 from .search.stop import StageSchedule, StopRule
+from .search.verdicts import TemplateVerdicts
 from .space.program import StagePlateau, StageSpace, stage_spaces
 from .precision import resolve as resolve_precision
 from .space.slots import Config
@@ -296,7 +298,7 @@ class StrategyProposer:
 
     def __init__(self, strategy: Any, space: Space, pending: list[Config], picks_due: bool,
                  seen: set[Config], measured_before: Callable[[Config], bool],
-                 timing: dict[str, float]) -> None:
+                 timing: dict[str, float], verdicts: TemplateVerdicts | None = None) -> None:
         self.strategy = strategy
         self.space = space
         self.pending = pending
@@ -304,6 +306,9 @@ class StrategyProposer:
         self.seen = seen
         self.measured_before = measured_before
         self.timing = timing
+        # templates whose candidates were all wrong: not proposed again (`search/verdicts.py`)
+        self.verdicts = verdicts if verdicts is not None else TemplateVerdicts()
+        self._stage = space.stage if isinstance(space, StageSpace) else None
         self.adaptive: bool = strategy.adaptive
         self._ahead_ok = picks_due and not self.adaptive
 
@@ -315,8 +320,14 @@ class StrategyProposer:
     def ask_in_background(self) -> bool:
         return self._ahead_ok and self.picks_due
 
+    def _template(self, c: Config) -> tuple[int | None, str]:
+        return self._stage, self.space.template_of(c).name
+
+    def _abandoned(self, c: Config) -> bool:
+        return self.verdicts.abandoned(self._template(c))
+
     def _fresh(self, c: Config) -> bool:
-        return c not in self.seen and not self.measured_before(c)
+        return c not in self.seen and not self.measured_before(c) and not self._abandoned(c)
 
     def ask(self, n: int, clock: str = "strategy_s") -> list[Config]:
         out: list[Config] = []
@@ -341,14 +352,42 @@ class StrategyProposer:
                 continue
             t = time.perf_counter()
             asked = self.strategy.ask(n - len(out))
-            self.timing[clock] += time.perf_counter() - t
             more = [c for c in asked if c not in out and self._fresh(c)]
+            if not more and any(self._abandoned(c) for c in asked):
+                # a strategy that keeps to an abandoned template (a policy's strong prior):
+                # the rest of the batch drawn from the templates still in the search
+                more = self._drawn(n - len(out), out)
+            self.timing[clock] += time.perf_counter() - t
             if not more:
                 break
             out.extend(more)
         out = out[:n]
         self.seen.update(out)  # taken: a batch asked for is measured next
         return out
+
+    def _drawn(self, n: int, taken: list[Config]) -> list[Config]:
+        """Up to `n` fresh configurations of templates not abandoned, drawn uniformly."""
+        rng = random.Random(len(self.seen))
+        out: list[Config] = []
+        exclude = set(self.seen) | set(taken)
+        for _ in range(64 * n):
+            if len(out) == n:
+                break
+            c = self.space.draw(rng, exclude, tries=2000)
+            if c is None:
+                break
+            exclude.add(c)
+            if self._fresh(c):
+                out.append(c)
+        return out
+
+    def note(self, trial: Trial) -> None:
+        """Each measurement as it comes (an engine callback): a template's verdict takes effect
+        within the batch, not a batch or two later (batches are asked ahead)."""
+        self.verdicts.note(self._template(trial.config), trial.measurement)
+
+    def wanted(self, c: Config) -> bool:
+        return not self._abandoned(c)
 
     def tell(self, results: list[tuple[Config, Measurement]]) -> None:
         self.strategy.tell(results)
@@ -435,6 +474,7 @@ class Tuner:
         # the candidates measured so far: a program's stage search skips a configuration whose
         # whole program was measured already (by the programs measured first, say)
         self._measured_keys: set[str] = set()
+        self.verdicts = TemplateVerdicts()  # templates given up on (`search/verdicts.py`)
         if isinstance(self.device, ReplayDevice):
             self.toolchain = self.device.toolchain()
         else:
@@ -556,6 +596,7 @@ class Tuner:
         self._measured_keys = set()
         self._best = self._default = None
         self._best_space = None
+        self.verdicts = TemplateVerdicts()
         # counted from the run's start (the first run: the Tuner's creation or `started`)
         begun, self._started = self._started or time.monotonic(), None
         self._deadline = begun + s.time_limit_s if s.time_limit_s is not None else None
@@ -775,10 +816,24 @@ class Tuner:
         """The tuner's own search loop: measured against the best so far, each measurement
         kept (`_keep`), then shown (`progress`)."""
         shown = [] if progress is None else [lambda t: progress(t, self._best)]
+        # a template's verdict as each measurement comes (`StrategyProposer.note`)
+        noted = [self._noting(proposer)] if isinstance(proposer, StrategyProposer) else []
         return self.engine(
-            proposer, rule, on_measured=[self._keep(trials, as_default), *shown],
+            proposer, rule, on_measured=[self._keep(trials, as_default), *noted, *shown],
             best_ms=lambda: self._best.measurement.time_ms if self._best else None,
             index=lambda: len(trials) + 1, timing=self.timing)
+
+    def _noting(self, proposer: StrategyProposer) -> Callable[[Trial], None]:
+        """`proposer.note`, saying once which template it gives up on and why."""
+        def note(trial: Trial) -> None:
+            before = set(self.verdicts.given_up())
+            proposer.note(trial)
+            for stage, name in set(self.verdicts.given_up()) - before:
+                where = "" if stage is None else f" (stage {stage})"
+                self.notify(f"template {name}{where}: {self.verdicts.limit} candidates failed "
+                            f"verification and none passed ({trial.measurement.error_msg}); "
+                            "not proposed again")
+        return note
 
     def _search(self, budget: int, include_default: bool, trials: list[Trial],
                 best: Trial | None,
@@ -816,7 +871,7 @@ class Tuner:
                 space.key(c, self.toolchain) in self._measured_keys
 
         proposer = StrategyProposer(self.strategy, self.space, pending, include_default, seen,
-                                    measured_before, self.timing)
+                                    measured_before, self.timing, self.verdicts)
         engine = self._engine(proposer, StopRule(budget, self._deadline, plateau, until),
                               trials, progress,
                               lambda: include_default and len(trials) == first)

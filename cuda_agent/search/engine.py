@@ -46,7 +46,11 @@ class Proposer(Protocol):
     timing; `tell` hears a batch's results (a batch cut short by the stop rule: those measured).
     `adaptive`: its next answer depends on the last batch's results (asked after the tell, not
     while the batch is measured); `ask_in_background`: its next answer may wait on a model and is
-    asked on a daemon thread; `done`: it has plateaued (the search ends after this batch)."""
+    asked on a daemon thread; `done`: it has plateaued (the search ends after this batch).
+    Optionally `wanted(config)`: whether a configuration asked for earlier is still worth its
+    measurement when its turn comes (the tuner's proposer gives up on a template whose
+    candidates were all wrong, `search/verdicts.py`); one that is not is skipped, its budget
+    given back, and not told."""
 
     adaptive: bool
 
@@ -126,6 +130,7 @@ class Engine:
         Ctrl-C raises KeyboardInterrupt (from the main thread) as it comes; what was measured
         is in `measured` and the callbacks' records."""
         p, rule, timing = self.proposer, self.rule, self.timing
+        wanted: Callable[[Config], bool] = getattr(p, "wanted", lambda c: True)
         pool = ThreadPoolExecutor(1)
         adaptive = p.adaptive
         next_build: Future | None = None
@@ -191,6 +196,9 @@ class Engine:
                     if why == "plateau":
                         settled = True  # this stage's seconds: the next stage's turn
                         break
+                    if not wanted(cand.config):
+                        rule.give_back(1)
+                        continue
                     m = self._measure(cand).measurement
                     results.append((cand.config, m))
                     settled = rule.after_measure(m) == "plateau"

@@ -54,6 +54,11 @@ class StopRule:
         """`n` configurations were taken (a batch): they count against the budget."""
         self.taken += n
 
+    def give_back(self, n: int) -> None:
+        """`n` configurations taken were not measured after all (given up on): the budget has
+        them again."""
+        self.taken -= n
+
     def time_up(self) -> bool:
         return self.deadline is not None and time.monotonic() >= self.deadline
 

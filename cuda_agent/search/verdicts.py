@@ -1,0 +1,45 @@
+"""Templates a search gives up on: every candidate measured so far wrong, none verified.
+
+A template whose candidates fail verification usually fails it at every configuration: its
+arithmetic is less precise than the tolerance allows (TF32 tensor cores where torch's own
+convolution ran an fp32 algorithm, so the floor is fp32's), or it mishandles the problem. On
+an H100 (2026-12-07, conv2d_relu_hardswish, `benchmarks/results/2026-12-07-h100-conv-chains-2`)
+a 64-measurement search spent 55 measurements on tensor-core candidates that were all wrong
+(relative error 3e-4 against 1e-4), while two fp32 candidates and seven library ones were all
+it learnt from. After `WRONG_BEFORE_ABANDON` wrong candidates of a template and none verified,
+the search proposes none of it again (`tuner.StrategyProposer`); one verified candidate keeps
+the template in the search for good.
+"""
+
+from __future__ import annotations
+
+from ..runner.records import Measurement
+
+#: wrong candidates of a template, none verified, after which the search stops proposing it
+WRONG_BEFORE_ABANDON = 3
+
+TemplateKey = tuple[int | None, str]
+"""a template: the program stage it serves (None for a one-kernel problem) and its name"""
+
+
+class TemplateVerdicts:
+    """Per template key (a template's name, with the program stage it belongs to), how many
+    measured candidates verified and how many were wrong."""
+
+    def __init__(self, limit: int = WRONG_BEFORE_ABANDON) -> None:
+        self.limit = limit
+        self._wrong: dict[TemplateKey, int] = {}
+        self._verified: set[TemplateKey] = set()
+
+    def note(self, key: TemplateKey, m: Measurement) -> None:
+        if m.ok and m.verified:
+            self._verified.add(key)
+        elif m.error_kind == "wrong":
+            self._wrong[key] = self._wrong.get(key, 0) + 1
+
+    def abandoned(self, key: TemplateKey) -> bool:
+        return key not in self._verified and self._wrong.get(key, 0) >= self.limit
+
+    def given_up(self) -> list[TemplateKey]:
+        """The keys abandoned so far (for the report)."""
+        return sorted((k for k in self._wrong if self.abandoned(k)), key=str)
