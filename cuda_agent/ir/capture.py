@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 
 from ..errors import ProblemError, UnsupportedError, data_dependent, first_line
+from . import autocast
 from .capture_common import Refused, op_arg
 from .graph import (HALF_DTYPES, INDEX_DTYPE, STORAGE_FLOATS, Graph, GraphInput, Increment,
                     Node, broadcast_shapes, view_runs)
@@ -1054,9 +1055,9 @@ class NumbersAsScalarTensors(torch.overrides.TorchFunctionMode):
 def _export(model: torch.nn.Module, inputs: list[torch.Tensor]
             ) -> "torch.export.ExportedProgram":
     try:
-        with warnings.catch_warnings(), NumbersAsScalarTensors():
+        with warnings.catch_warnings(), NumbersAsScalarTensors(), autocast.as_on_gpu():
             warnings.simplefilter("ignore")
-            return torch.export.export(model, tuple(inputs), strict=False)
+            program = torch.export.export(model, tuple(inputs), strict=False)
     except (UnsupportedError, ProblemError):
         raise
     except Exception as exc:  # noqa: BLE001 - tracing failures are the user's to see
@@ -1064,6 +1065,11 @@ def _export(model: torch.nn.Module, inputs: list[torch.Tensor]
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ProblemError(data_dependent(exc)
                            or f"could not trace Model.forward with torch.export: {msg}")
+    # CUDA autocast regions: their bodies inlined, the casts of torch's policy made explicit,
+    # as `pretrace` gives them (autocast.py)
+    autocast.inline(program)
+    autocast.resolve(program.graph)
+    return program
 
 
 def _reads_mode(model: torch.nn.Module) -> bool:
