@@ -264,6 +264,7 @@ def resolve(graph: torch.fx.Graph) -> None:
             with graph.inserting_before(before):
                 c = graph.call_function(_TO_COPY, (arg,), {"dtype": dtype})
             c.meta["val"] = _meta(arg).to(dtype)
+            c.meta[AUTOCAST] = before.meta.get(AUTOCAST)  # autocast's, where its op runs
             copies[key] = c
         return copies[key]
 

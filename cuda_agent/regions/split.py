@@ -353,7 +353,10 @@ class _Splitter:
             r.reason = (f"generated: {stages} kernel{'s' if stages > 1 else ''} "
                         f"({plan.family}{half})" + (f", bool operand {', '.join(masks)} read as "
                                               "float32 0/1 (cast by torch)" if masks else ""))
-        if r.autocast:  # the casts of torch's CUDA autocast policy are in its graph
+        if r.autocast and kind == TORCH and set(r.ops) == {"_to_copy"}:
+            r.reason = (f"_to_copy: torch.autocast {r.autocast}'s casts of the next region's "
+                        "operands: torch casts")
+        elif r.autocast:  # the casts of torch's CUDA autocast policy are in its graph
             r.reason += f" (under autocast {r.autocast}: its casts explicit)"
         return r
 
