@@ -384,3 +384,37 @@ def test_autocast_model_tunes_on_the_simulator_region_by_region(tmp_path):
         return float((t - want).norm() / want.norm())
 
     assert rel(got) < 1e-5 and rel(plain) > max(3e-5, 4 * rel(got)), (rel(got), rel(plain))
+
+
+class Nested(nn.Module):
+    """autocast fp16 around an autocast bf16 region and a region with autocast off."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1, self.fc2, self.fc3 = nn.Linear(32, 32), nn.Linear(32, 32), nn.Linear(32, 32)
+
+    def forward(self, x):
+        with torch.autocast("cuda", dtype=torch.float16):
+            a = self.fc1(x)
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                b = self.fc2(a)
+            with torch.autocast("cuda", enabled=False):
+                c = self.fc3(x)
+        return a.float() + b.float() + c
+
+
+def test_nested_autocast_regions_cast_as_torch_does():
+    graphs = [_graph(Nested, [], lambda: [torch.randn(4, 32)], tracer=t) for t in (True, False)]
+    assert graphs[0].to_json() == graphs[1].to_json()
+    g = graphs[0]
+    mms = [n for n in g.live() if n.op == "matmul"]
+    assert len(mms) == 3
+
+    def operand_ops(mm):
+        a, b = g[mm.args[0]], g[mm.args[1]]
+        return a.op, (g[b.args[0]].op if b.op == "permute" else b.op)
+
+    # fc1 in fp16; fc2 in bf16 (its fp16 input cast again, to bf16); fc3 uncast (autocast off)
+    assert [operand_ops(mm) for mm in mms] == [("round_f16", "round_f16"),
+                                               ("round_bf16", "round_bf16"), ("input", "input")]
+    assert g.out_dtype == "float32"
