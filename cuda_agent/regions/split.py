@@ -15,7 +15,10 @@ float64 tensors, kernels in half precision that no template takes (a bf16 or fp1
 matrix products and convolutions: cuBLAS and cuDNN run them in that type), in-place changes of a buffer other than batch norm's running statistics (a counter), and views
 alone (no computation). A kernel region with training-mode batch norm returns the running
 statistics' new values besides its output (`Region.updates`), and the module copies them in. A bool operand (a mask) of a kernel region is read as a float32 0/1 tensor, cast
-by torch before the kernel; int64 operands are class indices as capture reads them.
+by torch before the kernel; int64 operands are class indices as capture reads them. A forward()
+under `torch.autocast("cuda")` is split as the GPU runs it: the casts torch's autocast policy
+applies are ops of the graph (`ir/autocast.py`), left to torch, and the products after them read
+the cast values in the half type; each region says it ran under autocast (`Region.autocast`).
 """
 
 from __future__ import annotations
