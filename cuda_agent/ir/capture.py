@@ -2,7 +2,8 @@
 
 The graph is torch.export's (non-strict, training IR), recorded by `pretrace.py` without
 torch.export's first-call import of Dynamo; what that tracer leaves to torch.export, and any
-error, is traced by torch.export itself. Tracing runs on the meta device, so a problem that
+error, is traced by torch.export itself. Under `torch.autocast("cuda")` either graph gets the
+casts torch's autocast policy applies as explicit `_to_copy` ops (`autocast.py`). Tracing runs on the meta device, so a problem that
 moves gigabytes on the GPU is captured without allocating them. The module is traced in the
 mode `Model(*get_init_inputs())` leaves it in, as the field's harness runs it: training mode
 unless its constructor calls `.eval()` (batch norm then normalises by the batch's statistics
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 
 from ..errors import ProblemError, UnsupportedError, data_dependent, first_line
+from . import autocast
 from .capture_common import Refused, op_arg
 from .graph import (HALF_DTYPES, INDEX_DTYPE, STORAGE_FLOATS, Graph, GraphInput, Increment,
                     Node, broadcast_shapes, view_runs)
@@ -1054,9 +1056,9 @@ class NumbersAsScalarTensors(torch.overrides.TorchFunctionMode):
 def _export(model: torch.nn.Module, inputs: list[torch.Tensor]
             ) -> "torch.export.ExportedProgram":
     try:
-        with warnings.catch_warnings(), NumbersAsScalarTensors():
+        with warnings.catch_warnings(), NumbersAsScalarTensors(), autocast.as_on_gpu():
             warnings.simplefilter("ignore")
-            return torch.export.export(model, tuple(inputs), strict=False)
+            program = torch.export.export(model, tuple(inputs), strict=False)
     except (UnsupportedError, ProblemError):
         raise
     except Exception as exc:  # noqa: BLE001 - tracing failures are the user's to see
@@ -1064,6 +1066,11 @@ def _export(model: torch.nn.Module, inputs: list[torch.Tensor]
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ProblemError(data_dependent(exc)
                            or f"could not trace Model.forward with torch.export: {msg}")
+    # CUDA autocast regions: their bodies inlined, the casts of torch's policy made explicit,
+    # as `pretrace` gives them (autocast.py)
+    autocast.inline(program)
+    autocast.resolve(program.graph)
+    return program
 
 
 def _reads_mode(model: torch.nn.Module) -> bool:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from ..errors import UnsupportedError
 from .gemm import GemmInfo
+from .ops import cast_operand
 from .graph import Graph, Node
 from .plan import KernelPlan, make_anchored_plan
 from .pool import PoolInfo
@@ -137,6 +138,9 @@ def _operands(graph: Graph, conv: Node) -> tuple[Node, Node]:
     x, w = graph[conv.args[0]], graph[conv.args[1]]
     for operand, what in ((x, "input"), (w, "weight")):
         if operand.op != "input":
+            cast = cast_operand(operand.op, "convolution")  # torch.autocast's (autocast.py)
+            if cast:
+                raise UnsupportedError(cast)
             raise UnsupportedError(f"unsupported: a computed convolution {what} (op "
                                    f"{operand.op}); only tensors passed in or parameters")
     return x, w

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UnsupportedError
+from .ops import cast_operand
 from .graph import Graph
 from .plan import KernelPlan, make_anchored_plan
 
@@ -111,6 +112,9 @@ def strided_operand(graph: Graph, nid: int) -> StridedOperand:
             raise UnsupportedError(f"unsupported: reshape {src.shape} -> {n.shape} of a "
                                    "transposed matrix-product operand")
         return StridedOperand(src.index, n.shape, viewed)
+    cast = cast_operand(n.op, "matrix product")  # torch.autocast's (ir/autocast.py)
+    if cast:
+        raise UnsupportedError(cast)
     raise UnsupportedError(f"unsupported: {n.op} on a matrix-product operand (only views, "
                            "transposes and broadcasts of inputs are read in place)")
 

@@ -168,3 +168,15 @@ def render(op: str, operands: list[str], attrs: Attrs, fast: bool) -> str:
 
 
 float_literal = _f
+
+
+def cast_operand(op: str, product: str) -> str | None:
+    """Why one kernel does not take a `product` ("matrix product", "convolution") whose operand
+    is IR op `op`, where that is torch.autocast's cast to a half type (`autocast.py`; None for
+    any other op): the region split tunes it (torch casts, the product in that type through
+    the library)."""
+    dtype = {"round_f16": "float16", "round_bf16": "bfloat16"}.get(op)
+    if dtype is None:
+        return None
+    return (f"unsupported: a {product} of operands cast to {dtype} (torch.autocast) as one "
+            f"kernel; the region split tunes it: torch casts, the {product} in {dtype}")

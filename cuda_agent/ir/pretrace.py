@@ -14,12 +14,18 @@ Dynamo, and loading such a problem (`problem.check_problem`) already does. The s
 for the others: softmax, matrix products, convolutions, pooling, reductions.
 
 It does not try to cover what export handles beyond that: a tensor forward() did not get as an
-input (a constant, `torch.tensor(...)`), a factory op off the meta device, grad-mode or autocast
+input (a constant, `torch.tensor(...)`), a factory op off the meta device, grad-mode
 switches, module attributes assigned during forward(), non-persistent or shared buffers and
 parameters; nor a torch version it was not compared on (`VERIFIED_TORCH`). Each raises
 `NotTraced`, and the caller falls back to torch.export, as it does on any other error (an import
 error included: this module uses torch internals, and is imported only when a capture uses
 it): this path only ever saves time.
+
+CUDA autocast regions are recorded as export records their bodies: each op as called, uncast,
+here tagged with the autocast dtype in effect (torch's global autocast state, which
+`torch.autocast.__enter__` sets; `autocast.as_on_gpu` keeps it from switching itself off on a
+machine without CUDA). `autocast.resolve` then adds the casts torch's policy applies, to this
+graph and to export's alike (`autocast.inline` takes export's `wrap_with_autocast` apart).
 """
 
 from __future__ import annotations
@@ -42,6 +48,8 @@ from torch.fx.node import _side_effectful_need_to_be_preserved_pre_dispatch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils import _pytree as pytree
 from torch.utils.weak import WeakTensorKeyDictionary
+
+from . import autocast
 
 _META = torch.device("meta")
 # torch versions whose torch.export this tracer was compared with on every problem file
@@ -121,14 +129,18 @@ class _Recorder(ProxyTorchDispatchMode):
         node_args, node_kwargs = pytree.tree_map_only(torch.Tensor, self.node_of, (args, kwargs))
         node = self.graph.call_function(func, tuple(node_args), node_kwargs,
                                         name=self._name(func.overloadpacket.__name__))
+        dtype = autocast.current()  # the op as called; `autocast.resolve` adds the casts
+        if dtype is not None:
+            node.meta[autocast.AUTOCAST] = dtype
         out = func(*args, **kwargs)  # this mode is popped here: the op runs below PreDispatch
         self.track(out, node)
         return out
 
 
 class _RefuseSideEffects(torch.overrides.TorchFunctionMode):
-    """export records grad-mode and autocast switches (and functorch transforms) as graph
-    nodes; this tracer leaves such a forward() to export."""
+    """export records grad-mode switches (and functorch transforms) as graph nodes; this
+    tracer leaves such a forward() to export. (torch.autocast's `_enter_autocast` reaches only
+    export's own PreDispatch mode: here autocast is read from torch's state, `autocast.py`.)"""
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (),
                            kwargs: dict | None = None) -> Any:
@@ -241,11 +253,13 @@ def trace(model: torch.nn.Module, inputs: list[torch.Tensor]) -> TracedProgram:
             specs.append(InputSpec(kind, TensorArgument(ph_name), target,
                                    persistent=True if kind == InputKind.BUFFER else None))
     before = _attributes(model)
-    with _as_export_traces(), enable_python_dispatcher(), _RefuseSideEffects(), recorder:
+    with autocast.as_on_gpu(), _as_export_traces(), enable_python_dispatcher(), \
+            _RefuseSideEffects(), recorder:
         result = model(*inputs)
     if _attributes(model) != before:
         raise NotTraced("forward() assigned a module attribute")
     outs = [recorder.node_of(v) if isinstance(v, torch.Tensor) else v
             for v in pytree.tree_leaves(result)]
     graph.output(tuple(outs))
+    autocast.resolve(graph)
     return TracedProgram(graph, ExportGraphSignature(specs, []))

@@ -15,12 +15,14 @@ float64 tensors, kernels in half precision that no template takes (a bf16 or fp1
 matrix products and convolutions: cuBLAS and cuDNN run them in that type), in-place changes of a buffer other than batch norm's running statistics (a counter), and views
 alone (no computation). A kernel region with training-mode batch norm returns the running
 statistics' new values besides its output (`Region.updates`), and the module copies them in. A bool operand (a mask) of a kernel region is read as a float32 0/1 tensor, cast
-by torch before the kernel; int64 operands are class indices as capture reads them.
+by torch before the kernel; int64 operands are class indices as capture reads them. A forward()
+under `torch.autocast("cuda")` is split as the GPU runs it: the casts torch's autocast policy
+applies are ops of the graph (`ir/autocast.py`), left to torch, and the products after them read
+the cast values in the half type; each region says it ran under autocast (`Region.autocast`).
 """
 
 from __future__ import annotations
 
-import inspect
 import operator
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +32,7 @@ from torch.export.graph_signature import (ExportGraphSignature, InputKind, Input
                                           TensorArgument)
 
 from ..errors import CudaAgentError, UnsupportedError
+from ..ir import autocast
 from ..ir.graph import RunningStats
 from ..ir.planning import half_gap, make_plan
 from ..ir.pretrace import TracedProgram
@@ -88,6 +91,9 @@ class Region:
     (training-mode batch norm's running statistics), which the module copies in"""
     flops: int = 0  # a kernel region: its plan's arithmetic and least bytes moved (the
     bytes: int = 0  # share of the budget it gets, `tune.py`)
+    autocast: str = ""
+    """the CUDA autocast dtype(s) forward() ran its ops under ("float16", "bfloat16"; "" for
+    none): the region computes the casts torch's autocast policy applies (`ir/autocast.py`)"""
     dtype: str = ""
     """the floating dtypes it reads and writes ("float16", "bfloat16 -> float32"): a kernel
     region reads and stores them so, computing in float32"""
@@ -331,6 +337,9 @@ class _Splitter:
                    [n.name for n in nodes], [self.operand(a) for a in reads],
                    [w.name for w in writes], code, reason)
         r.dtype = _dtypes(r.reads, out)
+        under = sorted({str(n.meta[autocast.AUTOCAST]).replace("torch.", "")
+                        for n in nodes if autocast.AUTOCAST in n.meta})
+        r.autocast = "/".join(under)
         if plan is not None:
             r.family = plan.family
             by_target = {o.target: o.name for o in r.reads if o.role == "buffer"}
@@ -347,6 +356,11 @@ class _Splitter:
             r.reason = (f"generated: {stages} kernel{'s' if stages > 1 else ''} "
                         f"({plan.family}{half})" + (f", bool operand {', '.join(masks)} read as "
                                               "float32 0/1 (cast by torch)" if masks else ""))
+        if r.autocast and kind == TORCH and set(r.ops) == {"_to_copy"}:
+            r.reason = (f"_to_copy: torch.autocast {r.autocast}'s casts of the next region's "
+                        "operands: torch casts")
+        elif r.autocast:  # the casts of torch's CUDA autocast policy are in its graph
+            r.reason += f" (under autocast {r.autocast}: its casts explicit)"
         return r
 
 
@@ -358,37 +372,34 @@ def _dtypes(reads: list[Operand], out: Any) -> str:
     return text if not wrote or [wrote] == read or not read else f"{text} -> {wrote}"
 
 
-def _opaque(program: Any, model: torch.nn.Module) -> str:
+def _opaque(program: Any) -> str:
     """Why the traced graph cannot be split into aten calls ("" where it can): a higher-order
-    op (torch.autocast's `wrap_with_autocast` holds a subgraph), or autocast that a trace on
-    meta tensors does not see (a CPU autocast region leaves no trace there)."""
+    op other than CUDA autocast's (whose bodies `ir/autocast.py` inlines, with its casts)."""
     for n in program.graph.nodes:
         if n.op == "get_attr" or (n.op == "call_function" and n.target is not operator.getitem
                                   and not isinstance(n.target, torch._ops.OpOverload)):
             name = getattr(n.target, "__name__", str(n.target))
             return (f"forward() uses {name}, which the split does not take apart: the original "
                     "forward() runs")
-    for m in model.modules():
-        if type(m).__module__.startswith("torch."):
-            continue
-        try:
-            source = inspect.getsource(type(m).forward)
-        except (OSError, TypeError):
-            continue
-        if "autocast" in source:
-            return ("forward() uses torch.autocast, whose casts a trace on meta tensors does not "
-                    "see: the original forward() runs")
     return ""
 
 
 def split_model(model: torch.nn.Module, inputs: list[torch.Tensor]) -> Split:
     """Trace `model` (on meta tensors) and split its graph into regions."""
-    program = trace(model, inputs)
+    ordered_inputs = [tuple(t.shape) for t in inputs], [_dtype(t) for t in inputs]
+    modes = tuple(m.training for m in model.modules())
+    try:
+        program = trace(model, inputs)
+    except UnsupportedError as exc:
+        if str(exc) != autocast.CPU_REFUSED:
+            raise
+        why = ("forward() uses torch.autocast('cpu'), which casts CPU tensors only: the "
+               "original forward() runs")
+        return Split([], [Region(1, TORCH, ["forward"], [], [], [], "", why)], "",
+                     *ordered_inputs, modes, opaque=why)
     inplace = [n.meta["out_of_place"] for n in program.graph.nodes
                if n.op == "call_function" and n.meta.get("out_of_place")]
-    modes = tuple(m.training for m in model.modules())
-    ordered_inputs = [tuple(t.shape) for t in inputs], [_dtype(t) for t in inputs]
-    why = _opaque(program, model)
+    why = _opaque(program)
     if why:
         return Split([], [Region(1, TORCH, ["forward"], [], [], [], "", why)], "",
                      *ordered_inputs, modes, opaque=why)

@@ -93,7 +93,7 @@ class ModelResult:
             o = self.outcomes.get(r.index)
             regions.append({"index": r.index, "kind": r.kind, "ops": r.ops,
                             "reason": r.reason, "family": r.family or None,
-                            "dtype": r.dtype or None,
+                            "dtype": r.dtype or None, "autocast": r.autocast or None,
                             "reads": [o_.name for o_ in r.reads], "writes": r.writes,
                             "expected_s": budgets.floor_s(r) if r.kind == KERNEL else None,
                             **({"gain": self.gains[r.index].record()}
