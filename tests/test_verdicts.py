@@ -24,23 +24,25 @@ class WrongTemplate(SimDevice):
     def __init__(self, bad: str) -> None:
         super().__init__()
         self.bad = bad
-        self.space = None
+        self.tuner = None
 
     def evaluate(self, cand: Candidate, best_ms: float | None = None) -> Measurement:
-        if self.space.template_of(cand.config).name == self.bad:
+        # (the tuner's space: a program's stage space while that stage is searched)
+        if self.tuner.space.template_of(cand.config).name == self.bad:
             return Measurement.failure(cand.key, "sim", "wrong",
                                        "relative error 0.000311 > 0.0001")
         return super().evaluate(cand, best_ms)
 
 
-def _tune(bad: str, strategy: str, budget: int, ask=None):  # noqa: ANN001, ANN202
+def _tune(bad: str, strategy: str, budget: int, ask=None,  # noqa: ANN001, ANN202
+          problem=PROBLEM):
     device = WrongTemplate(bad)
     notices: list[str] = []
-    tuner = Tuner(load_problem(PROBLEM), TuneSettings(device="sim", budget=budget,
+    tuner = Tuner(load_problem(problem), TuneSettings(device="sim", budget=budget,
                                                       strategy=strategy, batch=8, seed=1),
                   device=device, store=Store(":memory:"), notify=notices.append)
     tuner.notices = notices
-    device.space = tuner.space
+    device.tuner = tuner
     if ask is not None:
         tuner.strategy.ask = ask(tuner)
     result = tuner.run()
@@ -90,3 +92,28 @@ def test_a_strategy_that_keeps_to_the_abandoned_template_gets_others_drawn():
     counts = _templates(tuner, result)
     assert counts["gemm_tc"] == WRONG_BEFORE_ABANDON
     assert len(result.trials) == 40 and sum(counts.values()) - counts["gemm_tc"] >= 28
+
+
+def test_a_program_stage_gives_up_on_its_template_alone(tmp_path):
+    """In a program the verdict is the stage's: the convolution stage's tensor-core template
+    all wrong, the pooling stage searched as before; the fallback draws from the stage's
+    space."""
+    from test_program import CONV_POOL_SRC
+
+    path = tmp_path / "conv_pool.py"
+    path.write_text(CONV_POOL_SRC)
+
+    def only_tc(tuner):  # noqa: ANN001, ANN202
+        def ask(n: int) -> list:
+            sp = tuner.space
+            names = {t.name for t in sp.templates}
+            return sp.configs_of("gemm_tc")[:n] if "gemm_tc" in names else \
+                sp.sample(n, __import__("random").Random(0))
+        return ask
+
+    tuner, result = _tune("gemm_tc", "random", 40, only_tc, path)
+    stage0 = [t for t in result.trials if t.stage == 0]
+    tc = [t for t in stage0 if t.measurement.error_kind == "wrong"]
+    assert len(tc) == WRONG_BEFORE_ABANDON
+    assert tuner.verdicts.given_up() == [(0, "gemm_tc")]
+    assert len(stage0) > len(tc) + 3 and any(t.stage == 1 for t in result.trials)
