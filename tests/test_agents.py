@@ -267,6 +267,21 @@ def _train(tmp: Path, iterations: int, resume: bool = False, agents: str = "mult
         tr.close()
 
 
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory):
+    """`straight(prior_weight)`: the policy's state after 3 uninterrupted iterations, trained
+    once per prior weight for the resume tests that compare with it (a training run is
+    seconds of CPU)."""
+    done: dict = {}
+
+    def get(prior_weight: float = 0.0) -> dict:
+        if prior_weight not in done:
+            done[prior_weight] = _train(tmp_path_factory.mktemp("straight"), 3,
+                                        prior_weight=prior_weight)[1]
+        return done[prior_weight]
+    return get
+
+
 def test_train_then_tune_smoke_on_sim(tmp_path):
     from cuda_agent.agents.train import write_curves
     from cuda_agent.tuner import tune
@@ -289,18 +304,22 @@ def test_single_agent_ablation_trains(tmp_path):
     assert set(curves[-1]["entropy"]) == {"single"}
 
 
+# the resume tests share one worker (`--dist loadgroup`), so `straight` trains once for both
+@pytest.mark.xdist_group("test_agents_straight")
 @pytest.mark.parametrize("prior_weight", [0.0, pytest.param(100.0, marks=pytest.mark.slow)])
-def test_resume_from_a_checkpoint_gives_the_same_state(tmp_path, prior_weight):
+def test_resume_from_a_checkpoint_gives_the_same_state(tmp_path, prior_weight, straight):
     """Also with the prior in training, whose per-operator cache a resumed run starts without."""
-    _, straight = _train(tmp_path / "a", 3, prior_weight=prior_weight)
+    uninterrupted = straight(prior_weight)
     _train(tmp_path / "b", 2, prior_weight=prior_weight)
     _, resumed = _train(tmp_path / "b", 3, resume=True, prior_weight=prior_weight)
-    assert straight.keys() == resumed.keys()
-    for k in straight:
-        assert torch.equal(straight[k], resumed[k]), k
+    assert uninterrupted.keys() == resumed.keys()
+    for k in uninterrupted:
+        assert torch.equal(uninterrupted[k], resumed[k]), k
 
 
-def test_a_deadline_stops_training_after_the_running_iteration_and_resume_continues(tmp_path):
+@pytest.mark.xdist_group("test_agents_straight")
+def test_a_deadline_stops_training_after_the_running_iteration_and_resume_continues(tmp_path,
+                                                                                   straight):
     """A deadline already past: the first iteration is finished and saved, no second one is
     sampled; resuming runs the rest and ends in the state of an uninterrupted run."""
     import time
@@ -316,10 +335,10 @@ def test_a_deadline_stops_training_after_the_running_iteration_and_resume_contin
         tr.close()
     assert len(curves) == 1
     assert checkpoint.load(tmp_path / "d" / "policy.pt")["meta"]["iteration"] == 1
-    _, straight = _train(tmp_path / "a", 3)
+    uninterrupted = straight()
     _, resumed = _train(tmp_path / "d", 3, resume=True)
-    for k in straight:
-        assert torch.equal(straight[k], resumed[k]), k
+    for k in uninterrupted:
+        assert torch.equal(uninterrupted[k], resumed[k]), k
 
 
 def test_a_published_policy_keeps_the_policy_and_refuses_to_resume(tmp_path):

@@ -80,11 +80,56 @@ BAD_WORDS = {"forward_raises": "forward",
              "returns_list": "list", "syntax_error": "syntax", "two_outputs": "tuple"}
 
 
+# these error cases run as subprocesses (the command's own path: its imports, its exit status and
+# stderr as a shell sees them, a problem file's error from the loader child); the others call
+# `cuda_agent.cli.main`, which those subprocesses run, in this process (each CLI start costs
+# seconds of imports: the 13 subprocesses were ~30 CPU-s)
+SUBPROCESS_ERRORS = ("bad-syntax_error", "bad-forward_raises", "bogus-strategy", "missing-file")
+
+
+def run_here(args: list, cwd: Path) -> tuple[int, str, str]:
+    """`cuda-agent ARGS` in this process, in `cwd`: (exit status, stdout, stderr) as the
+    `cuda-agent` script gives them (`main` turns a CudaAgentError into one line and exit 2);
+    an uncaught exception's traceback goes to stderr, status 1, as Python's would. stdout and
+    stderr are files (a problem loader forked from here writes to them as to a terminal's)."""
+    import contextlib
+    import tempfile
+    import traceback
+
+    import click
+
+    from cuda_agent import cli
+
+    cwd.mkdir(parents=True, exist_ok=True)
+    argv, here = sys.argv, os.getcwd()
+    sys.argv = ["cuda-agent", *map(str, args)]
+    rc = 0
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        try:
+            os.chdir(cwd)
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                try:
+                    cli.main()
+                except SystemExit as exc:
+                    rc = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+                except click.exceptions.Exit as exc:
+                    rc = exc.exit_code
+                except BaseException:  # noqa: BLE001 - what a crash prints
+                    traceback.print_exc()
+                    rc = 1
+        finally:
+            os.chdir(here)
+            sys.argv = argv
+        out.seek(0)
+        err.seek(0)
+        return rc, out.read(), err.read()
+
+
 @pytest.fixture(scope="module")
 def error_runs(tmp_path_factory):
-    """All error invocations at once (each CLI start costs seconds of imports)."""
+    """All error invocations: the subprocesses started together, then the in-process ones."""
     root = tmp_path_factory.mktemp("cli-errors")
-    procs = {}
+    procs, here = {}, {}
     for name, (args, _) in ERROR_CASES.items():
         work = root / name
         (work / "store").mkdir(parents=True)
@@ -99,8 +144,13 @@ def error_runs(tmp_path_factory):
         if "--budget" not in args:
             args += ["--budget", "4"]
         args += ["--out", work / "out" / "o", "--store", work / "store" / "s.db"]
-        procs[name] = (work, spawn(args, work / "cwd"))
+        if name in SUBPROCESS_ERRORS:
+            procs[name] = (work, spawn(args, work / "cwd"))
+        else:
+            here[name] = (work, args)
     results = {}
+    for name, (work, args) in here.items():
+        results[name] = (work, *run_here(args, work / "cwd"))
     for name, (work, p) in procs.items():
         out, err = p.communicate(timeout=600)
         results[name] = (work, p.returncode, out, err)

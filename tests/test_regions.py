@@ -434,9 +434,14 @@ def test_eager_times_measured_on_a_gpu_reorder_the_regions(tmp_path, monkeypatch
     from cuda_agent.regions import budget
 
     path = tmp_path / "two_regions.py"
-    path.write_text(TWO_REGIONS)
+    # TWO_REGIONS at a quarter of each size but the second product's 64 outputs, a sixteenth:
+    # the first region still 8x the work, its roofline floor the larger (the agents' prior
+    # modelling the full-size search spaces was half of this test's 37 CPU-s)
+    path.write_text(TWO_REGIONS.replace("64", "16").replace("1024", "256").replace(
+        "2048", "512").replace("4096", "1024"))
     split = rt.shared_loader().split(path)
     first, second = split.kernels()
+    assert budget.floor_s(first) > budget.floor_s(second)  # the roofline alone: first first
     fake = _EagerOnly({f"r{first.index}.py": 1e3 * budget.floor_s(first),
                        f"r{second.index}.py": 40e3 * budget.floor_s(second)})
     measured: dict = {}
