@@ -414,7 +414,9 @@ def _child(conn: "Connection", request: dict[str, Any]) -> None:
         os.environ.update(request["env"])
         import faulthandler
 
-        faulthandler.enable()  # a segfault's dump names the file's line (`_line_in`)
+        # a segfault's dump names the file's line (`_line_in`); to file descriptor 2, which
+        # a forked parent's sys.stderr need not have (a StringIO: redirect_stderr, notebooks)
+        faulthandler.enable(file=2)
         load = _split_here if request.get("split") else _load_here
         answer = load(Path(request["path"]))
         try:

@@ -250,3 +250,23 @@ def test_a_problem_loaded_bounded_is_the_same_problem(tmp_path):
     assert there.graph().fingerprint() == here.graph().fingerprint()
     assert (there.name, there.path, there.source_hash) == (here.name, here.path,
                                                            here.source_hash)
+
+
+def test_a_forked_loader_under_a_redirected_stderr_names_the_file_s_own_error():
+    """A process whose sys.stderr is no file (a StringIO: `contextlib.redirect_stderr`, some
+    notebooks) forks the loader: its fault handler used to need sys.stderr's file number, the
+    child ended with exit 1 and the user read "ended the process" instead of the file's error."""
+    import contextlib
+    import io
+
+    from cuda_agent.errors import ProblemError
+    from cuda_agent.problem_child import ProblemLoader
+
+    loader = ProblemLoader(fork=True)
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            with pytest.raises(ProblemError, match="Model") as err:
+                loader.load(BAD / "no_model.py")
+        assert "ended the process" not in str(err.value)
+    finally:
+        loader.close()
