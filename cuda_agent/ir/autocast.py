@@ -163,7 +163,7 @@ class _Policy:
         self.fake = FakeTensorMode(allow_non_fake_inputs=True)
         self.cache: dict[Any, tuple[dict[int, torch.dtype], Any]] = {}
 
-    def ask(self, target: Any, args: tuple, kwargs: dict, dtype: torch.dtype
+    def casts_of(self, target: Any, args: tuple, kwargs: dict, dtype: torch.dtype
             ) -> tuple[dict[int, torch.dtype], Any]:
         """({leaf index: dtype} of the casts autocast in `dtype` applies to the op's tensor
         arguments, the dtype(s) of its result) for `target(*args, **kwargs)` on meta values."""
@@ -286,7 +286,7 @@ def resolve(graph: torch.fx.Graph) -> None:
         dtype = node.meta.get(AUTOCAST)
         if dtype is not None and node.target is not operator.getitem:
             args, kwargs = pytree.tree_map_only(torch.fx.Node, _meta, (node.args, node.kwargs))
-            casts, want = policy.ask(node.target, args, kwargs, dtype)
+            casts, want = policy.casts_of(node.target, args, kwargs, dtype)
             recast(node, casts)
             val = _rerun(node)
             if _dtypes(val) != want:
