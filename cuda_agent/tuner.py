@@ -43,7 +43,7 @@ from .search import make_strategy, resolve_strategy
 from .search.base import is_agents
 from .search.engine import Engine, Listed, Proposer
 from .search.stop import StageSchedule, StopRule
-from .search.verdicts import TemplateVerdicts
+from .search.verdicts import TemplateKey, TemplateVerdicts
 from .space.program import StagePlateau, StageSpace, stage_spaces
 from .precision import resolve as resolve_precision
 from .space.slots import Config
@@ -298,7 +298,8 @@ class StrategyProposer:
 
     def __init__(self, strategy: Any, space: Space, pending: list[Config], picks_due: bool,
                  seen: set[Config], measured_before: Callable[[Config], bool],
-                 timing: dict[str, float], verdicts: TemplateVerdicts | None = None) -> None:
+                 timing: dict[str, float], verdicts: TemplateVerdicts | None = None,
+                 seed: int = 0) -> None:
         self.strategy = strategy
         self.space = space
         self.pending = pending
@@ -309,6 +310,10 @@ class StrategyProposer:
         # templates whose candidates were all wrong: not proposed again (`search/verdicts.py`)
         self.verdicts = verdicts if verdicts is not None else TemplateVerdicts()
         self._stage = space.stage if isinstance(space, StageSpace) else None
+        self._beside = tuple(f for j, f in enumerate(space.fixed) if j != space.stage) \
+            if isinstance(space, StageSpace) else ()
+        self._names = [t.name for t in space.templates]
+        self.seed = seed
         self.adaptive: bool = strategy.adaptive
         self._ahead_ok = picks_due and not self.adaptive
 
@@ -320,11 +325,20 @@ class StrategyProposer:
     def ask_in_background(self) -> bool:
         return self._ahead_ok and self.picks_due
 
-    def _template(self, c: Config) -> tuple[int | None, str]:
-        return self._stage, self.space.template_of(c).name
+    def _template(self, c: Config) -> TemplateKey:
+        return self._key(self.space.template_of(c).name)
+
+    def _key(self, name: str) -> TemplateKey:
+        return self._stage, name, self._beside
+
+    def given_up(self, name: str) -> bool:
+        """Whether template `name` is given up on (`search/verdicts.py`): all wrong so far, and
+        not the last template of the space that is not."""
+        return self.verdicts.abandoned(self._key(name)) and any(
+            not self.verdicts.abandoned(self._key(n)) for n in self._names if n != name)
 
     def _abandoned(self, c: Config) -> bool:
-        return self.verdicts.abandoned(self._template(c))
+        return self.given_up(self.space.template_of(c).name)
 
     def _fresh(self, c: Config) -> bool:
         return c not in self.seen and not self.measured_before(c) and not self._abandoned(c)
@@ -367,7 +381,7 @@ class StrategyProposer:
 
     def _drawn(self, n: int, taken: list[Config]) -> list[Config]:
         """Up to `n` fresh configurations of templates not abandoned, drawn uniformly."""
-        rng = random.Random(len(self.seen))
+        rng = random.Random(f"{self.seed}:{len(self.seen)}")
         out: list[Config] = []
         exclude = set(self.seen) | set(taken)
         for _ in range(64 * n):
@@ -828,7 +842,9 @@ class Tuner:
         def note(trial: Trial) -> None:
             before = set(self.verdicts.given_up())
             proposer.note(trial)
-            for stage, name in set(self.verdicts.given_up()) - before:
+            for stage, name, _ in set(self.verdicts.given_up()) - before:
+                if not proposer.given_up(name):
+                    continue  # the last template left: still searched
                 where = "" if stage is None else f" (stage {stage})"
                 self.notify(f"template {name}{where}: {self.verdicts.limit} candidates failed "
                             f"verification and none passed ({trial.measurement.error_msg}); "
@@ -871,7 +887,8 @@ class Tuner:
                 space.key(c, self.toolchain) in self._measured_keys
 
         proposer = StrategyProposer(self.strategy, self.space, pending, include_default, seen,
-                                    measured_before, self.timing, self.verdicts)
+                                    measured_before, self.timing, self.verdicts,
+                                    self.settings.seed)
         engine = self._engine(proposer, StopRule(budget, self._deadline, plateau, until),
                               trials, progress,
                               lambda: include_default and len(trials) == first)

@@ -56,7 +56,7 @@ def _templates(tuner, result) -> Counter:  # noqa: ANN001
 
 def test_the_verdicts_count_wrong_until_one_verifies():
     v = TemplateVerdicts(limit=2)
-    A, B = (None, "gemm_tc"), (1, "gemm_tc")
+    A, B = (None, "gemm_tc", ()), (1, "gemm_tc", ())
     wrong = Measurement.failure("k", "cuda", "wrong", "x")
     slow = Measurement.failure("k", "cuda", "slow", "x")
     ok = Measurement("k", "cuda", True, 1.0, verified=True)
@@ -66,6 +66,9 @@ def test_the_verdicts_count_wrong_until_one_verifies():
     assert v.abandoned(A) and v.given_up() == [A]
     v.note(B, ok), v.note(B, wrong), v.note(B, wrong), v.note(B, wrong)
     assert not v.abandoned(B)  # one verified candidate keeps it
+    C = (None, "map", ())
+    v.note(C, Measurement("k", "sim", True, 1.0)), v.note(C, wrong), v.note(C, wrong)
+    assert not v.abandoned(C)  # the simulator claims no verification: a time is no verdict
 
 
 def test_a_template_all_wrong_is_not_measured_again():
@@ -73,7 +76,7 @@ def test_a_template_all_wrong_is_not_measured_again():
     counts = _templates(tuner, result)
     assert counts["gemm_tc"] == WRONG_BEFORE_ABANDON  # batches asked ahead skip it too
     assert len(result.trials) == 48  # the budget went to the others
-    assert tuner.verdicts.abandoned((None, "gemm_tc"))
+    assert tuner.verdicts.abandoned((None, "gemm_tc", ()))
     said = [n for n in tuner.notices if n.startswith("template gemm_tc: 3 candidates failed")]
     assert len(said) == 1 and "0.000311 > 0.0001" in said[0]
 
@@ -115,5 +118,24 @@ def test_a_program_stage_gives_up_on_its_template_alone(tmp_path):
     stage0 = [t for t in result.trials if t.stage == 0]
     tc = [t for t in stage0 if t.measurement.error_kind == "wrong"]
     assert len(tc) == WRONG_BEFORE_ABANDON
-    assert tuner.verdicts.given_up() == [(0, "gemm_tc")]
+    assert [k[:2] for k in tuner.verdicts.given_up()] == [(0, "gemm_tc")]
     assert len(stage0) > len(tc) + 3 and any(t.stage == 1 for t in result.trials)
+
+
+def test_the_last_template_is_never_given_up():
+    """A failure that depends on one slot (fast math, say) in a problem of one template: three
+    wrong candidates must not end the search with nothing (a review found it ending after 3)."""
+    problem = TESTS.parent / "benchmarks" / "problems" / "elementwise_log_sqrt.py"
+    tuner, result = _tune("map", "random", 12, problem=problem)
+    assert len(result.trials) == 12 and result.stopped != "space"
+    assert not [n for n in tuner.notices if n.startswith("template map")]
+
+
+def test_a_stage_s_verdict_holds_only_beside_the_same_other_stages():
+    """A program is verified whole: a wrong program may be the other stage's doing, so a
+    verdict is kept per configuration of the other stages."""
+    v = TemplateVerdicts(limit=1)
+    wrong = Measurement.failure("k", "cuda", "wrong", "x")
+    v.note((0, "gemm_tc", ("pool default",)), wrong)
+    assert v.abandoned((0, "gemm_tc", ("pool default",)))
+    assert not v.abandoned((0, "gemm_tc", ("pool tuned",)))

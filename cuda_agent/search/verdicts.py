@@ -7,8 +7,9 @@ an H100 (2026-12-07, conv2d_relu_hardswish, `benchmarks/results/2026-12-07-h100-
 a 64-measurement search spent 55 measurements on tensor-core candidates that were all wrong
 (relative error 3e-4 against 1e-4), while two fp32 candidates and seven library ones were all
 it learnt from. After `WRONG_BEFORE_ABANDON` wrong candidates of a template and none verified,
-the search proposes none of it again (`tuner.StrategyProposer`); one verified candidate keeps
-the template in the search for good.
+the search proposes none of it again (`tuner.StrategyProposer`), unless it is the last template
+of the space not given up on (a failure that depends on one slot, fast math say, must not end
+the search); one verified candidate keeps the template in the search for good.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ from ..runner.records import Measurement
 #: wrong candidates of a template, none verified, after which the search stops proposing it
 WRONG_BEFORE_ABANDON = 3
 
-TemplateKey = tuple[int | None, str]
-"""a template: the program stage it serves (None for a one-kernel problem) and its name"""
+TemplateKey = tuple[int | None, str, tuple]
+"""a template: the program stage it serves (None for a one-kernel problem), its name, and the
+other stages' configurations it was measured beside (a program is verified whole: a wrong
+program may be another stage's doing, so a verdict holds only beside the same others)"""
 
 
 class TemplateVerdicts:
@@ -32,7 +35,7 @@ class TemplateVerdicts:
         self._verified: set[TemplateKey] = set()
 
     def note(self, key: TemplateKey, m: Measurement) -> None:
-        if m.ok and m.verified:
+        if m.ok and m.verified is not False:  # (the simulator claims no verification)
             self._verified.add(key)
         elif m.error_kind == "wrong":
             self._wrong[key] = self._wrong.get(key, 0) + 1
