@@ -2,14 +2,12 @@
 
 A template whose candidates fail verification usually fails it at every configuration: its
 arithmetic is less precise than the tolerance allows (TF32 tensor cores where torch's own
-convolution ran an fp32 algorithm, so the floor is fp32's), or it mishandles the problem. On
-an H100 (2026-12-07, conv2d_relu_hardswish, `benchmarks/results/2026-12-07-h100-conv-chains-2`)
-a 64-measurement search spent 55 measurements on tensor-core candidates that were all wrong
-(relative error 3e-4 against 1e-4), while two fp32 candidates and seven library ones were all
-it learnt from. After `WRONG_BEFORE_ABANDON` wrong candidates of a template and none verified,
-the search proposes none of it again (`tuner.StrategyProposer`), unless it is the last template
-of the space not given up on (a failure that depends on one slot, fast math say, must not end
-the search); one verified candidate keeps the template in the search for good.
+convolution ran an fp32 algorithm, so the floor is fp32's), or it mishandles the problem; a
+search that keeps proposing it spends its measurements on nothing (docs/journal.md:
+search/verdicts.py). After `WRONG_BEFORE_ABANDON` wrong candidates of a template and none
+verified, the search proposes none of it again (`tuner.StrategyProposer`), unless it is the
+last template of the space not given up on (a failure that depends on one slot, fast math say,
+must not end the search); one verified candidate keeps the template in the search for good.
 """
 
 from __future__ import annotations
