@@ -1,10 +1,8 @@
-"""ConvTranspose2d -> per-channel bias add -> the activation gated by the sigmoid of its max over
-channels (a channel-max reduction broadcast back).
-
-It replaces ConvTranspose2d -> bias -> max over channels -> sigmoid alone, whose output was
-near-constant at these sizes (the max of 128 channels: spread 0.015 around 0.6), so that under
-TF32 a constant passed torch's own error and every candidate was refused as degenerate on the
-H100 (benchmarks/results/2026-12-07-h100-conv-chains-3)."""
+"""ConvTranspose2d -> per-channel bias add -> gated by the sigmoid of its max over channels."""
+# It replaces ConvTranspose2d -> bias -> max over channels -> sigmoid alone, whose output was
+# near-constant at these sizes (the max of 128 channels: spread 0.015 around 0.6), so that under
+# TF32 a constant passed torch's own error and every candidate was refused as degenerate on the
+# H100 (benchmarks/results/2026-12-07-h100-conv-chains-3).
 import torch
 import torch.nn as nn
 
