@@ -309,7 +309,7 @@ class StrategyProposer:
         self.timing = timing
         # templates whose candidates were all wrong: not proposed again (`search/verdicts.py`)
         self.verdicts = verdicts if verdicts is not None else TemplateVerdicts()
-        self._stage = space.stage if isinstance(space, StageSpace) else None
+        self.stage = space.stage if isinstance(space, StageSpace) else None
         self._beside = tuple(f for j, f in enumerate(space.fixed) if j != space.stage) \
             if isinstance(space, StageSpace) else ()
         self._names = [t.name for t in space.templates]
@@ -329,7 +329,7 @@ class StrategyProposer:
         return self._key(self.space.template_of(c).name)
 
     def _key(self, name: str) -> TemplateKey:
-        return self._stage, name, self._beside
+        return self.stage, name, self._beside
 
     def given_up(self, name: str) -> bool:
         """Whether template `name` is given up on (`search/verdicts.py`): all wrong so far, and
@@ -395,10 +395,13 @@ class StrategyProposer:
                 out.append(c)
         return out
 
-    def note(self, trial: Trial) -> None:
+    def note(self, trial: Trial) -> str | None:
         """Each measurement as it comes (an engine callback): a template's verdict takes effect
-        within the batch, not a batch or two later (batches are asked ahead)."""
-        self.verdicts.note(self._template(trial.config), trial.measurement)
+        within the batch, not a batch or two later (batches are asked ahead). The template's
+        name where this measurement gives it up."""
+        name = self.space.template_of(trial.config).name
+        return name if self.verdicts.note(self._key(name), trial.measurement) \
+            and self.given_up(name) else None
 
     def wanted(self, c: Config) -> bool:
         return not self._abandoned(c)
@@ -840,11 +843,9 @@ class Tuner:
     def _noting(self, proposer: StrategyProposer) -> Callable[[Trial], None]:
         """`proposer.note`, saying once which template it gives up on and why."""
         def note(trial: Trial) -> None:
-            before = set(self.verdicts.given_up())
-            proposer.note(trial)
-            for stage, name, _ in set(self.verdicts.given_up()) - before:
-                if not proposer.given_up(name):
-                    continue  # the last template left: still searched
+            name = proposer.note(trial)
+            if name is not None:  # (the last template left is still searched: not given up)
+                stage = proposer.stage
                 where = "" if stage is None else f" (stage {stage})"
                 self.notify(f"template {name}{where}: {self.verdicts.limit} candidates failed "
                             f"verification and none passed ({trial.measurement.error_msg}); "

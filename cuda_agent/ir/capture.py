@@ -3,8 +3,9 @@
 The graph is torch.export's (non-strict, training IR), recorded by `pretrace.py` without
 torch.export's first-call import of Dynamo; what that tracer leaves to torch.export, and any
 error, is traced by torch.export itself. Under `torch.autocast("cuda")` either graph gets the
-casts torch's autocast policy applies as explicit `_to_copy` ops (`autocast.py`). Tracing runs on the meta device, so a problem that
-moves gigabytes on the GPU is captured without allocating them. The module is traced in the
+casts torch's autocast policy applies as explicit `_to_copy` ops (`autocast.py`). Tracing runs
+on the meta device, so a problem that moves gigabytes on the GPU is captured without
+allocating them. The module is traced in the
 mode `Model(*get_init_inputs())` leaves it in, as the field's harness runs it: training mode
 unless its constructor calls `.eval()` (batch norm then normalises by the batch's statistics
 and updates its running ones; dropout with p > 0 is random and refused). Composite ops

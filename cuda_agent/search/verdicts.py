@@ -32,11 +32,14 @@ class TemplateVerdicts:
         self._wrong: dict[TemplateKey, int] = {}
         self._verified: set[TemplateKey] = set()
 
-    def note(self, key: TemplateKey, m: Measurement) -> None:
+    def note(self, key: TemplateKey, m: Measurement) -> bool:
+        """Count `m`; whether this measurement is the one that gives `key` up."""
         if m.ok and m.verified is not False:  # (the simulator claims no verification)
             self._verified.add(key)
         elif m.error_kind == "wrong":
             self._wrong[key] = self._wrong.get(key, 0) + 1
+            return self._wrong[key] == self.limit and self.abandoned(key)
+        return False
 
     def abandoned(self, key: TemplateKey) -> bool:
         return key not in self._verified and self._wrong.get(key, 0) >= self.limit
